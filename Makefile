@@ -1,0 +1,35 @@
+# Two commands matter: `make run` serves the gateway, `make test` runs the whole suite.
+# Both bootstrap their own virtualenv; nothing else needs to be installed but Python 3.11+.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: run test check lint types bench chaos clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/threadgate serve
+
+test: $(STAMP) check
+	$(BIN)/pytest -q
+
+check: lint types
+
+lint: $(STAMP)
+	$(BIN)/ruff check gateway agent storage tests bench
+	$(BIN)/ruff format --check gateway agent storage tests bench
+
+types: $(STAMP)
+	$(BIN)/mypy
+
+bench: $(STAMP)
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) .threadgate .pytest_cache .mypy_cache .ruff_cache

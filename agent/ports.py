@@ -1,0 +1,101 @@
+"""The ports the agent needs from the world, declared here so the agent owns them.
+
+The agent knows neither Slack nor SQL. It runs tasks from a queue, reads and appends a
+conversation's history, and hands finished text to a publisher. `storage/` implements the
+queue and the history on Postgres; `gateway/` implements the publisher on Slack; tests
+implement all three in memory. `address` on a task is opaque here: it is whatever the
+gateway needs to find the conversation again (for Slack, channel and thread).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol, TypeAlias
+
+Role: TypeAlias = Literal["user", "assistant"]
+MessageKind: TypeAlias = Literal["turn", "ack", "reply"]
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """One user message to answer. Runs alone in its session, leased by one worker."""
+
+    id: str
+    session_id: str
+    address: Mapping[str, str]
+    attempts: int = 1
+
+    @property
+    def user_message_id(self) -> str:
+        return f"task:{self.id}:user"
+
+    @property
+    def reply_id(self) -> str:
+        return f"task:{self.id}:reply"
+
+    @property
+    def failure_id(self) -> str:
+        return f"task:{self.id}:failure"
+
+    def ack_id(self, round_number: int) -> str:
+        return f"task:{self.id}:ack:{round_number}"
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """A message of a conversation. Ids are deterministic, so a retried append is a no-op."""
+
+    id: str
+    session_id: str
+    role: Role
+    kind: MessageKind
+    text: str
+
+
+class TaskQueue(Protocol):
+    """Leased tasks: at most one running per session, oldest first."""
+
+    async def claim(self) -> Task | None:
+        """Lease the next runnable task, or None when there is none."""
+
+    async def heartbeat(self, task: Task) -> bool:
+        """Extend the lease; False when the lease was lost to another worker."""
+
+    async def finish(self, task: Task) -> None: ...
+
+    async def fail(self, task: Task, reason: str) -> None: ...
+
+    async def retry_later(self, task: Task, delay: float, reason: str) -> None: ...
+
+    async def wait_for_work(self, timeout: float) -> None:
+        """Return when a task may have become runnable, or after `timeout` seconds."""
+
+
+class History(Protocol):
+    """A conversation's stored messages."""
+
+    async def get(self, message_id: str) -> StoredMessage | None: ...
+
+    async def append(self, message: StoredMessage, *, answers: str) -> StoredMessage:
+        """Store `message` (answering the user message `answers`) unless its id exists;
+        return the stored row either way, so a retry reuses what was stored first."""
+
+    async def window(self, task: Task, *, max_chars: int, max_messages: int) -> Sequence[StoredMessage]:
+        """The latest messages up to and including the task's own turn, oldest first,
+        within the budget. The task's turn is always included."""
+
+
+class Publisher(Protocol):
+    """Delivers the agent's text to the conversation, exactly once per message id."""
+
+    async def publish(self, task: Task, message_id: str, text: str) -> None: ...
+
+    async def task_started(self, task: Task) -> None:
+        """Show that the task is being worked on; failure to do so never fails the task."""
+
+
+class AlertSink(Protocol):
+    """Tells an operator that a credential or quota on the path to the model failed."""
+
+    async def credential_failure(self, task: Task, error: Exception) -> None: ...

@@ -1,0 +1,69 @@
+"""Making an incoming message durable: the one transaction that must commit before the ack.
+
+Admission records, atomically: the delivery (by event id), the session, the user's turn
+and the task that will answer it. A delivery seen before, or a second event for a message
+that already has a task (Slack sends both `message` and `app_mention` for one mention),
+admits nothing. The NOTIFY in the same transaction wakes a worker the moment it commits.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from storage.database import TASKS_CHANNEL, Database
+
+
+@dataclass(frozen=True, slots=True)
+class EarlierMessage:
+    """A message that preceded the turn in its thread (back-fill), already rendered."""
+
+    id: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    event_id: str | None
+    task_id: str
+    session_id: str
+    address: Mapping[str, str]
+    turn_text: str
+    earlier: Sequence[EarlierMessage] = field(default_factory=tuple)
+
+
+_INSERT_TURN = """
+WITH s AS (SELECT nextval(pg_get_serial_sequence('messages', 'seq')) AS seq)
+INSERT INTO messages (seq, id, session_id, anchor, role, kind, text)
+SELECT s.seq, $1, $2, s.seq, 'user', 'turn', $3 FROM s
+ON CONFLICT (id) DO NOTHING
+"""
+
+
+async def admit(db: Database, admission: Admission) -> bool:
+    """Make the turn and its task durable. False when this delivery was a duplicate."""
+    a = admission
+    async with db.pool.acquire() as conn, conn.transaction():
+        if a.event_id is not None:
+            fresh = await conn.fetchval(
+                "INSERT INTO seen_events (event_id) VALUES ($1) ON CONFLICT DO NOTHING RETURNING true",
+                a.event_id,
+            )
+            if not fresh:
+                return False
+        created = await conn.fetchval(
+            "WITH s AS (INSERT INTO sessions (id) VALUES ($1) ON CONFLICT DO NOTHING) "
+            "INSERT INTO tasks (id, session_id, address) VALUES ($2, $1, $3) "
+            "ON CONFLICT DO NOTHING RETURNING true",
+            a.session_id,
+            a.task_id,
+            json.dumps(dict(a.address)),
+        )
+        if not created:
+            return False
+        for earlier in a.earlier:
+            await conn.execute(_INSERT_TURN, earlier.id, a.session_id, earlier.text)
+        await conn.execute(_INSERT_TURN, f"task:{a.task_id}:user", a.session_id, a.turn_text)
+        await conn.execute("SELECT pg_notify($1, '')", TASKS_CHANNEL)
+    return True

@@ -1,0 +1,115 @@
+"""The connection to Postgres: a pool for work and one long-lived connection for signals.
+
+The long-lived connection does two jobs. It LISTENs for `threadgate_tasks`, so idle
+workers wake the moment a task is queued or a session's previous task finishes. And its
+server backend (pid and start time) is this process's identity in task leases: when the
+process dies, its backend goes with it, and other workers may take over its tasks at once
+instead of waiting for the lease to expire.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from datetime import datetime
+from types import TracebackType
+from typing import Self
+
+import asyncpg
+
+from storage.errors import DatabaseUnavailable
+from storage.migrations import migrate, pending_migrations
+
+TASKS_CHANNEL = "threadgate_tasks"
+
+
+@dataclass(frozen=True, slots=True)
+class BackendIdentity:
+    pid: int
+    started: datetime
+
+
+class Database:
+    """The pool, the signal connection, and the wake-up event fed by NOTIFY."""
+
+    def __init__(self, dsn: str, *, min_size: int = 2, max_size: int = 10) -> None:
+        self._dsn = dsn
+        self._min_size = min_size
+        self._max_size = max_size
+        self._pool: asyncpg.Pool | None = None
+        self._signals: asyncpg.Connection | None = None
+        self._identity: BackendIdentity | None = None
+        self.wakeup = asyncio.Event()
+
+    async def __aenter__(self) -> Self:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def open(self) -> None:
+        try:
+            self._pool = await asyncpg.create_pool(
+                self._dsn, min_size=self._min_size, max_size=self._max_size
+            )
+            await self._connect_signals()
+        except (OSError, asyncpg.PostgresError, asyncio.TimeoutError) as exc:
+            await self.close()
+            raise DatabaseUnavailable(
+                f"Cannot connect to the database ({type(exc).__name__}); check DATABASE_URL."
+            ) from exc
+
+    async def close(self) -> None:
+        if self._signals is not None and not self._signals.is_closed():
+            await self._signals.close()
+        self._signals = None
+        if self._pool is not None:
+            await self._pool.close()
+        self._pool = None
+
+    @property
+    def pool(self) -> asyncpg.Pool:
+        if self._pool is None:
+            raise DatabaseUnavailable("The database is not open.")
+        return self._pool
+
+    async def identity(self) -> BackendIdentity:
+        """This process's lease identity, reconnecting the signal connection if it dropped."""
+        if self._signals is None or self._signals.is_closed():
+            await self._connect_signals()
+        assert self._identity is not None
+        return self._identity
+
+    async def migrate(self) -> list[int]:
+        async with self.pool.acquire() as conn:
+            return await migrate(conn)
+
+    async def is_ready(self) -> bool:
+        """True when the database answers and no migration is pending."""
+        try:
+            async with self.pool.acquire(timeout=2) as conn:
+                return not await pending_migrations(conn)
+        except (OSError, asyncpg.PostgresError, asyncio.TimeoutError):
+            return False
+
+    async def _connect_signals(self) -> None:
+        conn = await asyncpg.connect(self._dsn)
+        row = await conn.fetchrow(
+            "SELECT pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()"
+        )
+        assert row is not None
+        await conn.add_listener(TASKS_CHANNEL, self._on_notify)
+        conn.add_termination_listener(self._on_terminated)
+        self._identity = BackendIdentity(row["pid"], row["backend_start"])
+        self._signals = conn
+        self.wakeup.set()  # anything queued while we were not listening is now ours to find
+
+    def _on_notify(self, conn: object, pid: int, channel: str, payload: object) -> None:
+        self.wakeup.set()
+
+    def _on_terminated(self, conn: object) -> None:
+        self._signals = None
+        self.wakeup.set()

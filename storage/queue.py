@@ -1,0 +1,115 @@
+"""The task queue: leased rows in Postgres, one running task per session, oldest first.
+
+A task is runnable when it is queued (or its lease is dead), its `run_after` has come, and
+no older unfinished task exists in its session — that last condition is what keeps the
+answers of one thread in order while different threads run in parallel. Claims use
+`FOR UPDATE SKIP LOCKED`, so workers and replicas never wait on each other's rows.
+
+A lease is dead when it expired, or when the Postgres backend that took it is gone (the
+owning process crashed): a restarted gateway resumes its tasks at once. The lease token
+is the task's attempt number; a worker whose task was taken over learns it on heartbeat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from agent.ports import Task
+from storage.database import TASKS_CHANNEL, Database
+
+_CLAIM = """
+WITH candidate AS (
+    SELECT t.id FROM tasks t
+    WHERE t.state IN ('queued', 'running')
+      AND t.run_after <= now()
+      AND (t.state = 'queued'
+           OR t.lease_expires < now()
+           OR NOT EXISTS (SELECT 1 FROM pg_stat_activity a
+                          WHERE a.pid = t.lease_pid AND a.backend_start = t.lease_backend))
+      AND NOT EXISTS (SELECT 1 FROM tasks o
+                      WHERE o.session_id = t.session_id AND o.seq < t.seq
+                        AND o.state IN ('queued', 'running'))
+    ORDER BY t.seq
+    LIMIT 1
+    FOR UPDATE OF t SKIP LOCKED
+)
+UPDATE tasks SET state = 'running', attempts = tasks.attempts + 1,
+       lease_pid = $1, lease_backend = $2, lease_expires = now() + make_interval(secs => $3)
+FROM candidate WHERE tasks.id = candidate.id
+RETURNING tasks.id, tasks.session_id, tasks.address, tasks.attempts
+"""
+
+_HEARTBEAT = """
+UPDATE tasks SET lease_expires = now() + make_interval(secs => $3),
+       lease_pid = $4, lease_backend = $5
+WHERE id = $1 AND attempts = $2 AND state = 'running'
+"""
+
+_FINISH = """
+UPDATE tasks SET state = $3, last_error = $4, finished_at = now(),
+       lease_pid = NULL, lease_backend = NULL, lease_expires = NULL
+WHERE id = $1 AND attempts = $2 AND state = 'running'
+"""
+
+_RETRY = """
+UPDATE tasks SET state = 'queued', last_error = $3,
+       run_after = now() + make_interval(secs => $4),
+       lease_pid = NULL, lease_backend = NULL, lease_expires = NULL
+WHERE id = $1 AND attempts = $2 AND state = 'running'
+"""
+
+
+def task_from_row(row: Mapping[str, Any]) -> Task:
+    address = row["address"]
+    if isinstance(address, str):
+        address = json.loads(address)
+    return Task(row["id"], row["session_id"], address, row["attempts"])
+
+
+class PostgresTaskQueue:
+    """`agent.ports.TaskQueue` on Postgres."""
+
+    def __init__(
+        self, db: Database, *, lease_seconds: float = 60.0, poll_seconds: float = 5.0
+    ) -> None:
+        self._db = db
+        self._lease = lease_seconds
+        self._poll = poll_seconds
+
+    async def claim(self) -> Task | None:
+        me = await self._db.identity()
+        row = await self._db.pool.fetchrow(_CLAIM, me.pid, me.started, self._lease)
+        return None if row is None else task_from_row(row)
+
+    async def heartbeat(self, task: Task) -> bool:
+        me = await self._db.identity()
+        status = await self._db.pool.execute(
+            _HEARTBEAT, task.id, task.attempts, self._lease, me.pid, me.started
+        )
+        return status == "UPDATE 1"
+
+    async def finish(self, task: Task) -> None:
+        await self._close(task, "done", None)
+
+    async def fail(self, task: Task, reason: str) -> None:
+        await self._close(task, "failed", reason)
+
+    async def retry_later(self, task: Task, delay: float, reason: str) -> None:
+        await self._db.pool.execute(_RETRY, task.id, task.attempts, reason, delay)
+        asyncio.get_running_loop().call_later(delay, self._db.wakeup.set)
+
+    async def wait_for_work(self, timeout: float) -> None:
+        try:
+            await asyncio.wait_for(self._db.wakeup.wait(), min(timeout, self._poll))
+        except TimeoutError:
+            pass
+        self._db.wakeup.clear()
+
+    async def _close(self, task: Task, state: str, reason: str | None) -> None:
+        # The session's next task becomes runnable now: wake the workers that wait for it.
+        async with self._db.pool.acquire() as conn, conn.transaction():
+            await conn.execute(_FINISH, task.id, task.attempts, state, reason)
+            await conn.execute("SELECT pg_notify($1, '')", TASKS_CHANNEL)

@@ -1,0 +1,113 @@
+"""The task queue: leases, per-session order, crash take-over, wake-ups."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+import pytest
+
+from agent.ports import Task
+from storage.admission import Admission, admit
+from storage.database import Database
+from storage.queue import PostgresTaskQueue
+from tests.pg import create_database
+
+
+@pytest.fixture
+async def fresh_db(postgres_dsn: str, request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
+    """A database of its own per test: queue tests look at every row."""
+    dsn = await create_database(postgres_dsn, request.node.name)
+    async with Database(dsn) as database:
+        await database.migrate()
+        yield database
+
+
+async def enqueue(db: Database, thread: str, ts: str) -> str:
+    task_id = f"T1:C1:{ts}"
+    ok = await admit(
+        db, Admission(None, task_id, f"T1:C1:{thread}", {"channel": "C1", "thread_ts": thread}, ts)
+    )
+    assert ok
+    return task_id
+
+
+async def test_tasks_of_one_session_run_one_at_a_time_in_order(fresh_db: Database) -> None:
+    """The second task of a thread is not claimable until the first finishes."""
+    queue = PostgresTaskQueue(fresh_db)
+    first = await enqueue(fresh_db, "1.0", "1.0")
+    second = await enqueue(fresh_db, "1.0", "1.1")
+    claimed = await queue.claim()
+    assert claimed is not None and claimed.id == first
+    assert await queue.claim() is None
+    await queue.finish(claimed)
+    following = await queue.claim()
+    assert following is not None and following.id == second
+
+
+async def test_different_sessions_are_claimed_in_parallel(fresh_db: Database) -> None:
+    """Two threads' tasks can both be running."""
+    queue = PostgresTaskQueue(fresh_db)
+    await enqueue(fresh_db, "2.0", "2.0")
+    await enqueue(fresh_db, "3.0", "3.0")
+    claims = await asyncio.gather(queue.claim(), queue.claim())
+    assert {t.id for t in claims if t} == {"T1:C1:2.0", "T1:C1:3.0"}
+
+
+async def test_concurrent_claims_never_share_a_task(fresh_db: Database) -> None:
+    """Twenty racing claims over ten sessions lease each task once."""
+    queue = PostgresTaskQueue(fresh_db)
+    for n in range(10):
+        await enqueue(fresh_db, f"4.{n}", f"4.{n}")
+    claims = await asyncio.gather(*(queue.claim() for _ in range(20)))
+    ids = [t.id for t in claims if t is not None]
+    assert sorted(ids) == sorted(set(ids)) and len(ids) == 10
+
+
+async def test_task_of_a_dead_process_is_taken_over_at_once(fresh_db: Database, database_dsn: str) -> None:
+    """When the claiming process's connection dies, another worker may claim the task."""
+    task_id = await enqueue(fresh_db, "5.0", "5.0")
+    dsn = fresh_db._dsn
+    async with Database(dsn) as doomed:
+        taken = await PostgresTaskQueue(doomed).claim()
+        assert taken is not None and taken.id == task_id
+        assert await PostgresTaskQueue(fresh_db).claim() is None
+    # `doomed` closed its connections, as a killed process would.
+    survivor = PostgresTaskQueue(fresh_db)
+    resumed = await survivor.claim()
+    assert resumed is not None and resumed.id == task_id and resumed.attempts == 2
+
+
+async def test_heartbeat_reports_a_lost_lease(fresh_db: Database) -> None:
+    """A worker whose task was taken over learns it on its next heartbeat."""
+    queue = PostgresTaskQueue(fresh_db)
+    await enqueue(fresh_db, "6.0", "6.0")
+    task = await queue.claim()
+    assert task is not None
+    assert await queue.heartbeat(task)
+    stale = dataclasses.replace(task, attempts=task.attempts - 1)
+    assert not await queue.heartbeat(stale)
+
+
+async def test_retry_later_holds_the_task_until_its_time(fresh_db: Database) -> None:
+    """A task put back for later is not claimable before then, and is afterwards."""
+    queue = PostgresTaskQueue(fresh_db)
+    await enqueue(fresh_db, "7.0", "7.0")
+    task = await queue.claim()
+    assert task is not None
+    await queue.retry_later(task, 3600, "model busy")
+    assert await queue.claim() is None
+    await fresh_db.pool.execute("UPDATE tasks SET run_after = now() WHERE id = $1", task.id)
+    again = await queue.claim()
+    assert again is not None and again.id == task.id
+
+
+async def test_a_queued_task_wakes_a_waiting_worker(fresh_db: Database) -> None:
+    """NOTIFY from admission wakes `wait_for_work` long before its timeout."""
+    queue = PostgresTaskQueue(fresh_db, poll_seconds=3600)
+    fresh_db.wakeup.clear()
+    waiter = asyncio.create_task(queue.wait_for_work(3600))
+    await enqueue(fresh_db, "8.0", "8.0")
+    await asyncio.wait_for(waiter, timeout=10)
+    claimed = await queue.claim()
+    assert isinstance(claimed, Task) and claimed.id == "T1:C1:8.0"
