@@ -1,0 +1,1 @@
+"""Fakes that stand in for the outside world through real seams (loopback servers, not mocks)."""

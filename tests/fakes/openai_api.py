@@ -1,0 +1,333 @@
+"""A loopback OpenAI Chat Completions server for tests.
+
+It speaks the wire format exactly (JSON and SSE), records every request, and answers from a
+script, so the real provider code runs over a real socket against it::
+
+    async with OpenAIServer() as server:
+        server.script(reply_with_tool("final_reply", {"text": "hello"}))
+        model = OpenAIModel(..., base_url=server.url)            # server.url ends in /v1
+        ...
+        assert server.requests[0].body["tool_choice"] == "required"
+        assert server.requests[0].headers["authorization"] == "Bearer sk-test"
+
+Scripting
+    `server.script(*replies)` queues replies, answered in order, one per request. A reply is
+    a `Reply` or a function `(RecordedRequest) -> Reply`. When the queue is empty the
+    server calls `server.default` (settable; initially it answers 500 "nothing scripted").
+
+Replies (all usable for both servers; the Anthropic fake has its own `Message`)
+    `Completion(text, tool_calls, ...)`  an answer; rendered as JSON, or as SSE chunks when the
+                                         request said `"stream": true`
+    `reply_with_tool(name, args)`        a `Completion` carrying one tool call
+    `JSONReply(body, status, headers)`   any JSON body with any status and headers
+    `RawReply(body, status, headers)`    any bytes (HTML error pages, empty bodies, garbage)
+    `StreamReply(chunks, cut=False)`     raw bytes, each chunk in its own TCP write; `cut=True`
+                                         drops the connection after the last chunk
+    `Hang()`                             never answers (for client timeouts); freed on exit
+    `error_reply(status, message, type, code)`  OpenAI's error object
+    `sse(*events)`                       encode dicts as `data:` events ending in `[DONE]`
+
+`RecordedRequest` has `method`, `path`, `headers` (lower-case keys), `body` (parsed JSON or
+None) and `raw` bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from aiohttp import web
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """One request as the fake server saw it."""
+
+    method: str
+    path: str
+    headers: Mapping[str, str]
+    body: Any
+    raw: bytes
+
+    @property
+    def streaming(self) -> bool:
+        return isinstance(self.body, dict) and bool(self.body.get("stream"))
+
+
+class Reply(Protocol):
+    """Something the fake server can answer a request with."""
+
+    async def send(self, request: web.Request, seen: RecordedRequest) -> web.StreamResponse: ...
+
+
+Script = Reply | Callable[[RecordedRequest], Reply]
+
+
+@dataclass(frozen=True)
+class JSONReply:
+    """Answer with `body` as JSON."""
+
+    body: Any
+    status: int = 200
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    async def send(self, request: web.Request, seen: RecordedRequest) -> web.StreamResponse:
+        return web.json_response(self.body, status=self.status, headers=dict(self.headers))
+
+
+@dataclass(frozen=True)
+class RawReply:
+    """Answer with exactly these bytes."""
+
+    body: bytes | str = b""
+    status: int = 200
+    headers: Mapping[str, str] = field(default_factory=dict)
+    content_type: str = "text/html"
+
+    async def send(self, request: web.Request, seen: RecordedRequest) -> web.StreamResponse:
+        body = self.body.encode() if isinstance(self.body, str) else self.body
+        headers = {"Content-Type": self.content_type, **self.headers}
+        return web.Response(body=body, status=self.status, headers=headers)
+
+
+@dataclass(frozen=True)
+class StreamReply:
+    """Stream raw chunks, one TCP write each; `cut` drops the connection instead of ending."""
+
+    chunks: Sequence[bytes | str]
+    status: int = 200
+    headers: Mapping[str, str] = field(default_factory=dict)
+    cut: bool = False
+
+    async def send(self, request: web.Request, seen: RecordedRequest) -> web.StreamResponse:
+        response = web.StreamResponse(status=self.status, headers=dict(self.headers))
+        response.content_type = "text/event-stream"
+        await response.prepare(request)
+        for chunk in self.chunks:
+            await response.write(chunk.encode() if isinstance(chunk, str) else chunk)
+        if self.cut:
+            _drop_connection(request)
+            return response
+        await response.write_eof()
+        return response
+
+
+def _drop_connection(request: web.Request) -> None:
+    """Close the socket mid-body, as a crashed upstream or a proxy timeout would."""
+    transport = request.transport
+    if transport is not None:
+        transport.abort()
+
+
+@dataclass(frozen=True)
+class Hang:
+    """Never answer; the server releases the handler when it shuts down."""
+
+    async def send(self, request: web.Request, seen: RecordedRequest) -> web.StreamResponse:
+        await request.app[_RELEASE].wait()
+        return web.Response(status=503)
+
+
+_RELEASE = web.AppKey("release", asyncio.Event)
+
+
+def _nothing_scripted(seen: RecordedRequest) -> Reply:
+    return JSONReply({"error": {"message": "fake server: nothing scripted"}}, status=500)
+
+
+class LoopbackServer:
+    """An aiohttp server on 127.0.0.1 with a random port that answers from a script."""
+
+    prefix = ""
+
+    def __init__(self) -> None:
+        self.requests: list[RecordedRequest] = []
+        self.default: Callable[[RecordedRequest], Reply] = _nothing_scripted
+        self._queue: deque[Script] = deque()
+        self._runner: web.AppRunner | None = None
+        self.origin = ""
+
+    @property
+    def url(self) -> str:
+        """The base URL a client is configured with."""
+        return self.origin + self.prefix
+
+    def script(self, *replies: Script) -> None:
+        """Queue replies; each answers one request, in order."""
+        self._queue.extend(replies)
+
+    @property
+    def pending(self) -> int:
+        """How many scripted replies are still unused."""
+        return len(self._queue)
+
+    async def __aenter__(self) -> LoopbackServer:
+        app = web.Application()
+        app[_RELEASE] = asyncio.Event()
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        host, port = self._runner.addresses[0][:2]
+        self.origin = f"http://{host}:{port}"
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self._runner is not None:
+            self._runner.app[_RELEASE].set()
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        seen = await _record(request)
+        self.requests.append(seen)
+        return await self._next_reply(seen).send(request, seen)
+
+    def _next_reply(self, seen: RecordedRequest) -> Reply:
+        if not self._queue:
+            return self.default(seen)
+        item = self._queue.popleft()
+        return item if hasattr(item, "send") else item(seen)  # type: ignore[operator]
+
+
+async def _record(request: web.Request) -> RecordedRequest:
+    raw = await request.read()
+    try:
+        body = json.loads(raw) if raw else None
+    except ValueError:
+        body = None
+    headers = {key.lower(): value for key, value in request.headers.items()}
+    return RecordedRequest(request.method, request.path, headers, body, raw)
+
+
+# OpenAI-specific replies.
+
+
+def sse(*events: Mapping[str, Any] | str, done: bool = True) -> list[bytes]:
+    """Encode events as SSE `data:` lines (dicts as JSON), ending with `data: [DONE]`."""
+    encoded = [e if isinstance(e, str) else json.dumps(e, ensure_ascii=False) for e in events]
+    if done:
+        encoded.append("[DONE]")
+    return [f"data: {data}\n\n".encode() for data in encoded]
+
+
+def error_reply(
+    status: int,
+    message: str = "error",
+    type: str = "invalid_request_error",
+    code: str | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> JSONReply:
+    """OpenAI's error object: `{"error": {"message", "type", "param", "code"}}`."""
+    body = {"error": {"message": message, "type": type, "param": None, "code": code}}
+    return JSONReply(body, status=status, headers=headers or {})
+
+
+@dataclass(frozen=True)
+class FakeToolCall:
+    name: str
+    arguments: Mapping[str, Any] | str
+    id: str = "call_1"
+
+    @property
+    def raw_arguments(self) -> str:
+        return self.arguments if isinstance(self.arguments, str) else json.dumps(self.arguments)
+
+
+DEFAULT_USAGE = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+
+
+@dataclass(frozen=True)
+class Completion:
+    """A chat completion, sent as JSON or as SSE chunks as the request asks."""
+
+    text: str | None = None
+    tool_calls: Sequence[FakeToolCall] = ()
+    finish_reason: str | None = None
+    usage: Mapping[str, Any] = field(default_factory=lambda: dict(DEFAULT_USAGE))
+    model: str = "gpt-test"
+
+    @property
+    def reason(self) -> str:
+        return self.finish_reason or ("tool_calls" if self.tool_calls else "stop")
+
+    async def send(self, request: web.Request, seen: RecordedRequest) -> web.StreamResponse:
+        if seen.streaming:
+            return await StreamReply(self.chunks()).send(request, seen)
+        return await JSONReply(self.body()).send(request, seen)
+
+    def body(self) -> dict[str, Any]:
+        """The non-streaming response body."""
+        message: dict[str, Any] = {"role": "assistant", "content": self.text}
+        if self.tool_calls:
+            message["tool_calls"] = [_call_json(c) for c in self.tool_calls]
+        choice = {"index": 0, "message": message, "finish_reason": self.reason}
+        return {
+            **_envelope(self.model, "chat.completion"),
+            "choices": [choice],
+            "usage": self.usage,
+        }
+
+    def chunks(self) -> list[bytes]:
+        """The streaming response: role, text in pieces, tool calls in pieces, finish, usage."""
+        deltas: list[dict[str, Any]] = [{"role": "assistant", "content": ""}]
+        deltas += [{"content": piece} for piece in _pieces(self.text or "")]
+        for index, call in enumerate(self.tool_calls):
+            deltas += _call_deltas(index, call)
+        events = [_chunk(self.model, delta, None) for delta in deltas]
+        events.append(_chunk(self.model, {}, self.reason))
+        events.append(
+            {**_envelope(self.model, "chat.completion.chunk"), "choices": [], "usage": self.usage}
+        )
+        return sse(*events)
+
+
+def reply_with_tool(
+    name: str, arguments: Mapping[str, Any] | str, *, call_id: str = "call_1"
+) -> Completion:
+    """A completion whose only content is one call of tool `name` (e.g. `final_reply`)."""
+    return Completion(tool_calls=[FakeToolCall(name, arguments, call_id)])
+
+
+def _envelope(model: str, kind: str) -> dict[str, Any]:
+    return {"id": "chatcmpl-fake", "object": kind, "created": 1700000000, "model": model}
+
+
+def _chunk(model: str, delta: Mapping[str, Any], finish: str | None) -> dict[str, Any]:
+    choice = {"index": 0, "delta": dict(delta), "finish_reason": finish}
+    return {**_envelope(model, "chat.completion.chunk"), "choices": [choice]}
+
+
+def _call_json(call: FakeToolCall) -> dict[str, Any]:
+    function = {"name": call.name, "arguments": call.raw_arguments}
+    return {"id": call.id, "type": "function", "function": function}
+
+
+def _call_deltas(index: int, call: FakeToolCall) -> list[dict[str, Any]]:
+    head = {
+        "index": index,
+        "id": call.id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": ""},
+    }
+    tail = [{"index": index, "function": {"arguments": p}} for p in _pieces(call.raw_arguments)]
+    return [{"tool_calls": [part]} for part in [head, *tail]]
+
+
+def _pieces(text: str, size: int = 4) -> Iterable[str]:
+    return (text[i : i + size] for i in range(0, len(text), size))
+
+
+class OpenAIServer(LoopbackServer):
+    """The OpenAI fake; `url` is `http://127.0.0.1:PORT/v1` (any path is accepted and recorded)."""
+
+    prefix = "/v1"
+
+    async def __aenter__(self) -> OpenAIServer:
+        await super().__aenter__()
+        return self
