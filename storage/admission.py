@@ -12,7 +12,10 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+import asyncpg
+
 from storage.database import TASKS_CHANNEL, Database
+from storage.errors import DatabaseUnavailable
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +46,13 @@ ON CONFLICT (id) DO NOTHING
 
 async def admit(db: Database, admission: Admission) -> bool:
     """Make the turn and its task durable. False when this delivery was a duplicate."""
-    a = admission
+    try:
+        return await _admit(db, admission)
+    except (OSError, asyncpg.InterfaceError, asyncpg.PostgresConnectionError) as exc:
+        raise DatabaseUnavailable(f"The turn could not be stored ({type(exc).__name__}).") from exc
+
+
+async def _admit(db: Database, a: Admission) -> bool:
     async with db.pool.acquire() as conn, conn.transaction():
         if a.event_id is not None:
             fresh = await conn.fetchval(

@@ -56,7 +56,7 @@ class Database:
                 self._dsn, min_size=self._min_size, max_size=self._max_size
             )
             await self._connect_signals()
-        except (OSError, asyncpg.PostgresError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, OSError, asyncpg.PostgresError) as exc:
             await self.close()
             raise DatabaseUnavailable(
                 f"Cannot connect to the database ({type(exc).__name__}); check DATABASE_URL."
@@ -92,7 +92,7 @@ class Database:
         try:
             async with self.pool.acquire(timeout=2) as conn:
                 return not await pending_migrations(conn)
-        except (OSError, asyncpg.PostgresError, asyncio.TimeoutError):
+        except (TimeoutError, OSError, asyncpg.PostgresError):
             return False
 
     async def _connect_signals(self) -> None:

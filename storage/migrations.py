@@ -10,10 +10,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from importlib import resources
+from typing import TypeAlias
 
 import asyncpg
+from asyncpg.pool import PoolConnectionProxy
 
 from storage.errors import MigrationError
+
+# A plain connection or one borrowed from the pool: migrations run on either.
+Connection: TypeAlias = "asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyncpg.Record]"
 
 # An arbitrary constant: the advisory lock key every threadgate process agrees on.
 _LOCK_KEY = 0x7468_7267
@@ -36,19 +41,19 @@ def available_migrations() -> list[Migration]:
     return sorted(found, key=lambda m: m.version)
 
 
-async def applied_versions(conn: asyncpg.Connection) -> set[int]:
+async def applied_versions(conn: Connection) -> set[int]:
     exists = await conn.fetchval("SELECT to_regclass('schema_migrations') IS NOT NULL")
     if not exists:
         return set()
     return {row["version"] for row in await conn.fetch("SELECT version FROM schema_migrations")}
 
 
-async def pending_migrations(conn: asyncpg.Connection) -> list[Migration]:
+async def pending_migrations(conn: Connection) -> list[Migration]:
     done = await applied_versions(conn)
     return [m for m in available_migrations() if m.version not in done]
 
 
-async def migrate(conn: asyncpg.Connection) -> list[int]:
+async def migrate(conn: Connection) -> list[int]:
     """Apply every pending migration; return the versions this call applied."""
     applied = []
     async with conn.transaction():
@@ -64,7 +69,7 @@ async def migrate(conn: asyncpg.Connection) -> list[int]:
     return applied
 
 
-async def _apply(conn: asyncpg.Connection, migration: Migration) -> None:
+async def _apply(conn: Connection, migration: Migration) -> None:
     try:
         async with conn.transaction():  # a savepoint: the error names the failing file
             await conn.execute(migration.sql)

@@ -13,9 +13,10 @@ is the task's attempt number; a worker whose task was taken over learns it on he
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import Mapping
-from typing import Any
+
+import asyncpg
 
 from agent.ports import Task
 from storage.database import TASKS_CHANNEL, Database
@@ -62,7 +63,7 @@ WHERE id = $1 AND attempts = $2 AND state = 'running'
 """
 
 
-def task_from_row(row: Mapping[str, Any]) -> Task:
+def task_from_row(row: asyncpg.Record) -> Task:
     address = row["address"]
     if isinstance(address, str):
         address = json.loads(address)
@@ -101,11 +102,9 @@ class PostgresTaskQueue:
         await self._db.pool.execute(_RETRY, task.id, task.attempts, reason, delay)
         asyncio.get_running_loop().call_later(delay, self._db.wakeup.set)
 
-    async def wait_for_work(self, timeout: float) -> None:
-        try:
-            await asyncio.wait_for(self._db.wakeup.wait(), min(timeout, self._poll))
-        except TimeoutError:
-            pass
+    async def wait_for_work(self, max_wait: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._db.wakeup.wait(), min(max_wait, self._poll))
         self._db.wakeup.clear()
 
     async def _close(self, task: Task, state: str, reason: str | None) -> None:

@@ -46,5 +46,7 @@ async def test_earlier_thread_messages_are_stored_before_the_turn(db: Database) 
     a = admission("Ev4", "100.4", "summarize")
     earlier = (EarlierMessage("slack:C1:99.1", "first"), EarlierMessage("slack:C1:99.2", "second"))
     assert await admit(db, dataclasses.replace(a, earlier=earlier))
-    rows = await db.pool.fetch("SELECT text FROM messages WHERE session_id = $1 ORDER BY seq", a.session_id)
+    rows = await db.pool.fetch(
+        "SELECT text FROM messages WHERE session_id = $1 ORDER BY seq", a.session_id
+    )
     assert [r["text"] for r in rows] == ["first", "second", "summarize"]

@@ -64,7 +64,9 @@ async def test_concurrent_claims_never_share_a_task(fresh_db: Database) -> None:
     assert sorted(ids) == sorted(set(ids)) and len(ids) == 10
 
 
-async def test_task_of_a_dead_process_is_taken_over_at_once(fresh_db: Database, database_dsn: str) -> None:
+async def test_task_of_a_dead_process_is_taken_over_at_once(
+    fresh_db: Database, database_dsn: str
+) -> None:
     """When the claiming process's connection dies, another worker may claim the task."""
     task_id = await enqueue(fresh_db, "5.0", "5.0")
     dsn = fresh_db._dsn
