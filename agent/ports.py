@@ -68,8 +68,8 @@ class TaskQueue(Protocol):
 
     async def retry_later(self, task: Task, delay: float, reason: str) -> None: ...
 
-    async def wait_for_work(self, timeout: float) -> None:
-        """Return when a task may have become runnable, or after `timeout` seconds."""
+    async def wait_for_work(self, max_wait: float) -> None:
+        """Return when a task may have become runnable, or after `max_wait` seconds."""
 
 
 class History(Protocol):
@@ -81,7 +81,9 @@ class History(Protocol):
         """Store `message` (answering the user message `answers`) unless its id exists;
         return the stored row either way, so a retry reuses what was stored first."""
 
-    async def window(self, task: Task, *, max_chars: int, max_messages: int) -> Sequence[StoredMessage]:
+    async def window(
+        self, task: Task, *, max_chars: int, max_messages: int
+    ) -> Sequence[StoredMessage]:
         """The latest messages up to and including the task's own turn, oldest first,
         within the budget. The task's turn is always included."""
 
