@@ -1,0 +1,611 @@
+"""A loopback Slack Web API server for tests, reached by the real slack-sdk client.
+
+Mocking `AsyncWebClient` would test our guesses about Slack; this server speaks Slack's
+wire format instead (form or JSON bodies, `Authorization: Bearer xoxb-…`, HTTP 200 with
+`{"ok": false, "error": …}` for API errors, 429 + `Retry-After`, 5xx pages), so the real
+client, its retry handlers and our error handling all run over a real socket::
+
+    async with FakeSlack(bot_token="xoxb-test", bot_user_id="UBOT", team_id="T1") as slack:
+        client = AsyncWebClient(token="xoxb-test", base_url=slack.url)   # url ends in /api/
+        slack.seed_message("C1", "1700000000.000100", "U1", "<@UBOT> hi")
+        ...                                                   # run the gateway
+        await slack.wait_for_posts(1)
+        assert slack.thread("C1", "1700000000.000100") == ["hello"]
+
+Because it is only an HTTP server it serves a gateway in another process just as well
+(`SLACK_API_URL=slack.url`), as long as the test's event loop runs while it waits.
+
+Methods: auth.test, users.info, chat.postMessage, chat.update, conversations.replies,
+conversations.history, assistant.threads.setStatus; anything else answers `unknown_method`.
+
+Record: `posts` (successful chat.postMessage as `Post`), `calls` (every request that
+arrived, as `Call`, including refused and faulted ones), `statuses` (`Status`).
+
+Faults, queued per API method and consumed one per request, in order:
+    `rate_limit(method, times=1, retry_after=1)`   HTTP 429 + Retry-After, body `ratelimited`
+    `fail(method, status=500, times=1)`            an HTML 5xx page
+    `drop_after_recording(method, times=1)`        do the work, then cut the connection
+                                                   without answering (unknown outcome)
+    `hold(method) -> asyncio.Event`                requests wait until the test sets it
+    `revoke_token()`                               every later call answers `token_revoked`
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import json
+from collections import defaultdict, deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Literal
+
+from aiohttp import web
+
+from .slack_events import CLOCK, ts_to_micros
+
+Params = dict[str, Any]
+Body = dict[str, Any]
+FaultKind = Literal["ratelimited", "http_error", "drop"]
+
+_JSON_FIELDS = ("blocks", "attachments", "metadata")
+_MAX_TEXT = 40_000
+_MAX_MARKDOWN = 12_000
+_MAX_BLOCKS = 50
+
+
+@dataclass(frozen=True, slots=True)
+class Post:
+    """One successful chat.postMessage."""
+
+    channel: str
+    thread_ts: str | None
+    text: str
+    blocks: list[dict[str, Any]] | None
+    metadata: dict[str, Any] | None
+    ts: str
+    unfurl_links: bool | None = None
+    unfurl_media: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One request as it arrived: API method, parsed params (JSON fields decoded, token
+    removed), and the fault it was answered with, if any."""
+
+    method: str
+    params: Mapping[str, Any]
+    fault: FaultKind | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    """One successful assistant.threads.setStatus ("" clears the status)."""
+
+    channel_id: str
+    thread_ts: str
+    status: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Fault:
+    kind: FaultKind
+    status: int = 200
+    retry_after: int = 0
+
+
+class FakeSlack:
+    """The Slack Web API on 127.0.0.1, with a record of what was asked and scriptable faults."""
+
+    def __init__(
+        self,
+        *,
+        bot_token: str = "xoxb-test",
+        bot_user_id: str = "UBOT",
+        team_id: str = "T1",
+        bot_id: str = "B0BOT00001",
+        app_id: str = "A0APP00001",
+        team_name: str = "Threadgate Test",
+        bot_name: str = "threadgate",
+    ) -> None:
+        self.bot_token = bot_token
+        self.bot_user_id = bot_user_id
+        self.team_id = team_id
+        self.bot_id = bot_id
+        self.app_id = app_id
+        self.team_name = team_name
+        self.bot_name = bot_name
+        self.posts: list[Post] = []
+        self.calls: list[Call] = []
+        self.statuses: list[Status] = []
+        self.users: dict[str, dict[str, Any]] = {}
+        self.messages: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        self._faults: dict[str, deque[_Fault]] = defaultdict(deque)
+        self._holds: dict[str, asyncio.Event] = {}
+        self._revoked = False
+        self._changed = asyncio.Condition()
+        self._runner: web.AppRunner | None = None
+        self._url: str | None = None
+        self._methods: dict[str, Callable[[Params], Body]] = {
+            "auth.test": self._auth_test,
+            "users.info": self._users_info,
+            "chat.postMessage": self._chat_post_message,
+            "chat.update": self._chat_update,
+            "conversations.replies": self._conversations_replies,
+            "conversations.history": self._conversations_history,
+            "assistant.threads.setStatus": self._assistant_threads_set_status,
+        }
+        self.add_user(bot_user_id, name=bot_name, real_name=bot_name, is_bot=True)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        """Base URL for `AsyncWebClient(base_url=…)`: `http://127.0.0.1:{port}/api/`."""
+        if self._url is None:
+            raise RuntimeError("FakeSlack is not running; use `async with FakeSlack() as slack`")
+        return self._url
+
+    async def start(self) -> None:
+        """Listen on an ephemeral loopback port."""
+        app = web.Application()
+        app.router.add_route("*", "/api/{method}", self._handle)
+        self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        host, port = self._runner.addresses[0][:2]
+        self._url = f"http://{host}:{port}/api/"
+
+    async def close(self) -> None:
+        """Release held requests and stop the server."""
+        for gate in self._holds.values():
+            gate.set()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> FakeSlack:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # -- arranging ---------------------------------------------------------------------------
+
+    def add_user(
+        self,
+        user_id: str,
+        *,
+        name: str,
+        real_name: str = "",
+        display_name: str = "",
+        is_bot: bool = False,
+    ) -> dict[str, Any]:
+        """Make `users.info` know a user; returns the stored user object."""
+        user = {
+            "id": user_id,
+            "team_id": self.team_id,
+            "name": name,
+            "deleted": False,
+            "real_name": real_name,
+            "is_bot": is_bot,
+            "tz": "Europe/Berlin",
+            "profile": {
+                "real_name": real_name,
+                "real_name_normalized": real_name,
+                "display_name": display_name,
+                "display_name_normalized": display_name,
+                "team": self.team_id,
+            },
+        }
+        self.users[user_id] = user
+        return user
+
+    def seed_message(
+        self, channel: str, ts: str, user: str, text: str, thread_ts: str | None = None
+    ) -> dict[str, Any]:
+        """Put a user's message into a channel (a thread reply when `thread_ts` is given), for
+        conversations.replies/history. Later bot posts get a later ts."""
+        CLOCK.observe(ts)
+        message: dict[str, Any] = {
+            "type": "message",
+            "user": user,
+            "text": text,
+            "ts": ts,
+            "team": self.team_id,
+        }
+        if thread_ts is not None and thread_ts != ts:
+            message["thread_ts"] = thread_ts
+            message["parent_user_id"] = self._author_of(channel, thread_ts)
+        self.messages[channel].append(message)
+        return message
+
+    def rate_limit(self, method: str, *, times: int = 1, retry_after: int = 1) -> None:
+        """Answer the next `times` calls of `method` with HTTP 429 and `Retry-After`."""
+        self._queue(method, times, _Fault("ratelimited", 429, retry_after))
+
+    def fail(self, method: str, *, status: int = 500, times: int = 1) -> None:
+        """Answer the next `times` calls of `method` with an HTML error page and `status`."""
+        self._queue(method, times, _Fault("http_error", status))
+
+    def drop_after_recording(self, method: str, *, times: int = 1) -> None:
+        """Perform the next `times` calls of `method` (a post lands in its thread), then cut
+        the connection without a response: the caller cannot know it succeeded."""
+        self._queue(method, times, _Fault("drop"))
+
+    def hold(self, method: str) -> asyncio.Event:
+        """Make calls of `method` wait (after being recorded) until the returned event is set."""
+        gate = self._holds.setdefault(method, asyncio.Event())
+        gate.clear()
+        return gate
+
+    def revoke_token(self) -> None:
+        """From now on every call answers `token_revoked`, like Slack after an uninstall."""
+        self._revoked = True
+
+    def _queue(self, method: str, times: int, fault: _Fault) -> None:
+        self._faults[method].extend([fault] * times)
+
+    # -- inspecting --------------------------------------------------------------------------
+
+    def thread(self, channel: str, thread_ts: str | None) -> list[str]:
+        """Texts the bot posted in a thread (its root included), oldest first; `thread_ts=None`
+        means top-level posts in the channel."""
+        return [
+            p.text
+            for p in self.posts
+            if p.channel == channel
+            and (p.thread_ts == thread_ts or (thread_ts is not None and p.ts == thread_ts))
+        ]
+
+    def calls_to(self, method: str) -> list[Call]:
+        """The recorded calls of one API method, in order."""
+        return [c for c in self.calls if c.method == method]
+
+    # The deadline is part of the helper's contract (it turns a hang into a readable failure),
+    # so it is a parameter rather than the caller's asyncio.timeout.
+    async def wait_for_posts(self, n: int, timeout: float = 10) -> list[Post]:  # noqa: ASYNC109
+        """Wait until at least `n` messages were posted; returns the posts."""
+        await self.wait_until(lambda: len(self.posts) >= n, timeout, what=f"{n} post(s)")
+        return list(self.posts)
+
+    async def wait_until(
+        self,
+        predicate: Callable[[], bool],
+        timeout: float = 10,  # noqa: ASYNC109 - see wait_for_posts
+        *,
+        what: str = "condition",
+    ) -> None:
+        """Wait, re-checking after every request, until `predicate()` holds; on timeout raise
+        an AssertionError that lists what was called and posted."""
+        try:
+            async with asyncio.timeout(timeout), self._changed:
+                await self._changed.wait_for(predicate)
+        except TimeoutError:
+            raise AssertionError(
+                f"FakeSlack: timed out after {timeout}s waiting for {what}.\n{self.describe()}"
+            ) from None
+
+    def describe(self) -> str:
+        """A readable summary of calls and posts, for failure messages."""
+        calls = ", ".join(c.method + (f"[{c.fault}]" if c.fault else "") for c in self.calls)
+        posts = "\n".join(
+            f"  {p.channel} thread={p.thread_ts} ts={p.ts}: {p.text!r}" for p in self.posts
+        )
+        return f"calls: {calls or '(none)'}\nposts:\n{posts or '  (none)'}"
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    # -- HTTP --------------------------------------------------------------------------------
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        method = request.match_info["method"]
+        try:
+            params = await _read_params(request)
+        except ValueError:
+            return web.json_response({"ok": False, "error": "invalid_json"})
+        token = _bearer(request.headers.get("Authorization")) or params.pop("token", None)
+        auth_error = self._auth_error(token)
+        fault = None if auth_error else self._next_fault(method)
+        self.calls.append(Call(method, params, fault.kind if fault else None))
+        await self._notify()
+        if (gate := self._holds.get(method)) is not None:
+            await gate.wait()
+        response = self._respond(method, params, auth_error, fault)
+        if fault is not None and fault.kind == "drop" and request.transport is not None:
+            request.transport.abort()
+        await self._notify()
+        return response
+
+    def _respond(
+        self, method: str, params: Params, auth_error: str | None, fault: _Fault | None
+    ) -> web.Response:
+        if auth_error:
+            return web.json_response({"ok": False, "error": auth_error})
+        if fault is not None and fault.kind == "ratelimited":
+            return web.json_response(
+                {"ok": False, "error": "ratelimited"},
+                status=429,
+                headers={"Retry-After": str(fault.retry_after)},
+            )
+        if fault is not None and fault.kind == "http_error":
+            page = f"<html><body><h1>{fault.status} Server Error</h1></body></html>"
+            return web.Response(status=fault.status, text=page, content_type="text/html")
+        handler = self._methods.get(method)
+        body = handler(params) if handler else {"ok": False, "error": "unknown_method"}
+        return web.json_response(body)
+
+    def _auth_error(self, token: str | None) -> str | None:
+        if self._revoked:
+            return "token_revoked"
+        if not token:
+            return "not_authed"
+        return None if token == self.bot_token else "invalid_auth"
+
+    def _next_fault(self, method: str) -> _Fault | None:
+        queue = self._faults.get(method)
+        return queue.popleft() if queue else None
+
+    # -- API methods -------------------------------------------------------------------------
+
+    def _auth_test(self, params: Params) -> Body:
+        return {
+            "ok": True,
+            "url": "https://threadgate-test.slack.com/",
+            "team": self.team_name,
+            "user": self.bot_name,
+            "team_id": self.team_id,
+            "user_id": self.bot_user_id,
+            "bot_id": self.bot_id,
+            "is_enterprise_install": False,
+        }
+
+    def _users_info(self, params: Params) -> Body:
+        user = self.users.get(str(params.get("user", "")))
+        if user is None:
+            return {"ok": False, "error": "user_not_found"}
+        return {"ok": True, "user": user}
+
+    def _chat_post_message(self, params: Params) -> Body:
+        error = _check_message(params, need_channel=True)
+        if error:
+            return {"ok": False, "error": error}
+        channel, ts = str(params["channel"]), CLOCK.next()
+        thread_ts = str(params.get("thread_ts") or "") or None
+        message = self._bot_message(params, ts, thread_ts, channel)
+        self.messages[channel].append(message)
+        self.posts.append(
+            Post(
+                channel=channel,
+                thread_ts=thread_ts,
+                text=message["text"],
+                blocks=params.get("blocks"),
+                metadata=params.get("metadata"),
+                ts=ts,
+                unfurl_links=_flag(params.get("unfurl_links")),
+                unfurl_media=_flag(params.get("unfurl_media")),
+            )
+        )
+        return {"ok": True, "channel": channel, "ts": ts, "message": message}
+
+    def _bot_message(
+        self, params: Params, ts: str, thread_ts: str | None, channel: str
+    ) -> dict[str, Any]:
+        message: dict[str, Any] = {
+            "user": self.bot_user_id,
+            "type": "message",
+            "ts": ts,
+            "bot_id": self.bot_id,
+            "app_id": self.app_id,
+            "text": str(params.get("text") or ""),
+            "team": self.team_id,
+            "bot_profile": {
+                "id": self.bot_id,
+                "app_id": self.app_id,
+                "name": self.bot_name,
+                "team_id": self.team_id,
+            },
+        }
+        if params.get("blocks"):
+            message["blocks"] = params["blocks"]
+        if params.get("metadata"):
+            message["metadata"] = params["metadata"]
+        if thread_ts is not None:
+            message["thread_ts"] = thread_ts
+            message["parent_user_id"] = self._author_of(channel, thread_ts)
+        return message
+
+    def _chat_update(self, params: Params) -> Body:
+        error = _check_message(params, need_channel=True)
+        if error:
+            return {"ok": False, "error": error}
+        channel, ts = str(params["channel"]), str(params.get("ts", ""))
+        message = self._find(channel, ts)
+        if message is None:
+            return {"ok": False, "error": "message_not_found"}
+        for key in ("text", "blocks", "metadata"):
+            if key in params:
+                message[key] = params[key]
+        message["edited"] = {"user": self.bot_user_id, "ts": CLOCK.next()}
+        return {"ok": True, "channel": channel, "ts": ts, "text": message.get("text", "")}
+
+    def _conversations_replies(self, params: Params) -> Body:
+        channel, ts = str(params.get("channel") or ""), str(params.get("ts") or "")
+        if not channel or not ts:
+            return _invalid_arguments("channel" if not channel else "ts")
+        root = self._thread_root(channel, ts)
+        thread = sorted(
+            (m for m in self.messages.get(channel, []) if root in (m["ts"], m.get("thread_ts"))),
+            key=lambda m: ts_to_micros(m["ts"]),
+        )
+        if not thread:
+            return {"ok": False, "error": "thread_not_found"}
+        with_metadata = _flag(params.get("include_all_metadata")) is True
+        rendered = [self._render(m, root, len(thread) - 1, with_metadata) for m in thread]
+        return _paginate(rendered, params)
+
+    def _conversations_history(self, params: Params) -> Body:
+        channel = str(params.get("channel") or "")
+        if not channel:
+            return _invalid_arguments("channel")
+        top_level = [
+            m for m in self.messages.get(channel, []) if m.get("thread_ts") in (None, m["ts"])
+        ]
+        newest_first = sorted(top_level, key=lambda m: ts_to_micros(m["ts"]), reverse=True)
+        with_metadata = _flag(params.get("include_all_metadata")) is True
+        rendered = [
+            self._render(m, m["ts"], self._reply_count(channel, m["ts"]), with_metadata)
+            for m in newest_first
+        ]
+        return _paginate(rendered, params)
+
+    def _assistant_threads_set_status(self, params: Params) -> Body:
+        channel_id, thread_ts = params.get("channel_id"), params.get("thread_ts")
+        if not channel_id or not thread_ts or "status" not in params:
+            missing = "channel_id" if not channel_id else "thread_ts" if not thread_ts else "status"
+            return _invalid_arguments(missing)
+        self.statuses.append(Status(str(channel_id), str(thread_ts), str(params["status"])))
+        return {"ok": True}
+
+    # -- store helpers -----------------------------------------------------------------------
+
+    def _find(self, channel: str, ts: str) -> dict[str, Any] | None:
+        return next((m for m in self.messages.get(channel, []) if m["ts"] == ts), None)
+
+    def _author_of(self, channel: str, ts: str) -> str | None:
+        parent = self._find(channel, ts)
+        return parent.get("user") if parent else None
+
+    def _thread_root(self, channel: str, ts: str) -> str:
+        message = self._find(channel, ts)
+        return str(message.get("thread_ts", ts)) if message else ts
+
+    def _reply_count(self, channel: str, root: str) -> int:
+        return sum(
+            1 for m in self.messages.get(channel, []) if m.get("thread_ts") == root != m["ts"]
+        )
+
+    @staticmethod
+    def _render(
+        message: dict[str, Any], root: str, replies: int, with_metadata: bool
+    ) -> dict[str, Any]:
+        rendered = {k: v for k, v in message.items() if with_metadata or k != "metadata"}
+        if message["ts"] == root and replies:
+            rendered |= {"thread_ts": root, "reply_count": replies}
+        return rendered
+
+
+# -- request parsing and validation --------------------------------------------------------
+
+
+async def _read_params(request: web.Request) -> Params:
+    """Query string, form and JSON body merged, as Slack accepts all three."""
+    params: Params = dict(request.query)
+    if request.content_type == "application/json":
+        body = json.loads(await request.text() or "{}")
+        if not isinstance(body, dict):
+            raise ValueError("JSON body must be an object")
+        params.update(body)
+    elif request.can_read_body:
+        form = await request.post()
+        params.update({k: v for k, v in form.items() if isinstance(v, str)})
+    for key in _JSON_FIELDS:
+        if isinstance(params.get(key), str):
+            # Undecodable JSON stays a string; validation then answers invalid_*_format.
+            with contextlib.suppress(ValueError):
+                params[key] = json.loads(params[key])
+    return params
+
+
+def _bearer(header: str | None) -> str | None:
+    if header and header.lower().startswith("bearer "):
+        return header[7:].strip() or None
+    return None
+
+
+def _flag(value: Any) -> bool | None:
+    if value is None or isinstance(value, bool):
+        return value
+    return str(value).lower() in ("1", "true")
+
+
+def _check_message(params: Params, *, need_channel: bool) -> str | None:
+    """Slack's error code for an invalid chat.postMessage/chat.update, or None."""
+    if need_channel and not params.get("channel"):
+        return "channel_not_found"
+    text, blocks = params.get("text"), params.get("blocks")
+    if not text and not blocks:
+        return "no_text"
+    if isinstance(text, str) and len(text) > _MAX_TEXT:
+        return "msg_too_long"
+    if blocks is not None and not _valid_blocks(blocks):
+        return "invalid_blocks"
+    metadata = params.get("metadata")
+    if metadata is not None and not _valid_metadata(metadata):
+        return "invalid_metadata_format"
+    return None
+
+
+def _valid_blocks(blocks: Any) -> bool:
+    if not isinstance(blocks, list) or len(blocks) > _MAX_BLOCKS:
+        return False
+    if not all(isinstance(b, dict) and isinstance(b.get("type"), str) for b in blocks):
+        return False
+    markdown = sum(len(str(b.get("text", ""))) for b in blocks if b["type"] == "markdown")
+    return markdown <= _MAX_MARKDOWN
+
+
+def _valid_metadata(metadata: Any) -> bool:
+    return (
+        isinstance(metadata, dict)
+        and isinstance(metadata.get("event_type"), str)
+        and isinstance(metadata.get("event_payload"), dict)
+    )
+
+
+def _invalid_arguments(field: str) -> Body:
+    return {
+        "ok": False,
+        "error": "invalid_arguments",
+        "response_metadata": {"messages": [f"[ERROR] missing required field: {field}"]},
+    }
+
+
+def _paginate(messages: list[dict[str, Any]], params: Params) -> Body:
+    """One page of `messages`, continuing after Slack's opaque cursor (base64 "next_ts:{ts}")."""
+    try:
+        start = _decode_cursor(params.get("cursor"), messages)
+        limit = max(1, min(int(params.get("limit") or 1000), 1000))
+    except ValueError:
+        return {"ok": False, "error": "invalid_cursor"}
+    page, rest = messages[start : start + limit], messages[start + limit :]
+    body: Body = {"ok": True, "messages": page, "has_more": bool(rest)}
+    if rest:
+        cursor = base64.b64encode(f"next_ts:{rest[0]['ts']}".encode()).decode()
+        body["response_metadata"] = {"next_cursor": cursor}
+    return body
+
+
+def _decode_cursor(cursor: Any, messages: list[dict[str, Any]]) -> int:
+    if not cursor:
+        return 0
+    try:
+        prefix, _, ts = base64.b64decode(str(cursor)).decode().partition(":")
+    except (binascii.Error, UnicodeDecodeError) as exc:
+        raise ValueError("bad cursor") from exc
+    index = next((i for i, m in enumerate(messages) if m["ts"] == ts), None)
+    if prefix != "next_ts" or index is None:
+        raise ValueError("bad cursor")
+    return index
