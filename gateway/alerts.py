@@ -1,0 +1,128 @@
+"""Operator alerts: a refused credential or an exhausted quota, said once, loudly, usefully.
+
+An alert names the credential that was refused (the AI gateway's token, the provider's
+key, or — when the response did not say — both candidates), the route, when it was first
+and last seen, and how many repeats were held back. One alert per failing credential per
+window; the repeats in between are counted, not posted. The alert never carries a secret:
+it is built from the error's kind, source, status and route.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from slack_sdk.errors import SlackApiError, SlackClientError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from agent.errors import CredentialRejected, ModelError, QuotaExhausted
+from agent.ports import Task
+
+log = logging.getLogger(__name__)
+
+_KEY_VARIABLES = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+
+
+@dataclass(slots=True)
+class _Window:
+    first_seen: datetime
+    last_seen: datetime
+    posted_at: float
+    suppressed: int = 0
+
+
+class OperatorAlerts:
+    """`agent.ports.AlertSink` posting to the operator channel."""
+
+    def __init__(
+        self,
+        client: AsyncWebClient,
+        channel: str | None,
+        *,
+        window_seconds: float = 900.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._client = client
+        self._channel = channel
+        self._window = window_seconds
+        self._clock = clock
+        self._seen: dict[str, _Window] = {}
+
+    async def credential_failure(self, task: Task, error: Exception) -> None:
+        key = alert_key(error)
+        now, wall = self._clock(), datetime.now(UTC)
+        window = self._seen.get(key)
+        if window is not None and now - window.posted_at < self._window:
+            window.suppressed += 1
+            window.last_seen = wall
+            return
+        suppressed = window.suppressed if window else 0
+        first = window.first_seen if window else wall
+        self._seen[key] = _Window(first, wall, now)
+        await self._post(
+            describe_failure(error, first_seen=first, last_seen=wall, suppressed=suppressed)
+        )
+
+    async def _post(self, text: str) -> None:
+        log.critical("%s", text)
+        if not self._channel:
+            return
+        try:
+            await self._client.chat_postMessage(
+                channel=self._channel, text=text, unfurl_links=False
+            )
+        except (SlackApiError, SlackClientError, OSError) as exc:
+            log.error("the operator alert could not be posted to %s: %s", self._channel, exc)
+
+
+def alert_key(error: Exception) -> str:
+    route = getattr(error, "route", None)
+    where = f"{route.provider}:{route.model}" if route else "unknown route"
+    source = error.source if isinstance(error, CredentialRejected) else "quota"
+    return f"{type(error).__name__}:{source}:{where}"
+
+
+def describe_failure(
+    error: Exception, *, first_seen: datetime, last_seen: datetime, suppressed: int
+) -> str:
+    route = error.route if isinstance(error, ModelError) else None
+    provider = route.provider if route else "the provider"
+    lines = [f":rotating_light: *{headline(error, provider)}*", what_to_check(error, provider)]
+    if route is not None:
+        lines.append(f"Route: `{route.provider}:{route.model}` (slot {route.slot})")
+    status = error.status_code if isinstance(error, ModelError) else None
+    if status is not None:
+        lines.append(f"HTTP status: {status}")
+    lines.append(
+        f"First seen: {first_seen:%Y-%m-%d %H:%M:%S} UTC; last seen: {last_seen:%Y-%m-%d %H:%M:%S} UTC"
+    )
+    if suppressed:
+        lines.append(f"{suppressed} repeat(s) in the last window were not posted.")
+    return "\n".join(lines)
+
+
+def headline(error: Exception, provider: str) -> str:
+    if isinstance(error, QuotaExhausted):
+        return f"The {provider} account has run out of quota; tasks on this route are failing."
+    if isinstance(error, CredentialRejected) and error.source == "gateway":
+        return "The AI gateway refused our gateway token; tasks on this route are failing."
+    if isinstance(error, CredentialRejected) and error.source == "provider":
+        return f"{provider} refused our API key; tasks on this route are failing."
+    return "A credential on the path to the model was refused; tasks on this route are failing."
+
+
+def what_to_check(error: Exception, provider: str) -> str:
+    key = _KEY_VARIABLES.get(provider, "the provider API key")
+    if isinstance(error, QuotaExhausted):
+        return f"Check the billing and limits of the account behind {key}."
+    if isinstance(error, CredentialRejected) and error.source == "gateway":
+        return "Check THREADGATE_GATEWAY_TOKEN (and THREADGATE_GATEWAY_HEADER) against the gateway's settings."
+    if isinstance(error, CredentialRejected) and error.source == "provider":
+        return f"Check {key}: it may be revoked, expired or lack access to this model."
+    return (
+        f"The response did not say who refused it. Check both THREADGATE_GATEWAY_TOKEN "
+        f"(if an AI gateway is in front) and {key}."
+    )

@@ -1,0 +1,96 @@
+"""Settings: the one place the environment (and a `.env` file) is read.
+
+Everything else takes explicit arguments. A missing or malformed setting becomes a
+`ConfigError` whose message is one sentence naming the variable and what to put there;
+the CLI prints that sentence and exits, never a traceback. Secret values are `SecretStr`
+and are never echoed back, not even in an error about them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field, SecretStr, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from agent.errors import ConfigError
+
+_HINTS = {
+    "SLACK_BOT_TOKEN": "the bot token (xoxb-…) from your Slack app's OAuth & Permissions page",
+    "SLACK_SIGNING_SECRET": "the signing secret from your Slack app's Basic Information page",
+    "SLACK_APP_TOKEN": "an app-level token (xapp-…) with the connections:write scope",
+    "THREADGATE_MODEL": "the model as provider:model, e.g. openai:gpt-4.1-mini",
+}
+
+
+class Settings(BaseSettings):
+    """Every setting threadgate reads, by its environment variable name."""
+
+    model_config = SettingsConfigDict(env_file=".env", extra="ignore", case_sensitive=False)
+
+    slack_bot_token: SecretStr | None = None
+    slack_signing_secret: SecretStr | None = None
+    slack_app_token: SecretStr | None = None
+    slack_api_url: str = "https://slack.com/api/"
+    database_url: SecretStr | None = None
+    threadgate_data_dir: Path = Path(".threadgate")
+    threadgate_model: str | None = None
+    threadgate_fallback_model: str | None = None
+    openai_api_key: SecretStr | None = None
+    openai_base_url: str = "https://api.openai.com/v1"
+    anthropic_api_key: SecretStr | None = None
+    anthropic_base_url: str = "https://api.anthropic.com"
+    threadgate_gateway_token: SecretStr | None = None
+    threadgate_gateway_header: str = "cf-aig-authorization"
+    threadgate_operator_channel: str | None = None
+    port: Annotated[int, Field(ge=1, le=65535)] = 3000
+    threadgate_workers: Annotated[int, Field(ge=1, le=256)] = 4
+    threadgate_lease_seconds: Annotated[float, Field(gt=0)] = 60.0
+    threadgate_history_chars: Annotated[int, Field(ge=1000)] = 24_000
+    threadgate_log_level: str = "INFO"
+
+    @property
+    def socket_mode(self) -> bool:
+        return self.slack_app_token is not None
+
+    def require(self, variable: str) -> str:
+        """The value of a required variable, or a ConfigError saying what to put there."""
+        value = getattr(self, variable.lower())
+        if isinstance(value, SecretStr):
+            value = value.get_secret_value()
+        if not value:
+            hint = _HINTS.get(variable, "a value")
+            raise ConfigError(f"{variable} is not set: put {hint} there.")
+        return str(value)
+
+    def require_serve(self) -> None:
+        """Check what `threadgate serve` cannot run without."""
+        token = self.require("SLACK_BOT_TOKEN")
+        if not token.startswith("xoxb-"):
+            raise ConfigError(
+                f"SLACK_BOT_TOKEN does not look like a bot token: put {_HINTS['SLACK_BOT_TOKEN']} there."
+            )
+        if self.socket_mode:
+            if not self.require("SLACK_APP_TOKEN").startswith("xapp-"):
+                raise ConfigError(
+                    f"SLACK_APP_TOKEN does not look like an app token: put {_HINTS['SLACK_APP_TOKEN']} there."
+                )
+        else:
+            self.require("SLACK_SIGNING_SECRET")
+        self.require("THREADGATE_MODEL")
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Read the environment once; malformed values become one-sentence ConfigErrors."""
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        raise ConfigError(describe(exc)) from None
+
+
+def describe(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    variable = str(first["loc"][0]).upper() if first["loc"] else "a setting"
+    # The input is deliberately not repeated: it may be a secret put in the wrong variable.
+    return f"{variable} is invalid ({first['msg'].lower()}); fix or unset it."

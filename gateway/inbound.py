@@ -1,0 +1,116 @@
+"""Slack event payloads in, `InboundTurn`s out: which events become work, and which do not.
+
+This is the trust boundary for event payloads: pydantic checks the shape, and a payload
+that claims to be a message but lacks what a message must have is a `MalformedEvent`
+(the HTTP layer answers 400). Events we do not handle — bots, edits, deletions, hidden
+subtypes, channel chatter without a mention — translate to None and are acked quietly.
+HTTP and Socket Mode both call `inbound_turn`, so both see the same rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from pydantic import BaseModel, StringConstraints, ValidationError
+
+# Slack ids and timestamps have fixed shapes; anything else is refused before it can reach
+# the database or a provenance tag.
+SlackId = Annotated[str, StringConstraints(pattern=r"^[A-Z0-9][A-Za-z0-9_-]{0,63}$")]
+SlackTs = Annotated[str, StringConstraints(pattern=r"^[0-9]{1,12}\.[0-9]{1,9}$")]
+EventId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,128}$")]
+
+
+class MalformedEvent(ValueError):
+    """The payload is not a Slack event we can make sense of."""
+
+
+class _Envelope(BaseModel):
+    type: str
+    team_id: SlackId
+    event_id: EventId | None = None
+    event: dict[str, Any]
+
+
+class _MessageEvent(BaseModel):
+    type: str
+    user: SlackId
+    ts: SlackTs
+    channel: SlackId
+    text: str = ""
+    thread_ts: SlackTs | None = None
+    channel_type: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class InboundTurn:
+    """One user message addressed to the bot."""
+
+    team: str
+    channel: str
+    user: str
+    text: str
+    ts: str
+    thread_ts: str | None
+    direct: bool
+    event_id: str | None
+
+    @property
+    def task_id(self) -> str:
+        return f"{self.team}:{self.channel}:{self.ts}"
+
+    @property
+    def session_id(self) -> str:
+        """A thread is a conversation; a top-level DM continues the DM's running one."""
+        if self.thread_ts:
+            return f"{self.team}:{self.channel}:{self.thread_ts}"
+        if self.direct:
+            return f"{self.team}:{self.channel}"
+        return f"{self.team}:{self.channel}:{self.ts}"
+
+    @property
+    def reply_thread_ts(self) -> str:
+        return self.thread_ts or self.ts
+
+
+def inbound_turn(body: Mapping[str, Any]) -> InboundTurn | None:
+    """The turn this payload asks us to answer, None if it asks nothing of us."""
+    if body.get("type") != "event_callback":
+        return None
+    try:
+        envelope = _Envelope.model_validate(body)
+    except ValidationError as exc:
+        raise MalformedEvent(f"event envelope: {_summary(exc)}") from exc
+    event = envelope.event
+    if not _addressed_to_us(event):
+        return None
+    try:
+        message = _MessageEvent.model_validate(event)
+    except ValidationError as exc:
+        raise MalformedEvent(f"{event.get('type')} event: {_summary(exc)}") from exc
+    return InboundTurn(
+        team=envelope.team_id,
+        channel=message.channel,
+        user=message.user,
+        text=message.text,
+        ts=message.ts,
+        thread_ts=message.thread_ts if message.thread_ts != message.ts else None,
+        direct=message.channel_type == "im",
+        event_id=envelope.event_id,
+    )
+
+
+def _addressed_to_us(event: Mapping[str, Any]) -> bool:
+    if event.get("subtype") is not None or event.get("bot_id") or event.get("bot_profile"):
+        return False  # edits, deletions, joins, bot posts (ours included)
+    kind = event.get("type")
+    if kind == "app_mention":
+        return True
+    return kind == "message" and event.get("channel_type") == "im"
+
+
+def _summary(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or "payload"
+    return f"{where}: {first['msg']}"

@@ -1,0 +1,99 @@
+"""Posting the agent's messages into their Slack thread, each exactly once.
+
+Every post goes through an outbox row keyed by its message id (a long reply is several
+posts: `id`, `id#1`, `id#2`, …) and carries Slack message metadata naming that id. When
+an earlier attempt's outcome is unknown — the process died after sending, or the response
+was lost — the thread is searched for the id before anything is posted again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from slack_sdk.errors import SlackApiError, SlackClientError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from agent.ports import Task
+from gateway.rendering import SlackMessage, render_reply
+from storage.outbox import Outbox
+
+log = logging.getLogger(__name__)
+
+METADATA_EVENT = "threadgate_post"
+
+
+class SlackPublisher:
+    """`agent.ports.Publisher` on Slack."""
+
+    def __init__(
+        self, client: AsyncWebClient, outbox: Outbox, *, status: str = "is thinking…"
+    ) -> None:
+        self._client = client
+        self._outbox = outbox
+        self._status = status
+
+    async def publish(self, task: Task, message_id: str, text: str) -> None:
+        for n, part in enumerate(render_reply(text)):
+            await self._post_once(task.address, message_id if n == 0 else f"{message_id}#{n}", part)
+
+    async def task_started(self, task: Task) -> None:
+        try:
+            await self._client.assistant_threads_setStatus(
+                channel_id=task.address["channel"],
+                thread_ts=task.address["thread_ts"],
+                status=self._status,
+            )
+        except (SlackApiError, SlackClientError, OSError) as exc:
+            # Status only exists in assistant threads; elsewhere Slack refuses it. Harmless.
+            log.debug("setStatus refused: %s", exc)
+
+    async def _post_once(
+        self, address: Mapping[str, str], post_id: str, message: SlackMessage
+    ) -> None:
+        claim = await self._outbox.claim(post_id)
+        if claim == "sent":
+            return
+        if claim == "unknown":
+            found = await self.find_post(address, post_id)
+            if found is not None:
+                await self._outbox.mark_sent(post_id, found)
+                return
+        response = await self._client.chat_postMessage(
+            channel=address["channel"],
+            thread_ts=address["thread_ts"],
+            text=message.text,
+            blocks=list(message.blocks),
+            metadata={"event_type": METADATA_EVENT, "event_payload": {"outbox_id": post_id}},
+            unfurl_links=False,
+            unfurl_media=False,
+        )
+        await self._outbox.mark_sent(post_id, response.get("ts"))
+
+    async def find_post(self, address: Mapping[str, str], post_id: str) -> str | None:
+        """The ts of our post carrying `post_id` in the thread, if it is there."""
+        cursor = None
+        while True:
+            page = await self._client.conversations_replies(
+                channel=address["channel"],
+                ts=address["thread_ts"],
+                include_all_metadata=True,
+                limit=200,
+                cursor=cursor,
+            )
+            for message in page.get("messages") or []:
+                if _outbox_id(message) == post_id:
+                    return str(message.get("ts"))
+            cursor = (page.get("response_metadata") or {}).get("next_cursor")
+            if not cursor:
+                return None
+
+
+def _outbox_id(message: Mapping[str, Any]) -> str | None:
+    metadata = message.get("metadata") or {}
+    if metadata.get("event_type") != METADATA_EVENT:
+        return None
+    payload = metadata.get("event_payload") or {}
+    value = payload.get("outbox_id")
+    return value if isinstance(value, str) else None

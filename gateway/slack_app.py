@@ -1,0 +1,63 @@
+"""The slack-bolt app: verification, url_verification and dispatch, then our gatekeeper.
+
+Bolt runs with `process_before_response=True`: the HTTP response (the ack) is sent only
+after our listener returned, that is after the turn and its task are committed. Bolt's
+default — ack first, work in the background — would lose an acked event on a crash.
+Every event goes to one listener that asks `inbound_turn` whether it concerns us.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+from slack_bolt.async_app import AsyncApp
+from slack_bolt.context.ack.async_ack import AsyncAck
+from slack_bolt.context.async_context import AsyncBoltContext
+from slack_bolt.response import BoltResponse
+from slack_sdk.web.async_client import AsyncWebClient
+
+from gateway.gatekeeper import Gatekeeper
+from gateway.inbound import MalformedEvent, inbound_turn
+from gateway.metrics import Metrics
+from storage.errors import StorageError
+
+log = logging.getLogger(__name__)
+
+
+def build_bolt_app(
+    *, client: AsyncWebClient, signing_secret: str | None, gatekeeper: Gatekeeper, metrics: Metrics
+) -> AsyncApp:
+    app = AsyncApp(
+        client=client,
+        signing_secret=signing_secret,
+        process_before_response=True,
+        request_verification_enabled=signing_secret is not None,
+    )
+
+    @app.event(re.compile(".+"))
+    async def on_event(body: dict[str, Any], context: AsyncBoltContext, ack: AsyncAck) -> None:
+        turn = inbound_turn(body)
+        if turn is None:
+            metrics.events.labels("ignored").inc()
+        elif await gatekeeper.admit(turn, bot_user_id=context.bot_user_id):
+            metrics.events.labels("admitted").inc()
+        else:
+            metrics.events.labels("duplicate").inc()
+        await ack()
+
+    @app.error
+    async def on_error(error: Exception, response: BoltResponse) -> None:
+        if isinstance(error, MalformedEvent):
+            metrics.events.labels("rejected").inc()
+            response.status, response.body = 400, f"malformed event: {error}"
+        elif isinstance(error, StorageError):
+            # Not acked: Slack will deliver the event again once the database is back.
+            log.error("event not admitted: %s", error)
+            response.status, response.body = 503, "database unavailable"
+        else:
+            log.exception("event not admitted", exc_info=error)
+            response.status, response.body = 500, "internal error"
+
+    return app

@@ -1,0 +1,67 @@
+"""Display names for user ids, from `users.info`, cached.
+
+A name is only decoration for the provenance tag; the id is the identity. So a failed
+lookup never stops a message: the id stands in for the name, and is not cached, so the
+next message tries again.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from slack_sdk.errors import SlackApiError, SlackClientError
+from slack_sdk.web.async_client import AsyncWebClient
+
+log = logging.getLogger(__name__)
+
+
+class UserDirectory:
+    def __init__(
+        self,
+        client: AsyncWebClient,
+        *,
+        ttl_seconds: float = 3600.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._client = client
+        self._ttl = ttl_seconds
+        self._clock = clock
+        self._names: dict[str, tuple[str, float]] = {}
+
+    async def name(self, user_id: str) -> str:
+        cached = self._names.get(user_id)
+        if cached is not None and cached[1] > self._clock():
+            return cached[0]
+        try:
+            response = await self._client.users_info(user=user_id)
+        except SlackApiError as exc:
+            # A definite answer (user_not_found, missing scope): remember it for a while.
+            log.warning("users.info refused %s: %s", user_id, exc.response.get("error"))
+            self._names[user_id] = (user_id, self._clock() + self._ttl / 10)
+            return user_id
+        except (SlackClientError, OSError) as exc:
+            log.warning("users.info failed for %s: %s", user_id, type(exc).__name__)
+            return user_id
+        name = display_name(response.get("user") or {}) or user_id
+        self._names[user_id] = (name, self._clock() + self._ttl)
+        return name
+
+    async def names(self, user_ids: list[str]) -> dict[str, str]:
+        return {user_id: await self.name(user_id) for user_id in user_ids}
+
+
+def display_name(user: dict[str, object]) -> str:
+    """What Slack shows: display name, else real name, else handle."""
+    profile = user.get("profile")
+    profile = profile if isinstance(profile, dict) else {}
+    for candidate in (
+        profile.get("display_name"),
+        profile.get("real_name"),
+        user.get("real_name"),
+        user.get("name"),
+    ):
+        if isinstance(candidate, str) and candidate.strip():
+            return candidate.strip()
+    return ""

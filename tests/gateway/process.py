@@ -1,0 +1,98 @@
+"""Running `threadgate` as a real child process, for tests that crash or configure it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+_LISTENING = re.compile(rb"listening on http://[^:]+:(\d+)/")
+
+
+def child_env(settings: Mapping[str, str]) -> dict[str, str]:
+    """Only what the child needs: no developer `.env`, no stray THREADGATE_* or SLACK_*."""
+    keep = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
+    return {**keep, "THREADGATE_LOG_LEVEL": "INFO", **settings}
+
+
+class GatewayProcess:
+    """`threadgate serve` on an ephemeral port; `start` returns once it listens."""
+
+    def __init__(self, env: Mapping[str, str], cwd: Path) -> None:
+        self._env = child_env(env)
+        self._cwd = cwd
+        self.proc: asyncio.subprocess.Process | None = None
+        self.port = 0
+        self.log = bytearray()
+
+    async def start(self, deadline: float = 60) -> None:
+        self.proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "gateway.cli",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            env=self._env,
+            cwd=self._cwd,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        self.port = await asyncio.wait_for(self._wait_listening(), deadline)
+
+    async def _wait_listening(self) -> int:
+        assert self.proc is not None and self.proc.stderr is not None
+        while line := await self.proc.stderr.readline():
+            self.log += line
+            if match := _LISTENING.search(line):
+                asyncio.get_running_loop().create_task(self._drain())
+                return int(match.group(1))
+        raise AssertionError(
+            f"gateway exited before listening:\n{self.log.decode(errors='replace')}"
+        )
+
+    async def _drain(self) -> None:
+        assert self.proc is not None and self.proc.stderr is not None
+        while line := await self.proc.stderr.readline():
+            self.log += line
+
+    @property
+    def events_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/slack/events"
+
+    async def kill(self) -> None:
+        """SIGKILL: no shutdown code runs, as in a crash."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        await self.proc.wait()
+
+    async def stop(self) -> int:
+        assert self.proc is not None
+        if self.proc.returncode is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return await asyncio.wait_for(self.proc.wait(), 30)
+
+
+async def run_cli(
+    args: list[str], env: Mapping[str, str], cwd: Path, deadline: float = 60
+) -> tuple[int, str]:
+    """Run `threadgate ARGS` to completion; return its exit status and stderr."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "gateway.cli",
+        *args,
+        env=child_env(env),
+        cwd=cwd,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, err = await asyncio.wait_for(proc.communicate(), deadline)
+    assert proc.returncode is not None
+    return proc.returncode, err.decode()
