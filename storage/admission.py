@@ -44,6 +44,16 @@ ON CONFLICT (id) DO NOTHING
 """
 
 
+async def session_exists(db: Database, session_id: str) -> bool:
+    """Whether this conversation has been seen (the bot takes part in it)."""
+    try:
+        return bool(await db.pool.fetchval("SELECT true FROM sessions WHERE id = $1", session_id))
+    except (OSError, asyncpg.InterfaceError, asyncpg.PostgresConnectionError) as exc:
+        raise DatabaseUnavailable(
+            f"The session could not be looked up ({type(exc).__name__})."
+        ) from exc
+
+
 async def admit(db: Database, admission: Admission) -> bool:
     """Make the turn and its task durable. False when this delivery was a duplicate."""
     try:

@@ -24,15 +24,20 @@ from storage.database import TASKS_CHANNEL, Database
 _CLAIM = """
 WITH candidate AS (
     SELECT t.id FROM tasks t
-    WHERE t.state IN ('queued', 'running')
+    WHERE t.state IN ('queued', 'running', 'waiting')
       AND t.run_after <= now()
-      AND (t.state = 'queued'
-           OR t.lease_expires < now()
-           OR NOT EXISTS (SELECT 1 FROM pg_stat_activity a
-                          WHERE a.pid = t.lease_pid AND a.backend_start = t.lease_backend))
+      AND CASE t.state
+          WHEN 'queued' THEN true
+          WHEN 'running' THEN t.lease_expires < now()
+               OR NOT EXISTS (SELECT 1 FROM pg_stat_activity a
+                              WHERE a.pid = t.lease_pid AND a.backend_start = t.lease_backend)
+          -- A waiting task whose subtasks all ended is runnable, even if the wake-up was lost.
+          ELSE NOT EXISTS (SELECT 1 FROM subtasks s
+                           WHERE s.task_id = t.id AND s.state IN ('queued', 'running'))
+          END
       AND NOT EXISTS (SELECT 1 FROM tasks o
                       WHERE o.session_id = t.session_id AND o.seq < t.seq
-                        AND o.state IN ('queued', 'running'))
+                        AND o.state IN ('queued', 'running', 'waiting'))
     ORDER BY t.seq
     LIMIT 1
     FOR UPDATE OF t SKIP LOCKED
