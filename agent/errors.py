@@ -4,6 +4,7 @@
     ├── ConfigError               a setting is missing or wrong (a usage mistake, not a failure)
     ├── ControlCallError          a control tool was called wrongly; the message is for the model
     ├── RoundFailed               the model never ended the round properly within the repair bound
+    ├── SubtaskFailed             a subtask could not produce a result; the message is for the model
     ├── ModelError                a model call failed; carries the route that failed
     │   ├── TransientModelError   timeouts, connection errors, 408/409/429, 5xx, 529, cut streams
     │   │   └── StreamInterrupted a stream ended early; keeps the text received so far
@@ -129,3 +130,7 @@ class ModelsUnavailable(AgentError):
     def __init__(self, message: str, *, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class SubtaskFailed(AgentError):
+    """A subtask could not produce a result. The message is written for the model."""

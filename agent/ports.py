@@ -10,6 +10,7 @@ gateway needs to find the conversation again (for Slack, channel and thread).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Literal, Protocol, TypeAlias
 
@@ -93,8 +94,16 @@ class Publisher(Protocol):
 
     async def publish(self, task: Task, message_id: str, text: str) -> None: ...
 
-    async def task_started(self, task: Task) -> None:
-        """Show that the task is being worked on; failure to do so never fails the task."""
+    def working(self, task: Task) -> AbstractAsyncContextManager[None]:
+        """Show that the task is being worked on while the context lasts (and stop showing
+        it after); failure to show it never fails the task."""
+
+
+class ThreadReader(Protocol):
+    """Reads the task's conversation where it lives (for Slack: the thread), for work tools."""
+
+    async def read_thread(self, task: Task, *, limit: int) -> Sequence[str]:
+        """The thread's messages as plain text lines, oldest first, at most `limit`."""
 
 
 class AlertSink(Protocol):

@@ -1,41 +1,116 @@
-"""From a conversation window to the text of the answer.
+"""The one object the task runner needs: run a round, run a subtask.
 
-The responder renders the window as model messages, then lets the attempt ladder run a
+`Responder(round_input)` renders the round (system prompt, numbered window, earlier
+delegations), offers its controls and work tools, and lets the attempt ladder run the
 round on each model slot in turn (retrying what is transient, falling back on what is
-not, stopping on a refused credential). What comes out is the text of `final_reply`.
+not, stopping on a refused credential). What comes out is a `Decision`: a `Reply` to
+post, or a `Delegation` whose subtasks the runner runs through `run_subtask`.
+
+`run_subtask` reports every way a subtask can fail as `SubtaskFailed` — its message is
+what the next round reads — except the model-layer stops (`CredentialRejected`,
+`QuotaExhausted`, `ModelsUnavailable`), which propagate unchanged so the runner alerts
+the operator or retries later exactly as it does for a round.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Protocol, TypeVar
+from typing import Any
 
-from agent.control import ControlTool, FinalReply
+from pydantic import ValidationError
+
+from agent.control import Decision, round_controls
+from agent.delegation import RoundInput, Subtask
+from agent.errors import CredentialRejected, ModelsUnavailable, QuotaExhausted, SubtaskFailed
 from agent.model import Model
-from agent.ports import StoredMessage
+from agent.ports import Task, ThreadReader
 from agent.prompt import transcript
-from agent.rounds import DEFAULT_ROUND, RoundSettings, run_round
+from agent.references import ReferenceCatalog
+from agent.rounds import DEFAULT_ROUND, Attempts, RoundSettings, run_round
+from agent.subtasks import SubtaskContext, SubtaskRegistry, SubtaskType
+from agent.tools import Clock, Toolbox, ToolContext, ToolRegistry, utc_now, validation_problems
 
-T = TypeVar("T")
+__all__ = ["Attempts", "Responder"]
 
-
-class Attempts(Protocol):
-    """Runs an attempt on model slots until one succeeds (the attempt ladder)."""
-
-    async def run(self, attempt: Callable[[Model], Awaitable[T]]) -> T: ...
+_STOPS = (CredentialRejected, QuotaExhausted, ModelsUnavailable)
 
 
 class Responder:
-    def __init__(self, attempts: Attempts, settings: RoundSettings = DEFAULT_ROUND) -> None:
+    """Runs rounds and subtasks for the task runner, on one attempt ladder."""
+
+    def __init__(
+        self,
+        attempts: Attempts,
+        *,
+        tools: ToolRegistry | None = None,
+        subtasks: SubtaskRegistry | None = None,
+        thread_reader: ThreadReader | None = None,
+        settings: RoundSettings = DEFAULT_ROUND,
+        clock: Clock = utc_now,
+    ) -> None:
         self._attempts = attempts
+        self._tools = tools if tools is not None else ToolRegistry()
+        self._subtasks = subtasks if subtasks is not None else SubtaskRegistry()
+        self._reader = thread_reader
         self._settings = settings
-        self._controls: tuple[ControlTool, ...] = (FinalReply(),)
+        self._clock = clock
 
-    async def __call__(self, window: Sequence[StoredMessage]) -> str:
-        messages = transcript(window)
+    async def __call__(self, round_input: RoundInput) -> Decision:
+        """Run one round of the task and return how it ended."""
+        catalog = ReferenceCatalog.from_window(round_input.window)
+        messages = transcript(round_input, catalog, self._subtasks)
+        controls = round_controls(
+            final=round_input.final,
+            subtasks=self._subtasks,
+            catalog=catalog,
+            max_subtasks=self._settings.max_subtasks,
+        )
+        toolbox = Toolbox(self._tools, self._tool_context(round_input.task))
 
-        async def attempt(model: Model) -> str:
-            decision = await run_round(model, messages, self._controls, self._settings)
-            return decision.text
+        async def attempt(model: Model) -> Decision:
+            return await run_round(model, messages, controls, self._settings, toolbox=toolbox)
 
         return await self._attempts.run(attempt)
+
+    async def run_subtask(self, subtask: Subtask, task: Task) -> str:
+        """The subtask's result text, or `SubtaskFailed` saying (for the model) why not."""
+        kind = self._kind(subtask.request.type)
+        params = _params(kind, subtask)
+        try:
+            return await kind.run(self._subtask_context(task), params, subtask.request.references)
+        except _STOPS:
+            raise
+        except SubtaskFailed:
+            raise
+        except Exception as exc:
+            raise SubtaskFailed(
+                f"Subtask {kind.name!r} failed: {type(exc).__name__}: {exc}"
+            ) from exc
+
+    def _kind(self, name: str) -> SubtaskType[Any]:
+        kind = self._subtasks.get(name)
+        if kind is None:
+            known = ", ".join(self._subtasks.names) or "none"
+            raise SubtaskFailed(
+                f"There is no subtask type {name!r} (available: {known}); it did not run."
+            )
+        return kind
+
+    def _tool_context(self, task: Task) -> ToolContext:
+        return ToolContext(task, self._reader, self._clock)
+
+    def _subtask_context(self, task: Task) -> SubtaskContext:
+        return SubtaskContext(
+            task, self._attempts, self._tools, self._tool_context(task), self._settings
+        )
+
+
+def _params(kind: SubtaskType[Any], subtask: Subtask) -> Any:
+    """The stored params as the type's model; they were valid when delegated, but the
+    type may have changed since (a plugin upgrade between rounds)."""
+    try:
+        return kind.params.model_validate(subtask.request.params)
+    except ValidationError as exc:
+        raise SubtaskFailed(
+            f"Subtask {kind.name!r} did not run: its params are invalid "
+            f"({validation_problems(exc)})."
+        ) from exc

@@ -1,17 +1,38 @@
 """One round: ask the model until it ends the round through a control tool.
 
-Prose is not an outcome. A reply without a tool call, a call to a tool that does not
-exist, or a control call that does not parse is answered — as a failed tool result, or a
-runtime note for prose — and the model is asked again, at most `max_repairs` times. Then
-the round fails with `RoundFailed`, and the attempt ladder decides what happens next.
+Each step the model answers with tool calls, and the step is one of:
+
+- **a decision**: a control tool was called (and no work tool, see below); the first
+  control in precedence order that was called decides (`delegate` before `final_reply`),
+  its `select` picks the call that counts and its `parse` turns it into the round's
+  `Decision`. The round ends; the other calls of the step need no results.
+- **work**: work tools were called. They run (concurrently, see `agent.tools`), their
+  results are fed back and the model is asked again. At most `max_steps` work steps run
+  per round.
+- **a repair**: prose without a tool call, a call to a tool that does not exist, a control
+  call `select` or `parse` rejects, or work asked for after the step budget is spent. The
+  model is told what was wrong — as a failed tool result for every call of the step, or a
+  runtime note for prose — and asked again. After `max_repairs` repairs the round fails
+  with `RoundFailed` and the attempt ladder decides what happens next.
+
+A step that mixes work tools and a control call runs **the work, not the control**: the
+control call was written before the model saw the results it asked for, so the answer it
+carries may be premised on them. The control call gets a "not run" result saying to call
+it again after reading the results. Once the step budget is spent, work calls are refused
+and a control call in the same step decides as usual.
+
+Repairs and work steps have separate bounds: a model that reads the thread eight times
+has not misbehaved, and one that keeps writing prose should not get more room because it
+also used tools.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol, TypeAlias, TypeVar
 
-from agent.control import ControlTool, Decision
+from agent.control import DEFAULT_MAX_SUBTASKS, ControlTool, Decision
 from agent.errors import ControlCallError, RoundFailed
 from agent.model import (
     AssistantMessage,
@@ -21,19 +42,41 @@ from agent.model import (
     ModelResponse,
     ToolCall,
     ToolResultMessage,
+    ToolSpec,
     UserMessage,
 )
+from agent.tools import Toolbox
+
+T = TypeVar("T")
 
 PROSE_NOTE = (
     "<runtime>Your last message was not shown to anyone. End this round by calling one of "
     "the tools you were given; to answer the user, call final_reply.</runtime>"
 )
 NOT_RUN = "Not run: another call in the same step was rejected. Fix that call and try again."
+CONTROL_DEFERRED = (
+    "Not run: you called work tools in the same step, and this call was written before you "
+    "saw their results. Read the results, then call {name} again."
+)
+STEPS_SPENT = (
+    "Not run: this round has used all of its work steps. End the round now by "
+    "calling {controls} with what you have."
+)
+
+
+class Attempts(Protocol):
+    """Runs an attempt on model slots until one succeeds (the attempt ladder)."""
+
+    async def run(self, attempt: Callable[[Model], Awaitable[T]]) -> T: ...
 
 
 @dataclass(frozen=True, slots=True)
 class RoundSettings:
+    """Bounds of one round: repairs and work steps are counted separately."""
+
     max_repairs: int = 3
+    max_steps: int = 8
+    max_subtasks: int = DEFAULT_MAX_SUBTASKS
     max_output_tokens: int | None = 4096
     temperature: float | None = None
 
@@ -41,63 +84,118 @@ class RoundSettings:
 DEFAULT_ROUND = RoundSettings()
 
 
+@dataclass(frozen=True, slots=True)
+class _Work:
+    calls: tuple[ToolCall, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Repair:
+    feedback: list[ModelMessage]
+
+
+Step: TypeAlias = Decision | _Work | _Repair
+
+
 async def run_round(
     model: Model,
     messages: Sequence[ModelMessage],
     controls: Sequence[ControlTool],
     settings: RoundSettings = DEFAULT_ROUND,
+    *,
+    toolbox: Toolbox | None = None,
 ) -> Decision:
     """Run one round on `model` and return the decision of its control call."""
     conversation = list(messages)
-    tools = tuple(c.spec for c in controls)
-    for _ in range(settings.max_repairs + 1):
-        response = await model.request(
-            ModelRequest(
-                tuple(conversation),
-                tools=tools,
-                tool_choice="required",
-                max_output_tokens=settings.max_output_tokens,
-                temperature=settings.temperature,
-            )
-        )
+    tools = tuple(c.spec for c in controls) + (toolbox.specs if toolbox else ())
+    repairs = steps = 0
+    while True:
+        response = await model.request(_request(conversation, tools, settings))
         conversation.append(AssistantMessage(response.text, response.tool_calls))
-        decision, feedback = decide(response, controls)
-        if decision is not None:
-            return decision
-        conversation.extend(feedback)
-    raise RoundFailed(
-        f"{model.name} did not end the round with a valid control call "
-        f"after {settings.max_repairs} repairs."
+        step = decide(response, controls, toolbox, steps_left=settings.max_steps - steps)
+        if isinstance(step, _Work):
+            assert toolbox is not None  # work is only recognised when there is a toolbox
+            conversation.extend(await _run_work(toolbox, step.calls))
+            steps += 1
+            continue
+        if not isinstance(step, _Repair):
+            return step
+        repairs += 1
+        if repairs > settings.max_repairs:
+            raise RoundFailed(
+                f"{model.name} did not end the round with a valid control call "
+                f"after {settings.max_repairs} repairs."
+            )
+        conversation.extend(step.feedback)
+
+
+def _request(
+    conversation: list[ModelMessage], tools: tuple[ToolSpec, ...], settings: RoundSettings
+) -> ModelRequest:
+    return ModelRequest(
+        tuple(conversation),
+        tools=tools,
+        tool_choice="required",
+        max_output_tokens=settings.max_output_tokens,
+        temperature=settings.temperature,
     )
 
 
 def decide(
-    response: ModelResponse, controls: Sequence[ControlTool]
-) -> tuple[Decision | None, list[ModelMessage]]:
-    """The decision in this step, or the feedback that asks the model to repair it."""
-    if not response.tool_calls:
-        return None, [UserMessage(PROSE_NOTE)]
+    response: ModelResponse,
+    controls: Sequence[ControlTool],
+    toolbox: Toolbox | None,
+    *,
+    steps_left: int,
+) -> Step:
+    """What this step is: the round's decision, work to run, or a repair to ask for."""
+    calls = response.tool_calls
+    if not calls:
+        return _Repair([UserMessage(PROSE_NOTE)])
     by_name = {c.spec.name: c for c in controls}
-    unknown = [call for call in response.tool_calls if call.name not in by_name]
+    work_names = toolbox.names if toolbox else frozenset()
+    unknown = [c for c in calls if c.name not in by_name and c.name not in work_names]
     if unknown:
-        return None, _feedback(
-            response.tool_calls, {c.id: _unknown_tool(c, by_name) for c in unknown}
-        )
+        known = sorted({*by_name, *work_names})
+        return _Repair(_feedback(calls, {c.id: _unknown_tool(c, known) for c in unknown}))
+    work = [call for call in calls if call.name in work_names]
+    if work and steps_left > 0:
+        return _Work(calls)
     # Controls are offered in precedence order: the first one called decides the step.
-    control = next(
-        c for c in controls if any(call.name == c.spec.name for call in response.tool_calls)
-    )
-    chosen = control.select(
-        [call for call in response.tool_calls if call.name == control.spec.name]
-    )
+    control = next((c for c in controls if any(call.name == c.spec.name for call in calls)), None)
+    if control is None:
+        spent = STEPS_SPENT.format(controls=" or ".join(by_name))
+        return _Repair(_feedback(calls, dict.fromkeys((c.id for c in work), spent)))
+    return _control_step(control, calls)
+
+
+def _control_step(control: ControlTool, calls: Sequence[ToolCall]) -> Step:
+    own = [call for call in calls if call.name == control.spec.name]
     try:
-        return control.parse(chosen), []
+        chosen = control.select(own)
     except ControlCallError as exc:
-        return None, _feedback(response.tool_calls, {chosen.id: str(exc)})
+        return _Repair(_feedback(calls, dict.fromkeys((c.id for c in own), str(exc))))
+    try:
+        return control.parse(chosen)
+    except ControlCallError as exc:
+        return _Repair(_feedback(calls, {chosen.id: str(exc)}))
 
 
-def _unknown_tool(call: ToolCall, known: dict[str, ControlTool]) -> str:
-    return f"There is no tool named {call.name!r}. The tools you can call are: {', '.join(sorted(known))}."
+async def _run_work(toolbox: Toolbox, calls: tuple[ToolCall, ...]) -> list[ModelMessage]:
+    """Results of the step's work calls; its control calls are deferred, not run."""
+    work = [call for call in calls if call.name in toolbox]
+    results = {r.call_id: r for r in await toolbox.run(work)}
+    return [
+        results.get(call.id)
+        or ToolResultMessage(
+            call.id, call.name, CONTROL_DEFERRED.format(name=call.name), is_error=True
+        )
+        for call in calls
+    ]
+
+
+def _unknown_tool(call: ToolCall, known: Sequence[str]) -> str:
+    return f"There is no tool named {call.name!r}. The tools you can call are: {', '.join(known)}."
 
 
 def _feedback(calls: Sequence[ToolCall], errors: dict[str, str]) -> list[ModelMessage]:

@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
+from agent.delegation import (
+    Delegation,
+    RoundRecord,
+    RoundState,
+    Subtask,
+    SubtaskOutcome,
+    SubtaskState,
+)
 from agent.ports import StoredMessage, Task
 from storage.history import trim_to_budget
 
@@ -74,8 +83,10 @@ class MemoryPublisher:
         if all(existing != message_id for existing, _ in self.posts):
             self.posts.append((message_id, text))
 
-    async def task_started(self, task: Task) -> None:
+    @contextlib.asynccontextmanager
+    async def working(self, task: Task) -> AsyncIterator[None]:
         self.started.append(task.id)
+        yield
 
 
 @dataclass
@@ -84,3 +95,58 @@ class MemoryAlerts:
 
     async def credential_failure(self, task: Task, error: Exception) -> None:
         self.alerts.append(error)
+
+
+@dataclass
+class MemoryRounds:
+    """Delegation in memory: rounds, subtasks and their outcomes, no leases."""
+
+    delegations: dict[tuple[str, int], Delegation] = field(default_factory=dict)
+    outcomes: dict[tuple[str, int, int], tuple[SubtaskState, str]] = field(default_factory=dict)
+    waiting: list[str] = field(default_factory=list)
+    retried: list[str] = field(default_factory=list)
+    tasks: dict[str, Task] = field(default_factory=dict)
+
+    async def load(self, task: Task) -> RoundState:
+        finished: list[RoundRecord] = []
+        for number in range(len([k for k in self.delegations if k[0] == task.id])):
+            d = self.delegations[(task.id, number)]
+            results = [self.outcomes.get((task.id, number, i)) for i in range(len(d.subtasks))]
+            if any(r is None for r in results):
+                return RoundState(tuple(finished), d)
+            outcomes = tuple(
+                SubtaskOutcome(i, s.type, r[0], r[1])
+                for i, (s, r) in enumerate(zip(d.subtasks, results, strict=True))
+                if r
+            )
+            finished.append(RoundRecord(number, d.call_id, d.raw_arguments, outcomes))
+        return RoundState(tuple(finished), None)
+
+    async def record(
+        self, task: Task, number: int, delegation: Delegation, *, timeout_seconds: float
+    ) -> Delegation:
+        self.tasks[task.id] = task
+        return self.delegations.setdefault((task.id, number), delegation)
+
+    async def await_subtasks(self, task: Task) -> None:
+        self.waiting.append(task.id)
+
+    async def claim_subtask(self) -> tuple[Subtask, Task] | None:
+        for (task_id, number), d in sorted(self.delegations.items()):
+            for index, request in enumerate(d.subtasks):
+                if (
+                    task_id,
+                    number,
+                    index,
+                ) not in self.outcomes and f"{task_id}:{number}:{index}" not in self.retried:
+                    return Subtask(task_id, number, index, request), self.tasks[task_id]
+        return None
+
+    async def heartbeat_subtask(self, subtask: Subtask) -> bool:
+        return True
+
+    async def settle_subtask(self, subtask: Subtask, state: SubtaskState, text: str) -> None:
+        self.outcomes[(subtask.task_id, subtask.round, subtask.index)] = (state, text)
+
+    async def retry_subtask_later(self, subtask: Subtask, delay: float) -> None:
+        self.retried.append(subtask.id)

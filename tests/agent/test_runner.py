@@ -1,68 +1,196 @@
-"""The task runner: every task ends answered, re-queued, or failed with the user told."""
+"""The task runner: rounds, delegation, and every way a task or subtask can end."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+from collections.abc import Callable
 
-from agent.errors import CredentialRejected, ModelsUnavailable, NonTransientModelError, Route
+from agent.control import Decision, Reply
+from agent.delegation import Delegation, RoundInput, Subtask, SubtaskRequest
+from agent.errors import (
+    CredentialRejected,
+    ModelsUnavailable,
+    NonTransientModelError,
+    Route,
+    SubtaskFailed,
+)
 from agent.ports import StoredMessage, Task
-from agent.runner import FAILURE_NOTICE, TaskRunner
-from tests.agent.memory import MemoryAlerts, MemoryHistory, MemoryPublisher, MemoryQueue
+from agent.runner import (
+    DEFAULT_RUNNER,
+    FAILURE_NOTICE,
+    INTERNAL_ERROR,
+    TIMED_OUT,
+    RunnerSettings,
+    TaskRunner,
+)
+from tests.agent.memory import (
+    MemoryAlerts,
+    MemoryHistory,
+    MemoryPublisher,
+    MemoryQueue,
+    MemoryRounds,
+)
 
 TASK = Task("T1:C1:1.0", "T1:C1:1.0", {"channel": "C1", "thread_ts": "1.0"})
+TURN = StoredMessage(TASK.user_message_id, TASK.session_id, "user", "turn", "question")
 
 
-def turn(task: Task = TASK, text: str = "question") -> StoredMessage:
-    return StoredMessage(task.user_message_id, task.session_id, "user", "turn", text)
+def delegate(*kinds: str) -> Delegation:
+    requests = tuple(SubtaskRequest(kind, {"instructions": f"do {kind}"}) for kind in kinds)
+    return Delegation("Working on it", requests, "call_d", '{"acknowledgment": "Working on it"}')
+
+
+class Agent:
+    """A scripted agent: rounds answer from `decide`, subtasks from `subtask`."""
+
+    def __init__(
+        self,
+        decide: Callable[[RoundInput], Decision],
+        subtask: Callable[[Subtask], str] | None = None,
+    ):
+        self.decide, self.subtask = decide, subtask or (lambda s: f"result of {s.request.type}")
+        self.rounds: list[RoundInput] = []
+
+    async def __call__(self, round_input: RoundInput) -> Decision:
+        self.rounds.append(round_input)
+        return self.decide(round_input)
+
+    async def run_subtask(self, subtask: Subtask, task: Task) -> str:
+        return self.subtask(subtask)
 
 
 class Rig:
-    def __init__(self, respond: object) -> None:
-        self.queue, self.history = (
-            MemoryQueue([TASK]),
-            MemoryHistory([(TASK.user_message_id, turn())]),
+    def __init__(self, agent: Agent, settings: RunnerSettings = DEFAULT_RUNNER) -> None:
+        self.agent, self.queue, self.rounds = agent, MemoryQueue([TASK]), MemoryRounds()
+        self.history, self.publisher, self.alerts = (
+            MemoryHistory([(TASK.user_message_id, TURN)]),
+            MemoryPublisher(),
+            MemoryAlerts(),
         )
-        self.publisher, self.alerts = MemoryPublisher(), MemoryAlerts()
-        self.calls = 0
-
-        async def responder(window: Sequence[StoredMessage]) -> str:
-            self.calls += 1
-            if isinstance(respond, Exception):
-                raise respond
-            return f"{respond}: {window[-1].text}"
-
         self.runner = TaskRunner(
             queue=self.queue,
+            rounds=self.rounds,
             history=self.history,
             publisher=self.publisher,
             alerts=self.alerts,
-            respond=responder,
+            respond=agent,
+            settings=settings,
         )
+
+    async def run_subtasks(self) -> None:
+        while (claimed := await self.rounds.claim_subtask()) is not None:
+            await self.runner.run_subtask(*claimed)
+
+
+def raising(error: Exception) -> Callable[[object], Decision]:
+    def fail(_: object) -> Decision:
+        raise error
+
+    return fail
 
 
 async def test_answered_task_is_stored_published_and_finished() -> None:
     """The reply is stored under task:{id}:reply, published once, and the task finished."""
-    rig = Rig("answer")
+    rig = Rig(Agent(lambda r: Reply(f"answer to {r.window[-1].text}")))
     await rig.runner.run_task(TASK)
-    assert rig.publisher.posts == [(TASK.reply_id, "answer: question")]
-    assert rig.queue.finished == [TASK.id]
-    assert (await rig.history.get(TASK.reply_id)) is not None
+    assert rig.publisher.posts == [(TASK.reply_id, "answer to question")]
+    assert rig.queue.finished == [TASK.id] and (await rig.history.get(TASK.reply_id)) is not None
 
 
 async def test_a_rerun_publishes_the_stored_reply_without_asking_the_model() -> None:
     """After a crash between storing and posting, the re-run posts the stored text."""
-    rig = Rig("fresh inference")
+    rig = Rig(Agent(lambda r: Reply("fresh inference")))
     await rig.history.append(
         StoredMessage(TASK.reply_id, TASK.session_id, "assistant", "reply", "stored"),
         answers=TASK.user_message_id,
     )
     await rig.runner.run_task(TASK)
-    assert rig.calls == 0 and rig.publisher.posts == [(TASK.reply_id, "stored")]
+    assert rig.agent.rounds == [] and rig.publisher.posts == [(TASK.reply_id, "stored")]
+
+
+async def test_delegation_posts_the_ack_runs_subtasks_then_the_next_round_replies() -> None:
+    """delegate → acknowledgment → subtasks → round 1 sees the outcomes → final reply."""
+    agent = Agent(
+        lambda r: (
+            delegate("agent", "agent")
+            if r.number == 0
+            else Reply(f"{len(r.rounds[0].outcomes)} results")
+        )
+    )
+    rig = Rig(agent)
+    await rig.runner.run_task(TASK)
+    assert rig.publisher.posts == [(TASK.ack_id(0), "Working on it")] and rig.rounds.waiting == [
+        TASK.id
+    ]
+    await rig.run_subtasks()
+    await rig.runner.run_task(TASK)
+    assert rig.publisher.posts[-1] == (TASK.reply_id, "2 results")
+    last = agent.rounds[-1]
+    assert last.number == 1 and [o.state for o in last.rounds[0].outcomes] == ["done", "done"]
+
+
+async def test_a_crash_after_recording_the_delegation_does_not_ask_again() -> None:
+    """A re-run that finds the round's delegation stored posts its ack and waits; no inference."""
+    agent = Agent(lambda r: delegate("agent"))
+    rig = Rig(agent)
+    await rig.rounds.record(TASK, 0, delegate("agent"), timeout_seconds=60)
+    await rig.runner.run_task(TASK)
+    assert agent.rounds == [] and rig.publisher.posts == [(TASK.ack_id(0), "Working on it")]
+
+
+async def test_the_final_round_gets_final_and_own_acks_are_not_history() -> None:
+    """The last allowed round is marked final, and the task's own acks are not in its window."""
+    agent = Agent(lambda r: Reply("done") if r.final else delegate("agent"))
+    rig = Rig(agent, RunnerSettings(max_rounds=2))
+    await rig.runner.run_task(TASK)
+    await rig.history.append(
+        StoredMessage(TASK.ack_id(0), TASK.session_id, "assistant", "ack", "Working on it"),
+        answers=TASK.user_message_id,
+    )
+    await rig.run_subtasks()
+    await rig.runner.run_task(TASK)
+    assert [r.final for r in agent.rounds] == [False, True]
+    assert [m.id for m in agent.rounds[1].window] == [TASK.user_message_id]
+
+
+async def test_failing_and_timed_out_subtasks_are_reported_to_the_model() -> None:
+    """A subtask that raises or runs out of time ends failed / timed_out with a message."""
+
+    def work(subtask: Subtask) -> str:
+        if subtask.request.type == "broken":
+            raise SubtaskFailed("the tool said no")
+        if subtask.request.type == "crash":
+            raise RuntimeError("bug")
+        return "fine"
+
+    rig = Rig(Agent(lambda r: delegate("ok", "broken", "crash"), work))
+    await rig.runner.run_task(TASK)
+    await rig.run_subtasks()
+    assert [rig.rounds.outcomes[(TASK.id, 0, i)] for i in range(3)] == [
+        ("done", "fine"),
+        ("failed", "the tool said no"),
+        ("failed", INTERNAL_ERROR),
+    ]
+
+
+async def test_a_subtask_past_its_time_limit_is_timed_out() -> None:
+    """A subtask that does not finish within its timeout ends as timed_out."""
+
+    class Slow(Agent):
+        async def run_subtask(self, subtask: Subtask, task: Task) -> str:
+            await asyncio.Event().wait()
+            return "never"
+
+    rig = Rig(Slow(lambda r: delegate("agent")))
+    await rig.runner.run_subtask(
+        Subtask(TASK.id, 0, 0, SubtaskRequest("agent", {}), timeout_seconds=0), TASK
+    )
+    assert rig.rounds.outcomes[(TASK.id, 0, 0)] == ("timed_out", TIMED_OUT)
 
 
 async def test_models_unavailable_requeues_the_task() -> None:
     """Every slot transiently down: the task goes back to the queue, not failed."""
-    rig = Rig(ModelsUnavailable("all busy", retry_after=12.0))
+    rig = Rig(Agent(raising(ModelsUnavailable("all busy", retry_after=12.0))))
     await rig.runner.run_task(TASK)
     assert rig.queue.retried == {TASK.id: 12.0} and not rig.queue.failed and not rig.publisher.posts
 
@@ -72,22 +200,23 @@ async def test_credential_refusal_alerts_the_operator_and_tells_the_user() -> No
     error = CredentialRejected(
         "refused", source="gateway", route=Route("openai", "m", 0), status_code=401
     )
-    rig = Rig(error)
+    rig = Rig(Agent(raising(error)))
     await rig.runner.run_task(TASK)
     assert rig.alerts.alerts == [error]
-    assert rig.publisher.posts == [(TASK.failure_id, FAILURE_NOTICE)]
-    assert TASK.id in rig.queue.failed
+    assert (
+        rig.publisher.posts == [(TASK.failure_id, FAILURE_NOTICE)] and TASK.id in rig.queue.failed
+    )
 
 
 async def test_other_model_failures_tell_the_user_without_internals() -> None:
     """A non-transient failure posts the configured notice, not the error text."""
-    rig = Rig(NonTransientModelError("400 bad request: secret details"))
+    rig = Rig(Agent(raising(NonTransientModelError("400 bad request: secret details"))))
     await rig.runner.run_task(TASK)
     assert rig.publisher.posts == [(TASK.failure_id, FAILURE_NOTICE)] and not rig.alerts.alerts
 
 
 async def test_unexpected_errors_are_retried_with_backoff() -> None:
     """A bug or an outage that is not the model's is retried later, not dropped."""
-    rig = Rig(RuntimeError("slack is down"))
+    rig = Rig(Agent(raising(RuntimeError("slack is down"))))
     await rig.runner.run_task(TASK)
     assert rig.queue.retried == {TASK.id: 2.0} and not rig.publisher.posts

@@ -1,0 +1,131 @@
+"""The system prompt is stable; the transcript shows the window and earlier delegations."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import BaseModel
+
+from agent.delegation import RoundInput, RoundRecord, SubtaskOutcome
+from agent.model import (
+    AssistantMessage,
+    ModelMessage,
+    SystemMessage,
+    ToolCall,
+    ToolResultMessage,
+    UserMessage,
+)
+from agent.ports import StoredMessage, Task
+from agent.prompt import system_prompt, transcript
+from agent.references import ReferenceCatalog
+from agent.subtasks import AgentSubtask, SubtaskContext, SubtaskRegistry, SubtaskType
+
+REGISTRY = SubtaskRegistry([AgentSubtask()])
+WINDOW = (
+    StoredMessage("m1", "s1", "user", "turn", "<turn>hello</turn>"),
+    StoredMessage("m2", "s1", "assistant", "ack", "On it…"),
+    StoredMessage("m3", "s1", "assistant", "reply", "hi there"),
+    StoredMessage("m4", "s1", "user", "turn", "<turn>and now?</turn>"),
+)
+ARGUMENTS = json.dumps({"acknowledgment": "On it…", "subtasks": []})
+RECORD = RoundRecord(
+    0,
+    "call-7",
+    ARGUMENTS,
+    (
+        SubtaskOutcome(0, "agent", "done", "the answer is 42"),
+        SubtaskOutcome(1, "agent", "failed", "the model refused"),
+        SubtaskOutcome(2, "lookup", "timed_out", "no result within 300 s"),
+    ),
+)
+
+
+def round_input(
+    task_id: str, window: tuple[StoredMessage, ...] = WINDOW, **kw: object
+) -> RoundInput:
+    return RoundInput(Task(task_id, "s1", {"channel": "C1"}), window, **kw)  # type: ignore[arg-type]
+
+
+def render(value: RoundInput) -> list[ModelMessage]:
+    return list(transcript(value, ReferenceCatalog.from_window(value.window), REGISTRY))
+
+
+def test_system_prompt_is_identical_across_rounds_and_tasks() -> None:
+    """The first message does not change with the round, the task or the window."""
+    first = render(round_input("t1"))[0]
+    later = render(round_input("t2", WINDOW[:1], rounds=(RECORD,), number=1, final=True))[0]
+    assert first == later == SystemMessage(system_prompt(REGISTRY))
+
+
+def test_system_prompt_explains_turns_controls_refs_and_subtask_types() -> None:
+    """The prompt covers the turn format, both controls, [ref N] and each type."""
+    prompt = system_prompt(REGISTRY)
+    for needle in (
+        "<turn from=",
+        "final_reply",
+        "delegate",
+        "[ref N]",
+        f"- agent: {AgentSubtask.description}",
+    ):
+        assert needle in prompt
+
+
+def test_without_subtask_types_the_prompt_does_not_mention_delegate() -> None:
+    """A deployment without subtask types is not told about delegation."""
+    assert "delegate" not in system_prompt(SubtaskRegistry())
+
+
+def test_subtask_types_are_listed_in_registry_order() -> None:
+    """Types appear with their descriptions, in the registry's stable order."""
+
+    class Lookup(SubtaskType[BaseModel]):
+        name = "lookup"
+        description = "Look it up."
+        params = BaseModel
+
+        async def run(
+            self, context: SubtaskContext, params: BaseModel, references: tuple[str, ...]
+        ) -> str:
+            return ""
+
+    prompt = system_prompt(SubtaskRegistry([AgentSubtask(), Lookup()]))
+    assert prompt.index("- agent:") < prompt.index("- lookup: Look it up.")
+
+
+def test_window_is_numbered_and_acks_are_shown_unnumbered() -> None:
+    """User turns become user messages, replies assistant ones, with [ref N] prefixes."""
+    assert render(round_input("t1"))[1:] == [
+        UserMessage("[ref 1] <turn>hello</turn>"),
+        AssistantMessage("On it…"),
+        AssistantMessage("[ref 2] hi there"),
+        UserMessage("[ref 3] <turn>and now?</turn>"),
+    ]
+
+
+def test_earlier_rounds_show_the_delegate_call_and_every_outcome() -> None:
+    """Each record is the delegate call, then one result naming failed and timed-out work."""
+    call, result = render(round_input("t1", rounds=(RECORD,), number=1))[-2:]
+    assert call == AssistantMessage("", (ToolCall.from_raw("call-7", "delegate", ARGUMENTS),))
+    assert isinstance(result, ToolResultMessage) and result.call_id == "call-7"
+    assert result.content == (
+        "subtasks[0] (agent): done:\nthe answer is 42\n\n"
+        "subtasks[1] (agent): FAILED, no result:\nthe model refused\n\n"
+        "subtasks[2] (lookup): TIMED OUT, no result:\nno result within 300 s"
+    )
+
+
+def test_rounds_follow_the_window_in_order() -> None:
+    """Several records appear oldest first, each call right before its result."""
+    second = RoundRecord(1, "call-8", ARGUMENTS, ())
+    messages = render(round_input("t1", rounds=(RECORD, second), number=2))
+    ids = [m.call_id for m in messages if isinstance(m, ToolResultMessage)]
+    assert ids == ["call-7", "call-8"] and messages[-1].content == "No subtask results."  # type: ignore[union-attr]
+
+
+@given(st.text())
+def test_any_user_text_is_shown_verbatim_after_its_number(text: str) -> None:
+    """Whatever a turn holds, the model sees it unchanged after `[ref N] `."""
+    window = (StoredMessage("m1", "s1", "user", "turn", text),)
+    assert render(round_input("t1", window))[1] == UserMessage(f"[ref 1] {text}")
