@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+import aiohttp
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -126,3 +127,38 @@ def what_to_check(error: Exception, provider: str) -> str:
         f"The response did not say who refused it. Check both THREADGATE_GATEWAY_TOKEN "
         f"(if an AI gateway is in front) and {key}."
     )
+
+
+class TokenAlarm:
+    """When Slack refuses our own token, the operator channel is unreachable too: say it
+    on the log at CRITICAL (the client does) and, if configured, to an outside webhook
+    (`THREADGATE_ALERT_WEBHOOK_URL`, Slack-compatible `{"text": …}`), once per window."""
+
+    def __init__(
+        self,
+        webhook_url: str | None,
+        *,
+        window_seconds: float = 900.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._url = webhook_url
+        self._window = window_seconds
+        self._clock = clock
+        self._last: dict[str, float] = {}
+
+    async def __call__(self, method: str, error: str) -> None:
+        now = self._clock()
+        if self._url is None or now - self._last.get(error, -self._window) < self._window:
+            return
+        self._last[error] = now
+        text = (
+            f":rotating_light: Slack refused threadgate's bot token ({error}, on {method}). "
+            "No message can be answered until SLACK_BOT_TOKEN is fixed: reinstall the app or "
+            "put a valid xoxb- token there."
+        )
+        timeout = aiohttp.ClientTimeout(total=10)
+        async with (
+            aiohttp.ClientSession(timeout=timeout) as session,
+            session.post(self._url, json={"text": text}) as response,
+        ):
+            response.raise_for_status()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import logging
 import signal
 import sys
@@ -15,6 +16,9 @@ from collections.abc import Sequence
 
 from agent.errors import ConfigError
 from gateway.config import Settings, load_settings
+from gateway.console import run_console
+from gateway.doctor import Limits, diagnose, report
+from gateway.manifest import events_url, render_manifest
 from gateway.service import database_dsn, serve_forever
 from storage.database import Database
 from storage.errors import StorageError
@@ -52,7 +56,40 @@ def parser() -> argparse.ArgumentParser:
     serve.set_defaults(command=serve_command)
     migrate = sub.add_parser("migrate", help="apply database migrations and exit")
     migrate.set_defaults(command=migrate_command)
+    doctor = sub.add_parser(
+        "doctor", help="check the settings, the Slack token and scopes, the model and the database"
+    )
+    doctor.add_argument(
+        "--timeout",
+        type=float,
+        metavar="SECONDS",
+        help="bound every check by SECONDS (default: 10 for Slack, 30 for the model, 15 for the database)",
+    )
+    doctor.set_defaults(command=doctor_command)
+    console = sub.add_parser("console", help="chat with the agent in this terminal, without Slack")
+    console.set_defaults(command=console_command)
+    add_manifest_parser(sub)
     return p
+
+
+def add_manifest_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    manifest = sub.add_parser("manifest", help="print the Slack app manifest (YAML)")
+    mode = manifest.add_mutually_exclusive_group()
+    mode.add_argument("--socket", action="store_true", help="an app for Socket Mode")
+    mode.add_argument(
+        "--http",
+        metavar="URL",
+        type=_events_url,
+        help="an app receiving events at URL (https; default: a placeholder to edit)",
+    )
+    manifest.set_defaults(command=manifest_command)
+
+
+def _events_url(url: str) -> str:
+    try:
+        return events_url(url)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 async def serve_command(settings: Settings, args: argparse.Namespace) -> int:
@@ -60,14 +97,55 @@ async def serve_command(settings: Settings, args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await serve_forever(settings, args.host, args.port or settings.port, stop)
+    port = settings.port if args.port is None else args.port
+    try:
+        await serve_forever(settings, args.host, port, stop)
+    except OSError as exc:
+        if exc.errno not in _BIND_ERRORS:
+            raise
+        print(f"threadgate: {bind_failure(exc, args.host, port)}", file=sys.stderr)
+        return 1
     return 0
+
+
+# What binding the HTTP port can fail with: taken, privileged, or not an address of ours.
+_BIND_ERRORS = (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL)
+
+
+def bind_failure(exc: OSError, host: str, port: int) -> str:
+    if exc.errno == errno.EADDRINUSE:
+        return (
+            f"PORT {port} is already in use: stop the process listening there, "
+            "or set PORT (or --port) to a free port."
+        )
+    reason = exc.strerror or type(exc).__name__
+    return f"Cannot listen on {host}:{port} ({reason}): check --host and PORT (or --port)."
 
 
 async def migrate_command(settings: Settings, args: argparse.Namespace) -> int:
     async with Database(await database_dsn(settings), min_size=1, max_size=1) as db:
         applied = await db.migrate()
     print(f"applied migrations: {applied}" if applied else "the schema is up to date")
+    return 0
+
+
+async def doctor_command(settings: Settings, args: argparse.Namespace) -> int:
+    limits = Limits.uniform(args.timeout) if args.timeout else Limits()
+    findings = await diagnose(settings, limits)
+    print(report(findings), flush=True)
+    return 1 if any(finding.failed for finding in findings) else 0
+
+
+async def console_command(settings: Settings, args: argparse.Namespace) -> int:
+    return await run_console(settings)
+
+
+async def manifest_command(settings: Settings, args: argparse.Namespace) -> int:
+    if args.socket:
+        print(render_manifest(socket_mode=True), end="")
+    else:
+        options = {"request_url": args.http} if args.http else {}
+        print(render_manifest(socket_mode=False, **options), end="")
     return 0
 
 

@@ -49,6 +49,24 @@ class Settings(BaseSettings):
     threadgate_lease_seconds: Annotated[float, Field(gt=0)] = 60.0
     threadgate_history_chars: Annotated[int, Field(ge=1000)] = 24_000
     threadgate_log_level: str = "INFO"
+    threadgate_allowed_channels: str = ""
+    threadgate_allowed_users: str = ""
+    threadgate_continue_threads: bool = True
+    threadgate_backfill_messages: Annotated[int, Field(ge=0, le=1000)] = 50
+    threadgate_max_rounds: Annotated[int, Field(ge=1, le=20)] = 4
+    threadgate_subtask_timeout_seconds: Annotated[float, Field(gt=0)] = 300.0
+    threadgate_failure_notice: str = (
+        "Sorry, I couldn't answer this message. The operators have been notified."
+    )
+    threadgate_alert_webhook_url: SecretStr | None = None
+
+    @property
+    def allowed_channels(self) -> frozenset[str]:
+        return _id_list(self.threadgate_allowed_channels)
+
+    @property
+    def allowed_users(self) -> frozenset[str]:
+        return _id_list(self.threadgate_allowed_users)
 
     @property
     def socket_mode(self) -> bool:
@@ -94,3 +112,8 @@ def describe(exc: ValidationError) -> str:
     variable = str(first["loc"][0]).upper() if first["loc"] else "a setting"
     # The input is deliberately not repeated: it may be a secret put in the wrong variable.
     return f"{variable} is invalid ({first['msg'].lower()}); fix or unset it."
+
+
+def _id_list(value: str) -> frozenset[str]:
+    """A comma- or space-separated list of Slack ids."""
+    return frozenset(part for part in value.replace(",", " ").split() if part)

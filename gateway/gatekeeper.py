@@ -1,67 +1,155 @@
 """The gatekeeper: from an inbound Slack message to a durable, provenance-tagged task.
 
-It resolves display names, turns Slack markup into plain text, wraps it in a `<turn>` tag
-and admits it in one transaction. The caller acks Slack only after `admit` returns: an
-acked event is never lost. Name lookups are bounded in time, so a slow `users.info`
-delays the ack by at most that bound (the id stands in for the name).
+It decides whether the message is ours to answer (allowlists; a thread reply without a
+mention only where the bot already takes part), resolves display names, turns Slack markup
+into plain text, wraps it in a `<turn>` tag and admits it in one transaction — together
+with the thread's earlier messages when the bot is first mentioned inside an existing
+thread. The caller acks Slack only after `admit` returns: an acked event is never lost.
+Lookups are bounded in time, so a slow Slack delays the ack by at most that bound.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Literal, Protocol, TypeAlias
 
 from gateway.inbound import InboundTurn, MalformedEvent
 from gateway.markup import mentioned_user_ids, slack_to_text
 from gateway.provenance import Turn, render_turn
-from gateway.users import UserDirectory
-from storage.admission import Admission, admit
+from gateway.threads import ThreadMessage
+from storage.admission import Admission, EarlierMessage, admit, session_exists
 from storage.database import Database
+
+Outcome: TypeAlias = Literal["admitted", "duplicate", "ignored"]
+
+
+class NameDirectory(Protocol):
+    """Display names by user id (Slack's `users.info`, or a fixed name in the console)."""
+
+    async def names(self, user_ids: list[str]) -> dict[str, str]: ...
+
+
+class ThreadSource(Protocol):
+    async def messages(
+        self, channel: str, thread_ts: str, *, limit: int
+    ) -> list[ThreadMessage]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """Which messages are ours. Empty allowlists allow everyone."""
+
+    allowed_channels: frozenset[str] = frozenset()
+    allowed_users: frozenset[str] = frozenset()
+    continue_threads: bool = True
+    backfill_messages: int = 50
+
+    def allows(self, inbound: InboundTurn) -> bool:
+        if self.allowed_users and inbound.user not in self.allowed_users:
+            return False
+        # DMs are not channels anyone configures; the user allowlist covers them.
+        return (
+            inbound.direct or not self.allowed_channels or inbound.channel in self.allowed_channels
+        )
 
 
 class Gatekeeper:
     def __init__(
-        self, db: Database, users: UserDirectory, *, name_timeout_seconds: float = 1.0
+        self,
+        db: Database,
+        users: NameDirectory,
+        *,
+        threads: ThreadSource | None = None,
+        policy: Policy = Policy(),
+        lookup_timeout_seconds: float = 2.0,
     ) -> None:
         self._db = db
         self._users = users
-        self._name_timeout = name_timeout_seconds
+        self._threads = threads
+        self._policy = policy
+        self._timeout = lookup_timeout_seconds
 
-    async def admit(self, inbound: InboundTurn, *, bot_user_id: str | None) -> bool:
-        """Store the turn and its task; False when Slack delivered it before."""
-        rendered = await self.render(inbound, bot_user_id=bot_user_id)
-        return await admit(
-            self._db,
-            Admission(
-                event_id=inbound.event_id,
-                task_id=inbound.task_id,
-                session_id=inbound.session_id,
-                address={
-                    "team": inbound.team,
-                    "channel": inbound.channel,
-                    "thread_ts": inbound.reply_thread_ts,
-                },
-                turn_text=rendered,
-            ),
+    async def admit(self, inbound: InboundTurn, *, bot_user_id: str | None) -> Outcome:
+        """Store the turn and its task (durable when this returns), or say why not."""
+        if not self._policy.allows(inbound):
+            return "ignored"
+        known = await session_exists(self._db, inbound.session_id)
+        if (
+            not inbound.mentioned
+            and not inbound.direct
+            and not (known and self._policy.continue_threads)
+        ):
+            return "ignored"
+        earlier = (
+            () if known or not inbound.thread_ts else await self._backfill(inbound, bot_user_id)
         )
+        admission = Admission(
+            event_id=inbound.event_id,
+            task_id=inbound.task_id,
+            session_id=inbound.session_id,
+            address={
+                "team": inbound.team,
+                "channel": inbound.channel,
+                "thread_ts": inbound.reply_thread_ts,
+            },
+            turn_text=await self.render(inbound, bot_user_id=bot_user_id),
+            earlier=earlier,
+        )
+        return "admitted" if await admit(self._db, admission) else "duplicate"
 
     async def render(self, inbound: InboundTurn, *, bot_user_id: str | None) -> str:
         names = await self._names([inbound.user, *mentioned_user_ids(inbound.text)])
-        body = slack_to_text(inbound.text, user_names=names, bot_user_id=bot_user_id)
-        turn = Turn(
-            names.get(inbound.user, inbound.user),
-            inbound.user,
-            inbound.channel,
-            slack_time(inbound.ts),
-            body,
+        return _render(inbound.user, inbound.text, inbound.ts, inbound.channel, names, bot_user_id)
+
+    async def _backfill(
+        self, inbound: InboundTurn, bot_user_id: str | None
+    ) -> Sequence[EarlierMessage]:
+        """The thread's messages before this one, rendered as turns with ids from their ts."""
+        if self._threads is None or not inbound.thread_ts:
+            return ()
+        try:
+            async with asyncio.timeout(self._timeout):
+                found = await self._threads.messages(
+                    inbound.channel, inbound.thread_ts, limit=self._policy.backfill_messages + 1
+                )
+        except TimeoutError:
+            return ()
+        before = [m for m in found if _ts_key(m.ts) < _ts_key(inbound.ts)][
+            -self._policy.backfill_messages :
+        ]
+        names = await self._names(
+            sorted(
+                {m.user for m in before} | {u for m in before for u in mentioned_user_ids(m.text)}
+            )
         )
-        return render_turn(turn)
+        return tuple(
+            EarlierMessage(
+                f"slack:{inbound.team}:{inbound.channel}:{m.ts}",
+                _render(m.user, m.text, m.ts, inbound.channel, names, bot_user_id),
+            )
+            for m in before
+        )
 
     async def _names(self, user_ids: list[str]) -> dict[str, str]:
         try:
-            return await asyncio.wait_for(self._users.names(user_ids), self._name_timeout)
+            return await asyncio.wait_for(self._users.names(user_ids), self._timeout)
         except TimeoutError:
             return {}
+
+
+def _render(
+    user: str, text: str, ts: str, channel: str, names: dict[str, str], bot_user_id: str | None
+) -> str:
+    body = slack_to_text(text, user_names=names, bot_user_id=bot_user_id)
+    return render_turn(Turn(names.get(user, user), user, channel, slack_time(ts), body))
+
+
+def _ts_key(ts: str) -> tuple[int, int]:
+    seconds, _, fraction = ts.partition(".")
+    return int(seconds or 0), int(fraction.ljust(6, "0")[:6] or 0)
 
 
 def slack_time(ts: str) -> datetime:

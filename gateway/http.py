@@ -4,6 +4,9 @@ The events route is an adapter and only translates, with one addition: it refuse
 bolt would choke on before bolt sees it. A request without a valid signature (or older
 than five minutes) gets 401; a body that is not a JSON object gets 400. Bolt then checks
 the signature again (cheap) and dispatches; what it answers is what Slack gets.
+
+In Socket Mode (`events=False`) events arrive over the WebSocket instead, there is no
+signing secret, and the server keeps only `/healthz`, `/readyz` and `/metrics`.
 """
 
 from __future__ import annotations
@@ -28,7 +31,12 @@ MAX_BODY_BYTES = 1024 * 1024
 
 
 def build_http_app(
-    *, bolt: AsyncApp, signing_secret: str | None, ready: Readiness, metrics: Metrics
+    *,
+    bolt: AsyncApp,
+    signing_secret: str | None,
+    ready: Readiness,
+    metrics: Metrics,
+    events: bool = True,
 ) -> web.Application:
     verifier = SignatureVerifier(signing_secret) if signing_secret else None
 
@@ -68,7 +76,8 @@ def build_http_app(
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     app = web.Application(client_max_size=MAX_BODY_BYTES)
-    app.router.add_post("/slack/events", slack_events)
+    if events:
+        app.router.add_post("/slack/events", slack_events)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics_route)

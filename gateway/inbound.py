@@ -55,6 +55,7 @@ class InboundTurn:
     thread_ts: str | None
     direct: bool
     event_id: str | None
+    mentioned: bool = True
 
     @property
     def task_id(self) -> str:
@@ -98,6 +99,7 @@ def inbound_turn(body: Mapping[str, Any]) -> InboundTurn | None:
         thread_ts=message.thread_ts if message.thread_ts != message.ts else None,
         direct=message.channel_type == "im",
         event_id=envelope.event_id,
+        mentioned=message.type == "app_mention",
     )
 
 
@@ -107,7 +109,11 @@ def _addressed_to_us(event: Mapping[str, Any]) -> bool:
     kind = event.get("type")
     if kind == "app_mention":
         return True
-    return kind == "message" and event.get("channel_type") == "im"
+    if kind != "message":
+        return False
+    # A DM always; a channel message only as a reply in a thread (the gatekeeper then
+    # admits it only if the bot already takes part in that thread).
+    return event.get("channel_type") == "im" or bool(event.get("thread_ts"))
 
 
 def _summary(exc: ValidationError) -> str:

@@ -1,11 +1,23 @@
-"""Prometheus metrics, in a registry of the process's own (never the global one, so two
-gateways in one test process do not collide)."""
+"""Prometheus metrics, in a registry of the gateway's own.
+
+The registry is per `Gateway` (never the process-global one), so two gateways in one test
+process do not collide. The agent knows nothing of Prometheus: the runner reports through
+`agent.runner.RunnerObserver`, the ladder through its `on_attempt` callback, and models
+are wrapped by `MeteredModel`; this module turns those into series.
+"""
 
 from __future__ import annotations
 
+import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from agent.errors import Route
+from agent.model import Model, ModelRequest, ModelResponse, StreamEvent
+
+_LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
 
 @dataclass
@@ -16,7 +28,7 @@ class Metrics:
         r = self.registry
         self.events = Counter(
             "threadgate_events_total",
-            "Slack event deliveries by outcome (admitted, duplicate, ignored, rejected).",
+            "Slack event deliveries by outcome (admitted, duplicate, ignored, rejected, unauthorized).",
             ["outcome"],
             registry=r,
         )
@@ -26,3 +38,93 @@ class Metrics:
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
             registry=r,
         )
+        self.tasks = Counter(
+            "threadgate_tasks_total", "Tasks settled, by outcome.", ["outcome"], registry=r
+        )
+        self.rounds = Counter(
+            "threadgate_rounds_total", "Rounds run, by decision.", ["decision"], registry=r
+        )
+        self.subtasks = Counter(
+            "threadgate_subtasks_total", "Subtasks ended, by state.", ["state"], registry=r
+        )
+        self.model_calls = Counter(
+            "threadgate_model_attempts_total",
+            "Attempts on a model slot, by outcome (ok, transient, failed, credential, quota, circuit_open).",
+            ["slot", "model", "outcome"],
+            registry=r,
+        )
+        self.model_seconds = Histogram(
+            "threadgate_model_request_seconds",
+            "Latency of one model request.",
+            ["slot", "model"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.tokens = Counter(
+            "threadgate_model_tokens_total",
+            "Tokens by kind.",
+            ["slot", "model", "kind"],
+            registry=r,
+        )
+        self.slack_calls = Counter(
+            "threadgate_slack_api_calls_total",
+            "Slack Web API calls by method and status (ok or Slack's error code).",
+            ["method", "status"],
+            registry=r,
+        )
+        self.queue_depth = Gauge(
+            "threadgate_queue_depth", "Unfinished tasks (queued, running or waiting).", registry=r
+        )
+        self.oldest_task_seconds = Gauge(
+            "threadgate_oldest_task_age_seconds", "Age of the oldest unfinished task.", registry=r
+        )
+
+    def on_attempt(self, route: Route, outcome: str) -> None:
+        self.model_calls.labels(str(route.slot), f"{route.provider}:{route.model}", outcome).inc()
+
+    def task_settled(self, outcome: str) -> None:
+        self.tasks.labels(outcome).inc()
+
+    def round_decided(self, decision: str) -> None:
+        self.rounds.labels(decision).inc()
+
+    def subtask_settled(self, state: str) -> None:
+        self.subtasks.labels(state).inc()
+
+
+class MeteredModel(Model):
+    """A model that reports latency and tokens of every request it answers."""
+
+    def __init__(self, inner: Model, metrics: Metrics, slot: int) -> None:
+        self.name = inner.name
+        self._inner = inner
+        self._labels = (str(slot), inner.name)
+        self._metrics = metrics
+
+    async def request(self, request: ModelRequest) -> ModelResponse:
+        started = time.perf_counter()
+        try:
+            response = await self._inner.request(request)
+        finally:
+            self._metrics.model_seconds.labels(*self._labels).observe(time.perf_counter() - started)
+        usage = response.usage
+        for kind, count in (
+            ("input", usage.input_tokens),
+            ("output", usage.output_tokens),
+            ("cached", usage.cached_tokens),
+            ("reasoning", usage.reasoning_tokens),
+        ):
+            if count:
+                self._metrics.tokens.labels(*self._labels, kind).inc(count)
+        return response
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        async for event in self._inner.stream(request):
+            yield event
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    def __getattr__(self, name: str) -> object:
+        # `route`, `streaming` and the like belong to the wrapped model.
+        return getattr(self._inner, name)

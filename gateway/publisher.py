@@ -8,8 +8,10 @@ was lost — the thread is searched for the id before anything is posted again.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from slack_sdk.errors import SlackApiError, SlackClientError
@@ -28,25 +30,49 @@ class SlackPublisher:
     """`agent.ports.Publisher` on Slack."""
 
     def __init__(
-        self, client: AsyncWebClient, outbox: Outbox, *, status: str = "is thinking…"
+        self,
+        client: AsyncWebClient,
+        outbox: Outbox,
+        *,
+        status: str = "is thinking…",
+        status_refresh_seconds: float = 90.0,
     ) -> None:
         self._client = client
         self._outbox = outbox
         self._status = status
+        self._refresh_seconds = status_refresh_seconds
 
     async def publish(self, task: Task, message_id: str, text: str) -> None:
         for n, part in enumerate(render_reply(text)):
             await self._post_once(task.address, message_id if n == 0 else f"{message_id}#{n}", part)
 
-    async def task_started(self, task: Task) -> None:
+    @contextlib.asynccontextmanager
+    async def working(self, task: Task) -> AsyncIterator[None]:
+        """ "is thinking…" in the thread, refreshed before Slack's two-minute expiry, then
+        cleared (Slack also clears it when we post)."""
+        refresher = asyncio.create_task(self._keep_status(task), name=f"status-{task.id}")
+        try:
+            yield
+        finally:
+            refresher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await refresher
+            await self._set_status(task, "")
+
+    async def _keep_status(self, task: Task) -> None:
+        while True:
+            await self._set_status(task, self._status)
+            await asyncio.sleep(self._refresh_seconds)
+
+    async def _set_status(self, task: Task, status: str) -> None:
         try:
             await self._client.assistant_threads_setStatus(
                 channel_id=task.address["channel"],
                 thread_ts=task.address["thread_ts"],
-                status=self._status,
+                status=status,
             )
         except (SlackApiError, SlackClientError, OSError) as exc:
-            # Status only exists in assistant threads; elsewhere Slack refuses it. Harmless.
+            # Status exists only in assistant threads; elsewhere Slack refuses it. Harmless.
             log.debug("setStatus refused: %s", exc)
 
     async def _post_once(

@@ -210,8 +210,19 @@ def _fit_code(lines: list[str], fence: _Fence, limit: int) -> list[str]:
 
 def _fit_lines(lines: list[str], limit: int) -> list[str]:
     """Lines packed greedily into chunks of at most `limit`; long lines are cut."""
-    cut = [line[i : i + limit] for line in lines for i in range(0, len(line) or 1, limit)]
-    return _pack([_Piece(line) for line in cut], limit)
+    return _pack([_Piece(cut) for line in lines for cut in _cut(line, limit)], limit)
+
+
+def _cut(line: str, limit: int) -> list[str]:
+    """A line in pieces of at most `limit`, none of which would read as a code fence."""
+    pieces: list[str] = []
+    while len(line) > limit:
+        end = limit
+        while _fence_at(line[end:]) is not None:
+            end -= 1
+        pieces.append(line[:end])
+        line = line[end:]
+    return [*pieces, line]
 
 
 def _pack(pieces: list[_Piece], limit: int) -> list[str]:

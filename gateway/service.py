@@ -8,32 +8,39 @@ workers, HTTP), and stops them in reverse.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 
 from aiohttp import web
+from slack_bolt.async_app import AsyncApp
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent.ladder import AttemptLadder
 from agent.model import Model
+from agent.plugins import default_registries
+from agent.ports import AlertSink, Publisher, ThreadReader
 from agent.providers import ProviderSettings, open_model
 from agent.responder import Responder
 from agent.runner import RunnerSettings, TaskRunner
-from gateway.alerts import OperatorAlerts
+from gateway.alerts import OperatorAlerts, TokenAlarm
 from gateway.config import Settings
-from gateway.gatekeeper import Gatekeeper
+from gateway.gatekeeper import Gatekeeper, Policy
 from gateway.http import build_http_app
-from gateway.metrics import Metrics
+from gateway.metrics import MeteredModel, Metrics
 from gateway.publisher import SlackPublisher
 from gateway.slack_app import build_bolt_app
 from gateway.slack_client import slack_client
+from gateway.socket_mode import start_socket_mode
+from gateway.threads import SlackThreads
 from gateway.users import UserDirectory
 from storage.database import Database
 from storage.embedded import start_embedded_postgres
 from storage.history import PostgresHistory
 from storage.outbox import Outbox
 from storage.queue import PostgresTaskQueue
+from storage.rounds import PostgresRounds
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +74,39 @@ def open_models(settings: Settings) -> list[Model]:
     ]
 
 
+def build_runner(
+    settings: Settings,
+    db: Database,
+    models: list[Model],
+    *,
+    publisher: Publisher,
+    alerts: AlertSink,
+    thread_reader: ThreadReader | None = None,
+    metrics: Metrics | None = None,
+) -> TaskRunner:
+    """The task runner on Postgres, answering through `models`, delivering to `publisher`."""
+    tools, subtask_types = default_registries()
+    ladder = AttemptLadder(models, on_attempt=metrics.on_attempt if metrics else None)
+    lease = settings.threadgate_lease_seconds
+    return TaskRunner(
+        queue=PostgresTaskQueue(db, lease_seconds=lease),
+        rounds=PostgresRounds(db, lease_seconds=lease),
+        history=PostgresHistory(db),
+        publisher=publisher,
+        alerts=alerts,
+        respond=Responder(ladder, tools=tools, subtasks=subtask_types, thread_reader=thread_reader),
+        settings=RunnerSettings(
+            workers=settings.threadgate_workers,
+            heartbeat_seconds=lease / 3,
+            history_chars=settings.threadgate_history_chars,
+            max_rounds=settings.threadgate_max_rounds,
+            subtask_timeout_seconds=settings.threadgate_subtask_timeout_seconds,
+            failure_notice=settings.threadgate_failure_notice,
+        ),
+        observer=metrics,
+    )
+
+
 @dataclass
 class Gateway:
     """A running gateway; `start` it, then `stop` it (or use `async with`)."""
@@ -79,16 +119,27 @@ class Gateway:
     async def start(self, host: str, port: int) -> None:
         s = self.settings
         s.require_serve()
-        models = open_models(s)
+        models: list[Model] = [
+            MeteredModel(m, self.metrics, n) for n, m in enumerate(open_models(s))
+        ]
         for model in models:
             self._stack.push_async_callback(model.aclose)
         db = Database(await database_dsn(s))
         await db.open()
         self._stack.push_async_callback(db.close)
         await db.migrate()
-        client = slack_client(s.require("SLACK_BOT_TOKEN"), s.slack_api_url)
-        self._start_runner(db, client, models)
-        await self._start_http(db, client, host, port)
+        webhook = s.threadgate_alert_webhook_url
+        client = slack_client(
+            s.require("SLACK_BOT_TOKEN"),
+            s.slack_api_url,
+            metrics=self.metrics,
+            on_token_refused=TokenAlarm(webhook.get_secret_value() if webhook else None),
+        )
+        users = UserDirectory(client)
+        threads = SlackThreads(client, users)
+        self._start_runner(db, client, models, threads)
+        self._start_queue_sampler(db)
+        await self._start_http(db, client, host, port, users, threads)
 
     async def stop(self) -> None:
         await self._stack.aclose()
@@ -99,35 +150,65 @@ class Gateway:
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
-    def _start_runner(self, db: Database, client: AsyncWebClient, models: list[Model]) -> None:
-        s = self.settings
-        runner = TaskRunner(
-            queue=PostgresTaskQueue(db, lease_seconds=s.threadgate_lease_seconds),
-            history=PostgresHistory(db),
-            publisher=SlackPublisher(client, Outbox(db)),
-            alerts=OperatorAlerts(client, s.threadgate_operator_channel),
-            respond=Responder(AttemptLadder(models)),
-            settings=RunnerSettings(
-                workers=s.threadgate_workers,
-                heartbeat_seconds=s.threadgate_lease_seconds / 3,
-                history_chars=s.threadgate_history_chars,
-            ),
+    def _start_runner(
+        self, db: Database, client: AsyncWebClient, models: list[Model], threads: SlackThreads
+    ) -> None:
+        publisher = SlackPublisher(client, Outbox(db))
+        alerts = OperatorAlerts(client, self.settings.threadgate_operator_channel)
+        runner = build_runner(
+            self.settings,
+            db,
+            models,
+            publisher=publisher,
+            alerts=alerts,
+            thread_reader=threads,
+            metrics=self.metrics,
         )
         runner.start()
         self._stack.push_async_callback(runner.stop)
 
-    async def _start_http(self, db: Database, client: AsyncWebClient, host: str, port: int) -> None:
-        secret = self.settings.slack_signing_secret
+    def _start_queue_sampler(self, db: Database) -> None:
+        sampler = asyncio.create_task(sample_queue(db, self.metrics), name="queue-sampler")
+
+        async def stop_sampler() -> None:
+            sampler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sampler
+
+        self._stack.push_async_callback(stop_sampler)
+
+    async def _start_http(
+        self,
+        db: Database,
+        client: AsyncWebClient,
+        host: str,
+        port: int,
+        users: UserDirectory,
+        threads: SlackThreads,
+    ) -> None:
+        s = self.settings
+        secret = s.slack_signing_secret
         signing_secret = secret.get_secret_value() if secret else None
-        gatekeeper = Gatekeeper(db, UserDirectory(client))
+        policy = Policy(
+            allowed_channels=s.allowed_channels,
+            allowed_users=s.allowed_users,
+            continue_threads=s.threadgate_continue_threads,
+            backfill_messages=s.threadgate_backfill_messages,
+        )
+        gatekeeper = Gatekeeper(db, users, threads=threads, policy=policy)
         bolt = build_bolt_app(
             client=client,
             signing_secret=signing_secret,
             gatekeeper=gatekeeper,
             metrics=self.metrics,
         )
+        socket_mode = self.settings.socket_mode
         app = build_http_app(
-            bolt=bolt, signing_secret=signing_secret, ready=db.is_ready, metrics=self.metrics
+            bolt=bolt,
+            signing_secret=signing_secret,
+            ready=db.is_ready,
+            metrics=self.metrics,
+            events=not socket_mode,
         )
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
@@ -135,7 +216,36 @@ class Gateway:
         site = web.TCPSite(runner, host, port)
         await site.start()
         self.port = runner.addresses[0][1]
-        log.info("threadgate listening on http://%s:%d/slack/events", host, self.port)
+        if socket_mode:
+            await self._start_socket_mode(bolt)
+        else:
+            log.info("threadgate listening on http://%s:%d/slack/events", host, self.port)
+
+    async def _start_socket_mode(self, bolt: AsyncApp) -> None:
+        s = self.settings
+        connection = await start_socket_mode(
+            bolt,
+            app_token=s.require("SLACK_APP_TOKEN"),
+            api_url=s.slack_api_url,
+            metrics=self.metrics,
+        )
+        self._stack.push_async_callback(connection.close)
+        log.info("threadgate connected in Socket Mode (health on port %d)", self.port)
+
+
+async def sample_queue(db: Database, metrics: Metrics, every_seconds: float = 15.0) -> None:
+    """Keep the queue depth and oldest-task age gauges fresh."""
+    while True:
+        with contextlib.suppress(Exception):
+            row = await db.pool.fetchrow(
+                "SELECT count(*) AS depth,"
+                " coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 AS age"
+                " FROM tasks WHERE state IN ('queued', 'running', 'waiting')"
+            )
+            if row is not None:
+                metrics.queue_depth.set(row["depth"])
+                metrics.oldest_task_seconds.set(row["age"])
+        await asyncio.sleep(every_seconds)
 
 
 async def serve_forever(settings: Settings, host: str, port: int, stop: asyncio.Event) -> None:

@@ -39,12 +39,12 @@ def build_bolt_app(
     @app.event(re.compile(".+"))
     async def on_event(body: dict[str, Any], context: AsyncBoltContext, ack: AsyncAck) -> None:
         turn = inbound_turn(body)
-        if turn is None:
-            metrics.events.labels("ignored").inc()
-        elif await gatekeeper.admit(turn, bot_user_id=context.bot_user_id):
-            metrics.events.labels("admitted").inc()
-        else:
-            metrics.events.labels("duplicate").inc()
+        outcome = (
+            "ignored"
+            if turn is None
+            else await gatekeeper.admit(turn, bot_user_id=context.bot_user_id)
+        )
+        metrics.events.labels(outcome).inc()
         await ack()
 
     @app.error

@@ -5,19 +5,86 @@ Retries: rate limits (honoring Retry-After) and 5xx answers are retried by slack
 handlers. Connection errors are deliberately *not* retried here: a post whose response
 was lost may have landed, and re-sending it blindly is how a thread gets a reply twice.
 The outbox settles that case by looking at the thread first.
+
+Every call is counted by method and status, and a refusal of our own token
+(`invalid_auth`, `token_revoked`, `account_inactive`) is the one Slack error an operator
+must hear about at once: it is logged at CRITICAL and handed to `on_token_refused`.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import (
     AsyncRateLimitErrorRetryHandler,
     AsyncServerErrorRetryHandler,
 )
 from slack_sdk.web.async_client import AsyncWebClient
+from slack_sdk.web.async_slack_response import AsyncSlackResponse
+
+from gateway.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+TOKEN_REFUSALS = frozenset({"invalid_auth", "token_revoked", "account_inactive", "not_authed"})
+
+TokenRefused = Callable[[str, str], Awaitable[None]]
 
 
-def slack_client(token: str, base_url: str, *, timeout: int = 15) -> AsyncWebClient:
-    return AsyncWebClient(
+class MeteredWebClient(AsyncWebClient):
+    """AsyncWebClient that counts calls and raises the alarm when our token is refused."""
+
+    def __init__(
+        self,
+        *args: Any,
+        metrics: Metrics | None = None,
+        on_token_refused: TokenRefused | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self._metrics = metrics
+        self._on_token_refused = on_token_refused
+
+    async def api_call(self, api_method: str, **kwargs: Any) -> AsyncSlackResponse:
+        try:
+            response = await super().api_call(api_method, **kwargs)
+        except SlackApiError as exc:
+            error = str(exc.response.get("error") or "error")
+            self._count(api_method, error)
+            if error in TOKEN_REFUSALS:
+                await self._token_refused(api_method, error)
+            raise
+        except Exception as exc:
+            self._count(api_method, type(exc).__name__)
+            raise
+        self._count(api_method, "ok")
+        return response
+
+    def _count(self, method: str, status: str) -> None:
+        if self._metrics is not None:
+            self._metrics.slack_calls.labels(method, status).inc()
+
+    async def _token_refused(self, method: str, error: str) -> None:
+        log.critical("Slack refused the bot token (%s on %s): check SLACK_BOT_TOKEN", error, method)
+        if self._on_token_refused is not None:
+            try:
+                await self._on_token_refused(method, error)
+            except Exception:
+                log.exception("the token-refusal alert could not be delivered")
+
+
+def slack_client(
+    token: str,
+    base_url: str,
+    *,
+    timeout: int = 15,
+    metrics: Metrics | None = None,
+    on_token_refused: TokenRefused | None = None,
+) -> MeteredWebClient:
+    return MeteredWebClient(
         token=token,
         base_url=base_url if base_url.endswith("/") else base_url + "/",
         timeout=timeout,
@@ -25,4 +92,6 @@ def slack_client(token: str, base_url: str, *, timeout: int = 15) -> AsyncWebCli
             AsyncRateLimitErrorRetryHandler(max_retry_count=5),
             AsyncServerErrorRetryHandler(max_retry_count=2),
         ],
+        metrics=metrics,
+        on_token_refused=on_token_refused,
     )

@@ -17,6 +17,14 @@ Because it is only an HTTP server it serves a gateway in another process just as
 
 Methods: auth.test, users.info, chat.postMessage, chat.update, conversations.replies,
 conversations.history, assistant.threads.setStatus; anything else answers `unknown_method`.
+apps.connections.open (Socket Mode) wants the app token (`xapp-…`), as Slack does, and
+answers with a URL of the `FakeSocketMode` in `socket_mode` (tests/fakes/socket_mode.py);
+every other method wants the bot token, and either refuses the other kind of token with
+`not_allowed_token_type`.
+
+Scopes: set `granted_scopes` (a list) and every authenticated answer carries Slack's
+`x-oauth-scopes` header listing them, as Slack does for the token's granted scopes; left
+None (the default), no such header is sent.
 
 Record: `posts` (successful chat.postMessage as `Post`), `calls` (every request that
 arrived, as `Call`, including refused and faulted ones), `statuses` (`Status`).
@@ -41,11 +49,14 @@ from collections import defaultdict, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from aiohttp import web
 
 from .slack_events import CLOCK, ts_to_micros
+
+if TYPE_CHECKING:
+    from .socket_mode import FakeSocketMode
 
 Params = dict[str, Any]
 Body = dict[str, Any]
@@ -104,6 +115,7 @@ class FakeSlack:
         self,
         *,
         bot_token: str = "xoxb-test",
+        app_token: str = "xapp-1-A0APP00001-test",
         bot_user_id: str = "UBOT",
         team_id: str = "T1",
         bot_id: str = "B0BOT00001",
@@ -112,6 +124,8 @@ class FakeSlack:
         bot_name: str = "threadgate",
     ) -> None:
         self.bot_token = bot_token
+        self.app_token = app_token
+        self.socket_mode: FakeSocketMode | None = None
         self.bot_user_id = bot_user_id
         self.team_id = team_id
         self.bot_id = bot_id
@@ -126,6 +140,7 @@ class FakeSlack:
         self._faults: dict[str, deque[_Fault]] = defaultdict(deque)
         self._holds: dict[str, asyncio.Event] = {}
         self._revoked = False
+        self.granted_scopes: list[str] | None = None
         self._changed = asyncio.Condition()
         self._runner: web.AppRunner | None = None
         self._url: str | None = None
@@ -137,6 +152,7 @@ class FakeSlack:
             "conversations.replies": self._conversations_replies,
             "conversations.history": self._conversations_history,
             "assistant.threads.setStatus": self._assistant_threads_set_status,
+            "apps.connections.open": self._apps_connections_open,
         }
         self.add_user(bot_user_id, name=bot_name, real_name=bot_name, is_bot=True)
 
@@ -317,13 +333,15 @@ class FakeSlack:
         except ValueError:
             return web.json_response({"ok": False, "error": "invalid_json"})
         token = _bearer(request.headers.get("Authorization")) or params.pop("token", None)
-        auth_error = self._auth_error(token)
+        auth_error = self._auth_error(token, method)
         fault = None if auth_error else self._next_fault(method)
         self.calls.append(Call(method, params, fault.kind if fault else None))
         await self._notify()
         if (gate := self._holds.get(method)) is not None:
             await gate.wait()
         response = self._respond(method, params, auth_error, fault)
+        if self.granted_scopes is not None and auth_error is None:
+            response.headers["X-OAuth-Scopes"] = ",".join(self.granted_scopes)
         if fault is not None and fault.kind == "drop" and request.transport is not None:
             request.transport.abort()
         await self._notify()
@@ -347,12 +365,17 @@ class FakeSlack:
         body = handler(params) if handler else {"ok": False, "error": "unknown_method"}
         return web.json_response(body)
 
-    def _auth_error(self, token: str | None) -> str | None:
+    def _auth_error(self, token: str | None, method: str) -> str | None:
         if self._revoked:
             return "token_revoked"
         if not token:
             return "not_authed"
-        return None if token == self.bot_token else "invalid_auth"
+        wanted, other = (self.bot_token, self.app_token)
+        if method == "apps.connections.open":
+            wanted, other = other, wanted
+        if token == other:
+            return "not_allowed_token_type"
+        return None if token == wanted else "invalid_auth"
 
     def _next_fault(self, method: str) -> _Fault | None:
         queue = self._faults.get(method)
@@ -478,6 +501,13 @@ class FakeSlack:
             return _invalid_arguments(missing)
         self.statuses.append(Status(str(channel_id), str(thread_ts), str(params["status"])))
         return {"ok": True}
+
+    def _apps_connections_open(self, params: Params) -> Body:
+        if self.socket_mode is None:
+            raise RuntimeError(
+                "FakeSlack: set `socket_mode` to a FakeSocketMode to open connections"
+            )
+        return {"ok": True, "url": self.socket_mode.issue_url()}
 
     # -- store helpers -----------------------------------------------------------------------
 

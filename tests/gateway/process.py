@@ -96,3 +96,37 @@ async def run_cli(
     _, err = await asyncio.wait_for(proc.communicate(), deadline)
     assert proc.returncode is not None
     return proc.returncode, err.decode()
+
+
+async def run_cli_output(
+    args: list[str],
+    env: Mapping[str, str],
+    cwd: Path,
+    *,
+    stdin: bytes | None = None,
+    deadline: float = 60,
+) -> tuple[int, str, str]:
+    """Run `threadgate ARGS` with `stdin` piped in (then closed, as an EOF) to completion;
+    return its exit status, stdout and stderr. A child still running at the deadline is
+    killed, so a hang fails the test instead of leaking a process."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "gateway.cli",
+        *args,
+        env=child_env(env),
+        cwd=cwd,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(stdin or b""), deadline)
+    except TimeoutError:
+        proc.kill()
+        out, err = await proc.communicate()
+        raise AssertionError(
+            f"threadgate {' '.join(args)} still running after {deadline}s:\n{err.decode()}"
+        ) from None
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()

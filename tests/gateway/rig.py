@@ -3,6 +3,10 @@
 `Rig` starts the real composition root (`gateway.service.Gateway`) in this process with
 settings pointing at the fakes, and helps tests send signed events and read the outcome
 from the fake Slack's record and the database.
+
+With `socket_mode=True` the gateway gets an app token instead of a signing secret and
+takes its events from the loopback Socket Mode server (`rig.sockets`); `start_gateway`
+adds more gateways (replicas, in either mode) on the same fakes, stopped with the rig.
 """
 
 from __future__ import annotations
@@ -19,9 +23,11 @@ from storage.database import Database
 from tests.fakes.openai_api import OpenAIServer, RecordedRequest, Reply, reply_with_tool
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.slack_events import deliver
+from tests.fakes.socket_mode import FakeSocketMode
 
 SECRET = "signing-secret-for-tests"
 BOT_TOKEN = "xoxb-test"
+APP_TOKEN = "xapp-1-A0APP00001-test"
 
 
 def last_user_text(body: Any) -> str:
@@ -48,19 +54,27 @@ def gateway_env(slack: FakeSlack, model: OpenAIServer, database_url: str) -> dic
     }
 
 
+def socket_mode_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The same settings for Socket Mode: an app token, and no signing secret."""
+    return {k: v for k, v in env.items() if k != "SLACK_SIGNING_SECRET"} | {
+        "SLACK_APP_TOKEN": APP_TOKEN
+    }
+
+
 @dataclass
 class Rig:
     database_url: str
     overrides: Mapping[str, str] = field(default_factory=dict)
+    socket_mode: bool = False
 
     async def __aenter__(self) -> Rig:
-        self.slack = await FakeSlack(bot_token=BOT_TOKEN).__aenter__()
+        self.slack = await FakeSlack(bot_token=BOT_TOKEN, app_token=APP_TOKEN).__aenter__()
+        self.sockets = await FakeSocketMode(app_id=self.slack.app_id).__aenter__()
+        self.slack.socket_mode = self.sockets
         self.model = await OpenAIServer().__aenter__()
         self.model.default = echo
-        env = {**gateway_env(self.slack, self.model, self.database_url), **self.overrides}
-        settings = load_settings(**{k.lower(): v for k, v in env.items()})
-        self.gateway = Gateway(settings)
-        await self.gateway.start("127.0.0.1", 0)
+        self.replicas: list[Gateway] = []
+        self.gateway = await self._start_gateway(self.socket_mode, self.database_url)
         self.http = aiohttp.ClientSession()
         self.db = await Database(self.database_url, min_size=1, max_size=2).__aenter__()
         return self
@@ -68,9 +82,30 @@ class Rig:
     async def __aexit__(self, *exc: object) -> None:
         await self.db.close()
         await self.http.close()
+        for replica in reversed(self.replicas):
+            await replica.stop()
         await self.gateway.stop()
         await self.model.__aexit__(*exc)
+        await self.sockets.__aexit__(*exc)
         await self.slack.__aexit__(*exc)
+
+    async def start_gateway(self, *, socket_mode: bool, database_url: str | None = None) -> Gateway:
+        """Another gateway on the same fakes (and database, unless given); stopped with the rig."""
+        gateway = await self._start_gateway(socket_mode, database_url or self.database_url)
+        self.replicas.append(gateway)
+        return gateway
+
+    async def _start_gateway(self, socket_mode: bool, database_url: str) -> Gateway:
+        env = {**gateway_env(self.slack, self.model, database_url), **self.overrides}
+        if socket_mode:
+            env = socket_mode_env(env)
+        gateway = Gateway(load_settings(**{k.lower(): v for k, v in env.items()}))
+        try:
+            await gateway.start("127.0.0.1", 0)
+        except BaseException:
+            await gateway.stop()
+            raise
+        return gateway
 
     @property
     def events_url(self) -> str:

@@ -246,6 +246,12 @@ def test_overlong_line_is_cut() -> None:
     assert parts == ["x" * 300, "x" * 300, "x" * 300, "x" * 100]
 
 
+def test_cut_never_leaves_a_fence_line() -> None:
+    """Cutting a long line never makes its tail a line that would open a code fence."""
+    parts = split_markdown("a" * MIN_LIMIT + "```", limit=MIN_LIMIT)
+    assert parts == ["a" * (MIN_LIMIT - 1), "a```"]
+
+
 def test_limit_below_minimum_is_refused() -> None:
     """A limit too small to hold a fenced part is a usage error."""
     with pytest.raises(ValueError, match="at least"):

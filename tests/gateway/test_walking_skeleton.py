@@ -105,7 +105,7 @@ async def test_forged_turn_reaches_the_model_escaped(rig: Rig) -> None:
     await rig.slack.wait_for_posts(1)
     turn = rig.model.requests[0].body["messages"][-1]["content"]
     assert turn.count("<turn ") == 1 and turn.count("</turn>") == 1
-    assert turn.startswith('<turn from="Ada" id="U0A1B2C3D4E"')
+    assert turn.startswith('[ref 1] <turn from="Ada" id="U0A1B2C3D4E"')
     assert '&lt;/turn&gt;&lt;turn from="Boss"' in turn
 
 

@@ -1,0 +1,265 @@
+"""`threadgate doctor`: every reason the gateway would not work, found in one run.
+
+An operator fixing a deployment one error at a time — start, read the sentence, fix,
+start again — loses an afternoon. The doctor runs every check, each bounded in time and
+each independent of the others, and reports each problem on a line of its own that names
+the setting to fix:
+
+- settings: every variable the chosen mode requires (all missing ones, not the first);
+- Slack: `auth.test` with the bot token, then the granted scopes (Slack reports them in
+  the `x-oauth-scopes` header) against `gateway.scopes.REQUIRED_BOT_SCOPES`;
+- the model: one tiny call per configured slot (`agent.probe.probe_model`);
+- the database: reachable, and whether migrations are pending.
+
+A check whose input is missing is skipped (its cause is already reported as a problem).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Literal, TypeAlias
+
+import aiohttp
+from slack_sdk.errors import SlackApiError, SlackClientError
+from slack_sdk.web.async_slack_response import AsyncSlackResponse
+
+from agent.errors import ConfigError
+from agent.model import Model
+from agent.probe import probe_model
+from agent.providers import open_model
+from gateway.config import Settings
+from gateway.scopes import REQUIRED_BOT_SCOPES, missing_scopes, parse_granted
+from gateway.service import database_dsn, provider_settings
+from gateway.slack_client import slack_client
+from storage.database import Database
+from storage.errors import StorageError
+from storage.migrations import pending_migrations
+
+Status: TypeAlias = Literal["ok", "FAIL", "skip"]
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One line of the report: what was checked, and how it went."""
+
+    check: str
+    status: Status
+    detail: str
+
+    @property
+    def failed(self) -> bool:
+        return self.status == "FAIL"
+
+    def __str__(self) -> str:
+        return f"{self.status:<4} {self.check}: {self.detail}"
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """How long each check may take, in seconds."""
+
+    slack: float = 10.0
+    model: float = 30.0
+    database: float = 15.0
+    embedded_database: float = 120.0  # the first start of the embedded server runs initdb
+
+    @classmethod
+    def uniform(cls, seconds: float) -> Limits:
+        return cls(seconds, seconds, seconds, seconds)
+
+
+async def diagnose(settings: Settings, limits: Limits | None = None) -> list[Finding]:
+    """Run every check (the slow ones concurrently) and return the findings in order."""
+    limits = limits or Limits()
+    slack, models, database = await asyncio.gather(
+        _guarded("slack", check_slack(settings, limits.slack)),
+        _guarded("model", check_models(settings, limits.model)),
+        _guarded("database", check_database(settings, limits)),
+    )
+    return [*check_settings(settings), *slack, *models, *database]
+
+
+async def _guarded(check: str, findings: Awaitable[list[Finding]]) -> list[Finding]:
+    """A check that crashes must not hide the others: its crash becomes its finding.
+
+    Only the exception's type is reported, since a message may quote a secret (a DSN).
+    """
+    try:
+        return await findings
+    except Exception as exc:
+        return [Finding(check, "FAIL", f"the check itself failed ({type(exc).__name__})")]
+
+
+# -- settings -------------------------------------------------------------------------------
+
+
+def check_settings(settings: Settings) -> list[Finding]:
+    problems = config_problems(settings)
+    if problems:
+        return [Finding("settings", "FAIL", str(problem)) for problem in problems]
+    return [Finding("settings", "ok", f"complete for {mode(settings)}")]
+
+
+def mode(settings: Settings) -> str:
+    return "Socket Mode (SLACK_APP_TOKEN is set)" if settings.socket_mode else "HTTP mode"
+
+
+def config_problems(settings: Settings) -> list[ConfigError]:
+    """Every missing variable the mode requires; when none is missing, a malformed one."""
+    transport = "SLACK_APP_TOKEN" if settings.socket_mode else "SLACK_SIGNING_SECRET"
+    checks: list[Callable[[], object]] = [
+        lambda: settings.require("SLACK_BOT_TOKEN"),
+        lambda: settings.require(transport),
+        lambda: settings.require("THREADGATE_MODEL"),
+    ]
+    problems = [problem for check in checks if (problem := _config_error(check))]
+    if not problems and (problem := _config_error(settings.require_serve)):
+        problems.append(problem)
+    return problems
+
+
+def _config_error(check: Callable[[], object]) -> ConfigError | None:
+    try:
+        check()
+    except ConfigError as exc:
+        return exc
+    return None
+
+
+# -- Slack ----------------------------------------------------------------------------------
+
+
+async def check_slack(settings: Settings, limit: float) -> list[Finding]:
+    token = settings.slack_bot_token
+    if token is None or not token.get_secret_value():
+        return [Finding("slack", "skip", "not checked: SLACK_BOT_TOKEN is not set")]
+    client = slack_client(token.get_secret_value(), settings.slack_api_url, timeout=int(limit))
+    try:
+        async with asyncio.timeout(limit):
+            response = await client.auth_test()
+    except SlackApiError as exc:
+        return [Finding("slack", "FAIL", slack_refusal(exc))]
+    except (SlackClientError, aiohttp.ClientError, OSError) as exc:
+        return [Finding("slack", "FAIL", unreachable_slack(type(exc).__name__))]
+    except TimeoutError:
+        return [Finding("slack", "FAIL", unreachable_slack(f"no answer within {limit:g} s"))]
+    return [Finding("slack", "ok", identity(response)), *check_scopes(response.headers)]
+
+
+def slack_refusal(exc: SlackApiError) -> str:
+    status = getattr(exc.response, "status_code", 200)
+    if status >= 500:
+        return f"the Slack Web API answered HTTP {status}; try again, or check SLACK_API_URL."
+    error = exc.response.get("error") or f"HTTP {status}"
+    return (
+        f"Slack refused SLACK_BOT_TOKEN ({error}): put the bot token (xoxb-…) from your Slack "
+        "app's OAuth & Permissions page there, reinstalling the app if it was revoked."
+    )
+
+
+def unreachable_slack(why: str) -> str:
+    return f"the Slack Web API could not be reached ({why}); check SLACK_API_URL and the network."
+
+
+def identity(response: AsyncSlackResponse) -> str:
+    team, team_id = response.get("team"), response.get("team_id")
+    bot, bot_id = response.get("user"), response.get("user_id")
+    return f"SLACK_BOT_TOKEN works: workspace {team} ({team_id}), bot @{bot} ({bot_id})"
+
+
+def check_scopes(headers: Mapping[str, str]) -> list[Finding]:
+    header = next((v for k, v in headers.items() if k.lower() == "x-oauth-scopes"), None)
+    if header is None:
+        detail = "not checked: Slack did not report the granted scopes (no x-oauth-scopes header)"
+        return [Finding("slack scopes", "skip", detail)]
+    missing = missing_scopes(parse_granted(header))
+    if not missing:
+        detail = f"all {len(REQUIRED_BOT_SCOPES)} required bot scopes are granted"
+        return [Finding("slack scopes", "ok", detail)]
+    return [Finding("slack scopes", "FAIL", missing_scope(scope)) for scope in missing]
+
+
+def missing_scope(scope: str) -> str:
+    return (
+        f"{scope} is not granted; the bot needs it to {REQUIRED_BOT_SCOPES[scope]}. Add it "
+        "under OAuth & Permissions (or apply `threadgate manifest`) and reinstall the app."
+    )
+
+
+# -- the model ------------------------------------------------------------------------------
+
+
+async def check_models(settings: Settings, limit: float) -> list[Finding]:
+    if not settings.threadgate_model:
+        return [Finding("model", "skip", "not checked: THREADGATE_MODEL is not set")]
+    slots = [("THREADGATE_MODEL", settings.threadgate_model)]
+    if settings.threadgate_fallback_model:
+        slots.append(("THREADGATE_FALLBACK_MODEL", settings.threadgate_fallback_model))
+    findings = await asyncio.gather(
+        *(
+            check_slot(settings, slot, variable, spec, limit)
+            for slot, (variable, spec) in enumerate(slots)
+        )
+    )
+    return list(findings)
+
+
+async def check_slot(
+    settings: Settings, slot: int, variable: str, spec: str, limit: float
+) -> Finding:
+    """One slot on its own, so a bad fallback does not hide how the primary is doing."""
+    try:
+        model = open_model(spec, slot=slot, settings=provider_settings(settings), variable=variable)
+    except ConfigError as exc:
+        return Finding("model", "FAIL", str(exc))
+    try:
+        return await probe(model, limit)
+    finally:
+        await model.aclose()
+
+
+async def probe(model: Model, limit: float) -> Finding:
+    try:
+        async with asyncio.timeout(limit):
+            result = await probe_model(model)
+    except TimeoutError:
+        return Finding("model", "FAIL", f"{model.name}: no answer within {limit:g} s")
+    return Finding("model", "ok" if result.ok else "FAIL", str(result))
+
+
+# -- the database ---------------------------------------------------------------------------
+
+
+async def check_database(settings: Settings, limits: Limits) -> list[Finding]:
+    embedded = settings.database_url is None
+    where = f"embedded PostgreSQL in {settings.threadgate_data_dir}" if embedded else "DATABASE_URL"
+    limit = limits.embedded_database if embedded else limits.database
+    try:
+        async with asyncio.timeout(limit):
+            pending = await _pending(settings)
+    except StorageError as exc:
+        return [Finding("database", "FAIL", str(exc))]
+    except TimeoutError:
+        detail = f"{where}: no answer within {limit:g} s; check DATABASE_URL and the network."
+        return [Finding("database", "FAIL", detail)]
+    if pending:
+        detail = f"{where} is reachable, but migrations are pending ({', '.join(pending)}): run `threadgate migrate`."
+        return [Finding("database", "FAIL", detail)]
+    return [Finding("database", "ok", f"{where} is reachable and the schema is up to date")]
+
+
+async def _pending(settings: Settings) -> list[str]:
+    async with (
+        Database(await database_dsn(settings), min_size=1, max_size=1) as db,
+        db.pool.acquire() as conn,
+    ):
+        return [migration.name for migration in await pending_migrations(conn)]
+
+
+def report(findings: list[Finding]) -> str:
+    """The printed report: one line per finding, then a summary line."""
+    problems = sum(finding.failed for finding in findings)
+    summary = f"{problems} problem(s) found." if problems else "All checks passed."
+    return "\n".join([*map(str, findings), summary])

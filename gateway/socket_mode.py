@@ -1,0 +1,192 @@
+"""Socket Mode: Slack events over a WebSocket the gateway opens, through the same bolt app.
+
+The events go through the bolt app HTTP uses (`build_bolt_app`), so the gatekeeper, the
+ignore rules and the dedupe in Postgres are the same; this module only translates between
+envelopes and bolt, like the HTTP adapter.
+
+**The envelope ack is sent only once the event is durable.** Socket Mode's ack is the
+HTTP 200 of the Events API: Slack redelivers an envelope that is not acked. We checked the
+path in slack-bolt 1.30 / slack-sdk 3.48:
+
+* `run_async_bolt_app` builds an `AsyncBoltRequest(mode="socket_mode")` and awaits
+  `AsyncApp.async_dispatch`, which returns a `BoltResponse` without sending anything.
+* The app runs with `process_before_response=True`, so `AsyncioListenerRunner.run` awaits
+  our listener to the end (admission committed) before it returns the ack's response; an
+  exception in the listener (the database is down) sets status 500 and our `@app.error`
+  handler makes it 503 (400 for a malformed event).
+* bolt's own `send_async_response` acks only a status of 200, and logs anything else.
+  We do not rely on that: `_respond` below sends the ack itself, for a 200 only, so a
+  failed admission is never acked and Slack delivers the event again. Acks carry no
+  payload: Events API envelopes take none.
+
+The one path that acks without our listener is bolt's `IgnoringSelfEvents` middleware (the
+bot's own events): nothing to store, so nothing to lose.
+
+**Reconnects** are slack-sdk's: a `disconnect` envelope (`refresh_requested`, `warning`)
+makes the client fetch a new URL with `apps.connections.open` and switch to it; a socket
+that closes, or stops answering pings, is replaced by its monitor within `ping_interval`.
+An ack whose socket has gone is lost; Slack redelivers and the dedupe answers it once.
+Several processes may each hold a connection; nothing here assumes it is the only one.
+
+**Supervision.** slack-sdk handles each envelope in a task it does not keep (fire and
+forget). Our client keeps them, so `close` lets admissions in flight finish (their acks
+may be lost: redelivered, deduped) and cancels what is still running after a grace period.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import Any
+
+import aiohttp
+from slack_bolt.adapter.socket_mode.async_internals import run_async_bolt_app
+from slack_bolt.async_app import AsyncApp
+from slack_bolt.response import BoltResponse
+from slack_sdk.errors import SlackApiError
+from slack_sdk.http_retry.builtin_async_handlers import (
+    AsyncConnectionErrorRetryHandler,
+    AsyncServerErrorRetryHandler,
+)
+from slack_sdk.socket_mode.aiohttp import SocketModeClient
+from slack_sdk.socket_mode.async_client import AsyncBaseSocketModeClient
+from slack_sdk.socket_mode.request import SocketModeRequest
+from slack_sdk.socket_mode.response import SocketModeResponse
+from slack_sdk.web.async_client import AsyncWebClient
+
+from agent.errors import ConfigError
+from gateway.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+# Slack's answers to apps.connections.open that mean the app token itself is wrong.
+_REFUSED_TOKEN = {"invalid_auth", "not_authed", "not_allowed_token_type", "token_revoked"}
+
+
+class SocketModeConnection:
+    """A live Socket Mode connection feeding `bolt`; `close` it on shutdown."""
+
+    def __init__(self, client: _SupervisedClient, *, grace_seconds: float) -> None:
+        self._client = client
+        self._grace = grace_seconds
+
+    async def close(self) -> None:
+        """Stop reconnecting, close the socket, let envelopes in flight finish (bounded)."""
+        client = self._client
+        await client.close()  # type: ignore[no-untyped-call]  # slack-sdk leaves it unannotated
+        await _settle(client.handling, self._grace)
+        loops = [client.message_processor, client.current_session_monitor, client.message_receiver]
+        await _settle({f for f in loops if f is not None}, 0)
+
+
+async def start_socket_mode(
+    bolt: AsyncApp,
+    *,
+    app_token: str,
+    api_url: str,
+    metrics: Metrics | None = None,
+    ping_interval: float = 10,
+    grace_seconds: float = 5,
+) -> SocketModeConnection:
+    """Connect to Slack with `app_token` (`apps.connections.open` goes to `api_url`) and feed
+    every envelope to `bolt`. A token Slack refuses is a ConfigError."""
+    client = _SupervisedClient(
+        app_token=app_token,
+        logger=log,
+        web_client=_connections_client(api_url),
+        ping_interval=ping_interval,
+    )
+    client.socket_mode_request_listeners.append(_Responder(bolt, metrics).handle)
+    connection = SocketModeConnection(client, grace_seconds=grace_seconds)
+    try:
+        client.wss_uri = await _open_url(client)
+        await client.connect()  # type: ignore[no-untyped-call]  # slack-sdk leaves it unannotated
+    except BaseException:
+        await connection.close()
+        raise
+    return connection
+
+
+class _SupervisedClient(SocketModeClient):
+    """slack-sdk's aiohttp client, keeping a reference to every message task it starts."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.handling: set[asyncio.Future[None]] = set()
+
+    async def process_message(self) -> None:
+        raw = await self.message_queue.get()
+        if raw is None:
+            return
+        message = json.loads(raw) if raw.startswith("{") else {}
+        task = asyncio.ensure_future(self.run_message_listeners(message, raw))
+        self.handling.add(task)
+        task.add_done_callback(self.handling.discard)
+
+
+class _Responder:
+    """Runs one envelope through bolt and acks it only if bolt answered 200."""
+
+    def __init__(self, bolt: AsyncApp, metrics: Metrics | None) -> None:
+        self._bolt = bolt
+        self._metrics = metrics
+
+    async def handle(self, client: AsyncBaseSocketModeClient, req: SocketModeRequest) -> None:
+        started = time.perf_counter()
+        response: BoltResponse = await run_async_bolt_app(self._bolt, req)
+        await self._respond(client, req, response)
+        if self._metrics is not None:
+            self._metrics.ack_seconds.observe(time.perf_counter() - started)
+
+    async def _respond(
+        self, client: AsyncBaseSocketModeClient, req: SocketModeRequest, response: BoltResponse
+    ) -> None:
+        if response.status != 200:
+            log.warning(
+                "envelope %s not acked (%d %s); Slack will deliver it again",
+                req.envelope_id,
+                response.status,
+                response.body,
+            )
+            return
+        try:
+            await client.send_socket_mode_response(SocketModeResponse(envelope_id=req.envelope_id))
+        except (ConnectionError, aiohttp.ClientError) as exc:
+            log.info("ack for envelope %s lost (%s); Slack will redeliver", req.envelope_id, exc)
+
+
+def _connections_client(api_url: str) -> AsyncWebClient:
+    """The Web API client for `apps.connections.open`: `SLACK_API_URL` like every other call.
+    slack-sdk passes the app token with each call, so the client holds no token; a rate
+    limit is waited out by slack-sdk itself (it honors Retry-After on this endpoint)."""
+    return AsyncWebClient(
+        base_url=api_url if api_url.endswith("/") else api_url + "/",
+        timeout=15,
+        # Asking for a URL twice is harmless, so connection errors are retried too.
+        retry_handlers=[AsyncConnectionErrorRetryHandler(), AsyncServerErrorRetryHandler()],
+    )
+
+
+async def _open_url(client: SocketModeClient) -> str:
+    try:
+        return await client.issue_new_wss_url()
+    except SlackApiError as exc:
+        error = exc.response.get("error")
+        if error in _REFUSED_TOKEN:
+            raise ConfigError(
+                f"SLACK_APP_TOKEN was refused by Slack ({error}): put an app-level token "
+                "(xapp-…) with the connections:write scope there."
+            ) from exc
+        raise
+
+
+async def _settle(futures: set[asyncio.Future[None]], grace: float) -> None:
+    """Wait up to `grace` seconds for `futures`, then cancel the rest and wait for them."""
+    pending = set(futures)
+    if pending and grace > 0:
+        _, pending = await asyncio.wait(pending, timeout=grace)
+    for future in pending:
+        future.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)

@@ -1,0 +1,147 @@
+"""`threadgate doctor` names every problem of a deployment in one run, one line each."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from gateway.scopes import REQUIRED_BOT_SCOPES
+from storage.database import Database
+from tests.fakes.openai_api import (
+    Completion,
+    Hang,
+    OpenAIServer,
+    RecordedRequest,
+    Reply,
+    error_reply,
+)
+from tests.fakes.slack_api import FakeSlack
+from tests.gateway.process import run_cli_output
+from tests.gateway.rig import BOT_TOKEN, gateway_env
+from tests.pg import create_database
+
+
+def answer_ok(seen: RecordedRequest) -> Reply:
+    return Completion(text="ok")
+
+
+def refuse_key(seen: RecordedRequest) -> Reply:
+    return error_reply(401, "Incorrect API key provided", code="invalid_api_key")
+
+
+@pytest.fixture
+async def slack() -> AsyncIterator[FakeSlack]:
+    async with FakeSlack(bot_token=BOT_TOKEN) as fake:
+        fake.granted_scopes = list(REQUIRED_BOT_SCOPES)
+        yield fake
+
+
+@pytest.fixture
+async def model() -> AsyncIterator[OpenAIServer]:
+    async with OpenAIServer() as server:
+        server.default = answer_ok
+        yield server
+
+
+async def migrated_database(postgres_dsn: str, label: str) -> str:
+    dsn = await create_database(postgres_dsn, label)
+    async with Database(dsn, min_size=1, max_size=1) as db:
+        await db.migrate()
+    return dsn
+
+
+def lines(out: str, status: str) -> list[str]:
+    return [line for line in out.splitlines() if line.startswith(status)]
+
+
+async def test_a_good_configuration_passes(
+    slack: FakeSlack, model: OpenAIServer, postgres_dsn: str, tmp_path: Path
+) -> None:
+    """Settings, token, scopes, model and a migrated database all pass: exit 0."""
+    env = gateway_env(slack, model, await migrated_database(postgres_dsn, "doctor_good"))
+    status, out, err = await run_cli_output(["doctor"], env, tmp_path)
+    assert status == 0, out + err
+    assert lines(out, "FAIL") == [] and lines(out, "skip") == []
+    assert "workspace Threadgate Test (T1), bot @threadgate (UBOT)" in out
+    assert "openai:gpt-test: ok in" in out and "schema is up to date" in out
+    assert slack.calls_to("auth.test") and len(model.requests) == 1
+
+
+async def test_a_broken_configuration_names_every_problem_in_one_run(
+    slack: FakeSlack, model: OpenAIServer, postgres_dsn: str, tmp_path: Path
+) -> None:
+    """No signing secret, a revoked token, a 401 model, pending migrations: four lines."""
+    slack.revoke_token()
+    model.default = refuse_key
+    env = gateway_env(slack, model, await create_database(postgres_dsn, "doctor_broken"))
+    del env["SLACK_SIGNING_SECRET"]
+    status, out, err = await run_cli_output(["doctor"], env, tmp_path)
+    assert status == 1 and "Traceback" not in err
+    failures = lines(out, "FAIL")
+    assert len(failures) == 4, out
+    settings, token, key, database = failures
+    assert "SLACK_SIGNING_SECRET is not set" in settings
+    assert "token_revoked" in token and "SLACK_BOT_TOKEN" in token
+    assert key.startswith("FAIL model: openai:gpt-test: CredentialRejected")
+    assert "pending" in database and "001_initial.sql" in database
+    assert "threadgate migrate" in database
+    assert out.splitlines()[-1] == "4 problem(s) found."
+    assert "sk-test-key" not in out + err
+
+
+async def test_every_missing_variable_is_named_not_only_the_first(tmp_path: Path) -> None:
+    """With nothing configured, each required variable gets its own line; dependent checks
+    are skipped rather than reported twice."""
+    env = {"DATABASE_URL": "postgresql://127.0.0.1:1/none"}
+    status, out, _ = await run_cli_output(["doctor"], env, tmp_path)
+    assert status == 1
+    settings = [line for line in lines(out, "FAIL") if "settings:" in line]
+    named = ["SLACK_BOT_TOKEN", "SLACK_SIGNING_SECRET", "THREADGATE_MODEL"]
+    assert len(settings) == 3 and all(v in line for v, line in zip(named, settings, strict=True))
+    assert len(lines(out, "skip")) == 2  # Slack and the model: their settings are missing
+    assert any("database:" in line and "DATABASE_URL" in line for line in lines(out, "FAIL"))
+
+
+async def test_socket_mode_requires_the_app_token_instead_of_the_signing_secret(
+    slack: FakeSlack, model: OpenAIServer, postgres_dsn: str, tmp_path: Path
+) -> None:
+    """With SLACK_APP_TOKEN set, a missing signing secret is fine; a bad app token is not."""
+    env = gateway_env(slack, model, await migrated_database(postgres_dsn, "doctor_socket"))
+    del env["SLACK_SIGNING_SECRET"]
+    status, out, _ = await run_cli_output(
+        ["doctor"], {**env, "SLACK_APP_TOKEN": "not-an-app-token"}, tmp_path
+    )
+    assert status == 1
+    [failure] = lines(out, "FAIL")
+    assert failure.startswith("FAIL settings: SLACK_APP_TOKEN does not look like an app token")
+
+
+async def test_each_missing_scope_is_named_with_its_reason(
+    slack: FakeSlack, model: OpenAIServer, postgres_dsn: str, tmp_path: Path
+) -> None:
+    """A token lacking two scopes: one line per scope, saying why the bot needs it."""
+    slack.granted_scopes = [
+        s for s in REQUIRED_BOT_SCOPES if s not in ("assistant:write", "metadata.message:read")
+    ]
+    env = gateway_env(slack, model, await migrated_database(postgres_dsn, "doctor_scopes"))
+    status, out, _ = await run_cli_output(["doctor"], env, tmp_path)
+    assert status == 1
+    failures = lines(out, "FAIL")
+    assert len(failures) == 2, out
+    for scope, line in zip(("assistant:write", "metadata.message:read"), failures, strict=True):
+        assert line.startswith(f"FAIL slack scopes: {scope} is not granted")
+        assert REQUIRED_BOT_SCOPES[scope] in line
+
+
+async def test_a_model_that_never_answers_is_bounded_in_time(
+    slack: FakeSlack, postgres_dsn: str, tmp_path: Path
+) -> None:
+    """A model server that accepts and never answers fails its check; the run still ends."""
+    async with OpenAIServer() as hanging:
+        hanging.default = lambda seen: Hang()
+        env = gateway_env(slack, hanging, await migrated_database(postgres_dsn, "doctor_hang"))
+        status, out, _ = await run_cli_output(["doctor", "--timeout", "1"], env, tmp_path)
+    assert status == 1
+    assert lines(out, "FAIL") == ["FAIL model: openai:gpt-test: no answer within 1 s"]
