@@ -218,7 +218,7 @@ def _cut(line: str, limit: int) -> list[str]:
     pieces: list[str] = []
     while len(line) > limit:
         end = limit
-        while _fence_at(line[end:]) is not None:
+        while end > limit // 2 and _fence_at(line[end:]) is not None:
             end -= 1
         pieces.append(line[:end])
         line = line[end:]

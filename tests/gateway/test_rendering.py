@@ -252,6 +252,14 @@ def test_cut_never_leaves_a_fence_line() -> None:
     assert parts == ["a" * (MIN_LIMIT - 1), "a```"]
 
 
+def test_cut_of_a_fence_like_code_line_terminates() -> None:
+    """A long run of tildes inside a code block is cut even if every tail looks like a fence."""
+    text = "```" + "p" * 87 + "\n" + "~" * 400 + "\n```"
+    parts = split_markdown(text, limit=MIN_LIMIT)
+    assert all(len(part) <= MIN_LIMIT and not leaves_fence_open(part) for part in parts)
+    assert non_whitespace("".join(parts)).count("~") == 400
+
+
 def test_limit_below_minimum_is_refused() -> None:
     """A limit too small to hold a fenced part is a usage error."""
     with pytest.raises(ValueError, match="at least"):
