@@ -59,6 +59,8 @@ class Settings(BaseSettings):
         "Sorry, I couldn't answer this message. The operators have been notified."
     )
     threadgate_alert_webhook_url: SecretStr | None = None
+    threadgate_status_refresh_seconds: Annotated[float, Field(gt=0, le=110)] = 90.0
+    threadgate_alert_window_seconds: Annotated[float, Field(ge=0)] = 900.0
 
     @property
     def allowed_channels(self) -> frozenset[str]:

@@ -153,8 +153,13 @@ class Gateway:
     def _start_runner(
         self, db: Database, client: AsyncWebClient, models: list[Model], threads: SlackThreads
     ) -> None:
-        publisher = SlackPublisher(client, Outbox(db))
-        alerts = OperatorAlerts(client, self.settings.threadgate_operator_channel)
+        s = self.settings
+        publisher = SlackPublisher(
+            client, Outbox(db), status_refresh_seconds=s.threadgate_status_refresh_seconds
+        )
+        alerts = OperatorAlerts(
+            client, s.threadgate_operator_channel, window_seconds=s.threadgate_alert_window_seconds
+        )
         runner = build_runner(
             self.settings,
             db,

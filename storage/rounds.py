@@ -14,6 +14,7 @@ runnable, so even a lost wake-up cannot strand a task.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -161,6 +162,7 @@ class PostgresRounds:
                 await conn.execute(
                     _INSERT_SUBTASKS, task.id, number, *_columns(d.subtasks), timeout_seconds
                 )
+                await conn.execute("SELECT pg_notify($1, '')", TASKS_CHANNEL)
         stored = await self._round(task, number)
         return stored
 
@@ -198,6 +200,7 @@ class PostgresRounds:
 
     async def retry_subtask_later(self, subtask: Subtask, delay: float) -> None:
         await self._db.pool.execute(_RETRY, *_key(subtask), delay)
+        asyncio.get_running_loop().call_later(delay, self._db.wakeup.set)
 
     async def _round(self, task: Task, number: int) -> Delegation:
         rows = await self._db.pool.fetch(_LOAD, task.id)

@@ -1,0 +1,220 @@
+"""How the gateway behaves in a Slack workspace: status, back-fill, safe rendering,
+exactly-once posts, continuation, allowlists, alerts and metrics."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import pytest
+from aiohttp import web
+
+from tests.fakes.openai_api import JSONReply, RecordedRequest, Reply, reply_with_tool
+from tests.fakes.slack_events import (
+    DEFAULT_CHANNEL,
+    DEFAULT_USER,
+    app_mention_event,
+    event_callback,
+    message_event,
+    new_ts,
+)
+from tests.gateway.rig import Rig
+
+
+@dataclass
+class Held:
+    """A model reply that waits for `release` before it is sent."""
+
+    release: asyncio.Event
+    then: Reply
+
+    async def send(self, request: web.Request, seen: RecordedRequest) -> web.StreamResponse:
+        await self.release.wait()
+        return await self.then.send(request, seen)
+
+
+@pytest.fixture
+async def rig(database_dsn: str) -> AsyncIterator[Rig]:
+    async with Rig(
+        database_dsn, overrides={"THREADGATE_STATUS_REFRESH_SECONDS": "0.05"}
+    ) as running:
+        running.slack.add_user(DEFAULT_USER, name="ada", display_name="Ada")
+        yield running
+
+
+async def test_status_is_set_refreshed_while_working_and_cleared(rig: Rig) -> None:
+    """ "is thinking…" appears when work starts, is refreshed while the model works, then cleared."""
+    release = asyncio.Event()
+    rig.model.script(Held(release, reply_with_tool("final_reply", {"text": "done"})))
+    event = app_mention_event(text="<@UBOT> think hard")
+    await rig.send(event_callback(event))
+    thinking = lambda: [s for s in rig.slack.statuses if s.thread_ts == event["ts"] and s.status]  # noqa: E731
+    await rig.slack.wait_until(lambda: len(thinking()) >= 3, what="status refreshed")
+    release.set()
+    await rig.slack.wait_for_posts(1)
+    await rig.slack.wait_until(
+        lambda: (
+            rig.slack.statuses[-1].status == "" and rig.slack.statuses[-1].thread_ts == event["ts"]
+        ),
+        what="status cleared",
+    )
+    assert thinking()[0].status == "is thinking…"
+
+
+async def test_first_mention_in_an_existing_thread_backfills_it(rig: Rig) -> None:
+    """Earlier messages of the thread reach the model as turns, before the mention."""
+    root, reply = new_ts(), new_ts()
+    rig.slack.seed_message(DEFAULT_CHANNEL, root, DEFAULT_USER, "the plan is <https://x.test|here>")
+    rig.slack.seed_message(DEFAULT_CHANNEL, reply, "U0OTHER0001", "I disagree", thread_ts=root)
+    await rig.send(event_callback(app_mention_event(text="<@UBOT> summarize this", thread_ts=root)))
+    await rig.slack.wait_for_posts(1)
+    users = [m["content"] for m in rig.model.requests[0].body["messages"] if m["role"] == "user"]
+    assert len(users) == 3
+    assert 'from="Ada"' in users[0] and "the plan is here (https://x.test)" in users[0]
+    assert "I disagree" in users[1] and "summarize this" in users[2]
+
+
+async def test_model_text_cannot_ping_the_channel(rig: Rig) -> None:
+    """<!channel>, <!here> and user mentions from the model are neutralized in text and blocks."""
+    rig.model.script(
+        reply_with_tool("final_reply", {"text": "Hey <!channel> and <!here>, ask <@U0BOSS0001>"})
+    )
+    await rig.send(event_callback(app_mention_event(text="<@UBOT> announce")))
+    post = (await rig.slack.wait_for_posts(1))[0]
+    rendered = post.text + str(post.blocks)
+    assert (
+        "<!channel>" not in rendered
+        and "<!here>" not in rendered
+        and "<@U0BOSS0001>" not in rendered
+    )
+
+
+async def test_a_post_whose_response_was_lost_is_not_posted_twice(rig: Rig) -> None:
+    """chat.postMessage lands but its response is cut: the retry finds it in the thread."""
+    rig.slack.drop_after_recording("chat.postMessage")
+    event = app_mention_event(text="<@UBOT> once")
+    await rig.send(event_callback(event))
+    task_id = f"T1:{event['channel']}:{event['ts']}"
+    await wait_for(rig, f"SELECT state FROM tasks WHERE id = '{task_id}'", "done")
+    assert len(rig.slack.posts) == 1
+    assert len(rig.slack.calls_to("conversations.replies")) >= 1
+
+
+async def test_a_thread_reply_without_mention_continues_the_conversation(rig: Rig) -> None:
+    """In a thread the bot takes part in, a plain reply is answered; elsewhere it is not."""
+    root = app_mention_event(text="<@UBOT> hello")
+    await rig.send(event_callback(root))
+    await rig.slack.wait_for_posts(1)
+    stranger = message_event(
+        text="not for the bot", user=DEFAULT_USER, channel=DEFAULT_CHANNEL, thread_ts=new_ts()
+    )
+    before = await rig.count("tasks")
+    assert (await rig.send(event_callback(stranger)))[0] == 200
+    assert await rig.count("tasks") == before
+    follow_up = message_event(
+        text="and another thing", user=DEFAULT_USER, channel=DEFAULT_CHANNEL, thread_ts=root["ts"]
+    )
+    await rig.send(event_callback(follow_up))
+    posts = await rig.slack.wait_for_posts(2)
+    assert posts[1].thread_ts == root["ts"] and "and another thing" in posts[1].text
+
+
+async def test_refused_credential_alerts_once_and_tells_every_user(rig: Rig) -> None:
+    """A 401 from the provider: each user gets the notice, the operator one alert, the key no more calls."""
+    rig.model.default = lambda seen: JSONReply(
+        {
+            "error": {
+                "message": "Incorrect API key provided",
+                "type": "invalid_request_error",
+                "code": "invalid_api_key",
+            }
+        },
+        status=401,
+    )
+    for n in range(2):
+        await rig.send(
+            event_callback(app_mention_event(text=f"<@UBOT> question {n}", channel=f"C0CHAN000{n}"))
+        )
+    await rig.slack.wait_until(
+        lambda: len([p for p in rig.slack.posts if p.channel != "COPS"]) == 2, what="two notices"
+    )
+    alerts = [p for p in rig.slack.posts if p.channel == "COPS"]
+    notices = [p for p in rig.slack.posts if p.channel != "COPS"]
+    assert (
+        len(alerts) == 1
+        and "OPENAI_API_KEY" in alerts[0].text
+        and "sk-test-key" not in alerts[0].text
+    )
+    assert all("couldn't answer" in p.text for p in notices)
+    assert len(rig.model.requests) == 1
+
+
+async def test_metrics_count_events_and_tasks(rig: Rig) -> None:
+    """/metrics exposes admitted events, settled tasks and the ack latency histogram."""
+    event = app_mention_event(text="<@UBOT> count me")
+    await rig.send(event_callback(event))
+    # Done means published: the post's response has reached the client and been counted.
+    await wait_for(
+        rig, f"SELECT state FROM tasks WHERE id = 'T1:{event['channel']}:{event['ts']}'", "done"
+    )
+    async with rig.http.get(f"http://127.0.0.1:{rig.gateway.port}/metrics") as response:
+        text = await response.text()
+    assert 'threadgate_events_total{outcome="admitted"} 1.0' in text
+    assert "threadgate_ack_seconds_count 1.0" in text
+    assert 'threadgate_slack_api_calls_total{method="chat.postMessage",status="ok"} 1.0' in text
+    assert 'threadgate_tasks_total{outcome="answered"} 1.0' in text
+
+
+async def test_health_and_readiness(rig: Rig) -> None:
+    """/healthz answers while alive; /readyz when the database is reachable and migrated."""
+    base = f"http://127.0.0.1:{rig.gateway.port}"
+    async with rig.http.get(f"{base}/healthz") as health, rig.http.get(f"{base}/readyz") as ready:
+        assert (health.status, ready.status) == (200, 200)
+
+
+async def test_allowlisted_channels_only(database_dsn: str) -> None:
+    """With THREADGATE_ALLOWED_CHANNELS set, mentions elsewhere are acked and ignored."""
+    async with Rig(database_dsn, overrides={"THREADGATE_ALLOWED_CHANNELS": "C0ALLOWED01"}) as rig:
+        before = await rig.count("tasks")
+        assert (await rig.send(event_callback(app_mention_event(text="<@UBOT> hi"))))[0] == 200
+        assert await rig.count("tasks") == before
+        await rig.send(event_callback(app_mention_event(text="<@UBOT> hi", channel="C0ALLOWED01")))
+        assert (await rig.slack.wait_for_posts(1))[0].channel == "C0ALLOWED01"
+
+
+async def test_a_refused_slack_token_reaches_the_alert_webhook(database_dsn: str) -> None:
+    """Slack answering token_revoked sends one alert to THREADGATE_ALERT_WEBHOOK_URL."""
+    received: list[dict[str, str]] = []
+    arrived = asyncio.Event()
+
+    async def webhook(request: web.Request) -> web.Response:
+        received.append(await request.json())
+        arrived.set()
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_post("/hook", webhook)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    url = f"http://127.0.0.1:{runner.addresses[0][1]}/hook"
+    try:
+        async with Rig(database_dsn, overrides={"THREADGATE_ALERT_WEBHOOK_URL": url}) as rig:
+            rig.slack.revoke_token()
+            await rig.send(event_callback(app_mention_event(text="<@UBOT> anyone?")))
+            await asyncio.wait_for(arrived.wait(), 30)
+    finally:
+        await runner.cleanup()
+    assert (
+        len(received) == 1
+        and "token_revoked" in received[0]["text"]
+        and "SLACK_BOT_TOKEN" in received[0]["text"]
+    )
+
+
+async def wait_for(rig: Rig, query: str, expected: object, deadline: float = 30) -> None:
+    async with asyncio.timeout(deadline):
+        while await rig.db.pool.fetchval(query) != expected:
+            rig.db.wakeup.clear()
+            await rig.db.wakeup.wait()
