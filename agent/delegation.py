@@ -75,6 +75,7 @@ class RoundRecord:
     call_id: str
     raw_arguments: str
     outcomes: tuple[SubtaskOutcome, ...]
+    acknowledgment: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from agent.background import stop_task
 from agent.control import Decision, Reply
 from agent.delegation import Delegation, RoundInput, RoundStore, Subtask, SubtaskState
 from agent.errors import (
@@ -175,6 +176,10 @@ class TaskRunner:
         if reply is not None:
             return await self._deliver_reply(task, reply)
         state = await self._rounds.load(task)
+        # A crash between storing a delegation and posting its ack can leave the ack unsent
+        # while the subtasks went on; the outbox makes these re-posts free when it was sent.
+        for record in state.finished:
+            await self._publisher.publish(task, task.ack_id(record.number), record.acknowledgment)
         if state.pending is not None:
             return await self._wait_for(task, len(state.finished), state.pending)
         number = len(state.finished)
@@ -215,8 +220,8 @@ class TaskRunner:
 
     async def _deliver_reply(self, task: Task, reply: StoredMessage) -> None:
         await self._publisher.publish(task, reply.id, reply.text)
-        await self._queue.finish(task)
         self._observer.task_settled("answered")
+        await self._queue.finish(task)
 
     async def _wait_for(self, task: Task, number: int, delegation: Delegation) -> None:
         await self._publisher.publish(task, task.ack_id(number), delegation.acknowledgment)
@@ -282,9 +287,7 @@ class TaskRunner:
         try:
             yield
         finally:
-            beating.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await beating
+            await stop_task(beating)
 
     async def _beat(self, beat: Callable[[], Awaitable[bool]], name: str) -> None:
         while True:

@@ -150,7 +150,7 @@ class TokenAlarm:
         now = self._clock()
         if self._url is None or now - self._last.get(error, -self._window) < self._window:
             return
-        self._last[error] = now
+        self._last[error] = now  # before sending: concurrent refusals must not all send
         text = (
             f":rotating_light: Slack refused threadgate's bot token ({error}, on {method}). "
             "No message can be answered until SLACK_BOT_TOKEN is fixed: reinstall the app or "

@@ -17,6 +17,7 @@ from typing import Any
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from agent.background import stop_task
 from agent.ports import Task
 from gateway.rendering import SlackMessage, render_reply
 from storage.outbox import Outbox
@@ -24,6 +25,7 @@ from storage.outbox import Outbox
 log = logging.getLogger(__name__)
 
 METADATA_EVENT = "threadgate_post"
+_NOTHING_THERE = frozenset({"thread_not_found", "message_not_found"})
 
 
 class SlackPublisher:
@@ -54,9 +56,7 @@ class SlackPublisher:
         try:
             yield
         finally:
-            refresher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await refresher
+            await stop_task(refresher)
             await self._set_status(task, "")
 
     async def _keep_status(self, task: Task) -> None:
@@ -101,13 +101,18 @@ class SlackPublisher:
         """The ts of our post carrying `post_id` in the thread, if it is there."""
         cursor = None
         while True:
-            page = await self._client.conversations_replies(
-                channel=address["channel"],
-                ts=address["thread_ts"],
-                include_all_metadata=True,
-                limit=200,
-                cursor=cursor,
-            )
+            try:
+                page = await self._client.conversations_replies(
+                    channel=address["channel"],
+                    ts=address["thread_ts"],
+                    include_all_metadata=True,
+                    limit=200,
+                    cursor=cursor,
+                )
+            except SlackApiError as exc:
+                if exc.response.get("error") in _NOTHING_THERE:
+                    return None  # no thread yet, so our post cannot be in it
+                raise
             for message in page.get("messages") or []:
                 if _outbox_id(message) == post_id:
                     return str(message.get("ts"))

@@ -15,8 +15,12 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 from slack_bolt.async_app import AsyncApp
+from slack_bolt.authorization import AuthorizeResult
+from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from agent.background import Supervisor, stop_task
+from agent.errors import ConfigError
 from agent.ladder import AttemptLadder
 from agent.model import Model
 from agent.plugins import default_registries
@@ -129,17 +133,21 @@ class Gateway:
         self._stack.push_async_callback(db.close)
         await db.migrate()
         webhook = s.threadgate_alert_webhook_url
+        supervisor = Supervisor()
+        self._stack.push_async_callback(supervisor.aclose)
         client = slack_client(
             s.require("SLACK_BOT_TOKEN"),
             s.slack_api_url,
             metrics=self.metrics,
             on_token_refused=TokenAlarm(webhook.get_secret_value() if webhook else None),
+            supervisor=supervisor,
         )
+        identity = await identify(client, s.require("SLACK_BOT_TOKEN"))
         users = UserDirectory(client)
         threads = SlackThreads(client, users)
         self._start_runner(db, client, models, threads)
         self._start_queue_sampler(db)
-        await self._start_http(db, client, host, port, users, threads)
+        await self._start_http(db, client, host, port, users, threads, identity)
 
     async def stop(self) -> None:
         await self._stack.aclose()
@@ -175,12 +183,7 @@ class Gateway:
     def _start_queue_sampler(self, db: Database) -> None:
         sampler = asyncio.create_task(sample_queue(db, self.metrics), name="queue-sampler")
 
-        async def stop_sampler() -> None:
-            sampler.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sampler
-
-        self._stack.push_async_callback(stop_sampler)
+        self._stack.push_async_callback(stop_task, sampler)
 
     async def _start_http(
         self,
@@ -190,6 +193,7 @@ class Gateway:
         port: int,
         users: UserDirectory,
         threads: SlackThreads,
+        identity: AuthorizeResult,
     ) -> None:
         s = self.settings
         secret = s.slack_signing_secret
@@ -206,6 +210,7 @@ class Gateway:
             signing_secret=signing_secret,
             gatekeeper=gatekeeper,
             metrics=self.metrics,
+            identity=identity,
         )
         socket_mode = self.settings.socket_mode
         app = build_http_app(
@@ -236,6 +241,23 @@ class Gateway:
         )
         self._stack.push_async_callback(connection.close)
         log.info("threadgate connected in Socket Mode (health on port %d)", self.port)
+
+
+async def identify(client: AsyncWebClient, token: str) -> AuthorizeResult:
+    """Who we are in Slack (`auth.test`); a refused token stops start-up in one sentence."""
+    try:
+        response = await client.auth_test()
+    except SlackApiError as exc:
+        error = exc.response.get("error")
+        raise ConfigError(
+            f"SLACK_BOT_TOKEN was refused by Slack ({error}): put a valid bot token (xoxb-…) there."
+        ) from None
+    except (SlackClientError, OSError) as exc:
+        raise ConfigError(
+            f"Slack could not be reached at SLACK_API_URL ({type(exc).__name__}); check the network "
+            "or the URL."
+        ) from None
+    return AuthorizeResult.from_auth_test_response(auth_test_response=response, bot_token=token)
 
 
 async def sample_queue(db: Database, metrics: Metrics, every_seconds: float = 15.0) -> None:

@@ -13,6 +13,8 @@ import re
 from typing import Any
 
 from slack_bolt.async_app import AsyncApp
+from slack_bolt.authorization import AuthorizeResult
+from slack_bolt.authorization.async_authorize import AsyncAuthorize
 from slack_bolt.context.ack.async_ack import AsyncAck
 from slack_bolt.context.async_context import AsyncBoltContext
 from slack_bolt.response import BoltResponse
@@ -26,14 +28,34 @@ from storage.errors import StorageError
 log = logging.getLogger(__name__)
 
 
+class KnownIdentity(AsyncAuthorize):
+    """Bolt's authorization from the `auth.test` we made at start-up, through our own client.
+
+    Without it, bolt calls `auth.test` itself on the first request, with a client of its
+    own that bypasses our metrics and our alarm on a refused token.
+    """
+
+    def __init__(self, result: AuthorizeResult) -> None:
+        self._result = result
+
+    async def __call__(self, **kwargs: Any) -> AuthorizeResult:
+        return self._result
+
+
 def build_bolt_app(
-    *, client: AsyncWebClient, signing_secret: str | None, gatekeeper: Gatekeeper, metrics: Metrics
+    *,
+    client: AsyncWebClient,
+    signing_secret: str | None,
+    gatekeeper: Gatekeeper,
+    metrics: Metrics,
+    identity: AuthorizeResult | None = None,
 ) -> AsyncApp:
     app = AsyncApp(
         client=client,
         signing_secret=signing_secret,
         process_before_response=True,
         request_verification_enabled=signing_secret is not None,
+        authorize=KnownIdentity(identity) if identity is not None else None,
     )
 
     @app.event(re.compile(".+"))

@@ -14,7 +14,7 @@ must hear about at once: it is logged at CRITICAL and handed to `on_token_refuse
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from slack_sdk.errors import SlackApiError
@@ -25,13 +25,14 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
+from agent.background import Supervisor
 from gateway.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
 TOKEN_REFUSALS = frozenset({"invalid_auth", "token_revoked", "account_inactive", "not_authed"})
 
-TokenRefused = Callable[[str, str], Awaitable[None]]
+TokenRefused = Callable[[str, str], Coroutine[Any, Any, None]]
 
 
 class MeteredWebClient(AsyncWebClient):
@@ -42,11 +43,13 @@ class MeteredWebClient(AsyncWebClient):
         *args: Any,
         metrics: Metrics | None = None,
         on_token_refused: TokenRefused | None = None,
+        supervisor: Supervisor | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self._metrics = metrics
         self._on_token_refused = on_token_refused
+        self._supervisor = supervisor or Supervisor()
 
     async def api_call(self, api_method: str, **kwargs: Any) -> AsyncSlackResponse:
         try:
@@ -70,10 +73,8 @@ class MeteredWebClient(AsyncWebClient):
     async def _token_refused(self, method: str, error: str) -> None:
         log.critical("Slack refused the bot token (%s on %s): check SLACK_BOT_TOKEN", error, method)
         if self._on_token_refused is not None:
-            try:
-                await self._on_token_refused(method, error)
-            except Exception:
-                log.exception("the token-refusal alert could not be delivered")
+            # In the background: the caller's own deadline must not cut the alert short.
+            self._supervisor.spawn(self._on_token_refused(method, error), name="token-alarm")
 
 
 def slack_client(
@@ -83,6 +84,7 @@ def slack_client(
     timeout: int = 15,
     metrics: Metrics | None = None,
     on_token_refused: TokenRefused | None = None,
+    supervisor: Supervisor | None = None,
 ) -> MeteredWebClient:
     return MeteredWebClient(
         token=token,
@@ -94,4 +96,5 @@ def slack_client(
         ],
         metrics=metrics,
         on_token_refused=on_token_refused,
+        supervisor=supervisor,
     )

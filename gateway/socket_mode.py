@@ -20,7 +20,8 @@ path in slack-bolt 1.30 / slack-sdk 3.48:
   payload: Events API envelopes take none.
 
 The one path that acks without our listener is bolt's `IgnoringSelfEvents` middleware (the
-bot's own events): nothing to store, so nothing to lose.
+bot's own events): nothing to store, so nothing to lose. A request no listener takes
+(bolt's 404) or an authorization failure (`auth.test` refused) is not acked either.
 
 **Reconnects** are slack-sdk's: a `disconnect` envelope (`refresh_requested`, `warning`)
 makes the client fetch a new URL with `apps.connections.open` and switch to it; a socket

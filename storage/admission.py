@@ -12,9 +12,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-import asyncpg
-
-from storage.database import TASKS_CHANNEL, Database
+from storage.database import CONNECTION_ERRORS, TASKS_CHANNEL, Database
 from storage.errors import DatabaseUnavailable
 
 
@@ -48,7 +46,7 @@ async def session_exists(db: Database, session_id: str) -> bool:
     """Whether this conversation has been seen (the bot takes part in it)."""
     try:
         return bool(await db.pool.fetchval("SELECT true FROM sessions WHERE id = $1", session_id))
-    except (OSError, asyncpg.InterfaceError, asyncpg.PostgresConnectionError) as exc:
+    except CONNECTION_ERRORS as exc:
         raise DatabaseUnavailable(
             f"The session could not be looked up ({type(exc).__name__})."
         ) from exc
@@ -58,7 +56,7 @@ async def admit(db: Database, admission: Admission) -> bool:
     """Make the turn and its task durable. False when this delivery was a duplicate."""
     try:
         return await _admit(db, admission)
-    except (OSError, asyncpg.InterfaceError, asyncpg.PostgresConnectionError) as exc:
+    except CONNECTION_ERRORS as exc:
         raise DatabaseUnavailable(f"The turn could not be stored ({type(exc).__name__}).") from exc
 
 

@@ -22,6 +22,17 @@ from storage.migrations import migrate, pending_migrations
 
 TASKS_CHANNEL = "threadgate_tasks"
 
+# What "the database is not there right now" looks like from asyncpg.
+CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,
+    asyncio.TimeoutError,
+    asyncpg.InterfaceError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.CannotConnectNowError,
+    asyncpg.TooManyConnectionsError,
+    asyncpg.AdminShutdownError,
+)
+
 
 @dataclass(frozen=True, slots=True)
 class BackendIdentity:
@@ -40,6 +51,7 @@ class Database:
         self._signals: asyncpg.Connection | None = None
         self._identity: BackendIdentity | None = None
         self.wakeup = asyncio.Event()
+        self._reconnecting = asyncio.Lock()
 
     async def __aenter__(self) -> Self:
         await self.open()
@@ -78,8 +90,9 @@ class Database:
 
     async def identity(self) -> BackendIdentity:
         """This process's lease identity, reconnecting the signal connection if it dropped."""
-        if self._signals is None or self._signals.is_closed():
-            await self._connect_signals()
+        async with self._reconnecting:  # several workers notice a drop at once; one reconnects
+            if self._signals is None or self._signals.is_closed():
+                await self._connect_signals()
         assert self._identity is not None
         return self._identity
 

@@ -108,8 +108,11 @@ class PostgresTaskQueue:
         asyncio.get_running_loop().call_later(delay, self._db.wakeup.set)
 
     async def wait_for_work(self, max_wait: float) -> None:
+        # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation that
+        # arrives together with the wake-up, and a worker that misses it never stops.
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._db.wakeup.wait(), min(max_wait, self._poll))
+            async with asyncio.timeout(min(max_wait, self._poll)):
+                await self._db.wakeup.wait()
         self._db.wakeup.clear()
 
     async def _close(self, task: Task, state: str, reason: str | None) -> None:

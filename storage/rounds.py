@@ -237,7 +237,9 @@ def _record(row: asyncpg.Record, subtasks: Sequence[dict[str, Any]]) -> RoundRec
     outcomes = tuple(
         SubtaskOutcome(s["index"], s["type"], s["state"], s["result"] or "") for s in subtasks
     )
-    return RoundRecord(row["number"], row["call_id"], row["raw_arguments"], outcomes)
+    return RoundRecord(
+        row["number"], row["call_id"], row["raw_arguments"], outcomes, row["acknowledgment"]
+    )
 
 
 def _columns(requests: Sequence[SubtaskRequest]) -> tuple[list[str], list[str], list[str]]:

@@ -10,11 +10,16 @@ import pytest
 from storage.database import Database
 from tests.pg import create_database, server_dsn
 
+# Outside pytest's numbered temporary directories: those are pruned by later runs, even
+# while an earlier run's server still has its data there. Several runs share the server
+# safely (each module creates databases named after its process).
+TEST_DATA_DIR = Path(__file__).resolve().parent.parent / ".threadgate" / "test-postgres"
+
 
 @pytest.fixture(scope="session")
-async def postgres_dsn(tmp_path_factory: pytest.TempPathFactory) -> str:
+async def postgres_dsn() -> str:
     """The server every test talks to; started once per run."""
-    return await server_dsn(Path(tmp_path_factory.mktemp("postgres")))
+    return await server_dsn(TEST_DATA_DIR)
 
 
 @pytest.fixture(scope="module")
@@ -29,3 +34,10 @@ async def db(database_dsn: str) -> AsyncIterator[Database]:
     async with Database(database_dsn) as database:
         await database.migrate()
         yield database
+
+
+@pytest.fixture
+async def fresh_dsn(postgres_dsn: str, request: pytest.FixtureRequest) -> str:
+    """An empty database for this one test: gateways left with unfinished tasks by an
+    earlier test cannot answer them into this test's fakes."""
+    return await create_database(postgres_dsn, request.node.name)

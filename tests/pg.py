@@ -6,6 +6,7 @@ see each other's rows and a failure leaves its database behind for a post-mortem
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 import re
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import asyncpg
 
+from storage.database import Database
 from storage.embedded import start_embedded_postgres
 
 _counter = itertools.count()
@@ -38,3 +40,25 @@ async def create_database(dsn: str, label: str) -> str:
     finally:
         await conn.close()
     return with_database(dsn, name)
+
+
+async def wait_for_value(
+    db: Database, query: str, expected: object, *args: object, deadline: float = 30
+) -> None:
+    """Wait until `query` returns `expected`, woken by the queue's NOTIFYs, with a deadline.
+
+    The event is cleared *before* each look, so a NOTIFY that arrives between the look and
+    the wait is not lost.
+    """
+    async with asyncio.timeout(deadline):
+        while True:
+            db.wakeup.clear()
+            if await db.pool.fetchval(query, *args) == expected:
+                return
+            await db.wakeup.wait()
+
+
+async def wait_for_task(db: Database, task_id: str, state: str, deadline: float = 30) -> None:
+    """Wait until the task reaches `state`."""
+    query = "SELECT state FROM tasks WHERE id = $1"
+    await wait_for_value(db, query, state, task_id, deadline=deadline)

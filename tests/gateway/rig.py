@@ -74,7 +74,7 @@ class Rig:
         self.model = await OpenAIServer().__aenter__()
         self.model.default = echo
         self.replicas: list[Gateway] = []
-        self.gateway = await self._start_gateway(self.socket_mode, self.database_url)
+        self.gateway = await self._start_gateway(self.socket_mode, self.database_url, {})
         self.http = aiohttp.ClientSession()
         self.db = await Database(self.database_url, min_size=1, max_size=2).__aenter__()
         return self
@@ -89,14 +89,23 @@ class Rig:
         await self.sockets.__aexit__(*exc)
         await self.slack.__aexit__(*exc)
 
-    async def start_gateway(self, *, socket_mode: bool, database_url: str | None = None) -> Gateway:
+    async def start_gateway(
+        self,
+        *,
+        socket_mode: bool,
+        database_url: str | None = None,
+        overrides: Mapping[str, str] | None = None,
+    ) -> Gateway:
         """Another gateway on the same fakes (and database, unless given); stopped with the rig."""
-        gateway = await self._start_gateway(socket_mode, database_url or self.database_url)
+        url = database_url or self.database_url
+        gateway = await self._start_gateway(socket_mode, url, overrides or {})
         self.replicas.append(gateway)
         return gateway
 
-    async def _start_gateway(self, socket_mode: bool, database_url: str) -> Gateway:
-        env = {**gateway_env(self.slack, self.model, database_url), **self.overrides}
+    async def _start_gateway(
+        self, socket_mode: bool, database_url: str, overrides: Mapping[str, str]
+    ) -> Gateway:
+        env = {**gateway_env(self.slack, self.model, database_url), **self.overrides, **overrides}
         if socket_mode:
             env = socket_mode_env(env)
         gateway = Gateway(load_settings(**{k.lower(): v for k, v in env.items()}))

@@ -13,7 +13,7 @@ from tests.fakes.slack_api import FakeSlack
 from tests.fakes.slack_events import app_mention_event, deliver, event_callback
 from tests.gateway.process import GatewayProcess
 from tests.gateway.rig import BOT_TOKEN, SECRET, echo, gateway_env
-from tests.pg import create_database
+from tests.pg import create_database, wait_for_task
 
 
 async def test_sigkill_while_the_model_answers_then_restart_gives_one_reply(
@@ -49,16 +49,8 @@ async def test_sigkill_while_the_model_answers_then_restart_gives_one_reply(
         try:
             posts = await slack.wait_for_posts(1, timeout=60)
             async with Database(dsn, min_size=1, max_size=1) as db:
-                await wait_for_state(db, f"T1:{event['channel']}:{event['ts']}", "done")
+                await wait_for_task(db, f"T1:{event['channel']}:{event['ts']}", "done")
         finally:
             await second.stop()
         assert len(slack.posts) == 1 and "survive this" in posts[0].text
         assert posts[0].thread_ts == event["ts"]
-
-
-async def wait_for_state(db: Database, task_id: str, state: str, deadline: float = 30) -> None:
-    """Wait (on NOTIFY, with a deadline) until the task reaches `state`."""
-    async with asyncio.timeout(deadline):
-        while await db.pool.fetchval("SELECT state FROM tasks WHERE id = $1", task_id) != state:
-            db.wakeup.clear()
-            await db.wakeup.wait()

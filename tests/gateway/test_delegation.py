@@ -13,6 +13,7 @@ from agent.subtasks import SUBAGENT_PROMPT
 from tests.fakes.openai_api import RecordedRequest, Reply, reply_with_tool
 from tests.fakes.slack_events import app_mention_event, event_callback
 from tests.gateway.rig import Rig
+from tests.pg import wait_for_task
 
 ACK = "Looking into both parts…"
 
@@ -35,8 +36,8 @@ def delegating_model(seen: RecordedRequest) -> Reply:
 
 
 @pytest.fixture
-async def rig(database_dsn: str) -> AsyncIterator[Rig]:
-    async with Rig(database_dsn) as running:
+async def rig(fresh_dsn: str) -> AsyncIterator[Rig]:
+    async with Rig(fresh_dsn) as running:
         yield running
 
 
@@ -52,7 +53,7 @@ async def test_delegation_posts_the_ack_then_the_reply_each_once(rig: Rig) -> No
     ids = [p.metadata["event_payload"]["outbox_id"] for p in posts]
     assert ids[0].endswith(":ack:0") and ids[1].endswith(":reply")
     task_id = f"T1:{event['channel']}:{event['ts']}"
-    await wait_for(rig, f"SELECT state FROM tasks WHERE id = '{task_id}'", "done")
+    await wait_for_task(rig.db, task_id, "done")
     assert len(rig.slack.posts) == 2
 
 
@@ -87,10 +88,3 @@ class Held:
     async def send(self, request: web.Request, seen: RecordedRequest) -> web.StreamResponse:
         await self.release.wait()
         return await self.then.send(request, seen)
-
-
-async def wait_for(rig: Rig, query: str, expected: object, deadline: float = 30) -> None:
-    async with asyncio.timeout(deadline):
-        while await rig.db.pool.fetchval(query) != expected:
-            rig.db.wakeup.clear()
-            await rig.db.wakeup.wait()

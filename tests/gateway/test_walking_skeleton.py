@@ -22,8 +22,8 @@ from tests.gateway.rig import Rig
 
 
 @pytest.fixture
-async def rig(database_dsn: str) -> AsyncIterator[Rig]:
-    async with Rig(database_dsn) as running:
+async def rig(fresh_dsn: str) -> AsyncIterator[Rig]:
+    async with Rig(fresh_dsn) as running:
         running.slack.add_user("U0A1B2C3D4E", name="ada", display_name="Ada")
         yield running
 
