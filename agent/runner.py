@@ -36,6 +36,7 @@ from agent.errors import (
     QuotaExhausted,
     RoundFailed,
 )
+from agent.log_context import bind_log_fields
 from agent.ports import AlertSink, History, Publisher, StoredMessage, Task, TaskQueue
 
 log = logging.getLogger(__name__)
@@ -151,6 +152,10 @@ class TaskRunner:
 
     async def run_task(self, task: Task) -> None:
         """Run one round of a leased task and settle it, whatever happens."""
+        with bind_log_fields(task=task.id, **task.address):
+            await self._run_task(task)
+
+    async def _run_task(self, task: Task) -> None:
         async with self._heartbeat(lambda: self._queue.heartbeat(task), task.id):
             try:
                 async with self._publisher.working(task):
@@ -247,6 +252,10 @@ class TaskRunner:
 
     async def run_subtask(self, subtask: Subtask, task: Task) -> None:
         """Run a leased subtask within its time limit and record how it ended."""
+        with bind_log_fields(task=task.id, subtask=subtask.id, **task.address):
+            await self._run_subtask(subtask, task)
+
+    async def _run_subtask(self, subtask: Subtask, task: Task) -> None:
         async with self._heartbeat(lambda: self._rounds.heartbeat_subtask(subtask), subtask.id):
             try:
                 state, text = await self._subtask_outcome(subtask, task)

@@ -18,6 +18,7 @@ from agent.errors import ConfigError
 from gateway.config import Settings, load_settings
 from gateway.console import run_console
 from gateway.doctor import Limits, diagnose, report
+from gateway.logs import configure_logging
 from gateway.manifest import events_url, render_manifest
 from gateway.service import database_dsn, serve_forever
 from storage.database import Database
@@ -30,10 +31,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         settings = load_settings()
-        logging.basicConfig(
-            level=settings.threadgate_log_level.upper(),
-            format="%(asctime)s %(levelname)s %(name)s %(message)s",
-        )
+        configure_logging(settings.threadgate_log_level, settings.threadgate_log_format)
         return int(asyncio.run(args.command(settings, args)) or 0)
     except ConfigError as exc:
         print(f"threadgate: {exc}", file=sys.stderr)

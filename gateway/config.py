@@ -9,9 +9,9 @@ and are never echoed back, not even in an error about them.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, ValidationError
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from agent.errors import ConfigError
@@ -48,7 +48,8 @@ class Settings(BaseSettings):
     threadgate_workers: Annotated[int, Field(ge=1, le=256)] = 4
     threadgate_lease_seconds: Annotated[float, Field(gt=0)] = 60.0
     threadgate_history_chars: Annotated[int, Field(ge=1000)] = 24_000
-    threadgate_log_level: str = "INFO"
+    threadgate_log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
+    threadgate_log_format: Literal["text", "json"] = "text"
     threadgate_allowed_channels: str = ""
     threadgate_allowed_users: str = ""
     threadgate_continue_threads: bool = True
@@ -61,6 +62,11 @@ class Settings(BaseSettings):
     threadgate_alert_webhook_url: SecretStr | None = None
     threadgate_status_refresh_seconds: Annotated[float, Field(gt=0, le=110)] = 90.0
     threadgate_alert_window_seconds: Annotated[float, Field(ge=0)] = 900.0
+
+    @field_validator("threadgate_log_level", mode="before")
+    @classmethod
+    def _upper_level(cls, value: object) -> object:
+        return value.upper() if isinstance(value, str) else value
 
     @property
     def allowed_channels(self) -> frozenset[str]:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal, Protocol, TypeAlias
 
+from agent.log_context import bind_log_fields
 from gateway.inbound import InboundTurn, MalformedEvent
 from gateway.markup import mentioned_user_ids, slack_to_text
 from gateway.provenance import Turn, render_turn
@@ -74,6 +75,15 @@ class Gatekeeper:
 
     async def admit(self, inbound: InboundTurn, *, bot_user_id: str | None) -> Outcome:
         """Store the turn and its task (durable when this returns), or say why not."""
+        where = {
+            "team": inbound.team,
+            "channel": inbound.channel,
+            "thread_ts": inbound.reply_thread_ts,
+        }
+        with bind_log_fields(task=inbound.task_id, event=inbound.event_id, **where):
+            return await self._admit(inbound, bot_user_id)
+
+    async def _admit(self, inbound: InboundTurn, bot_user_id: str | None) -> Outcome:
         if not self._policy.allows(inbound):
             return "ignored"
         known = await session_exists(self._db, inbound.session_id)

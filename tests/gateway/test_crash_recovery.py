@@ -50,7 +50,21 @@ async def test_sigkill_while_the_model_answers_then_restart_gives_one_reply(
             posts = await slack.wait_for_posts(1, timeout=60)
             async with Database(dsn, min_size=1, max_size=1) as db:
                 await wait_for_task(db, f"T1:{event['channel']}:{event['ts']}", "done")
+                stored = await everything_stored(db)
         finally:
-            await second.stop()
+            assert await second.stop() == 0  # SIGTERM: a clean, prompt shutdown
         assert len(slack.posts) == 1 and "survive this" in posts[0].text
         assert posts[0].thread_ts == event["ts"]
+        logs = first.log.decode() + second.log.decode()
+        for secret in (SECRET, BOT_TOKEN, env["OPENAI_API_KEY"]):
+            assert secret not in logs and secret not in stored
+
+
+async def everything_stored(db: Database) -> str:
+    """Every text column of every table, for checking that no secret was written."""
+    tables = ["seen_events", "sessions", "messages", "tasks", "outbox", "task_rounds", "subtasks"]
+    dumps = [
+        await db.pool.fetchval(f"SELECT coalesce(string_agg(t::text, ' '), '') FROM {t} t")
+        for t in tables
+    ]
+    return " ".join(dumps)

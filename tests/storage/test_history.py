@@ -54,3 +54,35 @@ async def test_window_is_bounded_by_the_character_budget(db: Database) -> None:
     assert [m.text for m in window] == ["message 17", "message 18", "message 19"]
     tiny = await history.window(tasks[-1], max_chars=1, max_messages=50)
     assert [m.text for m in tiny] == ["message 19"]
+
+
+async def seed_long_session(db: Database, thread: str, count: int) -> Task:
+    """A session with `count` earlier turns, written in one statement, then a new task."""
+    session = f"T1:C9:{thread}"
+    await db.pool.execute("INSERT INTO sessions (id) VALUES ($1) ON CONFLICT DO NOTHING", session)
+    await db.pool.execute(
+        "WITH n AS (SELECT g, nextval(pg_get_serial_sequence('messages', 'seq')) AS seq"
+        "           FROM generate_series(1, $2) g)"
+        " INSERT INTO messages (seq, id, session_id, anchor, role, kind, text)"
+        " SELECT seq, 'seed:' || $1 || ':' || g, $1, seq, 'user', 'turn', 'old message ' || g FROM n",
+        session,
+        count,
+    )
+    return await new_task(db, thread, f"{thread}1", "the question")
+
+
+async def test_a_ten_thousand_message_session_loads_the_same_bounded_window(db: Database) -> None:
+    """The window of a 10,000-message session is as big as a 10-message one's: the budget's."""
+    history = PostgresHistory(db)
+    short = await seed_long_session(db, "50.0", 10)
+    long = await seed_long_session(db, "60.0", 10_000)
+    small = await history.window(short, max_chars=100_000, max_messages=8)
+    large = await history.window(long, max_chars=100_000, max_messages=8)
+    assert len(small) == len(large) == 8
+    assert large[-1].text == "the question" and large[0].text == "old message 9994"
+    plan = await db.pool.fetchval(
+        "EXPLAIN (FORMAT JSON) SELECT id FROM messages WHERE session_id = $1"
+        " AND anchor <= 100000000 ORDER BY anchor DESC, seq DESC LIMIT 8",
+        long.session_id,
+    )
+    assert "messages_window" in str(plan)

@@ -1,0 +1,55 @@
+"""Logging set-up: one line per record, with the work's bound fields on every line.
+
+`THREADGATE_LOG_FORMAT=json` writes JSON objects (for log pipelines); the default is
+`key=value` text. The fields come from `agent.log_context`; nothing here reads settings
+that could hold a secret, and no record carries one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+
+from agent.log_context import log_fields
+
+
+class FieldsFilter(logging.Filter):
+    """Copies the bound fields onto each record (as `fields`, a dict)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.fields = dict(log_fields())
+        return True
+
+
+class TextFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        fields = getattr(record, "fields", {})
+        return f"{line} {' '.join(f'{k}={v}' for k, v in fields.items())}".rstrip()
+
+
+class JSONFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "time": self.formatTime(record),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+            **getattr(record, "fields", {}),
+        }
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, ensure_ascii=False)
+
+
+def configure_logging(level: str, style: str = "text") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(FieldsFilter())
+    if style == "json":
+        handler.setFormatter(JSONFormatter())
+    else:
+        handler.setFormatter(TextFormatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
