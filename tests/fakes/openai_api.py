@@ -116,6 +116,19 @@ class StreamReply:
         return response
 
 
+@dataclass(frozen=True)
+class Held:
+    """Waits for `release` (set by the test) before sending `then`: a model that is busy
+    exactly as long as the test wants, without sleeping."""
+
+    release: asyncio.Event
+    then: Reply
+
+    async def send(self, request: web.Request, seen: RecordedRequest) -> web.StreamResponse:
+        await self.release.wait()
+        return await self.then.send(request, seen)
+
+
 def _drop_connection(request: web.Request) -> None:
     """Close the socket mid-body, as a crashed upstream or a proxy timeout would."""
     transport = request.transport

@@ -83,19 +83,8 @@ async def run_cli(
     args: list[str], env: Mapping[str, str], cwd: Path, deadline: float = 60
 ) -> tuple[int, str]:
     """Run `threadgate ARGS` to completion; return its exit status and stderr."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "gateway.cli",
-        *args,
-        env=child_env(env),
-        cwd=cwd,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    _, err = await asyncio.wait_for(proc.communicate(), deadline)
-    assert proc.returncode is not None
-    return proc.returncode, err.decode()
+    status, _, err = await run_cli_output(args, env, cwd, deadline=deadline)
+    return status, err
 
 
 async def run_cli_output(

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 
 import pytest
-from aiohttp import web
 
 from agent.subtasks import SUBAGENT_PROMPT
-from tests.fakes.openai_api import RecordedRequest, Reply, reply_with_tool
+from tests.fakes.openai_api import Held, RecordedRequest, Reply, reply_with_tool
 from tests.fakes.slack_events import app_mention_event, event_callback
 from tests.gateway.rig import Rig
 from tests.pg import wait_for_task
@@ -76,15 +74,3 @@ async def test_subtasks_run_in_parallel(rig: Rig) -> None:
     release.set()
     posts = await rig.slack.wait_for_posts(2)
     assert "finding for part 1" in posts[1].text and len(in_flight) == 2
-
-
-@dataclass
-class Held:
-    """A reply that waits for `release` before it is sent."""
-
-    release: asyncio.Event
-    then: Reply
-
-    async def send(self, request: web.Request, seen: RecordedRequest) -> web.StreamResponse:
-        await self.release.wait()
-        return await self.then.send(request, seen)

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 
 import pytest
 from aiohttp import web
 
-from tests.fakes.openai_api import JSONReply, RecordedRequest, Reply, reply_with_tool
+from tests.fakes.openai_api import Held, JSONReply, reply_with_tool
 from tests.fakes.slack_events import (
     DEFAULT_CHANNEL,
     DEFAULT_USER,
@@ -21,18 +20,6 @@ from tests.fakes.slack_events import (
 )
 from tests.gateway.rig import Rig
 from tests.pg import wait_for_task
-
-
-@dataclass
-class Held:
-    """A model reply that waits for `release` before it is sent."""
-
-    release: asyncio.Event
-    then: Reply
-
-    async def send(self, request: web.Request, seen: RecordedRequest) -> web.StreamResponse:
-        await self.release.wait()
-        return await self.then.send(request, seen)
 
 
 @pytest.fixture
