@@ -86,7 +86,9 @@ class Gatekeeper:
     async def _admit(self, inbound: InboundTurn, bot_user_id: str | None) -> Outcome:
         if not self._policy.allows(inbound):
             return "ignored"
-        known = await session_exists(self._db, inbound.session_id)
+        # Only a message inside a thread asks whether we know the conversation (to continue
+        # it without a mention, or to back-fill it); a top-level one saves the round trip.
+        known = bool(inbound.thread_ts) and await session_exists(self._db, inbound.session_id)
         if (
             not inbound.mentioned
             and not inbound.direct

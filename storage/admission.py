@@ -42,6 +42,30 @@ ON CONFLICT (id) DO NOTHING
 """
 
 
+# Admission in one statement (one implicit transaction): the delivery, the session, the
+# task, the turn (its own anchor) and the wake-up. Nothing after `go` happens for a
+# delivery seen before; nothing after `task` for a message that already has its task.
+_ADMIT = """
+WITH ev AS (
+    INSERT INTO seen_events (event_id) SELECT $1::text WHERE $1::text IS NOT NULL
+    ON CONFLICT DO NOTHING RETURNING true
+), go AS (
+    SELECT true WHERE $1::text IS NULL OR EXISTS (SELECT 1 FROM ev)
+), ses AS (
+    INSERT INTO sessions (id) SELECT $2 FROM go ON CONFLICT DO NOTHING
+), task AS (
+    INSERT INTO tasks (id, session_id, address) SELECT $3, $2, $4::jsonb FROM go
+    ON CONFLICT DO NOTHING RETURNING id
+), turn AS (
+    INSERT INTO messages (seq, id, session_id, anchor, role, kind, text)
+    SELECT s.seq, $5, $2, s.seq, 'user', 'turn', $6
+    FROM task, LATERAL (SELECT nextval(pg_get_serial_sequence('messages', 'seq')) AS seq) s
+    ON CONFLICT (id) DO NOTHING
+)
+SELECT count(pg_notify($7, '')) > 0 FROM task
+"""
+
+
 async def session_exists(db: Database, session_id: str) -> bool:
     """Whether this conversation has been seen (the bot takes part in it)."""
     try:
@@ -61,6 +85,18 @@ async def admit(db: Database, admission: Admission) -> bool:
 
 
 async def _admit(db: Database, a: Admission) -> bool:
+    if not a.earlier:  # the common case, in one round trip
+        created = await db.pool.fetchval(
+            _ADMIT,
+            a.event_id,
+            a.session_id,
+            a.task_id,
+            json.dumps(dict(a.address)),
+            f"task:{a.task_id}:user",
+            a.turn_text,
+            TASKS_CHANNEL,
+        )
+        return bool(created)
     async with db.pool.acquire() as conn, conn.transaction():
         if a.event_id is not None:
             fresh = await conn.fetchval(
