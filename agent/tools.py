@@ -19,6 +19,7 @@ Plugins add tools by subclassing `WorkTool` (see `agent.plugins`).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -156,11 +157,16 @@ def validation_problems(exc: ValidationError) -> str:
 
 
 def model_schema(model: type[BaseModel]) -> dict[str, Any]:
-    """The JSON Schema of `model` with every `$ref` inlined.
+    """The JSON Schema of `model` with every `$ref` inlined (shared: do not mutate it).
 
     Inlined schemas can be nested anywhere (the delegate tool nests each subtask type's
     params) and every provider accepts them; a recursive model is a `ValueError`.
     """
+    return _model_schema(model)
+
+
+@functools.cache  # otherwise rebuilt for every model request; input models do not change
+def _model_schema(model: type[BaseModel]) -> dict[str, Any]:
     schema = model.model_json_schema()
     definitions = schema.pop("$defs", {})
     inlined = _inline(schema, definitions, depth=0)

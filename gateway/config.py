@@ -45,7 +45,9 @@ class Settings(BaseSettings):
     threadgate_gateway_header: str = "cf-aig-authorization"
     threadgate_operator_channel: str | None = None
     port: Annotated[int, Field(ge=1, le=65535)] = 3000
-    threadgate_workers: Annotated[int, Field(ge=1, le=256)] = 4
+    # Workers mostly wait (on the model, on Slack), so many are cheap; 4 capped a gateway
+    # at ~50 tasks/s against an instant model, and at 4 conversations with a real one.
+    threadgate_workers: Annotated[int, Field(ge=1, le=256)] = 16
     threadgate_lease_seconds: Annotated[float, Field(gt=0)] = 60.0
     threadgate_history_chars: Annotated[int, Field(ge=1000)] = 24_000
     threadgate_log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"

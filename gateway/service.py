@@ -13,6 +13,7 @@ import logging
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 
+import aiohttp
 from aiohttp import web
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.authorization import AuthorizeResult
@@ -135,12 +136,15 @@ class Gateway:
         webhook = s.threadgate_alert_webhook_url
         supervisor = Supervisor()
         self._stack.push_async_callback(supervisor.aclose)
+        session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
+        self._stack.push_async_callback(session.close)
         client = slack_client(
             s.require("SLACK_BOT_TOKEN"),
             s.slack_api_url,
             metrics=self.metrics,
             on_token_refused=TokenAlarm(webhook.get_secret_value() if webhook else None),
             supervisor=supervisor,
+            session=session,
         )
         identity = await identify(client, s.require("SLACK_BOT_TOKEN"))
         users = UserDirectory(client)

@@ -17,6 +17,7 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+import aiohttp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import (
     AsyncRateLimitErrorRetryHandler,
@@ -85,7 +86,10 @@ def slack_client(
     metrics: Metrics | None = None,
     on_token_refused: TokenRefused | None = None,
     supervisor: Supervisor | None = None,
+    session: aiohttp.ClientSession | None = None,
 ) -> MeteredWebClient:
+    """The client; pass a long-lived `session` to reuse connections (without one, slack_sdk
+    opens a connection per call). The caller closes the session."""
     return MeteredWebClient(
         token=token,
         base_url=base_url if base_url.endswith("/") else base_url + "/",
@@ -97,4 +101,5 @@ def slack_client(
         metrics=metrics,
         on_token_refused=on_token_refused,
         supervisor=supervisor,
+        session=session,
     )

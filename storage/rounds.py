@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import asyncpg
@@ -129,9 +130,17 @@ WHERE task_id = $1 AND round = $2 AND index = $3 AND attempts = $4 AND state = '
 class PostgresRounds:
     """`agent.delegation.RoundStore` on Postgres."""
 
-    def __init__(self, db: Database, *, lease_seconds: float = 60.0) -> None:
+    def __init__(
+        self,
+        db: Database,
+        *,
+        lease_seconds: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._db = db
         self._lease = lease_seconds
+        self._clock = clock
+        self._next_sweep = 0.0
 
     async def load(self, task: Task) -> RoundState:
         rows = await self._db.pool.fetch(_LOAD, task.id)
@@ -173,7 +182,9 @@ class PostgresRounds:
             await self._wake(conn, [task.id])
 
     async def claim_subtask(self) -> tuple[Subtask, Task] | None:
-        await self._expire_overdue()
+        if self._clock() >= self._next_sweep:  # deadlines are seconds apart: sweep at most 1/s
+            self._next_sweep = self._clock() + 1.0
+            await self._expire_overdue()
         me = await self._db.identity()
         row = await self._db.pool.fetchrow(_CLAIM, me.pid, me.started, self._lease)
         if row is None:
