@@ -58,7 +58,10 @@ class Database:
         self._pool: asyncpg.Pool | None = None
         self._signals: asyncpg.Connection | None = None
         self._identity: BackendIdentity | None = None
-        self.wakeup = asyncio.Event()
+        self.wakeup = asyncio.Event()  # for observers (tests): set on every signal
+        self._tickets = asyncio.Semaphore(0)
+        self._pending_tickets = 0
+        self._max_tickets = 64
         self._reconnecting = asyncio.Lock()
 
     async def __aenter__(self) -> Self:
@@ -126,11 +129,26 @@ class Database:
         conn.add_termination_listener(self._on_terminated)
         self._identity = BackendIdentity(row["pid"], row["backend_start"])
         self._signals = conn
-        self.wakeup.set()  # anything queued while we were not listening is now ours to find
+        self.wake()  # anything queued while we were not listening is now ours to find
+
+    def wake(self) -> None:
+        """Something may have become runnable: wake one waiting worker (and observers)."""
+        self.wakeup.set()
+        if self._pending_tickets < self._max_tickets:
+            self._pending_tickets += 1
+            self._tickets.release()
+
+    async def next_signal(self) -> None:
+        """Wait for a wake-up meant for one worker. Each NOTIFY wakes one waiting worker,
+        not all of them: a herd of workers each polling for the same single task was most
+        of our statements per task. A wake-up that finds nobody waiting is kept (up to a
+        bound), so a worker about to wait does not miss it."""
+        await self._tickets.acquire()
+        self._pending_tickets -= 1
 
     def _on_notify(self, conn: object, pid: int, channel: str, payload: object) -> None:
-        self.wakeup.set()
+        self.wake()
 
     def _on_terminated(self, conn: object) -> None:
         self._signals = None
-        self.wakeup.set()
+        self.wake()

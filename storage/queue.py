@@ -105,15 +105,14 @@ class PostgresTaskQueue:
 
     async def retry_later(self, task: Task, delay: float, reason: str) -> None:
         await self._db.pool.execute(_RETRY, task.id, task.attempts, reason, delay)
-        asyncio.get_running_loop().call_later(delay, self._db.wakeup.set)
+        asyncio.get_running_loop().call_later(delay, self._db.wake)
 
     async def wait_for_work(self, max_wait: float) -> None:
         # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation that
         # arrives together with the wake-up, and a worker that misses it never stops.
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(min(max_wait, self._poll)):
-                await self._db.wakeup.wait()
-        self._db.wakeup.clear()
+                await self._db.next_signal()
 
     async def _close(self, task: Task, state: str, reason: str | None) -> None:
         # The session's next task becomes runnable now: wake the workers that wait for it.

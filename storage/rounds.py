@@ -211,7 +211,7 @@ class PostgresRounds:
 
     async def retry_subtask_later(self, subtask: Subtask, delay: float) -> None:
         await self._db.pool.execute(_RETRY, *_key(subtask), delay)
-        asyncio.get_running_loop().call_later(delay, self._db.wakeup.set)
+        asyncio.get_running_loop().call_later(delay, self._db.wake)
 
     async def _round(self, task: Task, number: int) -> Delegation:
         rows = await self._db.pool.fetch(_LOAD, task.id)
