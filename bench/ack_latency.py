@@ -1,11 +1,11 @@
-"""Benchmark: how long Slack waits for our ack, durability included.
+"""Benchmark: ack latency and event → reply at 100 events/s, against bare bolt in the same run.
 
-A real gateway process (`threadgate serve`, with Slack and the model as loopback fakes in
-this process, and a real Postgres: `DATABASE_URL` or the embedded server) receives 200
-signed `app_mention` events one after another, each in its own thread; each ack comes only
-after the turn and its task are committed, while the gateway's workers answer the earlier
-ones. In the same run, a bare slack-bolt app on the same fakes — ack first, no
-persistence — gives the baseline the figures are compared with.
+A real gateway process (`threadgate serve`, Slack and the model as loopback fakes in this
+process, a real Postgres) receives signed `app_mention` events on an open-loop schedule,
+each in its own thread; each ack comes only after the turn and its task are committed.
+In the same run, a bare slack-bolt app on the same fakes — ack first, no persistence,
+the same reply — gives the baseline. Runs alternate which side goes first, and the figure
+reported is the median over runs. A last, unreported gateway run is profiled with py-spy.
 
     .venv/bin/python -m bench.ack_latency
 """
@@ -13,41 +13,26 @@ persistence — gives the baseline the figures are compared with.
 from __future__ import annotations
 
 import asyncio
-import statistics
 import tempfile
-import time
 from pathlib import Path
+from typing import Any
 
-import aiohttp
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.web.async_client import AsyncWebClient
 
-from tests.fakes.openai_api import OpenAIServer
-from tests.fakes.slack_api import FakeSlack
-from tests.fakes.slack_events import app_mention_event, deliver, event_callback
-from tests.gateway.process import GatewayProcess
-from tests.gateway.rig import BOT_TOKEN, SECRET, echo, gateway_env
-from tests.pg import create_database, server_dsn
+from bench import loadgen, profile
+from bench.loadgen import Sample, TimedSlack
+from bench.stack import fakes, gateway
+from tests.gateway.rig import BOT_TOKEN, SECRET
+from tests.pg import server_dsn
 
-EVENTS = 200
-
-
-def percentile(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-async def measure(http: aiohttp.ClientSession, url: str) -> list[float]:
-    latencies = []
-    for n in range(EVENTS):
-        envelope = event_callback(app_mention_event(text=f"<@UBOT> event {n}"))
-        started = time.perf_counter()
-        status, _ = await deliver(http, url, envelope, SECRET)
-        latencies.append((time.perf_counter() - started) * 1000)
-        assert status == 200, status
-    return latencies
+RATE = 100
+SECONDS = 10
+RUNS = 3
+WARMUP = 20
+RESULTS = Path(__file__).parent / "results"
 
 
 async def bare_bolt(slack_url: str) -> tuple[web.AppRunner, str]:
@@ -75,38 +60,77 @@ async def bare_bolt(slack_url: str) -> tuple[web.AppRunner, str]:
     return runner, f"http://127.0.0.1:{runner.addresses[0][1]}/slack/events"
 
 
-def summary(name: str, samples: list[float]) -> str:
-    return (
-        f"{name}: p50 {statistics.median(samples):.2f} ms, p99 {percentile(samples, 0.99):.2f} ms"
-        f" over {len(samples)} events"
-    )
+async def load(url: str, slack: TimedSlack, rate: float, seconds: float) -> dict[str, Any]:
+    """Warm up, then send `rate`/s for `seconds`; the figures of that one load."""
+    await loadgen.open_loop(url, WARMUP, WARMUP)
+    samples = await loadgen.open_loop(url, rate, int(rate * seconds))
+    answered = await loadgen.wait_answered(slack, samples, deadline=60)
+    await asyncio.sleep(0.5)  # a duplicate post would land now
+    return figures(samples, slack, answered)
+
+
+def figures(samples: list[Sample], slack: TimedSlack, answered: bool) -> dict[str, Any]:
+    acks = [s.ack_ms for s in samples]
+    replies = loadgen.reply_ms(samples, slack)
+    return {
+        "events": len(samples),
+        "non_200": sum(s.status != 200 for s in samples),
+        "ack_p50": loadgen.median(acks),
+        "ack_p99": loadgen.percentile(acks, 0.99),
+        "reply_p50": loadgen.median(replies) if replies else float("nan"),
+        "reply_p99": loadgen.percentile(replies, 0.99) if replies else float("nan"),
+        "answered": answered,
+        "exactly_once": loadgen.exactly_once(slack, samples),
+        "sender_lag_ms": loadgen.sender_lag_ms(samples),
+    }
+
+
+async def ours(dsn: str, data: Path, run: int) -> dict[str, Any]:
+    async with fakes() as (slack, model), gateway(dsn, f"ack{run}", slack, model, data) as gw:
+        return await load(gw.events_url, slack, RATE, SECONDS)
+
+
+async def baseline() -> dict[str, Any]:
+    async with fakes() as (slack, _):
+        runner, url = await bare_bolt(slack.url)
+        try:
+            return await load(url, slack, RATE, SECONDS)
+        finally:
+            await runner.cleanup()
+
+
+async def profiled(dsn: str, data: Path) -> dict[str, Any]:
+    """One more gateway run at the same rate under `py-spy record`; returns the summary."""
+    out = RESULTS / "ack_profile.raw"
+    RESULTS.mkdir(exist_ok=True)
+    async with fakes() as (slack, model), gateway(dsn, "ackprof", slack, model, data) as gw:
+        assert gw.proc is not None
+        await loadgen.open_loop(gw.events_url, WARMUP, WARMUP)
+        spy = await profile.start(gw.proc.pid, out, SECONDS + 2)
+        samples = await loadgen.open_loop(gw.events_url, RATE, RATE * SECONDS)
+        await loadgen.wait_answered(slack, samples, deadline=60)
+        await spy.wait()
+    return profile.summarize(out)
+
+
+async def run_all(dsn: str, data: Path) -> dict[str, Any]:
+    runs = []
+    for run in range(RUNS):
+        if run % 2 == 0:
+            pair = {"ours": await ours(dsn, data, run), "base": await baseline()}
+        else:
+            pair = {"base": await baseline(), "ours": await ours(dsn, data, run)}
+        print(f"  ack run {run}: {pair}", flush=True)
+        runs.append(pair)
+    return {"rate": RATE, "seconds": SECONDS, "runs": runs, "profile": await profiled(dsn, data)}
 
 
 async def main() -> None:
-    with tempfile.TemporaryDirectory() as data:
-        dsn = await create_database(await server_dsn(Path(data)), "bench_ack")
-        async with FakeSlack(bot_token=BOT_TOKEN) as slack, OpenAIServer() as model:
-            slack.add_user("U0A1B2C3D4E", name="ada", display_name="Ada")
-            model.default = echo
-            gateway = GatewayProcess(gateway_env(slack, model, dsn), Path(data))
-            await gateway.start()
-            async with aiohttp.ClientSession() as http:
-                try:
-                    ours = await measure(http, gateway.events_url)
-                    await slack.wait_for_posts(EVENTS, timeout=120)
-                finally:
-                    await gateway.stop()
-                runner, url = await bare_bolt(slack.url)
-                try:
-                    base = await measure(http, url)
-                    await slack.wait_for_posts(2 * EVENTS, timeout=120)
-                finally:
-                    await runner.cleanup()
-    print(summary("threadgate ack", ours))
-    print(summary("bare bolt ack ", base))
-    print(
-        f"ratio p50 {statistics.median(ours) / statistics.median(base):.2f}x, p99 {percentile(ours, 0.99) / percentile(base, 0.99):.2f}x"
-    )
+    with tempfile.TemporaryDirectory() as tmp:
+        result = await run_all(await server_dsn(Path(tmp)), Path(tmp))
+    for run in result["runs"]:
+        print(run)
+    print(result["profile"])
 
 
 if __name__ == "__main__":

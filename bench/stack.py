@@ -1,0 +1,72 @@
+"""What every benchmark stands on: the Postgres server, the loopback fakes, the gateway.
+
+The gateway is a real `threadgate serve` child process (so it has a pid for py-spy and an
+RSS of its own); Slack and the model are loopback fakes in the benchmark process. Each
+measurement gets a fresh database on one shared server, so runs never see each other's rows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable, Mapping
+from pathlib import Path
+
+from bench.loadgen import TimedSlack
+from tests.fakes.openai_api import OpenAIServer, RecordedRequest, Reply
+from tests.gateway.process import GatewayProcess
+from tests.gateway.rig import BOT_TOKEN, echo, gateway_env
+from tests.pg import create_database
+
+Model = Callable[[RecordedRequest], Reply]
+
+
+@contextlib.asynccontextmanager
+async def fakes(model: Model = echo) -> AsyncIterator[tuple[TimedSlack, OpenAIServer]]:
+    """A timed fake Slack and a fake OpenAI answering with `model` (default: echo at once)."""
+    async with TimedSlack(bot_token=BOT_TOKEN) as slack, OpenAIServer() as server:
+        slack.add_user("U0A1B2C3D4E", name="ada", display_name="Ada")
+        server.default = model
+        yield slack, server
+
+
+@contextlib.asynccontextmanager
+async def gateway(
+    server_dsn: str,
+    label: str,
+    slack: TimedSlack,
+    model: OpenAIServer,
+    data: Path,
+    overrides: Mapping[str, str] | None = None,
+) -> AsyncIterator[GatewayProcess]:
+    """`threadgate serve` on a fresh database named after `label`; stopped on exit."""
+    dsn = await create_database(server_dsn, f"bench_{label}")
+    env = {**gateway_env(slack, model, dsn), **(overrides or {})}
+    process = GatewayProcess(env, data)
+    await process.start()
+    try:
+        yield process
+    finally:
+        await stop(process)
+
+
+async def stop(process: GatewayProcess) -> None:
+    """SIGTERM, and SIGKILL if it has not exited within 10 s (e.g. a model held open)."""
+    try:
+        async with asyncio.timeout(10):
+            await process.stop()
+    except TimeoutError:
+        await process.kill()
+
+
+def database_url(process: GatewayProcess) -> str:
+    return process._env["DATABASE_URL"]
+
+
+def rss_kib(pid: int) -> tuple[int, int]:
+    """(VmRSS, VmHWM) of a process in KiB, from /proc."""
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        fields[key] = value.strip()
+    return int(fields["VmRSS"].split()[0]), int(fields["VmHWM"].split()[0])
