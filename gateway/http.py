@@ -22,6 +22,7 @@ from slack_bolt.async_app import AsyncApp
 from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_sdk.signature import SignatureVerifier
 
+from gateway.inbound import MalformedEvent, check_shape
 from gateway.metrics import Metrics
 
 Readiness = Callable[[], Awaitable[bool]]
@@ -56,8 +57,9 @@ def build_http_app(
         if verifier is not None and not verifier.is_valid_request(text, dict(request.headers)):
             metrics.events.labels("unauthorized").inc()
             return web.Response(status=401, text="invalid signature or stale timestamp")
-        if not _is_json_object(text):
-            return _rejected(metrics, "the body must be a JSON object")
+        problem = _problem(text)
+        if problem is not None:
+            return _rejected(metrics, problem)
         bolt_request = AsyncBoltRequest(
             body=text, query=request.query_string, headers=dict(request.headers)
         )
@@ -84,11 +86,19 @@ def build_http_app(
     return app
 
 
-def _is_json_object(text: str) -> bool:
+def _problem(text: str) -> str | None:
+    """Why bolt cannot be given this body, or None when it can."""
     try:
-        return isinstance(json.loads(text), dict)
+        body = json.loads(text)
     except ValueError:
-        return False
+        return "the body must be JSON"
+    if not isinstance(body, dict):
+        return "the body must be a JSON object"
+    try:
+        check_shape(body)
+    except MalformedEvent as exc:
+        return f"malformed event: {exc}"
+    return None
 
 
 def _rejected(metrics: Metrics, reason: str) -> web.Response:

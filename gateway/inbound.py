@@ -75,6 +75,33 @@ class InboundTurn:
         return self.thread_ts or self.ts
 
 
+class _EventShape(BaseModel):
+    type: str
+    subtype: str | None = None
+
+
+class _Shape(BaseModel):
+    """The fields bolt's own middleware reads before our listener runs. A wrong type in
+    any of them would crash bolt (a 500); here it is a 400."""
+
+    type: str
+    team_id: str | None = None
+    api_app_id: str | None = None
+    event_id: str | None = None
+    event: _EventShape | None = None
+    authorizations: list[dict[str, Any]] | None = None
+
+
+def check_shape(body: Mapping[str, Any]) -> None:
+    """Raise `MalformedEvent` unless bolt can safely read the payload."""
+    try:
+        shape = _Shape.model_validate(body)
+    except ValidationError as exc:
+        raise MalformedEvent(f"payload: {_summary(exc)}") from exc
+    if shape.type == "event_callback" and shape.event is None:
+        raise MalformedEvent("payload: an event_callback needs an event")
+
+
 def inbound_turn(body: Mapping[str, Any]) -> InboundTurn | None:
     """The turn this payload asks us to answer, None if it asks nothing of us."""
     if body.get("type") != "event_callback":
