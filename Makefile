@@ -31,5 +31,8 @@ types: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m bench
 
+chaos: $(STAMP)
+	THREADGATE_CHAOS_SCALE=full $(BIN)/pytest -q tests/chaos
+
 clean:
 	rm -rf $(VENV) .threadgate .pytest_cache .mypy_cache .ruff_cache

@@ -78,6 +78,9 @@ class InboundTurn:
 class _EventShape(BaseModel):
     type: str
     subtype: str | None = None
+    # bolt reads these as an id or an object with an id; anything else crashes it.
+    user: str | dict[str, Any] | None = None
+    channel: str | dict[str, Any] | None = None
 
 
 class _Shape(BaseModel):
@@ -98,8 +101,8 @@ def check_shape(body: Mapping[str, Any]) -> None:
         shape = _Shape.model_validate(body)
     except ValidationError as exc:
         raise MalformedEvent(f"payload: {_summary(exc)}") from exc
-    if shape.type == "event_callback" and shape.event is None:
-        raise MalformedEvent("payload: an event_callback needs an event")
+    if shape.event is None and (shape.type == "event_callback" or "event" in body):
+        raise MalformedEvent("payload: event must be an object")
 
 
 def inbound_turn(body: Mapping[str, Any]) -> InboundTurn | None:

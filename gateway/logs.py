@@ -22,9 +22,22 @@ class FieldsFilter(logging.Filter):
         return True
 
 
+# A line is for a person or a log pipeline; a hostile payload quoted whole in a traceback
+# must not become a megabyte line (pipes and collectors choke on those).
+MAX_LINE = 16_384
+
+
+def _capped(text: str) -> str:
+    return (
+        text
+        if len(text) <= MAX_LINE
+        else f"{text[:MAX_LINE]}… [{len(text) - MAX_LINE} more characters]"
+    )
+
+
 class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        line = super().format(record)
+        line = _capped(super().format(record))
         fields = getattr(record, "fields", {})
         return f"{line} {' '.join(f'{k}={v}' for k, v in fields.items())}".rstrip()
 
@@ -35,11 +48,11 @@ class JSONFormatter(logging.Formatter):
             "time": self.formatTime(record),
             "level": record.levelname,
             "logger": record.name,
-            "message": record.getMessage(),
+            "message": _capped(record.getMessage()),
             **getattr(record, "fields", {}),
         }
         if record.exc_info:
-            entry["exception"] = self.formatException(record.exc_info)
+            entry["exception"] = _capped(self.formatException(record.exc_info))
         return json.dumps(entry, ensure_ascii=False)
 
 

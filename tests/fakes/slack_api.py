@@ -45,6 +45,7 @@ import base64
 import binascii
 import contextlib
 import json
+import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -85,11 +86,12 @@ class Post:
 @dataclass(frozen=True, slots=True)
 class Call:
     """One request as it arrived: API method, parsed params (JSON fields decoded, token
-    removed), and the fault it was answered with, if any."""
+    removed), the fault it was answered with, if any, and when it arrived (`time.monotonic`)."""
 
     method: str
     params: Mapping[str, Any]
     fault: FaultKind | None = None
+    at: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,7 +337,7 @@ class FakeSlack:
         token = _bearer(request.headers.get("Authorization")) or params.pop("token", None)
         auth_error = self._auth_error(token, method)
         fault = None if auth_error else self._next_fault(method)
-        self.calls.append(Call(method, params, fault.kind if fault else None))
+        self.calls.append(Call(method, params, fault.kind if fault else None, time.monotonic()))
         await self._notify()
         if (gate := self._holds.get(method)) is not None:
             await gate.wait()

@@ -10,7 +10,8 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-_LISTENING = re.compile(rb"listening on http://[^:]+:(\d+)/")
+# HTTP mode announces its events URL; Socket Mode its health port once connected.
+_LISTENING = re.compile(rb"listening on http://[^:]+:(\d+)/|Socket Mode \(health on port (\d+)\)")
 
 
 def child_env(settings: Mapping[str, str]) -> dict[str, str]:
@@ -52,15 +53,17 @@ class GatewayProcess:
             self.log += line
             if match := _LISTENING.search(line):
                 asyncio.get_running_loop().create_task(self._drain())
-                return int(match.group(1))
+                return int(match.group(1) or match.group(2))
         raise AssertionError(
             f"gateway exited before listening:\n{self.log.decode(errors='replace')}"
         )
 
     async def _drain(self) -> None:
         assert self.proc is not None and self.proc.stderr is not None
-        while line := await self.proc.stderr.readline():
-            self.log += line
+        # Chunks, not lines: a log line longer than the stream's 64 KiB line limit would
+        # end the drain, and a child whose stderr pipe is full blocks on its next log call.
+        while chunk := await self.proc.stderr.read(1 << 16):
+            self.log += chunk
 
     @property
     def events_url(self) -> str:

@@ -1,0 +1,1 @@
+"""Chaos scenarios: the real gateway process under crashes, duplicates and faults."""
