@@ -237,3 +237,24 @@ async def send_threads_in_order(
     chosen = list(threads)
     await asyncio.gather(*(one_thread(t) for t in chosen))
     return [s for t in chosen for s in t.sent]
+
+
+async def converse(
+    http: aiohttp.ClientSession,
+    slack: FakeSlack,
+    web: GatewayProcess,
+    dsn: str,
+    threads: list[Conversation],
+    per_thread: int,
+) -> list[SentEvent]:
+    """Send `per_thread` messages in each thread to `web` (redelivering until acked), wait
+    until every one has a reply and no task is left open; return what was sent."""
+
+    async def send(sent: SentEvent) -> None:
+        await deliver_until_acked(http, lambda: web.events_url, sent)
+
+    sent = await send_threads_in_order(threads, per_thread, send)
+    await slack.wait_until(answered(slack, sent), 120, what="every reply")
+    async with Database(dsn, min_size=1, max_size=1) as db:
+        await wait_until_settled(db)
+    return sent

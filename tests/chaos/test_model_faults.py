@@ -19,9 +19,9 @@ from storage.database import Database
 from tests.chaos.harness import (
     Processes,
     SentEvent,
-    answered,
     assert_exactly_once_in_order,
     conversations,
+    converse,
     deliver_until_acked,
     marker_of,
     scaled,
@@ -83,14 +83,8 @@ async def test_thirty_percent_transient_model_faults_still_answer_everything_onc
         try:
             web = await processes.start(env)
 
-            async def send(sent: SentEvent) -> None:
-                await deliver_until_acked(http, lambda: web.events_url, sent)
-
             threads = conversations(scaled(4, 2), prefix="C0FLAKY")
-            sent = await send_threads_in_order(threads, scaled(6, 3), send)
-            await slack.wait_until(answered(slack, sent), 120, what="every reply")
-            async with Database(dsn, min_size=1, max_size=1) as db:
-                await wait_until_settled(db)
+            sent = await converse(http, slack, web, dsn, threads, scaled(6, 3))
         finally:
             await processes.stop_all()
     assert faults, "the seed should make some model calls fail"

@@ -12,17 +12,12 @@ from typing import Any
 
 import aiohttp
 
-from storage.database import Database
 from tests.chaos.harness import (
     Processes,
-    SentEvent,
-    answered,
     assert_exactly_once_in_order,
     conversations,
-    deliver_until_acked,
+    converse,
     scaled,
-    send_threads_in_order,
-    wait_until_settled,
 )
 from tests.fakes.openai_api import OpenAIServer
 from tests.fakes.slack_api import FakeSlack
@@ -53,14 +48,8 @@ async def test_rate_limit_storms_and_5xx_on_post_still_post_every_reply_once(
         try:
             web = await processes.start(env)
 
-            async def send(sent: SentEvent) -> None:
-                await deliver_until_acked(http, lambda: web.events_url, sent)
-
             threads = conversations(scaled(4, 2), prefix="C0LIMITED")
-            sent = await send_threads_in_order(threads, scaled(4, 2), send)
-            await slack.wait_until(answered(slack, sent), 120, what="every reply")
-            async with Database(dsn, min_size=1, max_size=1) as db:
-                await wait_until_settled(db)
+            sent = await converse(http, slack, web, dsn, threads, scaled(4, 2))
         finally:
             await processes.stop_all()
     assert_exactly_once_in_order(slack, sent)
