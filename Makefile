@@ -28,7 +28,13 @@ lint: $(STAMP)
 types: $(STAMP)
 	$(BIN)/mypy
 
-bench: $(STAMP)
+BENCH_STAMP := $(VENV)/.installed-bench
+
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet -e '.[test,bench]'
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
 	$(BIN)/python -m bench
 
 chaos: $(STAMP)
