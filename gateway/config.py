@@ -62,6 +62,8 @@ class Settings(BaseSettings):
         "Sorry, I couldn't answer this message. The operators have been notified."
     )
     threadgate_alert_webhook_url: SecretStr | None = None
+    threadgate_model_timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = 60.0
+    threadgate_model_attempts: Annotated[int, Field(ge=1, le=10)] = 3
     threadgate_status_refresh_seconds: Annotated[float, Field(gt=0, le=110)] = 90.0
     threadgate_alert_window_seconds: Annotated[float, Field(ge=0)] = 900.0
 

@@ -22,7 +22,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from agent.background import Supervisor, stop_task
 from agent.errors import ConfigError
-from agent.ladder import AttemptLadder
+from agent.ladder import AttemptLadder, RetryPolicy
 from agent.model import Model
 from agent.plugins import default_registries
 from agent.ports import AlertSink, Publisher, ThreadReader
@@ -64,6 +64,7 @@ def provider_settings(settings: Settings) -> ProviderSettings:
         anthropic_base_url=settings.anthropic_base_url,
         gateway_header=settings.threadgate_gateway_header,
         gateway_token=settings.threadgate_gateway_token,
+        timeout=settings.threadgate_model_timeout_seconds,
     )
 
 
@@ -91,7 +92,11 @@ def build_runner(
 ) -> TaskRunner:
     """The task runner on Postgres, answering through `models`, delivering to `publisher`."""
     tools, subtask_types = default_registries()
-    ladder = AttemptLadder(models, on_attempt=metrics.on_attempt if metrics else None)
+    ladder = AttemptLadder(
+        models,
+        policy=RetryPolicy(attempts_per_slot=settings.threadgate_model_attempts),
+        on_attempt=metrics.on_attempt if metrics else None,
+    )
     lease = settings.threadgate_lease_seconds
     return TaskRunner(
         queue=PostgresTaskQueue(db, lease_seconds=lease),

@@ -6,6 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from agent.errors import ConfigError
+from gateway.config import load_settings
+from gateway.service import provider_settings
 from tests.gateway.process import run_cli
 
 COMPLETE = {
@@ -40,3 +43,11 @@ async def test_unreachable_database_is_one_sentence_without_the_secret(tmp_path:
     status, stderr = await run_cli(["migrate"], env, tmp_path)
     assert status == 1 and "DATABASE_URL" in stderr and "hunter2" not in stderr
     assert stderr.count("\n") == 1
+
+
+def test_model_timeout_and_attempts_reach_the_providers_and_the_ladder() -> None:
+    """THREADGATE_MODEL_TIMEOUT_SECONDS sets the providers' timeout; a bad value is named."""
+    settings = load_settings(threadgate_model_timeout_seconds="2.5", threadgate_model_attempts="5")
+    assert provider_settings(settings).timeout == 2.5 and settings.threadgate_model_attempts == 5
+    with pytest.raises(ConfigError, match="THREADGATE_MODEL_TIMEOUT_SECONDS"):
+        load_settings(threadgate_model_timeout_seconds="-1")
