@@ -40,7 +40,7 @@ USER = "ULOCAL"
 
 
 class LocalNames:
-    """`gateway.gatekeeper.NameDirectory` for one local user."""
+    """`gateway.users.NameDirectory` for one local user."""
 
     def __init__(self, user_id: str, name: str) -> None:
         self._user_id = user_id

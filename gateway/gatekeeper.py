@@ -21,16 +21,11 @@ from gateway.inbound import InboundTurn, MalformedEvent
 from gateway.markup import mentioned_user_ids, slack_to_text
 from gateway.provenance import Turn, render_turn
 from gateway.threads import ThreadMessage
+from gateway.users import NameDirectory
 from storage.admission import Admission, EarlierMessage, admit, session_exists
 from storage.database import Database
 
 Outcome: TypeAlias = Literal["admitted", "duplicate", "ignored"]
-
-
-class NameDirectory(Protocol):
-    """Display names by user id (Slack's `users.info`, or a fixed name in the console)."""
-
-    async def names(self, user_ids: list[str]) -> dict[str, str]: ...
 
 
 class ThreadSource(Protocol):

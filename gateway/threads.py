@@ -12,13 +12,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent.ports import Task
 from gateway.markup import slack_to_text
+from gateway.users import NameDirectory
 
 log = logging.getLogger(__name__)
 
@@ -30,10 +31,6 @@ class ThreadMessage:
     user: str
     text: str
     ts: str
-
-
-class NameDirectory(Protocol):
-    async def names(self, user_ids: list[str]) -> dict[str, str]: ...
 
 
 class SlackThreads:

@@ -10,11 +10,18 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
 log = logging.getLogger(__name__)
+
+
+class NameDirectory(Protocol):
+    """Display names by user id (Slack's `users.info`, or a fixed name in the console)."""
+
+    async def names(self, user_ids: list[str]) -> dict[str, str]: ...
 
 
 class UserDirectory:
