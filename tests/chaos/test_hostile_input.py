@@ -265,11 +265,11 @@ async def test_hostile_payloads_never_5xx_store_nothing_when_refused_and_forge_n
     assert len(replies_in(slack, last.channel, last.thread_ts)) == 1
 
 
-async def test_signed_envelope_with_wrong_typed_fields_is_refused_without_a_5xx(
-    postgres_dsn: str, tmp_path: Path
-) -> None:
-    """A signed envelope whose `event` or `authorizations` has the wrong type gets a 4xx."""
-    dsn = await create_database(postgres_dsn, "chaos_hostile_event")
+async def signed_statuses(
+    postgres_dsn: str, tmp_path: Path, label: str, bodies: list[bytes]
+) -> list[int]:
+    """POST each body, validly signed, to one fresh gateway process; return the statuses."""
+    dsn = await create_database(postgres_dsn, label)
     processes = Processes(tmp_path)
     async with (
         FakeSlack(bot_token=BOT_TOKEN) as slack,
@@ -278,19 +278,26 @@ async def test_signed_envelope_with_wrong_typed_fields_is_refused_without_a_5xx(
     ):
         try:
             web = await processes.start(gateway_env(slack, model, dsn))
-            statuses = []
-            envelope = event_callback(app_mention_event(text="x"))
-            wrong: list[tuple[str, Any]] = [
-                ("event", v) for v in (None, 5, "app_mention", [], [{"type": "app_mention"}])
+            return [
+                (await post(http, web.events_url, Payload(body, "good", "", None, None))).status
+                for body in bodies
             ]
-            wrong += [("authorizations", v) for v in (False, 0, "x", {})]
-            wrong += [("event", {**envelope["event"], "type": v}) for v in (False, 1, None, [])]
-            for name, value in wrong:
-                body = json.dumps({**envelope, name: value})
-                payload = Payload(body.encode(), "good", "", None, None)
-                statuses.append((await post(http, web.events_url, payload)).status)
         finally:
             await processes.stop_all()
+
+
+async def test_signed_envelope_with_wrong_typed_fields_is_refused_without_a_5xx(
+    postgres_dsn: str, tmp_path: Path
+) -> None:
+    """A signed envelope whose `event` or `authorizations` has the wrong type gets a 4xx."""
+    envelope = event_callback(app_mention_event(text="x"))
+    wrong: list[tuple[str, Any]] = [
+        ("event", v) for v in (None, 5, "app_mention", [], [{"type": "app_mention"}])
+    ]
+    wrong += [("authorizations", v) for v in (False, 0, "x", {})]
+    wrong += [("event", {**envelope["event"], "type": v}) for v in (False, 1, None, [])]
+    bodies = [json.dumps({**envelope, name: value}).encode() for name, value in wrong]
+    statuses = await signed_statuses(postgres_dsn, tmp_path, "chaos_hostile_event", bodies)
     assert all(400 <= status < 500 for status in statuses), statuses
 
 
@@ -299,28 +306,14 @@ async def test_signed_event_with_a_scalar_user_or_channel_is_refused_without_a_5
 ) -> None:
     """A signed event whose `user` or `channel` is a number or a boolean, or an envelope of
     another type than event_callback whose `event` is not an object, gets a 4xx."""
-    dsn = await create_database(postgres_dsn, "chaos_hostile_scalar")
-    processes = Processes(tmp_path)
-    async with (
-        FakeSlack(bot_token=BOT_TOKEN) as slack,
-        OpenAIServer() as model,
-        aiohttp.ClientSession() as http,
-    ):
-        try:
-            web = await processes.start(gateway_env(slack, model, dsn))
-            statuses = []
-            for name in ("user", "channel"):
-                for value in (0, 1.5, True):
-                    envelope = event_callback(app_mention_event(text="<@UBOT> x"))
-                    envelope["event"][name] = value
-                    payload = Payload(json.dumps(envelope).encode(), "good", "", None, None)
-                    statuses.append((await post(http, web.events_url, payload)).status)
-            for kind in ("", "app_mention", "block_actions"):
-                envelope = {**event_callback(app_mention_event(text="x")), "type": kind}
-                body = json.dumps({**envelope, "event": None}).encode()
-                statuses.append(
-                    (await post(http, web.events_url, Payload(body, "good", "", None, None))).status
-                )
-        finally:
-            await processes.stop_all()
+    bodies = []
+    for name in ("user", "channel"):
+        for value in (0, 1.5, True):
+            envelope = event_callback(app_mention_event(text="<@UBOT> x"))
+            envelope["event"][name] = value
+            bodies.append(json.dumps(envelope).encode())
+    for kind in ("", "app_mention", "block_actions"):
+        envelope = {**event_callback(app_mention_event(text="x")), "type": kind}
+        bodies.append(json.dumps({**envelope, "event": None}).encode())
+    statuses = await signed_statuses(postgres_dsn, tmp_path, "chaos_hostile_scalar", bodies)
     assert all(400 <= status < 500 for status in statuses), statuses
