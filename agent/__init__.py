@@ -1,23 +1,28 @@
 """threadgate's agent: the round loop, control and work tools, subtasks, and the model layer.
 
-This module is the package's public surface: what `gateway/` and plugin authors use.
-Everything not re-exported here is an implementation detail and may change.
+The package is in four layers; each imports only the ones below it:
+
+    agent.durable   durable work: the task runner, the model responder, background tasks
+    agent.rounds    one round: the loop, control tools, prompt, work tools, subtask types
+    agent.models    the model layer: the contract, providers, the attempt ladder, circuit
+    agent.core      what every layer shares: errors, ports, delegation records, log fields
+
+This module is the package's public surface: what `gateway/`, `storage/` and plugin
+authors use. Everything not re-exported here is an implementation detail and may change.
 """
 
-from agent.circuit import CircuitBreaker
-from agent.control import ControlTool, Decision, Delegate, FinalReply, Reply, round_controls
-from agent.delegation import (
+from agent.core.delegation import (
     Delegation,
+    DelegationStore,
     RoundInput,
     RoundRecord,
     RoundState,
-    RoundStore,
     Subtask,
     SubtaskOutcome,
     SubtaskRequest,
     SubtaskState,
 )
-from agent.errors import (
+from agent.core.errors import (
     AgentError,
     ConfigError,
     ControlCallError,
@@ -33,9 +38,21 @@ from agent.errors import (
     SubtaskFailed,
     TransientModelError,
 )
-from agent.function_model import FunctionModel, text_response, tool_response
-from agent.ladder import AttemptLadder, RetryPolicy
-from agent.model import (
+from agent.core.log_context import bind_log_fields, log_fields
+from agent.core.ports import (
+    AlertSink,
+    History,
+    Publisher,
+    StoredMessage,
+    Task,
+    TaskQueue,
+    ThreadReader,
+)
+from agent.durable.background import Supervisor, stop_task
+from agent.durable.responder import ModelResponder
+from agent.durable.runner import Responder, RunnerObserver, RunnerSettings, TaskRunner
+from agent.models.circuit import CircuitBreaker
+from agent.models.contract import (
     AssistantMessage,
     Model,
     ModelMessage,
@@ -51,24 +68,25 @@ from agent.model import (
     Usage,
     UserMessage,
 )
-from agent.plugins import default_registries, load_subtask_types, load_tools
-from agent.ports import (
-    AlertSink,
-    History,
-    Publisher,
-    StoredMessage,
-    Task,
-    TaskQueue,
-    ThreadReader,
+from agent.models.function_model import FunctionModel, text_response, tool_response
+from agent.models.ladder import AttemptLadder, Attempts, RetryPolicy
+from agent.models.probe import ProbeResult, probe_model
+from agent.models.providers import ProviderSettings, open_model
+from agent.rounds.control import ControlTool, Decision, Delegate, FinalReply, Reply, round_controls
+from agent.rounds.loop import run_round
+from agent.rounds.plugins import default_registries, load_subtask_types, load_tools
+from agent.rounds.references import ReferenceCatalog
+from agent.rounds.settings import RoundSettings
+from agent.rounds.subagent import AgentSubtask
+from agent.rounds.subtask_types import SubtaskContext, SubtaskRegistry, SubtaskType
+from agent.rounds.tools import (
+    CurrentTime,
+    ReadThread,
+    Toolbox,
+    ToolContext,
+    ToolRegistry,
+    WorkTool,
 )
-from agent.probe import ProbeResult, probe_model
-from agent.providers import ProviderSettings, open_model
-from agent.references import ReferenceCatalog
-from agent.responder import Responder
-from agent.rounds import Attempts, RoundSettings, run_round
-from agent.runner import RunnerSettings, TaskRunner
-from agent.subtasks import AgentSubtask, SubtaskContext, SubtaskRegistry, SubtaskType
-from agent.tools import CurrentTime, ReadThread, Toolbox, ToolContext, ToolRegistry, WorkTool
 
 __all__ = [
     "AgentError",
@@ -87,6 +105,7 @@ __all__ = [
     "Decision",
     "Delegate",
     "Delegation",
+    "DelegationStore",
     "FinalReply",
     "FunctionModel",
     "History",
@@ -94,6 +113,7 @@ __all__ = [
     "ModelError",
     "ModelMessage",
     "ModelRequest",
+    "ModelResponder",
     "ModelResponse",
     "ModelsUnavailable",
     "NamedTool",
@@ -112,8 +132,8 @@ __all__ = [
     "RoundRecord",
     "RoundSettings",
     "RoundState",
-    "RoundStore",
     "Route",
+    "RunnerObserver",
     "RunnerSettings",
     "StoredMessage",
     "StreamEvent",
@@ -126,6 +146,7 @@ __all__ = [
     "SubtaskRequest",
     "SubtaskState",
     "SubtaskType",
+    "Supervisor",
     "SystemMessage",
     "Task",
     "TaskQueue",
@@ -142,13 +163,16 @@ __all__ = [
     "Usage",
     "UserMessage",
     "WorkTool",
+    "bind_log_fields",
     "default_registries",
     "load_subtask_types",
     "load_tools",
+    "log_fields",
     "open_model",
     "probe_model",
     "round_controls",
     "run_round",
+    "stop_task",
     "text_response",
     "tool_response",
 ]

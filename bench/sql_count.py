@@ -24,7 +24,7 @@ from typing import Any
 
 import asyncpg
 
-from agent.subtasks import SUBAGENT_PROMPT
+from agent.rounds.subagent import SUBAGENT_PROMPT
 from bench import loadgen
 from bench.stack import Model, database_url, fakes, gateway
 from storage.embedded import start_embedded_postgres

@@ -14,8 +14,8 @@ import time
 
 from pydantic import SecretStr
 
-from agent.model import ModelRequest, UserMessage
-from agent.providers.openai import OpenAIModel, OpenAIProvider
+from agent.models.contract import ModelRequest, UserMessage
+from agent.models.providers.openai import OpenAIModel, OpenAIProvider
 from tests.fakes.openai_api import OpenAIServer, StreamReply, sse
 
 CHUNKS = 2_000

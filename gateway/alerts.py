@@ -19,8 +19,7 @@ import aiohttp
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agent.errors import CredentialRejected, ModelError, QuotaExhausted
-from agent.ports import Task
+from agent import CredentialRejected, ModelError, QuotaExhausted, Task
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +35,7 @@ class _Window:
 
 
 class OperatorAlerts:
-    """`agent.ports.AlertSink` posting to the operator channel."""
+    """`agent.AlertSink` posting to the operator channel."""
 
     def __init__(
         self,

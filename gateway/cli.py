@@ -14,15 +14,14 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from agent.errors import ConfigError
+from agent import ConfigError
 from gateway.config import Settings, load_settings
 from gateway.console import run_console
 from gateway.doctor import Limits, diagnose, report
 from gateway.logs import configure_logging
 from gateway.manifest import events_url, render_manifest
 from gateway.service import database_dsn, serve_forever
-from storage.database import Database
-from storage.errors import StorageError
+from storage import Database, StorageError
 
 log = logging.getLogger("threadgate")
 

@@ -25,14 +25,13 @@ from contextlib import AsyncExitStack
 from queue import SimpleQueue
 from typing import TextIO
 
-from agent.errors import ModelError
-from agent.ports import Task
+from agent import ModelError, Task
 from gateway.alerts import headline, what_to_check
 from gateway.config import Settings
 from gateway.gatekeeper import Gatekeeper
 from gateway.inbound import InboundTurn
 from gateway.service import build_runner, database_dsn, open_models
-from storage.database import Database
+from storage import Database
 
 TEAM = "TCONSOLE"
 CHANNEL = "CCONSOLE"
@@ -51,7 +50,7 @@ class LocalNames:
 
 
 class TerminalPublisher:
-    """`agent.ports.Publisher` printing to a stream, once per message id; it also tells the
+    """`agent.Publisher` printing to a stream, once per message id; it also tells the
     console when a task's last message (its reply or its failure notice) was printed."""
 
     def __init__(self, out: TextIO) -> None:
@@ -79,7 +78,7 @@ class TerminalPublisher:
 
 
 class TerminalAlerts:
-    """`agent.ports.AlertSink` for the console: the operator is the person at the terminal."""
+    """`agent.AlertSink` for the console: the operator is the person at the terminal."""
 
     def __init__(self, err: TextIO) -> None:
         self._err = err

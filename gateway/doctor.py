@@ -8,7 +8,7 @@ the setting to fix:
 - settings: every variable the chosen mode requires (all missing ones, not the first);
 - Slack: `auth.test` with the bot token, then the granted scopes (Slack reports them in
   the `x-oauth-scopes` header) against `gateway.scopes.REQUIRED_BOT_SCOPES`;
-- the model: one tiny call per configured slot (`agent.probe.probe_model`);
+- the model: one tiny call per configured slot (`agent.probe_model`);
 - the database: reachable, and whether migrations are pending.
 
 A check whose input is missing is skipped (its cause is already reported as a problem).
@@ -25,17 +25,12 @@ import aiohttp
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
-from agent.errors import ConfigError
-from agent.model import Model
-from agent.probe import probe_model
-from agent.providers import open_model
+from agent import ConfigError, Model, open_model, probe_model
 from gateway.config import Settings
 from gateway.scopes import REQUIRED_BOT_SCOPES, missing_scopes, parse_granted
 from gateway.service import database_dsn, provider_settings
 from gateway.slack_client import slack_client
-from storage.database import Database
-from storage.errors import StorageError
-from storage.migrations import pending_migrations
+from storage import Database, StorageError, pending_migrations
 
 Status: TypeAlias = Literal["ok", "FAIL", "skip"]
 

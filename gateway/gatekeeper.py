@@ -16,14 +16,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal, Protocol, TypeAlias
 
-from agent.log_context import bind_log_fields
+from agent import bind_log_fields
 from gateway.inbound import InboundTurn, MalformedEvent
 from gateway.markup import mentioned_user_ids, slack_to_text
 from gateway.provenance import Turn, render_turn
 from gateway.threads import ThreadMessage
 from gateway.users import NameDirectory
-from storage.admission import Admission, EarlierMessage, admit, session_exists
-from storage.database import Database
+from storage import Admission, Database, EarlierMessage, admit, session_exists
 
 Outcome: TypeAlias = Literal["admitted", "duplicate", "ignored"]
 

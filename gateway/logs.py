@@ -1,7 +1,7 @@
 """Logging set-up: one line per record, with the work's bound fields on every line.
 
 `THREADGATE_LOG_FORMAT=json` writes JSON objects (for log pipelines); the default is
-`key=value` text. The fields come from `agent.log_context`; nothing here reads settings
+`key=value` text. The fields come from `agent.core.log_context`; nothing here reads settings
 that could hold a secret, and no record carries one.
 """
 
@@ -11,7 +11,7 @@ import json
 import logging
 import sys
 
-from agent.log_context import log_fields
+from agent import log_fields
 
 
 class FieldsFilter(logging.Filter):

@@ -2,7 +2,7 @@
 
 The registry is per `Gateway` (never the process-global one), so two gateways in one test
 process do not collide. The agent knows nothing of Prometheus: the runner reports through
-`agent.runner.RunnerObserver`, the ladder through its `on_attempt` callback, and models
+`agent.RunnerObserver`, the ladder through its `on_attempt` callback, and models
 are wrapped by `MeteredModel`; this module turns those into series.
 """
 
@@ -14,8 +14,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from agent.errors import Route
-from agent.model import Model, ModelRequest, ModelResponse, StreamEvent
+from agent import Model, ModelRequest, ModelResponse, Route, StreamEvent
 
 _LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 

@@ -17,10 +17,9 @@ from typing import Any
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agent.background import stop_task
-from agent.ports import Task
+from agent import Task, stop_task
 from gateway.rendering import SlackMessage, render_reply
-from storage.outbox import Outbox
+from storage import Outbox
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +28,7 @@ _NOTHING_THERE = frozenset({"thread_not_found", "message_not_found"})
 
 
 class SlackPublisher:
-    """`agent.ports.Publisher` on Slack."""
+    """`agent.Publisher` on Slack."""
 
     def __init__(
         self,

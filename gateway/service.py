@@ -20,15 +20,23 @@ from slack_bolt.authorization import AuthorizeResult
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agent.background import Supervisor, stop_task
-from agent.errors import ConfigError
-from agent.ladder import AttemptLadder, RetryPolicy
-from agent.model import Model
-from agent.plugins import default_registries
-from agent.ports import AlertSink, Publisher, ThreadReader
-from agent.providers import ProviderSettings, open_model
-from agent.responder import Responder
-from agent.runner import RunnerSettings, TaskRunner
+from agent import (
+    AlertSink,
+    AttemptLadder,
+    ConfigError,
+    Model,
+    ModelResponder,
+    ProviderSettings,
+    Publisher,
+    RetryPolicy,
+    RunnerSettings,
+    Supervisor,
+    TaskRunner,
+    ThreadReader,
+    default_registries,
+    open_model,
+    stop_task,
+)
 from gateway.alerts import OperatorAlerts, TokenAlarm
 from gateway.config import Settings
 from gateway.gatekeeper import Gatekeeper, Policy
@@ -40,12 +48,14 @@ from gateway.slack_client import slack_client
 from gateway.socket_mode import start_socket_mode
 from gateway.threads import SlackThreads
 from gateway.users import UserDirectory
-from storage.database import Database
-from storage.embedded import start_embedded_postgres
-from storage.history import PostgresHistory
-from storage.outbox import Outbox
-from storage.queue import PostgresTaskQueue
-from storage.rounds import PostgresRounds
+from storage import (
+    Database,
+    Outbox,
+    PostgresDelegations,
+    PostgresHistory,
+    PostgresTaskQueue,
+    start_embedded_postgres,
+)
 
 log = logging.getLogger(__name__)
 
@@ -100,11 +110,13 @@ def build_runner(
     lease = settings.threadgate_lease_seconds
     return TaskRunner(
         queue=PostgresTaskQueue(db, lease_seconds=lease),
-        rounds=PostgresRounds(db, lease_seconds=lease),
+        delegations=PostgresDelegations(db, lease_seconds=lease),
         history=PostgresHistory(db),
         publisher=publisher,
         alerts=alerts,
-        respond=Responder(ladder, tools=tools, subtasks=subtask_types, thread_reader=thread_reader),
+        respond=ModelResponder(
+            ladder, tools=tools, subtasks=subtask_types, thread_reader=thread_reader
+        ),
         settings=RunnerSettings(
             workers=settings.threadgate_workers,
             heartbeat_seconds=lease / 3,

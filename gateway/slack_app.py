@@ -23,7 +23,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from gateway.gatekeeper import Gatekeeper
 from gateway.inbound import MalformedEvent, inbound_turn
 from gateway.metrics import Metrics
-from storage.errors import StorageError
+from storage import StorageError
 
 log = logging.getLogger(__name__)
 

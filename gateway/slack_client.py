@@ -26,7 +26,7 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
-from agent.background import Supervisor
+from agent import Supervisor
 from gateway.metrics import Metrics
 
 log = logging.getLogger(__name__)

@@ -57,7 +57,7 @@ from slack_sdk.socket_mode.request import SocketModeRequest
 from slack_sdk.socket_mode.response import SocketModeResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agent.errors import ConfigError
+from agent import ConfigError
 from gateway.metrics import Metrics
 
 log = logging.getLogger(__name__)

@@ -3,7 +3,7 @@
 When the bot is first mentioned inside an existing thread, the earlier messages of that
 thread become the start of the conversation ("summarize this thread" must work), so the
 gatekeeper asks for them here. The agent's `read_thread` tool reads the same way through
-the `agent.ports.ThreadReader` port. Reads are bounded in count and time; a failure to
+the `agent.ThreadReader` port. Reads are bounded in count and time; a failure to
 read is never a failure to answer.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agent.ports import Task
+from agent import Task
 from gateway.markup import slack_to_text
 from gateway.users import NameDirectory
 
@@ -56,7 +56,7 @@ class SlackThreads:
             return collected[-limit:]
 
     async def read_thread(self, task: Task, *, limit: int) -> Sequence[str]:
-        """`agent.ports.ThreadReader`: the task's thread as `Name: text` lines."""
+        """`agent.ThreadReader`: the task's thread as `Name: text` lines."""
         address = task.address
         found = await self.messages(address["channel"], address["thread_ts"], limit=limit)
         names = await self._users.names(sorted({m.user for m in found}))

@@ -1,0 +1,34 @@
+"""threadgate's storage: Postgres behind the agent's ports, and the gatekeeper's admission.
+
+This module is the package's public surface: what `gateway/` uses. Every name here
+raises only `StorageError` and its subclasses; asyncpg's exceptions never leave the
+package (`storage.errors.translate_errors`).
+"""
+
+from storage.admission import Admission, EarlierMessage, admit, session_exists
+from storage.database import Database
+from storage.delegations import PostgresDelegations
+from storage.embedded import start_embedded_postgres
+from storage.errors import DatabaseUnavailable, MigrationError, StorageError
+from storage.history import PostgresHistory
+from storage.migrations import pending_migrations
+from storage.outbox import Claim, Outbox
+from storage.queue import PostgresTaskQueue
+
+__all__ = [
+    "Admission",
+    "Claim",
+    "Database",
+    "DatabaseUnavailable",
+    "EarlierMessage",
+    "MigrationError",
+    "Outbox",
+    "PostgresDelegations",
+    "PostgresHistory",
+    "PostgresTaskQueue",
+    "StorageError",
+    "admit",
+    "pending_migrations",
+    "session_exists",
+    "start_embedded_postgres",
+]

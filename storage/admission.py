@@ -12,8 +12,8 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from storage.database import CONNECTION_ERRORS, TASKS_CHANNEL, Database
-from storage.errors import DatabaseUnavailable
+from storage.database import TASKS_CHANNEL, Database
+from storage.errors import translate_errors
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,25 +66,15 @@ SELECT count(pg_notify($7, '')) > 0 FROM task
 """
 
 
+@translate_errors("The session could not be looked up")
 async def session_exists(db: Database, session_id: str) -> bool:
     """Whether this conversation has been seen (the bot takes part in it)."""
-    try:
-        return bool(await db.pool.fetchval("SELECT true FROM sessions WHERE id = $1", session_id))
-    except CONNECTION_ERRORS as exc:
-        raise DatabaseUnavailable(
-            f"The session could not be looked up ({type(exc).__name__})."
-        ) from exc
+    return bool(await db.pool.fetchval("SELECT true FROM sessions WHERE id = $1", session_id))
 
 
-async def admit(db: Database, admission: Admission) -> bool:
+@translate_errors("The turn could not be stored")
+async def admit(db: Database, a: Admission) -> bool:
     """Make the turn and its task durable. False when this delivery was a duplicate."""
-    try:
-        return await _admit(db, admission)
-    except CONNECTION_ERRORS as exc:
-        raise DatabaseUnavailable(f"The turn could not be stored ({type(exc).__name__}).") from exc
-
-
-async def _admit(db: Database, a: Admission) -> bool:
     if not a.earlier:  # the common case, in one round trip
         created = await db.pool.fetchval(
             _ADMIT,

@@ -22,17 +22,6 @@ from storage.migrations import migrate, pending_migrations
 
 TASKS_CHANNEL = "threadgate_tasks"
 
-# What "the database is not there right now" looks like from asyncpg.
-CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
-    OSError,
-    asyncio.TimeoutError,
-    asyncpg.InterfaceError,
-    asyncpg.PostgresConnectionError,
-    asyncpg.CannotConnectNowError,
-    asyncpg.TooManyConnectionsError,
-    asyncpg.AdminShutdownError,
-)
-
 
 async def _nothing_to_reset(conn: object) -> None:
     """Pool connections are returned as they were taken: nothing here SETs, LISTENs or

@@ -1,4 +1,4 @@
-"""Conversation history in Postgres, as `agent.ports.History`.
+"""Conversation history in Postgres, as `agent.History`.
 
 Messages are ordered by `anchor` (the seq of the user turn they answer) and then `seq`,
 so an answer sits right after its question even when the next question arrived first.
@@ -12,8 +12,9 @@ from collections.abc import Sequence
 
 import asyncpg
 
-from agent.ports import StoredMessage, Task
+from agent import StoredMessage, Task
 from storage.database import Database
+from storage.errors import translate_errors
 
 _COLUMNS = "id, session_id, role, kind, text"
 
@@ -43,17 +44,19 @@ def message_from_row(row: asyncpg.Record) -> StoredMessage:
 
 
 class PostgresHistory:
-    """`agent.ports.History` on Postgres."""
+    """`agent.History` on Postgres."""
 
     def __init__(self, db: Database) -> None:
         self._db = db
 
+    @translate_errors("The conversation history could not be reached")
     async def get(self, message_id: str) -> StoredMessage | None:
         row = await self._db.pool.fetchrow(
             f"SELECT {_COLUMNS} FROM messages WHERE id = $1", message_id
         )
         return None if row is None else message_from_row(row)
 
+    @translate_errors("The conversation history could not be reached")
     async def append(self, message: StoredMessage, *, answers: str) -> StoredMessage:
         m = message
         row = await self._db.pool.fetchrow(
@@ -65,6 +68,7 @@ class PostgresHistory:
             )
         return message_from_row(row)
 
+    @translate_errors("The conversation history could not be reached")
     async def window(
         self, task: Task, *, max_chars: int, max_messages: int
     ) -> Sequence[StoredMessage]:

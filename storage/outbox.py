@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Literal, TypeAlias
 
 from storage.database import Database
+from storage.errors import translate_errors
 
 Claim: TypeAlias = Literal["new", "unknown", "sent"]
 
@@ -25,6 +26,7 @@ class Outbox:
     def __init__(self, db: Database) -> None:
         self._db = db
 
+    @translate_errors("The outbox could not be reached")
     async def claim(self, post_id: str) -> Claim:
         row = await self._db.pool.fetchrow(_CLAIM, post_id)
         assert row is not None
@@ -32,6 +34,7 @@ class Outbox:
             return "sent"
         return "new" if row["attempts"] == 1 else "unknown"
 
+    @translate_errors("The outbox could not be reached")
     async def mark_sent(self, post_id: str, remote_ref: str | None) -> None:
         await self._db.pool.execute(
             "UPDATE outbox SET state = 'sent', remote_ref = $2, updated_at = now() WHERE id = $1",

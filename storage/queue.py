@@ -18,8 +18,9 @@ import json
 
 import asyncpg
 
-from agent.ports import Task
+from agent import Task
 from storage.database import TASKS_CHANNEL, Database
+from storage.errors import translate_errors
 
 _CLAIM = """
 WITH candidate AS (
@@ -85,11 +86,13 @@ class PostgresTaskQueue:
         self._lease = lease_seconds
         self._poll = poll_seconds
 
+    @translate_errors("The task queue could not be reached")
     async def claim(self) -> Task | None:
         me = await self._db.identity()
         row = await self._db.pool.fetchrow(_CLAIM, me.pid, me.started, self._lease)
         return None if row is None else task_from_row(row)
 
+    @translate_errors("The task queue could not be reached")
     async def heartbeat(self, task: Task) -> bool:
         me = await self._db.identity()
         status = await self._db.pool.execute(
@@ -97,16 +100,20 @@ class PostgresTaskQueue:
         )
         return status == "UPDATE 1"
 
+    @translate_errors("The task queue could not be reached")
     async def finish(self, task: Task) -> None:
         await self._close(task, "done", None)
 
+    @translate_errors("The task queue could not be reached")
     async def fail(self, task: Task, reason: str) -> None:
         await self._close(task, "failed", reason)
 
+    @translate_errors("The task queue could not be reached")
     async def retry_later(self, task: Task, delay: float, reason: str) -> None:
         await self._db.pool.execute(_RETRY, task.id, task.attempts, reason, delay)
         asyncio.get_running_loop().call_later(delay, self._db.wake)
 
+    @translate_errors("The task queue could not be reached")
     async def wait_for_work(self, max_wait: float) -> None:
         # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation that
         # arrives together with the wake-up, and a worker that misses it never stops.

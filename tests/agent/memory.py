@@ -8,7 +8,7 @@ import dataclasses
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
-from agent.delegation import (
+from agent.core.delegation import (
     Delegation,
     RoundRecord,
     RoundState,
@@ -16,7 +16,7 @@ from agent.delegation import (
     SubtaskOutcome,
     SubtaskState,
 )
-from agent.ports import StoredMessage, Task
+from agent.core.ports import StoredMessage, Task
 from storage.history import trim_to_budget
 
 

@@ -7,13 +7,13 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 from pydantic import SecretStr
 
-from agent.errors import (
+from agent.core.errors import (
     CredentialRejected,
     NonTransientModelError,
     StreamInterrupted,
     TransientModelError,
 )
-from agent.model import (
+from agent.models.contract import (
     AssistantMessage,
     ModelRequest,
     NamedTool,
@@ -23,8 +23,8 @@ from agent.model import (
     ToolSpec,
     UserMessage,
 )
-from agent.providers.anthropic import AnthropicModel, AnthropicProvider
-from agent.providers.anthropic_wire import build_body, stop_reason
+from agent.models.providers.anthropic import AnthropicModel, AnthropicProvider
+from agent.models.providers.anthropic_wire import build_body, stop_reason
 from tests.fakes.anthropic_api import (
     AnthropicServer,
     Message,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agent.circuit import CircuitBreaker
-from agent.errors import CredentialRejected, QuotaExhausted, Route
+from agent.core.errors import CredentialRejected, QuotaExhausted, Route
+from agent.models.circuit import CircuitBreaker
 
 ROUTE = Route("openai", "gpt-test", 0)
 

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import SecretStr
 
-from agent.errors import (
+from agent.core.errors import (
     CredentialRejected,
     ModelError,
     NonTransientModelError,
@@ -20,14 +20,14 @@ from agent.errors import (
     Route,
     TransientModelError,
 )
-from agent.model import ModelRequest, UserMessage
-from agent.providers.classify import (
+from agent.models.contract import ModelRequest, UserMessage
+from agent.models.providers.classify import (
     classify_exception,
     classify_status,
     parse_retry_after,
     read_vendor_error,
 )
-from agent.providers.openai import OpenAIModel, OpenAIProvider
+from agent.models.providers.openai import OpenAIModel, OpenAIProvider
 from tests.fakes.openai_api import Hang, JSONReply, OpenAIServer, RawReply, error_reply
 
 ROUTE = Route("openai", "gpt-test", 0)

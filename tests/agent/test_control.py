@@ -10,15 +10,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict
 
-from agent.control import Delegate, FinalReply, Reply, round_controls
-from agent.delegation import Delegation, SubtaskRequest
-from agent.errors import ControlCallError
-from agent.function_model import FunctionModel, tool_response
-from agent.model import ModelResponse, ToolCall, ToolResultMessage, Usage, UserMessage
-from agent.ports import StoredMessage
-from agent.references import ReferenceCatalog
-from agent.rounds import run_round
-from agent.subtasks import AgentSubtask, SubtaskContext, SubtaskRegistry, SubtaskType
+from agent.core.delegation import Delegation, SubtaskRequest
+from agent.core.errors import ControlCallError
+from agent.core.ports import StoredMessage
+from agent.models.contract import ModelResponse, ToolCall, ToolResultMessage, Usage, UserMessage
+from agent.models.function_model import FunctionModel, tool_response
+from agent.rounds.control import Delegate, FinalReply, Reply, round_controls
+from agent.rounds.loop import run_round
+from agent.rounds.references import ReferenceCatalog
+from agent.rounds.subagent import AgentSubtask
+from agent.rounds.subtask_types import SubtaskContext, SubtaskRegistry, SubtaskType
 
 WINDOW = (
     StoredMessage("m1", "s", "user", "turn", "<turn>first</turn>"),

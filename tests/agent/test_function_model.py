@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from agent.errors import CredentialRejected
-from agent.function_model import FunctionModel, text_response, tool_response
-from agent.model import Finish, ModelRequest, ModelResponse, TextDelta, UserMessage
+from agent.core.errors import CredentialRejected
+from agent.models.contract import Finish, ModelRequest, ModelResponse, TextDelta, UserMessage
+from agent.models.function_model import FunctionModel, text_response, tool_response
 
 REQUEST = ModelRequest((UserMessage("hi"),), tool_choice="required")
 

@@ -7,8 +7,7 @@ from collections.abc import Callable, Iterable
 import pytest
 from pydantic import SecretStr
 
-from agent.circuit import CircuitBreaker
-from agent.errors import (
+from agent.core.errors import (
     CredentialRejected,
     ModelsUnavailable,
     NonTransientModelError,
@@ -17,10 +16,11 @@ from agent.errors import (
     Route,
     TransientModelError,
 )
-from agent.function_model import FunctionModel, text_response
-from agent.ladder import AttemptLadder, Outcome, RetryPolicy
-from agent.model import Model, ModelRequest, ModelResponse, UserMessage
-from agent.providers.openai import OpenAIModel, OpenAIProvider
+from agent.models.circuit import CircuitBreaker
+from agent.models.contract import Model, ModelRequest, ModelResponse, UserMessage
+from agent.models.function_model import FunctionModel, text_response
+from agent.models.ladder import AttemptLadder, Outcome, RetryPolicy
+from agent.models.providers.openai import OpenAIModel, OpenAIProvider
 from tests.fakes.openai_api import Completion, OpenAIServer, error_reply
 
 REQUEST = ModelRequest((UserMessage("hi"),))

@@ -8,14 +8,14 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 from pydantic import SecretStr
 
-from agent.errors import (
+from agent.core.errors import (
     CredentialRejected,
     NonTransientModelError,
     StreamInterrupted,
     TransientModelError,
 )
-from agent.model import ModelRequest, ToolCallDelta, ToolCallStart, ToolSpec, UserMessage
-from agent.providers.openai import OpenAIModel, OpenAIProvider
+from agent.models.contract import ModelRequest, ToolCallDelta, ToolCallStart, ToolSpec, UserMessage
+from agent.models.providers.openai import OpenAIModel, OpenAIProvider
 from tests.fakes.openai_api import (
     Completion,
     OpenAIServer,

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from pydantic import SecretStr
 
-from agent.errors import ConfigError
-from agent.providers import ProviderSettings, open_model
-from agent.providers.anthropic import AnthropicModel
-from agent.providers.openai import OpenAIModel
+from agent.core.errors import ConfigError
+from agent.models.providers import ProviderSettings, open_model
+from agent.models.providers.anthropic import AnthropicModel
+from agent.models.providers.openai import OpenAIModel
 
 SECRET = "sk-0123456789secret"
 SETTINGS = ProviderSettings(

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from agent.model import (
+from agent.models.contract import (
     AssistantMessage,
     ModelRequest,
     NamedTool,
@@ -16,7 +16,7 @@ from agent.model import (
     ToolSpec,
     UserMessage,
 )
-from agent.providers.openai_wire import build_body, finish_reason, parse_completion
+from agent.models.providers.openai_wire import build_body, finish_reason, parse_completion
 
 TOOL = ToolSpec("final_reply", "Send the reply.", {"type": "object", "properties": {}})
 

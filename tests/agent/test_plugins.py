@@ -10,15 +10,15 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from agent.plugins import (
+from agent.rounds.plugins import (
     SUBTASK_TYPES_GROUP,
     TOOLS_GROUP,
     default_registries,
     load_subtask_types,
     load_tools,
 )
-from agent.subtasks import SubtaskContext, SubtaskType
-from agent.tools import ToolContext, WorkTool
+from agent.rounds.subtask_types import SubtaskContext, SubtaskType
+from agent.rounds.tools import ToolContext, WorkTool
 
 HERE = __name__
 
@@ -102,7 +102,7 @@ def test_a_broken_plugin_is_skipped_with_a_warning(
 ) -> None:
     """A plugin that fails to load is skipped, named in a warning; the others load."""
     points = lookup(entry("bad", target), entry("weather", "make_weather"))
-    with caplog.at_level(logging.WARNING, logger="agent.plugins"):
+    with caplog.at_level(logging.WARNING, logger="agent.rounds.plugins"):
         tools = load_tools(points)
     assert [t.name for t in tools] == ["weather"]
     [record] = caplog.records
@@ -112,7 +112,7 @@ def test_a_broken_plugin_is_skipped_with_a_warning(
 def test_a_plugin_whose_module_does_not_import_is_skipped(caplog: pytest.LogCaptureFixture) -> None:
     """An entry point naming a module that is not installed is skipped."""
     point = EntryPoint("ghost", "no_such_module_here:Tool", TOOLS_GROUP)
-    with caplog.at_level(logging.WARNING, logger="agent.plugins"):
+    with caplog.at_level(logging.WARNING, logger="agent.rounds.plugins"):
         assert load_tools(lookup(point)) == []
     assert "ModuleNotFoundError" in caplog.text and "'ghost'" in caplog.text
 
@@ -129,7 +129,7 @@ def test_default_registries_hold_builtins_and_plugins() -> None:
 
 def test_a_plugin_with_a_taken_name_is_skipped(caplog: pytest.LogCaptureFixture) -> None:
     """A plugin reusing a built-in's name is skipped with a warning, the built-in kept."""
-    with caplog.at_level(logging.WARNING, logger="agent.plugins"):
+    with caplog.at_level(logging.WARNING, logger="agent.rounds.plugins"):
         tools, _ = default_registries(lookup(entry("clock", "TakenName")))
     assert [type(t).__name__ for t in tools] == ["CurrentTime", "ReadThread"]
     assert "'current_time'" in caplog.text and "already registered" in caplog.text

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pydantic import SecretStr
 
-from agent.errors import TransientModelError
-from agent.function_model import FunctionModel, text_response
-from agent.model import ModelRequest, ModelResponse
-from agent.probe import probe_model
-from agent.providers.openai import OpenAIModel, OpenAIProvider
+from agent.core.errors import TransientModelError
+from agent.models.contract import ModelRequest, ModelResponse
+from agent.models.function_model import FunctionModel, text_response
+from agent.models.probe import probe_model
+from agent.models.providers.openai import OpenAIModel, OpenAIProvider
 from tests.fakes.openai_api import JSONReply, OpenAIServer
 
 

@@ -8,8 +8,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from agent.delegation import RoundInput, RoundRecord, SubtaskOutcome
-from agent.model import (
+from agent.core.delegation import RoundInput, RoundRecord, SubtaskOutcome
+from agent.core.ports import StoredMessage, Task
+from agent.models.contract import (
     AssistantMessage,
     ModelMessage,
     SystemMessage,
@@ -17,10 +18,10 @@ from agent.model import (
     ToolResultMessage,
     UserMessage,
 )
-from agent.ports import StoredMessage, Task
-from agent.prompt import system_prompt, transcript
-from agent.references import ReferenceCatalog
-from agent.subtasks import AgentSubtask, SubtaskContext, SubtaskRegistry, SubtaskType
+from agent.rounds.prompt import system_prompt, transcript
+from agent.rounds.references import ReferenceCatalog
+from agent.rounds.subagent import AgentSubtask
+from agent.rounds.subtask_types import SubtaskContext, SubtaskRegistry, SubtaskType
 
 REGISTRY = SubtaskRegistry([AgentSubtask()])
 WINDOW = (

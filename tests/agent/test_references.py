@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent.errors import ControlCallError
-from agent.ports import MessageKind, Role, StoredMessage
-from agent.references import ReferenceCatalog
+from agent.core.errors import ControlCallError
+from agent.core.ports import MessageKind, Role, StoredMessage
+from agent.rounds.references import ReferenceCatalog
 
 
 def message(n: int, kind: MessageKind = "turn", text: str | None = None) -> StoredMessage:

@@ -5,18 +5,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from agent.control import Reply
-from agent.delegation import Delegation, RoundInput, RoundRecord, SubtaskOutcome, SubtaskRequest
-from agent.errors import TransientModelError
-from agent.function_model import FunctionModel, tool_response
-from agent.ladder import AttemptLadder
-from agent.model import ModelRequest, ModelResponse, SystemMessage, ToolResultMessage
-from agent.ports import StoredMessage, Task
-from agent.prompt import system_prompt
-from agent.responder import Responder
-from agent.rounds import RoundSettings
-from agent.subtasks import builtin_subtask_types
-from agent.tools import builtin_tools
+from agent.core.delegation import (
+    Delegation,
+    RoundInput,
+    RoundRecord,
+    SubtaskOutcome,
+    SubtaskRequest,
+)
+from agent.core.errors import TransientModelError
+from agent.core.ports import StoredMessage, Task
+from agent.durable.responder import ModelResponder
+from agent.models.contract import ModelRequest, ModelResponse, SystemMessage, ToolResultMessage
+from agent.models.function_model import FunctionModel, tool_response
+from agent.models.ladder import AttemptLadder
+from agent.rounds.control import Reply
+from agent.rounds.prompt import system_prompt
+from agent.rounds.settings import RoundSettings
+from agent.rounds.subagent import builtin_subtask_types
+from agent.rounds.tools import builtin_tools
 
 TASK = Task("t1", "s1", {"channel": "C1"})
 WINDOW = (
@@ -51,8 +57,10 @@ def scripted(*responses: ModelResponse | Exception) -> FunctionModel:
     return FunctionModel(answer)
 
 
-def responder(model: FunctionModel, reader: Reader | None = None, **settings: int) -> Responder:
-    return Responder(
+def responder(
+    model: FunctionModel, reader: Reader | None = None, **settings: int
+) -> ModelResponder:
+    return ModelResponder(
         AttemptLadder([model], sleep=_no_sleep),
         tools=builtin_tools(),
         subtasks=builtin_subtask_types(),
@@ -136,5 +144,5 @@ async def test_a_transient_failure_retries_the_whole_round() -> None:
 async def test_defaults_offer_only_final_reply() -> None:
     """Without registries the responder offers final_reply alone."""
     model = scripted(tool_response("final_reply", {"text": "hi"}))
-    await Responder(AttemptLadder([model]))(RoundInput(TASK, WINDOW))
+    await ModelResponder(AttemptLadder([model]))(RoundInput(TASK, WINDOW))
     assert [t.name for t in model.requests[0].tools] == ["final_reply"]

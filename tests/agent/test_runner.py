@@ -5,17 +5,16 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from agent.control import Decision, Reply
-from agent.delegation import Delegation, RoundInput, Subtask, SubtaskRequest
-from agent.errors import (
+from agent.core.delegation import Delegation, RoundInput, Subtask, SubtaskRequest
+from agent.core.errors import (
     CredentialRejected,
     ModelsUnavailable,
     NonTransientModelError,
     Route,
     SubtaskFailed,
 )
-from agent.ports import StoredMessage, Task
-from agent.runner import (
+from agent.core.ports import StoredMessage, Task
+from agent.durable.runner import (
     DEFAULT_RUNNER,
     FAILURE_NOTICE,
     INTERNAL_ERROR,
@@ -23,6 +22,7 @@ from agent.runner import (
     RunnerSettings,
     TaskRunner,
 )
+from agent.rounds.control import Decision, Reply
 from tests.agent.memory import (
     MemoryAlerts,
     MemoryHistory,
@@ -69,7 +69,7 @@ class Rig:
         )
         self.runner = TaskRunner(
             queue=self.queue,
-            rounds=self.rounds,
+            delegations=self.rounds,
             history=self.history,
             publisher=self.publisher,
             alerts=self.alerts,

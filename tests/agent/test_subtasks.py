@@ -7,30 +7,28 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from agent.delegation import Subtask, SubtaskRequest
-from agent.errors import (
+from agent.core.delegation import Subtask, SubtaskRequest
+from agent.core.errors import (
     CredentialRejected,
     ModelsUnavailable,
     QuotaExhausted,
     SubtaskFailed,
     TransientModelError,
 )
-from agent.function_model import FunctionModel, text_response, tool_response
-from agent.ladder import AttemptLadder, RetryPolicy
-from agent.model import ModelRequest, ModelResponse, ToolResultMessage, UserMessage
-from agent.ports import Task
-from agent.responder import Responder
-from agent.subtasks import (
+from agent.core.ports import Task
+from agent.durable.responder import ModelResponder
+from agent.models.contract import ModelRequest, ModelResponse, ToolResultMessage, UserMessage
+from agent.models.function_model import FunctionModel, text_response, tool_response
+from agent.models.ladder import AttemptLadder, RetryPolicy
+from agent.rounds.subagent import (
     SUBAGENT_PROMPT,
     AgentParams,
     AgentSubtask,
-    SubtaskContext,
-    SubtaskRegistry,
-    SubtaskType,
     builtin_subtask_types,
     subagent_messages,
 )
-from agent.tools import builtin_tools
+from agent.rounds.subtask_types import SubtaskContext, SubtaskRegistry, SubtaskType
+from agent.rounds.tools import builtin_tools
 
 TASK = Task("t1", "s1", {"channel": "C1"})
 
@@ -61,10 +59,10 @@ def scripted(*responses: ModelResponse) -> FunctionModel:
     return FunctionModel(lambda request: queue.pop(0))
 
 
-def responder(model: FunctionModel, *kinds: SubtaskType[Any]) -> Responder:
+def responder(model: FunctionModel, *kinds: SubtaskType[Any]) -> ModelResponder:
     ladder = AttemptLadder([model], policy=RetryPolicy(attempts_per_slot=2), sleep=_no_sleep)
     registry = SubtaskRegistry(kinds or (AgentSubtask(),))
-    return Responder(ladder, tools=builtin_tools(), subtasks=registry)
+    return ModelResponder(ladder, tools=builtin_tools(), subtasks=registry)
 
 
 async def _no_sleep(delay: float) -> None:

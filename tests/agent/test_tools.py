@@ -11,13 +11,14 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ConfigDict
 
-from agent.control import FinalReply, Reply
-from agent.errors import RoundFailed
-from agent.function_model import FunctionModel, text_response, tool_response
-from agent.model import ModelResponse, ToolCall, ToolResultMessage, Usage, UserMessage
-from agent.ports import Task
-from agent.rounds import CONTROL_DEFERRED, RoundSettings, run_round
-from agent.tools import (
+from agent.core.errors import RoundFailed
+from agent.core.ports import Task
+from agent.models.contract import ModelResponse, ToolCall, ToolResultMessage, Usage, UserMessage
+from agent.models.function_model import FunctionModel, text_response, tool_response
+from agent.rounds.control import FinalReply, Reply
+from agent.rounds.loop import CONTROL_DEFERRED, run_round
+from agent.rounds.settings import RoundSettings
+from agent.rounds.tools import (
     CurrentTime,
     ReadThread,
     Toolbox,

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import aiohttp
 
-from agent.subtasks import SUBAGENT_PROMPT
+from agent.rounds.subagent import SUBAGENT_PROMPT
 from storage.database import Database
 from tests.chaos.harness import (
     Conversation,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.errors import ConfigError
+from agent.core.errors import ConfigError
 from gateway.config import load_settings
 from gateway.service import provider_settings
 from tests.gateway.process import run_cli

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from agent.subtasks import SUBAGENT_PROMPT
+from agent.rounds.subagent import SUBAGENT_PROMPT
 from tests.fakes.openai_api import Held, RecordedRequest, Reply, reply_with_tool
 from tests.fakes.slack_events import app_mention_event, event_callback
 from tests.gateway.rig import Rig

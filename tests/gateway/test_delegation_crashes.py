@@ -7,7 +7,7 @@ from pathlib import Path
 
 import aiohttp
 
-from agent.subtasks import SUBAGENT_PROMPT
+from agent.rounds.subagent import SUBAGENT_PROMPT
 from storage.database import Database
 from tests.fakes.openai_api import Hang, OpenAIServer, RecordedRequest, Reply, reply_with_tool
 from tests.fakes.slack_api import FakeSlack

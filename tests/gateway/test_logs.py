@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 
-from agent.log_context import bind_log_fields
+from agent.core.log_context import bind_log_fields
 from gateway.logs import FieldsFilter, JSONFormatter, TextFormatter
 
 

@@ -19,7 +19,7 @@ import pytest
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agent.errors import ConfigError
+from agent.core.errors import ConfigError
 from gateway.socket_mode import start_socket_mode
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.slack_events import DEFAULT_CHANNEL, app_mention_event, deliver, event_callback

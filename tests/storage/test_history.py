@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agent.ports import StoredMessage, Task
+from agent.core.ports import StoredMessage, Task
 from storage.admission import Admission, admit
 from storage.database import Database
 from storage.history import PostgresHistory

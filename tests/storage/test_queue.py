@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from agent.ports import Task
+from agent.core.ports import Task
 from storage.admission import Admission, admit
 from storage.database import Database
 from storage.queue import PostgresTaskQueue

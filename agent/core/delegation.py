@@ -1,0 +1,131 @@
+"""The shapes of delegation, shared by the round loop, the runner and the store.
+
+A round that calls `delegate` ends with a `Delegation`: an acknowledgment to post and
+subtasks to run. Each subtask becomes a leased row of its own (a `Subtask`); when all of a
+round's subtasks have an outcome, the task runs its next round, which sees the earlier
+delegate calls and their outcomes as `RoundRecord`s. Everything here is plain data so it
+can be stored, replayed after a crash, and compared in tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, TypeAlias
+
+from agent.core.ports import StoredMessage, Task
+
+SubtaskState: TypeAlias = Literal["done", "failed", "timed_out"]
+
+
+@dataclass(frozen=True, slots=True)
+class SubtaskRequest:
+    """One subtask as the model asked for it; cited `[ref N]`s already resolved to text."""
+
+    type: str
+    params: Mapping[str, Any]
+    references: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Delegation:
+    """A round's outcome: post `acknowledgment`, run `subtasks`, then run the next round.
+
+    The delegate call itself (`call_id`, `raw_arguments`) is kept so the next round can be
+    shown exactly what it asked for.
+    """
+
+    acknowledgment: str
+    subtasks: tuple[SubtaskRequest, ...]
+    call_id: str
+    raw_arguments: str
+
+
+@dataclass(frozen=True, slots=True)
+class Subtask:
+    """A leased subtask row: the `index`-th subtask of round `round` of task `task_id`."""
+
+    task_id: str
+    round: int
+    index: int
+    request: SubtaskRequest
+    attempts: int = 1
+    timeout_seconds: float = 300.0
+
+    @property
+    def id(self) -> str:
+        return f"{self.task_id}:{self.round}:{self.index}"
+
+
+@dataclass(frozen=True, slots=True)
+class SubtaskOutcome:
+    """How a subtask ended: its result text, or what went wrong (written for the model)."""
+
+    index: int
+    type: str
+    state: SubtaskState
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class RoundRecord:
+    """A finished delegating round, as the following rounds must see it."""
+
+    number: int
+    call_id: str
+    raw_arguments: str
+    outcomes: tuple[SubtaskOutcome, ...]
+    acknowledgment: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RoundInput:
+    """Everything one round needs to know.
+
+    `window` is the conversation (this task's own acknowledgments excluded: they appear as
+    the delegate calls in `rounds`); `number` == len(rounds); `final` rounds may not
+    delegate.
+    """
+
+    task: Task
+    window: Sequence[StoredMessage]
+    rounds: Sequence[RoundRecord] = field(default_factory=tuple)
+    number: int = 0
+    final: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RoundState:
+    """What a task has done so far: finished delegating rounds, and one still waiting."""
+
+    finished: tuple[RoundRecord, ...] = ()
+    pending: Delegation | None = None
+
+    @property
+    def next_round(self) -> int:
+        return len(self.finished) + (self.pending is not None)
+
+
+class DelegationStore(Protocol):
+    """Durable delegation: rounds, their subtasks as leased rows, and the way back."""
+
+    async def load(self, task: Task) -> RoundState: ...
+
+    async def record(
+        self, task: Task, number: int, delegation: Delegation, *, timeout_seconds: float
+    ) -> Delegation:
+        """Store round `number`'s delegation with its acknowledgment (as a history message)
+        and its subtasks, unless stored already; return what is stored."""
+
+    async def await_subtasks(self, task: Task) -> None:
+        """Release the task until its subtasks have all ended (at once if they have)."""
+
+    async def claim_subtask(self) -> tuple[Subtask, Task] | None:
+        """Lease the oldest runnable subtask (and time out overdue ones)."""
+
+    async def heartbeat_subtask(self, subtask: Subtask) -> bool: ...
+
+    async def settle_subtask(self, subtask: Subtask, state: SubtaskState, text: str) -> None:
+        """Record how a subtask ended; the last one to end makes its task runnable."""
+
+    async def retry_subtask_later(self, subtask: Subtask, delay: float) -> None: ...

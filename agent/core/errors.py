@@ -1,0 +1,142 @@
+"""What can go wrong in the agent, as types.
+
+    ConfigError                   a setting is missing or wrong: a usage mistake, found before
+                                  anything runs, so it is not an AgentError (nothing failed)
+
+    AgentError                    a run-time failure of the agent
+    ├── ControlCallError          a control tool was called wrongly; the message is for the model
+    ├── RoundFailed               the model never ended the round properly within the repair bound
+    ├── SubtaskFailed             a subtask could not produce a result; the message is for the model
+    ├── ModelError                a model call failed; carries the route that failed
+    │   ├── TransientModelError   timeouts, connection errors, 408/409/429, 5xx, 529, cut streams
+    │   │   └── StreamInterrupted a stream ended early; keeps the text received so far
+    │   ├── NonTransientModelError 400, 404, 413, malformed answers: another model may do better
+    │   ├── CredentialRejected    401/403: `source` says which authority refused
+    │   └── QuotaExhausted        the account is out of credit (OpenAI `insufficient_quota`)
+    └── ModelsUnavailable         every slot stayed transiently down: try the task again later
+
+Messages never carry a secret: errors are built from statuses and vendor error *codes*,
+never from request headers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, TypeAlias
+
+CredentialSource: TypeAlias = Literal["provider", "gateway", "unknown"]
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Which model a call went to: `provider:model` in slot `slot` (0 primary, 1 fallback)."""
+
+    provider: str
+    model: str
+    slot: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.provider}:{self.model} (slot {self.slot})"
+
+
+class ConfigError(Exception):
+    """A setting is missing or malformed. The message names the variable and what to put there.
+
+    A usage mistake, not a run-time failure: code that handles `AgentError` (a task that
+    failed) must never swallow it.
+    """
+
+
+class AgentError(Exception):
+    """Base of every run-time failure the agent raises on purpose."""
+
+
+class ControlCallError(AgentError):
+    """A control tool call the round rejected. The message is written for the model."""
+
+
+class RoundFailed(AgentError):
+    """The model kept answering without a valid control call until the repair bound ran out."""
+
+
+class ModelError(AgentError):
+    """A model call failed.
+
+    `from_circuit` is True when the call was not made at all because the route's circuit is
+    open after an earlier credential or quota failure (see `agent.models.circuit`).
+    """
+
+    from_circuit: bool = False
+
+    def __init__(
+        self, message: str, *, route: Route | None = None, status_code: int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.route = route
+        self.status_code = status_code
+
+
+class TransientModelError(ModelError):
+    """Worth retrying the same model, after `retry_after` seconds when the server said so."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        route: Route | None = None,
+        status_code: int | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message, route=route, status_code=status_code)
+        self.retry_after = retry_after
+
+
+class StreamInterrupted(TransientModelError):
+    """The stream ended before the model finished (connection cut, error event mid-stream)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        partial_text: str = "",
+        route: Route | None = None,
+        status_code: int | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message, route=route, status_code=status_code, retry_after=retry_after)
+        self.partial_text = partial_text
+
+
+class NonTransientModelError(ModelError):
+    """Retrying this model will not help; the next model slot might."""
+
+
+class CredentialRejected(ModelError):
+    """A credential on the path to the model was refused. Stop: no retry, no fallback."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        source: CredentialSource,
+        route: Route | None = None,
+        status_code: int | None = None,
+    ) -> None:
+        super().__init__(message, route=route, status_code=status_code)
+        self.source: CredentialSource = source
+
+
+class QuotaExhausted(ModelError):
+    """The provider account has no quota left. Stop and tell the operator, like a credential."""
+
+
+class ModelsUnavailable(AgentError):
+    """Every model slot failed transiently past the retry bound; the task should run later."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class SubtaskFailed(AgentError):
+    """A subtask could not produce a result. The message is written for the model."""

@@ -1,0 +1,308 @@
+"""The task runner: workers that lease work, run rounds, and deliver each message once.
+
+A worker takes a subtask if one is runnable (subtasks unblock waiting tasks), else a task.
+
+A task runs one round per lease. Every step is idempotent across crashes, because what a
+round decided is stored before anything is published:
+- a final reply is stored under `task:{id}:reply`, then published, then the task is done;
+- a delegation is stored with its acknowledgment (`task:{id}:ack:{n}`) and its subtasks,
+  then the acknowledgment is published and the task waits for its subtasks;
+- a re-run that finds either one stored goes on from there instead of asking the model.
+
+How a task ends otherwise:
+- every model slot transiently down (`ModelsUnavailable`): queued again for later;
+- a credential or quota refused: the operator is alerted, the user told, the task failed;
+- any other agent failure: the user is told, the task failed;
+- an unexpected error (Slack down, a bug): retried with backoff, failed after a bound.
+A subtask ends done, failed or timed out, and its task's next round is told which.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from agent.core.delegation import Delegation, DelegationStore, RoundInput, Subtask, SubtaskState
+from agent.core.errors import (
+    AgentError,
+    CredentialRejected,
+    ModelsUnavailable,
+    QuotaExhausted,
+    RoundFailed,
+)
+from agent.core.log_context import bind_log_fields
+from agent.core.ports import AlertSink, History, Publisher, StoredMessage, Task, TaskQueue
+from agent.durable.background import stop_task
+from agent.rounds.control import Decision, Reply
+
+log = logging.getLogger(__name__)
+
+FAILURE_NOTICE = "Sorry, I couldn't answer this message. The operators have been notified."
+TIMED_OUT = "The subtask did not finish within its time limit."
+INTERNAL_ERROR = "The subtask failed with an internal error."
+REFUSED = "The subtask could not reach the model: a credential was refused."
+
+
+class Responder(Protocol):
+    """What the runner needs from the agent: run a round, run a subtask."""
+
+    async def __call__(self, round_input: RoundInput) -> Decision: ...
+
+    async def run_subtask(self, subtask: Subtask, task: Task) -> str: ...
+
+
+class RunnerObserver(Protocol):
+    """Hears how work ends, for metrics. Every method must be cheap and never raise."""
+
+    def task_settled(self, outcome: str) -> None: ...
+
+    def round_decided(self, decision: str) -> None: ...
+
+    def subtask_settled(self, state: str) -> None: ...
+
+
+class _Unobserved:
+    def task_settled(self, outcome: str) -> None:
+        pass
+
+    def round_decided(self, decision: str) -> None:
+        pass
+
+    def subtask_settled(self, state: str) -> None:
+        pass
+
+
+@dataclass(frozen=True, slots=True)
+class RunnerSettings:
+    workers: int = 4
+    heartbeat_seconds: float = 10.0
+    history_chars: int = 24_000
+    history_messages: int = 100
+    max_rounds: int = 4
+    subtask_timeout_seconds: float = 300.0
+    max_attempts: int = 5
+    retry_base_seconds: float = 2.0
+    retry_max_seconds: float = 300.0
+    failure_notice: str = FAILURE_NOTICE
+
+
+DEFAULT_RUNNER = RunnerSettings()
+
+
+class TaskRunner:
+    def __init__(
+        self,
+        *,
+        queue: TaskQueue,
+        delegations: DelegationStore,
+        history: History,
+        publisher: Publisher,
+        alerts: AlertSink,
+        respond: Responder,
+        settings: RunnerSettings = DEFAULT_RUNNER,
+        observer: RunnerObserver | None = None,
+    ) -> None:
+        self._observer = observer or _Unobserved()
+        self._queue = queue
+        self._delegations = delegations
+        self._history = history
+        self._publisher = publisher
+        self._alerts = alerts
+        self._respond = respond
+        self._settings = settings
+        self._workers: set[asyncio.Task[None]] = set()
+
+    def start(self) -> None:
+        for n in range(self._settings.workers):
+            worker = asyncio.create_task(self._work(), name=f"threadgate-worker-{n}")
+            self._workers.add(worker)
+            worker.add_done_callback(self._workers.discard)
+
+    async def stop(self) -> None:
+        """Cancel the workers; work cut short keeps its lease row and resumes elsewhere."""
+        for worker in list(self._workers):
+            worker.cancel()
+        await asyncio.gather(*self._workers, return_exceptions=True)
+
+    async def _work(self) -> None:
+        while True:
+            try:
+                found = await self._run_next()
+            except Exception:  # the database may be restarting: wait, then try again
+                log.exception("claiming work failed")
+                found = False
+            if not found:
+                await self._queue.wait_for_work(self._settings.heartbeat_seconds * 6)
+
+    async def _run_next(self) -> bool:
+        claimed = await self._delegations.claim_subtask()
+        if claimed is not None:
+            await self.run_subtask(*claimed)
+            return True
+        task = await self._queue.claim()
+        if task is not None:
+            await self.run_task(task)
+        return task is not None
+
+    # Tasks
+
+    async def run_task(self, task: Task) -> None:
+        """Run one round of a leased task and settle it, whatever happens."""
+        with bind_log_fields(task=task.id, **task.address):
+            await self._run_task(task)
+
+    async def _run_task(self, task: Task) -> None:
+        async with self._heartbeat(lambda: self._queue.heartbeat(task), task.id):
+            try:
+                async with self._publisher.working(task):
+                    await self._advance(task)
+            except ModelsUnavailable as exc:
+                self._observer.task_settled("deferred")
+                delay = exc.retry_after or self._backoff(task.attempts)
+                await self._queue.retry_later(task, delay, str(exc))
+            except (CredentialRejected, QuotaExhausted) as exc:
+                self._observer.task_settled("credential")
+                await self._alerts.credential_failure(task, exc)
+                await self._give_up(task, exc)
+            except AgentError as exc:
+                self._observer.task_settled("failed")
+                await self._give_up(task, exc)
+            except Exception as exc:
+                self._observer.task_settled("error")
+                log.exception("task %s failed unexpectedly (attempt %d)", task.id, task.attempts)
+                await self._retry_or_give_up(task, exc)
+
+    async def _advance(self, task: Task) -> None:
+        reply = await self._history.get(task.reply_id)
+        if reply is not None:
+            return await self._deliver_reply(task, reply)
+        state = await self._delegations.load(task)
+        # A crash between storing a delegation and posting its ack can leave the ack unsent
+        # while the subtasks went on; the outbox makes these re-posts free when it was sent.
+        for record in state.finished:
+            await self._publisher.publish(task, task.ack_id(record.number), record.acknowledgment)
+        if state.pending is not None:
+            return await self._wait_for(task, len(state.finished), state.pending)
+        number = len(state.finished)
+        decision = await self._respond(
+            RoundInput(
+                task,
+                await self._window(task),
+                state.finished,
+                number,
+                number >= self._settings.max_rounds - 1,
+            )
+        )
+        self._observer.round_decided(type(decision).__name__.lower())
+        if isinstance(decision, Reply):
+            draft = StoredMessage(
+                task.reply_id, task.session_id, "assistant", "reply", decision.text
+            )
+            return await self._deliver_reply(
+                task, await self._history.append(draft, answers=task.user_message_id)
+            )
+        if number >= self._settings.max_rounds - 1:
+            raise RoundFailed(
+                "the model delegated in the final round, where delegate is not offered"
+            )
+        stored = await self._delegations.record(
+            task, number, decision, timeout_seconds=self._settings.subtask_timeout_seconds
+        )
+        await self._wait_for(task, number, stored)
+
+    async def _window(self, task: Task) -> list[StoredMessage]:
+        s = self._settings
+        window = await self._history.window(
+            task, max_chars=s.history_chars, max_messages=s.history_messages
+        )
+        # This task's own acknowledgments are shown as its delegate calls, not as history.
+        own_acks = f"task:{task.id}:ack:"
+        return [m for m in window if not m.id.startswith(own_acks)]
+
+    async def _deliver_reply(self, task: Task, reply: StoredMessage) -> None:
+        await self._publisher.publish(task, reply.id, reply.text)
+        self._observer.task_settled("answered")
+        await self._queue.finish(task)
+
+    async def _wait_for(self, task: Task, number: int, delegation: Delegation) -> None:
+        await self._publisher.publish(task, task.ack_id(number), delegation.acknowledgment)
+        await self._delegations.await_subtasks(task)
+
+    async def _give_up(self, task: Task, error: Exception) -> None:
+        log.warning("task %s failed: %s", task.id, error)
+        try:
+            await self._publisher.publish(task, task.failure_id, self._settings.failure_notice)
+        finally:
+            await self._queue.fail(task, f"{type(error).__name__}: {error}")
+
+    async def _retry_or_give_up(self, task: Task, error: Exception) -> None:
+        with contextlib.suppress(Exception):
+            if task.attempts < self._settings.max_attempts:
+                await self._queue.retry_later(
+                    task, self._backoff(task.attempts), type(error).__name__
+                )
+            else:
+                await self._give_up(task, error)
+
+    # Subtasks
+
+    async def run_subtask(self, subtask: Subtask, task: Task) -> None:
+        """Run a leased subtask within its time limit and record how it ended."""
+        with bind_log_fields(task=task.id, subtask=subtask.id, **task.address):
+            await self._run_subtask(subtask, task)
+
+    async def _run_subtask(self, subtask: Subtask, task: Task) -> None:
+        async with self._heartbeat(
+            lambda: self._delegations.heartbeat_subtask(subtask), subtask.id
+        ):
+            try:
+                state, text = await self._subtask_outcome(subtask, task)
+            except ModelsUnavailable as exc:
+                delay = exc.retry_after or self._backoff(subtask.attempts)
+                return await self._delegations.retry_subtask_later(subtask, delay)
+            await self._delegations.settle_subtask(subtask, state, text)
+            self._observer.subtask_settled(state)
+
+    async def _subtask_outcome(self, subtask: Subtask, task: Task) -> tuple[SubtaskState, str]:
+        try:
+            async with asyncio.timeout(subtask.timeout_seconds):
+                return "done", await self._respond.run_subtask(subtask, task)
+        except TimeoutError:
+            return "timed_out", TIMED_OUT
+        except (CredentialRejected, QuotaExhausted) as exc:
+            await self._alerts.credential_failure(task, exc)
+            return "failed", REFUSED
+        except ModelsUnavailable:
+            raise
+        except AgentError as exc:  # written for the model (SubtaskFailed and friends)
+            return "failed", str(exc)
+        except Exception:
+            log.exception("subtask %s failed unexpectedly", subtask.id)
+            return "failed", INTERNAL_ERROR
+
+    # Leases
+
+    def _backoff(self, attempts: int) -> float:
+        s = self._settings
+        return float(min(s.retry_max_seconds, s.retry_base_seconds * 2 ** (attempts - 1)))
+
+    @contextlib.asynccontextmanager
+    async def _heartbeat(
+        self, beat: Callable[[], Awaitable[bool]], name: str
+    ) -> AsyncIterator[None]:
+        beating = asyncio.create_task(self._beat(beat, name), name=f"heartbeat-{name}")
+        try:
+            yield
+        finally:
+            await stop_task(beating)
+
+    async def _beat(self, beat: Callable[[], Awaitable[bool]], name: str) -> None:
+        while True:
+            await asyncio.sleep(self._settings.heartbeat_seconds)
+            with contextlib.suppress(Exception):
+                if not await beat():
+                    log.warning("%s: lease lost to another worker", name)

@@ -1,0 +1,238 @@
+"""The provider-neutral model contract.
+
+Everything above the providers — the round loop, the attempt ladder, tests — speaks these
+types and nothing vendor-specific. A provider module translates them to one wire format
+(OpenAI Chat Completions, Anthropic Messages) and translates every failure into the error
+tree of `agent.core.errors`. Streaming providers emit `StreamEvent`s; `StreamAccumulator` folds
+them into the same `ModelResponse` a non-streaming call returns, so callers never care which
+one happened.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeAlias
+
+FinishReason: TypeAlias = Literal[
+    "stop", "length", "tool_calls", "content_filter", "error", "other"
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """A tool as the model sees it: a name, what it is for, and a JSON Schema for its input."""
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class NamedTool:
+    """Force the model to call exactly this tool."""
+
+    name: str
+
+
+ToolChoice: TypeAlias = Literal["auto", "required", "none"] | NamedTool
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One tool call. `arguments` is None when `raw_arguments` is not a JSON object."""
+
+    id: str
+    name: str
+    raw_arguments: str
+    arguments: Mapping[str, Any] | None = None
+
+    @classmethod
+    def from_raw(cls, id: str, name: str, raw_arguments: str) -> ToolCall:
+        return cls(
+            id=id, name=name, raw_arguments=raw_arguments, arguments=parse_arguments(raw_arguments)
+        )
+
+
+def parse_arguments(raw: str) -> Mapping[str, Any] | None:
+    """Parse tool-call arguments; an empty string is an empty object, anything else must be one."""
+    if not raw.strip():
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+@dataclass(frozen=True, slots=True)
+class SystemMessage:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class UserMessage:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class AssistantMessage:
+    text: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResultMessage:
+    """The outcome of one tool call, fed back to the model. `is_error` marks a failed call."""
+
+    call_id: str
+    name: str
+    content: str
+    is_error: bool = False
+
+
+ModelMessage: TypeAlias = SystemMessage | UserMessage | AssistantMessage | ToolResultMessage
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRequest:
+    messages: tuple[ModelMessage, ...]
+    tools: tuple[ToolSpec, ...] = ()
+    tool_choice: ToolChoice = "auto"
+    max_output_tokens: int | None = None
+    temperature: float | None = None
+    stop: tuple[str, ...] = ()
+    provider_options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+    reasoning_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ModelResponse:
+    text: str
+    tool_calls: tuple[ToolCall, ...]
+    finish_reason: FinishReason
+    usage: Usage
+    model: str
+
+
+# Stream events. Tool-call events are keyed by the call's *index* in the response, because
+# providers interleave the argument fragments of parallel calls and only the index is stable.
+
+
+@dataclass(frozen=True, slots=True)
+class MessageStart:
+    model: str
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallStart:
+    index: int
+    id: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallDelta:
+    index: int
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallEnd:
+    index: int
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    reason: FinishReason
+    usage: Usage
+
+
+@dataclass(frozen=True, slots=True)
+class StreamError:
+    """An error the provider reported inside the stream; the stream ends after it."""
+
+    message: str
+
+
+StreamEvent: TypeAlias = (
+    MessageStart | TextDelta | ToolCallStart | ToolCallDelta | ToolCallEnd | Finish | StreamError
+)
+
+
+class StreamAccumulator:
+    """Folds stream events into a `ModelResponse`, the way a non-streaming call returns it."""
+
+    def __init__(self, model: str = "") -> None:
+        self.model = model
+        self._text: list[str] = []
+        self._calls: dict[int, tuple[str, str, list[str]]] = {}
+        self.finish_reason: FinishReason | None = None
+        self.usage = Usage()
+
+    def feed(self, event: StreamEvent) -> None:
+        match event:
+            case MessageStart(model=model):
+                self.model = model or self.model
+            case TextDelta(text=text):
+                self._text.append(text)
+            case ToolCallStart(index=index, id=call_id, name=name):
+                self._calls.setdefault(index, (call_id, name, []))
+            case ToolCallDelta(index=index, arguments=fragment):
+                self._calls.setdefault(index, ("", "", []))[2].append(fragment)
+            case Finish(reason=reason, usage=usage):
+                self.finish_reason = reason
+                self.usage = usage
+            case ToolCallEnd() | StreamError():
+                pass
+
+    @property
+    def text(self) -> str:
+        return "".join(self._text)
+
+    def result(self) -> ModelResponse:
+        calls = tuple(
+            ToolCall.from_raw(call_id, name, "".join(parts))
+            for _, (call_id, name, parts) in sorted(self._calls.items())
+        )
+        reason = self.finish_reason or ("tool_calls" if calls else "stop")
+        return ModelResponse(self.text, calls, reason, self.usage, self.model)
+
+
+class Model(ABC):
+    """One model on one route. `name` is the route as configured, e.g. `openai:gpt-4.1-mini`."""
+
+    name: str
+
+    @abstractmethod
+    async def request(self, request: ModelRequest) -> ModelResponse:
+        """Answer one request, raising a `ModelError` subclass on any failure."""
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        """Stream one answer. The default streams a non-streaming answer as one chunk."""
+        response = await self.request(request)
+        yield MessageStart(response.model)
+        if response.text:
+            yield TextDelta(response.text)
+        for index, call in enumerate(response.tool_calls):
+            yield ToolCallStart(index, call.id, call.name)
+            yield ToolCallDelta(index, call.raw_arguments)
+            yield ToolCallEnd(index)
+        yield Finish(response.finish_reason, response.usage)
+
+    async def aclose(self) -> None:  # noqa: B027 - optional hook; most models hold nothing
+        """Release the provider's connections."""

@@ -1,0 +1,178 @@
+"""The attempt ladder: which model runs a round, and what a failure costs (invariant 4).
+
+`AttemptLadder.run(attempt)` runs a whole attempt (one round, repairs included) against
+slot 0, and climbs on failure:
+
+    TransientModelError              retry the same slot after a jittered exponential backoff,
+                                     or exactly `retry_after` when the server said so; past
+                                     the bound (or a Retry-After longer than the cap) the slot
+                                     is exhausted for now and the next one is tried
+    NonTransientModelError,          the slot is burnt: try the next one
+      RoundFailed
+    CredentialRejected,              raise at once — no retry, no fallback — and open the
+      QuotaExhausted                 route's circuit so later runs fail fast
+
+When every slot is used up: if any slot failed only transiently the task can succeed later,
+so `ModelsUnavailable(retry_after=…)` is raised (the runner re-queues the task); if every
+slot failed for good, the last error is re-raised. Sleep, random jitter and the circuit's
+clock are injected, so tests record delays instead of waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol, TypeAlias, TypeVar
+
+from agent.core.errors import (
+    CredentialRejected,
+    ModelError,
+    ModelsUnavailable,
+    QuotaExhausted,
+    RoundFailed,
+    Route,
+    TransientModelError,
+)
+from agent.models.circuit import CircuitBreaker
+from agent.models.contract import Model
+
+T = TypeVar("T")
+
+Outcome: TypeAlias = Literal["ok", "transient", "failed", "credential", "quota", "circuit_open"]
+AttemptObserver: TypeAlias = Callable[[Route, Outcome], None]
+
+
+class Attempts(Protocol):
+    """Runs an attempt on model slots until one succeeds (the attempt ladder)."""
+
+    async def run(self, attempt: Callable[[Model], Awaitable[T]]) -> T: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How hard one slot is tried before the ladder moves on."""
+
+    attempts_per_slot: int = 3
+    base_delay: float = 1.0
+    max_delay: float = 30.0
+
+    def backoff(self, retry: int, jitter: float) -> float:
+        """Exponential backoff for the `retry`-th retry, scaled into [50 %, 100 %] by jitter."""
+        return min(self.max_delay, self.base_delay * 2.0**retry) * (0.5 + jitter / 2)
+
+
+class _SlotExhausted(Exception):
+    def __init__(self, error: TransientModelError) -> None:
+        self.error = error
+
+
+class AttemptLadder:
+    """Runs attempts over model slots (0 = THREADGATE_MODEL, 1 = THREADGATE_FALLBACK_MODEL)."""
+
+    def __init__(
+        self,
+        models: Sequence[Model],
+        *,
+        policy: RetryPolicy | None = None,
+        circuit: CircuitBreaker | None = None,
+        sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
+        jitter: Callable[[], float] = random.random,
+        on_attempt: AttemptObserver | None = None,
+    ) -> None:
+        if not models:
+            raise ValueError("the ladder needs at least one model")
+        self.models = tuple(models)
+        self.policy = policy or RetryPolicy()
+        self.circuit = circuit or CircuitBreaker()
+        self._sleep = sleep
+        self._jitter = jitter
+        self._observe = on_attempt or (lambda route, outcome: None)
+
+    async def run(self, attempt: Callable[[Model], Awaitable[T]]) -> T:
+        """Run `attempt` on the first slot that succeeds; see the module docstring."""
+        transient: list[TransientModelError] = []
+        last: Exception | None = None
+        for slot, model in enumerate(self.models):
+            route = route_of(model, slot)
+            try:
+                return await self._slot(route, model, attempt)
+            except _SlotExhausted as exhausted:
+                transient.append(exhausted.error)
+            except (CredentialRejected, QuotaExhausted):
+                raise
+            except (ModelError, RoundFailed) as exc:
+                last = exc
+        raise self._give_up(transient, last)
+
+    async def _slot(
+        self, route: Route, model: Model, attempt: Callable[[Model], Awaitable[T]]
+    ) -> T:
+        for retry in range(self.policy.attempts_per_slot):
+            self._check_circuit(route)
+            try:
+                result = await attempt(model)
+            except Exception as exc:
+                await self._failed(route, exc, retry)
+                continue
+            self._observe(route, "ok")
+            return result
+        raise AssertionError("unreachable: the last retry raises _SlotExhausted")
+
+    def _check_circuit(self, route: Route) -> None:
+        try:
+            self.circuit.check(route)
+        except ModelError:
+            self._observe(route, "circuit_open")
+            raise
+
+    async def _failed(self, route: Route, exc: Exception, retry: int) -> None:
+        """Re-raise `exc` (stamped with the route) unless it is worth another try."""
+        if isinstance(exc, ModelError):
+            exc.route = route
+        if isinstance(exc, CredentialRejected | QuotaExhausted):
+            self._refused(route, exc)
+        if not isinstance(exc, TransientModelError):
+            if isinstance(exc, ModelError | RoundFailed):
+                self._observe(route, "failed")
+            raise exc
+        self._observe(route, "transient")
+        delay = self._delay(retry, exc)
+        if delay is None:
+            raise _SlotExhausted(exc) from exc
+        await self._sleep(delay)
+
+    def _refused(self, route: Route, exc: CredentialRejected | QuotaExhausted) -> None:
+        self.circuit.trip(route, exc)
+        self._observe(route, "credential" if isinstance(exc, CredentialRejected) else "quota")
+        raise exc
+
+    def _delay(self, retry: int, error: TransientModelError) -> float | None:
+        """Seconds before the next try of this slot, or None when the slot is done for now."""
+        if retry + 1 >= self.policy.attempts_per_slot:
+            return None
+        if error.retry_after is not None:
+            return error.retry_after if error.retry_after <= self.policy.max_delay else None
+        return self.policy.backoff(retry, self._jitter())
+
+    def _give_up(self, transient: list[TransientModelError], last: Exception | None) -> Exception:
+        if transient or last is None:
+            return _unavailable(transient)
+        return last
+
+
+def _unavailable(errors: list[TransientModelError]) -> ModelsUnavailable:
+    hints = [e.retry_after for e in errors if e.retry_after is not None]
+    summary = "; ".join(str(e) for e in errors)
+    message = f"every model slot is unavailable for now, the task will be retried later: {summary}"
+    return ModelsUnavailable(message, retry_after=min(hints) if hints else None)
+
+
+def route_of(model: Model, slot: int) -> Route:
+    """The route of `model` in `slot`: its `route` if it has one, else parsed from its name."""
+    route = getattr(model, "route", None)
+    if isinstance(route, Route):
+        return Route(route.provider, route.model, slot)
+    provider, _, name = model.name.partition(":")
+    return Route(provider, name or provider, slot)

@@ -1,0 +1,258 @@
+"""Translation between our model types and Anthropic Messages JSON.
+
+Pure functions, no I/O. Anthropic differs from Chat Completions in ways that matter here:
+the system prompt is a top-level field, tool results are `tool_result` blocks inside a user
+message (consecutive results share one message), `max_tokens` is required, and a stream is
+a sequence of named events (`message_start`, `content_block_*`, `message_delta`, `ping`,
+`error`, `message_stop`). Usage `input_tokens` here is the whole prompt: Anthropic's
+uncached input plus cache reads and cache writes, so it compares with OpenAI's.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from agent.models.contract import (
+    AssistantMessage,
+    Finish,
+    FinishReason,
+    MessageStart,
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    NamedTool,
+    StreamEvent,
+    SystemMessage,
+    TextDelta,
+    ToolCall,
+    ToolCallDelta,
+    ToolCallEnd,
+    ToolCallStart,
+    ToolChoice,
+    ToolResultMessage,
+    Usage,
+    UserMessage,
+)
+from agent.models.providers.sse import ServerSentEvent, StreamFailed
+
+DEFAULT_MAX_TOKENS = 4096
+
+_STOP_REASONS: dict[str, FinishReason] = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "max_tokens": "length",
+    "tool_use": "tool_calls",
+    "refusal": "content_filter",
+    "pause_turn": "other",
+}
+
+
+def build_body(request: ModelRequest, model: str, *, stream: bool) -> dict[str, Any]:
+    """The JSON body for `POST {base_url}/v1/messages`."""
+    body: dict[str, Any] = {
+        "model": model,
+        "max_tokens": request.max_output_tokens or DEFAULT_MAX_TOKENS,
+        "messages": build_messages(request.messages),
+    }
+    system = "\n\n".join(m.text for m in request.messages if isinstance(m, SystemMessage))
+    if system:
+        body["system"] = system
+    if request.tools:
+        body["tools"] = [
+            {"name": t.name, "description": t.description, "input_schema": dict(t.parameters)}
+            for t in request.tools
+        ]
+        body["tool_choice"] = _tool_choice(request.tool_choice)
+    if request.temperature is not None:
+        body["temperature"] = request.temperature
+    if request.stop:
+        body["stop_sequences"] = list(request.stop)
+    if stream:
+        body["stream"] = True
+    return body | dict(request.provider_options)
+
+
+def build_messages(messages: tuple[ModelMessage, ...]) -> list[dict[str, Any]]:
+    """User and assistant turns; consecutive tool results are merged into one user turn."""
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        if isinstance(message, ToolResultMessage) and out and _is_tool_results(out[-1]):
+            out[-1]["content"].append(_tool_result(message))
+        elif not isinstance(message, SystemMessage):
+            out.append(_message(message))
+    return out
+
+
+def _is_tool_results(message: dict[str, Any]) -> bool:
+    content = message["content"]
+    return isinstance(content, list) and bool(content) and content[0]["type"] == "tool_result"
+
+
+def _message(message: UserMessage | AssistantMessage | ToolResultMessage) -> dict[str, Any]:
+    match message:
+        case UserMessage(text=text):
+            return {"role": "user", "content": text}
+        case AssistantMessage(text=text, tool_calls=calls):
+            blocks = [{"type": "text", "text": text}] if text else []
+            return {"role": "assistant", "content": blocks + [_tool_use(c) for c in calls]}
+        case ToolResultMessage():
+            return {"role": "user", "content": [_tool_result(message)]}
+
+
+def _tool_use(call: ToolCall) -> dict[str, Any]:
+    # Anthropic wants an object; arguments the model sent malformed are replayed as empty.
+    arguments = dict(call.arguments) if call.arguments is not None else {}
+    return {"type": "tool_use", "id": call.id, "name": call.name, "input": arguments}
+
+
+def _tool_result(result: ToolResultMessage) -> dict[str, Any]:
+    block = {"type": "tool_result", "tool_use_id": result.call_id, "content": result.content}
+    return block | ({"is_error": True} if result.is_error else {})
+
+
+def _tool_choice(choice: ToolChoice) -> dict[str, Any]:
+    if isinstance(choice, NamedTool):
+        return {"type": "tool", "name": choice.name}
+    return {"type": {"auto": "auto", "required": "any", "none": "none"}[choice]}
+
+
+def stop_reason(reason: str | None) -> FinishReason:
+    """Normalise Anthropic's stop_reason; anything unknown is `other`."""
+    return _STOP_REASONS.get(reason or "", "other")
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class _Usage(_Wire):
+    input_tokens: int | None = 0
+    output_tokens: int | None = 0
+    cache_read_input_tokens: int | None = 0
+    cache_creation_input_tokens: int | None = 0
+
+    def usage(self, output_tokens: int | None = None) -> Usage:
+        cached = self.cache_read_input_tokens or 0
+        prompt = (self.input_tokens or 0) + cached + (self.cache_creation_input_tokens or 0)
+        output = output_tokens if output_tokens is not None else self.output_tokens
+        return Usage(input_tokens=prompt, output_tokens=output or 0, cached_tokens=cached)
+
+
+class _Block(_Wire):
+    type: str
+    text: str | None = None
+    id: str | None = None
+    name: str | None = None
+    input: Any = None
+
+
+class _Message(_Wire):
+    model: str = ""
+    content: list[_Block]
+    stop_reason: str | None = None
+    usage: _Usage = _Usage()
+
+
+def parse_message(raw: bytes, model: str) -> ModelResponse:
+    """Read a non-streaming answer; raises `ValueError` when it is malformed."""
+    message = _Message.model_validate_json(raw)
+    text = "".join(b.text or "" for b in message.content if b.type == "text")
+    calls = tuple(
+        ToolCall.from_raw(b.id or f"toolu_{i}", b.name or "", json.dumps(b.input or {}))
+        for i, b in enumerate(message.content)
+        if b.type == "tool_use"
+    )
+    usage = message.usage.usage()
+    return ModelResponse(
+        text, calls, stop_reason(message.stop_reason), usage, message.model or model
+    )
+
+
+class _Delta(_Wire):
+    type: str = ""
+    text: str | None = None
+    partial_json: str | None = None
+    stop_reason: str | None = None
+
+
+class _ErrorBody(_Wire):
+    type: str = "error"
+
+
+class _Event(_Wire):
+    type: str
+    index: int = 0
+    message: _Message | None = None
+    content_block: _Block | None = None
+    delta: _Delta | None = None
+    usage: _Usage | None = None
+    error: _ErrorBody | None = None
+
+
+class EventReader:
+    """Turns Anthropic's named stream events into `StreamEvent`s, keyed by block index."""
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+        self.text: list[str] = []
+        self.done = False
+        self._reason: str | None = None
+        self._usage = _Usage()
+        self._output: int | None = None
+        self._calls: set[int] = set()
+
+    @property
+    def finished(self) -> bool:
+        return self.done
+
+    @property
+    def partial_text(self) -> str:
+        return "".join(self.text)
+
+    def feed(self, sse: ServerSentEvent) -> Iterator[StreamEvent]:
+        """Events for one SSE event; `ValueError` if malformed, `StreamFailed` on `error`."""
+        if sse.event == "ping":
+            return
+        event = _Event.model_validate_json(sse.data)
+        if event.type == "error":
+            raise StreamFailed(event.error.type if event.error else "error")
+        yield from self._handle(event)
+
+    def _handle(self, event: _Event) -> Iterator[StreamEvent]:
+        match event.type:
+            case "message_start" if event.message is not None:
+                self._usage = event.message.usage
+                yield MessageStart(event.message.model or self.model)
+            case "content_block_start" if event.content_block is not None:
+                yield from self._block(event.index, event.content_block)
+            case "content_block_delta" if event.delta is not None:
+                yield from self._delta(event.index, event.delta)
+            case "content_block_stop" if event.index in self._calls:
+                yield ToolCallEnd(event.index)
+            case "message_delta":
+                self._reason = event.delta.stop_reason if event.delta else None
+                self._output = event.usage.output_tokens if event.usage else None
+            case "message_stop":
+                self.done = True
+
+    def _block(self, index: int, block: _Block) -> Iterator[StreamEvent]:
+        if block.type == "tool_use":
+            self._calls.add(index)
+            yield ToolCallStart(index, block.id or f"toolu_{index}", block.name or "")
+        elif block.type == "text" and block.text:
+            self.text.append(block.text)
+            yield TextDelta(block.text)
+
+    def _delta(self, index: int, delta: _Delta) -> Iterator[StreamEvent]:
+        if delta.type == "text_delta" and delta.text:
+            self.text.append(delta.text)
+            yield TextDelta(delta.text)
+        elif delta.type == "input_json_delta" and delta.partial_json:
+            yield ToolCallDelta(index, delta.partial_json)
+
+    def end(self) -> Iterator[StreamEvent]:
+        yield Finish(stop_reason(self._reason), self._usage.usage(self._output))

@@ -1,0 +1,240 @@
+"""Every way a model call can fail, mapped to exactly one class of `agent.core.errors`.
+
+This is the boundary where httpx exceptions and HTTP statuses become our errors, so the
+attempt ladder can decide by type alone (DESIGN.md invariant 4):
+
+    status / exception                          error                    source
+    httpx.TimeoutException, NetworkError,       TransientModelError
+      RemoteProtocolError, ProxyError
+    408, 409, 429, 5xx (incl. Anthropic 529)    TransientModelError      (Retry-After honored)
+    429 with code/type insufficient_quota       QuotaExhausted
+    402, Anthropic billing_error                QuotaExhausted
+    401, 403                                    CredentialRejected       provider/gateway/unknown
+    400, 404, 413, 422, any other status,       NonTransientModelError
+      LocalProtocolError, UnsupportedProtocol,
+      DecodingError, TooManyRedirects, InvalidURL,
+      other httpx errors, malformed bodies
+
+Which authority refused a credential is read from the body's *shape* only; an HTML page,
+an empty body or JSON we do not recognise is `unknown` (an honest answer beats a guess that
+sends an operator to rotate the wrong secret). Messages name the secret to check and at
+most a vendor error code — never a response body, which could echo a key.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+import httpx
+
+from agent.core.errors import (
+    CredentialRejected,
+    CredentialSource,
+    ModelError,
+    NonTransientModelError,
+    QuotaExhausted,
+    Route,
+    StreamInterrupted,
+    TransientModelError,
+)
+
+GATEWAY_TOKEN_VARIABLE = "THREADGATE_GATEWAY_TOKEN"
+_KEY_VARIABLES = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+_KEY_NAMES = {"openai": "the OpenAI API key", "anthropic": "the Anthropic API key"}
+_TRANSIENT_STATUSES = frozenset({408, 409, 429})
+_QUOTA_CODES = frozenset({"insufficient_quota", "billing_error"})
+_PROVIDER_AUTH_TYPES = frozenset({"authentication_error", "permission_error"})
+_OPENAI_AUTH_CODES = frozenset({"invalid_api_key", "invalid_organization", "invalid_project"})
+_OPENAI_ERROR_TYPES = frozenset({"invalid_request_error", *_PROVIDER_AUTH_TYPES})
+_CODE_SHAPE = re.compile(r"[a-z][a-z_]{0,47}")
+
+
+@dataclass(frozen=True, slots=True)
+class VendorError:
+    """What a JSON error body says about itself: who wrote it and its code/type."""
+
+    author: CredentialSource
+    code: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.code is not None and not self.code.startswith("cloudflare "):
+            object.__setattr__(self, "code", _safe_code(self.code))
+
+
+def classify_status(
+    status: int,
+    headers: Mapping[str, str],
+    body: bytes,
+    *,
+    route: Route,
+    now: Callable[[], float] = time.time,
+) -> ModelError:
+    """The error for an HTTP response with a non-2xx `status`."""
+    vendor = read_vendor_error(body)
+    if status in (401, 403):
+        return _credential_error(status, vendor, route)
+    if status == 402 or (vendor.code in _QUOTA_CODES):
+        return _quota_error(status, vendor, route)
+    if status in _TRANSIENT_STATUSES or status >= 500:
+        retry_after = parse_retry_after(headers, now=now)
+        message = f"{route} is unavailable for now (HTTP {status}{_code(vendor)})"
+        return TransientModelError(
+            message, route=route, status_code=status, retry_after=retry_after
+        )
+    message = f"{route} rejected the request (HTTP {status}{_code(vendor)})"
+    return NonTransientModelError(message, route=route, status_code=status)
+
+
+def classify_exception(exc: Exception, *, route: Route) -> ModelError:
+    """The error for an exception raised while talking to the model."""
+    if isinstance(exc, httpx.HTTPStatusError):
+        response = exc.response
+        return classify_status(response.status_code, response.headers, b"", route=route)
+    name = type(exc).__name__
+    if isinstance(exc, httpx.LocalProtocolError | httpx.UnsupportedProtocol):
+        return NonTransientModelError(f"{route} could not be called ({name})", route=route)
+    if isinstance(exc, httpx.TransportError):
+        return TransientModelError(f"{route} could not be reached ({name})", route=route)
+    return NonTransientModelError(f"{route} gave an unusable answer ({name})", route=route)
+
+
+def cut_stream(route: Route, partial_text: str, reason: str) -> StreamInterrupted:
+    """A stream that ended before the model finished: transient, keeping what arrived."""
+    return StreamInterrupted(
+        f"{route} stream ended early ({reason})", route=route, partial_text=partial_text
+    )
+
+
+def malformed(route: Route, what: str) -> NonTransientModelError:
+    """A 2xx answer we cannot read."""
+    return NonTransientModelError(f"{route} returned a malformed response ({what})", route=route)
+
+
+def _credential_error(status: int, vendor: VendorError, route: Route) -> CredentialRejected:
+    key_name = _KEY_NAMES.get(route.provider, "the provider API key")
+    key_var = _KEY_VARIABLES.get(route.provider, "the provider API key variable")
+    detail = f"HTTP {status}{_code(vendor)}, {route}"
+    messages = {
+        "provider": f"{key_name} ({key_var}) was refused by the provider ({detail})",
+        "gateway": (
+            f"the AI gateway token ({GATEWAY_TOKEN_VARIABLE}) was refused by the gateway ({detail})"
+        ),
+        "unknown": (
+            f"a credential was refused but the response does not say by whom ({detail}): "
+            f"check {key_var} and, if an AI gateway is in front, {GATEWAY_TOKEN_VARIABLE}"
+        ),
+    }
+    return CredentialRejected(
+        messages[vendor.author], source=vendor.author, route=route, status_code=status
+    )
+
+
+def _quota_error(status: int, vendor: VendorError, route: Route) -> QuotaExhausted:
+    key_var = _KEY_VARIABLES.get(route.provider, "the provider API key")
+    message = (
+        f"the account behind {key_var} is out of quota or credit "
+        f"(HTTP {status}{_code(vendor)}, {route}): add credit or use another key"
+    )
+    return QuotaExhausted(message, route=route, status_code=status)
+
+
+def _code(vendor: VendorError) -> str:
+    return f", {vendor.code}" if vendor.code else ""
+
+
+def _safe_code(code: str) -> str | None:
+    """A vendor code fit for a message: a short snake_case word, so it cannot be a secret."""
+    return code if _CODE_SHAPE.fullmatch(code) else None
+
+
+def read_vendor_error(body: bytes) -> VendorError:
+    """Recognise the error bodies of Cloudflare AI Gateway, LiteLLM, OpenAI and Anthropic."""
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return VendorError("unknown")
+    if not isinstance(data, dict):
+        return VendorError("unknown")
+    for reader in (_cloudflare, _litellm, _anthropic, _openai):
+        found = reader(data)
+        if found is not None:
+            return found
+    return VendorError("unknown")
+
+
+def _cloudflare(data: dict[str, Any]) -> VendorError | None:
+    errors = data.get("error", data.get("errors"))
+    if data.get("success") is not False or not isinstance(errors, list) or not errors:
+        return None
+    first = errors[0]
+    if not isinstance(first, dict) or not isinstance(first.get("code"), int):
+        return None
+    return VendorError("gateway", f"cloudflare {first['code']}")
+
+
+def _litellm(data: dict[str, Any]) -> VendorError | None:
+    error = data.get("error")
+    message = error.get("message") if isinstance(error, dict) else None
+    if not isinstance(message, str) or "proxy server token" not in message.lower():
+        return None
+    return VendorError("gateway", "litellm auth_error")
+
+
+def _anthropic(data: dict[str, Any]) -> VendorError | None:
+    error = data.get("error")
+    if data.get("type") != "error" or not isinstance(error, dict):
+        return None
+    kind = error.get("type")
+    return VendorError("provider", kind) if isinstance(kind, str) else None
+
+
+def _openai(data: dict[str, Any]) -> VendorError | None:
+    error = data.get("error")
+    if not isinstance(error, dict) or not isinstance(error.get("message"), str):
+        return None
+    code, kind = error.get("code"), error.get("type")
+    if isinstance(code, str) and (code in _OPENAI_AUTH_CODES or code in _QUOTA_CODES):
+        return VendorError("provider", code)
+    if isinstance(kind, str) and (kind in _OPENAI_ERROR_TYPES or kind in _QUOTA_CODES):
+        return VendorError("provider", code if isinstance(code, str) else kind)
+    return None
+
+
+def parse_retry_after(
+    headers: Mapping[str, str], *, now: Callable[[], float] = time.time
+) -> float | None:
+    """Seconds to wait from `retry-after-ms`, or `Retry-After` (seconds or an HTTP date)."""
+    millis = _number(headers.get("retry-after-ms"))
+    if millis is not None:
+        return millis / 1000
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    seconds = _number(value)
+    return seconds if seconds is not None else _seconds_until(value, now())
+
+
+def _number(value: str | None) -> float | None:
+    try:
+        number = float(value) if value is not None else None
+    except ValueError:
+        return None
+    if number is None or number != number or number in (float("inf"), float("-inf")):
+        return None
+    return max(number, 0.0)
+
+
+def _seconds_until(date: str, now: float) -> float | None:
+    try:
+        when = parsedate_to_datetime(date)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(when.timestamp() - now, 0.0)

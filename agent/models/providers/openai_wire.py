@@ -1,0 +1,287 @@
+"""Translation between our model types and OpenAI Chat Completions JSON.
+
+Pure functions, no I/O: `build_body` turns a `ModelRequest` into the request body,
+`parse_completion` reads a non-streaming answer, and `ChunkReader` turns streamed chunks
+into `StreamEvent`s. Vendor JSON is validated with pydantic here, at the trust boundary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from agent.models.contract import (
+    AssistantMessage,
+    Finish,
+    FinishReason,
+    MessageStart,
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    NamedTool,
+    StreamEvent,
+    SystemMessage,
+    TextDelta,
+    ToolCall,
+    ToolCallDelta,
+    ToolCallEnd,
+    ToolCallStart,
+    ToolChoice,
+    ToolResultMessage,
+    ToolSpec,
+    Usage,
+    UserMessage,
+)
+from agent.models.providers.sse import ServerSentEvent, StreamFailed
+
+_FINISH_REASONS: dict[str, FinishReason] = {
+    "stop": "stop",
+    "length": "length",
+    "tool_calls": "tool_calls",
+    "function_call": "tool_calls",
+    "content_filter": "content_filter",
+    "error": "error",
+}
+
+
+def build_body(request: ModelRequest, model: str, *, stream: bool) -> dict[str, Any]:
+    """The JSON body for `POST {base_url}/chat/completions`."""
+    body: dict[str, Any] = {"model": model, "messages": [_message(m) for m in request.messages]}
+    if request.tools:
+        body["tools"] = [_tool(t) for t in request.tools]
+        body["tool_choice"] = _tool_choice(request.tool_choice)
+    # `max_tokens`, not `max_completion_tokens`: every OpenAI-compatible server (vLLM, Ollama,
+    # LiteLLM, OpenRouter) accepts it, and OpenAI still does for non-reasoning models. For
+    # o-series models pass `max_completion_tokens` in provider_options; then we send only that.
+    if (
+        request.max_output_tokens is not None
+        and "max_completion_tokens" not in request.provider_options
+    ):
+        body["max_tokens"] = request.max_output_tokens
+    if request.temperature is not None:
+        body["temperature"] = request.temperature
+    if request.stop:
+        body["stop"] = list(request.stop)
+    if stream:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+    return body | dict(request.provider_options)
+
+
+def _message(message: ModelMessage) -> dict[str, Any]:
+    match message:
+        case SystemMessage(text=text):
+            return {"role": "system", "content": text}
+        case UserMessage(text=text):
+            return {"role": "user", "content": text}
+        case AssistantMessage(text=text, tool_calls=calls):
+            return _assistant(text, calls)
+        case ToolResultMessage(call_id=call_id, content=content, is_error=is_error):
+            # Chat Completions has no error flag on tool results; say it in the content.
+            text = f"Error: {content}" if is_error else content
+            return {"role": "tool", "tool_call_id": call_id, "content": text}
+
+
+def _assistant(text: str, calls: tuple[ToolCall, ...]) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": text or None}
+    if calls:
+        message["tool_calls"] = [_call(c) for c in calls]
+    return message
+
+
+def _call(call: ToolCall) -> dict[str, Any]:
+    function = {"name": call.name, "arguments": call.raw_arguments}
+    return {"id": call.id, "type": "function", "function": function}
+
+
+def _tool(tool: ToolSpec) -> dict[str, Any]:
+    function = {
+        "name": tool.name,
+        "description": tool.description,
+        "parameters": dict(tool.parameters),
+    }
+    return {"type": "function", "function": function}
+
+
+def _tool_choice(choice: ToolChoice) -> str | dict[str, Any]:
+    if isinstance(choice, NamedTool):
+        return {"type": "function", "function": {"name": choice.name}}
+    return choice
+
+
+def finish_reason(reason: str | None) -> FinishReason:
+    """Normalise a vendor finish reason; anything unknown is `other`."""
+    return _FINISH_REASONS.get(reason or "", "other")
+
+
+# Vendor JSON, validated. Unknown fields are ignored; missing optional ones default.
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class _PromptDetails(_Wire):
+    cached_tokens: int | None = 0
+
+
+class _CompletionDetails(_Wire):
+    reasoning_tokens: int | None = 0
+
+
+class _Usage(_Wire):
+    prompt_tokens: int | None = 0
+    completion_tokens: int | None = 0
+    prompt_tokens_details: _PromptDetails | None = None
+    completion_tokens_details: _CompletionDetails | None = None
+
+    def usage(self) -> Usage:
+        cached = self.prompt_tokens_details.cached_tokens if self.prompt_tokens_details else 0
+        reasoning = (
+            self.completion_tokens_details.reasoning_tokens if self.completion_tokens_details else 0
+        )
+        return Usage(
+            self.prompt_tokens or 0, self.completion_tokens or 0, cached or 0, reasoning or 0
+        )
+
+
+class _Function(_Wire):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class _ToolCall(_Wire):
+    index: int | None = None
+    id: str | None = None
+    function: _Function = _Function()
+
+
+class _Message(_Wire):
+    content: str | None = None
+    refusal: str | None = None
+    tool_calls: list[_ToolCall] | None = None
+
+
+class _Choice(_Wire):
+    message: _Message
+    finish_reason: str | None = None
+
+
+class _Completion(_Wire):
+    model: str = ""
+    choices: list[_Choice]
+    usage: _Usage | None = None
+
+
+def parse_completion(raw: bytes, model: str) -> ModelResponse:
+    """Read a non-streaming answer; raises `ValueError` (pydantic's) when it is malformed."""
+    completion = _Completion.model_validate_json(raw)
+    if not completion.choices:
+        raise ValueError("no choices")
+    choice = completion.choices[0]
+    message = choice.message
+    calls = tuple(_tool_call(i, c) for i, c in enumerate(message.tool_calls or ()))
+    reason = (
+        "content_filter"
+        if message.refusal and not message.content
+        else finish_reason(choice.finish_reason)
+    )
+    usage = completion.usage.usage() if completion.usage else Usage()
+    return ModelResponse(
+        message.content or message.refusal or "", calls, reason, usage, completion.model or model
+    )
+
+
+def _tool_call(position: int, call: _ToolCall) -> ToolCall:
+    call_id = call.id or f"call_{position}"
+    return ToolCall.from_raw(call_id, call.function.name or "", call.function.arguments or "")
+
+
+class _Delta(_Wire):
+    content: str | None = None
+    tool_calls: list[_ToolCall] | None = None
+
+
+class _ChunkChoice(_Wire):
+    delta: _Delta = _Delta()
+    finish_reason: str | None = None
+
+
+class _ErrorBody(_Wire):
+    message: str | None = None
+    type: str | None = None
+    code: str | int | None = None
+
+
+class _Chunk(_Wire):
+    model: str = ""
+    choices: list[_ChunkChoice] = []
+    usage: _Usage | None = None
+    error: _ErrorBody | None = None
+
+
+class ChunkReader:
+    """Turns the `data:` payloads of a streamed completion into `StreamEvent`s.
+
+    Tool-call fragments are keyed by their `index`, so calls whose fragments interleave are
+    assembled correctly; a start event is emitted the first time an index appears.
+    """
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+        self.text: list[str] = []
+        self.finish: FinishReason | None = None
+        self.usage = Usage()
+        self.done = False
+        self._started = False
+        self._calls: set[int] = set()
+
+    @property
+    def finished(self) -> bool:
+        """Whether the stream got far enough to be complete (`[DONE]`, or a finish reason)."""
+        return self.done or self.finish is not None
+
+    @property
+    def partial_text(self) -> str:
+        return "".join(self.text)
+
+    def feed(self, event: ServerSentEvent) -> Iterator[StreamEvent]:
+        """Events for one chunk; `ValueError` if it is malformed, `StreamFailed` on an error."""
+        if event.data.strip() == "[DONE]":
+            self.done = True
+            return
+        chunk = _Chunk.model_validate_json(event.data)
+        if chunk.error is not None:
+            raise StreamFailed(str(chunk.error.code or chunk.error.type or "error"))
+        if not self._started:
+            self._started = True
+            yield MessageStart(chunk.model or self.model)
+        if chunk.usage is not None:
+            self.usage = chunk.usage.usage()
+        for choice in chunk.choices[:1]:
+            yield from self._choice(choice)
+
+    def _choice(self, choice: _ChunkChoice) -> Iterator[StreamEvent]:
+        if choice.delta.content:
+            self.text.append(choice.delta.content)
+            yield TextDelta(choice.delta.content)
+        for position, call in enumerate(choice.delta.tool_calls or ()):
+            yield from self._call(position, call)
+        if choice.finish_reason:
+            self.finish = finish_reason(choice.finish_reason)
+
+    def _call(self, position: int, call: _ToolCall) -> Iterator[StreamEvent]:
+        index = call.index if call.index is not None else position
+        if index not in self._calls:
+            self._calls.add(index)
+            yield ToolCallStart(index, call.id or f"call_{index}", call.function.name or "")
+        if call.function.arguments:
+            yield ToolCallDelta(index, call.function.arguments)
+
+    def end(self) -> Iterator[StreamEvent]:
+        """The closing events, once the stream finished properly."""
+        for index in sorted(self._calls):
+            yield ToolCallEnd(index)
+        yield Finish(self.finish or "stop", self.usage)

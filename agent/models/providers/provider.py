@@ -1,0 +1,132 @@
+"""The provider object: one `httpx.AsyncClient` and the credentials that go with it.
+
+A wire-format module (`openai`, `anthropic`) maps requests and responses; the provider
+owns the connection pool and authentication, so several models on one vendor can share it
+and secrets live in exactly one object. Secrets are `SecretStr` and are turned into header
+values only when a request is sent; nothing here prints them.
+
+An AI gateway in front of the vendor (Cloudflare AI Gateway, a LiteLLM proxy) gets its own
+credential: when `gateway_token` is set it is sent in `gateway_header`, beside the vendor
+key, exactly as configured — for Cloudflare configure the value as `Bearer <token>`. We do
+not add a `Bearer ` prefix ourselves because gateways disagree on the scheme.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any, ClassVar
+
+import httpx
+from pydantic import SecretStr
+
+from agent.core.errors import Route
+from agent.models.providers.classify import classify_exception, classify_status
+
+DEFAULT_TIMEOUT = 60.0
+
+
+class Provider(ABC):
+    """Owns the HTTP client and the authentication for one vendor endpoint."""
+
+    name: ClassVar[str]
+
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        api_key: SecretStr | None = None,
+        gateway_header: str | None = None,
+        gateway_token: SecretStr | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._api_key = api_key
+        self._gateway = (
+            (gateway_header, gateway_token) if gateway_header and gateway_token else None
+        )
+        self._client = httpx.AsyncClient(base_url=self.base_url, timeout=timeout)
+
+    @abstractmethod
+    def auth_headers(self, api_key: str) -> dict[str, str]:
+        """The vendor's own authentication headers for `api_key`."""
+
+    def headers(self) -> dict[str, str]:
+        """Every header a request carries: vendor auth and the gateway credential."""
+        headers = self.auth_headers(self._key())
+        if self._gateway is not None:
+            header, token = self._gateway
+            headers[header] = token.get_secret_value()
+        return headers
+
+    def _key(self) -> str:
+        return self._api_key.get_secret_value() if self._api_key is not None else ""
+
+    async def post(self, path: str, body: Mapping[str, Any], route: Route) -> httpx.Response:
+        """POST JSON and return a 2xx response, or raise the classified error."""
+        try:
+            response = await self._client.post(path, json=dict(body), headers=self.headers())
+        except httpx.HTTPError as exc:
+            raise classify_exception(exc, route=route) from exc
+        if not response.is_success:
+            raise classify_status(
+                response.status_code, response.headers, response.content, route=route
+            )
+        return response
+
+    @asynccontextmanager
+    async def stream(
+        self, path: str, body: Mapping[str, Any], route: Route
+    ) -> AsyncIterator[httpx.Response]:
+        """POST JSON and yield a 2xx streaming response, or raise the classified error."""
+        request = self._client.build_request("POST", path, json=dict(body), headers=self.headers())
+        try:
+            response = await self._client.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            raise classify_exception(exc, route=route) from exc
+        try:
+            await _raise_for_status(response, route)
+            yield response
+        finally:
+            await response.aclose()
+
+    async def aclose(self) -> None:
+        """Close the connection pool; safe to call twice."""
+        await self._client.aclose()
+
+    def __repr__(self) -> str:
+        gateway = self._gateway[0] if self._gateway else None
+        return f"{type(self).__name__}(base_url={self.base_url!r}, gateway_header={gateway!r})"
+
+
+async def _raise_for_status(response: httpx.Response, route: Route) -> None:
+    if response.is_success:
+        return
+    try:
+        body = await response.aread()
+    except httpx.HTTPError:
+        body = b""
+    raise classify_status(response.status_code, response.headers, body, route=route)
+
+
+class OpenAIProvider(Provider):
+    """OpenAI-compatible endpoints: `Authorization: Bearer KEY`, omitted when there is no key."""
+
+    name = "openai"
+
+    def auth_headers(self, api_key: str) -> dict[str, str]:
+        return {"authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+class AnthropicProvider(Provider):
+    """The Anthropic Messages API: `x-api-key` and a pinned `anthropic-version`."""
+
+    name = "anthropic"
+    version = "2023-06-01"
+
+    def auth_headers(self, api_key: str) -> dict[str, str]:
+        headers = {"anthropic-version": self.version}
+        if api_key:
+            headers["x-api-key"] = api_key
+        return headers

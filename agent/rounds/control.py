@@ -1,0 +1,258 @@
+"""Control tools: the only ways a round can end.
+
+A control tool has three parts: the tool as the model sees it (no execute), `select` —
+which call counts when the model made several in one step — and `parse`, which turns the
+call into a decision or raises `ControlCallError` with a message written for the model:
+what was wrong and how to call it right. The round, not the provider, validates.
+
+    final_reply   answer the user; several calls in one step: the last one counts
+    delegate      post an acknowledgment now and start subtasks whose results come back
+                  in the next round; two or more calls in one step are refused (`select`
+                  raises), because each call would start its own batch of durable work
+
+Precedence is by commitment: `delegate` starts work and posts a message, so it outranks
+`final_reply` in the same step. `round_controls` returns the controls of a round in that
+order; the round loop lets the first one called decide.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from agent.core.delegation import Delegation, SubtaskRequest
+from agent.core.errors import ControlCallError
+from agent.models.contract import ToolCall, ToolSpec
+from agent.rounds.settings import DEFAULT_MAX_SUBTASKS
+from agent.rounds.tools import model_schema, validation_problems
+
+if TYPE_CHECKING:
+    from agent.rounds.references import ReferenceCatalog
+    from agent.rounds.subtask_types import SubtaskRegistry, SubtaskType
+
+M = TypeVar("M", bound=BaseModel)
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """The round's outcome: this text is the answer the user reads."""
+
+    text: str
+
+
+Decision: TypeAlias = Reply | Delegation
+
+
+class ControlTool(Protocol):
+    @property
+    def spec(self) -> ToolSpec: ...
+
+    def select(self, calls: Sequence[ToolCall]) -> ToolCall:
+        """The call that counts among this tool's calls in one step."""
+
+    def parse(self, call: ToolCall) -> Decision: ...
+
+
+def _parse_input(call: ToolCall, model: type[M], usage: str) -> M:
+    """The call's arguments as `model`, or a `ControlCallError` that repeats `usage`."""
+    if call.arguments is None:
+        raise ControlCallError(
+            f"{call.name} was called with arguments that are not a JSON object. {usage}"
+        )
+    try:
+        return model.model_validate(call.arguments)
+    except ValidationError as exc:
+        raise ControlCallError(
+            f"{call.name} arguments are invalid ({validation_problems(exc)}). {usage}"
+        ) from exc
+
+
+class _FinalReplyInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    text: str
+
+
+class FinalReply:
+    """`final_reply`: answer the user. Several calls in one step: the last one counts."""
+
+    usage = 'Call final_reply again with exactly {"text": "<your answer>"}.'
+    spec = ToolSpec(
+        name="final_reply",
+        description=(
+            "Send your answer to the user and end this round. Put the whole answer, in "
+            "Markdown, in `text`; nothing else you write is shown to the user."
+        ),
+        parameters={
+            "type": "object",
+            "properties": {"text": {"type": "string", "description": "The answer, in Markdown."}},
+            "required": ["text"],
+            "additionalProperties": False,
+        },
+    )
+
+    def select(self, calls: Sequence[ToolCall]) -> ToolCall:
+        return calls[-1]
+
+    def parse(self, call: ToolCall) -> Reply:
+        parsed = _parse_input(call, _FinalReplyInput, self.usage)
+        if not parsed.text.strip():
+            raise ControlCallError(
+                "final_reply was called with an empty `text`. The user would see nothing. "
+                "Call final_reply again with your full answer in `text`."
+            )
+        return Reply(parsed.text)
+
+
+class _SubtaskCall(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    type: str
+    params: dict[str, Any] = Field(default_factory=dict)
+    refs: list[int] = Field(default_factory=list)
+
+
+class _DelegateInput(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    acknowledgment: str
+    subtasks: list[_SubtaskCall]
+
+
+class Delegate:
+    """`delegate`: acknowledge now, run subtasks, continue in the next round."""
+
+    def __init__(
+        self,
+        subtasks: SubtaskRegistry,
+        catalog: ReferenceCatalog,
+        *,
+        max_subtasks: int = DEFAULT_MAX_SUBTASKS,
+    ) -> None:
+        if len(subtasks) == 0:
+            raise ValueError("delegate needs at least one registered subtask type")
+        self._registry = subtasks
+        self._catalog = catalog
+        self._max = max_subtasks
+        self.spec = ToolSpec("delegate", _DELEGATE_DESCRIPTION, self._schema())
+        self.usage = _delegate_usage(subtasks.names, max_subtasks)
+
+    def select(self, calls: Sequence[ToolCall]) -> ToolCall:
+        if len(calls) > 1:
+            raise ControlCallError(
+                f"delegate was called {len(calls)} times in one step, so none of them ran. "
+                f"Call delegate once, with every subtask in its `subtasks` array. {self.usage}"
+            )
+        return calls[0]
+
+    def parse(self, call: ToolCall) -> Delegation:
+        parsed = _parse_input(call, _DelegateInput, self.usage)
+        problems = self._shape_problems(parsed)
+        requests: list[SubtaskRequest] = []
+        for index, subtask in enumerate(parsed.subtasks):
+            try:
+                requests.append(self._request(index, subtask))
+            except ControlCallError as exc:
+                problems.append(str(exc))
+        if problems:
+            raise ControlCallError(f"delegate was not run: {'; '.join(problems)}. {self.usage}")
+        return Delegation(
+            parsed.acknowledgment.strip(), tuple(requests), call.id, call.raw_arguments
+        )
+
+    def _shape_problems(self, parsed: _DelegateInput) -> list[str]:
+        problems = []
+        if not parsed.acknowledgment.strip():
+            problems.append("`acknowledgment` is empty, and it is what the thread sees now")
+        if not 1 <= len(parsed.subtasks) <= self._max:
+            problems.append(f"`subtasks` has {len(parsed.subtasks)} items; give 1 to {self._max}")
+        return problems
+
+    def _request(self, index: int, call: _SubtaskCall) -> SubtaskRequest:
+        where = f"subtasks[{index}]"
+        kind = self._registry.get(call.type)
+        if kind is None:
+            known = ", ".join(self._registry.names)
+            raise ControlCallError(f"{where}.type {call.type!r} is unknown (use one of: {known})")
+        try:
+            params = kind.params.model_validate(call.params).model_dump(mode="json")
+        except ValidationError as exc:
+            raise ControlCallError(f"{where}.params: {validation_problems(exc)}") from exc
+        try:
+            references = self._catalog.resolve(call.refs)
+        except ControlCallError as exc:
+            raise ControlCallError(f"{where}.refs: {exc}") from exc
+        return SubtaskRequest(call.type, params, references)
+
+    def _schema(self) -> dict[str, Any]:
+        variants = [_subtask_schema(kind) for kind in self._registry]
+        items = variants[0] if len(variants) == 1 else {"anyOf": variants}
+        subtasks = {"type": "array", "minItems": 1, "maxItems": self._max, "items": items}
+        return {
+            "type": "object",
+            "properties": {"acknowledgment": _ACKNOWLEDGMENT, "subtasks": subtasks},
+            "required": ["acknowledgment", "subtasks"],
+            "additionalProperties": False,
+        }
+
+
+_DELEGATE_DESCRIPTION = (
+    "Hand work to subtasks that run in the background, and end this round. "
+    "`acknowledgment` is posted in the conversation right away; the subtasks' results come "
+    "back to you in your next round, where you answer with final_reply. Use it when an "
+    "answer needs work that takes a while or benefits from a focused helper. A subtask "
+    "sees only its params and the messages it cites in `refs` (the N of [ref N])."
+)
+_ACKNOWLEDGMENT = {
+    "type": "string",
+    "description": "A short message posted in the conversation now, e.g. 'Looking into it…'.",
+}
+
+
+def _subtask_schema(kind: SubtaskType[Any]) -> dict[str, Any]:
+    refs = {
+        "type": "array",
+        "items": {"type": "integer", "minimum": 1},
+        "description": "Numbers N of [ref N] messages this subtask needs to read.",
+    }
+    return {
+        "type": "object",
+        "description": f"Subtask type {kind.name!r}: {kind.description}",
+        "properties": {
+            "type": {"type": "string", "enum": [kind.name]},
+            "params": model_schema(kind.params),
+            "refs": refs,
+        },
+        "required": ["type", "params"],
+        "additionalProperties": False,
+    }
+
+
+def _delegate_usage(names: Sequence[str], max_subtasks: int) -> str:
+    example = {
+        "acknowledgment": "Looking into it…",
+        "subtasks": [{"type": names[0], "params": {"...": "..."}, "refs": [1]}],
+    }
+    return (
+        f"Call delegate once, like {json.dumps(example, ensure_ascii=False)}, with 1 to "
+        f"{max_subtasks} subtasks of type {', '.join(names)}; each type's params are in "
+        "the tool's schema, and `refs` is optional."
+    )
+
+
+def round_controls(
+    *,
+    final: bool,
+    subtasks: SubtaskRegistry,
+    catalog: ReferenceCatalog,
+    max_subtasks: int = DEFAULT_MAX_SUBTASKS,
+) -> tuple[ControlTool, ...]:
+    """The controls a round offers, in precedence order.
+
+    Every round offers `final_reply`; `delegate` only when a subtask type exists and the
+    round is not the task's last.
+    """
+    if final or len(subtasks) == 0:
+        return (FinalReply(),)
+    return (Delegate(subtasks, catalog, max_subtasks=max_subtasks), FinalReply())

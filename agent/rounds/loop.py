@@ -1,0 +1,187 @@
+"""One round: ask the model until it ends the round through a control tool.
+
+Each step the model answers with tool calls, and the step is one of:
+
+- **a decision**: a control tool was called (and no work tool, see below); the first
+  control in precedence order that was called decides (`delegate` before `final_reply`),
+  its `select` picks the call that counts and its `parse` turns it into the round's
+  `Decision`. The round ends; the other calls of the step need no results.
+- **work**: work tools were called. They run (concurrently, see `agent.rounds.tools`), their
+  results are fed back and the model is asked again. At most `max_steps` work steps run
+  per round.
+- **a repair**: prose without a tool call, a call to a tool that does not exist, a control
+  call `select` or `parse` rejects, or work asked for after the step budget is spent. The
+  model is told what was wrong — as a failed tool result for every call of the step, or a
+  runtime note for prose — and asked again. After `max_repairs` repairs the round fails
+  with `RoundFailed` and the attempt ladder decides what happens next.
+
+A step that mixes work tools and a control call runs **the work, not the control**: the
+control call was written before the model saw the results it asked for, so the answer it
+carries may be premised on them. The control call gets a "not run" result saying to call
+it again after reading the results. Once the step budget is spent, work calls are refused
+and a control call in the same step decides as usual.
+
+Repairs and work steps have separate bounds: a model that reads the thread eight times
+has not misbehaved, and one that keeps writing prose should not get more room because it
+also used tools.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TypeAlias, TypeVar
+
+from agent.core.errors import ControlCallError, RoundFailed
+from agent.models.contract import (
+    AssistantMessage,
+    Model,
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    ToolCall,
+    ToolResultMessage,
+    ToolSpec,
+    UserMessage,
+)
+from agent.rounds.control import ControlTool, Decision
+from agent.rounds.settings import DEFAULT_ROUND, RoundSettings
+from agent.rounds.tools import Toolbox
+
+T = TypeVar("T")
+
+PROSE_NOTE = (
+    "<runtime>Your last message was not shown to anyone. End this round by calling one of "
+    "the tools you were given; to answer the user, call final_reply.</runtime>"
+)
+NOT_RUN = "Not run: another call in the same step was rejected. Fix that call and try again."
+CONTROL_DEFERRED = (
+    "Not run: you called work tools in the same step, and this call was written before you "
+    "saw their results. Read the results, then call {name} again."
+)
+STEPS_SPENT = (
+    "Not run: this round has used all of its work steps. End the round now by "
+    "calling {controls} with what you have."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Work:
+    calls: tuple[ToolCall, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Repair:
+    feedback: list[ModelMessage]
+
+
+Step: TypeAlias = Decision | _Work | _Repair
+
+
+async def run_round(
+    model: Model,
+    messages: Sequence[ModelMessage],
+    controls: Sequence[ControlTool],
+    settings: RoundSettings = DEFAULT_ROUND,
+    *,
+    toolbox: Toolbox | None = None,
+) -> Decision:
+    """Run one round on `model` and return the decision of its control call."""
+    conversation = list(messages)
+    tools = tuple(c.spec for c in controls) + (toolbox.specs if toolbox else ())
+    repairs = steps = 0
+    while True:
+        response = await model.request(_request(conversation, tools, settings))
+        conversation.append(AssistantMessage(response.text, response.tool_calls))
+        step = decide(response, controls, toolbox, steps_left=settings.max_steps - steps)
+        if isinstance(step, _Work):
+            assert toolbox is not None  # work is only recognised when there is a toolbox
+            conversation.extend(await _run_work(toolbox, step.calls))
+            steps += 1
+            continue
+        if not isinstance(step, _Repair):
+            return step
+        repairs += 1
+        if repairs > settings.max_repairs:
+            raise RoundFailed(
+                f"{model.name} did not end the round with a valid control call "
+                f"after {settings.max_repairs} repairs."
+            )
+        conversation.extend(step.feedback)
+
+
+def _request(
+    conversation: list[ModelMessage], tools: tuple[ToolSpec, ...], settings: RoundSettings
+) -> ModelRequest:
+    return ModelRequest(
+        tuple(conversation),
+        tools=tools,
+        tool_choice="required",
+        max_output_tokens=settings.max_output_tokens,
+        temperature=settings.temperature,
+    )
+
+
+def decide(
+    response: ModelResponse,
+    controls: Sequence[ControlTool],
+    toolbox: Toolbox | None,
+    *,
+    steps_left: int,
+) -> Step:
+    """What this step is: the round's decision, work to run, or a repair to ask for."""
+    calls = response.tool_calls
+    if not calls:
+        return _Repair([UserMessage(PROSE_NOTE)])
+    by_name = {c.spec.name: c for c in controls}
+    work_names = toolbox.names if toolbox else frozenset()
+    unknown = [c for c in calls if c.name not in by_name and c.name not in work_names]
+    if unknown:
+        known = sorted({*by_name, *work_names})
+        return _Repair(_feedback(calls, {c.id: _unknown_tool(c, known) for c in unknown}))
+    work = [call for call in calls if call.name in work_names]
+    if work and steps_left > 0:
+        return _Work(calls)
+    # Controls are offered in precedence order: the first one called decides the step.
+    control = next((c for c in controls if any(call.name == c.spec.name for call in calls)), None)
+    if control is None:
+        spent = STEPS_SPENT.format(controls=" or ".join(by_name))
+        return _Repair(_feedback(calls, dict.fromkeys((c.id for c in work), spent)))
+    return _control_step(control, calls)
+
+
+def _control_step(control: ControlTool, calls: Sequence[ToolCall]) -> Step:
+    own = [call for call in calls if call.name == control.spec.name]
+    try:
+        chosen = control.select(own)
+    except ControlCallError as exc:
+        return _Repair(_feedback(calls, dict.fromkeys((c.id for c in own), str(exc))))
+    try:
+        return control.parse(chosen)
+    except ControlCallError as exc:
+        return _Repair(_feedback(calls, {chosen.id: str(exc)}))
+
+
+async def _run_work(toolbox: Toolbox, calls: tuple[ToolCall, ...]) -> list[ModelMessage]:
+    """Results of the step's work calls; its control calls are deferred, not run."""
+    work = [call for call in calls if call.name in toolbox]
+    results = {r.call_id: r for r in await toolbox.run(work)}
+    return [
+        results.get(call.id)
+        or ToolResultMessage(
+            call.id, call.name, CONTROL_DEFERRED.format(name=call.name), is_error=True
+        )
+        for call in calls
+    ]
+
+
+def _unknown_tool(call: ToolCall, known: Sequence[str]) -> str:
+    return f"There is no tool named {call.name!r}. The tools you can call are: {', '.join(known)}."
+
+
+def _feedback(calls: Sequence[ToolCall], errors: dict[str, str]) -> list[ModelMessage]:
+    """A result for every call of the step (providers require one per call id)."""
+    return [
+        ToolResultMessage(call.id, call.name, errors.get(call.id, NOT_RUN), is_error=True)
+        for call in calls
+    ]

@@ -1,0 +1,91 @@
+"""Plugins: work tools and subtask types from installed distributions.
+
+A distribution adds a tool by declaring an entry point in the group `threadgate.tools`
+(a subtask type: `threadgate.subtask_types`) naming either a `WorkTool` (`SubtaskType`)
+instance or a zero-argument factory returning one, a class included::
+
+    [project.entry-points."threadgate.tools"]
+    weather = "acme_weather:WeatherTool"
+
+A broken plugin — it does not import, its factory raises, it returns the wrong kind of
+object, its name is taken — is skipped with a warning naming it: one bad package must not
+keep the bot from starting. The entry-point lookup is a parameter so tests can hand in
+`EntryPoint` objects without installing anything.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from importlib import metadata
+from typing import Any, TypeVar
+
+from agent.rounds.subagent import builtin_subtask_types
+from agent.rounds.subtask_types import SubtaskRegistry, SubtaskType
+from agent.rounds.tools import ToolRegistry, WorkTool, builtin_tools
+
+log = logging.getLogger(__name__)
+
+TOOLS_GROUP = "threadgate.tools"
+SUBTASK_TYPES_GROUP = "threadgate.subtask_types"
+
+EntryPointLookup = Callable[..., Iterable[metadata.EntryPoint]]
+P = TypeVar("P")
+
+
+def load_tools(entry_points: EntryPointLookup = metadata.entry_points) -> list[WorkTool[Any]]:
+    """The work tools installed plugins provide; broken ones are skipped with a warning."""
+    return _load(TOOLS_GROUP, WorkTool, entry_points)  # type: ignore[type-abstract]
+
+
+def load_subtask_types(
+    entry_points: EntryPointLookup = metadata.entry_points,
+) -> list[SubtaskType[Any]]:
+    """The subtask types installed plugins provide; broken ones are skipped with a warning."""
+    return _load(SUBTASK_TYPES_GROUP, SubtaskType, entry_points)  # type: ignore[type-abstract]
+
+
+def default_registries(
+    entry_points: EntryPointLookup = metadata.entry_points,
+) -> tuple[ToolRegistry, SubtaskRegistry]:
+    """The built-in tools and subtask types, plus every plugin that loads."""
+    tools, subtasks = builtin_tools(), builtin_subtask_types()
+    for tool in load_tools(entry_points):
+        _register(tools.register, tool, TOOLS_GROUP)
+    for kind in load_subtask_types(entry_points):
+        _register(subtasks.register, kind, SUBTASK_TYPES_GROUP)
+    return tools, subtasks
+
+
+def _load(group: str, kind: type[P], entry_points: EntryPointLookup) -> list[P]:
+    loaded: list[P] = []
+    for entry_point in entry_points(group=group):
+        try:
+            loaded.append(_instantiate(entry_point, kind))
+        except Exception as exc:
+            log.warning(
+                "skipping plugin %r (%s = %s in %s): %s: %s",
+                entry_point.name,
+                entry_point.name,
+                entry_point.value,
+                group,
+                type(exc).__name__,
+                exc,
+            )
+    return loaded
+
+
+def _instantiate(entry_point: metadata.EntryPoint, kind: type[P]) -> P:
+    """The entry point's object, calling it first when it is a factory."""
+    target = entry_point.load()
+    plugin = target if isinstance(target, kind) else target() if callable(target) else target
+    if not isinstance(plugin, kind):
+        raise TypeError(f"it gave {type(plugin).__name__}, not a {kind.__name__}")
+    return plugin
+
+
+def _register(register: Callable[[P], None], plugin: P, group: str) -> None:
+    try:
+        register(plugin)
+    except ValueError as exc:
+        log.warning("skipping plugin %r in %s: %s", getattr(plugin, "name", plugin), group, exc)

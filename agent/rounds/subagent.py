@@ -1,0 +1,75 @@
+"""The built-in subtask type `agent`: a focused sub-agent.
+
+It gets instructions and the cited messages, runs its own round loop with the work tools
+(it cannot delegate further) on the same model ladder, and reports the text of its
+`final_reply`. Plugins add other types beside it (`agent.rounds.plugins`).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from agent.core.errors import RoundFailed
+from agent.models.contract import Model, ModelMessage, SystemMessage, UserMessage
+from agent.rounds.control import FinalReply, Reply
+from agent.rounds.loop import run_round
+from agent.rounds.subtask_types import SubtaskContext, SubtaskRegistry, SubtaskType
+from agent.rounds.tools import Toolbox
+
+SUBAGENT_PROMPT = """\
+You are a focused helper working for an assistant in a Slack workspace. The assistant \
+gave you one job; you do not talk to the people in the conversation, and nothing you \
+write reaches them directly. Use the tools you were given when they help. When you are \
+done, call final_reply with your findings, complete and self-contained: the assistant \
+reads only that text. If you could not do the job, say so and why.
+"""
+
+
+class AgentParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    instructions: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)] = Field(
+        description="The job, self-contained: the helper sees nothing else but cited refs."
+    )
+
+
+class AgentSubtask(SubtaskType[AgentParams]):
+    """`agent`: a sub-agent with the work tools that reports its final_reply."""
+
+    name = "agent"
+    description = (
+        "A focused helper that works on one self-contained job with the work tools and "
+        "reports its findings back to you. It sees only its instructions and cited refs."
+    )
+    params = AgentParams
+
+    async def run(
+        self, context: SubtaskContext, params: AgentParams, references: tuple[str, ...]
+    ) -> str:
+        messages = subagent_messages(params.instructions, references)
+        toolbox = Toolbox(context.tools, context.tool_context)
+
+        async def attempt(model: Model) -> str:
+            decision = await run_round(
+                model, messages, (FinalReply(),), context.settings, toolbox=toolbox
+            )
+            if not isinstance(decision, Reply):  # only final_reply was offered
+                raise RoundFailed(f"{model.name} ended a sub-agent round without final_reply")
+            return decision.text
+
+        return await context.attempts.run(attempt)
+
+
+def subagent_messages(instructions: str, references: tuple[str, ...]) -> list[ModelMessage]:
+    """The sub-agent's conversation: its prompt, then the job with the cited messages."""
+    cited = "".join(
+        f"\n\n<reference n={n}>\n{text}\n</reference>" for n, text in enumerate(references, 1)
+    )
+    intro = "\n\nMessages from the conversation you may need:" if references else ""
+    return [SystemMessage(SUBAGENT_PROMPT), UserMessage(f"{instructions}{intro}{cited}")]
+
+
+def builtin_subtask_types() -> SubtaskRegistry:
+    """A registry holding the built-in subtask types."""
+    return SubtaskRegistry([AgentSubtask()])

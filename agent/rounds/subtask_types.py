@@ -1,0 +1,60 @@
+"""Subtask types: the kinds of work `delegate` can start, and the registry that offers them.
+
+A subtask type is a name, a description (the model reads it in the system prompt and in
+the delegate tool), a pydantic params model (its schema is nested in the delegate tool)
+and `run(context, params, references) -> str`. The runner runs each subtask as a leased
+row of its own; the text `run` returns is the result the next round reads. Raise to
+report a failure: the responder turns it into `SubtaskFailed` with a message for the model.
+
+This module is only the contract: the delegate tool validates calls against it, so it
+must not import the round loop. The built-in type lives in `agent.rounds.subagent`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel
+
+from agent.core.ports import Task
+from agent.models.ladder import Attempts
+from agent.rounds.registry import Registry
+from agent.rounds.settings import DEFAULT_ROUND, RoundSettings
+from agent.rounds.tools import ToolContext, ToolRegistry
+
+ParamsT = TypeVar("ParamsT", bound=BaseModel)
+
+
+@dataclass(frozen=True, slots=True)
+class SubtaskContext:
+    """What a running subtask may use: its task, the model ladder and the work tools."""
+
+    task: Task
+    attempts: Attempts
+    tools: ToolRegistry
+    tool_context: ToolContext
+    settings: RoundSettings = DEFAULT_ROUND
+
+
+class SubtaskType(ABC, Generic[ParamsT]):
+    """A kind of work `delegate` can start; subclass it to add one."""
+
+    name: str
+    description: str
+    params: type[ParamsT]
+
+    @abstractmethod
+    async def run(
+        self, context: SubtaskContext, params: ParamsT, references: tuple[str, ...]
+    ) -> str:
+        """Do the work and return the result text the next round reads."""
+
+
+class SubtaskRegistry(Registry[SubtaskType[Any]]):
+    """The subtask types a deployment offers, by unique name, in a stable order."""
+
+    @property
+    def noun(self) -> str:
+        return "subtask type"

@@ -1,0 +1,221 @@
+"""Work tools: what the model may do inside a round before it ends the round.
+
+A work tool is a name, a description, a pydantic input model (whose JSON Schema is what
+the model sees) and `execute(context, input) -> str`. The round runs the work calls of a
+step through a `Toolbox` — the registry bound to one task's `ToolContext` — and feeds the
+results back. Nothing a tool does can crash the round: input that does not validate and
+exceptions raised inside a tool both become failed tool results the model reads and can
+act on.
+
+The calls of one step run **concurrently**: a model that asks for several tools in one
+step has said they do not depend on each other (that is what parallel tool calls mean),
+and most tools wait on I/O. Results are fed back in call order, one per call id.
+
+Built-ins: `current_time` (from the injected clock, so tests need no real time) and
+`read_thread` (more of the conversation than the window shows, through `ThreadReader`).
+Plugins add tools by subclassing `WorkTool` (see `agent.rounds.plugins`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from agent.core.ports import Task, ThreadReader
+from agent.models.contract import ToolCall, ToolResultMessage, ToolSpec
+from agent.rounds.registry import Registry
+
+log = logging.getLogger(__name__)
+
+InputT = TypeVar("InputT", bound=BaseModel)
+Clock = Callable[[], datetime]
+CONTROL_NAMES = frozenset({"final_reply", "delegate"})
+
+
+def utc_now() -> datetime:
+    """The current time, timezone-aware, in UTC."""
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolContext:
+    """What a work tool may know about the round it runs in."""
+
+    task: Task
+    thread_reader: ThreadReader | None = None
+    clock: Clock = utc_now
+
+
+class WorkTool(ABC, Generic[InputT]):
+    """A tool the model calls to learn or do something; its result goes back to the model."""
+
+    name: str
+    description: str
+    input_model: type[InputT]
+
+    @property
+    def spec(self) -> ToolSpec:
+        return ToolSpec(self.name, self.description, model_schema(self.input_model))
+
+    def available(self, context: ToolContext) -> bool:
+        """Whether the tool can work in `context`; unavailable tools are not offered."""
+        return True
+
+    @abstractmethod
+    async def execute(self, context: ToolContext, input: InputT) -> str:
+        """Do the work and return the text the model reads; raise to report a failure."""
+
+
+class ToolRegistry(Registry[WorkTool[Any]]):
+    """The work tools a deployment offers, by unique name (control tool names are taken)."""
+
+    reserved = CONTROL_NAMES
+
+    @property
+    def noun(self) -> str:
+        return "tool"
+
+
+class Toolbox:
+    """The registry's available tools, bound to one task's context: what a round runs."""
+
+    def __init__(self, registry: ToolRegistry, context: ToolContext) -> None:
+        self.context = context
+        self._tools = {t.name: t for t in registry if t.available(context)}
+
+    @property
+    def specs(self) -> tuple[ToolSpec, ...]:
+        return tuple(t.spec for t in self._tools.values())
+
+    @property
+    def names(self) -> frozenset[str]:
+        return frozenset(self._tools)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    async def run(self, calls: Sequence[ToolCall]) -> list[ToolResultMessage]:
+        """Run the calls concurrently; one result per call, in call order."""
+        return list(await asyncio.gather(*(self._run_one(call) for call in calls)))
+
+    async def _run_one(self, call: ToolCall) -> ToolResultMessage:
+        tool = self._tools[call.name]
+        try:
+            parsed = _validate(tool, call)
+        except ValueError as exc:
+            return ToolResultMessage(call.id, call.name, str(exc), is_error=True)
+        try:
+            output = await tool.execute(self.context, parsed)
+        except Exception as exc:
+            log.warning("tool %s failed", call.name, exc_info=True)
+            text = f"{call.name} failed: {type(exc).__name__}: {exc}"
+            return ToolResultMessage(call.id, call.name, text, is_error=True)
+        return ToolResultMessage(call.id, call.name, output)
+
+
+def _validate(tool: WorkTool[Any], call: ToolCall) -> BaseModel:
+    """The call's input as the tool's model, or a `ValueError` written for the model."""
+    if call.arguments is None:
+        raise ValueError(
+            f"{call.name} was called with arguments that are not a JSON object. "
+            "Call it again with a JSON object matching its input schema."
+        )
+    try:
+        parsed: BaseModel = tool.input_model.model_validate(call.arguments)
+    except ValidationError as exc:
+        raise ValueError(
+            f"{call.name} input is invalid ({validation_problems(exc)}). "
+            "Call it again with input matching its schema."
+        ) from exc
+    return parsed
+
+
+def validation_problems(exc: ValidationError) -> str:
+    """A pydantic error as one line a model can act on: `where: what` per problem."""
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'input'}: {e['msg']}" for e in exc.errors())
+
+
+def model_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """The JSON Schema of `model` with every `$ref` inlined (shared: do not mutate it).
+
+    Inlined schemas can be nested anywhere (the delegate tool nests each subtask type's
+    params) and every provider accepts them; a recursive model is a `ValueError`.
+    """
+    return _model_schema(model)
+
+
+@functools.cache  # otherwise rebuilt for every model request; input models do not change
+def _model_schema(model: type[BaseModel]) -> dict[str, Any]:
+    schema = model.model_json_schema()
+    definitions = schema.pop("$defs", {})
+    inlined = _inline(schema, definitions, depth=0)
+    assert isinstance(inlined, dict)
+    return inlined
+
+
+def _inline(node: Any, definitions: Mapping[str, Any], depth: int) -> Any:
+    if depth > 32:
+        raise ValueError("recursive input models cannot be offered to a model as a tool")
+    if isinstance(node, list):
+        return [_inline(item, definitions, depth + 1) for item in node]
+    if not isinstance(node, dict):
+        return node
+    if isinstance(node.get("$ref"), str):
+        target = definitions[node["$ref"].rsplit("/", 1)[-1]]
+        rest = {k: v for k, v in node.items() if k != "$ref"}
+        return _inline({**target, **rest}, definitions, depth + 1)
+    return {k: _inline(v, definitions, depth + 1) for k, v in node.items()}
+
+
+class CurrentTimeInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CurrentTime(WorkTool[CurrentTimeInput]):
+    """`current_time`: the model has no clock of its own."""
+
+    name = "current_time"
+    description = "The current date and time in UTC, as ISO-8601 (e.g. 2026-01-01T12:00:00+00:00)."
+    input_model = CurrentTimeInput
+
+    async def execute(self, context: ToolContext, input: CurrentTimeInput) -> str:
+        return context.clock().astimezone(UTC).isoformat(timespec="seconds")
+
+
+class ReadThreadInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    limit: int = Field(
+        default=50, ge=1, le=200, description="How many of the latest messages to read."
+    )
+
+
+class ReadThread(WorkTool[ReadThreadInput]):
+    """`read_thread`: more of the conversation than the window the model was shown."""
+
+    name = "read_thread"
+    description = (
+        "Read the latest messages of the current conversation (oldest first), including "
+        "ones older than what you were shown. Use it when the answer depends on earlier context."
+    )
+    input_model = ReadThreadInput
+
+    def available(self, context: ToolContext) -> bool:
+        return context.thread_reader is not None
+
+    async def execute(self, context: ToolContext, input: ReadThreadInput) -> str:
+        assert context.thread_reader is not None  # guaranteed by `available`
+        lines = await context.thread_reader.read_thread(context.task, limit=input.limit)
+        return "\n".join(lines) if lines else "The conversation has no messages yet."
+
+
+def builtin_tools() -> ToolRegistry:
+    """A registry holding the built-in tools."""
+    return ToolRegistry([CurrentTime(), ReadThread()])

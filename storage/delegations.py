@@ -1,0 +1,284 @@
+"""Delegation on Postgres, as `agent.DelegationStore`.
+
+A delegating round is stored in one transaction: the delegate call (`task_rounds`), the
+acknowledgment as a history message (`task:{id}:ack:{n}`), and one leased `subtasks` row
+per subtask. Storing is idempotent — a round re-run after a crash finds its delegation
+stored and goes on with it instead of asking the model again.
+
+The hand-back from subtasks to their task is the delicate part: the task must become
+runnable exactly when its last subtask ends, whichever of "task starts waiting" and "last
+subtask ends" happens first. Both sides lock the task row before looking, so they
+serialise; and the claim query also treats a waiting task whose subtasks all ended as
+runnable, so even a lost wake-up cannot strand a task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import asyncpg
+
+from agent import (
+    Delegation,
+    RoundRecord,
+    RoundState,
+    Subtask,
+    SubtaskOutcome,
+    SubtaskRequest,
+    SubtaskState,
+    Task,
+)
+from storage.database import TASKS_CHANNEL, Database
+from storage.errors import translate_errors
+from storage.queue import task_from_row
+
+_LOAD = """
+SELECT r.number, r.call_id, r.raw_arguments, r.acknowledgment,
+       coalesce(json_agg(json_build_object(
+           'index', s.index, 'type', s.type, 'params', s.params, 'refs', s.refs,
+           'state', s.state, 'result', s.result) ORDER BY s.index)
+         FILTER (WHERE s.index IS NOT NULL), '[]') AS subtasks
+FROM task_rounds r LEFT JOIN subtasks s ON s.task_id = r.task_id AND s.round = r.number
+WHERE r.task_id = $1
+GROUP BY r.number, r.call_id, r.raw_arguments, r.acknowledgment
+ORDER BY r.number
+"""
+
+_INSERT_ROUND = """
+INSERT INTO task_rounds (task_id, number, call_id, raw_arguments, acknowledgment)
+VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING RETURNING true
+"""
+
+_INSERT_ACK = """
+INSERT INTO messages (id, session_id, anchor, role, kind, text)
+SELECT $1, $2, q.seq, 'assistant', 'ack', $3 FROM messages q WHERE q.id = $4
+ON CONFLICT (id) DO NOTHING
+"""
+
+_INSERT_SUBTASKS = """
+INSERT INTO subtasks (task_id, round, index, type, params, refs, deadline)
+SELECT $1, $2, i - 1, t, p::jsonb, r::jsonb, now() + make_interval(secs => $6)
+FROM unnest($3::text[], $4::text[], $5::text[]) WITH ORDINALITY AS x(t, p, r, i)
+ON CONFLICT DO NOTHING
+"""
+
+_UNFINISHED = (
+    "SELECT 1 FROM subtasks s WHERE s.task_id = tasks.id AND s.state IN ('queued', 'running')"
+)
+
+_WAIT = """
+UPDATE tasks SET state = 'waiting', lease_pid = NULL, lease_backend = NULL, lease_expires = NULL
+WHERE id = $1 AND attempts = $2 AND state = 'running'
+"""
+
+_WAKE = f"""
+UPDATE tasks SET state = 'queued', run_after = now()
+WHERE id = ANY($1::text[]) AND state = 'waiting' AND NOT EXISTS ({_UNFINISHED})
+"""
+
+_EXPIRE = """
+UPDATE subtasks SET state = 'timed_out', finished_at = now(),
+       result = 'The subtask did not finish before its deadline.',
+       lease_pid = NULL, lease_backend = NULL, lease_expires = NULL
+WHERE state IN ('queued', 'running') AND deadline < now()
+RETURNING task_id
+"""
+
+_CLAIM = """
+WITH candidate AS (
+    SELECT s.task_id, s.round, s.index FROM subtasks s
+    WHERE s.state IN ('queued', 'running') AND s.run_after <= now()
+      AND (s.state = 'queued'
+           OR s.lease_expires < now()
+           OR NOT EXISTS (SELECT 1 FROM pg_stat_activity a
+                          WHERE a.pid = s.lease_pid AND a.backend_start = s.lease_backend))
+    ORDER BY s.created_at, s.index
+    LIMIT 1
+    FOR UPDATE OF s SKIP LOCKED
+)
+UPDATE subtasks SET state = 'running', attempts = subtasks.attempts + 1,
+       lease_pid = $1, lease_backend = $2, lease_expires = now() + make_interval(secs => $3)
+FROM candidate
+WHERE (subtasks.task_id, subtasks.round, subtasks.index)
+    = (candidate.task_id, candidate.round, candidate.index)
+RETURNING subtasks.task_id, subtasks.round, subtasks.index, subtasks.type, subtasks.params,
+          subtasks.refs, subtasks.attempts,
+          greatest(0, extract(epoch FROM subtasks.deadline - now()))::float8 AS remaining
+"""
+
+_SETTLE = """
+UPDATE subtasks SET state = $5, result = $6, finished_at = now(),
+       lease_pid = NULL, lease_backend = NULL, lease_expires = NULL
+WHERE task_id = $1 AND round = $2 AND index = $3 AND attempts = $4 AND state = 'running'
+"""
+
+_HEARTBEAT = """
+UPDATE subtasks SET lease_expires = now() + make_interval(secs => $5), lease_pid = $6, lease_backend = $7
+WHERE task_id = $1 AND round = $2 AND index = $3 AND attempts = $4 AND state = 'running'
+"""
+
+_RETRY = """
+UPDATE subtasks SET state = 'queued', run_after = now() + make_interval(secs => $5),
+       lease_pid = NULL, lease_backend = NULL, lease_expires = NULL
+WHERE task_id = $1 AND round = $2 AND index = $3 AND attempts = $4 AND state = 'running'
+"""
+
+
+class PostgresDelegations:
+    """`agent.DelegationStore` on Postgres."""
+
+    def __init__(
+        self,
+        db: Database,
+        *,
+        lease_seconds: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._db = db
+        self._lease = lease_seconds
+        self._clock = clock
+        self._next_sweep = 0.0
+
+    @translate_errors("The delegation store could not be reached")
+    async def load(self, task: Task) -> RoundState:
+        rows = await self._db.pool.fetch(_LOAD, task.id)
+        finished: list[RoundRecord] = []
+        for row in rows:
+            subtasks = _json(row["subtasks"])
+            if any(s["state"] in ("queued", "running") for s in subtasks):
+                return RoundState(tuple(finished), _delegation(row, subtasks))
+            finished.append(_record(row, subtasks))
+        return RoundState(tuple(finished), None)
+
+    @translate_errors("The delegation store could not be reached")
+    async def record(
+        self, task: Task, number: int, delegation: Delegation, *, timeout_seconds: float
+    ) -> Delegation:
+        d = delegation
+        async with self._db.pool.acquire() as conn, conn.transaction():
+            fresh = await conn.fetchval(
+                _INSERT_ROUND, task.id, number, d.call_id, d.raw_arguments, d.acknowledgment
+            )
+            if fresh:
+                await conn.execute(
+                    _INSERT_ACK,
+                    task.ack_id(number),
+                    task.session_id,
+                    d.acknowledgment,
+                    task.user_message_id,
+                )
+                await conn.execute(
+                    _INSERT_SUBTASKS, task.id, number, *_columns(d.subtasks), timeout_seconds
+                )
+                await conn.execute("SELECT pg_notify($1, '')", TASKS_CHANNEL)
+        stored = await self._round(task, number)
+        return stored
+
+    @translate_errors("The delegation store could not be reached")
+    async def await_subtasks(self, task: Task) -> None:
+        async with self._db.pool.acquire() as conn:
+            await conn.execute(_WAIT, task.id, task.attempts)
+            # A fresh statement, after the task row changed: sees every subtask that ended.
+            await self._wake(conn, [task.id])
+
+    @translate_errors("The delegation store could not be reached")
+    async def claim_subtask(self) -> tuple[Subtask, Task] | None:
+        if self._clock() >= self._next_sweep:  # deadlines are seconds apart: sweep at most 1/s
+            self._next_sweep = self._clock() + 1.0
+            await self._expire_overdue()
+        me = await self._db.identity()
+        row = await self._db.pool.fetchrow(_CLAIM, me.pid, me.started, self._lease)
+        if row is None:
+            return None
+        task_row = await self._db.pool.fetchrow(
+            "SELECT id, session_id, address, attempts FROM tasks WHERE id = $1", row["task_id"]
+        )
+        assert task_row is not None
+        return _subtask(row), task_from_row(task_row)
+
+    @translate_errors("The delegation store could not be reached")
+    async def heartbeat_subtask(self, subtask: Subtask) -> bool:
+        me = await self._db.identity()
+        status = await self._db.pool.execute(
+            _HEARTBEAT, *_key(subtask), self._lease, me.pid, me.started
+        )
+        return status == "UPDATE 1"
+
+    @translate_errors("The delegation store could not be reached")
+    async def settle_subtask(self, subtask: Subtask, state: SubtaskState, text: str) -> None:
+        async with self._db.pool.acquire() as conn, conn.transaction():
+            # Lock the task row first: `await_subtasks` changes it, so the two serialise.
+            await conn.execute("SELECT 1 FROM tasks WHERE id = $1 FOR UPDATE", subtask.task_id)
+            await conn.execute(_SETTLE, *_key(subtask), state, text)
+            await self._wake(conn, [subtask.task_id])
+
+    @translate_errors("The delegation store could not be reached")
+    async def retry_subtask_later(self, subtask: Subtask, delay: float) -> None:
+        await self._db.pool.execute(_RETRY, *_key(subtask), delay)
+        asyncio.get_running_loop().call_later(delay, self._db.wake)
+
+    async def _round(self, task: Task, number: int) -> Delegation:
+        rows = await self._db.pool.fetch(_LOAD, task.id)
+        row = next(r for r in rows if r["number"] == number)
+        return _delegation(row, _json(row["subtasks"]))
+
+    async def _expire_overdue(self) -> None:
+        async with self._db.pool.acquire() as conn, conn.transaction():
+            expired = {r["task_id"] for r in await conn.fetch(_EXPIRE)}
+            if expired:
+                await self._wake(conn, sorted(expired))
+
+    async def _wake(self, conn: Any, task_ids: list[str]) -> None:
+        woken = await conn.execute(_WAKE, task_ids)
+        if woken != "UPDATE 0":
+            await conn.execute("SELECT pg_notify($1, '')", TASKS_CHANNEL)
+
+
+def _json(value: Any) -> list[Any]:
+    return json.loads(value) if isinstance(value, str) else list(value)
+
+
+def _requests(subtasks: Sequence[dict[str, Any]]) -> tuple[SubtaskRequest, ...]:
+    return tuple(SubtaskRequest(s["type"], s["params"], tuple(s["refs"])) for s in subtasks)
+
+
+def _delegation(row: asyncpg.Record, subtasks: Sequence[dict[str, Any]]) -> Delegation:
+    return Delegation(
+        row["acknowledgment"], _requests(subtasks), row["call_id"], row["raw_arguments"]
+    )
+
+
+def _record(row: asyncpg.Record, subtasks: Sequence[dict[str, Any]]) -> RoundRecord:
+    outcomes = tuple(
+        SubtaskOutcome(s["index"], s["type"], s["state"], s["result"] or "") for s in subtasks
+    )
+    return RoundRecord(
+        row["number"], row["call_id"], row["raw_arguments"], outcomes, row["acknowledgment"]
+    )
+
+
+def _columns(requests: Sequence[SubtaskRequest]) -> tuple[list[str], list[str], list[str]]:
+    return (
+        [r.type for r in requests],
+        [json.dumps(dict(r.params)) for r in requests],
+        [json.dumps(list(r.references)) for r in requests],
+    )
+
+
+def _subtask(row: asyncpg.Record) -> Subtask:
+    request = SubtaskRequest(row["type"], _json_object(row["params"]), tuple(_json(row["refs"])))
+    return Subtask(
+        row["task_id"], row["round"], row["index"], request, row["attempts"], row["remaining"]
+    )
+
+
+def _json_object(value: Any) -> dict[str, Any]:
+    return json.loads(value) if isinstance(value, str) else dict(value)
+
+
+def _key(subtask: Subtask) -> tuple[str, int, int, int]:
+    return subtask.task_id, subtask.round, subtask.index, subtask.attempts

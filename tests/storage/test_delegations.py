@@ -1,0 +1,127 @@
+"""Delegation storage: idempotent rounds, leased subtasks, and the hand-back to the task."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from agent.core.delegation import Delegation, SubtaskRequest
+from agent.core.ports import Task
+from storage.admission import Admission, admit
+from storage.database import Database
+from storage.delegations import PostgresDelegations
+from storage.history import PostgresHistory
+from storage.queue import PostgresTaskQueue
+from tests.pg import create_database
+
+
+@pytest.fixture
+async def fresh_db(postgres_dsn: str, request: pytest.FixtureRequest) -> AsyncIterator[Database]:
+    dsn = await create_database(postgres_dsn, request.node.name)
+    async with Database(dsn) as database:
+        await database.migrate()
+        yield database
+
+
+def delegation(ack: str = "On it", count: int = 2) -> Delegation:
+    subtasks = tuple(
+        SubtaskRequest("agent", {"instructions": f"part {n}"}, (f"ref {n}",)) for n in range(count)
+    )
+    return Delegation(ack, subtasks, "call_1", '{"acknowledgment": "On it"}')
+
+
+async def running_task(db: Database) -> Task:
+    await admit(
+        db,
+        Admission(
+            None, "T1:C1:1.0", "T1:C1:1.0", {"channel": "C1", "thread_ts": "1.0"}, "question"
+        ),
+    )
+    task = await PostgresTaskQueue(db).claim()
+    assert task is not None
+    return task
+
+
+async def test_recording_twice_keeps_the_first_delegation(fresh_db: Database) -> None:
+    """A re-run that re-inferred another delegation gets the stored one back."""
+    rounds, task = PostgresDelegations(fresh_db), await running_task(fresh_db)
+    first = await rounds.record(task, 0, delegation("first ack"), timeout_seconds=60)
+    second = await rounds.record(task, 0, delegation("second ack", count=3), timeout_seconds=60)
+    assert first == second and first.acknowledgment == "first ack" and len(first.subtasks) == 2
+    ack = await PostgresHistory(fresh_db).get(task.ack_id(0))
+    assert ack is not None and (ack.kind, ack.text) == ("ack", "first ack")
+    state = await rounds.load(task)
+    assert state.pending == first and state.finished == () and state.next_round == 1
+
+
+async def test_last_subtask_to_end_makes_the_waiting_task_runnable(fresh_db: Database) -> None:
+    """The task waits while subtasks run, and is claimable again once all have ended."""
+    rounds, queue, task = (
+        PostgresDelegations(fresh_db),
+        PostgresTaskQueue(fresh_db),
+        await running_task(fresh_db),
+    )
+    await rounds.record(task, 0, delegation(), timeout_seconds=60)
+    await rounds.await_subtasks(task)
+    first, second = await rounds.claim_subtask(), await rounds.claim_subtask()
+    assert first is not None and second is not None and first[0].index != second[0].index
+    assert first[1].id == task.id and first[0].request.references == (f"ref {first[0].index}",)
+    await rounds.settle_subtask(first[0], "done", "result A")
+    assert await queue.claim() is None
+    await rounds.settle_subtask(second[0], "failed", "it broke")
+    resumed = await queue.claim()
+    assert resumed is not None and resumed.id == task.id
+    state = await rounds.load(resumed)
+    assert state.pending is None and [o.state for o in state.finished[0].outcomes] == [
+        "done",
+        "failed",
+    ]
+
+
+async def test_subtasks_ending_before_the_task_waits_do_not_strand_it(fresh_db: Database) -> None:
+    """If every subtask ended before `await_subtasks`, the task is queued at once."""
+    rounds, queue, task = (
+        PostgresDelegations(fresh_db),
+        PostgresTaskQueue(fresh_db),
+        await running_task(fresh_db),
+    )
+    await rounds.record(task, 0, delegation(count=1), timeout_seconds=60)
+    claimed = await rounds.claim_subtask()
+    assert claimed is not None
+    await rounds.settle_subtask(claimed[0], "done", "quick")
+    await rounds.await_subtasks(task)
+    resumed = await queue.claim()
+    assert resumed is not None and resumed.id == task.id
+
+
+async def test_overdue_subtasks_time_out_and_wake_the_task(fresh_db: Database) -> None:
+    """A subtask past its deadline ends as timed_out and the task runs its next round."""
+    rounds, queue, task = (
+        PostgresDelegations(fresh_db),
+        PostgresTaskQueue(fresh_db),
+        await running_task(fresh_db),
+    )
+    await rounds.record(task, 0, delegation(count=1), timeout_seconds=0)
+    await rounds.await_subtasks(task)
+    assert await rounds.claim_subtask() is None
+    resumed = await queue.claim()
+    assert resumed is not None
+    outcome = (await rounds.load(resumed)).finished[0].outcomes[0]
+    assert outcome.state == "timed_out" and "deadline" in outcome.text
+
+
+async def test_a_waiting_task_blocks_later_tasks_of_its_thread(fresh_db: Database) -> None:
+    """Per-thread order holds across delegation: the next message waits for the whole task."""
+    rounds, queue, task = (
+        PostgresDelegations(fresh_db),
+        PostgresTaskQueue(fresh_db),
+        await running_task(fresh_db),
+    )
+    await admit(
+        fresh_db,
+        Admission(None, "T1:C1:1.1", "T1:C1:1.0", {"channel": "C1", "thread_ts": "1.0"}, "next"),
+    )
+    await rounds.record(task, 0, delegation(count=1), timeout_seconds=60)
+    await rounds.await_subtasks(task)
+    assert await queue.claim() is None

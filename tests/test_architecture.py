@@ -1,0 +1,262 @@
+"""The layout holds: which package and which layer may import which, and no import cycles.
+
+The rules, read from the source with `ast` (imports under `TYPE_CHECKING` and inside
+functions count: a cycle that only type checkers see is still two modules owning one idea):
+
+- `agent/` imports no Slack, no SQL driver, and neither `gateway` nor `storage`.
+- Inside `agent/` the layers point down: `durable` → `rounds` → `models` → `core`. A module
+  may import its own layer and the ones below; no submodule imports the package root.
+- `storage/` imports no Slack and no `gateway`; it uses `agent` only through the names the
+  package declares public (`from agent import …`).
+- `gateway/` uses `agent` and `storage` only through their public surfaces.
+- No import cycle among the modules of the three packages.
+
+The checker is tested on a small tree of its own too, so a rule that silently stopped
+matching would fail here rather than pass forever.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("agent", "gateway", "storage")
+AGENT_LAYERS = ("agent.core", "agent.models", "agent.rounds", "agent.durable")
+SLACK = ("slack_sdk", "slack_bolt")
+SQL = ("asyncpg", "psycopg", "psycopg2", "sqlalchemy")
+
+
+@dataclass(frozen=True, slots=True)
+class Import:
+    module: str  # the importing module
+    target: str  # what it imports, as written (absolute)
+    line: int
+
+
+def module_name(root: Path, path: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(root: Path, packages: tuple[str, ...]) -> Iterator[Import]:
+    """Every import statement in the packages, relative ones made absolute."""
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            name = module_name(root, path)
+            base = name if path.name == "__init__.py" else name.rpartition(".")[0]
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.Import):
+                    for alias in node.names:
+                        yield Import(name, alias.name, node.lineno)
+                elif isinstance(node, ast.ImportFrom):
+                    yield Import(name, _absolute(node, base), node.lineno)
+
+
+def _absolute(node: ast.ImportFrom, base: str) -> str:
+    if not node.level:
+        return node.module or ""
+    parts = base.split(".")
+    parts = parts[: len(parts) - (node.level - 1)]
+    return ".".join([*parts, node.module] if node.module else parts)
+
+
+def _within(target: str, prefixes: tuple[str, ...]) -> bool:
+    return any(target == p or target.startswith(p + ".") for p in prefixes)
+
+
+def _layer(module: str) -> int | None:
+    for rank, layer in enumerate(AGENT_LAYERS):
+        if _within(module, (layer,)):
+            return rank
+    return None
+
+
+def violation(imp: Import) -> str | None:
+    """Why this import breaks a rule, or None."""
+    source, target = imp.module, imp.target
+    if _within(source, ("agent",)):
+        if _within(target, (*SLACK, *SQL, "gateway", "storage")):
+            return "agent/ imports no Slack, no SQL, no gateway or storage"
+        if source != "agent" and target == "agent":
+            return "a submodule of agent must not import the package root"
+        mine, theirs = _layer(source), _layer(target)
+        if mine is not None and theirs is not None and theirs > mine:
+            return f"{AGENT_LAYERS[mine]} may not import the layer above it, {AGENT_LAYERS[theirs]}"
+    if _within(source, ("storage",)):
+        if _within(target, (*SLACK, "gateway")):
+            return "storage/ imports no Slack and no gateway"
+        if _within(target, ("agent",)) and target != "agent":
+            return "storage/ uses agent only through `from agent import …`"
+    if _within(source, ("gateway",)):
+        if _within(target, ("agent",)) and target != "agent":
+            return "gateway/ uses agent only through `from agent import …`"
+        if _within(target, ("storage",)) and target != "storage":
+            return "gateway/ uses storage only through `from storage import …`"
+    return None
+
+
+def violations(root: Path, packages: tuple[str, ...]) -> list[str]:
+    return [
+        f"{imp.module}:{imp.line} imports {imp.target}: {why}"
+        for imp in imports_of(root, packages)
+        if (why := violation(imp)) is not None
+    ]
+
+
+def import_graph(root: Path, packages: tuple[str, ...]) -> dict[str, set[str]]:
+    """Module → the modules of the packages it imports (a name imported from a package
+    counts as the submodule when one of that name exists)."""
+    known = {module_name(root, p) for package in packages for p in (root / package).rglob("*.py")}
+    graph: dict[str, set[str]] = {name: set() for name in known}
+    for imp in imports_of(root, packages):
+        for target in _resolved(imp, root, known):
+            if target != imp.module and not imp.module.startswith(target + "."):
+                graph[imp.module].add(target)
+    return graph
+
+
+def _resolved(imp: Import, root: Path, known: set[str]) -> Iterator[str]:
+    target = imp.target
+    while target and target not in known:
+        target = target.rpartition(".")[0]
+    if target:
+        yield target
+
+
+def cycles(graph: Mapping[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+# The project itself
+
+
+def test_the_packages_import_only_what_the_layout_allows() -> None:
+    """No import in agent/, storage/ or gateway/ breaks a rule of the layout."""
+    assert violations(ROOT, PACKAGES) == []
+
+
+def test_there_is_no_import_cycle() -> None:
+    """No two modules import each other, even only for type checking."""
+    assert cycles(import_graph(ROOT, PACKAGES)) == []
+
+
+def test_every_agent_module_sits_in_a_layer() -> None:
+    """agent/ has no loose modules beside its layers: only the package's public surface."""
+    loose = [
+        module_name(ROOT, path)
+        for path in (ROOT / "agent").rglob("*.py")
+        if _layer(module_name(ROOT, path)) is None and module_name(ROOT, path) != "agent"
+    ]
+    assert loose == []
+
+
+# The checker, on trees made for it
+
+
+def _tree(root: Path, files: Mapping[str, str]) -> Path:
+    for relative, text in files.items():
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+CLEAN = {
+    "agent/__init__.py": "from agent.durable.run import go\n",
+    "agent/core/__init__.py": "",
+    "agent/core/errors.py": "",
+    "agent/models/__init__.py": "",
+    "agent/models/model.py": "from agent.core.errors import X\n",
+    "agent/rounds/__init__.py": "",
+    "agent/rounds/loop.py": "from agent.models.model import M\n",
+    "agent/durable/__init__.py": "",
+    "agent/durable/run.py": "from agent.rounds import loop\n",
+    "storage/__init__.py": "from agent import Task\nimport asyncpg\n",
+    "gateway/__init__.py": "from agent import Task\nfrom storage import Database\nimport slack_sdk\n",
+}
+
+
+def test_the_checker_passes_a_tree_that_keeps_the_rules(tmp_path: Path) -> None:
+    """A tree that follows every rule has no violation and no cycle."""
+    root = _tree(tmp_path, CLEAN)
+    assert violations(root, PACKAGES) == []
+    assert cycles(import_graph(root, PACKAGES)) == []
+
+
+def test_the_checker_finds_each_forbidden_import(tmp_path: Path) -> None:
+    """Each kind of forbidden import is reported with the rule it breaks."""
+    root = _tree(
+        tmp_path,
+        {
+            **CLEAN,
+            "agent/core/errors.py": "from agent.rounds.loop import run\n",
+            "agent/models/model.py": "import slack_sdk\nimport asyncpg\n",
+            "agent/rounds/loop.py": "from agent import Task\n",
+            "storage/__init__.py": "from agent.core.errors import X\nfrom gateway import y\n",
+            "gateway/__init__.py": "from storage.queue import Q\nfrom agent.rounds import loop\n",
+        },
+    )
+    found = violations(root, PACKAGES)
+    assert found == [
+        "agent.core.errors:1 imports agent.rounds.loop: agent.core may not import the layer above it, agent.rounds",
+        "agent.models.model:1 imports slack_sdk: agent/ imports no Slack, no SQL, no gateway or storage",
+        "agent.models.model:2 imports asyncpg: agent/ imports no Slack, no SQL, no gateway or storage",
+        "agent.rounds.loop:1 imports agent: a submodule of agent must not import the package root",
+        "gateway:1 imports storage.queue: gateway/ uses storage only through `from storage import …`",
+        "gateway:2 imports agent.rounds: gateway/ uses agent only through `from agent import …`",
+        "storage:1 imports agent.core.errors: storage/ uses agent only through `from agent import …`",
+        "storage:2 imports gateway: storage/ imports no Slack and no gateway",
+    ]
+
+
+def test_the_checker_finds_a_cycle_hidden_under_type_checking(tmp_path: Path) -> None:
+    """A cycle closed only by a TYPE_CHECKING import is still a cycle."""
+    root = _tree(
+        tmp_path,
+        {
+            **CLEAN,
+            "agent/rounds/control.py": (
+                "from typing import TYPE_CHECKING\n"
+                "if TYPE_CHECKING:\n    from agent.rounds.subtasks import R\n"
+            ),
+            "agent/rounds/subtasks.py": "from agent.rounds.loop import run\n",
+            "agent/rounds/loop.py": "from agent.rounds.control import C\n",
+        },
+    )
+    assert cycles(import_graph(root, PACKAGES)) == [
+        ["agent.rounds.control", "agent.rounds.loop", "agent.rounds.subtasks"]
+    ]
