@@ -9,7 +9,7 @@ the setting to fix:
 - Slack: `auth.test` with the bot token, then the granted scopes (Slack reports them in
   the `x-oauth-scopes` header) against `gateway.scopes.REQUIRED_BOT_SCOPES`;
 - the model: one tiny call per configured slot (`agent.probe_model`);
-- the database: reachable, and whether migrations are pending.
+- the database: reachable, and which migrations `serve` will apply at start (not a failure).
 
 A check whose input is missing is skipped (its cause is already reported as a problem).
 """
@@ -240,8 +240,13 @@ async def check_database(settings: Settings, limits: Limits) -> list[Finding]:
         detail = f"{where}: no answer within {limit:g} s; check DATABASE_URL and the network."
         return [Finding("database", "FAIL", detail)]
     if pending:
-        detail = f"{where} is reachable, but migrations are pending ({', '.join(pending)}): run `threadgate migrate`."
-        return [Finding("database", "FAIL", detail)]
+        # Not a failure: `serve` applies pending migrations before it takes any work.
+        detail = (
+            f"{where} is reachable; `threadgate serve` will apply {len(pending)} pending "
+            f"migration(s) at start ({', '.join(pending)}), or apply them now with "
+            "`threadgate migrate`"
+        )
+        return [Finding("database", "ok", detail)]
     return [Finding("database", "ok", f"{where} is reachable and the schema is up to date")]
 
 
