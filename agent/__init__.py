@@ -38,6 +38,7 @@ from agent.core.errors import (
     SubtaskFailed,
     TransientModelError,
 )
+from agent.core.ids import user_message_id
 from agent.core.log_context import bind_log_fields, log_fields
 from agent.core.ports import (
     AlertSink,
@@ -71,7 +72,16 @@ from agent.models.contract import (
 from agent.models.function_model import FunctionModel, text_response, tool_response
 from agent.models.ladder import AttemptLadder, Attempts, RetryPolicy
 from agent.models.probe import ProbeResult, probe_model
-from agent.models.providers import ProviderSettings, open_model
+from agent.models.providers import (
+    DEFAULT_GATEWAY_HEADER,
+    DEFAULT_MODEL_TIMEOUT,
+    GATEWAY_HEADER_VARIABLE,
+    GATEWAY_TOKEN_VARIABLE,
+    VENDORS,
+    ProviderSettings,
+    Vendor,
+    open_model,
+)
 from agent.rounds.control import ControlTool, Decision, Delegate, FinalReply, Reply, round_controls
 from agent.rounds.loop import run_round
 from agent.rounds.plugins import default_registries, load_subtask_types, load_tools
@@ -89,6 +99,11 @@ from agent.rounds.tools import (
 )
 
 __all__ = [
+    "DEFAULT_GATEWAY_HEADER",
+    "DEFAULT_MODEL_TIMEOUT",
+    "GATEWAY_HEADER_VARIABLE",
+    "GATEWAY_TOKEN_VARIABLE",
+    "VENDORS",
     "AgentError",
     "AgentSubtask",
     "AlertSink",
@@ -162,6 +177,7 @@ __all__ = [
     "TransientModelError",
     "Usage",
     "UserMessage",
+    "Vendor",
     "WorkTool",
     "bind_log_fields",
     "default_registries",
@@ -175,4 +191,5 @@ __all__ = [
     "stop_task",
     "text_response",
     "tool_response",
+    "user_message_id",
 ]

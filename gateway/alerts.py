@@ -19,11 +19,17 @@ import aiohttp
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agent import CredentialRejected, ModelError, QuotaExhausted, Task
+from agent import (
+    GATEWAY_HEADER_VARIABLE,
+    GATEWAY_TOKEN_VARIABLE,
+    VENDORS,
+    CredentialRejected,
+    ModelError,
+    QuotaExhausted,
+    Task,
+)
 
 log = logging.getLogger(__name__)
-
-_KEY_VARIABLES = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 
 
 @dataclass(slots=True)
@@ -115,15 +121,17 @@ def headline(error: Exception, provider: str) -> str:
 
 
 def what_to_check(error: Exception, provider: str) -> str:
-    key = _KEY_VARIABLES.get(provider, "the provider API key")
+    vendor = VENDORS.get(provider)
+    key = vendor.key_variable if vendor else "the provider API key"
+    gateway = f"{GATEWAY_TOKEN_VARIABLE} (and {GATEWAY_HEADER_VARIABLE})"
     if isinstance(error, QuotaExhausted):
         return f"Check the billing and limits of the account behind {key}."
     if isinstance(error, CredentialRejected) and error.source == "gateway":
-        return "Check THREADGATE_GATEWAY_TOKEN (and THREADGATE_GATEWAY_HEADER) against the gateway's settings."
+        return f"Check {gateway} against the gateway's settings."
     if isinstance(error, CredentialRejected) and error.source == "provider":
         return f"Check {key}: it may be revoked, expired or lack access to this model."
     return (
-        f"The response did not say who refused it. Check both THREADGATE_GATEWAY_TOKEN "
+        f"The response did not say who refused it. Check both {GATEWAY_TOKEN_VARIABLE} "
         f"(if an AI gateway is in front) and {key}."
     )
 

@@ -14,7 +14,10 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from agent import ConfigError
+from agent import DEFAULT_GATEWAY_HEADER, DEFAULT_MODEL_TIMEOUT, VENDORS, ConfigError
+
+OPENAI_BASE_URL = VENDORS["openai"].base_url
+ANTHROPIC_BASE_URL = VENDORS["anthropic"].base_url
 
 _HINTS = {
     "SLACK_BOT_TOKEN": "the bot token (xoxb-…) from your Slack app's OAuth & Permissions page",
@@ -38,11 +41,11 @@ class Settings(BaseSettings):
     threadgate_model: str | None = None
     threadgate_fallback_model: str | None = None
     openai_api_key: SecretStr | None = None
-    openai_base_url: str = "https://api.openai.com/v1"
+    openai_base_url: str = OPENAI_BASE_URL
     anthropic_api_key: SecretStr | None = None
-    anthropic_base_url: str = "https://api.anthropic.com"
+    anthropic_base_url: str = ANTHROPIC_BASE_URL
     threadgate_gateway_token: SecretStr | None = None
-    threadgate_gateway_header: str = "cf-aig-authorization"
+    threadgate_gateway_header: str = DEFAULT_GATEWAY_HEADER
     threadgate_operator_channel: str | None = None
     port: Annotated[int, Field(ge=1, le=65535)] = 3000
     # Workers mostly wait (on the model, on Slack), so many are cheap; 4 capped a gateway
@@ -62,7 +65,7 @@ class Settings(BaseSettings):
         "Sorry, I couldn't answer this message. The operators have been notified."
     )
     threadgate_alert_webhook_url: SecretStr | None = None
-    threadgate_model_timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = 60.0
+    threadgate_model_timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = DEFAULT_MODEL_TIMEOUT
     threadgate_model_attempts: Annotated[int, Field(ge=1, le=10)] = 3
     threadgate_status_refresh_seconds: Annotated[float, Field(gt=0, le=110)] = 90.0
     threadgate_alert_window_seconds: Annotated[float, Field(ge=0)] = 900.0

@@ -30,6 +30,7 @@ from gateway.alerts import headline, what_to_check
 from gateway.config import Settings
 from gateway.gatekeeper import Gatekeeper
 from gateway.inbound import InboundTurn
+from gateway.markup import escape_entities
 from gateway.service import build_runner, database_dsn, open_models
 from storage import Database
 
@@ -139,7 +140,7 @@ class Conversation:
             team=TEAM,
             channel=CHANNEL,
             user=self._user,
-            text=slack_escape(line),
+            text=escape_entities(line),  # as Slack escapes typed text
             ts=ts,
             thread_ts=self._thread_ts,
             direct=False,
@@ -151,11 +152,6 @@ class Conversation:
     def _next_ts(self) -> str:
         self._last = max(time.time(), self._last + 0.000001)
         return f"{self._last:.6f}"
-
-
-def slack_escape(text: str) -> str:
-    """What Slack does to typed text, so the gatekeeper's markup conversion sees the same."""
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def local_name() -> str:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-__all__ = ["clean_text", "mentioned_user_ids", "slack_to_text"]
+__all__ = ["clean_text", "escape_entities", "mentioned_user_ids", "slack_to_text"]
 
 _SEQUENCE = re.compile(r"<([^<>]*)>")
 _USER_MENTION = re.compile(r"<@([^<>|]+)(?:\|[^<>]*)?>")
@@ -58,6 +58,12 @@ def slack_to_text(
 def _without_mentions_of(text: str, user_id: str) -> str:
     """Drop every mention of `user_id`, with the whitespace that follows it."""
     return re.sub(rf"<@{re.escape(user_id)}(?:\|[^<>]*)?>\s*", "", text)
+
+
+def escape_entities(text: str) -> str:
+    """Slack's escaping of `&`, `<` and `>`: what Slack does to typed text, and what mrkdwn
+    text we send must do. The provenance tag escapes its bodies the same way."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _unescape(text: str) -> str:

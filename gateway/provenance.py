@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 
+from gateway.markup import escape_entities
+
 _TURN = re.compile(
     r'<turn from="(?P<name>[^"<>]*)" id="(?P<id>[^"<>]*)" channel="(?P<channel>[^"<>]*)"'
     r' at="(?P<at>[^"<>]*)">(?P<body>[^<>]*)</turn>',
@@ -33,11 +35,11 @@ class TurnParseError(ValueError):
 
 
 def escape_body(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return escape_entities(text)
 
 
 def escape_attribute(text: str) -> str:
-    return escape_body(text).replace('"', "&quot;")
+    return escape_entities(text).replace('"', "&quot;")
 
 
 def unescape(text: str) -> str:

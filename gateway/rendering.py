@@ -28,13 +28,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.markup import escape_entities
+
 __all__ = [
     "BLOCK_LIMIT",
     "EMPTY_REPLY",
     "FALLBACK_LIMIT",
     "MIN_LIMIT",
     "SlackMessage",
-    "escape_mrkdwn",
     "neutralize_mentions",
     "render_reply",
     "split_markdown",
@@ -81,11 +82,6 @@ class _Fence:
     closing: str
 
 
-def escape_mrkdwn(text: str) -> str:
-    """Slack's escaping for mrkdwn text: `&`, `<` and `>` become entities."""
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
 def neutralize_mentions(text: str) -> str:
     """Put a zero-width joiner after every `<` (or its entity) that precedes `!`, `@`, `#`."""
     return _MENTION_START.sub(lambda match: match.group(1) + _JOINER, text)
@@ -118,7 +114,7 @@ def split_markdown(
 
 def _fallback(part: str, allow_mentions: bool) -> str:
     """The notification text for one part: escaped mrkdwn, cut to FALLBACK_LIMIT."""
-    text = _escape_keeping_sequences(part) if allow_mentions else escape_mrkdwn(part)
+    text = _escape_keeping_sequences(part) if allow_mentions else escape_entities(part)
     if len(text) <= FALLBACK_LIMIT:
         return text
     cut = _PARTIAL_ENTITY.sub("", text[: FALLBACK_LIMIT - 1])
@@ -132,9 +128,9 @@ def _escape_keeping_sequences(text: str) -> str:
     pieces: list[str] = []
     position = 0
     for match in _SLACK_SEQUENCE.finditer(text):
-        pieces += [escape_mrkdwn(text[position : match.start()]), match.group()]
+        pieces += [escape_entities(text[position : match.start()]), match.group()]
         position = match.end()
-    return "".join([*pieces, escape_mrkdwn(text[position:])])
+    return "".join([*pieces, escape_entities(text[position:])])
 
 
 def _fence_at(line: str) -> _Fence | None:

@@ -12,6 +12,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from agent import user_message_id
 from storage.database import TASKS_CHANNEL, Database
 from storage.errors import translate_errors
 
@@ -82,7 +83,7 @@ async def admit(db: Database, a: Admission) -> bool:
             a.session_id,
             a.task_id,
             json.dumps(dict(a.address)),
-            f"task:{a.task_id}:user",
+            user_message_id(a.task_id),
             a.turn_text,
             TASKS_CHANNEL,
         )
@@ -107,6 +108,6 @@ async def admit(db: Database, a: Admission) -> bool:
             return False
         for earlier in a.earlier:
             await conn.execute(_INSERT_TURN, earlier.id, a.session_id, earlier.text)
-        await conn.execute(_INSERT_TURN, f"task:{a.task_id}:user", a.session_id, a.turn_text)
+        await conn.execute(_INSERT_TURN, user_message_id(a.task_id), a.session_id, a.turn_text)
         await conn.execute("SELECT pg_notify($1, '')", TASKS_CHANNEL)
     return True

@@ -14,6 +14,8 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Literal, Protocol, TypeAlias
 
+from agent.core import ids
+
 Role: TypeAlias = Literal["user", "assistant"]
 MessageKind: TypeAlias = Literal["turn", "ack", "reply"]
 
@@ -29,18 +31,22 @@ class Task:
 
     @property
     def user_message_id(self) -> str:
-        return f"task:{self.id}:user"
+        return ids.user_message_id(self.id)
 
     @property
     def reply_id(self) -> str:
-        return f"task:{self.id}:reply"
+        return ids.reply_id(self.id)
 
     @property
     def failure_id(self) -> str:
-        return f"task:{self.id}:failure"
+        return ids.failure_id(self.id)
 
     def ack_id(self, round_number: int) -> str:
-        return f"task:{self.id}:ack:{round_number}"
+        return ids.ack_id(self.id, round_number)
+
+    def is_own_ack(self, message_id: str) -> bool:
+        """Whether `message_id` is one of this task's acknowledgments."""
+        return message_id.startswith(ids.ack_prefix(self.id))
 
 
 @dataclass(frozen=True, slots=True)

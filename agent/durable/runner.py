@@ -220,8 +220,7 @@ class TaskRunner:
             task, max_chars=s.history_chars, max_messages=s.history_messages
         )
         # This task's own acknowledgments are shown as its delegate calls, not as history.
-        own_acks = f"task:{task.id}:ack:"
-        return [m for m in window if not m.id.startswith(own_acks)]
+        return [m for m in window if not task.is_own_ack(m.id)]
 
     async def _deliver_reply(self, task: Task, reply: StoredMessage) -> None:
         await self._publisher.publish(task, reply.id, reply.text)

@@ -98,7 +98,7 @@ class MemoryAlerts:
 
 
 @dataclass
-class MemoryRounds:
+class MemoryDelegations:
     """Delegation in memory: rounds, subtasks and their outcomes, no leases."""
 
     delegations: dict[tuple[str, int], Delegation] = field(default_factory=dict)

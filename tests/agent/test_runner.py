@@ -25,10 +25,10 @@ from agent.durable.runner import (
 from agent.rounds.control import Decision, Reply
 from tests.agent.memory import (
     MemoryAlerts,
+    MemoryDelegations,
     MemoryHistory,
     MemoryPublisher,
     MemoryQueue,
-    MemoryRounds,
 )
 
 TASK = Task("T1:C1:1.0", "T1:C1:1.0", {"channel": "C1", "thread_ts": "1.0"})
@@ -61,7 +61,7 @@ class Agent:
 
 class Rig:
     def __init__(self, agent: Agent, settings: RunnerSettings = DEFAULT_RUNNER) -> None:
-        self.agent, self.queue, self.rounds = agent, MemoryQueue([TASK]), MemoryRounds()
+        self.agent, self.queue, self.delegations = agent, MemoryQueue([TASK]), MemoryDelegations()
         self.history, self.publisher, self.alerts = (
             MemoryHistory([(TASK.user_message_id, TURN)]),
             MemoryPublisher(),
@@ -69,7 +69,7 @@ class Rig:
         )
         self.runner = TaskRunner(
             queue=self.queue,
-            delegations=self.rounds,
+            delegations=self.delegations,
             history=self.history,
             publisher=self.publisher,
             alerts=self.alerts,
@@ -78,7 +78,7 @@ class Rig:
         )
 
     async def run_subtasks(self) -> None:
-        while (claimed := await self.rounds.claim_subtask()) is not None:
+        while (claimed := await self.delegations.claim_subtask()) is not None:
             await self.runner.run_subtask(*claimed)
 
 
@@ -119,9 +119,9 @@ async def test_delegation_posts_the_ack_runs_subtasks_then_the_next_round_replie
     )
     rig = Rig(agent)
     await rig.runner.run_task(TASK)
-    assert rig.publisher.posts == [(TASK.ack_id(0), "Working on it")] and rig.rounds.waiting == [
-        TASK.id
-    ]
+    assert rig.publisher.posts == [
+        (TASK.ack_id(0), "Working on it")
+    ] and rig.delegations.waiting == [TASK.id]
     await rig.run_subtasks()
     await rig.runner.run_task(TASK)
     assert rig.publisher.posts[-1] == (TASK.reply_id, "2 results")
@@ -133,7 +133,7 @@ async def test_a_crash_after_recording_the_delegation_does_not_ask_again() -> No
     """A re-run that finds the round's delegation stored posts its ack and waits; no inference."""
     agent = Agent(lambda r: delegate("agent"))
     rig = Rig(agent)
-    await rig.rounds.record(TASK, 0, delegate("agent"), timeout_seconds=60)
+    await rig.delegations.record(TASK, 0, delegate("agent"), timeout_seconds=60)
     await rig.runner.run_task(TASK)
     assert agent.rounds == [] and rig.publisher.posts == [(TASK.ack_id(0), "Working on it")]
 
@@ -166,7 +166,7 @@ async def test_failing_and_timed_out_subtasks_are_reported_to_the_model() -> Non
     rig = Rig(Agent(lambda r: delegate("ok", "broken", "crash"), work))
     await rig.runner.run_task(TASK)
     await rig.run_subtasks()
-    assert [rig.rounds.outcomes[(TASK.id, 0, i)] for i in range(3)] == [
+    assert [rig.delegations.outcomes[(TASK.id, 0, i)] for i in range(3)] == [
         ("done", "fine"),
         ("failed", "the tool said no"),
         ("failed", INTERNAL_ERROR),
@@ -185,7 +185,7 @@ async def test_a_subtask_past_its_time_limit_is_timed_out() -> None:
     await rig.runner.run_subtask(
         Subtask(TASK.id, 0, 0, SubtaskRequest("agent", {}), timeout_seconds=0), TASK
     )
-    assert rig.rounds.outcomes[(TASK.id, 0, 0)] == ("timed_out", TIMED_OUT)
+    assert rig.delegations.outcomes[(TASK.id, 0, 0)] == ("timed_out", TIMED_OUT)
 
 
 async def test_models_unavailable_requeues_the_task() -> None:

@@ -8,13 +8,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gateway.markup import escape_entities
 from gateway.rendering import (
     BLOCK_LIMIT,
     EMPTY_REPLY,
     FALLBACK_LIMIT,
     MIN_LIMIT,
     SlackMessage,
-    escape_mrkdwn,
     neutralize_mentions,
     render_reply,
     split_markdown,
@@ -130,7 +130,7 @@ documents = st.tuples(
 )
 def test_escape_mrkdwn_escapes_the_three_control_characters(raw: str, escaped: str) -> None:
     """`&`, `<` and `>` become Slack's entities; nothing else changes."""
-    assert escape_mrkdwn(raw) == escaped
+    assert escape_entities(raw) == escaped
 
 
 @pytest.mark.parametrize(

@@ -19,14 +19,32 @@ from pydantic import SecretStr
 
 from agent.core.errors import ConfigError
 from agent.models.contract import Model
-from agent.models.providers.anthropic import DEFAULT_BASE_URL as ANTHROPIC_BASE_URL
 from agent.models.providers.anthropic import AnthropicModel, AnthropicProvider
 from agent.models.providers.openai import OpenAIModel, OpenAIProvider
-from agent.models.providers.provider import DEFAULT_TIMEOUT, Provider
+from agent.models.providers.provider import Provider
+from agent.models.providers.vendors import (
+    ANTHROPIC,
+    DEFAULT_GATEWAY_HEADER,
+    DEFAULT_MODEL_TIMEOUT,
+    GATEWAY_HEADER_VARIABLE,
+    GATEWAY_TOKEN_VARIABLE,
+    OPENAI,
+    VENDORS,
+    Vendor,
+)
 
-__all__ = ["ProviderSettings", "open_model", "parse_spec"]
+__all__ = [
+    "DEFAULT_GATEWAY_HEADER",
+    "DEFAULT_MODEL_TIMEOUT",
+    "GATEWAY_HEADER_VARIABLE",
+    "GATEWAY_TOKEN_VARIABLE",
+    "VENDORS",
+    "ProviderSettings",
+    "Vendor",
+    "open_model",
+    "parse_spec",
+]
 
-OPENAI_BASE_URL = "https://api.openai.com/v1"
 P = TypeVar("P", bound=Provider)
 _EXAMPLE = "e.g. openai:gpt-4.1-mini or anthropic:claude-sonnet-4-5"
 
@@ -36,12 +54,12 @@ class ProviderSettings:
     """Everything the providers need; secrets are `SecretStr` and never printed."""
 
     openai_api_key: SecretStr | None = None
-    openai_base_url: str = OPENAI_BASE_URL
+    openai_base_url: str = OPENAI.base_url
     anthropic_api_key: SecretStr | None = None
-    anthropic_base_url: str = ANTHROPIC_BASE_URL
-    gateway_header: str = "cf-aig-authorization"
+    anthropic_base_url: str = ANTHROPIC.base_url
+    gateway_header: str = DEFAULT_GATEWAY_HEADER
     gateway_token: SecretStr | None = None
-    timeout: float = DEFAULT_TIMEOUT
+    timeout: float = DEFAULT_MODEL_TIMEOUT
     stream: bool = True
 
 
@@ -50,7 +68,7 @@ def parse_spec(spec: str, *, variable: str = "THREADGATE_MODEL") -> tuple[str, s
     provider, _, model = spec.strip().partition(":")
     if not provider or not model:
         raise ConfigError(f"{variable} must look like provider:model ({_EXAMPLE}), not {spec!r}.")
-    if provider not in ("openai", "anthropic"):
+    if provider not in VENDORS:
         raise ConfigError(
             f"{variable} names an unknown provider {provider!r}: use openai or anthropic ({_EXAMPLE})."
         )
@@ -70,14 +88,14 @@ def open_model(
 
 def _openai(model: str, slot: int, settings: ProviderSettings) -> OpenAIModel:
     url = settings.openai_base_url
-    key = _key(settings.openai_api_key, url, "api.openai.com", "OPENAI_API_KEY")
+    key = _key(settings.openai_api_key, url, OPENAI)
     provider = _provider(OpenAIProvider, url, key, settings)
     return OpenAIModel(model, provider=provider, slot=slot, stream=settings.stream)
 
 
 def _anthropic(model: str, slot: int, settings: ProviderSettings) -> AnthropicModel:
     url = settings.anthropic_base_url
-    key = _key(settings.anthropic_api_key, url, "api.anthropic.com", "ANTHROPIC_API_KEY")
+    key = _key(settings.anthropic_api_key, url, ANTHROPIC)
     provider = _provider(AnthropicProvider, url, key, settings)
     return AnthropicModel(model, provider=provider, slot=slot, stream=settings.stream)
 
@@ -92,9 +110,11 @@ def _provider(kind: type[P], url: str, key: SecretStr | None, settings: Provider
     )
 
 
-def _key(key: SecretStr | None, base_url: str, vendor_host: str, variable: str) -> SecretStr | None:
+def _key(key: SecretStr | None, base_url: str, vendor: Vendor) -> SecretStr | None:
     if key is not None and key.get_secret_value():
         return key
-    if urlsplit(base_url).hostname == vendor_host:
-        raise ConfigError(f"{variable} is not set: put your API key for {vendor_host} there.")
+    if urlsplit(base_url).hostname == vendor.host:
+        raise ConfigError(
+            f"{vendor.key_variable} is not set: put your API key for {vendor.host} there."
+        )
     return None

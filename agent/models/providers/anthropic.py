@@ -16,8 +16,6 @@ from agent.models.providers.provider import AnthropicProvider
 
 __all__ = ["AnthropicModel", "AnthropicProvider"]
 
-DEFAULT_BASE_URL = "https://api.anthropic.com"
-
 
 class AnthropicModel(HTTPModel):
     """One Claude model behind the Messages API."""

@@ -43,10 +43,8 @@ from agent.core.errors import (
     StreamInterrupted,
     TransientModelError,
 )
+from agent.models.providers.vendors import GATEWAY_TOKEN_VARIABLE, VENDORS, key_variable
 
-GATEWAY_TOKEN_VARIABLE = "THREADGATE_GATEWAY_TOKEN"
-_KEY_VARIABLES = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
-_KEY_NAMES = {"openai": "the OpenAI API key", "anthropic": "the Anthropic API key"}
 _TRANSIENT_STATUSES = frozenset({408, 409, 429})
 _QUOTA_CODES = frozenset({"insufficient_quota", "billing_error"})
 _PROVIDER_AUTH_TYPES = frozenset({"authentication_error", "permission_error"})
@@ -117,8 +115,9 @@ def malformed(route: Route, what: str) -> NonTransientModelError:
 
 
 def _credential_error(status: int, vendor: VendorError, route: Route) -> CredentialRejected:
-    key_name = _KEY_NAMES.get(route.provider, "the provider API key")
-    key_var = _KEY_VARIABLES.get(route.provider, "the provider API key variable")
+    known = VENDORS.get(route.provider)
+    key_name = known.key_name if known else "the provider API key"
+    key_var = key_variable(route.provider)
     detail = f"HTTP {status}{_code(vendor)}, {route}"
     messages = {
         "provider": f"{key_name} ({key_var}) was refused by the provider ({detail})",
@@ -136,7 +135,7 @@ def _credential_error(status: int, vendor: VendorError, route: Route) -> Credent
 
 
 def _quota_error(status: int, vendor: VendorError, route: Route) -> QuotaExhausted:
-    key_var = _KEY_VARIABLES.get(route.provider, "the provider API key")
+    key_var = key_variable(route.provider)
     message = (
         f"the account behind {key_var} is out of quota or credit "
         f"(HTTP {status}{_code(vendor)}, {route}): add credit or use another key"

@@ -23,8 +23,7 @@ from pydantic import SecretStr
 
 from agent.core.errors import Route
 from agent.models.providers.classify import classify_exception, classify_status
-
-DEFAULT_TIMEOUT = 60.0
+from agent.models.providers.vendors import DEFAULT_MODEL_TIMEOUT
 
 
 class Provider(ABC):
@@ -39,7 +38,7 @@ class Provider(ABC):
         api_key: SecretStr | None = None,
         gateway_header: str | None = None,
         gateway_token: SecretStr | None = None,
-        timeout: float = DEFAULT_TIMEOUT,
+        timeout: float = DEFAULT_MODEL_TIMEOUT,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self._api_key = api_key
