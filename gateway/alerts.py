@@ -5,6 +5,13 @@ key, or — when the response did not say — both candidates), the route, when 
 and last seen, and how many repeats were held back. One alert per failing credential per
 window; the repeats in between are counted, not posted. The alert never carries a secret:
 it is built from the error's kind, source, status and route.
+
+How a model's 401 gets here: `agent.models.providers.classify` turns the status and body
+into `CredentialRejected` with the authority that refused (`provider`, `gateway` or
+`unknown`); the attempt ladder (`agent.models.ladder`) raises it at once, without retry or
+fallback, and opens the route's circuit so later tasks fail fast; the task runner
+(`agent.durable.runner`) tells the user in the thread and calls the `AlertSink` port,
+which is `OperatorAlerts` below.
 """
 
 from __future__ import annotations

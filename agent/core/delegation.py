@@ -1,10 +1,22 @@
-"""The shapes of delegation, shared by the round loop, the runner and the store.
+"""Delegation: how a `delegate` call becomes subtasks and comes back. Start reading here.
 
-A round that calls `delegate` ends with a `Delegation`: an acknowledgment to post and
-subtasks to run. Each subtask becomes a leased row of its own (a `Subtask`); when all of a
-round's subtasks have an outcome, the task runs its next round, which sees the earlier
-delegate calls and their outcomes as `RoundRecord`s. Everything here is plain data so it
-can be stored, replayed after a crash, and compared in tests.
+1. The model calls `delegate` in a round. `agent.rounds.control.Delegate.parse` validates
+   the call (subtask types, params, `[ref N]` citations) and returns a `Delegation`: the
+   acknowledgment to post and one `SubtaskRequest` per subtask.
+2. The runner (`agent.durable.runner.TaskRunner._advance`) stores it through the
+   `DelegationStore` port — on Postgres, `storage.delegations`, in one transaction: the
+   round, the acknowledgment as a history message, one leased row per subtask — then
+   publishes the acknowledgment and releases the task until its subtasks end.
+3. Any worker claims a subtask row (`claim_subtask`) and runs it
+   (`TaskRunner.run_subtask` → `ModelResponder.run_subtask` → the `SubtaskType`, e.g. the
+   built-in sub-agent in `agent.rounds.subagent`), within its time limit, and settles it
+   done, failed or timed out. The last subtask to settle makes the task runnable again.
+4. The task's next round `load`s a `RoundState`: every finished delegating round as a
+   `RoundRecord` with its `SubtaskOutcome`s, which `agent.rounds.prompt` shows the model
+   as its own delegate call followed by the results. The last round cannot delegate.
+
+Everything here is plain data so it can be stored, replayed after a crash, and compared
+in tests.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """An open circuit per route after a credential refusal or an exhausted quota.
 
-DESIGN.md invariant 8: once a key is refused, later tasks on the same route must fail fast
+Invariant 8 (docs/ARCHITECTURE.md): once a key is refused, later tasks on the same route must fail fast
 for a cool-down instead of hammering a dead key. `CircuitBreaker.trip` remembers the error;
 `check` raises a fresh error of the same kind (same source, marked `from_circuit=True`)
 until the cool-down has passed. One breaker is shared by every ladder in the process; the

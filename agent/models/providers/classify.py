@@ -1,7 +1,7 @@
 """Every way a model call can fail, mapped to exactly one class of `agent.core.errors`.
 
 This is the boundary where httpx exceptions and HTTP statuses become our errors, so the
-attempt ladder can decide by type alone (DESIGN.md invariant 4):
+attempt ladder can decide by type alone (invariant 4 in docs/ARCHITECTURE.md):
 
     status / exception                          error                    source
     httpx.TimeoutException, NetworkError,       TransientModelError
