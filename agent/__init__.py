@@ -49,7 +49,9 @@ from agent.core.ports import (
     TaskQueue,
     ThreadReader,
 )
+from agent.core.text import storable_json, storable_text
 from agent.durable.background import Supervisor, stop_task
+from agent.durable.notices import FailureKind, FailureNotices
 from agent.durable.responder import ModelResponder
 from agent.durable.runner import Responder, RunnerObserver, RunnerSettings, TaskRunner
 from agent.models.circuit import CircuitBreaker
@@ -121,6 +123,8 @@ __all__ = [
     "Delegate",
     "Delegation",
     "DelegationStore",
+    "FailureKind",
+    "FailureNotices",
     "FinalReply",
     "FunctionModel",
     "History",
@@ -189,6 +193,8 @@ __all__ = [
     "round_controls",
     "run_round",
     "stop_task",
+    "storable_json",
+    "storable_text",
     "text_response",
     "tool_response",
     "user_message_id",

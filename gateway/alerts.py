@@ -45,6 +45,7 @@ class _Window:
     last_seen: datetime
     posted_at: float
     suppressed: int = 0
+    delivered: bool = False
 
 
 class OperatorAlerts:
@@ -64,31 +65,37 @@ class OperatorAlerts:
         self._clock = clock
         self._seen: dict[str, _Window] = {}
 
-    async def credential_failure(self, task: Task, error: Exception) -> None:
+    async def credential_failure(self, task: Task, error: Exception) -> bool:
         key = alert_key(error)
         now, wall = self._clock(), datetime.now(UTC)
         window = self._seen.get(key)
         if window is not None and now - window.posted_at < self._window:
             window.suppressed += 1
             window.last_seen = wall
-            return
+            return window.delivered
         suppressed = window.suppressed if window else 0
         first = window.first_seen if window else wall
-        self._seen[key] = _Window(first, wall, now)
-        await self._post(
-            describe_failure(error, first_seen=first, last_seen=wall, suppressed=suppressed)
-        )
+        text = describe_failure(error, first_seen=first, last_seen=wall, suppressed=suppressed)
+        delivered = await self._post(text)
+        # A post that failed is tried again at the next failure rather than held back for a
+        # window; with no channel at all, the window keeps the log from repeating itself.
+        if delivered or not self._channel:
+            self._seen[key] = _Window(first, wall, now, delivered=delivered)
+        return delivered
 
-    async def _post(self, text: str) -> None:
+    async def _post(self, text: str) -> bool:
+        """Log the alert, and post it to the operator channel; True when it was posted."""
         log.critical("%s", text)
         if not self._channel:
-            return
+            return False
         try:
             await self._client.chat_postMessage(
                 channel=self._channel, text=text, unfurl_links=False
             )
         except (SlackApiError, SlackClientError, OSError) as exc:
             log.error("the operator alert could not be posted to %s: %s", self._channel, exc)
+            return False
+        return True
 
 
 def alert_key(error: Exception) -> str:

@@ -61,12 +61,12 @@ class Settings(BaseSettings):
     threadgate_backfill_messages: Annotated[int, Field(ge=0, le=1000)] = 50
     threadgate_max_rounds: Annotated[int, Field(ge=1, le=20)] = 4
     threadgate_subtask_timeout_seconds: Annotated[float, Field(gt=0)] = 300.0
-    threadgate_failure_notice: str = (
-        "Sorry, I couldn't answer this message. The operators have been notified."
-    )
+    # Unset: a notice per kind of failure (agent.FailureNotices); set: this text for all.
+    threadgate_failure_notice: str | None = None
     threadgate_alert_webhook_url: SecretStr | None = None
     threadgate_model_timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = DEFAULT_MODEL_TIMEOUT
     threadgate_model_attempts: Annotated[int, Field(ge=1, le=10)] = 3
+    threadgate_max_output_tokens: Annotated[int, Field(ge=64, le=200_000)] = 4096
     threadgate_status_refresh_seconds: Annotated[float, Field(gt=0, le=110)] = 90.0
     threadgate_alert_window_seconds: Annotated[float, Field(ge=0)] = 900.0
 

@@ -84,7 +84,7 @@ class TerminalAlerts:
     def __init__(self, err: TextIO) -> None:
         self._err = err
 
-    async def credential_failure(self, task: Task, error: Exception) -> None:
+    async def credential_failure(self, task: Task, error: Exception) -> bool:
         route = error.route if isinstance(error, ModelError) else None
         provider = route.provider if route else "the provider"
         print(
@@ -92,6 +92,7 @@ class TerminalAlerts:
             file=self._err,
             flush=True,
         )
+        return True
 
 
 class LineReader:

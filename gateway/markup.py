@@ -15,20 +15,21 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from agent import storable_text
+
 __all__ = ["clean_text", "escape_entities", "mentioned_user_ids", "slack_to_text"]
 
 _SEQUENCE = re.compile(r"<([^<>]*)>")
 _USER_MENTION = re.compile(r"<@([^<>|]+)(?:\|[^<>]*)?>")
 _ENTITY = re.compile(r"&(lt|gt|amp);")
 _ENTITIES = {"lt": "<", "gt": ">", "amp": "&"}
-_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 _BROADCASTS = frozenset({"here", "channel", "everyone"})
 _NO_NAMES: Mapping[str, str] = {}
 
 
 def clean_text(text: str) -> str:
     """Replace NUL and lone surrogates, which Postgres text cannot hold, with U+FFFD."""
-    return _UNSTORABLE.sub("\ufffd", text)
+    return storable_text(text)
 
 
 def mentioned_user_ids(text: str) -> list[str]:

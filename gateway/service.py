@@ -24,11 +24,13 @@ from agent import (
     AlertSink,
     AttemptLadder,
     ConfigError,
+    FailureNotices,
     Model,
     ModelResponder,
     ProviderSettings,
     Publisher,
     RetryPolicy,
+    RoundSettings,
     RunnerSettings,
     Supervisor,
     TaskRunner,
@@ -115,7 +117,11 @@ def build_runner(
         publisher=publisher,
         alerts=alerts,
         respond=ModelResponder(
-            ladder, tools=tools, subtasks=subtask_types, thread_reader=thread_reader
+            ladder,
+            tools=tools,
+            subtasks=subtask_types,
+            thread_reader=thread_reader,
+            settings=RoundSettings(max_output_tokens=settings.threadgate_max_output_tokens),
         ),
         settings=RunnerSettings(
             workers=settings.threadgate_workers,
@@ -123,7 +129,7 @@ def build_runner(
             history_chars=settings.threadgate_history_chars,
             max_rounds=settings.threadgate_max_rounds,
             subtask_timeout_seconds=settings.threadgate_subtask_timeout_seconds,
-            failure_notice=settings.threadgate_failure_notice,
+            notices=FailureNotices(override=settings.threadgate_failure_notice),
         ),
         observer=metrics,
     )

@@ -115,4 +115,7 @@ class ThreadReader(Protocol):
 class AlertSink(Protocol):
     """Tells an operator that a credential or quota on the path to the model failed."""
 
-    async def credential_failure(self, task: Task, error: Exception) -> None: ...
+    async def credential_failure(self, task: Task, error: Exception) -> bool:
+        """Alert, at most once per failing credential per window. True when an operator was
+        told, now or earlier in the window; False when nobody could be (no operator
+        channel, or the alert could not be posted): the user's notice must not say so."""

@@ -37,11 +37,11 @@ from agent.core.errors import (
 from agent.core.log_context import bind_log_fields
 from agent.core.ports import AlertSink, History, Publisher, StoredMessage, Task, TaskQueue
 from agent.durable.background import stop_task
+from agent.durable.notices import DEFAULT_NOTICES, FailureKind, FailureNotices
 from agent.rounds.control import Decision, Reply
 
 log = logging.getLogger(__name__)
 
-FAILURE_NOTICE = "Sorry, I couldn't answer this message. The operators have been notified."
 TIMED_OUT = "The subtask did not finish within its time limit."
 INTERNAL_ERROR = "The subtask failed with an internal error."
 REFUSED = "The subtask could not reach the model: a credential was refused."
@@ -87,7 +87,7 @@ class RunnerSettings:
     max_attempts: int = 5
     retry_base_seconds: float = 2.0
     retry_max_seconds: float = 300.0
-    failure_notice: str = FAILURE_NOTICE
+    notices: FailureNotices = DEFAULT_NOTICES
 
 
 DEFAULT_RUNNER = RunnerSettings()
@@ -166,11 +166,11 @@ class TaskRunner:
                 await self._queue.retry_later(task, delay, str(exc))
             except (CredentialRejected, QuotaExhausted) as exc:
                 self._observer.task_settled("credential")
-                await self._alerts.credential_failure(task, exc)
-                await self._give_up(task, exc)
+                alerted = await self._alerts.credential_failure(task, exc)
+                await self._give_up(task, exc, "credential", alerted=alerted)
             except AgentError as exc:
                 self._observer.task_settled("failed")
-                await self._give_up(task, exc)
+                await self._give_up(task, exc, "error")
             except Exception as exc:
                 self._observer.task_settled("error")
                 log.exception("task %s failed unexpectedly (attempt %d)", task.id, task.attempts)
@@ -220,7 +220,12 @@ class TaskRunner:
             task, max_chars=s.history_chars, max_messages=s.history_messages
         )
         # This task's own acknowledgments are shown as its delegate calls, not as history.
-        return [m for m in window if not task.is_own_ack(m.id)]
+        kept = [m for m in window if not task.is_own_ack(m.id)]
+        # The budget may have cut a conversation after one of our replies; a window must
+        # start with a person's turn (Anthropic refuses anything else with a 400, and a
+        # reply without its question is no context anyway). The task's turn is always kept.
+        first_turn = next((i for i, m in enumerate(kept) if m.role == "user"), len(kept))
+        return kept[first_turn:]
 
     async def _deliver_reply(self, task: Task, reply: StoredMessage) -> None:
         await self._publisher.publish(task, reply.id, reply.text)
@@ -231,10 +236,13 @@ class TaskRunner:
         await self._publisher.publish(task, task.ack_id(number), delegation.acknowledgment)
         await self._delegations.await_subtasks(task)
 
-    async def _give_up(self, task: Task, error: Exception) -> None:
-        log.warning("task %s failed: %s", task.id, error)
+    async def _give_up(
+        self, task: Task, error: Exception, kind: FailureKind, *, alerted: bool = False
+    ) -> None:
+        log.warning("task %s failed (%s): %s", task.id, kind, error)
+        notice = self._settings.notices.text(kind, alerted=alerted)
         try:
-            await self._publisher.publish(task, task.failure_id, self._settings.failure_notice)
+            await self._publisher.publish(task, task.failure_id, notice)
         finally:
             await self._queue.fail(task, f"{type(error).__name__}: {error}")
 
@@ -245,7 +253,7 @@ class TaskRunner:
                     task, self._backoff(task.attempts), type(error).__name__
                 )
             else:
-                await self._give_up(task, error)
+                await self._give_up(task, error, "error")
 
     # Subtasks
 

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agent.core.delegation import Delegation, SubtaskRequest
 from agent.core.errors import ControlCallError
+from agent.core.text import storable_json, storable_text
 from agent.models.contract import ToolCall, ToolSpec
 from agent.rounds.settings import DEFAULT_MAX_SUBTASKS
 from agent.rounds.tools import model_schema, validation_problems
@@ -64,7 +65,9 @@ def _parse_input(call: ToolCall, model: type[M], usage: str) -> M:
             f"{call.name} was called with arguments that are not a JSON object. {usage}"
         )
     try:
-        return model.model_validate(call.arguments)
+        # NUL and lone surrogates (JSON's \u0000, \ud800) would be refused by Postgres and by
+        # pydantic's str; they are cleaned here, once, for every control tool.
+        return model.model_validate(storable_json(call.arguments))
     except ValidationError as exc:
         raise ControlCallError(
             f"{call.name} arguments are invalid ({validation_problems(exc)}). {usage}"
@@ -158,7 +161,10 @@ class Delegate:
         if problems:
             raise ControlCallError(f"delegate was not run: {'; '.join(problems)}. {self.usage}")
         return Delegation(
-            parsed.acknowledgment.strip(), tuple(requests), call.id, call.raw_arguments
+            parsed.acknowledgment.strip(),
+            tuple(requests),
+            call.id,
+            storable_text(call.raw_arguments),
         )
 
     def _shape_problems(self, parsed: _DelegateInput) -> list[str]:

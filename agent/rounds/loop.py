@@ -10,7 +10,8 @@ Each step the model answers with tool calls, and the step is one of:
   results are fed back and the model is asked again. At most `max_steps` work steps run
   per round.
 - **a repair**: prose without a tool call, a call to a tool that does not exist, a control
-  call `select` or `parse` rejects, or work asked for after the step budget is spent. The
+  call `select` or `parse` rejects, work asked for after the step budget is spent, or an
+  answer the output limit cut off (`finish_reason` `length`: never run, never shown). The
   model is told what was wrong — as a failed tool result for every call of the step, or a
   runtime note for prose — and asked again. After `max_repairs` repairs the round fails
   with `RoundFailed` and the attempt ladder decides what happens next.
@@ -59,6 +60,11 @@ CONTROL_DEFERRED = (
     "Not run: you called work tools in the same step, and this call was written before you "
     "saw their results. Read the results, then call {name} again."
 )
+CUT_OFF = (
+    "Not run: your answer was cut off at the output limit{limit} before it was complete, "
+    "so nothing was run or shown to anyone. Call {controls} again with a shorter answer: "
+    "keep to what the question needs, summarise instead of listing everything."
+)
 STEPS_SPENT = (
     "Not run: this round has used all of its work steps. End the round now by "
     "calling {controls} with what you have."
@@ -93,7 +99,13 @@ async def run_round(
     while True:
         response = await model.request(_request(conversation, tools, settings))
         conversation.append(AssistantMessage(response.text, response.tool_calls))
-        step = decide(response, controls, toolbox, steps_left=settings.max_steps - steps)
+        step = decide(
+            response,
+            controls,
+            toolbox,
+            steps_left=settings.max_steps - steps,
+            output_limit=settings.max_output_tokens,
+        )
         if isinstance(step, _Work):
             assert toolbox is not None  # work is only recognised when there is a toolbox
             conversation.extend(await _run_work(toolbox, step.calls))
@@ -128,9 +140,14 @@ def decide(
     toolbox: Toolbox | None,
     *,
     steps_left: int,
+    output_limit: int | None = None,
 ) -> Step:
     """What this step is: the round's decision, work to run, or a repair to ask for."""
     calls = response.tool_calls
+    if response.finish_reason == "length":
+        # The output limit cut the answer: whatever the calls carry is incomplete (a cut
+        # reply can even be valid JSON), so nothing of this step runs or reaches anyone.
+        return _cut_off(calls, controls, output_limit)
     if not calls:
         return _Repair([UserMessage(PROSE_NOTE)])
     by_name = {c.spec.name: c for c in controls}
@@ -173,6 +190,16 @@ async def _run_work(toolbox: Toolbox, calls: tuple[ToolCall, ...]) -> list[Model
         )
         for call in calls
     ]
+
+
+def _cut_off(
+    calls: Sequence[ToolCall], controls: Sequence[ControlTool], output_limit: int | None
+) -> _Repair:
+    limit = f" ({output_limit} tokens)" if output_limit else ""
+    note = CUT_OFF.format(limit=limit, controls=" or ".join(c.spec.name for c in controls))
+    if not calls:
+        return _Repair([UserMessage(f"<runtime>{note}</runtime>")])
+    return _Repair(_feedback(calls, dict.fromkeys((c.id for c in calls), note)))
 
 
 def _unknown_tool(call: ToolCall, known: Sequence[str]) -> str:

@@ -93,8 +93,11 @@ class MemoryPublisher:
 class MemoryAlerts:
     alerts: list[Exception] = field(default_factory=list)
 
-    async def credential_failure(self, task: Task, error: Exception) -> None:
+    delivered: bool = True
+
+    async def credential_failure(self, task: Task, error: Exception) -> bool:
         self.alerts.append(error)
+        return self.delivered
 
 
 @dataclass

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict
 from agent.core.delegation import Delegation, SubtaskRequest
 from agent.core.errors import ControlCallError
 from agent.core.ports import StoredMessage
+from agent.core.text import storable_text
 from agent.models.contract import ModelResponse, ToolCall, ToolResultMessage, Usage, UserMessage
 from agent.models.function_model import FunctionModel, tool_response
 from agent.rounds.control import Delegate, FinalReply, Reply, round_controls
@@ -251,9 +252,11 @@ def test_one_type_needs_no_any_of() -> None:
 
 @given(st.text().filter(str.strip))
 def test_any_non_blank_acknowledgment_is_kept(text: str) -> None:
-    """Whatever the model writes as acknowledgment reaches the Delegation, stripped."""
+    """Whatever the model writes as acknowledgment reaches the Delegation, stripped (and
+    storable: NUL and lone surrogates become U+FFFD)."""
     arguments = {"acknowledgment": text, "subtasks": [agent_subtask()]}
-    assert delegate().parse(call("delegate", arguments)).acknowledgment == text.strip()
+    acknowledgment = delegate().parse(call("delegate", arguments)).acknowledgment
+    assert acknowledgment == storable_text(text).strip()
 
 
 JSON = st.recursive(
@@ -272,3 +275,29 @@ def test_any_arguments_parse_or_are_rejected_for_the_model(arguments: dict[str, 
         assert isinstance(delegate().parse(call("delegate", arguments)), Delegation)
     except ControlCallError as exc:
         assert "Call delegate once" in str(exc)
+
+
+UNSTORABLE = st.text(alphabet=st.sampled_from(["a", " ", "\x00", "\ud800", "\udfff", "é", "👋"]))
+
+
+@given(text=UNSTORABLE.filter(str.strip))
+def test_a_reply_is_always_storable(text: str) -> None:
+    """NUL and lone surrogates in final_reply (JSON's \\u0000 and \\ud800 decode to them)
+    become U+FFFD: Postgres would refuse the reply, and the round would run again forever."""
+    raw = json.dumps({"text": text})
+    reply = FinalReply().parse(ToolCall.from_raw("c1", "final_reply", raw))
+    assert "\x00" not in reply.text and not any("\ud800" <= ch <= "\udfff" for ch in reply.text)
+    assert reply.text.count("\ufffd") >= text.count("\x00")
+
+
+def test_a_delegation_is_always_storable() -> None:
+    """The acknowledgment and every string in the params are cleaned the same way."""
+    raw = json.dumps(
+        {
+            "acknowledgment": "On it\x00",
+            "subtasks": [{"type": "agent", "params": {"instructions": "look \ud800 up\x00"}}],
+        }
+    )
+    decision = delegate().parse(ToolCall.from_raw("c1", "delegate", raw))
+    assert decision.acknowledgment == "On it\ufffd"
+    assert decision.subtasks[0].params == {"instructions": "look \ufffd up\ufffd"}

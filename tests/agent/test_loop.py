@@ -112,3 +112,46 @@ def test_requests_are_immutable_snapshots() -> None:
     """A request records the conversation as it was when asked."""
     request = ModelRequest((UserMessage("a"),))
     assert request.messages == (UserMessage("a"),)
+
+
+def cut(response: ModelResponse) -> ModelResponse:
+    """The same answer, as a provider reports it when the output limit cut it."""
+    return ModelResponse(
+        response.text, response.tool_calls, "length", response.usage, response.model
+    )
+
+
+async def test_an_answer_cut_by_the_output_limit_is_never_the_decision() -> None:
+    """A final_reply cut at the output limit is repaired with a request for a shorter one,
+    even when what arrived happens to parse."""
+    model = scripted(
+        cut(tool_response("final_reply", {"text": "The first half of a long ans"}, call_id="c1")),
+        tool_response("final_reply", {"text": "Short answer."}),
+    )
+    settings = RoundSettings(max_output_tokens=256)
+    assert await run_round(model, [UserMessage("hi")], CONTROLS, settings) == Reply("Short answer.")
+    feedback = model.requests[1].messages[-1]
+    assert isinstance(feedback, ToolResultMessage) and feedback.is_error
+    assert (
+        feedback.call_id == "c1" and "cut off at the output limit (256 tokens)" in feedback.content
+    )
+    assert "shorter answer" in feedback.content
+
+
+async def test_cut_prose_gets_the_same_note() -> None:
+    """Text cut before any tool call was made is told the same, as a runtime note."""
+    model = scripted(
+        cut(text_response("Let me expla")), tool_response("final_reply", {"text": "ok"})
+    )
+    assert await run_round(model, [UserMessage("hi")], CONTROLS) == Reply("ok")
+    note = model.requests[1].messages[-1]
+    assert isinstance(note, UserMessage) and "cut off at the output limit" in note.text
+
+
+async def test_cut_answers_count_as_repairs() -> None:
+    """A model that is cut every time fails the round after the repair bound."""
+    answer = cut(tool_response("final_reply", {"text": "x"}))
+    model = FunctionModel(lambda request: answer)
+    with pytest.raises(RoundFailed):
+        await run_round(model, [UserMessage("hi")], CONTROLS, RoundSettings(max_repairs=2))
+    assert len(model.requests) == 3

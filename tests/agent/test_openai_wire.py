@@ -97,6 +97,30 @@ def test_max_completion_tokens_in_options_replaces_max_tokens() -> None:
 
 
 @pytest.mark.parametrize(
+    ("model", "field"),
+    [
+        ("o1", "max_completion_tokens"),
+        ("o3-mini", "max_completion_tokens"),
+        ("o4-mini-2025-04-16", "max_completion_tokens"),
+        ("gpt-5", "max_completion_tokens"),
+        ("gpt-5-mini", "max_completion_tokens"),
+        ("openai/o3-mini", "max_completion_tokens"),
+        ("gpt-4.1-mini", "max_tokens"),
+        ("gpt-4o", "max_tokens"),
+        ("llama3.1:8b", "max_tokens"),
+        ("qwen/qwen3-32b", "max_tokens"),
+        ("mistral-large-2411", "max_tokens"),
+    ],
+)
+def test_the_output_limit_uses_the_field_the_model_family_takes(model: str, field: str) -> None:
+    """OpenAI's reasoning models get max_completion_tokens (they refuse max_tokens); every
+    other model gets max_tokens, the field all OpenAI-compatible servers accept."""
+    body = build_body(ModelRequest((UserMessage("x"),), max_output_tokens=64), model, stream=False)
+    other = {"max_tokens", "max_completion_tokens"} - {field}
+    assert body[field] == 64 and not other & body.keys()
+
+
+@pytest.mark.parametrize(
     ("wire", "ours"),
     [
         ("stop", "stop"),

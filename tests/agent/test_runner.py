@@ -14,9 +14,9 @@ from agent.core.errors import (
     SubtaskFailed,
 )
 from agent.core.ports import StoredMessage, Task
+from agent.durable.notices import DEFAULT_NOTICES, FailureNotices
 from agent.durable.runner import (
     DEFAULT_RUNNER,
-    FAILURE_NOTICE,
     INTERNAL_ERROR,
     TIMED_OUT,
     RunnerSettings,
@@ -153,6 +153,30 @@ async def test_the_final_round_gets_final_and_own_acks_are_not_history() -> None
     assert [m.id for m in agent.rounds[1].window] == [TASK.user_message_id]
 
 
+async def test_a_window_cut_after_a_reply_starts_with_a_turn() -> None:
+    """When the budget keeps an earlier reply but not the question it answered, the window
+    starts at the next person's turn: a model is never shown a conversation that opens
+    with its own message."""
+    agent = Agent(lambda r: Reply("ok"))
+    rig = Rig(agent, RunnerSettings(history_chars=len(TURN.text) + 40))
+    earlier = "T1:C1:0.5"
+    rig.history.messages[:0] = [
+        (
+            earlier,
+            StoredMessage(f"task:{earlier}:user", TASK.session_id, "user", "turn", "q" * 500),
+        ),
+        (
+            earlier,
+            StoredMessage(
+                f"task:{earlier}:reply", TASK.session_id, "assistant", "reply", "an answer"
+            ),
+        ),
+    ]
+    await rig.runner.run_task(TASK)
+    [round_input] = agent.rounds
+    assert [m.id for m in round_input.window] == [TASK.user_message_id]
+
+
 async def test_failing_and_timed_out_subtasks_are_reported_to_the_model() -> None:
     """A subtask that raises or runs out of time ends failed / timed_out with a message."""
 
@@ -203,16 +227,38 @@ async def test_credential_refusal_alerts_the_operator_and_tells_the_user() -> No
     rig = Rig(Agent(raising(error)))
     await rig.runner.run_task(TASK)
     assert rig.alerts.alerts == [error]
-    assert (
-        rig.publisher.posts == [(TASK.failure_id, FAILURE_NOTICE)] and TASK.id in rig.queue.failed
+    assert rig.publisher.posts == [(TASK.failure_id, DEFAULT_NOTICES.credential)]
+    assert "operators have been alerted" in DEFAULT_NOTICES.credential
+    assert TASK.id in rig.queue.failed
+
+
+async def test_a_notice_never_claims_an_alert_that_was_not_sent() -> None:
+    """When no operator could be told (no channel, or the post failed), the user is asked
+    to tell the people who run the bot instead."""
+    error = CredentialRejected("refused", source="provider", route=Route("openai", "m", 0))
+    rig = Rig(Agent(raising(error)))
+    rig.alerts.delivered = False
+    await rig.runner.run_task(TASK)
+    [(_, notice)] = rig.publisher.posts
+    assert notice == DEFAULT_NOTICES.credential_unalerted and "alerted" not in notice
+
+
+async def test_one_configured_notice_replaces_every_kind() -> None:
+    """THREADGATE_FAILURE_NOTICE, when set, is what every failed task says."""
+    rig = Rig(
+        Agent(raising(NonTransientModelError("400"))),
+        RunnerSettings(notices=FailureNotices(override="Nope.")),
     )
+    await rig.runner.run_task(TASK)
+    assert rig.publisher.posts == [(TASK.failure_id, "Nope.")]
 
 
 async def test_other_model_failures_tell_the_user_without_internals() -> None:
     """A non-transient failure posts the configured notice, not the error text."""
     rig = Rig(Agent(raising(NonTransientModelError("400 bad request: secret details"))))
     await rig.runner.run_task(TASK)
-    assert rig.publisher.posts == [(TASK.failure_id, FAILURE_NOTICE)] and not rig.alerts.alerts
+    assert rig.publisher.posts == [(TASK.failure_id, DEFAULT_NOTICES.error)]
+    assert not rig.alerts.alerts and "operators" not in DEFAULT_NOTICES.error
 
 
 async def test_unexpected_errors_are_retried_with_backoff() -> None:

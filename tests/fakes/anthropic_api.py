@@ -36,6 +36,7 @@ from tests.fakes.openai_api import (
     LoopbackServer,
     RawReply,
     RecordedRequest,
+    Reply,
     StreamReply,
 )
 
@@ -157,8 +158,18 @@ def reply_with_tool(
 
 
 class AnthropicServer(LoopbackServer):
-    """The Anthropic fake; `url` is `http://127.0.0.1:PORT` (requests go to /v1/messages)."""
+    """The Anthropic fake; `url` is `http://127.0.0.1:PORT` (requests go to /v1/messages).
+
+    Like the real API it refuses, with a 400, a conversation whose first message is not
+    the user's, before any scripted reply is used.
+    """
 
     async def __aenter__(self) -> AnthropicServer:
         await super().__aenter__()
         return self
+
+    def _next_reply(self, seen: RecordedRequest) -> Reply:
+        messages = seen.body.get("messages") if isinstance(seen.body, dict) else None
+        if messages and messages[0].get("role") != "user":
+            return error_reply(400, message='messages: first message must use the "user" role')
+        return super()._next_reply(seen)

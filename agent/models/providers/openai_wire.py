@@ -7,6 +7,7 @@ into `StreamEvent`s. Vendor JSON is validated with pydantic here, at the trust b
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -46,20 +47,28 @@ _FINISH_REASONS: dict[str, FinishReason] = {
 }
 
 
+# OpenAI's reasoning models (o1, o3, o4-mini, gpt-5…) refuse `max_tokens` with a 400 and
+# take `max_completion_tokens`; every other OpenAI-compatible server (vLLM, Ollama, LiteLLM)
+# and OpenAI's other models take `max_tokens`. The name decides, with or without a vendor
+# prefix (OpenRouter's `openai/o3-mini`); provider_options can still name either one.
+_REASONING_MODEL = re.compile(r"(?:^|/)(?:o\d|gpt-5)")
+
+
+def output_limit_parameter(model: str) -> str:
+    """The body field that bounds `model`'s output tokens."""
+    return "max_completion_tokens" if _REASONING_MODEL.search(model) else "max_tokens"
+
+
 def build_body(request: ModelRequest, model: str, *, stream: bool) -> dict[str, Any]:
     """The JSON body for `POST {base_url}/chat/completions`."""
     body: dict[str, Any] = {"model": model, "messages": [_message(m) for m in request.messages]}
     if request.tools:
         body["tools"] = [_tool(t) for t in request.tools]
         body["tool_choice"] = _tool_choice(request.tool_choice)
-    # `max_tokens`, not `max_completion_tokens`: every OpenAI-compatible server (vLLM, Ollama,
-    # LiteLLM, OpenRouter) accepts it, and OpenAI still does for non-reasoning models. For
-    # o-series models pass `max_completion_tokens` in provider_options; then we send only that.
-    if (
-        request.max_output_tokens is not None
-        and "max_completion_tokens" not in request.provider_options
+    if request.max_output_tokens is not None and not (
+        {"max_tokens", "max_completion_tokens"} & request.provider_options.keys()
     ):
-        body["max_tokens"] = request.max_output_tokens
+        body[output_limit_parameter(model)] = request.max_output_tokens
     if request.temperature is not None:
         body["temperature"] = request.temperature
     if request.stop:

@@ -1,0 +1,57 @@
+"""What the user reads in the thread when their message could not be answered.
+
+A notice says what happened, in words a person in the channel can act on, and never
+claims more than is true: "the operators have been alerted" only when an alert was
+actually sent (or one for the same failure was sent within the alert window). The kinds:
+
+    credential   a credential on the path to the model was refused, or the quota is spent
+    unavailable  every model stayed down past the bound on deferrals: try again later
+    time_limit   the task ran out of its time
+    error        anything else (a model that never answered properly, a bug)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, TypeAlias
+
+FailureKind: TypeAlias = Literal["credential", "unavailable", "time_limit", "error"]
+
+
+@dataclass(frozen=True, slots=True)
+class FailureNotices:
+    """The notice per kind of failure; `override` (one text for every kind) wins when set."""
+
+    credential: str = (
+        "Sorry, I couldn't answer this message: the AI service refused this bot's "
+        "credentials. The operators have been alerted."
+    )
+    credential_unalerted: str = (
+        "Sorry, I couldn't answer this message: the AI service refused this bot's "
+        "credentials. Please tell the people who run this bot."
+    )
+    unavailable: str = (
+        "Sorry, I couldn't answer this message: the AI models are unavailable right now. "
+        "Please try again in a while."
+    )
+    time_limit: str = (
+        "Sorry, I couldn't answer this message within its time limit. Please try again, "
+        "perhaps with a narrower question."
+    )
+    error: str = "Sorry, something went wrong and I couldn't answer this message."
+    override: str | None = None
+
+    def text(self, kind: FailureKind, *, alerted: bool = False) -> str:
+        if self.override:
+            return self.override
+        if kind == "credential":
+            return self.credential if alerted else self.credential_unalerted
+        texts: dict[FailureKind, str] = {
+            "unavailable": self.unavailable,
+            "time_limit": self.time_limit,
+            "error": self.error,
+        }
+        return texts[kind]
+
+
+DEFAULT_NOTICES = FailureNotices()
