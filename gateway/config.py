@@ -67,6 +67,8 @@ class Settings(BaseSettings):
     threadgate_model_timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = DEFAULT_MODEL_TIMEOUT
     threadgate_model_attempts: Annotated[int, Field(ge=1, le=10)] = 3
     threadgate_max_output_tokens: Annotated[int, Field(ge=64, le=200_000)] = 4096
+    threadgate_max_deferrals: Annotated[int, Field(ge=1, le=1000)] = 10
+    threadgate_max_deferral_seconds: Annotated[float, Field(gt=0, le=7 * 24 * 3600)] = 1800.0
     threadgate_status_refresh_seconds: Annotated[float, Field(gt=0, le=110)] = 90.0
     threadgate_alert_window_seconds: Annotated[float, Field(ge=0)] = 900.0
 

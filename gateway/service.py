@@ -129,6 +129,8 @@ def build_runner(
             history_chars=settings.threadgate_history_chars,
             max_rounds=settings.threadgate_max_rounds,
             subtask_timeout_seconds=settings.threadgate_subtask_timeout_seconds,
+            max_deferrals=settings.threadgate_max_deferrals,
+            max_deferral_seconds=settings.threadgate_max_deferral_seconds,
             notices=FailureNotices(override=settings.threadgate_failure_notice),
         ),
         observer=metrics,

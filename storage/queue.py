@@ -46,7 +46,7 @@ WITH candidate AS (
 UPDATE tasks SET state = 'running', attempts = tasks.attempts + 1,
        lease_pid = $1, lease_backend = $2, lease_expires = now() + make_interval(secs => $3)
 FROM candidate WHERE tasks.id = candidate.id
-RETURNING tasks.id, tasks.session_id, tasks.address, tasks.attempts
+RETURNING tasks.id, tasks.session_id, tasks.address, tasks.attempts, tasks.created_at
 """
 
 _HEARTBEAT = """
@@ -73,7 +73,9 @@ def task_from_row(row: asyncpg.Record) -> Task:
     address = row["address"]
     if isinstance(address, str):
         address = json.loads(address)
-    return Task(row["id"], row["session_id"], address, row["attempts"])
+    # Subtask claims return the task without its creation time: nothing there needs it.
+    created = row.get("created_at")
+    return Task(row["id"], row["session_id"], address, row["attempts"], created)
 
 
 class PostgresTaskQueue:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Literal, Protocol, TypeAlias
 
 from agent.core import ids
@@ -28,6 +29,7 @@ class Task:
     session_id: str
     address: Mapping[str, str]
     attempts: int = 1
+    created_at: datetime | None = None  # when the message was admitted; None if unknown
 
     @property
     def user_message_id(self) -> str:

@@ -10,7 +10,10 @@ round decided is stored before anything is published:
 - a re-run that finds either one stored goes on from there instead of asking the model.
 
 How a task ends otherwise:
-- every model slot transiently down (`ModelsUnavailable`): queued again for later;
+- every model slot transiently down (`ModelsUnavailable`): queued again for later, at most
+  `max_deferrals` times and `max_deferral_seconds` after the message arrived (a server's
+  `Retry-After` that reaches past that ends it at once); then the user is told the models
+  are unavailable and the thread is free for its next message;
 - a credential or quota refused: the operator is alerted, the user told, the task failed;
 - any other agent failure: the user is told, the task failed;
 - an unexpected error (Slack down, a bug): retried with backoff, failed after a bound.
@@ -22,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -39,10 +43,13 @@ from agent.core.ports import AlertSink, History, Publisher, StoredMessage, Task,
 from agent.durable.background import stop_task
 from agent.durable.notices import DEFAULT_NOTICES, FailureKind, FailureNotices
 from agent.rounds.control import Decision, Reply
+from agent.rounds.tools import Clock, utc_now
 
 log = logging.getLogger(__name__)
 
+
 TIMED_OUT = "The subtask did not finish within its time limit."
+_FOREVER = 365 * 24 * 3600.0  # longer than any deferral bound, and a valid interval
 INTERNAL_ERROR = "The subtask failed with an internal error."
 REFUSED = "The subtask could not reach the model: a credential was refused."
 
@@ -87,6 +94,8 @@ class RunnerSettings:
     max_attempts: int = 5
     retry_base_seconds: float = 2.0
     retry_max_seconds: float = 300.0
+    max_deferrals: int = 10
+    max_deferral_seconds: float = 1800.0
     notices: FailureNotices = DEFAULT_NOTICES
 
 
@@ -105,8 +114,10 @@ class TaskRunner:
         respond: Responder,
         settings: RunnerSettings = DEFAULT_RUNNER,
         observer: RunnerObserver | None = None,
+        clock: Clock = utc_now,
     ) -> None:
         self._observer = observer or _Unobserved()
+        self._clock = clock
         self._queue = queue
         self._delegations = delegations
         self._history = history
@@ -161,9 +172,7 @@ class TaskRunner:
                 async with self._publisher.working(task):
                     await self._advance(task)
             except ModelsUnavailable as exc:
-                self._observer.task_settled("deferred")
-                delay = exc.retry_after or self._backoff(task.attempts)
-                await self._queue.retry_later(task, delay, str(exc))
+                await self._defer(task, exc)
             except (CredentialRejected, QuotaExhausted) as exc:
                 self._observer.task_settled("credential")
                 alerted = await self._alerts.credential_failure(task, exc)
@@ -213,6 +222,18 @@ class TaskRunner:
             task, number, decision, timeout_seconds=self._settings.subtask_timeout_seconds
         )
         await self._wait_for(task, number, stored)
+
+    async def _defer(self, task: Task, error: ModelsUnavailable) -> None:
+        """Queue the task again for when a model may be back, within the bounds; past
+        them, tell the user and free the thread."""
+        delay = self._delay(task.attempts, error.retry_after)
+        s = self._settings
+        waited = (self._clock() - task.created_at).total_seconds() if task.created_at else 0.0
+        if task.attempts >= s.max_deferrals or waited + delay > s.max_deferral_seconds:
+            self._observer.task_settled("unavailable")
+            return await self._give_up(task, error, "unavailable")
+        self._observer.task_settled("deferred")
+        await self._queue.retry_later(task, delay, str(error))
 
     async def _window(self, task: Task) -> list[StoredMessage]:
         s = self._settings
@@ -269,7 +290,10 @@ class TaskRunner:
             try:
                 state, text = await self._subtask_outcome(subtask, task)
             except ModelsUnavailable as exc:
-                delay = exc.retry_after or self._backoff(subtask.attempts)
+                # Bounded by the subtask's own deadline: an overdue subtask times out.
+                delay = min(
+                    self._delay(subtask.attempts, exc.retry_after), self._settings.retry_max_seconds
+                )
                 return await self._delegations.retry_subtask_later(subtask, delay)
             await self._delegations.settle_subtask(subtask, state, text)
             self._observer.subtask_settled(state)
@@ -296,6 +320,14 @@ class TaskRunner:
     def _backoff(self, attempts: int) -> float:
         s = self._settings
         return float(min(s.retry_max_seconds, s.retry_base_seconds * 2 ** (attempts - 1)))
+
+    def _delay(self, attempts: int, retry_after: float | None) -> float:
+        """The server's `Retry-After` when it is a sane number of seconds, else backoff.
+        Not clamped here: a delay past the deferral bound ends the task instead. Infinite,
+        NaN or absurd values (`1e303` overflows Postgres's interval) count as "not soon"."""
+        if retry_after is None or retry_after < 0 or math.isnan(retry_after):
+            return self._backoff(attempts)
+        return min(retry_after, _FOREVER)
 
     @contextlib.asynccontextmanager
     async def _heartbeat(

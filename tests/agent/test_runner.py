@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import math
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+import pytest
 
 from agent.core.delegation import Delegation, RoundInput, Subtask, SubtaskRequest
 from agent.core.errors import (
@@ -217,6 +222,68 @@ async def test_models_unavailable_requeues_the_task() -> None:
     rig = Rig(Agent(raising(ModelsUnavailable("all busy", retry_after=12.0))))
     await rig.runner.run_task(TASK)
     assert rig.queue.retried == {TASK.id: 12.0} and not rig.queue.failed and not rig.publisher.posts
+
+
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+
+
+def clocked(agent: Agent, settings: RunnerSettings = DEFAULT_RUNNER) -> Rig:
+    rig = Rig(agent, settings)
+    rig.runner = TaskRunner(
+        queue=rig.queue,
+        delegations=rig.delegations,
+        history=rig.history,
+        publisher=rig.publisher,
+        alerts=rig.alerts,
+        respond=agent,
+        settings=settings,
+        clock=lambda: NOW,
+    )
+    return rig
+
+
+def aged(seconds: float, attempts: int = 1) -> Task:
+    return dataclasses.replace(TASK, attempts=attempts, created_at=NOW - timedelta(seconds=seconds))
+
+
+async def test_deferrals_end_after_their_count_with_one_notice() -> None:
+    """The max_deferrals-th claim that finds every model down tells the user the models are
+    unavailable and fails the task, which frees the thread."""
+    settings = RunnerSettings(max_deferrals=3)
+    rig = clocked(Agent(raising(ModelsUnavailable("all busy", retry_after=1.0))), settings)
+    await rig.runner.run_task(aged(10, attempts=2))
+    assert rig.queue.retried == {TASK.id: 1.0} and not rig.publisher.posts
+    await rig.runner.run_task(aged(11, attempts=3))
+    assert rig.publisher.posts == [(TASK.failure_id, DEFAULT_NOTICES.unavailable)]
+    assert TASK.id in rig.queue.failed
+
+
+async def test_deferrals_end_after_their_time() -> None:
+    """A deferral that would end past max_deferral_seconds after the message arrived is
+    not made: the user is told now."""
+    settings = RunnerSettings(max_deferral_seconds=600)
+    rig = clocked(Agent(raising(ModelsUnavailable("all busy", retry_after=30.0))), settings)
+    await rig.runner.run_task(aged(580))
+    assert rig.publisher.posts == [(TASK.failure_id, DEFAULT_NOTICES.unavailable)]
+    assert not rig.queue.retried
+
+
+@pytest.mark.parametrize("retry_after", [86_400.0, 1e303, math.inf])
+async def test_a_retry_after_past_the_bound_ends_the_task_at_once(retry_after: float) -> None:
+    """`Retry-After: 86400` does not park a thread for a day, and 1e303 (which overflows
+    Postgres's interval) does not loop: the user is told at once."""
+    rig = clocked(Agent(raising(ModelsUnavailable("down", retry_after=retry_after))))
+    await rig.runner.run_task(aged(0))
+    assert rig.publisher.posts == [(TASK.failure_id, DEFAULT_NOTICES.unavailable)]
+    assert not rig.queue.retried
+
+
+async def test_a_nonsense_retry_after_falls_back_to_backoff() -> None:
+    """A negative or NaN Retry-After is ignored in favour of the runner's own backoff."""
+    for retry_after in (-5.0, math.nan):
+        rig = clocked(Agent(raising(ModelsUnavailable("down", retry_after=retry_after))))
+        await rig.runner.run_task(aged(0))
+        assert rig.queue.retried == {TASK.id: 2.0}
 
 
 async def test_credential_refusal_alerts_the_operator_and_tells_the_user() -> None:
