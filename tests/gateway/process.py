@@ -1,4 +1,8 @@
-"""Running `threadgate` as a real child process, for tests that crash or configure it."""
+"""Running `threadgate` as a real child process, for tests that crash or configure it.
+
+A child is hermetic like the test process: its environment is only what the test gives
+it (plus what Python needs), and its working directory is the test's own temporary one.
+"""
 
 from __future__ import annotations
 
@@ -15,9 +19,19 @@ _LISTENING = re.compile(rb"listening on http://[^:]+:(\d+)/|Socket Mode \(health
 
 
 def child_env(settings: Mapping[str, str]) -> dict[str, str]:
-    """Only what the child needs: no developer `.env`, no stray THREADGATE_* or SLACK_*."""
+    """Only what the child needs: no stray THREADGATE_* or SLACK_*."""
     keep = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
     return {**keep, "THREADGATE_LOG_LEVEL": "INFO", **settings}
+
+
+def child_cwd(cwd: Path, *, dotenv: bool = False) -> Path:
+    """`cwd`, checked: `threadgate` reads the `.env` of its working directory (as it does in
+    production), so a child may only start where none is, unless the test wrote it there
+    (`dotenv=True`). Tests pass their `tmp_path`; this catches one that passes, say, the
+    repository root, where a developer keeps theirs."""
+    if not dotenv and (cwd / ".env").exists():
+        raise AssertionError(f"{cwd / '.env'} would configure the child: start it elsewhere")
+    return cwd
 
 
 class GatewayProcess:
@@ -25,7 +39,7 @@ class GatewayProcess:
 
     def __init__(self, env: Mapping[str, str], cwd: Path) -> None:
         self._env = child_env(env)
-        self._cwd = cwd
+        self._cwd = child_cwd(cwd)
         self.proc: asyncio.subprocess.Process | None = None
         self.port = 0
         self.log = bytearray()
@@ -83,10 +97,15 @@ class GatewayProcess:
 
 
 async def run_cli(
-    args: list[str], env: Mapping[str, str], cwd: Path, deadline: float = 60
+    args: list[str],
+    env: Mapping[str, str],
+    cwd: Path,
+    deadline: float = 60,
+    *,
+    dotenv: bool = False,
 ) -> tuple[int, str]:
     """Run `threadgate ARGS` to completion; return its exit status and stderr."""
-    status, _, err = await run_cli_output(args, env, cwd, deadline=deadline)
+    status, _, err = await run_cli_output(args, env, cwd, deadline=deadline, dotenv=dotenv)
     return status, err
 
 
@@ -97,17 +116,19 @@ async def run_cli_output(
     *,
     stdin: bytes | None = None,
     deadline: float = 60,
+    dotenv: bool = False,
 ) -> tuple[int, str, str]:
     """Run `threadgate ARGS` with `stdin` piped in (then closed, as an EOF) to completion;
     return its exit status, stdout and stderr. A child still running at the deadline is
-    killed, so a hang fails the test instead of leaking a process."""
+    killed, so a hang fails the test instead of leaking a process. `dotenv=True`: the test
+    put a `.env` in `cwd` on purpose, for the child to read."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "gateway.cli",
         *args,
         env=child_env(env),
-        cwd=cwd,
+        cwd=child_cwd(cwd, dotenv=dotenv),
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,

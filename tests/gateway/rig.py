@@ -8,7 +8,8 @@ With `socket_mode=True` the gateway gets an app token instead of a signing secre
 takes its events from the loopback Socket Mode server (`rig.sockets`); `start_gateway`
 adds more gateways (replicas, in either mode) on the same fakes, stopped with the rig.
 
-Its settings come from the rig and the environment, never from a `.env` (`rig_settings`).
+Its settings are the rig's and nothing else: no `.env` is read (`rig_settings`), and the
+conftest has removed the shell's gateway variables from the environment (`tests.hermetic`).
 """
 
 from __future__ import annotations
