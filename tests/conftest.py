@@ -1,7 +1,9 @@
 """Fixtures shared by the whole suite: a real Postgres, one fresh database per module.
 
 And what makes the suite hermetic, set up before any test is collected: the shell's
-gateway settings are removed from the environment (`tests.hermetic`).
+gateway settings are removed from the environment (`tests.hermetic`), and every socket may
+reach loopback and Unix sockets only (`tests.netguard`; gateway children get the same guard
+through `child_env`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import pytest
 
 from storage.database import Database
 from tests import hermetic
+from tests.netguard import loopback_guard
 from tests.pg import create_database, server_dsn
 
 _scrubbed: list[str] = []
@@ -21,8 +24,9 @@ _scrubbed: list[str] = []
 
 def pytest_configure(config: pytest.Config) -> None:
     """Before collection: test modules and the embedded Postgres see the scrubbed
-    environment."""
+    environment, and the first connection anyone makes is already guarded."""
     _scrubbed[:] = hermetic.scrub(os.environ)
+    loopback_guard.install()
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:

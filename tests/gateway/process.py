@@ -1,7 +1,8 @@
 """Running `threadgate` as a real child process, for tests that crash or configure it.
 
 A child is hermetic like the test process: its environment is only what the test gives
-it (plus what Python needs), and its working directory is the test's own temporary one.
+it (plus what Python needs), its working directory is the test's own temporary directory,
+and it runs under the loopback-only socket guard (`tests/netguard`).
 """
 
 from __future__ import annotations
@@ -14,14 +15,20 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+# First on every child's PYTHONPATH: its `sitecustomize.py` installs the socket guard.
+NETGUARD = Path(__file__).resolve().parent.parent / "netguard"
+
 # HTTP mode announces its events URL; Socket Mode its health port once connected.
 _LISTENING = re.compile(rb"listening on http://[^:]+:(\d+)/|Socket Mode \(health on port (\d+)\)")
 
 
 def child_env(settings: Mapping[str, str]) -> dict[str, str]:
-    """Only what the child needs: no stray THREADGATE_* or SLACK_*."""
+    """Only what the child needs: no stray THREADGATE_* or SLACK_*, and the socket guard."""
     keep = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
-    return {**keep, "THREADGATE_LOG_LEVEL": "INFO", **settings}
+    # The parent's own PYTHONPATH is not passed on: the child finds threadgate through its
+    # installation, like a deployed one, and nothing else may come before the guard.
+    guard = {"PYTHONPATH": str(NETGUARD)}
+    return {**keep, "THREADGATE_LOG_LEVEL": "INFO", **settings, **guard}
 
 
 def child_cwd(cwd: Path, *, dotenv: bool = False) -> Path:
