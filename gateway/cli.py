@@ -29,7 +29,8 @@ log = logging.getLogger("threadgate")
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
-        settings = load_settings()
+        # The `.env` of the working directory, as documented; only the command line reads one.
+        settings = load_settings(env_file=".env")
         configure_logging(settings.threadgate_log_level, settings.threadgate_log_format)
         return int(asyncio.run(args.command(settings, args)) or 0)
     except ConfigError as exc:

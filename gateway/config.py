@@ -4,6 +4,10 @@ Everything else takes explicit arguments. A missing or malformed setting becomes
 `ConfigError` whose message is one sentence naming the variable and what to put there;
 the CLI prints that sentence and exits, never a traceback. Secret values are `SecretStr`
 and are never echoed back, not even in an error about them.
+
+Which `.env`, if any, is the caller's choice: the `threadgate` command passes the one in
+its working directory; everything else (the tests above all) passes none, so a developer's
+local file cannot configure a gateway that did not ask for it.
 """
 
 from __future__ import annotations
@@ -30,7 +34,8 @@ _HINTS = {
 class Settings(BaseSettings):
     """Every setting threadgate reads, by its environment variable name."""
 
-    model_config = SettingsConfigDict(env_file=".env", extra="ignore", case_sensitive=False)
+    # No `env_file` here: reading one is `load_settings`'s explicit parameter, not a default.
+    model_config = SettingsConfigDict(extra="ignore", case_sensitive=False)
 
     slack_bot_token: SecretStr | None = None
     slack_signing_secret: SecretStr | None = None
@@ -116,10 +121,14 @@ class Settings(BaseSettings):
         self.require("THREADGATE_MODEL")
 
 
-def load_settings(**overrides: object) -> Settings:
-    """Read the environment once; malformed values become one-sentence ConfigErrors."""
+def load_settings(*, env_file: Path | str | None = None, **overrides: object) -> Settings:
+    """Read the environment once, and `env_file` if one is given and exists (a variable set
+    in the environment wins over the file); malformed values become one-sentence
+    ConfigErrors."""
     try:
-        return Settings(**overrides)  # type: ignore[arg-type]
+        # `_env_file` is pydantic-settings' per-call choice of file (None: none); mypy sees
+        # only the fields in the synthesized signature.
+        return Settings(_env_file=env_file, **overrides)  # type: ignore[arg-type, call-arg]
     except ValidationError as exc:
         raise ConfigError(describe(exc)) from None
 

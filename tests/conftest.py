@@ -1,14 +1,38 @@
-"""Fixtures shared by the whole suite: a real Postgres, one fresh database per module."""
+"""Fixtures shared by the whole suite: a real Postgres, one fresh database per module.
+
+And what makes the suite hermetic, set up before any test is collected: the shell's
+gateway settings are removed from the environment (`tests.hermetic`), and every socket may
+reach loopback and Unix sockets only (`tests.netguard`; gateway children get the same guard
+through `child_env`).
+"""
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from storage.database import Database
+from tests import hermetic
+from tests.netguard import loopback_guard
 from tests.pg import create_database, server_dsn
+
+_scrubbed: list[str] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Before collection: test modules and the embedded Postgres see the scrubbed
+    environment, and the first connection anyone makes is already guarded."""
+    _scrubbed[:] = hermetic.scrub(os.environ)
+    loopback_guard.install()
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    # Names only: the values may be real secrets.
+    return f"removed from the environment: {', '.join(_scrubbed)}" if _scrubbed else None
+
 
 # Outside pytest's numbered temporary directories: those are pruned by later runs, even
 # while an earlier run's server still has its data there. Several runs share the server

@@ -1,4 +1,9 @@
-"""Running `threadgate` as a real child process, for tests that crash or configure it."""
+"""Running `threadgate` as a real child process, for tests that crash or configure it.
+
+A child is hermetic like the test process: its environment is only what the test gives
+it (plus what Python needs), its working directory is the test's own temporary directory,
+and it runs under the loopback-only socket guard (`tests/netguard`).
+"""
 
 from __future__ import annotations
 
@@ -10,14 +15,30 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+# First on every child's PYTHONPATH: its `sitecustomize.py` installs the socket guard.
+NETGUARD = Path(__file__).resolve().parent.parent / "netguard"
+
 # HTTP mode announces its events URL; Socket Mode its health port once connected.
 _LISTENING = re.compile(rb"listening on http://[^:]+:(\d+)/|Socket Mode \(health on port (\d+)\)")
 
 
 def child_env(settings: Mapping[str, str]) -> dict[str, str]:
-    """Only what the child needs: no developer `.env`, no stray THREADGATE_* or SLACK_*."""
+    """Only what the child needs: no stray THREADGATE_* or SLACK_*, and the socket guard."""
     keep = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
-    return {**keep, "THREADGATE_LOG_LEVEL": "INFO", **settings}
+    # The parent's own PYTHONPATH is not passed on: the child finds threadgate through its
+    # installation, like a deployed one, and nothing else may come before the guard.
+    guard = {"PYTHONPATH": str(NETGUARD)}
+    return {**keep, "THREADGATE_LOG_LEVEL": "INFO", **settings, **guard}
+
+
+def child_cwd(cwd: Path, *, dotenv: bool = False) -> Path:
+    """`cwd`, checked: `threadgate` reads the `.env` of its working directory (as it does in
+    production), so a child may only start where none is, unless the test wrote it there
+    (`dotenv=True`). Tests pass their `tmp_path`; this catches one that passes, say, the
+    repository root, where a developer keeps theirs."""
+    if not dotenv and (cwd / ".env").exists():
+        raise AssertionError(f"{cwd / '.env'} would configure the child: start it elsewhere")
+    return cwd
 
 
 class GatewayProcess:
@@ -25,7 +46,7 @@ class GatewayProcess:
 
     def __init__(self, env: Mapping[str, str], cwd: Path) -> None:
         self._env = child_env(env)
-        self._cwd = cwd
+        self._cwd = child_cwd(cwd)
         self.proc: asyncio.subprocess.Process | None = None
         self.port = 0
         self.log = bytearray()
@@ -83,10 +104,15 @@ class GatewayProcess:
 
 
 async def run_cli(
-    args: list[str], env: Mapping[str, str], cwd: Path, deadline: float = 60
+    args: list[str],
+    env: Mapping[str, str],
+    cwd: Path,
+    deadline: float = 60,
+    *,
+    dotenv: bool = False,
 ) -> tuple[int, str]:
     """Run `threadgate ARGS` to completion; return its exit status and stderr."""
-    status, _, err = await run_cli_output(args, env, cwd, deadline=deadline)
+    status, _, err = await run_cli_output(args, env, cwd, deadline=deadline, dotenv=dotenv)
     return status, err
 
 
@@ -97,17 +123,19 @@ async def run_cli_output(
     *,
     stdin: bytes | None = None,
     deadline: float = 60,
+    dotenv: bool = False,
 ) -> tuple[int, str, str]:
     """Run `threadgate ARGS` with `stdin` piped in (then closed, as an EOF) to completion;
     return its exit status, stdout and stderr. A child still running at the deadline is
-    killed, so a hang fails the test instead of leaking a process."""
+    killed, so a hang fails the test instead of leaking a process. `dotenv=True`: the test
+    put a `.env` in `cwd` on purpose, for the child to read."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "gateway.cli",
         *args,
         env=child_env(env),
-        cwd=cwd,
+        cwd=child_cwd(cwd, dotenv=dotenv),
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,

@@ -7,6 +7,9 @@ from the fake Slack's record and the database.
 With `socket_mode=True` the gateway gets an app token instead of a signing secret and
 takes its events from the loopback Socket Mode server (`rig.sockets`); `start_gateway`
 adds more gateways (replicas, in either mode) on the same fakes, stopped with the rig.
+
+Its settings are the rig's and nothing else: no `.env` is read (`rig_settings`), and the
+conftest has removed the shell's gateway variables from the environment (`tests.hermetic`).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Any
 
 import aiohttp
 
-from gateway.config import load_settings
+from gateway.config import Settings, load_settings
 from gateway.service import Gateway
 from storage.database import Database
 from tests.fakes.openai_api import OpenAIServer, RecordedRequest, Reply, reply_with_tool
@@ -52,6 +55,14 @@ def gateway_env(slack: FakeSlack, model: OpenAIServer, database_url: str) -> dic
         "OPENAI_BASE_URL": model.url,
         "THREADGATE_OPERATOR_CHANNEL": "COPS",
     }
+
+
+def rig_settings(env: Mapping[str, str]) -> Settings:
+    """Settings for an in-process gateway from `env` (variable names as keys).
+
+    `env_file=None` on purpose: the working directory of a test run is the repository,
+    where a developer's `.env` for `make run` lives."""
+    return load_settings(env_file=None, **{k.lower(): v for k, v in env.items()})
 
 
 def socket_mode_env(env: Mapping[str, str]) -> dict[str, str]:
@@ -108,7 +119,7 @@ class Rig:
         env = {**gateway_env(self.slack, self.model, database_url), **self.overrides, **overrides}
         if socket_mode:
             env = socket_mode_env(env)
-        gateway = Gateway(load_settings(**{k.lower(): v for k, v in env.items()}))
+        gateway = Gateway(rig_settings(env))
         try:
             await gateway.start("127.0.0.1", 0)
         except BaseException:
