@@ -37,7 +37,8 @@ from agent.models.contract import (
     Usage,
     UserMessage,
 )
-from agent.models.providers.sse import ServerSentEvent, StreamFailed
+from agent.models.providers.classify import StreamFailed
+from agent.models.providers.sse import ServerSentEvent
 
 DEFAULT_MAX_TOKENS = 4096
 

@@ -14,6 +14,8 @@ attempt ladder can decide by type alone (DESIGN.md invariant 4):
       LocalProtocolError, UnsupportedProtocol,
       DecodingError, TooManyRedirects, InvalidURL,
       other httpx errors, malformed bodies
+    a stream cut before the model finished,     StreamInterrupted        keeps the partial text
+      an error event inside it (`StreamFailed`)
 
 Which authority refused a credential is read from the body's *shape* only; an HTML page,
 an empty body or JSON we do not recognise is `unknown` (an honest answer beats a guess that
@@ -65,6 +67,16 @@ class VendorError:
     def __post_init__(self) -> None:
         if self.code is not None and not self.code.startswith("cloudflare "):
             object.__setattr__(self, "code", _safe_code(self.code))
+
+
+class StreamFailed(Exception):
+    """The server reported an error inside a stream (Anthropic's `error` event, an OpenAI
+    error chunk). A wire format's stream reader raises it; `cut_stream` is what it becomes.
+    Carries only the vendor code/type, never the vendor's message."""
+
+    def __init__(self, code: str) -> None:
+        super().__init__(code)
+        self.code = code
 
 
 def classify_status(

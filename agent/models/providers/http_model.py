@@ -16,9 +16,9 @@ import httpx
 
 from agent.core.errors import Route
 from agent.models.contract import Model, ModelRequest, ModelResponse, StreamAccumulator, StreamEvent
-from agent.models.providers.classify import cut_stream, malformed
+from agent.models.providers.classify import StreamFailed, cut_stream, malformed
 from agent.models.providers.provider import Provider
-from agent.models.providers.sse import ServerSentEvent, StreamFailed, aiter_sse
+from agent.models.providers.sse import ServerSentEvent, aiter_sse
 
 
 class StreamReader(Protocol):

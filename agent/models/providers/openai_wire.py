@@ -34,7 +34,8 @@ from agent.models.contract import (
     Usage,
     UserMessage,
 )
-from agent.models.providers.sse import ServerSentEvent, StreamFailed
+from agent.models.providers.classify import StreamFailed
+from agent.models.providers.sse import ServerSentEvent
 
 _FINISH_REASONS: dict[str, FinishReason] = {
     "stop": "stop",

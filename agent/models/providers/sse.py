@@ -26,14 +26,6 @@ class ServerSentEvent:
     id: str | None = None
 
 
-class StreamFailed(Exception):
-    """The server reported an error inside a stream. Carries only the vendor code/type."""
-
-    def __init__(self, code: str) -> None:
-        super().__init__(code)
-        self.code = code
-
-
 class SSEDecoder:
     """Turns a byte stream into `ServerSentEvent`s, one `feed` at a time."""
 
