@@ -6,10 +6,13 @@ Two measurements of the same 2,000-chunk OpenAI stream (one token per chunk):
   `OpenAIModel` folds them into a response. The figure that matters is the ratio to a
   100 tokens/s model: parsing must stay far ahead of generation (target: at least 20x).
 - parse only: the same chunks replayed from memory through an `httpx.Response` (no socket,
-  no server, so far less noise), framed into events and fed to the OpenAI chunk reader, once
-  by our own decoder (`agent.models.providers.sse`) and once by `httpx-sse`, in alternating
-  rounds of one run. Their ratio is the comparison that decides which decoder we keep; a
-  ratio measured within one run does not depend on how busy the machine happens to be.
+  no server, so far less noise), in alternating rounds of one run: httpx alone (the bytes
+  drained, nothing parsed: the baseline), httpx-sse's framing, and the real `read_stream`
+  with the OpenAI chunk reader. Each is given as a ratio to the baseline of its own round,
+  which does not depend on how busy the machine happens to be.
+
+httpx-sse replaced a decoder of our own; the version of this file that compared the two in
+one run is in its history (`git log -- bench/stream_parse.py`).
 
     .venv/bin/python -m bench.stream_parse
 """
@@ -19,17 +22,17 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 import httpx
 from httpx_sse import EventSource
 from pydantic import SecretStr
 
+from agent.core.errors import Route
 from agent.models.contract import ModelRequest, UserMessage
+from agent.models.providers.http_model import read_stream
 from agent.models.providers.openai import OpenAIModel, OpenAIProvider
 from agent.models.providers.openai_wire import ChunkReader
-from agent.models.providers.sse import aiter_sse
 from tests.fakes.openai_api import OpenAIServer, StreamReply, sse
 
 CHUNKS = 2_000
@@ -81,53 +84,53 @@ def _response(chunks: Sequence[bytes]) -> httpx.Response:
     return httpx.Response(200, headers=headers, stream=_Replay(chunks))
 
 
-def _ours(response: httpx.Response) -> AsyncIterator[Any]:
-    return aiter_sse(response.aiter_bytes())
+async def _drain(response: httpx.Response) -> int:
+    """Chunks: what httpx alone costs, the baseline."""
+    return len([chunk async for chunk in response.aiter_bytes()])
 
 
-def _library(response: httpx.Response) -> AsyncIterator[Any]:
-    return EventSource(response).aiter_sse()
+async def _frame(response: httpx.Response) -> int:
+    """SSE events, framed by httpx-sse."""
+    return len([event async for event in EventSource(response).aiter_sse()])
 
 
-Framing = Callable[[httpx.Response], AsyncIterator[Any]]
-DECODERS: dict[str, Framing] = {"ours": _ours, "httpx-sse": _library}
+async def _read(response: httpx.Response) -> int:
+    """`StreamEvent`s: what the model reads, through the production code."""
+    reader, route = ChunkReader("bench"), Route("openai", "bench", 0)
+    return len([event async for event in read_stream(reader, response, route)])
 
 
-async def _parse(framing: Framing, chunks: Sequence[bytes], *, read: bool) -> float:
-    """Seconds to frame the whole stream and, with `read`, feed each event to the reader."""
-    reader = ChunkReader("bench")
-    events = 0
-    started = time.perf_counter()
-    async for event in framing(_response(chunks)):
-        events += 1
-        if read:
-            # httpx-sse's event is another class with the same fields; the reader reads `data`.
-            for _ in reader.feed(event):
-                pass
-    elapsed = time.perf_counter() - started
-    assert events == CHUNKS + 1 and (not read or reader.done)  # + the [DONE] event
-    return elapsed
+BASELINE = "httpx alone"
+STAGES: dict[str, Callable[[httpx.Response], Awaitable[int]]] = {
+    BASELINE: _drain,
+    "httpx-sse framing": _frame,
+    "read_stream + OpenAI reader": _read,
+}
 
 
-async def _parse_times(chunks: Sequence[bytes], *, read: bool) -> dict[str, list[float]]:
-    """Seconds per whole stream, per decoder; the decoders alternate within each round."""
-    times: dict[str, list[float]] = {name: [] for name in DECODERS}
+async def _parse_times(chunks: Sequence[bytes]) -> dict[str, list[float]]:
+    """Seconds per whole stream, per stage; the stages alternate within each round."""
+    times: dict[str, list[float]] = {name: [] for name in STAGES}
     for _ in range(PARSE_ROUNDS):
-        for name, framing in DECODERS.items():
-            times[name].append(await _parse(framing, chunks, read=read))
+        for name, stage in STAGES.items():
+            started = time.perf_counter()
+            count = await stage(_response(chunks))
+            times[name].append(time.perf_counter() - started)
+            assert count > CHUNKS, (name, count)  # every chunk, and [DONE] or the finish
     return times
 
 
-def _report_parse(what: str, times: dict[str, list[float]]) -> None:
+def _report_parse(times: dict[str, list[float]]) -> None:
     for name, seconds in times.items():
+        # Paired per round, so a slow moment of the machine slows both sides of a ratio alike.
+        pairs = zip(seconds, times[BASELINE], strict=True)
+        ratio = statistics.median(stage / alone for stage, alone in pairs)
+        relative = "the baseline" if name == BASELINE else f"{ratio:.1f}x the time of httpx alone"
         print(
-            f"stream_parse: {what}, {name}: {CHUNKS / min(seconds):,.0f} chunks/s "
-            f"(best of {PARSE_ROUNDS}; median {CHUNKS / statistics.median(seconds):,.0f})"
+            f"stream_parse: parse only, {name}: {CHUNKS / min(seconds):,.0f} chunks/s "
+            f"(best of {PARSE_ROUNDS}; median {CHUNKS / statistics.median(seconds):,.0f}), "
+            f"{relative}"
         )
-    # Paired per round, so a slow moment of the machine slows both sides of a ratio alike.
-    pairs = zip(times["ours"], times["httpx-sse"], strict=True)
-    speed = statistics.median(ours / library for ours, library in pairs)
-    print(f"stream_parse: {what}, httpx-sse runs at {speed:.2f}x the speed of ours")
 
 
 def main() -> None:
@@ -140,9 +143,7 @@ def main() -> None:
         f"{ratio:,.0f}x real time of a {MODEL_TOKENS_PER_SECOND} tokens/s model "
         f"(target >= {TARGET_RATIO}x: {verdict})"
     )
-    chunks = _stream()
-    _report_parse("framing only", asyncio.run(_parse_times(chunks, read=False)))
-    _report_parse("framing + OpenAI reader", asyncio.run(_parse_times(chunks, read=True)))
+    _report_parse(asyncio.run(_parse_times(_stream())))
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+from httpx_sse import ServerSentEvent
 from pydantic import BaseModel, ConfigDict
 
 from agent.models.contract import (
@@ -38,7 +39,6 @@ from agent.models.contract import (
     UserMessage,
 )
 from agent.models.providers.classify import StreamFailed
-from agent.models.providers.sse import ServerSentEvent
 
 DEFAULT_MAX_TOKENS = 4096
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from httpx_sse import ServerSentEvent
 from pydantic import BaseModel, ConfigDict
 
 from agent.models.contract import (
@@ -35,7 +36,6 @@ from agent.models.contract import (
     UserMessage,
 )
 from agent.models.providers.classify import StreamFailed
-from agent.models.providers.sse import ServerSentEvent
 
 _FINISH_REASONS: dict[str, FinishReason] = {
     "stop": "stop",
