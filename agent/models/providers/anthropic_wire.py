@@ -14,6 +14,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+from httpx_sse import ServerSentEvent
 from pydantic import BaseModel, ConfigDict
 
 from agent.models.contract import (
@@ -37,7 +38,7 @@ from agent.models.contract import (
     Usage,
     UserMessage,
 )
-from agent.models.providers.sse import ServerSentEvent, StreamFailed
+from agent.models.providers.classify import StreamFailed
 
 DEFAULT_MAX_TOKENS = 4096
 

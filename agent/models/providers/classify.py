@@ -14,6 +14,9 @@ attempt ladder can decide by type alone (invariant 4 in docs/ARCHITECTURE.md):
       LocalProtocolError, UnsupportedProtocol,
       DecodingError, TooManyRedirects, InvalidURL,
       other httpx errors, malformed bodies
+    a stream cut before the model finished,     StreamInterrupted        keeps the partial text
+      an error event inside it (`StreamFailed`)
+    a 2xx stream not `text/event-stream`        NonTransientModelError
 
 Which authority refused a credential is read from the body's *shape* only; an HTML page,
 an empty body or JSON we do not recognise is `unknown` (an honest answer beats a guess that
@@ -51,6 +54,8 @@ _PROVIDER_AUTH_TYPES = frozenset({"authentication_error", "permission_error"})
 _OPENAI_AUTH_CODES = frozenset({"invalid_api_key", "invalid_organization", "invalid_project"})
 _OPENAI_ERROR_TYPES = frozenset({"invalid_request_error", *_PROVIDER_AUTH_TYPES})
 _CODE_SHAPE = re.compile(r"[a-z][a-z_]{0,47}")
+# A media type of the usual shape (`type/subtype` in token characters, short): safe to quote.
+_MEDIA_TYPE_SHAPE = re.compile(r"[a-z0-9][a-z0-9!#$&^_.+-]{0,39}/[a-z0-9][a-z0-9!#$&^_.+-]{0,39}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +68,16 @@ class VendorError:
     def __post_init__(self) -> None:
         if self.code is not None and not self.code.startswith("cloudflare "):
             object.__setattr__(self, "code", _safe_code(self.code))
+
+
+class StreamFailed(Exception):
+    """The server reported an error inside a stream (Anthropic's `error` event, an OpenAI
+    error chunk). A wire format's stream reader raises it; `cut_stream` is what it becomes.
+    Carries only the vendor code/type, never the vendor's message."""
+
+    def __init__(self, code: str) -> None:
+        super().__init__(code)
+        self.code = code
 
 
 def classify_status(
@@ -112,6 +127,20 @@ def cut_stream(route: Route, partial_text: str, reason: str) -> StreamInterrupte
 def malformed(route: Route, what: str) -> NonTransientModelError:
     """A 2xx answer we cannot read."""
     return NonTransientModelError(f"{route} returned a malformed response ({what})", route=route)
+
+
+def not_an_event_stream(route: Route, content_type: str | None) -> NonTransientModelError:
+    """A 2xx answer to a streaming request that is not `text/event-stream` — a gateway's JSON
+    error sent with status 200, a server that ignored `stream` — is malformed. Only a media
+    type of the usual shape is quoted, never anything else from the response."""
+    media = (content_type or "").partition(";")[0].strip().lower()
+    if not media:
+        shown = "no content type"
+    elif _MEDIA_TYPE_SHAPE.fullmatch(media):
+        shown = f"content type {media}"
+    else:
+        shown = "an unrecognised content type"
+    return malformed(route, f"{shown}, not text/event-stream")
 
 
 def _credential_error(status: int, vendor: VendorError, route: Route) -> CredentialRejected:

@@ -11,6 +11,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from httpx_sse import ServerSentEvent
 from pydantic import BaseModel, ConfigDict
 
 from agent.models.contract import (
@@ -35,7 +36,7 @@ from agent.models.contract import (
     Usage,
     UserMessage,
 )
-from agent.models.providers.sse import ServerSentEvent, StreamFailed
+from agent.models.providers.classify import StreamFailed
 
 _FINISH_REASONS: dict[str, FinishReason] = {
     "stop": "stop",
