@@ -16,6 +16,7 @@ which is `OperatorAlerts` below.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -44,8 +45,10 @@ class _Window:
     first_seen: datetime
     last_seen: datetime
     posted_at: float
+    # The window's one alert: failures that arrive while it is being posted wait for it,
+    # so none of them posts again, and each knows whether an operator was really told.
+    delivery: asyncio.Future[bool]
     suppressed: int = 0
-    delivered: bool = False
 
 
 class OperatorAlerts:
@@ -72,15 +75,21 @@ class OperatorAlerts:
         if window is not None and now - window.posted_at < self._window:
             window.suppressed += 1
             window.last_seen = wall
-            return window.delivered
+            return await asyncio.shield(window.delivery)
         suppressed = window.suppressed if window else 0
         first = window.first_seen if window else wall
+        delivery: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._seen[key] = _Window(first, wall, now, delivery)
         text = describe_failure(error, first_seen=first, last_seen=wall, suppressed=suppressed)
-        delivered = await self._post(text)
-        # A post that failed is tried again at the next failure rather than held back for a
-        # window; with no channel at all, the window keeps the log from repeating itself.
-        if delivered or not self._channel:
-            self._seen[key] = _Window(first, wall, now, delivered=delivered)
+        delivered = False
+        try:
+            delivered = await self._post(text)
+        finally:
+            delivery.set_result(delivered)
+            # A post that failed is tried again at the next failure rather than held back
+            # for a window; with no channel at all, the window keeps the log quiet.
+            if not delivered and self._channel:
+                self._seen.pop(key, None)
         return delivered
 
     async def _post(self, text: str) -> bool:
