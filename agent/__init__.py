@@ -36,6 +36,7 @@ from agent.core.errors import (
     Route,
     StreamInterrupted,
     SubtaskFailed,
+    TaskTimedOut,
     TransientModelError,
 )
 from agent.core.ids import user_message_id
@@ -170,6 +171,7 @@ __all__ = [
     "Task",
     "TaskQueue",
     "TaskRunner",
+    "TaskTimedOut",
     "ThreadReader",
     "ToolCall",
     "ToolChoice",

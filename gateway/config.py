@@ -64,6 +64,8 @@ class Settings(BaseSettings):
     threadgate_allowed_users: str = ""
     threadgate_continue_threads: bool = True
     threadgate_backfill_messages: Annotated[int, Field(ge=0, le=1000)] = 50
+    # Everything before the ack must fit well inside Slack's 3 s, admission included.
+    threadgate_lookup_budget_seconds: Annotated[float, Field(gt=0, le=2.5)] = 1.5
     threadgate_max_rounds: Annotated[int, Field(ge=1, le=20)] = 4
     threadgate_subtask_timeout_seconds: Annotated[float, Field(gt=0)] = 300.0
     # Unset: a notice per kind of failure (agent.FailureNotices); set: this text for all.
@@ -74,6 +76,9 @@ class Settings(BaseSettings):
     threadgate_max_output_tokens: Annotated[int, Field(ge=64, le=200_000)] = 4096
     threadgate_max_deferrals: Annotated[int, Field(ge=1, le=1000)] = 10
     threadgate_max_deferral_seconds: Annotated[float, Field(gt=0, le=7 * 24 * 3600)] = 1800.0
+    threadgate_task_timeout_seconds: Annotated[float, Field(gt=0, le=24 * 3600)] = 900.0
+    threadgate_tool_timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = 30.0
+    threadgate_tool_output_chars: Annotated[int, Field(ge=100, le=1_000_000)] = 20_000
     threadgate_status_refresh_seconds: Annotated[float, Field(gt=0, le=110)] = 90.0
     threadgate_alert_window_seconds: Annotated[float, Field(ge=0)] = 900.0
 

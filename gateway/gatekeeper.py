@@ -5,7 +5,11 @@ mention only where the bot already takes part), resolves display names, turns Sl
 into plain text, wraps it in a `<turn>` tag and admits it in one transaction — together
 with the thread's earlier messages when the bot is first mentioned inside an existing
 thread. The caller acks Slack only after `admit` returns: an acked event is never lost.
-Lookups are bounded in time, so a slow Slack delays the ack by at most that bound.
+Everything before the ack shares one time budget (`lookup_budget_seconds`, well under
+Slack's 3 s): the names of the turn and the back-fill run at once, each lookup ends at the
+budget's deadline, and what did not arrive by then is done without — a user id stands in
+for a name, and a back-fill keeps the newest messages it has. A slow Slack delays the ack
+by at most the budget, never into Slack's retry.
 """
 
 from __future__ import annotations
@@ -29,8 +33,10 @@ Outcome: TypeAlias = Literal["admitted", "duplicate", "ignored"]
 
 class ThreadSource(Protocol):
     async def messages(
-        self, channel: str, thread_ts: str, *, limit: int
-    ) -> list[ThreadMessage]: ...
+        self, channel: str, thread_ts: str, *, limit: int, deadline: float | None = None
+    ) -> list[ThreadMessage]:
+        """At most the latest `limit` messages, oldest first; at `deadline` (event-loop
+        time), what was read so far."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,13 +65,13 @@ class Gatekeeper:
         *,
         threads: ThreadSource | None = None,
         policy: Policy = Policy(),
-        lookup_timeout_seconds: float = 2.0,
+        lookup_budget_seconds: float = 1.5,
     ) -> None:
         self._db = db
         self._users = users
         self._threads = threads
         self._policy = policy
-        self._timeout = lookup_timeout_seconds
+        self._budget = lookup_budget_seconds
 
     async def admit(self, inbound: InboundTurn, *, bot_user_id: str | None) -> Outcome:
         """Store the turn and its task (durable when this returns), or say why not."""
@@ -89,8 +95,11 @@ class Gatekeeper:
             and not (known and self._policy.continue_threads)
         ):
             return "ignored"
-        earlier = (
-            () if known or not inbound.thread_ts else await self._backfill(inbound, bot_user_id)
+        deadline = asyncio.get_running_loop().time() + self._budget
+        backfill = not known and bool(inbound.thread_ts)
+        turn_text, earlier = await asyncio.gather(
+            self.render(inbound, bot_user_id=bot_user_id, deadline=deadline),
+            self._backfill(inbound, bot_user_id, deadline) if backfill else _nothing(),
         )
         admission = Admission(
             event_id=inbound.event_id,
@@ -101,35 +110,37 @@ class Gatekeeper:
                 "channel": inbound.channel,
                 "thread_ts": inbound.reply_thread_ts,
             },
-            turn_text=await self.render(inbound, bot_user_id=bot_user_id),
+            turn_text=turn_text,
             earlier=earlier,
         )
         return "admitted" if await admit(self._db, admission) else "duplicate"
 
-    async def render(self, inbound: InboundTurn, *, bot_user_id: str | None) -> str:
-        names = await self._names([inbound.user, *mentioned_user_ids(inbound.text)])
+    async def render(
+        self, inbound: InboundTurn, *, bot_user_id: str | None, deadline: float | None = None
+    ) -> str:
+        names = await self._names([inbound.user, *mentioned_user_ids(inbound.text)], deadline)
         return _render(inbound.user, inbound.text, inbound.ts, inbound.channel, names, bot_user_id)
 
     async def _backfill(
-        self, inbound: InboundTurn, bot_user_id: str | None
+        self, inbound: InboundTurn, bot_user_id: str | None, deadline: float
     ) -> Sequence[EarlierMessage]:
         """The thread's messages before this one, rendered as turns with ids from their ts."""
         if self._threads is None or not inbound.thread_ts:
             return ()
-        try:
-            async with asyncio.timeout(self._timeout):
-                found = await self._threads.messages(
-                    inbound.channel, inbound.thread_ts, limit=self._policy.backfill_messages + 1
-                )
-        except TimeoutError:
-            return ()
+        found = await self._threads.messages(
+            inbound.channel,
+            inbound.thread_ts,
+            limit=self._policy.backfill_messages + 1,
+            deadline=deadline,
+        )
         before = [m for m in found if _ts_key(m.ts) < _ts_key(inbound.ts)][
             -self._policy.backfill_messages :
         ]
         names = await self._names(
             sorted(
                 {m.user for m in before} | {u for m in before for u in mentioned_user_ids(m.text)}
-            )
+            ),
+            deadline,
         )
         return tuple(
             EarlierMessage(
@@ -139,11 +150,16 @@ class Gatekeeper:
             for m in before
         )
 
-    async def _names(self, user_ids: list[str]) -> dict[str, str]:
+    async def _names(self, user_ids: list[str], deadline: float | None) -> dict[str, str]:
         try:
-            return await asyncio.wait_for(self._users.names(user_ids), self._timeout)
+            async with asyncio.timeout_at(deadline):
+                return await self._users.names(user_ids)
         except TimeoutError:
-            return {}
+            return {}  # the ids stand in: a name is decoration, the id is the identity
+
+
+async def _nothing() -> Sequence[EarlierMessage]:
+    return ()
 
 
 def _render(

@@ -121,7 +121,11 @@ def build_runner(
             tools=tools,
             subtasks=subtask_types,
             thread_reader=thread_reader,
-            settings=RoundSettings(max_output_tokens=settings.threadgate_max_output_tokens),
+            settings=RoundSettings(
+                max_output_tokens=settings.threadgate_max_output_tokens,
+                tool_timeout_seconds=settings.threadgate_tool_timeout_seconds,
+                tool_output_chars=settings.threadgate_tool_output_chars,
+            ),
         ),
         settings=RunnerSettings(
             workers=settings.threadgate_workers,
@@ -131,6 +135,7 @@ def build_runner(
             subtask_timeout_seconds=settings.threadgate_subtask_timeout_seconds,
             max_deferrals=settings.threadgate_max_deferrals,
             max_deferral_seconds=settings.threadgate_max_deferral_seconds,
+            task_timeout_seconds=settings.threadgate_task_timeout_seconds,
             notices=FailureNotices(override=settings.threadgate_failure_notice),
         ),
         observer=metrics,
@@ -233,7 +238,13 @@ class Gateway:
             continue_threads=s.threadgate_continue_threads,
             backfill_messages=s.threadgate_backfill_messages,
         )
-        gatekeeper = Gatekeeper(db, users, threads=threads, policy=policy)
+        gatekeeper = Gatekeeper(
+            db,
+            users,
+            threads=threads,
+            policy=policy,
+            lookup_budget_seconds=self.settings.threadgate_lookup_budget_seconds,
+        )
         bolt = build_bolt_app(
             client=client,
             signing_secret=signing_secret,

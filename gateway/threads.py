@@ -9,6 +9,7 @@ read is never a failure to answer.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -38,21 +39,30 @@ class SlackThreads:
         self._client = client
         self._users = users
 
-    async def messages(self, channel: str, thread_ts: str, *, limit: int) -> list[ThreadMessage]:
-        """People's messages in the thread, oldest first: at most the latest `limit`."""
+    async def messages(
+        self, channel: str, thread_ts: str, *, limit: int, deadline: float | None = None
+    ) -> list[ThreadMessage]:
+        """People's messages in the thread, oldest first: at most the latest `limit`. At
+        `deadline` (event-loop time) the pages read so far are what there is."""
         collected: list[ThreadMessage] = []
         cursor = None
         try:
             while True:
-                page = await self._client.conversations_replies(
-                    channel=channel, ts=thread_ts, limit=200, cursor=cursor
-                )
+                async with asyncio.timeout_at(deadline):
+                    page = await self._client.conversations_replies(
+                        channel=channel, ts=thread_ts, limit=200, cursor=cursor
+                    )
                 collected.extend(m for m in map(_person_message, page.get("messages") or []) if m)
                 cursor = (page.get("response_metadata") or {}).get("next_cursor")
                 if not cursor:
                     return collected[-limit:]
         except (SlackApiError, SlackClientError, OSError) as exc:
             log.warning("conversations.replies failed for %s/%s: %s", channel, thread_ts, exc)
+            return collected[-limit:]
+        except TimeoutError:
+            log.warning(
+                "conversations.replies cut by the time budget for %s/%s", channel, thread_ts
+            )
             return collected[-limit:]
 
     async def read_thread(self, task: Task, *, limit: int) -> Sequence[str]:

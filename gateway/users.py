@@ -7,6 +7,7 @@ next message tries again.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -56,7 +57,9 @@ class UserDirectory:
         return name
 
     async def names(self, user_ids: list[str]) -> dict[str, str]:
-        return {user_id: await self.name(user_id) for user_id in user_ids}
+        """Every id's name, looked up at once: a back-filled thread can name dozens."""
+        unique = list(dict.fromkeys(user_ids))
+        return dict(zip(unique, await asyncio.gather(*map(self.name, unique)), strict=True))
 
 
 def display_name(user: dict[str, object]) -> str:

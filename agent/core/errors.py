@@ -7,6 +7,7 @@
     ├── ControlCallError          a control tool was called wrongly; the message is for the model
     ├── RoundFailed               the model never ended the round properly within the repair bound
     ├── SubtaskFailed             a subtask could not produce a result; the message is for the model
+    ├── TaskTimedOut              the task ran out of its wall-clock time limit
     ├── ModelError                a model call failed; carries the route that failed
     │   ├── TransientModelError   timeouts, connection errors, 408/409/429, 5xx, 529, cut streams
     │   │   └── StreamInterrupted a stream ended early; keeps the text received so far
@@ -140,3 +141,7 @@ class ModelsUnavailable(AgentError):
 
 class SubtaskFailed(AgentError):
     """A subtask could not produce a result. The message is written for the model."""
+
+
+class TaskTimedOut(AgentError):
+    """The task ran past its wall-clock limit (counted from its message's arrival)."""

@@ -73,7 +73,7 @@ class ModelResponder:
             catalog=catalog,
             max_subtasks=self._settings.max_subtasks,
         )
-        toolbox = Toolbox(self._tools, self._tool_context(round_input.task))
+        toolbox = Toolbox(self._tools, self._tool_context(round_input.task), self._settings)
 
         async def attempt(model: Model) -> Decision:
             return await run_round(model, messages, controls, self._settings, toolbox=toolbox)

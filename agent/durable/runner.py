@@ -15,6 +15,8 @@ How a task ends otherwise:
   `Retry-After` that reaches past that ends it at once); then the user is told the models
   are unavailable and the thread is free for its next message;
 - a credential or quota refused: the operator is alerted, the user told, the task failed;
+- past its wall-clock limit (`task_timeout_seconds` from the message's arrival): the round
+  is cut, the user told, the task failed;
 - any other agent failure: the user is told, the task failed;
 - an unexpected error (Slack down, a bug): retried with backoff, failed after a bound.
 A subtask ends done, failed or timed out, and its task's next round is told which.
@@ -37,6 +39,7 @@ from agent.core.errors import (
     ModelsUnavailable,
     QuotaExhausted,
     RoundFailed,
+    TaskTimedOut,
 )
 from agent.core.log_context import bind_log_fields
 from agent.core.ports import AlertSink, History, Publisher, StoredMessage, Task, TaskQueue
@@ -96,6 +99,7 @@ class RunnerSettings:
     retry_max_seconds: float = 300.0
     max_deferrals: int = 10
     max_deferral_seconds: float = 1800.0
+    task_timeout_seconds: float = 900.0
     notices: FailureNotices = DEFAULT_NOTICES
 
 
@@ -173,6 +177,9 @@ class TaskRunner:
                     await self._advance(task)
             except ModelsUnavailable as exc:
                 await self._defer(task, exc)
+            except TaskTimedOut as exc:
+                self._observer.task_settled("time_limit")
+                await self._give_up(task, exc, "time_limit")
             except (CredentialRejected, QuotaExhausted) as exc:
                 self._observer.task_settled("credential")
                 alerted = await self._alerts.credential_failure(task, exc)
@@ -197,14 +204,15 @@ class TaskRunner:
         if state.pending is not None:
             return await self._wait_for(task, len(state.finished), state.pending)
         number = len(state.finished)
-        decision = await self._respond(
+        decision = await self._within_time_limit(
+            task,
             RoundInput(
                 task,
                 await self._window(task),
                 state.finished,
                 number,
                 number >= self._settings.max_rounds - 1,
-            )
+            ),
         )
         self._observer.round_decided(type(decision).__name__.lower())
         if isinstance(decision, Reply):
@@ -223,13 +231,31 @@ class TaskRunner:
         )
         await self._wait_for(task, number, stored)
 
+    async def _within_time_limit(self, task: Task, round_input: RoundInput) -> Decision:
+        """Run the round in what is left of the task's time, counted from its arrival (so
+        rounds after long subtasks get less); a round cut short stores nothing."""
+        limit = self._settings.task_timeout_seconds
+        remaining = limit - self._age(task)
+        if remaining <= 0:
+            raise TaskTimedOut(f"the task ran past its {limit:g} s limit before this round")
+        try:
+            async with asyncio.timeout(remaining) as scope:
+                return await self._respond(round_input)
+        except TimeoutError as exc:
+            if not scope.expired():
+                raise
+            raise TaskTimedOut(f"the task ran past its {limit:g} s limit") from exc
+
+    def _age(self, task: Task) -> float:
+        """Seconds since the task's message arrived (0 when the store did not say)."""
+        return (self._clock() - task.created_at).total_seconds() if task.created_at else 0.0
+
     async def _defer(self, task: Task, error: ModelsUnavailable) -> None:
         """Queue the task again for when a model may be back, within the bounds; past
         them, tell the user and free the thread."""
         delay = self._delay(task.attempts, error.retry_after)
         s = self._settings
-        waited = (self._clock() - task.created_at).total_seconds() if task.created_at else 0.0
-        if task.attempts >= s.max_deferrals or waited + delay > s.max_deferral_seconds:
+        if task.attempts >= s.max_deferrals or self._age(task) + delay > s.max_deferral_seconds:
             self._observer.task_settled("unavailable")
             return await self._give_up(task, error, "unavailable")
         self._observer.task_settled("deferred")

@@ -21,6 +21,8 @@ class RoundSettings:
     max_subtasks: int = DEFAULT_MAX_SUBTASKS
     max_output_tokens: int | None = 4096
     temperature: float | None = None
+    tool_timeout_seconds: float = 30.0
+    tool_output_chars: int = 20_000
 
 
 DEFAULT_ROUND = RoundSettings()

@@ -48,7 +48,7 @@ class AgentSubtask(SubtaskType[AgentParams]):
         self, context: SubtaskContext, params: AgentParams, references: tuple[str, ...]
     ) -> str:
         messages = subagent_messages(params.instructions, references)
-        toolbox = Toolbox(context.tools, context.tool_context)
+        toolbox = Toolbox(context.tools, context.tool_context, context.settings)
 
         async def attempt(model: Model) -> str:
             decision = await run_round(

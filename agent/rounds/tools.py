@@ -9,7 +9,10 @@ act on.
 
 The calls of one step run **concurrently**: a model that asks for several tools in one
 step has said they do not depend on each other (that is what parallel tool calls mean),
-and most tools wait on I/O. Results are fed back in call order, one per call id.
+and most tools wait on I/O. Results are fed back in call order, one per call id. Each
+call is bounded in time (`tool_timeout_seconds`) and its output in length
+(`tool_output_chars`): a slow or verbose tool costs one failed or shortened result, never
+the round.
 
 Built-ins: `current_time` (from the injected clock, so tests need no real time) and
 `read_thread` (more of the conversation than the window shows, through `ThreadReader`).
@@ -32,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from agent.core.ports import Task, ThreadReader
 from agent.models.contract import ToolCall, ToolResultMessage, ToolSpec
 from agent.rounds.registry import Registry
+from agent.rounds.settings import DEFAULT_ROUND, RoundSettings
 
 log = logging.getLogger(__name__)
 
@@ -87,9 +91,13 @@ class ToolRegistry(Registry[WorkTool[Any]]):
 class Toolbox:
     """The registry's available tools, bound to one task's context: what a round runs."""
 
-    def __init__(self, registry: ToolRegistry, context: ToolContext) -> None:
+    def __init__(
+        self, registry: ToolRegistry, context: ToolContext, settings: RoundSettings = DEFAULT_ROUND
+    ) -> None:
         self.context = context
         self._tools = {t.name: t for t in registry if t.available(context)}
+        self._timeout = settings.tool_timeout_seconds
+        self._max_chars = settings.tool_output_chars
 
     @property
     def specs(self) -> tuple[ToolSpec, ...]:
@@ -113,12 +121,30 @@ class Toolbox:
         except ValueError as exc:
             return ToolResultMessage(call.id, call.name, str(exc), is_error=True)
         try:
-            output = await tool.execute(self.context, parsed)
+            async with asyncio.timeout(self._timeout):
+                output = await tool.execute(self.context, parsed)
+        except TimeoutError:
+            log.warning("tool %s ran past its %g s time limit", call.name, self._timeout)
+            text = (
+                f"{call.name} did not finish within its time limit ({self._timeout:g} s) and "
+                "was stopped. Try it with a smaller request, or go on without it."
+            )
+            return ToolResultMessage(call.id, call.name, text, is_error=True)
         except Exception as exc:
             log.warning("tool %s failed", call.name, exc_info=True)
             text = f"{call.name} failed: {type(exc).__name__}: {exc}"
             return ToolResultMessage(call.id, call.name, text, is_error=True)
-        return ToolResultMessage(call.id, call.name, output)
+        return ToolResultMessage(call.id, call.name, self._capped(output))
+
+    def _capped(self, output: str) -> str:
+        """At most `tool_output_chars` characters, saying so when cut: a tool that returns
+        a megabyte must not fill the context window (and the bill) of every later step."""
+        if len(output) <= self._max_chars:
+            return output
+        return (
+            f"{output[: self._max_chars]}\n[output cut: {len(output):,} characters, only the "
+            f"first {self._max_chars:,} are shown]"
+        )
 
 
 def _validate(tool: WorkTool[Any], call: ToolCall) -> BaseModel:

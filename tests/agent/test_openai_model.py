@@ -18,6 +18,7 @@ from agent.models.contract import ModelRequest, ToolCallDelta, ToolCallStart, To
 from agent.models.providers.openai import OpenAIModel, OpenAIProvider
 from tests.fakes.openai_api import (
     Completion,
+    KeepAliveForever,
     OpenAIServer,
     RawReply,
     StreamReply,
@@ -48,13 +49,18 @@ async def make_model(server: OpenAIServer) -> AsyncIterator[MakeModel]:
     models: list[OpenAIModel] = []
 
     def make(
-        *, stream: bool = False, key: str | None = KEY, gateway: str | None = None
+        *,
+        stream: bool = False,
+        key: str | None = KEY,
+        gateway: str | None = None,
+        timeout: float = 60.0,
     ) -> OpenAIModel:
         provider = OpenAIProvider(
             base_url=server.url,
             api_key=SecretStr(key) if key else None,
             gateway_header="cf-aig-authorization",
             gateway_token=SecretStr(gateway) if gateway else None,
+            timeout=timeout,
         )
         models.append(OpenAIModel("gpt-test", provider=provider, stream=stream))
         return models[-1]
@@ -245,3 +251,14 @@ async def test_usage_arrives_in_the_last_chunk(server: OpenAIServer, make_model:
     response = await make_model(stream=True).request(REQUEST)
     assert response.usage.cached_tokens == 4 and response.usage.reasoning_tokens == 2
     assert json.loads(server.requests[0].raw)["stream_options"] == {"include_usage": True}
+
+
+async def test_the_deadline_bounds_the_whole_request(
+    server: OpenAIServer, make_model: MakeModel
+) -> None:
+    """A stream that only ever sends keep-alive comments, so that no read ever times out,
+    ends at the wall-clock deadline as a transient error."""
+    server.script(KeepAliveForever(interval=0.05))
+    model = make_model(stream=True, timeout=0.5)
+    with pytest.raises(TransientModelError, match=r"no complete answer within 0.5 s"):
+        await model.request(REQUEST)

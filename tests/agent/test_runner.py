@@ -286,6 +286,36 @@ async def test_a_nonsense_retry_after_falls_back_to_backoff() -> None:
         assert rig.queue.retried == {TASK.id: 2.0}
 
 
+class Stalled(Agent):
+    """An agent whose round never ends on its own."""
+
+    async def __call__(self, round_input: RoundInput) -> Decision:
+        self.rounds.append(round_input)
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+
+async def test_a_task_past_its_time_limit_runs_no_round() -> None:
+    """A task older than task_timeout_seconds when its round would start: no model call,
+    the time-limit notice, the task failed."""
+    agent = Agent(lambda r: Reply("late"))
+    rig = clocked(agent, RunnerSettings(task_timeout_seconds=60))
+    await rig.runner.run_task(aged(61))
+    assert agent.rounds == []
+    assert rig.publisher.posts == [(TASK.failure_id, DEFAULT_NOTICES.time_limit)]
+    assert TASK.id in rig.queue.failed
+
+
+async def test_a_round_is_cut_at_the_task_time_limit() -> None:
+    """A round still running when the task's time is up is cut; nothing is stored."""
+    agent = Stalled(lambda r: Reply("never"))
+    rig = clocked(agent, RunnerSettings(task_timeout_seconds=60))
+    await rig.runner.run_task(aged(59.8))
+    assert len(agent.rounds) == 1
+    assert rig.publisher.posts == [(TASK.failure_id, DEFAULT_NOTICES.time_limit)]
+    assert await rig.history.get(TASK.reply_id) is None
+
+
 async def test_credential_refusal_alerts_the_operator_and_tells_the_user() -> None:
     """A refused credential: one alert, the failure notice in the thread, the task failed."""
     error = CredentialRejected(

@@ -281,3 +281,49 @@ def test_recursive_models_are_refused() -> None:
 
     with pytest.raises(ValueError, match="recursive"):
         model_schema(Node)
+
+
+class Stuck(WorkTool[EchoInput]):
+    """A tool that never finishes on its own (it waits for an event nobody sets)."""
+
+    name = "stuck"
+    description = "Never finishes."
+    input_model = EchoInput
+
+    async def execute(self, context: ToolContext, input: EchoInput) -> str:
+        await asyncio.Event().wait()
+        return "unreachable"
+
+
+class Verbose(WorkTool[EchoInput]):
+    name = "verbose"
+    description = "Returns a lot."
+    input_model = EchoInput
+
+    async def execute(self, context: ToolContext, input: EchoInput) -> str:
+        return input.word * 1000
+
+
+async def test_a_tool_past_its_time_limit_is_a_failed_result() -> None:
+    """A tool that does not finish within tool_timeout_seconds is stopped; the model reads
+    that it timed out, and the other calls of the step still give their results."""
+    settings = RoundSettings(tool_timeout_seconds=0.2)
+    box = Toolbox(ToolRegistry([Stuck(), Echo()]), ToolContext(TASK, None, lambda: NOON), settings)
+    stuck, echoed = await box.run(
+        [
+            ToolCall.from_raw("a", "stuck", json.dumps({"word": "x"})),
+            ToolCall.from_raw("b", "echo", json.dumps({"word": "hi"})),
+        ]
+    )
+    assert stuck.is_error and "did not finish within its time limit (0.2 s)" in stuck.content
+    assert not echoed.is_error
+
+
+async def test_a_huge_tool_output_is_cut_and_says_so() -> None:
+    """Output over tool_output_chars is cut to that many characters, with a note."""
+    settings = RoundSettings(tool_output_chars=100)
+    box = Toolbox(ToolRegistry([Verbose()]), ToolContext(TASK, None, lambda: NOON), settings)
+    [result] = await box.run([ToolCall.from_raw("a", "verbose", json.dumps({"word": "ab"}))])
+    body, note = result.content.split("\n[output cut: ")
+    assert body == "ab" * 50 and note == "2,000 characters, only the first 100 are shown]"
+    assert not result.is_error

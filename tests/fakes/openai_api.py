@@ -34,12 +34,14 @@ None) and `raw` bytes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import aiohttp
 from aiohttp import web
 
 
@@ -143,6 +145,29 @@ class Hang:
     async def send(self, request: web.Request, seen: RecordedRequest) -> web.StreamResponse:
         await request.app[_RELEASE].wait()
         return web.Response(status=503)
+
+
+@dataclass(frozen=True)
+class KeepAliveForever:
+    """Start an event stream and send only keep-alive comments, every `interval` seconds,
+    until the client goes away or the server shuts down (OpenRouter does this while a
+    reasoning model thinks; a read timeout never fires)."""
+
+    interval: float = 0.2
+
+    async def send(self, request: web.Request, seen: RecordedRequest) -> web.StreamResponse:
+        response = web.StreamResponse(status=200)
+        response.content_type = "text/event-stream"
+        await response.prepare(request)
+        release = request.app[_RELEASE]
+        try:
+            while not release.is_set():
+                await response.write(b": OPENROUTER PROCESSING\n\n")
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(release.wait(), self.interval)
+        except (ConnectionResetError, aiohttp.ClientConnectionResetError):
+            pass  # the client gave up: what this reply is for
+        return response
 
 
 _RELEASE = web.AppKey("release", asyncio.Event)

@@ -124,6 +124,15 @@ def cut_stream(route: Route, partial_text: str, reason: str) -> StreamInterrupte
     )
 
 
+def past_deadline(route: Route, seconds: float) -> TransientModelError:
+    """No complete answer within the request's wall-clock deadline: transient, like any
+    timeout (the next attempt, or the next slot, may be quicker)."""
+    return TransientModelError(
+        f"{route} gave no complete answer within {seconds:g} s (the request deadline)",
+        route=route,
+    )
+
+
 def malformed(route: Route, what: str) -> NonTransientModelError:
     """A 2xx answer we cannot read."""
     return NonTransientModelError(f"{route} returned a malformed response ({what})", route=route)

@@ -2,13 +2,15 @@
 
 A wire format supplies four things — the path, the request body, a parser for a whole
 answer and a reader for stream events — and `HTTPModel` does the rest: choosing streaming
-or not, reading SSE, detecting a cut stream, and turning every failure into one class of
-`agent.core.errors` (via `agent.models.providers.classify`). `read_stream` is that
-reading on its own: a streaming `httpx.Response` in, `StreamEvent`s or one error out.
+or not, reading SSE, detecting a cut stream, bounding the whole request by a wall-clock
+deadline (streams included: keep-alive comments do not extend it), and turning every
+failure into one class of `agent.core.errors` (via `agent.models.providers.classify`). `read_stream` is that reading
+on its own: a streaming `httpx.Response` in, `StreamEvent`s or one error out.
 """
 
 from __future__ import annotations
 
+import asyncio
 from abc import abstractmethod
 from collections.abc import AsyncIterator, Iterator
 from contextlib import aclosing
@@ -28,6 +30,7 @@ from agent.models.providers.classify import (
     cut_stream,
     malformed,
     not_an_event_stream,
+    past_deadline,
 )
 from agent.models.providers.provider import Provider
 
@@ -77,6 +80,15 @@ class HTTPModel(Model):
     def reader(self) -> StreamReader: ...
 
     async def request(self, request: ModelRequest) -> ModelResponse:
+        """The whole answer within the provider's deadline, streamed or not."""
+        deadline = self.provider.deadline
+        try:
+            async with asyncio.timeout(deadline):
+                return await self._request(request)
+        except TimeoutError as exc:
+            raise past_deadline(self.route, deadline) from exc
+
+    async def _request(self, request: ModelRequest) -> ModelResponse:
         if self.streaming:
             return await fold(self.stream(request), self.model)
         response = await self.provider.post(

@@ -45,6 +45,10 @@ class Provider(ABC):
         self._gateway = (
             (gateway_header, gateway_token) if gateway_header and gateway_token else None
         )
+        # httpx's timeout bounds each connect, read and write; `deadline` (the same number)
+        # bounds the whole request, streams included, in `HTTPModel.request`: a stream that
+        # sends keep-alive comments forever never trips a read timeout.
+        self.deadline = timeout
         self._client = httpx.AsyncClient(base_url=self.base_url, timeout=timeout)
 
     @abstractmethod
