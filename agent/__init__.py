@@ -49,6 +49,7 @@ from agent.core.ports import (
     TaskQueue,
     ThreadReader,
 )
+from agent.core.text import INVISIBLE_CHARACTERS, TAG_LOOKALIKES, sanitize_text
 from agent.durable.background import Supervisor, stop_task
 from agent.durable.responder import ModelResponder
 from agent.durable.runner import Responder, RunnerObserver, RunnerSettings, TaskRunner
@@ -103,6 +104,8 @@ __all__ = [
     "DEFAULT_MODEL_TIMEOUT",
     "GATEWAY_HEADER_VARIABLE",
     "GATEWAY_TOKEN_VARIABLE",
+    "INVISIBLE_CHARACTERS",
+    "TAG_LOOKALIKES",
     "VENDORS",
     "AgentError",
     "AgentSubtask",
@@ -188,6 +191,7 @@ __all__ = [
     "probe_model",
     "round_controls",
     "run_round",
+    "sanitize_text",
     "stop_task",
     "text_response",
     "tool_response",

@@ -12,7 +12,9 @@ step has said they do not depend on each other (that is what parallel tool calls
 and most tools wait on I/O. Results are fed back in call order, one per call id.
 
 Built-ins: `current_time` (from the injected clock, so tests need no real time) and
-`read_thread` (more of the conversation than the window shows, through `ThreadReader`).
+`read_thread` (more of the conversation than the window shows, through `ThreadReader`,
+which renders each message in the same provenance tag as the conversation's turns).
+What a tool returns is framed as data by the round (`agent.rounds.framing`), not here.
 Plugins add tools by subclassing `WorkTool` (see `agent.rounds.plugins`).
 """
 
@@ -203,7 +205,8 @@ class ReadThread(WorkTool[ReadThreadInput]):
     name = "read_thread"
     description = (
         "Read the latest messages of the current conversation (oldest first), including "
-        "ones older than what you were shown. Use it when the answer depends on earlier context."
+        "ones older than what you were shown, each in its provenance tag. Use it when the "
+        "answer depends on earlier context."
     )
     input_model = ReadThreadInput
 
