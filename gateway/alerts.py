@@ -85,7 +85,7 @@ class OperatorAlerts:
             return
         try:
             await self._client.chat_postMessage(
-                channel=self._channel, text=text, unfurl_links=False
+                channel=self._channel, text=text, unfurl_links=False, parse="none", link_names=False
             )
         except (SlackApiError, SlackClientError, OSError) as exc:
             log.error("the operator alert could not be posted to %s: %s", self._channel, exc)

@@ -6,9 +6,15 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from storage.database import Database
 from tests.pg import create_database, server_dsn
+
+# Hypothesis fails an example that runs longer than 200 ms by default: a timed assertion,
+# and a flaky one on a busy machine running several suites at once. Speed lives in bench/.
+settings.register_profile("threadgate", deadline=None)
+settings.load_profile("threadgate")
 
 # Outside pytest's numbered temporary directories: those are pruned by later runs, even
 # while an earlier run's server still has its data there. Several runs share the server

@@ -89,18 +89,33 @@ async def test_read_thread_shows_each_message_in_its_turn(rig: Rig) -> None:
 
 
 async def test_model_text_cannot_ping_the_channel(rig: Rig) -> None:
-    """<!channel>, <!here> and user mentions from the model are neutralized in text and blocks."""
-    rig.model.script(
-        reply_with_tool("final_reply", {"text": "Hey <!channel> and <!here>, ask <@U0BOSS0001>"})
-    )
+    """<!channel>, <!here>, user mentions and bare @here/@everyone from the model are
+    neutralized in text and blocks, the post asks Slack to link no names, and code the
+    neutralizer has no reason to touch arrives byte-identical."""
+    code = "```html\n<!DOCTYPE html>\n<!-- note -->\n```"
+    text = f"Hey <!channel> and <!here>, ask <@U0BOSS0001>; @here @everyone!\n\n{code}"
+    rig.model.script(reply_with_tool("final_reply", {"text": text}))
     await rig.send(event_callback(app_mention_event(text="<@UBOT> announce")))
     post = (await rig.slack.wait_for_posts(1))[0]
-    rendered = post.text + str(post.blocks)
-    assert (
-        "<!channel>" not in rendered
-        and "<!here>" not in rendered
-        and "<@U0BOSS0001>" not in rendered
-    )
+    assert post.blocks is not None
+    block = post.blocks[0]["text"]
+    for rendered in (post.text, block):
+        assert "<!channel>" not in rendered and "<!here>" not in rendered
+        assert "<@U0BOSS0001>" not in rendered
+        assert "@here" not in rendered and "@everyone" not in rendered
+    assert (post.parse, post.link_names, post.may_link_names) == ("none", False, False)
+    assert block.endswith(code)
+
+
+async def test_a_link_in_a_reply_shows_the_host_it_opens(rig: Rig) -> None:
+    """A model link whose label names another host reaches Slack as its real address."""
+    text = "Log in at [https://sso.good.example](https://evil.example/login)."
+    rig.model.script(reply_with_tool("final_reply", {"text": text}))
+    await rig.send(event_callback(app_mention_event(text="<@UBOT> where do I log in?")))
+    post = (await rig.slack.wait_for_posts(1))[0]
+    assert post.blocks is not None
+    assert post.blocks[0]["text"] == "Log in at <https://evil.example/login>."
+    assert "sso.good.example" not in post.text
 
 
 async def test_a_post_whose_response_was_lost_is_not_posted_twice(rig: Rig) -> None:
@@ -159,6 +174,7 @@ async def test_refused_credential_alerts_once_and_tells_every_user(rig: Rig) -> 
         and "OPENAI_API_KEY" in alerts[0].text
         and "sk-test-key" not in alerts[0].text
     )
+    assert (alerts[0].parse, alerts[0].link_names) == ("none", False)
     assert all("couldn't answer" in p.text for p in notices)
     assert len(rig.model.requests) == 1
 
