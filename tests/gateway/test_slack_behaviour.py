@@ -4,6 +4,7 @@ exactly-once posts, continuation, allowlists, alerts and metrics."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from collections.abc import AsyncIterator
 
@@ -212,31 +213,69 @@ async def test_allowlisted_channels_only(fresh_dsn: str) -> None:
         assert (await rig.slack.wait_for_posts(1))[0].channel == "C0ALLOWED01"
 
 
-async def test_a_refused_slack_token_reaches_the_alert_webhook(fresh_dsn: str) -> None:
-    """Slack answering token_revoked sends one alert to THREADGATE_ALERT_WEBHOOK_URL."""
-    received: list[dict[str, str]] = []
-    arrived = asyncio.Event()
+class AlertWebhook:
+    """A loopback Slack-compatible webhook recording the texts it receives."""
 
-    async def webhook(request: web.Request) -> web.Response:
-        received.append(await request.json())
-        arrived.set()
+    def __init__(self) -> None:
+        self.received: list[dict[str, str]] = []
+        self.url = ""
+        self._changed = asyncio.Condition()
+
+    async def handle(self, request: web.Request) -> web.Response:
+        self.received.append(await request.json())
+        async with self._changed:
+            self._changed.notify_all()
         return web.Response(text="ok")
 
+    # The deadline turns a hang into a readable failure, like FakeSlack.wait_for_posts.
+    async def wait_for(self, n: int, timeout: float = 30) -> None:  # noqa: ASYNC109
+        try:
+            async with asyncio.timeout(timeout), self._changed:
+                await self._changed.wait_for(lambda: len(self.received) >= n)
+        except TimeoutError:
+            raise AssertionError(f"{len(self.received)} alert(s), not {n}") from None
+
+
+@contextlib.asynccontextmanager
+async def alert_webhook() -> AsyncIterator[AlertWebhook]:
+    hook = AlertWebhook()
     app = web.Application()
-    app.router.add_post("/hook", webhook)
+    app.router.add_post("/hook", hook.handle)
     runner = web.AppRunner(app)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
-    url = f"http://127.0.0.1:{runner.addresses[0][1]}/hook"
+    hook.url = f"http://127.0.0.1:{runner.addresses[0][1]}/hook"
     try:
-        async with Rig(fresh_dsn, overrides={"THREADGATE_ALERT_WEBHOOK_URL": url}) as rig:
-            rig.slack.revoke_token()
-            await rig.send(event_callback(app_mention_event(text="<@UBOT> anyone?")))
-            await asyncio.wait_for(arrived.wait(), 30)
+        yield hook
     finally:
         await runner.cleanup()
+
+
+async def test_a_refused_slack_token_reaches_the_alert_webhook(fresh_dsn: str) -> None:
+    """Slack answering token_revoked sends one alert to THREADGATE_ALERT_WEBHOOK_URL."""
+    async with alert_webhook() as hook:
+        async with Rig(fresh_dsn, overrides={"THREADGATE_ALERT_WEBHOOK_URL": hook.url}) as rig:
+            rig.slack.revoke_token()
+            await rig.send(event_callback(app_mention_event(text="<@UBOT> anyone?")))
+            await hook.wait_for(1)
+        received = hook.received
     assert (
         len(received) == 1
         and "token_revoked" in received[0]["text"]
         and "SLACK_BOT_TOKEN" in received[0]["text"]
     )
+
+
+async def test_the_token_alarm_honours_the_alert_window(fresh_dsn: str) -> None:
+    """THREADGATE_ALERT_WINDOW_SECONDS applies to the token alarm too: with a window of 0
+    every refusal alarms, so two messages give at least two alerts (the default 900 s
+    window gives one, as above)."""
+    overrides = {"THREADGATE_ALERT_WINDOW_SECONDS": "0"}
+    async with alert_webhook() as hook:
+        overrides["THREADGATE_ALERT_WEBHOOK_URL"] = hook.url
+        async with Rig(fresh_dsn, overrides=overrides) as rig:
+            rig.slack.revoke_token()
+            for n in (1, 2):
+                await rig.send(event_callback(app_mention_event(text=f"<@UBOT> anyone {n}?")))
+                await hook.wait_for(n)
+    assert all("token_revoked" in alert["text"] for alert in hook.received)
