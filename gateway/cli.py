@@ -30,7 +30,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         settings = load_settings()
-        configure_logging(settings.threadgate_log_level, settings.threadgate_log_format)
+        configure_logging(
+            settings.threadgate_log_level,
+            settings.threadgate_log_format,
+            secrets=settings.secret_values(),
+        )
         return int(asyncio.run(args.command(settings, args)) or 0)
     except ConfigError as exc:
         print(f"threadgate: {exc}", file=sys.stderr)
