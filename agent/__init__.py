@@ -50,7 +50,13 @@ from agent.core.ports import (
     TaskQueue,
     ThreadReader,
 )
-from agent.core.text import storable_json, storable_text
+from agent.core.text import (
+    INVISIBLE_CHARACTERS,
+    TAG_LOOKALIKES,
+    sanitize_text,
+    storable_json,
+    storable_text,
+)
 from agent.durable.background import Supervisor, stop_task
 from agent.durable.notices import FailureKind, FailureNotices
 from agent.durable.responder import ModelResponder
@@ -106,6 +112,8 @@ __all__ = [
     "DEFAULT_MODEL_TIMEOUT",
     "GATEWAY_HEADER_VARIABLE",
     "GATEWAY_TOKEN_VARIABLE",
+    "INVISIBLE_CHARACTERS",
+    "TAG_LOOKALIKES",
     "VENDORS",
     "AgentError",
     "AgentSubtask",
@@ -194,6 +202,7 @@ __all__ = [
     "probe_model",
     "round_controls",
     "run_round",
+    "sanitize_text",
     "stop_task",
     "storable_json",
     "storable_text",

@@ -99,7 +99,7 @@ class OperatorAlerts:
             return False
         try:
             await self._client.chat_postMessage(
-                channel=self._channel, text=text, unfurl_links=False
+                channel=self._channel, text=text, unfurl_links=False, parse="none", link_names=False
             )
         except (SlackApiError, SlackClientError, OSError) as exc:
             log.error("the operator alert could not be posted to %s: %s", self._channel, exc)
@@ -162,7 +162,13 @@ def what_to_check(error: Exception, provider: str) -> str:
 class TokenAlarm:
     """When Slack refuses our own token, the operator channel is unreachable too: say it
     on the log at CRITICAL (the client does) and, if configured, to an outside webhook
-    (`THREADGATE_ALERT_WEBHOOK_URL`, Slack-compatible `{"text": …}`), once per window."""
+    (`THREADGATE_ALERT_WEBHOOK_URL`, Slack-compatible `{"text": …}`), once per window
+    (`THREADGATE_ALERT_WINDOW_SECONDS`, as for operator alerts).
+
+    The webhook URL is a secret — Slack's and most others carry their token in the path —
+    so a failed delivery is logged by status or exception type only: aiohttp's exceptions
+    quote the URL in their message, and one of those reaching a log line (this alarm runs
+    as a background task, whose failures are logged with their traceback) is the leak."""
 
     def __init__(
         self,
@@ -187,8 +193,17 @@ class TokenAlarm:
             "put a valid xoxb- token there."
         )
         timeout = aiohttp.ClientTimeout(total=10)
-        async with (
-            aiohttp.ClientSession(timeout=timeout) as session,
-            session.post(self._url, json={"text": text}) as response,
-        ):
-            response.raise_for_status()
+        try:
+            async with (
+                aiohttp.ClientSession(timeout=timeout) as session,
+                session.post(self._url, json={"text": text}) as response,
+            ):
+                status = response.status
+        except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
+            log.error(
+                "the token alarm could not reach THREADGATE_ALERT_WEBHOOK_URL (%s)",
+                type(exc).__name__,
+            )
+            return
+        if status >= 400:
+            log.error("THREADGATE_ALERT_WEBHOOK_URL answered the token alarm with HTTP %d", status)

@@ -31,7 +31,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         # The `.env` of the working directory, as documented; only the command line reads one.
         settings = load_settings(env_file=".env")
-        configure_logging(settings.threadgate_log_level, settings.threadgate_log_format)
+        configure_logging(
+            settings.threadgate_log_level,
+            settings.threadgate_log_format,
+            secrets=settings.secret_values(),
+        )
         return int(asyncio.run(args.command(settings, args)) or 0)
     except ConfigError as exc:
         print(f"threadgate: {exc}", file=sys.stderr)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated, Literal
+from urllib.parse import SplitResult, unquote, urlsplit
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -99,6 +100,26 @@ class Settings(BaseSettings):
     def socket_mode(self) -> bool:
         return self.slack_app_token is not None
 
+    def secret_values(self) -> list[str]:
+        """What the log must never show: every secret setting's value, and the parts of
+        URLs that carry one — a password in any URL setting (a database or proxy URL), the
+        path and query of the alert webhook (its token; the host is not secret)."""
+        values: list[str] = []
+        for value in self.model_dump().values():
+            text = value.get_secret_value() if isinstance(value, SecretStr) else value
+            if not isinstance(text, str) or not text:
+                continue
+            if isinstance(value, SecretStr):
+                values.append(text)
+            parts = _url_parts(text)
+            if parts is not None and parts.password:
+                values += [parts.password, unquote(parts.password)]
+        webhook = self.threadgate_alert_webhook_url
+        parts = _url_parts(webhook.get_secret_value()) if webhook else None
+        if parts is not None:
+            values += [parts.path, parts.query, f"{parts.path}?{parts.query}"]
+        return [v for v in dict.fromkeys(values) if v.strip("/?")]
+
     def require(self, variable: str) -> str:
         """The value of a required variable, or a ConfigError saying what to put there."""
         value = getattr(self, variable.lower())
@@ -143,6 +164,15 @@ def describe(exc: ValidationError) -> str:
     variable = str(first["loc"][0]).upper() if first["loc"] else "a setting"
     # The input is deliberately not repeated: it may be a secret put in the wrong variable.
     return f"{variable} is invalid ({first['msg'].lower()}); fix or unset it."
+
+
+def _url_parts(text: str) -> SplitResult | None:
+    try:
+        parts = urlsplit(text)
+        parts.port  # noqa: B018 - a malformed port raises here, not later
+    except ValueError:
+        return None
+    return parts if parts.scheme and parts.netloc else None
 
 
 def _id_list(value: str) -> frozenset[str]:

@@ -17,14 +17,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Literal, Protocol, TypeAlias
 
 from agent import bind_log_fields
-from gateway.inbound import InboundTurn, MalformedEvent
-from gateway.markup import mentioned_user_ids, slack_to_text
-from gateway.provenance import Turn, render_turn
-from gateway.threads import ThreadMessage
+from gateway.inbound import InboundTurn
+from gateway.markup import mentioned_user_ids
+from gateway.threads import ThreadMessage, render_message
 from gateway.users import NameDirectory
 from storage import Admission, Database, EarlierMessage, admit, session_exists
 
@@ -119,7 +117,8 @@ class Gatekeeper:
         self, inbound: InboundTurn, *, bot_user_id: str | None, deadline: float | None = None
     ) -> str:
         names = await self._names([inbound.user, *mentioned_user_ids(inbound.text)], deadline)
-        return _render(inbound.user, inbound.text, inbound.ts, inbound.channel, names, bot_user_id)
+        message = ThreadMessage(inbound.user, inbound.text, inbound.ts)
+        return render_message(message, inbound.channel, names, bot_user_id=bot_user_id)
 
     async def _backfill(
         self, inbound: InboundTurn, bot_user_id: str | None, deadline: float
@@ -145,7 +144,7 @@ class Gatekeeper:
         return tuple(
             EarlierMessage(
                 f"slack:{inbound.team}:{inbound.channel}:{m.ts}",
-                _render(m.user, m.text, m.ts, inbound.channel, names, bot_user_id),
+                render_message(m, inbound.channel, names, bot_user_id=bot_user_id),
             )
             for m in before
         )
@@ -162,21 +161,6 @@ async def _nothing() -> Sequence[EarlierMessage]:
     return ()
 
 
-def _render(
-    user: str, text: str, ts: str, channel: str, names: dict[str, str], bot_user_id: str | None
-) -> str:
-    body = slack_to_text(text, user_names=names, bot_user_id=bot_user_id)
-    return render_turn(Turn(names.get(user, user), user, channel, slack_time(ts), body))
-
-
 def _ts_key(ts: str) -> tuple[int, int]:
     seconds, _, fraction = ts.partition(".")
     return int(seconds or 0), int(fraction.ljust(6, "0")[:6] or 0)
-
-
-def slack_time(ts: str) -> datetime:
-    """A Slack message ts ("1700000000.000100") as an aware UTC datetime."""
-    try:
-        return datetime.fromtimestamp(float(ts), UTC)
-    except (ValueError, OverflowError, OSError) as exc:
-        raise MalformedEvent(f"not a Slack timestamp: {ts[:40]!r}") from exc

@@ -1,17 +1,87 @@
-"""Logging set-up: one line per record, with the work's bound fields on every line.
+"""Logging set-up: one line per record, with the work's bound fields on every line, and
+never a secret.
 
 `THREADGATE_LOG_FORMAT=json` writes JSON objects (for log pipelines); the default is
-`key=value` text. The fields come from `agent.core.log_context`; nothing here reads settings
-that could hold a secret, and no record carries one.
+`key=value` text. The fields come from `agent.core.log_context`.
+
+Our own log lines are written not to carry secrets, but the libraries' are not ours:
+httpx logs every request at INFO with its full URL (`https://user:pass@host/…` included),
+and an exception's message — aiohttp's quote the URL they failed on — ends up in a
+traceback. So the handler redacts every record before it is formatted (`SecretsFilter`):
+the values of the settings that are secrets (given by the CLI; values shorter than
+`MIN_SECRET` characters are left alone, as redacting them would garble every line), the
+credentials part of any URL, Slack tokens (`xoxb-…`, `xapp-…`), the paths of known webhook
+hosts, and query parameters named like secrets (`token=`, `key=`, `ticket=`, …). The
+libraries' loggers keep their levels: httpx's request line is the one record of each call
+to the model, and it is safe once redacted.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
+from collections.abc import Iterable
+from typing import TextIO
 
 from agent import log_fields
+
+REDACTED = "[redacted]"
+MIN_SECRET = 8
+
+_URL_CREDENTIALS = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.\-]*://)[^\s/?#@'\"<>]+@")
+_SLACK_TOKEN = re.compile(r"\bx(?:ox[abposre]|app)-[A-Za-z0-9-]+")
+_WEBHOOK_PATH = re.compile(
+    r"(\b(?:hooks\.slack(?:-gov)?\.com|discord(?:app)?\.com/api/webhooks"
+    r"|[\w.-]+\.webhook\.office\.com)/)[^\s'\"<>]+",
+    re.IGNORECASE,
+)
+_SECRET_QUERY = re.compile(
+    r"([?&](?:[\w-]*(?:token|key|secret|password|passwd|sig|signature)|ticket|code|auth)=)"
+    r"[^&\s'\"<>#]+",
+    re.IGNORECASE,
+)
+
+
+class Redactor:
+    """Removes secrets from text: known values, and the shapes secrets come in."""
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        known = sorted({s for s in secrets if len(s) >= MIN_SECRET}, key=len, reverse=True)
+        self._known = re.compile("|".join(map(re.escape, known))) if known else None
+
+    def __call__(self, text: str) -> str:
+        if self._known is not None:
+            text = self._known.sub(REDACTED, text)
+        text = _URL_CREDENTIALS.sub(rf"\1{REDACTED}@", text)
+        text = _SLACK_TOKEN.sub(REDACTED, text)
+        text = _WEBHOOK_PATH.sub(rf"\1{REDACTED}", text)
+        return _SECRET_QUERY.sub(rf"\1{REDACTED}", text)
+
+
+class SecretsFilter(logging.Filter):
+    """Redacts a record's message, traceback and stack before any formatter sees them."""
+
+    def __init__(self, redact: Redactor) -> None:
+        super().__init__()
+        self._redact = redact
+        self._formatter = logging.Formatter()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # a library's malformed call: still one redacted line, no crash
+            message = f"{record.msg} (arguments that do not fit: {record.args!r})"
+        record.msg = self._redact(message)
+        record.args = None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self._formatter.formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = self._redact(record.exc_text)
+        if record.stack_info:
+            record.stack_info = self._redact(record.stack_info)
+        return True
 
 
 class FieldsFilter(logging.Filter):
@@ -51,18 +121,30 @@ class JSONFormatter(logging.Formatter):
             "message": _capped(record.getMessage()),
             **getattr(record, "fields", {}),
         }
-        if record.exc_info:
-            entry["exception"] = _capped(self.formatException(record.exc_info))
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        if record.exc_text:  # the redacted traceback, when SecretsFilter ran
+            entry["exception"] = _capped(record.exc_text)
         return json.dumps(entry, ensure_ascii=False)
 
 
-def configure_logging(level: str, style: str = "text") -> None:
-    handler = logging.StreamHandler(sys.stderr)
+def log_handler(
+    style: str = "text", *, secrets: Iterable[str] = (), stream: TextIO | None = None
+) -> logging.Handler:
+    """The one handler: secrets redacted, bound fields added, one line per record."""
+    handler = logging.StreamHandler(sys.stderr if stream is None else stream)
+    handler.addFilter(SecretsFilter(Redactor(secrets)))
     handler.addFilter(FieldsFilter())
     if style == "json":
         handler.setFormatter(JSONFormatter())
     else:
         handler.setFormatter(TextFormatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+    return handler
+
+
+def configure_logging(level: str, style: str = "text", *, secrets: Iterable[str] = ()) -> None:
+    """Send every record to stderr through `log_handler`; `secrets` are the values to redact."""
+    handler = log_handler(style, secrets=secrets)
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

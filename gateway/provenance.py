@@ -3,7 +3,18 @@
 Every user message reaches the model as
 `<turn from="NAME" id="USER_ID" channel="CHANNEL_ID" at="ISO-8601">body</turn>`.
 The body and attributes are escaped (`&`, `<`, `>`, and `"` in attributes), so whatever a
-user types can never close this turn or open another: `parse_turn(render_turn(t)) == t`.
+user types can never close this turn or open another.
+
+Escaping ASCII is not enough for a reader that is a language model: `＜/turn＞` reads as a
+tag to it. So every field is first passed through `agent.sanitize_text`, which folds tag
+look-alikes (fullwidth, CJK, mathematical angle brackets and the like) to ASCII — they then
+end up as `&lt;`/`&gt;`/`&quot;` like the real thing — and removes invisible characters
+(Unicode tag characters, bidi controls, zero-width spaces; the zero-width joiner and
+non-joiner stay, as emoji and several scripts need them). `agent/core/text.py` says which
+characters and why; the round's frames around tool results use the same folding.
+
+`parse_turn(render_turn(t))` gives back `t` with each field sanitized: the turn as the
+model read it.
 """
 
 from __future__ import annotations
@@ -12,7 +23,10 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 
+from agent import sanitize_text
 from gateway.markup import escape_entities
+
+__all__ = ["Turn", "TurnParseError", "parse_turn", "render_turn"]
 
 _TURN = re.compile(
     r'<turn from="(?P<name>[^"<>]*)" id="(?P<id>[^"<>]*)" channel="(?P<channel>[^"<>]*)"'
@@ -35,11 +49,11 @@ class TurnParseError(ValueError):
 
 
 def escape_body(text: str) -> str:
-    return escape_entities(text)
+    return escape_entities(sanitize_text(text))
 
 
 def escape_attribute(text: str) -> str:
-    return escape_entities(text).replace('"', "&quot;")
+    return escape_entities(sanitize_text(text)).replace('"', "&quot;")
 
 
 def unescape(text: str) -> str:

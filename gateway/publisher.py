@@ -3,7 +3,8 @@
 Every post goes through an outbox row keyed by its message id (a long reply is several
 posts: `id`, `id#1`, `id#2`, …) and carries Slack message metadata naming that id. When
 an earlier attempt's outcome is unknown — the process died after sending, or the response
-was lost — the thread is searched for the id before anything is posted again.
+was lost — the thread is searched for the id before anything is posted again. Every post
+says `parse="none"` and `link_names=False`: nothing in it is turned into a mention.
 """
 
 from __future__ import annotations
@@ -93,6 +94,10 @@ class SlackPublisher:
             metadata={"event_type": METADATA_EVENT, "event_payload": {"outbox_id": post_id}},
             unfurl_links=False,
             unfurl_media=False,
+            # Explicit, not Slack's defaults: with `parse=full` or `link_names` Slack would
+            # turn a bare `@here` or `@name` in the text into a ping.
+            parse="none",
+            link_names=False,
         )
         await self._outbox.mark_sent(post_id, response.get("ts"))
 

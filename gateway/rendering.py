@@ -9,10 +9,28 @@ How mentions are neutralized inside the markdown block: Slack documents no escap
 `markdown` block and does not say whether it honors mrkdwn's `<!here>`-style sequences, so we
 assume it may. HTML-escaping the block (`&lt;`) is not an option: standard Markdown shows
 entities literally inside code spans and code blocks, so every `a < b` or `List<int>` in code
-would read `&lt;`. Instead a zero-width joiner (U+200D) goes between `<` and a following `!`,
-`@` or `#`: the sequence can no longer form, code and tables look exactly the same, and
-Markdown autolinks like `<https://…>` still work. The entity spellings of `<` (`&lt;`, `&LT;`,
-`&#60;`, `&#x3c;`) get the same joiner, in case Slack decodes entities before parsing.
+would read `&lt;`. Instead a zero-width joiner (U+200D) goes between `<` and what follows:
+the sequence can no longer form, and the text looks exactly the same. The entity spellings
+of `<` (`&lt;`, `&LT;`, `&#60;`, `&#x3c;`) get the same joiner, in case Slack decodes
+entities before parsing.
+
+Where the joiner goes is decided by "no pings, and no corruption of code" (what is code is
+`gateway.markdown`'s call):
+
+- in prose, after every `<` before `!`, `@` or `#`: nothing a reader sees changes, and no
+  `<!…>` form — known today or added by Slack tomorrow — can form;
+- in code spans and fenced blocks, only before what Slack can resolve: a complete
+  sequence with no space in its target (`<@U123>`, `<#C1|ops>`, `<!here>`,
+  `<!subteam^S1>`) or a `<!here|channel|everyone|group|subteam|date…` command. So
+  `<!DOCTYPE html>`, `<!-- comment -->`, `List<@NonNull T>` and PowerShell's `<# … #>`
+  come out byte-identical;
+- bare `@here`, `@channel`, `@everyone` (and the legacy `@group`) get the joiner after the
+  `@` everywhere, code included: with `link_names` or `parse=full` Slack turns those words
+  into pings, and they are not code in any language we know. The publisher also sends
+  `parse="none"` and `link_names=False` explicitly, so the fallback never links names.
+
+Links are checked before that (`gateway.links`): a link's visible text never hides the host
+it opens.
 The fallback `text` is mrkdwn, so there the documented escaping (`&amp;`, `&lt;`, `&gt;`)
 applies.
 
@@ -28,6 +46,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.links import reveal_link_hosts
+from gateway.markdown import Fence, closes, code_spans, fence_at, fenced_blocks
 from gateway.markup import escape_entities
 
 __all__ = [
@@ -51,10 +71,16 @@ MIN_LIMIT = 256
 EMPTY_REPLY = "_(empty reply)_"
 
 _JOINER = "\u200d"
-_MENTION_START = re.compile(r"(<|&(?:lt|LT);|&#0*60;|&#[xX]0*3[cC];)(?=[!@#])")
+_LESS_THAN = r"(<|&(?:lt|LT);|&#0*60;|&#[xX]0*3[cC];)"
+_PROSE_MENTION = re.compile(rf"{_LESS_THAN}(?=[!@#])")
+_CODE_MENTION = re.compile(
+    rf"{_LESS_THAN}(?=[!@#][^\s<>|&]+[|>&]|!(?:here|channel|everyone|group|subteam|date)\b)",
+    re.IGNORECASE,
+)
+_BROADCAST = re.compile(
+    r"(?<![\w@])(@|&#0*64;|&#[xX]0*40;)(?=(?:here|channel|everyone|group)\b)", re.IGNORECASE
+)
 _SLACK_SEQUENCE = re.compile(r"<[!@#][^<>]*>")
-_MAX_FENCE_LINE = 100
-_FENCE_OPEN = re.compile(r"(?P<indent> *)(?P<fence>`{3,}(?=[^`]*$)|~{3,})(?P<info>.*)")
 _PARTIAL_ENTITY = re.compile(r"&[a-z]*$")
 
 
@@ -74,17 +100,36 @@ class _Piece:
     separator: str = "\n"
 
 
-@dataclass(frozen=True, slots=True)
-class _Fence:
-    """The opening line of a fenced code block, and how to close it."""
-
-    line: str
-    closing: str
-
-
 def neutralize_mentions(text: str) -> str:
-    """Put a zero-width joiner after every `<` (or its entity) that precedes `!`, `@`, `#`."""
-    return _MENTION_START.sub(lambda match: match.group(1) + _JOINER, text)
+    """Put a zero-width joiner where Slack could otherwise see a mention (module doc)."""
+    pieces = []
+    for start, end, fenced in fenced_blocks(text):
+        if fenced:
+            pieces.append(_neutralize_code(text[start:end]))
+            continue
+        prose, position = text[start:end], 0
+        for span_start, span_end in code_spans(prose):
+            pieces.append(_neutralize_prose(prose[position:span_start]))
+            pieces.append(_neutralize_code(prose[span_start:span_end]))
+            position = span_end
+        pieces.append(_neutralize_prose(prose[position:]))
+    return "".join(pieces)
+
+
+def _neutralize_prose(text: str) -> str:
+    return _broadcasts(_PROSE_MENTION.sub(_join, text))
+
+
+def _neutralize_code(text: str) -> str:
+    return _broadcasts(_CODE_MENTION.sub(_join, text))
+
+
+def _broadcasts(text: str) -> str:
+    return _BROADCAST.sub(_join, text)
+
+
+def _join(match: re.Match[str]) -> str:
+    return match.group(1) + _JOINER
 
 
 def render_reply(
@@ -107,9 +152,12 @@ def split_markdown(
     """Block texts, each at most `limit` characters, mentions already neutralized."""
     if limit < MIN_LIMIT:
         raise ValueError(f"limit must be at least {MIN_LIMIT} characters, got {limit}")
-    body = text if allow_mentions else neutralize_mentions(text)
+    body = reveal_link_hosts(text)
+    body = body if allow_mentions else neutralize_mentions(body)
     pieces = [small for piece in _pieces(body) for small in _fit(piece, limit)]
-    return _pack(pieces, limit)
+    parts = _pack(pieces, limit)
+    # A line cut in two can start a part with `@here` that followed a word before the cut.
+    return parts if allow_mentions else [_broadcasts(part) for part in parts]
 
 
 def _fallback(part: str, allow_mentions: bool) -> str:
@@ -133,23 +181,6 @@ def _escape_keeping_sequences(text: str) -> str:
     return "".join([*pieces, escape_entities(text[position:])])
 
 
-def _fence_at(line: str) -> _Fence | None:
-    """The fence this line opens, if it opens one."""
-    match = _FENCE_OPEN.fullmatch(line)
-    if match is None or len(line) > _MAX_FENCE_LINE:
-        return None
-    return _Fence(line=line, closing=match["indent"] + match["fence"])
-
-
-def _closes(line: str, fence: _Fence) -> bool:
-    """Whether `line` closes `fence`: the same character, at least as many, nothing else."""
-    marks = fence.closing.lstrip(" ")
-    stripped = line.strip(" ")
-    if len(line) > _MAX_FENCE_LINE or len(stripped) < len(marks):
-        return False
-    return stripped == marks[0] * len(stripped)
-
-
 def _pieces(text: str) -> Iterator[_Piece]:
     """Paragraphs and whole fenced code blocks, each with the separator before it."""
     lines = text.split("\n")
@@ -160,8 +191,8 @@ def _pieces(text: str) -> Iterator[_Piece]:
             continue
         end = _piece_end(lines, index)
         piece = "\n".join(lines[index:end])
-        fence = _fence_at(lines[index])
-        if fence is not None and (end - index < 2 or not _closes(lines[end - 1], fence)):
+        fence = fence_at(lines[index])
+        if fence is not None and (end - index < 2 or not closes(lines[end - 1], fence)):
             piece += "\n" + fence.closing
         yield _Piece(piece, separator)
         index, separator = end, "\n"
@@ -169,14 +200,14 @@ def _pieces(text: str) -> Iterator[_Piece]:
 
 def _piece_end(lines: list[str], start: int) -> int:
     """Index just past the piece starting at `start`: a code block, or a paragraph."""
-    fence = _fence_at(lines[start])
+    fence = fence_at(lines[start])
     if fence is not None:
         end = start + 1
-        while end < len(lines) and not _closes(lines[end], fence):
+        while end < len(lines) and not closes(lines[end], fence):
             end += 1
         return min(end + 1, len(lines))
     end = start + 1
-    while end < len(lines) and lines[end].strip() and _fence_at(lines[end]) is None:
+    while end < len(lines) and lines[end].strip() and fence_at(lines[end]) is None:
         end += 1
     return end
 
@@ -187,13 +218,13 @@ def _fit(piece: _Piece, limit: int) -> Iterator[_Piece]:
         yield piece
         return
     lines = piece.text.split("\n")
-    fence = _fence_at(lines[0])
+    fence = fence_at(lines[0])
     chunks = _fit_code(lines, fence, limit) if fence else _fit_lines(lines, limit)
     for number, chunk in enumerate(chunks):
         yield _Piece(chunk, piece.separator if number == 0 else "\n")
 
 
-def _fit_code(lines: list[str], fence: _Fence, limit: int) -> list[str]:
+def _fit_code(lines: list[str], fence: Fence, limit: int) -> list[str]:
     """A long code block as several, each closed and reopened with the same fence."""
     last = lines[-1]
     budget = limit - len(fence.line) - max(len(fence.closing), len(last)) - 2
@@ -214,7 +245,7 @@ def _cut(line: str, limit: int) -> list[str]:
     pieces: list[str] = []
     while len(line) > limit:
         end = limit
-        while end > limit // 2 and _fence_at(line[end:]) is not None:
+        while end > limit // 2 and fence_at(line[end:]) is not None:
             end -= 1
         pieces.append(line[:end])
         line = line[end:]

@@ -172,7 +172,10 @@ class Gateway:
             s.require("SLACK_BOT_TOKEN"),
             s.slack_api_url,
             metrics=self.metrics,
-            on_token_refused=TokenAlarm(webhook.get_secret_value() if webhook else None),
+            on_token_refused=TokenAlarm(
+                webhook.get_secret_value() if webhook else None,
+                window_seconds=s.threadgate_alert_window_seconds,
+            ),
             supervisor=supervisor,
             session=session,
         )

@@ -3,26 +3,34 @@
 When the bot is first mentioned inside an existing thread, the earlier messages of that
 thread become the start of the conversation ("summarize this thread" must work), so the
 gatekeeper asks for them here. The agent's `read_thread` tool reads the same way through
-the `agent.ThreadReader` port. Reads are bounded in count and time; a failure to
-read is never a failure to answer.
+the `agent.ThreadReader` port. Both render every person's message the way the gatekeeper
+renders a typed one (`render_message`): in a `<turn>` tag with the author's id, the
+channel and the time, so nothing a person wrote can pass for someone else's words.
+Reads are bounded in count and time; a failure to read is never a failure to answer.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent import Task
-from gateway.markup import slack_to_text
+from gateway.inbound import MalformedEvent
+from gateway.markup import mentioned_user_ids, slack_to_text
+from gateway.provenance import Turn, render_turn
 from gateway.users import NameDirectory
 
 log = logging.getLogger(__name__)
+
+_SLACK_TS = re.compile(r"[0-9]{1,12}\.[0-9]{1,9}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,18 +74,43 @@ class SlackThreads:
             return collected[-limit:]
 
     async def read_thread(self, task: Task, *, limit: int) -> Sequence[str]:
-        """`agent.ThreadReader`: the task's thread as `Name: text` lines."""
-        address = task.address
-        found = await self.messages(address["channel"], address["thread_ts"], limit=limit)
-        names = await self._users.names(sorted({m.user for m in found}))
-        return [
-            f"{names.get(m.user, m.user)}: {slack_to_text(m.text, user_names=names)}" for m in found
-        ]
+        """`agent.ThreadReader`: the task's thread, each message in its `<turn>` tag.
+
+        Not `Name: text` lines: a newline in one message would read as another speaker."""
+        channel = task.address["channel"]
+        found = await self.messages(channel, task.address["thread_ts"], limit=limit)
+        names = await self._users.names(
+            sorted({m.user for m in found} | {u for m in found for u in mentioned_user_ids(m.text)})
+        )
+        return [render_message(m, channel, names) for m in found]
+
+
+def render_message(
+    message: ThreadMessage,
+    channel: str,
+    names: Mapping[str, str],
+    *,
+    bot_user_id: str | None = None,
+) -> str:
+    """A person's message as the model reads it: Slack markup as plain text, in a turn tag
+    with the author's id, the channel and the time (the bot's own mention dropped)."""
+    body = slack_to_text(message.text, user_names=names, bot_user_id=bot_user_id)
+    author = names.get(message.user, message.user)
+    return render_turn(Turn(author, message.user, channel, slack_time(message.ts), body))
+
+
+def slack_time(ts: str) -> datetime:
+    """A Slack message ts ("1700000000.000100") as an aware UTC datetime."""
+    try:
+        return datetime.fromtimestamp(float(ts), UTC)
+    except (ValueError, OverflowError, OSError) as exc:
+        raise MalformedEvent(f"not a Slack timestamp: {ts[:40]!r}") from exc
 
 
 def _person_message(message: Mapping[str, Any]) -> ThreadMessage | None:
     if message.get("subtype") or message.get("bot_id") or not message.get("user"):
         return None
-    return ThreadMessage(
-        str(message["user"]), str(message.get("text") or ""), str(message.get("ts"))
-    )
+    ts = str(message.get("ts"))
+    if not _SLACK_TS.fullmatch(ts):
+        return None  # not a message we could place in time, nor order against others
+    return ThreadMessage(str(message["user"]), str(message.get("text") or ""), ts)

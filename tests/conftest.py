@@ -13,11 +13,17 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from storage.database import Database
 from tests import hermetic
 from tests.netguard import loopback_guard
 from tests.pg import create_database, server_dsn
+
+# Hypothesis fails an example that runs longer than 200 ms by default: a timed assertion,
+# and a flaky one on a busy machine running several suites at once. Speed lives in bench/.
+settings.register_profile("threadgate", deadline=None)
+settings.load_profile("threadgate")
 
 _scrubbed: list[str] = []
 

@@ -111,7 +111,10 @@ class ThreadReader(Protocol):
     """Reads the task's conversation where it lives (for Slack: the thread), for work tools."""
 
     async def read_thread(self, task: Task, *, limit: int) -> Sequence[str]:
-        """The thread's messages as plain text lines, oldest first, at most `limit`."""
+        """The thread's messages, oldest first, at most `limit`, each as the model should
+        read it: a person's message in the same unforgeable provenance form as the turns
+        of the conversation (the agent does not parse it; a newline inside one message
+        must not read as another message)."""
 
 
 class AlertSink(Protocol):

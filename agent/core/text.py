@@ -1,4 +1,6 @@
-"""Text every part of the system can hold, whoever wrote it.
+"""Text every part of the system can hold, and that no reader mistakes for markup.
+
+## Storable
 
 Postgres `text` and `jsonb` refuse NUL, and a lone surrogate cannot be encoded as UTF-8 at
 all, so a message containing either fails wherever it goes next: a person's turn at
@@ -6,12 +8,46 @@ admission, a model's reply at the append, a subtask's params at the insert. A mo
 produce both (JSON's `\\u0000` and `\\ud800` escapes decode to them). Both are replaced with
 U+FFFD, the character that says "something unreadable was here", at the two doors text
 comes in by: the gatekeeper for people, the control tools for the model.
+
+## Unmistakable
+
+The gateway escapes what people write so it cannot close a `<turn>` tag, and the round
+escapes what tools return so it cannot close its `<tool_output>` frame. Escaping ASCII is
+not enough for a reader that is a language model: `＜/turn＞` (fullwidth), `‹/turn›` or
+`〈turn〉` read as a tag to it even though no parser would agree. So before escaping, every
+character that looks like a tag's own syntax (`TAG_LOOKALIKES`: angle brackets in their
+fullwidth, small, modifier, CJK, mathematical and ornamental forms, and the fullwidth
+quotation mark) is folded to its ASCII form, and is then escaped like the real thing.
+
+Characters that change what a reader sees without being seen themselves are removed
+(`INVISIBLE_CHARACTERS`): Unicode tag characters (U+E0000–U+E007F, which can spell out
+hidden ASCII instructions), bidirectional controls (U+202A–U+202E, U+2066–U+2069, U+200E,
+U+200F, U+061C, which can reorder text so a tag appears where none is), and the
+zero-width characters that only split or hide text (U+200B zero-width space, U+2060 word
+joiner, U+2061–U+2064 invisible operators, U+FEFF, U+180E).
+
+Kept on purpose: the zero-width joiner U+200D and non-joiner U+200C. They are part of
+ordinary writing — ZWJ builds emoji sequences (woman + ZWJ + laptop is one emoji, a family
+is several people joined by ZWJ) and conjuncts in Indic scripts, ZWNJ is required spelling
+in Persian — and neither can reorder text or form a tag once the brackets are folded and
+escaped. Removing them would change what people wrote; keeping them changes nothing a tag
+relies on. (Subdivision flags such as Scotland's are spelled with tag characters; they lose
+them and show as a plain black flag: hidden text is the larger risk.) Variation selectors
+stay too: emoji presentation needs them.
 """
 
 from __future__ import annotations
 
 import re
 from typing import Any
+
+__all__ = [
+    "INVISIBLE_CHARACTERS",
+    "TAG_LOOKALIKES",
+    "sanitize_text",
+    "storable_json",
+    "storable_text",
+]
 
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
@@ -30,3 +66,49 @@ def storable_json(value: Any) -> Any:
     if isinstance(value, dict):
         return {storable_text(str(k)): storable_json(v) for k, v in value.items()}
     return value
+
+
+TAG_LOOKALIKES: dict[str, str] = {
+    "\uff1c": "<",  # ＜ FULLWIDTH LESS-THAN SIGN
+    "\uff1e": ">",  # ＞ FULLWIDTH GREATER-THAN SIGN
+    "\ufe64": "<",  # ﹤ SMALL LESS-THAN SIGN
+    "\ufe65": ">",  # ﹥ SMALL GREATER-THAN SIGN
+    "\u2039": "<",  # ‹ SINGLE LEFT-POINTING ANGLE QUOTATION MARK
+    "\u203a": ">",  # › SINGLE RIGHT-POINTING ANGLE QUOTATION MARK
+    "\u3008": "<",  # 〈 LEFT ANGLE BRACKET (CJK)
+    "\u3009": ">",  # 〉 RIGHT ANGLE BRACKET (CJK)
+    "\u2329": "<",  # 〈 LEFT-POINTING ANGLE BRACKET
+    "\u232a": ">",  # 〉 RIGHT-POINTING ANGLE BRACKET
+    "\u27e8": "<",  # ⟨ MATHEMATICAL LEFT ANGLE BRACKET
+    "\u27e9": ">",  # ⟩ MATHEMATICAL RIGHT ANGLE BRACKET
+    "\u29fc": "<",  # ⧼ LEFT-POINTING CURVED ANGLE BRACKET
+    "\u29fd": ">",  # ⧽ RIGHT-POINTING CURVED ANGLE BRACKET
+    "\u276c": "<",  # ❬ MEDIUM LEFT-POINTING ANGLE BRACKET ORNAMENT
+    "\u276d": ">",  # ❭ MEDIUM RIGHT-POINTING ANGLE BRACKET ORNAMENT
+    "\u276e": "<",  # ❮ HEAVY LEFT-POINTING ANGLE QUOTATION MARK ORNAMENT
+    "\u276f": ">",  # ❯ HEAVY RIGHT-POINTING ANGLE QUOTATION MARK ORNAMENT
+    "\u2770": "<",  # ❰ HEAVY LEFT-POINTING ANGLE BRACKET ORNAMENT
+    "\u2771": ">",  # ❱ HEAVY RIGHT-POINTING ANGLE BRACKET ORNAMENT
+    "\u02c2": "<",  # ˂ MODIFIER LETTER LEFT ARROWHEAD
+    "\u02c3": ">",  # ˃ MODIFIER LETTER RIGHT ARROWHEAD
+    "\u1438": "<",  # ᐸ CANADIAN SYLLABICS PA
+    "\u1433": ">",  # ᐳ CANADIAN SYLLABICS PO
+    "\uff02": '"',  # ＂ FULLWIDTH QUOTATION MARK: would seem to close an attribute
+}
+"""Characters a reader takes for `<`, `>` or `"`, and the ASCII they are folded to."""
+
+INVISIBLE_CHARACTERS: frozenset[str] = frozenset(
+    [chr(c) for c in range(0xE0000, 0xE0080)]  # tag characters
+    + [chr(c) for c in range(0x202A, 0x202F)]  # LRE, RLE, PDF, LRO, RLO
+    + [chr(c) for c in range(0x2066, 0x206A)]  # LRI, RLI, FSI, PDI
+    + ["\u200e", "\u200f", "\u061c"]  # LRM, RLM, ARABIC LETTER MARK
+    + ["\u200b", "\u2060", "\u2061", "\u2062", "\u2063", "\u2064", "\ufeff", "\u180e"]
+)
+"""Characters removed before escaping: invisible, and able to hide or reorder text."""
+
+_SANITIZE = str.maketrans({**TAG_LOOKALIKES, **dict.fromkeys(INVISIBLE_CHARACTERS)})
+
+
+def sanitize_text(text: str) -> str:
+    """Fold tag look-alikes to ASCII and drop invisible characters (see the module doc)."""
+    return text.translate(_SANITIZE)

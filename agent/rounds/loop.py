@@ -7,7 +7,8 @@ Each step the model answers with tool calls, and the step is one of:
   its `select` picks the call that counts and its `parse` turns it into the round's
   `Decision`. The round ends; the other calls of the step need no results.
 - **work**: work tools were called. They run (concurrently, see `agent.rounds.tools`), their
-  results are fed back and the model is asked again. At most `max_steps` work steps run
+  results are fed back — each framed as data, not instructions (`agent.rounds.framing`) —
+  and the model is asked again. At most `max_steps` work steps run
   per round.
 - **a repair**: prose without a tool call, a call to a tool that does not exist, a control
   call `select` or `parse` rejects, work asked for after the step budget is spent, or an
@@ -46,6 +47,7 @@ from agent.models.contract import (
     UserMessage,
 )
 from agent.rounds.control import ControlTool, Decision
+from agent.rounds.framing import frame_output
 from agent.rounds.settings import DEFAULT_ROUND, RoundSettings
 from agent.rounds.tools import Toolbox
 
@@ -180,9 +182,10 @@ def _control_step(control: ControlTool, calls: Sequence[ToolCall]) -> Step:
 
 
 async def _run_work(toolbox: Toolbox, calls: tuple[ToolCall, ...]) -> list[ModelMessage]:
-    """Results of the step's work calls; its control calls are deferred, not run."""
+    """Results of the step's work calls, each framed as data (`agent.rounds.framing`); its
+    control calls are deferred, not run."""
     work = [call for call in calls if call.name in toolbox]
-    results = {r.call_id: r for r in await toolbox.run(work)}
+    results = {r.call_id: _framed(r) for r in await toolbox.run(work)}
     return [
         results.get(call.id)
         or ToolResultMessage(
@@ -200,6 +203,17 @@ def _cut_off(
     if not calls:
         return _Repair([UserMessage(f"<runtime>{note}</runtime>")])
     return _Repair(_feedback(calls, dict.fromkeys((c.id for c in calls), note)))
+
+
+def _framed(result: ToolResultMessage) -> ToolResultMessage:
+    """A work tool's result as the model reads it: inside a frame that says it is data.
+    Failures are framed too: an exception's message may quote what the tool was reading."""
+    return ToolResultMessage(
+        result.call_id,
+        result.name,
+        frame_output(result.name, result.content),
+        is_error=result.is_error,
+    )
 
 
 def _unknown_tool(call: ToolCall, known: Sequence[str]) -> str:

@@ -15,7 +15,9 @@ call is bounded in time (`tool_timeout_seconds`) and its output in length
 the round.
 
 Built-ins: `current_time` (from the injected clock, so tests need no real time) and
-`read_thread` (more of the conversation than the window shows, through `ThreadReader`).
+`read_thread` (more of the conversation than the window shows, through `ThreadReader`,
+which renders each message in the same provenance tag as the conversation's turns).
+What a tool returns is framed as data by the round (`agent.rounds.framing`), not here.
 Plugins add tools by subclassing `WorkTool` (see `agent.rounds.plugins`).
 """
 
@@ -229,7 +231,8 @@ class ReadThread(WorkTool[ReadThreadInput]):
     name = "read_thread"
     description = (
         "Read the latest messages of the current conversation (oldest first), including "
-        "ones older than what you were shown. Use it when the answer depends on earlier context."
+        "ones older than what you were shown, each in its provenance tag. Use it when the "
+        "answer depends on earlier context."
     )
     input_model = ReadThreadInput
 

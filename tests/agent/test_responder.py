@@ -131,7 +131,7 @@ async def test_work_tools_get_the_task_and_clock() -> None:
     )
     await responder(model, reader)(RoundInput(TASK, WINDOW))
     assert reader.tasks == [TASK]
-    assert model.requests[2].messages[-1].content == "2026-01-02T12:00:00+00:00"  # type: ignore[union-attr]
+    assert "\n2026-01-02T12:00:00+00:00\n" in model.requests[2].messages[-1].content  # type: ignore[union-attr]
 
 
 async def test_a_transient_failure_retries_the_whole_round() -> None:

@@ -26,8 +26,9 @@ Scopes: set `granted_scopes` (a list) and every authenticated answer carries Sla
 `x-oauth-scopes` header listing them, as Slack does for the token's granted scopes; left
 None (the default), no such header is sent.
 
-Record: `posts` (successful chat.postMessage as `Post`), `calls` (every request that
-arrived, as `Call`, including refused and faulted ones), `statuses` (`Status`).
+Record: `posts` (successful chat.postMessage as `Post`, with the `parse`, `link_names` and
+unfurl flags it was sent with), `calls` (every request that arrived, as `Call`, including
+refused and faulted ones; chat.update's flags are in its `params`), `statuses` (`Status`).
 
 Faults, queued per API method and consumed one per request, in order:
     `rate_limit(method, times=1, retry_after=1)`   HTTP 429 + Retry-After, body `ratelimited`
@@ -81,6 +82,14 @@ class Post:
     ts: str
     unfurl_links: bool | None = None
     unfurl_media: bool | None = None
+    parse: str | None = None
+    link_names: bool | None = None
+
+    @property
+    def may_link_names(self) -> bool:
+        """Whether Slack would turn bare `@here`/`@name` in `text` into pings: `link_names`
+        set, or `parse=full`. Unset, Slack's defaults apply (and have changed over time)."""
+        return self.link_names is not False or self.parse not in ("none", None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -421,6 +430,8 @@ class FakeSlack:
                 ts=ts,
                 unfurl_links=_flag(params.get("unfurl_links")),
                 unfurl_media=_flag(params.get("unfurl_media")),
+                parse=None if params.get("parse") is None else str(params["parse"]),
+                link_names=_flag(params.get("link_names")),
             )
         )
         return {"ok": True, "channel": channel, "ts": ts, "message": message}

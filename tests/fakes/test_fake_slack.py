@@ -356,3 +356,16 @@ def test_event_builders_have_slack_shapes() -> None:
     assert first["type"] == "event_callback" and first["event_id"].startswith("Ev")
     assert first["event_id"] != second["event_id"]
     assert first["authorizations"][0]["user_id"] == "UBOT"
+
+
+async def test_posts_record_the_parse_and_link_names_flags(slack: FakeSlack) -> None:
+    """chat.postMessage's `parse` and `link_names` are recorded as sent (JSON or form), and
+    a post that sets neither counts as one whose names Slack may link."""
+    client = client_for(slack)
+    await client.chat_postMessage(channel=CHANNEL, text="a", parse="none", link_names=False)
+    await client.api_call(
+        "chat.postMessage", data={"channel": CHANNEL, "text": "b", "link_names": "1"}
+    )
+    await client.chat_postMessage(channel=CHANNEL, text="c")
+    flags = [(p.parse, p.link_names, p.may_link_names) for p in slack.posts]
+    assert flags == [("none", False, False), (None, True, True), (None, None, True)]

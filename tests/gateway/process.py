@@ -50,6 +50,7 @@ class GatewayProcess:
         self.proc: asyncio.subprocess.Process | None = None
         self.port = 0
         self.log = bytearray()
+        self._logged = asyncio.Condition()
 
     async def start(self, deadline: float = 60) -> None:
         self.proc = await asyncio.create_subprocess_exec(
@@ -85,6 +86,21 @@ class GatewayProcess:
         # end the drain, and a child whose stderr pipe is full blocks on its next log call.
         while chunk := await self.proc.stderr.read(1 << 16):
             self.log += chunk
+            async with self._logged:
+                self._logged.notify_all()
+
+    # The deadline turns a hang into a readable failure, like FakeSlack.wait_for_posts.
+    async def wait_for_log(self, pattern: bytes, timeout: float = 30) -> None:  # noqa: ASYNC109
+        """Wait, re-checking after every chunk the child writes, until its stderr matches
+        `pattern` (a regex); on timeout raise an AssertionError showing the log."""
+        regex = re.compile(pattern)
+        try:
+            async with asyncio.timeout(timeout), self._logged:
+                await self._logged.wait_for(lambda: regex.search(self.log) is not None)
+        except TimeoutError:
+            raise AssertionError(
+                f"gateway never logged {pattern!r}:\n{self.log.decode(errors='replace')}"
+            ) from None
 
     @property
     def events_url(self) -> str:

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gateway.links import reveal_link_hosts
 from gateway.markup import escape_entities
 from gateway.rendering import (
     BLOCK_LIMIT,
@@ -22,6 +23,15 @@ from gateway.rendering import (
 
 ZWJ = "\u200d"
 FORBIDDEN = ("<!", "<@", "<#")
+# What Slack can turn into a ping or a mention: a complete `<!…>`, `<@…>` or `<#…>`
+# sequence (its target has no space), a `<!here`-style command, or a bare `@here` word —
+# and the entity spellings of `<` and `@`, in case Slack decodes them first.
+PING = re.compile(
+    r"(?:<|&(?:lt|LT);|&#0*60;|&#[xX]0*3[cC];)"
+    r"(?:[!@#][^\s<>|&]+[|>&]|!(?:here|channel|everyone|group|subteam|date)\b)"
+    r"|(?<![\w@])(?:@|&#0*64;|&#[xX]0*40;)(?:here|channel|everyone|group)\b",
+    re.IGNORECASE,
+)
 FENCE = re.compile(r" *(`{3,}(?=[^`]*$)|~{3,}).*")
 
 CODE = "```python\nfor item in items:\n    if a < b and c > d:\n        print(a & b)\n```"
@@ -149,10 +159,61 @@ def test_escape_mrkdwn_escapes_the_three_control_characters(raw: str, escaped: s
         ("List<int> & Map<K, V>", "List<int> & Map<K, V>"),
         ("<https://example.com>", "<https://example.com>"),
         (f"<{ZWJ}!here>", f"<{ZWJ}!here>"),
+        ("<!DOCTYPE html> in prose", f"<{ZWJ}!DOCTYPE html> in prose"),
+        ("@here look", f"@{ZWJ}here look"),
+        (
+            "ping @channel, @Everyone and @group!",
+            f"ping @{ZWJ}channel, @{ZWJ}Everyone and @{ZWJ}group!",
+        ),
+        ("&#64;here", f"&#64;{ZWJ}here"),
+        ("<@here>", f"<{ZWJ}@{ZWJ}here>"),
+        ("mail ops@here.example or @heretic", "mail ops@here.example or @heretic"),
+        (f"@{ZWJ}here", f"@{ZWJ}here"),
     ],
 )
 def test_neutralize_mentions_breaks_only_mention_sequences(raw: str, neutral: str) -> None:
-    """A joiner goes between `<` and `!`/`@`/`#`; other brackets and entities stay as written."""
+    """A joiner goes between `<` and `!`/`@`/`#`, and after the `@` of a bare broadcast;
+    other brackets, entities and addresses stay as written."""
+    assert neutralize_mentions(raw) == neutral
+
+
+CODE_KEPT = [
+    "`<!DOCTYPE html>`",
+    "```html\n<!DOCTYPE html>\n<!-- comment -->\n<p>a &lt; b</p>\n```",
+    "``<!-- a `tick` -->``",
+    "`List<@NonNull String>` and `Map<@A K, V>`",
+    "```powershell\n<# .SYNOPSIS\n  Does it. #>\n```",
+    "~~~\n<#if user??>hi</#if>\n~~~",
+    "```\nunclosed <!-- comment",
+]
+
+
+@pytest.mark.parametrize("code", CODE_KEPT)
+def test_code_that_cannot_ping_comes_out_byte_identical(code: str) -> None:
+    """HTML doctypes and comments, Java type annotations, PowerShell and FreeMarker comments
+    in code spans and fenced blocks get no joiner: they cannot become mentions."""
+    assert neutralize_mentions(code) == code
+    (message,) = render_reply(f"Here:\n\n{code}")
+    assert code in block_text(message) or code + "\n```" in block_text(message)
+
+
+@pytest.mark.parametrize(
+    ("raw", "neutral"),
+    [
+        ("`<!here>`", f"`<{ZWJ}!here>`"),
+        ("`<!channel|channel>`", f"`<{ZWJ}!channel|channel>`"),
+        ("```\n<@U123> and <#C1|ops>\n```", f"```\n<{ZWJ}@U123> and <{ZWJ}#C1|ops>\n```"),
+        ("`<!subteam^S1>`", f"`<{ZWJ}!subteam^S1>`"),
+        (
+            "`<!date^1392734382^{date} at {time}|x>`",
+            f"`<{ZWJ}!date^1392734382^{{date}} at {{time}}|x>`",
+        ),
+        ("`&lt;!here&gt;`", f"`&lt;{ZWJ}!here&gt;`"),
+        ("`@here`", f"`@{ZWJ}here`"),
+    ],
+)
+def test_slack_sequences_in_code_are_still_neutralized(raw: str, neutral: str) -> None:
+    """What Slack could resolve into a ping gets the joiner in code too: no pings first."""
     assert neutralize_mentions(raw) == neutral
 
 
@@ -279,10 +340,71 @@ def test_any_text_renders_without_raising(text: str) -> None:
 
 @given(markdownish, limits)
 def test_no_part_can_ping(text: str, limit: int) -> None:
-    """No block or fallback contains `<!`, `<@` or `<#`, whatever the model wrote."""
+    """No block or fallback holds a sequence or word Slack could turn into a ping, whatever
+    the model wrote; the fallback holds no `<!`, `<@` or `<#` at all."""
     for message in render_reply(text, limit=limit):
-        for rendered in (block_text(message), message.text):
-            assert not any(sequence in rendered for sequence in FORBIDDEN)
+        assert PING.search(block_text(message)) is None
+        assert PING.search(message.text) is None
+        assert not any(sequence in message.text for sequence in FORBIDDEN)
+
+
+@given(markdownish.filter(lambda t: "`" not in t and "~" not in t), limits)
+def test_no_part_outside_code_can_start_a_mention(text: str, limit: int) -> None:
+    """Outside code no `<!`, `<@` or `<#` survives at all, known Slack form or not."""
+    for message in render_reply(text, limit=limit):
+        assert not any(sequence in block_text(message) for sequence in FORBIDDEN)
+
+
+code_words = st.text(alphabet="abcdfgxyz", min_size=1, max_size=8)
+harmless_code = st.lists(
+    st.one_of(
+        st.sampled_from(
+            [
+                "<!DOCTYPE html>",
+                "a < b",
+                "x > y && z",
+                "#include <stdio.h>",
+                "@decorator",
+                "user@example.com",
+                "&lt;",
+                '<div class="x">',
+            ]
+        ),
+        code_words.map(lambda w: f"<!-- {w} -->"),
+        code_words.map(lambda w: f"List<@NonNull {w}>"),
+        code_words.map(lambda w: f"<# {w} #>"),
+        code_words,
+    ),
+    min_size=1,
+    max_size=6,
+).map(" ".join)
+
+
+@given(st.lists(st.tuples(harmless_code, st.booleans()), min_size=1, max_size=6), paragraphs)
+def test_code_that_cannot_ping_is_never_touched(codes: list[tuple[str, bool]], prose: str) -> None:
+    """Code spans and fenced blocks without a Slack sequence reach Slack byte-identical."""
+    pieces = [
+        f"```\n{code}\n```" if fenced else f"{prose} `{code}` {prose}" for code, fenced in codes
+    ]
+    (message,) = render_reply("\n\n".join(pieces), limit=BLOCK_LIMIT)
+    for code, fenced in codes:
+        assert (f"```\n{code}\n```" if fenced else f"`{code}`") in block_text(message)
+
+
+@given(
+    st.lists(
+        st.one_of(
+            words, st.sampled_from(["@here", "@channel", "@everyone", "@HERE", "(@here)", "x@here"])
+        ),
+        min_size=1,
+        max_size=40,
+    ).map(" ".join),
+    limits,
+)
+def test_no_bare_broadcast_survives(text: str, limit: int) -> None:
+    """`@here`, `@channel`, `@everyone` never reach Slack as the bare word, in any part."""
+    for message in render_reply(text, limit=limit):
+        assert PING.search(block_text(message)) is None and PING.search(message.text) is None
 
 
 @given(markdownish, limits)
@@ -302,8 +424,10 @@ def test_splitting_keeps_content_and_order(text: str, limit: int) -> None:
 
 @given(markdownish.filter(lambda t: "`" not in t and "~" not in t), limits)
 def test_splitting_without_fences_adds_nothing(text: str, limit: int) -> None:
-    """Without code fences, the parts hold exactly the original non-whitespace characters."""
-    assert non_whitespace("".join(split_markdown(text, limit))) == non_whitespace(text)
+    """Without code fences, the parts hold exactly the non-whitespace characters of the
+    text with its links revealed."""
+    joined = non_whitespace("".join(split_markdown(text, limit)))
+    assert joined == non_whitespace(reveal_link_hosts(text))
 
 
 @given(markdownish, limits)
