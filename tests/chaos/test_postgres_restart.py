@@ -8,6 +8,7 @@ while the database is down are refused (non-2xx) and redelivered until acknowled
 from __future__ import annotations
 
 import asyncio
+import shutil
 import sys
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -30,6 +31,7 @@ from tests.chaos.harness import (
     scaled,
     wait_until_settled,
 )
+from tests.conftest import TEST_DATA_DIR
 from tests.fakes.openai_api import OpenAIServer
 from tests.fakes.slack_api import FakeSlack
 from tests.gateway.process import GatewayProcess
@@ -111,8 +113,13 @@ async def test_postgres_restart_under_load_loses_nothing(tmp_path: Path) -> None
     """Postgres stops and starts while messages arrive: /readyz goes red then green,
     refused events are redelivered, and every message is answered exactly once."""
     processes = Processes(tmp_path)
+    # The server's data lives outside pytest's numbered temporary directories, which another
+    # pytest run on the same machine may prune while this server still runs (as the suite's
+    # shared server does, see tests/conftest.py).
+    data_dir = TEST_DATA_DIR.parent / "test-postgres-restart"
+    shutil.rmtree(data_dir, ignore_errors=True)
     async with (
-        dedicated_postgres(tmp_path / "postgres") as (postgres, server_dsn),
+        dedicated_postgres(data_dir) as (postgres, server_dsn),
         FakeSlack(bot_token=BOT_TOKEN) as slack,
         OpenAIServer() as model,
         aiohttp.ClientSession() as http,
