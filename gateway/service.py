@@ -40,7 +40,7 @@ from agent import (
 from gateway.alerts import OperatorAlerts, TokenAlarm
 from gateway.config import Settings
 from gateway.gatekeeper import Gatekeeper, Policy
-from gateway.http import build_http_app
+from gateway.http import SERVER_LOG, build_http_app
 from gateway.metrics import MeteredModel, Metrics
 from gateway.publisher import SlackPublisher
 from gateway.slack_app import build_bolt_app
@@ -241,7 +241,7 @@ class Gateway:
             metrics=self.metrics,
             events=not socket_mode,
         )
-        runner = web.AppRunner(app, access_log=None)
+        runner = web.AppRunner(app, access_log=None, logger=SERVER_LOG)
         await runner.setup()
         self._stack.push_async_callback(runner.cleanup)
         site = web.TCPSite(runner, host, port)
