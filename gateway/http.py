@@ -1,4 +1,10 @@
-"""The HTTP surface: `/slack/events`, `/healthz`, `/readyz`, `/metrics`.
+"""The HTTP surface: `/slack/events`, `/healthz` and `/readyz` on the events port, and
+`/metrics` on a listener of its own.
+
+Metrics name the models, Slack's error codes and the queue depth: nothing for the port that
+must face the internet (Slack delivers events to it), so they are served by a second app
+(`build_metrics_app`) on `THREADGATE_METRICS_ADDRESS`, loopback unless an operator says
+otherwise.
 
 The events route is an adapter and only translates, with one addition: it refuses what
 bolt would choke on before bolt sees it, and what is not from Slack before reading it.
@@ -16,7 +22,7 @@ Bolt then checks the signature again (cheap) and dispatches; what it answers is 
 Slack gets.
 
 In Socket Mode (`events=False`) events arrive over the WebSocket instead, there is no
-signing secret, and the server keeps only `/healthz`, `/readyz` and `/metrics`.
+signing secret, and the server keeps only `/healthz` and `/readyz`.
 """
 
 from __future__ import annotations
@@ -136,10 +142,6 @@ def build_http_app(
             return web.Response(text="ready")
         return web.Response(status=503, text="database unreachable or migrations pending")
 
-    async def metrics_route(request: web.Request) -> web.Response:
-        body = generate_latest(metrics.registry)
-        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
-
     # The events route reads its body itself (`read_body`); the limit here guards any
     # other route that ever reads one.
     app = web.Application(client_max_size=MAX_BODY_BYTES)
@@ -147,6 +149,17 @@ def build_http_app(
         app.router.add_post("/slack/events", slack_events)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
+    return app
+
+
+def build_metrics_app(metrics: Metrics) -> web.Application:
+    """`/metrics` alone, in Prometheus' text format, for the metrics listener."""
+
+    async def metrics_route(request: web.Request) -> web.Response:
+        body = generate_latest(metrics.registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    app = web.Application()
     app.router.add_get("/metrics", metrics_route)
     return app
 

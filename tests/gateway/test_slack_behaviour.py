@@ -142,7 +142,7 @@ async def test_metrics_count_events_and_tasks(rig: Rig) -> None:
     await rig.send(event_callback(event))
     # Done means published: the post's response has reached the client and been counted.
     await wait_for_task(rig.db, f"T1:{event['channel']}:{event['ts']}", "done")
-    async with rig.http.get(f"http://127.0.0.1:{rig.gateway.port}/metrics") as response:
+    async with rig.http.get(rig.metrics_url) as response:
         text = await response.text()
     assert 'threadgate_events_total{outcome="admitted"} 1.0' in text
     assert "threadgate_ack_seconds_count 1.0" in text
@@ -150,6 +150,16 @@ async def test_metrics_count_events_and_tasks(rig: Rig) -> None:
         line for line in text.splitlines() if "slack_api" in line
     ]
     assert 'threadgate_tasks_total{outcome="answered"} 1.0' in text
+
+
+async def test_metrics_are_served_on_their_own_listener_only(rig: Rig) -> None:
+    """/metrics answers on THREADGATE_METRICS_ADDRESS; the events port, which faces the
+    internet, has no /metrics."""
+    assert rig.gateway.metrics_port not in (None, rig.gateway.port)
+    async with rig.http.get(f"http://127.0.0.1:{rig.gateway.port}/metrics") as public:
+        assert public.status == 404
+    async with rig.http.get(rig.metrics_url) as private:
+        assert private.status == 200 and "threadgate_queue_depth" in await private.text()
 
 
 async def test_health_and_readiness(rig: Rig) -> None:

@@ -58,11 +58,14 @@ async def test_mention_is_acked_after_its_task_is_stored_and_answered_once(rig: 
 
 
 async def test_socket_mode_serves_health_but_no_events_route(rig: Rig) -> None:
-    """In Socket Mode /healthz and /readyz answer, /slack/events is gone, and the connection was
-    opened through SLACK_API_URL."""
+    """In Socket Mode /healthz and /readyz answer, /slack/events and /metrics are not on that
+    port (metrics have their own listener), and the connection was opened through
+    SLACK_API_URL."""
     base = f"http://127.0.0.1:{rig.gateway.port}"
     async with rig.http.get(f"{base}/healthz") as health, rig.http.get(f"{base}/readyz") as ready:
         assert (health.status, ready.status) == (200, 200)
+    async with rig.http.get(f"{base}/metrics") as public, rig.http.get(rig.metrics_url) as private:
+        assert (public.status, private.status) == (404, 200)
     status, _ = await deliver(rig.http, f"{base}/slack/events", event_callback({}), SECRET)
     assert status == 404
     assert len(rig.slack.calls_to("apps.connections.open")) == 1
