@@ -11,9 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import logging
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import pytest
@@ -23,6 +22,7 @@ from hypothesis import strategies as st
 from gateway.http import MAX_BODY_BYTES
 from tests.fakes.slack_events import app_mention_event, event_callback, sign
 from tests.gateway.rig import SECRET, Rig
+from tests.logged import errors_logged
 
 TIMESTAMP = b"X-Slack-Request-Timestamp"
 SIGNATURE = b"X-Slack-Signature"
@@ -139,25 +139,6 @@ def signed(body: bytes, *, at: int | None = None) -> list[tuple[bytes, bytes]]:
 
 async def stored(rig: Rig) -> int:
     return sum([await rig.count(t) for t in ("seen_events", "sessions", "tasks", "messages")])
-
-
-@contextlib.contextmanager
-def errors_logged() -> Iterator[list[logging.LogRecord]]:
-    """Records at ERROR or above, or carrying a traceback, logged anywhere meanwhile."""
-    records: list[logging.LogRecord] = []
-
-    class Collect(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            if record.levelno >= logging.ERROR or record.exc_info:
-                records.append(record)
-
-    handler = Collect(level=logging.DEBUG)
-    root = logging.getLogger()
-    root.addHandler(handler)
-    try:
-        yield records
-    finally:
-        root.removeHandler(handler)
 
 
 async def test_any_signing_headers_but_slacks_get_400_or_401_and_store_nothing(rig: Rig) -> None:
