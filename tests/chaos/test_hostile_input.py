@@ -1,9 +1,9 @@
 """Hostile input: generated event payloads thrown at the real HTTP endpoint.
 
-Hypothesis builds payloads (wrong types, missing fields, huge texts, odd Unicode with NUL
-and lone surrogates escaped in JSON, forged `<turn>` tags, bad or stale signatures, bodies
-that are not JSON at all) and each one is POSTed to a real gateway process. Nothing may
-answer 5xx; a refused request stores nothing; the process stays healthy; and every model
+Hypothesis builds payloads (wrong types, missing fields, huge texts and file names, odd
+Unicode with NUL and lone surrogates escaped in JSON, forged `<turn>` tags, bad or stale
+signatures, bodies that are not JSON at all) and each one is POSTed to a real gateway
+process. Nothing may answer 5xx; a refused request stores nothing; the process stays healthy; and every model
 request's user messages hold exactly one `<turn ` whose provenance is the event's real user.
 
 Each payload gets a channel of its own, so its rows (or their absence) and its turns can
@@ -13,6 +13,7 @@ be traced back to it.
 from __future__ import annotations
 
 import asyncio
+import io
 import itertools
 import json
 import re
@@ -36,7 +37,14 @@ from tests.chaos.harness import (
 )
 from tests.fakes.openai_api import OpenAIServer
 from tests.fakes.slack_api import FakeSlack
-from tests.fakes.slack_events import app_mention_event, event_callback, message_event, sign
+from tests.fakes.slack_events import (
+    app_mention_event,
+    event_callback,
+    file_share_event,
+    message_event,
+    sign,
+    slack_file,
+)
 from tests.gateway.process import GatewayProcess
 from tests.gateway.rig import BOT_TOKEN, SECRET, echo, gateway_env
 from tests.pg import create_database
@@ -72,7 +80,18 @@ junk = st.one_of(
     st.dictionaries(st.text(max_size=5), st.integers(), max_size=3),
     hostile_text,
 )
-EVENT_FIELDS = ["type", "user", "text", "ts", "channel", "thread_ts", "team", "channel_type"]
+EVENT_FIELDS = [
+    "type",
+    "subtype",
+    "user",
+    "text",
+    "ts",
+    "channel",
+    "thread_ts",
+    "team",
+    "channel_type",
+    "files",
+]
 ENVELOPE_FIELDS = ["type", "event", "event_id", "team_id", "api_app_id", "authorizations"]
 
 
@@ -96,8 +115,10 @@ def payloads(draw: st.DrawFn) -> Payload:
     channel = f"C0H{next(_channels):07d}"
     user = f"U0H{draw(st.integers(0, 99)):07d}"
     text = draw(hostile_text)
-    build = draw(st.sampled_from([app_mention_event, message_event]))
+    build = draw(st.sampled_from([app_mention_event, message_event, file_share_event]))
     event = build(text=f"<@UBOT> {text}", channel=channel, user=user)
+    if build is file_share_event:
+        event["files"] = [slack_file(name=draw(hostile_text), mimetype=draw(hostile_text))]
     if build is message_event:
         event["channel_type"] = draw(st.sampled_from(["im", "channel", "mpim", "group"]))
     envelope = event_callback(event)
@@ -148,7 +169,10 @@ class Outcome:
 
 
 async def post(http: aiohttp.ClientSession, url: str, payload: Payload) -> Outcome:
-    async with http.post(url, data=payload.body, headers=headers_for(payload)) as response:
+    # A file-like body: aiohttp warns about raw bytes past 1 MiB, and some bodies are larger
+    # (the gateway must refuse those with a 413).
+    body = io.BytesIO(payload.body)
+    async with http.post(url, data=body, headers=headers_for(payload)) as response:
         await response.read()
         return Outcome(payload, response.status)
 
