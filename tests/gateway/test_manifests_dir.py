@@ -17,7 +17,7 @@ from gateway.config import Settings, parse_address
 from gateway.http import build_http_app, build_metrics_app
 from gateway.manifest import app_manifest, render_manifest
 from gateway.metrics import Metrics
-from gateway.scopes import BOT_EVENTS, REQUIRED_BOT_SCOPES
+from gateway.scopes import bot_events, bot_scopes
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
 K8S = MANIFESTS / "k8s"
@@ -64,15 +64,20 @@ async def _ready() -> bool:
     ("name", "socket_mode"), [("slack-app-http.yaml", False), ("slack-app-socket.yaml", True)]
 )
 def test_committed_slack_manifests_equal_the_generated_ones(name: str, socket_mode: bool) -> None:
-    """manifests/slack-app-*.yaml are `threadgate manifest` output, byte for byte."""
+    """manifests/slack-app-*.yaml are `threadgate manifest` output with the default
+    settings, byte for byte."""
     text = (MANIFESTS / name).read_text(encoding="utf-8")
     assert text == render_manifest(socket_mode=socket_mode), (
         f"regenerate: threadgate manifest{' --socket' if socket_mode else ''} > manifests/{name}"
     )
     manifest = yaml.safe_load(text)
     assert manifest == app_manifest(socket_mode=socket_mode)
-    assert manifest["oauth_config"]["scopes"]["bot"] == list(REQUIRED_BOT_SCOPES)
-    assert manifest["settings"]["event_subscriptions"]["bot_events"] == list(BOT_EVENTS)
+    continuing = Settings.model_fields["threadgate_continue_threads"].default
+    assert manifest["oauth_config"]["scopes"]["bot"] == list(
+        bot_scopes(continue_threads=continuing)
+    )
+    events = list(bot_events(continue_threads=continuing))
+    assert manifest["settings"]["event_subscriptions"]["bot_events"] == events
 
 
 @pytest.mark.parametrize("path", sorted(MANIFESTS.rglob("*.yaml")), ids=lambda p: p.name)
