@@ -143,11 +143,12 @@ async def console_command(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def manifest_command(settings: Settings, args: argparse.Namespace) -> int:
+    continuing = settings.threadgate_continue_threads
     if args.socket:
-        print(render_manifest(socket_mode=True), end="")
+        print(render_manifest(socket_mode=True, continue_threads=continuing), end="")
     else:
         options = {"request_url": args.http} if args.http else {}
-        print(render_manifest(socket_mode=False, **options), end="")
+        print(render_manifest(socket_mode=False, continue_threads=continuing, **options), end="")
     return 0
 
 

@@ -12,6 +12,8 @@ local file cannot configure a gateway that did not ask for it.
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import SplitResult, unquote, urlsplit
@@ -30,6 +32,10 @@ _HINTS = {
     "SLACK_APP_TOKEN": "an app-level token (xapp-…) with the connections:write scope",
     "THREADGATE_MODEL": "the model as provider:model, e.g. openai:gpt-4.1-mini",
 }
+
+
+DEFAULT_METRICS_ADDRESS = "127.0.0.1:9090"
+_HOSTNAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})")
 
 
 class Settings(BaseSettings):
@@ -54,6 +60,9 @@ class Settings(BaseSettings):
     threadgate_gateway_header: str = DEFAULT_GATEWAY_HEADER
     threadgate_operator_channel: str | None = None
     port: Annotated[int, Field(ge=1, le=65535)] = 3000
+    # Metrics name models, Slack error codes and queue depth: not for the events port,
+    # which faces the internet. Loopback by default; a container sets 0.0.0.0:9090.
+    threadgate_metrics_address: str = DEFAULT_METRICS_ADDRESS
     # Workers mostly wait (on the model, on Slack), so many are cheap; 4 capped a gateway
     # at ~50 tasks/s against an instant model, and at 4 conversations with a real one.
     threadgate_workers: Annotated[int, Field(ge=1, le=256)] = 16
@@ -83,6 +92,12 @@ class Settings(BaseSettings):
     threadgate_status_refresh_seconds: Annotated[float, Field(gt=0, le=110)] = 90.0
     threadgate_alert_window_seconds: Annotated[float, Field(ge=0)] = 900.0
 
+    @field_validator("threadgate_metrics_address")
+    @classmethod
+    def _listen_address(cls, value: str) -> str:
+        parse_address(value)
+        return value
+
     @field_validator("threadgate_log_level", mode="before")
     @classmethod
     def _upper_level(cls, value: object) -> object:
@@ -95,6 +110,11 @@ class Settings(BaseSettings):
     @property
     def allowed_users(self) -> frozenset[str]:
         return _id_list(self.threadgate_allowed_users)
+
+    @property
+    def metrics_address(self) -> tuple[str, int] | None:
+        """Where /metrics is served (host, port), or None when it is off."""
+        return parse_address(self.threadgate_metrics_address)
 
     @property
     def socket_mode(self) -> bool:
@@ -178,3 +198,27 @@ def _url_parts(text: str) -> SplitResult | None:
 def _id_list(value: str) -> frozenset[str]:
     """A comma- or space-separated list of Slack ids."""
     return frozenset(part for part in value.replace(",", " ").split() if part)
+
+
+def parse_address(value: str) -> tuple[str, int] | None:
+    """`HOST:PORT` (`[v6]:PORT` for IPv6) as (host, port); empty or `off` is None.
+    Port 0 asks the system for a free one."""
+    text = value.strip()
+    if text.lower() in ("", "off"):
+        return None
+    host, _, port = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+        valid_host = _is_ip(host, version=6)
+    else:
+        valid_host = _is_ip(host, version=4) or bool(_HOSTNAME.fullmatch(host))
+    if not (valid_host and port.isascii() and port.isdigit() and int(port) <= 65535):
+        raise ValueError("expected HOST:PORT such as 127.0.0.1:9090 or [::1]:9090, or off")
+    return host, int(port)
+
+
+def _is_ip(text: str, *, version: int) -> bool:
+    try:
+        return ipaddress.ip_address(text).version == version
+    except ValueError:
+        return False

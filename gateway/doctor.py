@@ -7,7 +7,8 @@ the setting to fix:
 
 - settings: every variable the chosen mode requires (all missing ones, not the first);
 - Slack: `auth.test` with the bot token, then the granted scopes (Slack reports them in
-  the `x-oauth-scopes` header) against `gateway.scopes.REQUIRED_BOT_SCOPES`;
+  the `x-oauth-scopes` header) against those `gateway.scopes.bot_scopes` says the settings
+  need;
 - the model: one tiny call per configured slot (`agent.probe_model`);
 - the database: reachable, and which migrations `serve` will apply at start (not a failure).
 
@@ -27,7 +28,7 @@ from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from agent import ConfigError, Model, open_model, probe_model
 from gateway.config import Settings
-from gateway.scopes import REQUIRED_BOT_SCOPES, missing_scopes, parse_granted
+from gateway.scopes import SCOPE_REASONS, bot_scopes, missing_scopes, parse_granted
 from gateway.service import database_dsn, provider_settings
 from gateway.slack_client import slack_client
 from storage import Database, StorageError, pending_migrations
@@ -140,7 +141,9 @@ async def check_slack(settings: Settings, limit: float) -> list[Finding]:
         return [Finding("slack", "FAIL", unreachable_slack(type(exc).__name__))]
     except TimeoutError:
         return [Finding("slack", "FAIL", unreachable_slack(f"no answer within {limit:g} s"))]
-    return [Finding("slack", "ok", identity(response)), *check_scopes(response.headers)]
+    continuing = settings.threadgate_continue_threads
+    scopes = check_scopes(response.headers, continue_threads=continuing)
+    return [Finding("slack", "ok", identity(response)), *scopes]
 
 
 def slack_refusal(exc: SlackApiError) -> str:
@@ -164,21 +167,22 @@ def identity(response: AsyncSlackResponse) -> str:
     return f"SLACK_BOT_TOKEN works: workspace {team} ({team_id}), bot @{bot} ({bot_id})"
 
 
-def check_scopes(headers: Mapping[str, str]) -> list[Finding]:
+def check_scopes(headers: Mapping[str, str], *, continue_threads: bool) -> list[Finding]:
     header = next((v for k, v in headers.items() if k.lower() == "x-oauth-scopes"), None)
     if header is None:
         detail = "not checked: Slack did not report the granted scopes (no x-oauth-scopes header)"
         return [Finding("slack scopes", "skip", detail)]
-    missing = missing_scopes(parse_granted(header))
+    missing = missing_scopes(parse_granted(header), continue_threads=continue_threads)
     if not missing:
-        detail = f"all {len(REQUIRED_BOT_SCOPES)} required bot scopes are granted"
+        required = len(bot_scopes(continue_threads=continue_threads))
+        detail = f"all {required} required bot scopes are granted"
         return [Finding("slack scopes", "ok", detail)]
     return [Finding("slack scopes", "FAIL", missing_scope(scope)) for scope in missing]
 
 
 def missing_scope(scope: str) -> str:
     return (
-        f"{scope} is not granted; the bot needs it to {REQUIRED_BOT_SCOPES[scope]}. Add it "
+        f"{scope} is not granted; the bot needs it to {SCOPE_REASONS[scope]}. Add it "
         "under OAuth & Permissions (or apply `threadgate manifest`) and reinstall the app."
     )
 

@@ -2,9 +2,10 @@
 
 It decides whether the message is ours to answer (allowlists; a thread reply without a
 mention only where the bot already takes part), resolves display names, turns Slack markup
-into plain text, wraps it in a `<turn>` tag and admits it in one transaction — together
-with the thread's earlier messages when the bot is first mentioned inside an existing
-thread. The caller acks Slack only after `admit` returns: an acked event is never lost.
+into plain text (with a note on attached files, which are not read yet), wraps it in a
+`<turn>` tag and admits it in one transaction — together with the thread's earlier
+messages when the bot is first mentioned inside an existing thread. The caller acks Slack
+only after `admit` returns: an acked event is never lost.
 Everything before the ack shares one time budget (`lookup_budget_seconds`, well under
 Slack's 3 s): the names of the turn and the back-fill run at once, each lookup ends at the
 budget's deadline, and what did not arrive by then is done without — a user id stands in
@@ -15,13 +16,15 @@ by at most the budget, never into Slack's retry.
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, TypeAlias
 
 from agent import bind_log_fields
-from gateway.inbound import InboundTurn
-from gateway.markup import mentioned_user_ids
+from gateway.inbound import InboundTurn, SharedFile
+from gateway.markup import clean_text, mentioned_user_ids
 from gateway.threads import ThreadMessage, render_message
 from gateway.users import NameDirectory
 from storage import Admission, Database, EarlierMessage, admit, session_exists
@@ -53,6 +56,11 @@ class Policy:
         return (
             inbound.direct or not self.allowed_channels or inbound.channel in self.allowed_channels
         )
+
+    def addressed(self, inbound: InboundTurn, *, known: bool) -> bool:
+        """Whether the message asks the bot: a mention, a DM, or (continuing threads) a reply
+        in a thread the bot takes part in (`known`)."""
+        return inbound.mentioned or inbound.direct or (known and self.continue_threads)
 
 
 class Gatekeeper:
@@ -87,11 +95,7 @@ class Gatekeeper:
         # Only a message inside a thread asks whether we know the conversation (to continue
         # it without a mention, or to back-fill it); a top-level one saves the round trip.
         known = bool(inbound.thread_ts) and await session_exists(self._db, inbound.session_id)
-        if (
-            not inbound.mentioned
-            and not inbound.direct
-            and not (known and self._policy.continue_threads)
-        ):
+        if not self._policy.addressed(inbound, known=known):
             return "ignored"
         deadline = asyncio.get_running_loop().time() + self._budget
         backfill = not known and bool(inbound.thread_ts)
@@ -117,8 +121,7 @@ class Gatekeeper:
         self, inbound: InboundTurn, *, bot_user_id: str | None, deadline: float | None = None
     ) -> str:
         names = await self._names([inbound.user, *mentioned_user_ids(inbound.text)], deadline)
-        message = ThreadMessage(inbound.user, inbound.text, inbound.ts)
-        return render_message(message, inbound.channel, names, bot_user_id=bot_user_id)
+        return render_inbound(inbound, names, bot_user_id=bot_user_id)
 
     async def _backfill(
         self, inbound: InboundTurn, bot_user_id: str | None, deadline: float
@@ -159,6 +162,48 @@ class Gatekeeper:
 
 async def _nothing() -> Sequence[EarlierMessage]:
     return ()
+
+
+def render_inbound(inbound: InboundTurn, names: dict[str, str], *, bot_user_id: str | None) -> str:
+    """The message as the model will read it: its text, and what is known of its files,
+    in one provenance tag."""
+    message = ThreadMessage(inbound.user, inbound.text, inbound.ts)
+    note = files_note(inbound.files, inbound.files_not_described)
+    return render_message(message, inbound.channel, names, bot_user_id=bot_user_id, note=note)
+
+
+# A file name is the sender's text; one longer than this is cut (Slack allows 255 bytes).
+MAX_FILE_NAME = 255
+# A type as Slack writes it ("application/pdf", "pdf", "Plain Text"); anything else is
+# not shown, since it is not quoted like a name is.
+_FILE_KIND = re.compile(r"[\w .+/-]{1,100}")
+
+
+def files_note(files: Sequence[SharedFile], more: int = 0) -> str:
+    """What the model is told about attached files until it can read them: which files
+    (name, type, size) and that they were not read, so the reply can say so. Names are
+    quoted as JSON strings, so no name can end the list or pass for another file; the
+    provenance tag escapes the whole note with the body."""
+    count = len(files) + more
+    if not count:
+        return ""
+    described = [_describe(f) for f in files] + ([f"{more} more"] if more else [])
+    which = "1 file" if count == 1 else f"{count} files"
+    its = "its" if count == 1 else "their"
+    return f"[{which} attached, not read (you cannot see {its} content): {'; '.join(described)}]"
+
+
+def _describe(shared: SharedFile) -> str:
+    name = (
+        json.dumps(clean_text(shared.name[:MAX_FILE_NAME]), ensure_ascii=False)
+        if shared.name
+        else "a file without a name"
+    )
+    kind = shared.kind if shared.kind and _FILE_KIND.fullmatch(shared.kind) else None
+    details = [kind or "type unknown"]
+    if shared.size is not None:
+        details.append(f"{shared.size:,} bytes")
+    return f"{name} ({', '.join(details)})"
 
 
 def _ts_key(ts: str) -> tuple[int, int]:

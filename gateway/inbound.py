@@ -5,6 +5,13 @@ that claims to be a message but lacks what a message must have is a `MalformedEv
 (the HTTP layer answers 400). Events we do not handle — bots, edits, deletions, hidden
 subtypes, channel chatter without a mention — translate to None and are acked quietly.
 HTTP and Socket Mode both call `inbound_turn`, so both see the same rules.
+
+Two subtypes are people talking and are answered like plain messages: `file_share` (a
+message with files; a DM with only a file is one) and `thread_broadcast` (a thread reply
+also sent to the channel). Files do not reach the model yet; what Slack says about them
+(name, type, size) rides along as `SharedFile`s, so the turn can say they were not read.
+That description is user input like the text and is read leniently: an entry that is not
+an object, or a field of the wrong type, is described as unknown rather than refused.
 """
 
 from __future__ import annotations
@@ -33,6 +40,21 @@ class _Envelope(BaseModel):
     event: dict[str, Any]
 
 
+# Subtypes that are a person's message all the same; every other subtype is not one.
+ANSWERED_SUBTYPES = frozenset({"file_share", "thread_broadcast"})
+# Slack allows 10 files per message; more are described as a count.
+MAX_FILES_DESCRIBED = 20
+
+
+@dataclass(frozen=True, slots=True)
+class SharedFile:
+    """A file attached to a message, as Slack describes it (None: not said, or not usable)."""
+
+    name: str | None
+    kind: str | None
+    size: int | None
+
+
 class _MessageEvent(BaseModel):
     type: str
     user: SlackId
@@ -56,6 +78,8 @@ class InboundTurn:
     direct: bool
     event_id: str | None
     mentioned: bool = True
+    files: tuple[SharedFile, ...] = ()
+    files_not_described: int = 0
 
     @property
     def task_id(self) -> str:
@@ -120,6 +144,8 @@ def inbound_turn(body: Mapping[str, Any]) -> InboundTurn | None:
         message = _MessageEvent.model_validate(event)
     except ValidationError as exc:
         raise MalformedEvent(f"{event.get('type')} event: {_summary(exc)}") from exc
+    files = event.get("files")
+    entries: list[Any] = files if isinstance(files, list) else []
     return InboundTurn(
         team=envelope.team_id,
         channel=message.channel,
@@ -130,12 +156,17 @@ def inbound_turn(body: Mapping[str, Any]) -> InboundTurn | None:
         direct=message.channel_type == "im",
         event_id=envelope.event_id,
         mentioned=message.type == "app_mention",
+        files=tuple(map(_shared_file, entries[:MAX_FILES_DESCRIBED])),
+        files_not_described=max(0, len(entries) - MAX_FILES_DESCRIBED),
     )
 
 
 def _addressed_to_us(event: Mapping[str, Any]) -> bool:
-    if event.get("subtype") is not None or event.get("bot_id") or event.get("bot_profile"):
-        return False  # edits, deletions, joins, bot posts (ours included)
+    if event.get("bot_id") or event.get("bot_profile"):
+        return False  # bot posts (ours included)
+    subtype = event.get("subtype")
+    if subtype is not None and not (isinstance(subtype, str) and subtype in ANSWERED_SUBTYPES):
+        return False  # edits, deletions, joins, bot_message and the other system subtypes
     kind = event.get("type")
     if kind == "app_mention":
         return True
@@ -144,6 +175,27 @@ def _addressed_to_us(event: Mapping[str, Any]) -> bool:
     # A DM always; a channel message only as a reply in a thread (the gatekeeper then
     # admits it only if the bot already takes part in that thread).
     return event.get("channel_type") == "im" or bool(event.get("thread_ts"))
+
+
+def _shared_file(entry: Any) -> SharedFile:
+    """What Slack says about one file; a file hidden by plan limits has only an id."""
+    if not isinstance(entry, Mapping):
+        return SharedFile(None, None, None)
+    size = entry.get("size")
+    plausible = isinstance(size, int) and not isinstance(size, bool) and 0 <= size < 2**63
+    return SharedFile(
+        name=_first_text(entry, "name", "title"),
+        kind=_first_text(entry, "mimetype", "filetype", "pretty_type"),
+        size=size if plausible else None,
+    )
+
+
+def _first_text(entry: Mapping[str, Any], *keys: str) -> str | None:
+    for key in keys:
+        value = entry.get(key)
+        if isinstance(value, str) and value.strip():
+            return value
+    return None
 
 
 def _summary(exc: ValidationError) -> str:

@@ -3,7 +3,9 @@
 Creating a Slack app by clicking through its settings pages is where deployments drift
 from the code: a scope forgotten, an event not subscribed. `threadgate manifest` prints
 the whole app instead, for "Create New App → From an app manifest", and the files in
-`manifests/` are this output committed (a test keeps them equal).
+`manifests/` are this output committed (a test keeps them equal). What the app subscribes
+to follows the settings (see `gateway.scopes`), so the manifest is printed for them; the
+committed copies are for the defaults.
 
 The output is YAML, which Slack's manifest editor shows by default. It is written by a
 tiny emitter rather than a YAML library: the document is a fixed shape of mappings, lists,
@@ -18,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-from gateway.scopes import BOT_EVENTS, REQUIRED_BOT_SCOPES
+from gateway.scopes import bot_events, bot_scopes
 
 APP_NAME = "threadgate"
 EVENTS_PATH = "/slack/events"
@@ -26,9 +28,12 @@ PLACEHOLDER_URL = f"https://threadgate.example.com{EVENTS_PATH}"
 DESCRIPTION = "An LLM agent that answers in Slack threads."
 
 
-def app_manifest(*, socket_mode: bool, request_url: str = PLACEHOLDER_URL) -> dict[str, Any]:
-    """The manifest as data: Socket Mode, or HTTP events delivered to `request_url`."""
-    events: dict[str, Any] = {"bot_events": list(BOT_EVENTS)}
+def app_manifest(
+    *, socket_mode: bool, request_url: str = PLACEHOLDER_URL, continue_threads: bool = True
+) -> dict[str, Any]:
+    """The manifest as data: Socket Mode, or HTTP events delivered to `request_url`; the
+    events and scopes are those the settings need (`THREADGATE_CONTINUE_THREADS`)."""
+    events: dict[str, Any] = {"bot_events": list(bot_events(continue_threads=continue_threads))}
     if not socket_mode:
         events = {"request_url": request_url, **events}
     return {
@@ -43,7 +48,7 @@ def app_manifest(*, socket_mode: bool, request_url: str = PLACEHOLDER_URL) -> di
             "bot_user": {"display_name": APP_NAME, "always_online": True},
             "assistant_view": {"assistant_description": DESCRIPTION},
         },
-        "oauth_config": {"scopes": {"bot": list(REQUIRED_BOT_SCOPES)}},
+        "oauth_config": {"scopes": {"bot": list(bot_scopes(continue_threads=continue_threads))}},
         "settings": {
             "event_subscriptions": events,
             "interactivity": {"is_enabled": False},
@@ -64,9 +69,13 @@ def events_url(url: str) -> str:
     return url
 
 
-def render_manifest(*, socket_mode: bool, request_url: str = PLACEHOLDER_URL) -> str:
+def render_manifest(
+    *, socket_mode: bool, request_url: str = PLACEHOLDER_URL, continue_threads: bool = True
+) -> str:
     """The manifest as YAML text, exactly what `threadgate manifest` prints."""
-    manifest = app_manifest(socket_mode=socket_mode, request_url=request_url)
+    manifest = app_manifest(
+        socket_mode=socket_mode, request_url=request_url, continue_threads=continue_threads
+    )
     return "\n".join(_yaml_mapping(manifest, 0)) + "\n"
 
 

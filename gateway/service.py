@@ -42,7 +42,7 @@ from agent import (
 from gateway.alerts import OperatorAlerts, TokenAlarm
 from gateway.config import Settings
 from gateway.gatekeeper import Gatekeeper, Policy
-from gateway.http import build_http_app
+from gateway.http import SERVER_LOG, build_http_app, build_metrics_app
 from gateway.metrics import MeteredModel, Metrics
 from gateway.publisher import SlackPublisher
 from gateway.slack_app import build_bolt_app
@@ -149,11 +149,14 @@ class Gateway:
     settings: Settings
     metrics: Metrics = field(default_factory=Metrics)
     port: int | None = None
+    metrics_port: int | None = None
     _stack: AsyncExitStack = field(default_factory=AsyncExitStack)
 
     async def start(self, host: str, port: int) -> None:
         s = self.settings
         s.require_serve()
+        # First: a wrong THREADGATE_METRICS_ADDRESS stops start-up before anything is opened.
+        await self._start_metrics()
         models: list[Model] = [
             MeteredModel(m, self.metrics, n) for n, m in enumerate(open_models(s))
         ]
@@ -194,6 +197,27 @@ class Gateway:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
+
+    async def _start_metrics(self) -> None:
+        address = self.settings.metrics_address
+        if address is None:
+            log.info("metrics are off (THREADGATE_METRICS_ADDRESS)")
+            return
+        host, port = address
+        runner = web.AppRunner(build_metrics_app(self.metrics), access_log=None, logger=SERVER_LOG)
+        await runner.setup()
+        self._stack.push_async_callback(runner.cleanup)
+        try:
+            await web.TCPSite(runner, host, port).start()
+        except OSError as exc:
+            reason = exc.strerror or type(exc).__name__
+            raise ConfigError(
+                f"THREADGATE_METRICS_ADDRESS {self.settings.threadgate_metrics_address.strip()} "
+                f"cannot be listened on ({reason}): put a free address of this host there, or off."
+            ) from None
+        self.metrics_port = runner.addresses[0][1]
+        shown = f"[{host}]" if ":" in host else host
+        log.info("metrics on http://%s:%d/metrics", shown, self.metrics_port)
 
     def _start_runner(
         self, db: Database, client: AsyncWebClient, models: list[Model], threads: SlackThreads
@@ -263,7 +287,7 @@ class Gateway:
             metrics=self.metrics,
             events=not socket_mode,
         )
-        runner = web.AppRunner(app, access_log=None)
+        runner = web.AppRunner(app, access_log=None, logger=SERVER_LOG)
         await runner.setup()
         self._stack.push_async_callback(runner.cleanup)
         site = web.TCPSite(runner, host, port)

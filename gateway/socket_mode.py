@@ -15,13 +15,23 @@ path in slack-bolt 1.30 / slack-sdk 3.48:
   exception in the listener (the database is down) sets status 500 and our `@app.error`
   handler makes it 503 (400 for a malformed event).
 * bolt's own `send_async_response` acks only a status of 200, and logs anything else.
-  We do not rely on that: `_respond` below sends the ack itself, for a 200 only, so a
-  failed admission is never acked and Slack delivers the event again. Acks carry no
-  payload: Events API envelopes take none.
+  We do not rely on that: `_respond` below sends the ack itself, for a 200 (or the 400 of a
+  malformed event, see below) only, so a failed admission is never acked and Slack
+  delivers the event again. Acks carry no payload: Events API envelopes take none.
 
 The one path that acks without our listener is bolt's `IgnoringSelfEvents` middleware (the
 bot's own events): nothing to store, so nothing to lose. A request no listener takes
 (bolt's 404) or an authorization failure (`auth.test` refused) is not acked either.
+
+**A malformed payload is acked, and refused.** Envelopes get the shape check HTTP bodies
+get (`gateway.inbound.check_shape`) before bolt sees them: a payload that is not an object,
+or whose fields bolt reads have the wrong type, would raise inside slack-sdk or bolt (a
+traceback per delivery, and no ack). Not acking would only make Slack deliver the same
+bytes again, to be refused again: nothing is lost by acking, since nothing in it can be
+stored. So such an envelope is acked at once, counted as `rejected` and logged as one
+warning line; so is one our listener refuses as malformed (bolt's 400, from
+`MalformedEvent`). HTTP answers the same payloads 400. A frame that is not JSON at all has
+no envelope id to ack: it is logged and dropped.
 
 **Reconnects** are slack-sdk's: a `disconnect` envelope (`refresh_requested`, `warning`)
 makes the client fetch a new URL with `apps.connections.open` and switch to it; a socket
@@ -40,6 +50,7 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import aiohttp
@@ -58,6 +69,7 @@ from slack_sdk.socket_mode.response import SocketModeResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent import ConfigError
+from gateway.inbound import MalformedEvent, check_shape
 from gateway.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -98,6 +110,7 @@ async def start_socket_mode(
         logger=log,
         web_client=_connections_client(api_url),
         ping_interval=ping_interval,
+        metrics=metrics,
     )
     client.socket_mode_request_listeners.append(_Responder(bolt, metrics).handle)
     connection = SocketModeConnection(client, grace_seconds=grace_seconds)
@@ -111,20 +124,63 @@ async def start_socket_mode(
 
 
 class _SupervisedClient(SocketModeClient):
-    """slack-sdk's aiohttp client, keeping a reference to every message task it starts."""
+    """slack-sdk's aiohttp client, keeping a reference to every message task it starts and
+    refusing (with an ack) the envelopes bolt could not read."""
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, *, metrics: Metrics | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.handling: set[asyncio.Future[None]] = set()
+        self._metrics = metrics
 
     async def process_message(self) -> None:
         raw = await self.message_queue.get()
         if raw is None:
             return
-        message = json.loads(raw) if raw.startswith("{") else {}
-        task = asyncio.ensure_future(self.run_message_listeners(message, raw))
+        try:
+            message = json.loads(raw)
+        except (ValueError, RecursionError):
+            log.warning("Socket Mode frame that is not JSON dropped (%d characters)", len(raw))
+            return
+        if not isinstance(message, dict):
+            log.warning("Socket Mode frame that is not a JSON object dropped")
+            return
+        problem = envelope_problem(message)
+        work = (
+            self.run_message_listeners(message, raw)
+            if problem is None
+            else self._refuse(message, problem)
+        )
+        task = asyncio.ensure_future(work)
         self.handling.add(task)
         task.add_done_callback(self.handling.discard)
+
+    async def _refuse(self, message: Mapping[str, Any], problem: str) -> None:
+        if self._metrics is not None:
+            self._metrics.events.labels("rejected").inc()
+        envelope_id = message.get("envelope_id")
+        if not isinstance(envelope_id, str) or not envelope_id:
+            log.warning("Socket Mode envelope without an envelope id dropped (%s)", problem)
+            return
+        log.warning("envelope %s refused and acked (%s)", envelope_id, problem)
+        await _ack(self, envelope_id)
+
+
+def envelope_problem(message: Mapping[str, Any]) -> str | None:
+    """Why bolt cannot be given this Socket Mode message, or None when it can. Messages
+    without an envelope id (`hello`, `disconnect`) are slack-sdk's and pass."""
+    if "envelope_id" not in message:
+        return None
+    if not isinstance(message.get("envelope_id"), str) or not isinstance(message.get("type"), str):
+        return "the envelope id and type must be strings"
+    payload = message.get("payload")
+    if not isinstance(payload, dict):
+        return "the payload must be a JSON object"
+    if message["type"] == "events_api":
+        try:
+            check_shape(payload)
+        except MalformedEvent as exc:
+            return f"malformed event: {exc}"
+    return None
 
 
 class _Responder:
@@ -144,7 +200,10 @@ class _Responder:
     async def _respond(
         self, client: AsyncBaseSocketModeClient, req: SocketModeRequest, response: BoltResponse
     ) -> None:
-        if response.status != 200:
+        if response.status == 400:
+            # Only our `@app.error` answers 400, for a MalformedEvent: refused for good.
+            log.warning("envelope %s refused and acked (%s)", req.envelope_id, response.body)
+        elif response.status != 200:
             log.warning(
                 "envelope %s not acked (%d %s); Slack will deliver it again",
                 req.envelope_id,
@@ -152,10 +211,16 @@ class _Responder:
                 response.body,
             )
             return
-        try:
-            await client.send_socket_mode_response(SocketModeResponse(envelope_id=req.envelope_id))
-        except (ConnectionError, aiohttp.ClientError) as exc:
-            log.info("ack for envelope %s lost (%s); Slack will redeliver", req.envelope_id, exc)
+        await _ack(client, req.envelope_id)
+
+
+async def _ack(client: AsyncBaseSocketModeClient, envelope_id: str) -> None:
+    """Ack an envelope (no payload: Events API envelopes take none); a lost ack is logged,
+    Slack redelivers and the dedupe answers it once."""
+    try:
+        await client.send_socket_mode_response(SocketModeResponse(envelope_id=envelope_id))
+    except (ConnectionError, aiohttp.ClientError) as exc:
+        log.info("ack for envelope %s lost (%s); Slack will redeliver", envelope_id, exc)
 
 
 def _connections_client(api_url: str) -> AsyncWebClient:

@@ -91,10 +91,13 @@ def render_message(
     names: Mapping[str, str],
     *,
     bot_user_id: str | None = None,
+    note: str = "",
 ) -> str:
     """A person's message as the model reads it: Slack markup as plain text, in a turn tag
-    with the author's id, the channel and the time (the bot's own mention dropped)."""
+    with the author's id, the channel and the time (the bot's own mention dropped), and
+    `note` (what the gateway knows of attached files) after the text, inside the same tag."""
     body = slack_to_text(message.text, user_names=names, bot_user_id=bot_user_id)
+    body = f"{body}\n\n{note}" if body and note else body or note
     author = names.get(message.user, message.user)
     return render_turn(Turn(author, message.user, channel, slack_time(message.ts), body))
 

@@ -1,9 +1,9 @@
 """Hostile input: generated event payloads thrown at the real HTTP endpoint.
 
-Hypothesis builds payloads (wrong types, missing fields, huge texts, odd Unicode with NUL
-and lone surrogates escaped in JSON, forged `<turn>` tags, bad or stale signatures, bodies
-that are not JSON at all) and each one is POSTed to a real gateway process. Nothing may
-answer 5xx; a refused request stores nothing; the process stays healthy; and every model
+Hypothesis builds payloads (wrong types, missing fields, huge texts and file names, odd
+Unicode with NUL and lone surrogates escaped in JSON, forged `<turn>` tags, bad or stale
+signatures, bodies that are not JSON at all) and each one is POSTed to a real gateway
+process. Nothing may answer 5xx; a refused request stores nothing; the process stays healthy; and every model
 request's user messages hold exactly one `<turn ` whose provenance is the event's real user.
 
 Each payload gets a channel of its own, so its rows (or their absence) and its turns can
@@ -38,7 +38,14 @@ from tests.chaos.harness import (
 )
 from tests.fakes.openai_api import OpenAIServer
 from tests.fakes.slack_api import FakeSlack
-from tests.fakes.slack_events import app_mention_event, event_callback, message_event, sign
+from tests.fakes.slack_events import (
+    app_mention_event,
+    event_callback,
+    file_share_event,
+    message_event,
+    sign,
+    slack_file,
+)
 from tests.gateway.process import GatewayProcess
 from tests.gateway.rig import BOT_TOKEN, SECRET, echo, gateway_env
 from tests.pg import create_database
@@ -90,7 +97,18 @@ junk = st.one_of(
     st.dictionaries(st.text(max_size=5), st.integers(), max_size=3),
     hostile_text,
 )
-EVENT_FIELDS = ["type", "user", "text", "ts", "channel", "thread_ts", "team", "channel_type"]
+EVENT_FIELDS = [
+    "type",
+    "subtype",
+    "user",
+    "text",
+    "ts",
+    "channel",
+    "thread_ts",
+    "team",
+    "channel_type",
+    "files",
+]
 ENVELOPE_FIELDS = ["type", "event", "event_id", "team_id", "api_app_id", "authorizations"]
 
 
@@ -134,12 +152,16 @@ class Recipe:
     envelope_changes: tuple[tuple[str, Any], ...]
     encoding: str | bytes  # "ascii", "raw", "cut", or the body itself (short junk)
     signing: str
+    files: tuple[str | Repeat, str | Repeat] | None = None  # (name, mimetype) of a shared file
 
     def payload(self, channel: str) -> Payload:
         user = f"U0H{self.user:07d}"
         event = self.build(text=f"<@UBOT> {expand(self.text)}", channel=channel, user=user)
         if self.channel_type is not None:
             event["channel_type"] = self.channel_type
+        if self.files is not None:
+            name, mimetype = self.files
+            event["files"] = [slack_file(name=expand(name), mimetype=expand(mimetype))]
         envelope = event_callback(event)
         event = envelope["event"]  # the envelope holds a copy: mutate what is sent
         for target, changes in ((event, self.event_changes), (envelope, self.envelope_changes)):
@@ -163,8 +185,9 @@ def field_changes(draw: st.DrawFn, fields: list[str], most: int) -> tuple[tuple[
 def recipes(draw: st.DrawFn) -> Recipe:
     user = draw(st.integers(0, 99))
     text = draw(hostile_text)
-    build = draw(st.sampled_from([app_mention_event, message_event]))
+    build = draw(st.sampled_from([app_mention_event, message_event, file_share_event]))
     channel_type = None
+    files = (draw(hostile_text), draw(hostile_text)) if build is file_share_event else None
     if build is message_event:
         channel_type = draw(st.sampled_from(["im", "channel", "mpim", "group"]))
     event_changes = field_changes(draw, EVENT_FIELDS, 3)
@@ -180,7 +203,7 @@ def recipes(draw: st.DrawFn) -> Recipe:
     )
     signing = draw(st.sampled_from(["good"] * 6 + ["bad", "stale", "none"]))
     return Recipe(
-        user, text, build, channel_type, event_changes, envelope_changes, encoding, signing
+        user, text, build, channel_type, event_changes, envelope_changes, encoding, signing, files
     )
 
 

@@ -2,7 +2,8 @@
 
 threadgate's gateway is only trustworthy if it is tested against what Slack really sends:
 the `event_callback` envelope, the event shapes (`app_mention`, `message` in a DM, bot
-messages, `message_changed` edits), the `v0` HMAC-SHA256 signature over
+messages, `message_changed` edits, messages with files and thread broadcasts), the `v0`
+HMAC-SHA256 signature over
 `v0:{timestamp}:{body}`, and the `X-Slack-Retry-*` headers of a redelivery. The builders
 here produce those payloads as plain dicts and `deliver` POSTs them over real HTTP::
 
@@ -176,6 +177,104 @@ def dm_message_event(
         thread_ts=thread_ts,
         team=team,
     )
+
+
+def slack_file(
+    *,
+    name: str = "report.pdf",
+    mimetype: str = "application/pdf",
+    filetype: str = "pdf",
+    size: int = 48_213,
+    user: str = DEFAULT_USER,
+    team: str = DEFAULT_TEAM,
+) -> dict[str, Any]:
+    """A file object as Slack puts it in a message's `files` (the fields that matter, and
+    the private URLs the bot token could fetch it from)."""
+    file_id = f"F{uuid.uuid4().hex[:10].upper()}"
+    url = f"https://files.slack.com/files-pri/{team}-{file_id}/{name}"
+    return {
+        "id": file_id,
+        "created": int(time.time()),
+        "timestamp": int(time.time()),
+        "name": name,
+        "title": name,
+        "mimetype": mimetype,
+        "filetype": filetype,
+        "pretty_type": filetype.upper(),
+        "user": user,
+        "user_team": team,
+        "editable": False,
+        "size": size,
+        "mode": "hosted",
+        "is_external": False,
+        "external_type": "",
+        "is_public": False,
+        "public_url_shared": False,
+        "display_as_bot": False,
+        "username": "",
+        "url_private": url,
+        "url_private_download": url.replace("files-pri", "files-pri/download", 1),
+        "permalink": f"https://example.slack.com/files/{user}/{file_id}/{name}",
+        "has_rich_preview": False,
+    }
+
+
+def file_share_event(
+    *,
+    text: str = "",
+    files: list[dict[str, Any]] | None = None,
+    user: str = DEFAULT_USER,
+    channel: str = DEFAULT_DM,
+    channel_type: str = "im",
+    ts: str | None = None,
+    thread_ts: str | None = None,
+    team: str = DEFAULT_TEAM,
+) -> dict[str, Any]:
+    """A message with files (`subtype: file_share`), in a DM unless told otherwise. `text`
+    is the message typed with the files, often empty."""
+    event = message_event(
+        text=text,
+        user=user,
+        channel=channel,
+        channel_type=channel_type,
+        ts=ts,
+        thread_ts=thread_ts,
+        team=team,
+    )
+    event |= {
+        "subtype": "file_share",
+        "files": files if files is not None else [slack_file(user=user, team=team)],
+        "upload": True,
+        "display_as_bot": False,
+    }
+    if not text:
+        event.pop("blocks")
+    return event
+
+
+def thread_broadcast_event(
+    *,
+    text: str,
+    thread_ts: str,
+    user: str = DEFAULT_USER,
+    channel: str = DEFAULT_CHANNEL,
+    channel_type: str = "channel",
+    ts: str | None = None,
+    team: str = DEFAULT_TEAM,
+) -> dict[str, Any]:
+    """A thread reply also sent to the channel (`subtype: thread_broadcast`)."""
+    event = message_event(
+        text=text,
+        user=user,
+        channel=channel,
+        channel_type=channel_type,
+        ts=ts,
+        thread_ts=thread_ts,
+        team=team,
+    )
+    root = {"type": "message", "user": user, "text": "…", "ts": thread_ts, "thread_ts": thread_ts}
+    event |= {"subtype": "thread_broadcast", "root": root}
+    return event
 
 
 def bot_message_event(

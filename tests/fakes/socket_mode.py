@@ -18,7 +18,8 @@ What it does, as Slack does: a `hello` on connect; `events_api` envelopes with
 `retry_attempt`/`retry_reason`; `disconnect` messages (`refresh_requested`, `warning`);
 several simultaneous connections; single-use tickets. What a test can add: `drop(link)`
 cuts a connection without a close frame (a network failure), `close_link(link)` closes it
-cleanly, and `on_ack` runs at the moment an ack arrives, before it is recorded.
+cleanly, `send_text` pushes any frame (malformed ones included), and `on_ack` runs at the
+moment an ack arrives, before it is recorded.
 """
 
 from __future__ import annotations
@@ -119,7 +120,7 @@ class FakeSocketMode:
 
     async def deliver(
         self,
-        payload: Mapping[str, Any],
+        payload: Any,
         *,
         to: Link | None = None,
         envelope_id: str | None = None,
@@ -127,20 +128,25 @@ class FakeSocketMode:
         retry_reason: str = "",
     ) -> str:
         """Push an `events_api` envelope (to the newest open connection unless `to` is given);
-        returns its envelope id. Pass the same `envelope_id` again to redeliver it."""
+        returns its envelope id. Pass the same `envelope_id` again to redeliver it. The
+        payload is normally an event_callback object; any JSON value is sent as given."""
         link = to or self._newest_open()
         envelope_id = envelope_id or secrets.token_hex(12)
         await link.ws.send_json(
             {
                 "envelope_id": envelope_id,
                 "type": "events_api",
-                "payload": dict(payload),
+                "payload": dict(payload) if isinstance(payload, Mapping) else payload,
                 "accepts_response_payload": False,
                 "retry_attempt": retry_attempt,
                 "retry_reason": retry_reason,
             }
         )
         return envelope_id
+
+    async def send_text(self, text: str, *, to: Link | None = None) -> None:
+        """Push a text frame exactly as given (not necessarily JSON, nor an envelope)."""
+        await (to or self._newest_open()).ws.send_str(text)
 
     async def disconnect(self, link: Link, reason: str = "refresh_requested") -> None:
         """Ask the app to reconnect, as Slack does before it retires a connection."""

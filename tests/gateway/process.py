@@ -20,6 +20,8 @@ NETGUARD = Path(__file__).resolve().parent.parent / "netguard"
 
 # HTTP mode announces its events URL; Socket Mode its health port once connected.
 _LISTENING = re.compile(rb"listening on http://[^:]+:(\d+)/|Socket Mode \(health on port (\d+)\)")
+# Logged before either, when THREADGATE_METRICS_ADDRESS is not off.
+_METRICS = re.compile(rb"metrics on (http://\S+/metrics)")
 
 
 def child_env(settings: Mapping[str, str]) -> dict[str, str]:
@@ -105,6 +107,12 @@ class GatewayProcess:
     @property
     def events_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/slack/events"
+
+    @property
+    def metrics_url(self) -> str | None:
+        """Where the child said it serves /metrics (None if it did not say)."""
+        match = _METRICS.search(self.log)
+        return match.group(1).decode() if match else None
 
     async def kill(self) -> None:
         """SIGKILL: no shutdown code runs, as in a crash."""

@@ -54,6 +54,8 @@ def gateway_env(slack: FakeSlack, model: OpenAIServer, database_url: str) -> dic
         "OPENAI_API_KEY": "sk-test-key",
         "OPENAI_BASE_URL": model.url,
         "THREADGATE_OPERATOR_CHANNEL": "COPS",
+        # Any free port: gateways in one run (replicas, child processes) each get their own.
+        "THREADGATE_METRICS_ADDRESS": "127.0.0.1:0",
     }
 
 
@@ -130,6 +132,10 @@ class Rig:
     @property
     def events_url(self) -> str:
         return f"http://127.0.0.1:{self.gateway.port}/slack/events"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.gateway.metrics_port}/metrics"
 
     async def send(self, envelope: Mapping[str, Any], **options: Any) -> tuple[int, str]:
         return await deliver(self.http, self.events_url, dict(envelope), SECRET, **options)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.scopes import REQUIRED_BOT_SCOPES
+from gateway.scopes import SCOPE_REASONS, bot_scopes
 from storage.database import Database
 from tests.fakes.openai_api import (
     Completion,
@@ -34,7 +34,7 @@ def refuse_key(seen: RecordedRequest) -> Reply:
 @pytest.fixture
 async def slack() -> AsyncIterator[FakeSlack]:
     async with FakeSlack(bot_token=BOT_TOKEN) as fake:
-        fake.granted_scopes = list(REQUIRED_BOT_SCOPES)
+        fake.granted_scopes = list(bot_scopes(continue_threads=True))
         yield fake
 
 
@@ -125,7 +125,9 @@ async def test_each_missing_scope_is_named_with_its_reason(
 ) -> None:
     """A token lacking two scopes: one line per scope, saying why the bot needs it."""
     slack.granted_scopes = [
-        s for s in REQUIRED_BOT_SCOPES if s not in ("assistant:write", "metadata.message:read")
+        s
+        for s in bot_scopes(continue_threads=True)
+        if s not in ("assistant:write", "metadata.message:read")
     ]
     env = gateway_env(slack, model, await migrated_database(postgres_dsn, "doctor_scopes"))
     status, out, _ = await run_cli_output(["doctor"], env, tmp_path)
@@ -134,7 +136,23 @@ async def test_each_missing_scope_is_named_with_its_reason(
     assert len(failures) == 2, out
     for scope, line in zip(("assistant:write", "metadata.message:read"), failures, strict=True):
         assert line.startswith(f"FAIL slack scopes: {scope} is not granted")
-        assert REQUIRED_BOT_SCOPES[scope] in line
+        assert SCOPE_REASONS[scope] in line
+
+
+async def test_the_scopes_checked_follow_continue_threads(
+    slack: FakeSlack, model: OpenAIServer, postgres_dsn: str, tmp_path: Path
+) -> None:
+    """mpim:history is needed to continue group DM threads: missing it fails by default and
+    passes with THREADGATE_CONTINUE_THREADS=false."""
+    slack.granted_scopes = list(bot_scopes(continue_threads=False))
+    env = gateway_env(slack, model, await migrated_database(postgres_dsn, "doctor_continue"))
+    status, out, _ = await run_cli_output(["doctor"], env, tmp_path)
+    assert status == 1
+    [failure] = lines(out, "FAIL")
+    assert failure.startswith("FAIL slack scopes: mpim:history is not granted"), out
+    quiet = {**env, "THREADGATE_CONTINUE_THREADS": "false"}
+    status, out, _ = await run_cli_output(["doctor"], quiet, tmp_path)
+    assert (status, lines(out, "FAIL")) == (0, []), out
 
 
 async def test_a_model_that_never_answers_is_bounded_in_time(

@@ -1,4 +1,8 @@
-"""`threadgate manifest`: the Slack app the code needs — its scopes and events — and no more."""
+"""`threadgate manifest`: the Slack app the code needs — its scopes and events — and no more.
+
+What the app must subscribe to depends on the settings (THREADGATE_CONTINUE_THREADS needs
+the channel message events), so each check runs for every combination of them.
+"""
 
 from __future__ import annotations
 
@@ -11,15 +15,27 @@ import yaml
 from slack_sdk.web.async_client import AsyncWebClient
 
 import gateway
+from gateway.gatekeeper import Policy
 from gateway.inbound import inbound_turn
 from gateway.manifest import PLACEHOLDER_URL, app_manifest, events_url, render_manifest
-from gateway.scopes import BOT_EVENTS, REQUIRED_BOT_SCOPES
-from tests.fakes.slack_events import app_mention_event, event_callback, message_event
+from gateway.scopes import SCOPE_REASONS, bot_events, bot_scopes
+from tests.fakes.slack_events import (
+    app_mention_event,
+    bot_message_event,
+    dm_message_event,
+    event_callback,
+    file_share_event,
+    message_changed_event,
+    message_event,
+    new_ts,
+    slack_file,
+    thread_broadcast_event,
+)
 from tests.gateway.process import run_cli_output
 
 # Which bot scopes each Web API method needs (conversations.* in whichever kind of
 # conversation it reads). A method the gateway starts calling must be added here, and the
-# test then says whether REQUIRED_BOT_SCOPES covers it.
+# test then says whether the declared scopes cover it.
 METHOD_SCOPES: dict[str, set[str]] = {
     "auth_test": set(),
     "users_info": {"users:read"},
@@ -30,18 +46,88 @@ METHOD_SCOPES: dict[str, set[str]] = {
     "assistant_threads_setStatus": {"assistant:write"},
     "apps_connections_open": set(),  # the app-level token's connections:write, not a bot scope
 }
-EVENT_SCOPES = {"app_mention": {"app_mentions:read"}, "message.im": {"im:history"}}
+# The scope Slack requires for each Events API subscription.
+EVENT_SCOPES = {
+    "app_mention": {"app_mentions:read"},
+    "message.im": {"im:history"},
+    "message.channels": {"channels:history"},
+    "message.groups": {"groups:history"},
+    "message.mpim": {"mpim:history"},
+}
 # Reading metadata back (include_all_metadata) needs its own scope.
 METADATA_SCOPE = "metadata.message:read"
 
-# Every Events API subscription that could bring the bot a user's message, as a payload.
-CANDIDATE_EVENTS: dict[str, dict[str, Any]] = {
-    "app_mention": app_mention_event(text="<@UBOT> hi"),
-    "message.im": message_event(text="hi", channel="D0A1B2C3D4E", channel_type="im"),
-    "message.channels": message_event(text="hi", channel_type="channel"),
-    "message.groups": message_event(text="hi", channel="G0A1B2C3D4E", channel_type="group"),
-    "message.mpim": message_event(text="hi", channel="G0A1B2C3D4F", channel_type="mpim"),
+# Every setting that changes what the app must subscribe to: THREADGATE_CONTINUE_THREADS.
+SETTINGS = [True, False]
+
+# Every feature: a message the gateway claims to answer, as the payload Slack sends for it,
+# with the subscription that brings it. A reply in a thread is in one the bot takes part in.
+_THREAD = new_ts()
+FEATURES: dict[str, tuple[str, dict[str, Any]]] = {
+    "a mention": ("app_mention", app_mention_event(text="<@UBOT> hi")),
+    "a mention in a thread": (
+        "app_mention",
+        app_mention_event(text="<@UBOT> hi", thread_ts=_THREAD),
+    ),
+    "a mention with a file": (
+        "app_mention",
+        app_mention_event(text="<@UBOT> look", thread_ts=_THREAD) | {"files": [slack_file()]},
+    ),
+    "a DM": ("message.im", dm_message_event(text="hi")),
+    "a DM with only a file": ("message.im", file_share_event()),
+    "a DM with a file and words": ("message.im", file_share_event(text="see this")),
+    "a reply in a DM thread": ("message.im", dm_message_event(text="hi", thread_ts=_THREAD)),
+    "a broadcast reply in a DM thread": (
+        "message.im",
+        thread_broadcast_event(
+            text="hi", thread_ts=_THREAD, channel="D0A1B2C3D4E", channel_type="im"
+        ),
+    ),
+    "a reply in a channel thread": (
+        "message.channels",
+        message_event(text="and?", channel_type="channel", thread_ts=_THREAD),
+    ),
+    "a broadcast reply in a channel thread": (
+        "message.channels",
+        thread_broadcast_event(text="all: done", thread_ts=_THREAD),
+    ),
+    "a file in a channel thread": (
+        "message.channels",
+        file_share_event(channel="C0A1B2C3D4E", channel_type="channel", thread_ts=_THREAD),
+    ),
+    "a reply in a private channel thread": (
+        "message.groups",
+        message_event(text="and?", channel="G0A1B2C3D4E", channel_type="group", thread_ts=_THREAD),
+    ),
+    "a broadcast reply in a private channel thread": (
+        "message.groups",
+        thread_broadcast_event(
+            text="all: done", thread_ts=_THREAD, channel="G0A1B2C3D4E", channel_type="group"
+        ),
+    ),
+    "a reply in a group DM thread": (
+        "message.mpim",
+        message_event(text="and?", channel="G0A1B2C3D4F", channel_type="mpim", thread_ts=_THREAD),
+    ),
+    "a file in a group DM thread": (
+        "message.mpim",
+        file_share_event(channel="G0A1B2C3D4F", channel_type="mpim", thread_ts=_THREAD),
+    ),
 }
+# What those subscriptions also bring, and the gateway never answers, whatever the settings.
+NEVER_ANSWERED: dict[str, dict[str, Any]] = {
+    "channel chatter": message_event(text="lunch?", channel_type="channel"),
+    "a bot's post": bot_message_event(text="beep", thread_ts=_THREAD),
+    "an edit": message_changed_event(ts=_THREAD, new_text="b", old_text="a"),
+    "a join": message_event(text="joined", thread_ts=_THREAD) | {"subtype": "channel_join"},
+}
+
+
+def answered(payload: dict[str, Any], *, continue_threads: bool) -> bool:
+    """Whether the gateway answers this event, in a thread the bot takes part in."""
+    turn = inbound_turn(event_callback(payload))
+    policy = Policy(continue_threads=continue_threads)
+    return turn is not None and policy.allows(turn) and policy.addressed(turn, known=True)
 
 
 def gateway_sources() -> str:
@@ -61,22 +147,45 @@ def test_every_web_api_method_the_gateway_calls_has_its_scopes_known() -> None:
     assert called <= set(METHOD_SCOPES)
 
 
-def test_required_scopes_are_exactly_what_the_code_needs() -> None:
-    """REQUIRED_BOT_SCOPES covers every call and event of the code, and nothing more."""
+@pytest.mark.parametrize("continue_threads", SETTINGS)
+def test_required_scopes_are_exactly_what_the_code_needs(continue_threads: bool) -> None:
+    """The declared scopes cover every call of the code and every subscribed event, and
+    nothing more, for each setting."""
     source = gateway_sources()
     needed = set().union(*(METHOD_SCOPES[m] for m in web_api_methods(source)))
-    needed |= set().union(*(EVENT_SCOPES[e] for e in BOT_EVENTS))
+    events = bot_events(continue_threads=continue_threads)
+    needed |= set().union(*(EVENT_SCOPES[e] for e in events))
     if "include_all_metadata" in source:
         needed.add(METADATA_SCOPE)
-    assert needed == set(REQUIRED_BOT_SCOPES)
-    assert all(reason.strip() for reason in REQUIRED_BOT_SCOPES.values())
+    assert needed == set(bot_scopes(continue_threads=continue_threads))
+    assert set(SCOPE_REASONS) == set(bot_scopes(continue_threads=True))
+    assert all(reason.strip() for reason in SCOPE_REASONS.values())
 
 
-@pytest.mark.parametrize("subscription", sorted(CANDIDATE_EVENTS))
-def test_subscribed_events_are_exactly_those_the_gatekeeper_answers(subscription: str) -> None:
-    """An event is subscribed in the manifest if and only if inbound_turn turns it into work."""
-    answered = inbound_turn(event_callback(CANDIDATE_EVENTS[subscription])) is not None
-    assert answered == (subscription in BOT_EVENTS)
+@pytest.mark.parametrize("continue_threads", SETTINGS)
+@pytest.mark.parametrize("feature", sorted(FEATURES))
+def test_subscribed_events_are_exactly_those_the_gatekeeper_answers(
+    feature: str, continue_threads: bool
+) -> None:
+    """Each feature's event is subscribed if and only if the gateway answers it with these
+    settings: nothing it answers goes undelivered, nothing is delivered for nothing."""
+    subscription, payload = FEATURES[feature]
+    subscribed = subscription in bot_events(continue_threads=continue_threads)
+    assert answered(payload, continue_threads=continue_threads) == subscribed
+
+
+@pytest.mark.parametrize("continue_threads", SETTINGS)
+def test_every_subscription_brings_a_feature(continue_threads: bool) -> None:
+    """Each subscribed event answers at least one feature; the ones never answered stay so."""
+    events = bot_events(continue_threads=continue_threads)
+    answering = {
+        subscription
+        for subscription, payload in FEATURES.values()
+        if answered(payload, continue_threads=continue_threads)
+    }
+    assert set(events) == answering and set(events) <= set(EVENT_SCOPES)
+    for name, payload in NEVER_ANSWERED.items():
+        assert not answered(payload, continue_threads=continue_threads), name
 
 
 @pytest.mark.parametrize("socket_mode", [False, True])
@@ -86,12 +195,17 @@ def test_rendered_yaml_parses_to_the_manifest(socket_mode: bool) -> None:
     assert yaml.safe_load(text) == app_manifest(socket_mode=socket_mode)
 
 
-def test_manifest_declares_scopes_events_and_mode() -> None:
-    """Both modes ask for the same scopes and events; only HTTP mode has a request URL."""
-    socket, http = app_manifest(socket_mode=True), app_manifest(socket_mode=False)
+@pytest.mark.parametrize("continue_threads", SETTINGS)
+def test_manifest_declares_scopes_events_and_mode(continue_threads: bool) -> None:
+    """Both modes ask for the scopes and events the settings need; only HTTP mode has a
+    request URL."""
+    socket = app_manifest(socket_mode=True, continue_threads=continue_threads)
+    http = app_manifest(socket_mode=False, continue_threads=continue_threads)
+    scopes = list(bot_scopes(continue_threads=continue_threads))
+    events = list(bot_events(continue_threads=continue_threads))
     for manifest in (socket, http):
-        assert manifest["oauth_config"]["scopes"]["bot"] == list(REQUIRED_BOT_SCOPES)
-        assert manifest["settings"]["event_subscriptions"]["bot_events"] == list(BOT_EVENTS)
+        assert manifest["oauth_config"]["scopes"]["bot"] == scopes
+        assert manifest["settings"]["event_subscriptions"]["bot_events"] == events
         assert manifest["settings"]["interactivity"] == {"is_enabled": False}
         assert "assistant_view" in manifest["features"]
         assert manifest["features"]["app_home"]["messages_tab_enabled"] is True
@@ -122,6 +236,19 @@ async def test_manifest_command_prints_the_manifest_for_each_mode(tmp_path: Path
     for flags, expected in cases:
         status, out, err = await run_cli_output(["manifest", *flags], {}, tmp_path)
         assert (status, out, err) == (0, expected, "")
+
+
+async def test_manifest_command_follows_continue_threads(tmp_path: Path) -> None:
+    """THREADGATE_CONTINUE_THREADS=false prints an app without the channel message events;
+    the default subscribes them, with mpim:history."""
+    env = {"THREADGATE_CONTINUE_THREADS": "false"}
+    status, out, _ = await run_cli_output(["manifest", "--socket"], env, tmp_path)
+    assert status == 0 and out == render_manifest(socket_mode=True, continue_threads=False)
+    quiet, default = yaml.safe_load(out), app_manifest(socket_mode=True)
+    assert "message.channels" not in quiet["settings"]["event_subscriptions"]["bot_events"]
+    assert "message.channels" in default["settings"]["event_subscriptions"]["bot_events"]
+    assert "mpim:history" in default["oauth_config"]["scopes"]["bot"]
+    assert "mpim:history" not in quiet["oauth_config"]["scopes"]["bot"]
 
 
 async def test_manifest_command_refuses_a_plain_http_url(tmp_path: Path) -> None:

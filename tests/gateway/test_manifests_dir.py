@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -12,11 +13,11 @@ import yaml
 from slack_bolt.async_app import AsyncApp
 
 from gateway.cli import parser
-from gateway.config import Settings
-from gateway.http import build_http_app
+from gateway.config import Settings, parse_address
+from gateway.http import build_http_app, build_metrics_app
 from gateway.manifest import app_manifest, render_manifest
 from gateway.metrics import Metrics
-from gateway.scopes import BOT_EVENTS, REQUIRED_BOT_SCOPES
+from gateway.scopes import bot_events, bot_scopes
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
 K8S = MANIFESTS / "k8s"
@@ -43,6 +44,18 @@ async def http_routes() -> set[str]:
     return {resource.canonical for resource in app.router.resources()}
 
 
+def metrics_routes() -> set[str]:
+    return {resource.canonical for resource in build_metrics_app(Metrics()).router.resources()}
+
+
+def metrics_port(address: str) -> int:
+    """The port of a THREADGATE_METRICS_ADDRESS that must be reachable from outside the
+    container: on every interface, not loopback."""
+    parsed = parse_address(address)
+    assert parsed is not None and parsed[0] in ("0.0.0.0", "::"), address
+    return parsed[1]
+
+
 async def _ready() -> bool:
     return True
 
@@ -51,15 +64,20 @@ async def _ready() -> bool:
     ("name", "socket_mode"), [("slack-app-http.yaml", False), ("slack-app-socket.yaml", True)]
 )
 def test_committed_slack_manifests_equal_the_generated_ones(name: str, socket_mode: bool) -> None:
-    """manifests/slack-app-*.yaml are `threadgate manifest` output, byte for byte."""
+    """manifests/slack-app-*.yaml are `threadgate manifest` output with the default
+    settings, byte for byte."""
     text = (MANIFESTS / name).read_text(encoding="utf-8")
     assert text == render_manifest(socket_mode=socket_mode), (
         f"regenerate: threadgate manifest{' --socket' if socket_mode else ''} > manifests/{name}"
     )
     manifest = yaml.safe_load(text)
     assert manifest == app_manifest(socket_mode=socket_mode)
-    assert manifest["oauth_config"]["scopes"]["bot"] == list(REQUIRED_BOT_SCOPES)
-    assert manifest["settings"]["event_subscriptions"]["bot_events"] == list(BOT_EVENTS)
+    continuing = Settings.model_fields["threadgate_continue_threads"].default
+    assert manifest["oauth_config"]["scopes"]["bot"] == list(
+        bot_scopes(continue_threads=continuing)
+    )
+    events = list(bot_events(continue_threads=continuing))
+    assert manifest["settings"]["event_subscriptions"]["bot_events"] == events
 
 
 @pytest.mark.parametrize("path", sorted(MANIFESTS.rglob("*.yaml")), ids=lambda p: p.name)
@@ -70,25 +88,39 @@ def test_every_yaml_file_parses(path: Path) -> None:
 
 
 async def test_deployment_probes_name_routes_the_http_app_serves() -> None:
-    """Readiness is /readyz and liveness /healthz, both routes of the HTTP app."""
+    """Readiness is /readyz and liveness /healthz, both routes of the HTTP app; the events
+    port serves exactly those and /slack/events, and /metrics only the metrics app."""
     container, routes = deployment_container(), await http_routes()
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
-    assert {"/readyz", "/healthz", "/slack/events"} <= routes
+    assert routes == {"/readyz", "/healthz", "/slack/events"}
+    assert metrics_routes() == {"/metrics"}
 
 
-def test_service_targets_the_container_port() -> None:
-    """The Service's targetPort (by name or number) is the container's port, and so is PORT."""
+def test_service_targets_the_events_port_and_pods_expose_metrics_apart() -> None:
+    """The Service's targetPort (by name or number) is the events port, PORT; the metrics
+    port is the container's other port, THREADGATE_METRICS_ADDRESS's, and not on the Service."""
     container = deployment_container()
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     env = {e["name"]: e.get("value") for e in container["env"]}
+    assert ports == {"http": int(env["PORT"]), "metrics": 9090}
+    assert metrics_port(env["THREADGATE_METRICS_ADDRESS"]) == ports["metrics"]
     for service_port in load(K8S / "service.yaml")["spec"]["ports"]:
         target = service_port["targetPort"]
-        assert ports.get(target, target) in ports.values()
+        assert ports.get(target, target) == ports["http"] == 3000
     for probe in ("readinessProbe", "livenessProbe"):
         port = container[probe]["httpGet"]["port"]
-        assert ports.get(port, port) in ports.values()
-    assert set(ports.values()) == {int(env["PORT"])} == {3000}
+        assert ports.get(port, port) == ports["http"]
+
+
+def test_scrape_annotations_name_the_metrics_port_and_path() -> None:
+    """The pod's prometheus.io annotations point at the metrics port and /metrics."""
+    template = load(K8S / "deployment.yaml")["spec"]["template"]
+    annotations = template["metadata"]["annotations"]
+    ports = {p["name"]: p["containerPort"] for p in deployment_container()["ports"]}
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert int(annotations["prometheus.io/port"]) == ports["metrics"]
+    assert {annotations["prometheus.io/path"]} == metrics_routes()
 
 
 def test_service_selects_the_deployment_pods() -> None:
@@ -136,12 +168,16 @@ def dockerfile() -> list[tuple[str, str]]:
 
 
 def test_dockerfile_serves_as_a_non_root_user_with_a_healthcheck() -> None:
-    """python:3.11-slim, a non-root USER, EXPOSE 3000, /healthz checked, CMD a real command."""
+    """python:3.11-slim, a non-root USER, EXPOSE the events and metrics ports, /healthz
+    checked, CMD a real command."""
     instructions = dockerfile()
     values = dict(instructions)  # the last of each instruction wins, as in Docker
+    env = dict(pair.split("=", 1) for pair in shlex.split(values["ENV"]))
     assert values["FROM"] == "python:3.11-slim"
     assert values["USER"] not in ("root", "0")
-    assert values["EXPOSE"] == "3000"
+    exposed = values["EXPOSE"].split()
+    assert exposed == [env["PORT"], str(metrics_port(env["THREADGATE_METRICS_ADDRESS"]))]
+    assert exposed == ["3000", "9090"]
     assert "/healthz" in values["HEALTHCHECK"]
     command = json.loads(values["CMD"])
     assert command[0] == "threadgate" and command[1] in subcommands()
@@ -159,3 +195,14 @@ def test_compose_wires_the_gateway_to_a_healthy_postgres() -> None:
     assert "@postgres:5432/" in gateway["environment"]["DATABASE_URL"]
     assert {name.lower() for name in gateway["environment"]} <= set(Settings.model_fields)
     assert gateway["build"]["dockerfile"] == "manifests/Dockerfile"
+
+
+def test_compose_publishes_metrics_on_the_host_loopback_only() -> None:
+    """The events port is published; the metrics port only on 127.0.0.1 of the host."""
+    gateway = load(MANIFESTS / "compose.yaml")["services"]["gateway"]
+    environment = gateway["environment"]
+    metrics = metrics_port(environment["THREADGATE_METRICS_ADDRESS"])
+    assert gateway["ports"] == [
+        f"{environment['PORT']}:{environment['PORT']}",
+        f"127.0.0.1:{metrics}:{metrics}",
+    ]

@@ -14,16 +14,21 @@ from aiohttp import web
 from tests.fakes.openai_api import Held, JSONReply, reply_with_tool
 from tests.fakes.slack_events import (
     DEFAULT_CHANNEL,
+    DEFAULT_DM,
     DEFAULT_USER,
     app_mention_event,
     event_callback,
+    file_share_event,
     message_event,
     new_ts,
+    slack_file,
+    thread_broadcast_event,
 )
-from tests.gateway.rig import Rig
+from tests.gateway.rig import Rig, last_user_text
 from tests.pg import wait_for_task
 
 TURN = re.compile(r'<turn from="[^"]*" id="([^"]*)" channel="[^"]*" at="[^"]*">([^<>]*)</turn>')
+XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
 
 
 @pytest.fixture
@@ -149,6 +154,28 @@ async def test_a_thread_reply_without_mention_continues_the_conversation(rig: Ri
     assert posts[1].thread_ts == root["ts"] and "and another thing" in posts[1].text
 
 
+async def test_a_dm_with_only_a_file_is_answered_and_told_it_was_not_read(rig: Rig) -> None:
+    """A file dropped into a DM (subtype file_share) gets its reply in the DM; the model is
+    told the file's name, type and size, and that it was not read."""
+    event = file_share_event(files=[slack_file(name="budget.xlsx", mimetype=XLSX, size=20_480)])
+    assert (await rig.send(event_callback(event)))[0] == 200
+    posts = await rig.slack.wait_for_posts(1)
+    assert [(p.channel, p.thread_ts) for p in posts] == [(DEFAULT_DM, event["ts"])]
+    turn = last_user_text(rig.model.requests[0].body)
+    assert f'"budget.xlsx" ({XLSX}, 20,480 bytes)' in turn and "not read" in turn
+
+
+async def test_a_broadcast_reply_in_a_thread_the_bot_takes_part_in_is_answered(rig: Rig) -> None:
+    """A thread reply also sent to the channel (thread_broadcast) continues the thread."""
+    root = app_mention_event(text="<@UBOT> hello")
+    await rig.send(event_callback(root))
+    await rig.slack.wait_for_posts(1)
+    broadcast = thread_broadcast_event(text="all: we ship friday", thread_ts=root["ts"])
+    assert (await rig.send(event_callback(broadcast)))[0] == 200
+    posts = await rig.slack.wait_for_posts(2)
+    assert posts[1].thread_ts == root["ts"] and "we ship friday" in posts[1].text
+
+
 async def test_refused_credential_alerts_once_and_tells_every_user(rig: Rig) -> None:
     """A 401 from the provider: each user gets the notice, the operator one alert, the key no more calls."""
     rig.model.default = lambda seen: JSONReply(
@@ -186,7 +213,7 @@ async def test_metrics_count_events_and_tasks(rig: Rig) -> None:
     await rig.send(event_callback(event))
     # Done means published: the post's response has reached the client and been counted.
     await wait_for_task(rig.db, f"T1:{event['channel']}:{event['ts']}", "done")
-    async with rig.http.get(f"http://127.0.0.1:{rig.gateway.port}/metrics") as response:
+    async with rig.http.get(rig.metrics_url) as response:
         text = await response.text()
     assert 'threadgate_events_total{outcome="admitted"} 1.0' in text
     assert "threadgate_ack_seconds_count 1.0" in text
@@ -194,6 +221,16 @@ async def test_metrics_count_events_and_tasks(rig: Rig) -> None:
         line for line in text.splitlines() if "slack_api" in line
     ]
     assert 'threadgate_tasks_total{outcome="answered"} 1.0' in text
+
+
+async def test_metrics_are_served_on_their_own_listener_only(rig: Rig) -> None:
+    """/metrics answers on THREADGATE_METRICS_ADDRESS; the events port, which faces the
+    internet, has no /metrics."""
+    assert rig.gateway.metrics_port not in (None, rig.gateway.port)
+    async with rig.http.get(f"http://127.0.0.1:{rig.gateway.port}/metrics") as public:
+        assert public.status == 404
+    async with rig.http.get(rig.metrics_url) as private:
+        assert private.status == 200 and "threadgate_queue_depth" in await private.text()
 
 
 async def test_health_and_readiness(rig: Rig) -> None:

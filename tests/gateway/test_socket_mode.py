@@ -25,6 +25,7 @@ from tests.fakes.slack_api import FakeSlack
 from tests.fakes.slack_events import DEFAULT_CHANNEL, app_mention_event, deliver, event_callback
 from tests.fakes.socket_mode import Ack, FakeSocketMode
 from tests.gateway.rig import APP_TOKEN, BOT_TOKEN, SECRET, Rig
+from tests.logged import errors_logged
 from tests.pg import create_database
 
 
@@ -58,11 +59,14 @@ async def test_mention_is_acked_after_its_task_is_stored_and_answered_once(rig: 
 
 
 async def test_socket_mode_serves_health_but_no_events_route(rig: Rig) -> None:
-    """In Socket Mode /healthz and /readyz answer, /slack/events is gone, and the connection was
-    opened through SLACK_API_URL."""
+    """In Socket Mode /healthz and /readyz answer, /slack/events and /metrics are not on that
+    port (metrics have their own listener), and the connection was opened through
+    SLACK_API_URL."""
     base = f"http://127.0.0.1:{rig.gateway.port}"
     async with rig.http.get(f"{base}/healthz") as health, rig.http.get(f"{base}/readyz") as ready:
         assert (health.status, ready.status) == (200, 200)
+    async with rig.http.get(f"{base}/metrics") as public, rig.http.get(rig.metrics_url) as private:
+        assert (public.status, private.status) == (404, 200)
     status, _ = await deliver(rig.http, f"{base}/slack/events", event_callback({}), SECRET)
     assert status == 404
     assert len(rig.slack.calls_to("apps.connections.open")) == 1
@@ -100,6 +104,45 @@ async def test_same_event_over_http_and_socket_mode_is_answered_once(rig: Rig) -
     assert status == 200
     await rig.sockets.wait_for_ack(await rig.sockets.deliver(envelope))
     await answered_once(rig, "twice delivered")
+
+
+async def test_malformed_payloads_are_acked_refused_and_the_listener_goes_on(rig: Rig) -> None:
+    """Envelopes bolt cannot read (a payload that is not an object; an event whose user or
+    channel is not an id, or that is not an object; authorizations that are not a list; a
+    message without its ts) are each acked, so Slack stops delivering them, store nothing
+    and log no error; so is a redelivery; a frame that is not JSON is dropped without one.
+    The next good envelope is answered."""
+    good = event_callback(app_mention_event(text="<@UBOT> x"))
+    event = good["event"]
+    payloads: list[Any] = [
+        [1, 2],
+        "just text",
+        None,
+        {**good, "event": {**event, "user": 5}},
+        {**good, "event": {**event, "channel": True}},
+        {**good, "event": "app_mention"},
+        {**good, "authorizations": {}},
+        {**good, "event": {k: v for k, v in event.items() if k != "ts"}},
+    ]
+    tasks = await rig.count("tasks")
+    with errors_logged() as errors:
+        await rig.sockets.send_text("{not json")
+        ids = [await rig.sockets.deliver(payload) for payload in payloads]
+        for envelope_id in ids:
+            await rig.sockets.wait_for_ack(envelope_id)
+        again = await rig.sockets.deliver(payloads[3], envelope_id=ids[3], retry_attempt=1)
+        await rig.sockets.wait_until(
+            lambda: sum(a.envelope_id == again for a in rig.sockets.acks) == 2,
+            what="the redelivery acked too",
+        )
+        await rig.sockets.wait_for_ack(
+            await rig.sockets.deliver(event_callback(app_mention_event(text="<@UBOT> still here")))
+        )
+        await rig.slack.wait_until(
+            lambda: any("still here" in p.text for p in rig.slack.posts), what="the answer"
+        )
+    assert await rig.count("tasks") == tasks + 1
+    assert [r.getMessage() for r in errors] == []
 
 
 async def test_disconnect_refresh_reconnects_and_the_next_event_is_answered(rig: Rig) -> None:
