@@ -114,6 +114,14 @@ class ThreadReader(Protocol):
         """The thread's messages as plain text lines, oldest first, at most `limit`."""
 
 
+class UsageMeter(Protocol):
+    """Counts what answering a message costs, durably (across rounds, subtasks, replicas)."""
+
+    async def record(self, task: Task, input_tokens: int, output_tokens: int) -> int:
+        """Charge one model response to the task (and to its user's and channel's usage
+        today); return the number of model requests the task has made so far."""
+
+
 class AlertSink(Protocol):
     """Tells an operator that a credential or quota on the path to the model failed."""
 
