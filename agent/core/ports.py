@@ -1,10 +1,12 @@
 """The ports the agent needs from the world, declared here so the agent owns them.
 
 The agent knows neither Slack nor SQL. It runs tasks from a queue, reads and appends a
-conversation's history, and hands finished text to a publisher. `storage/` implements the
-queue and the history on Postgres; `gateway/` implements the publisher on Slack; tests
-implement all three in memory. `address` on a task is opaque here: it is whatever the
-gateway needs to find the conversation again (for Slack, channel and thread).
+conversation's history, hands finished text to a publisher, and charges each model
+response to a usage meter (the cap on requests per message and the daily token budgets
+read it). `storage/` implements the queue, the history and the meter on Postgres;
+`gateway/` implements the publisher on Slack; tests implement them in memory. `address`
+on a task is opaque here: it is whatever the gateway needs to find the conversation again
+(for Slack, channel and thread).
 """
 
 from __future__ import annotations
