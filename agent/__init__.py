@@ -28,6 +28,7 @@ from agent.core.errors import (
     ControlCallError,
     CredentialRejected,
     CredentialSource,
+    ModelBudgetExceeded,
     ModelError,
     ModelsUnavailable,
     NonTransientModelError,
@@ -39,7 +40,7 @@ from agent.core.errors import (
     TaskTimedOut,
     TransientModelError,
 )
-from agent.core.ids import user_message_id
+from agent.core.ids import reply_id, user_message_id
 from agent.core.log_context import bind_log_fields, log_fields
 from agent.core.ports import (
     AlertSink,
@@ -49,6 +50,7 @@ from agent.core.ports import (
     Task,
     TaskQueue,
     ThreadReader,
+    UsageMeter,
 )
 from agent.core.text import (
     INVISIBLE_CHARACTERS,
@@ -138,6 +140,7 @@ __all__ = [
     "FunctionModel",
     "History",
     "Model",
+    "ModelBudgetExceeded",
     "ModelError",
     "ModelMessage",
     "ModelRequest",
@@ -190,6 +193,7 @@ __all__ = [
     "Toolbox",
     "TransientModelError",
     "Usage",
+    "UsageMeter",
     "UserMessage",
     "Vendor",
     "WorkTool",
@@ -200,6 +204,7 @@ __all__ = [
     "log_fields",
     "open_model",
     "probe_model",
+    "reply_id",
     "round_controls",
     "run_round",
     "sanitize_text",

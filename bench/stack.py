@@ -20,6 +20,15 @@ from tests.pg import create_database
 
 Model = Callable[[RecordedRequest], Reply]
 
+# Load comes from one fake user in a few threads: far past the per-user and per-thread
+# limits a real workspace needs, and those limits are not what is measured.
+NO_GUARD_RAILS = {
+    "THREADGATE_USER_MESSAGES_PER_HOUR": "0",
+    "THREADGATE_THREAD_MESSAGES_PER_HOUR": "0",
+    "THREADGATE_USER_DAILY_TOKENS": "0",
+    "THREADGATE_CHANNEL_DAILY_TOKENS": "0",
+}
+
 
 @contextlib.asynccontextmanager
 async def fakes(model: Model = echo) -> AsyncIterator[tuple[TimedSlack, OpenAIServer]]:
@@ -41,7 +50,7 @@ async def gateway(
 ) -> AsyncIterator[GatewayProcess]:
     """`threadgate serve` on a fresh database named after `label`; stopped on exit."""
     dsn = await create_database(server_dsn, f"bench_{label}")
-    env = {**gateway_env(slack, model, dsn), **(overrides or {})}
+    env = {**gateway_env(slack, model, dsn), **NO_GUARD_RAILS, **(overrides or {})}
     process = GatewayProcess(env, data)
     await process.start()
     try:

@@ -91,6 +91,14 @@ class Settings(BaseSettings):
     threadgate_tool_output_chars: Annotated[int, Field(ge=100, le=1_000_000)] = 20_000
     threadgate_status_refresh_seconds: Annotated[float, Field(gt=0, le=110)] = 90.0
     threadgate_alert_window_seconds: Annotated[float, Field(ge=0)] = 900.0
+    # Guard rails against abuse and cost; 0 turns one off. Checked at admission, in Postgres.
+    threadgate_user_messages_per_hour: Annotated[int, Field(ge=0)] = 60
+    threadgate_thread_messages_per_hour: Annotated[int, Field(ge=0)] = 40
+    threadgate_user_daily_tokens: Annotated[int, Field(ge=0)] = 2_000_000
+    threadgate_channel_daily_tokens: Annotated[int, Field(ge=0)] = 10_000_000
+    # A round asks the model a few times (tool steps, repairs); rounds × subtasks × retries
+    # could reach ~190 requests for one message without this.
+    threadgate_max_model_requests_per_task: Annotated[int, Field(ge=0)] = 60
 
     @field_validator("threadgate_metrics_address")
     @classmethod

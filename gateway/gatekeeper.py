@@ -11,6 +11,14 @@ Slack's 3 s): the names of the turn and the back-fill run at once, each lookup e
 budget's deadline, and what did not arrive by then is done without — a user id stands in
 for a name, and a back-fill keeps the newest messages it has. A slow Slack delays the ack
 by at most the budget, never into Slack's retry.
+
+The guard rails against abuse and cost (`Limits`: messages per user and per thread per
+hour, tokens per user and per channel per day) are enforced in the admission statement
+itself, so every replica counts the same rows. An over-limit message is `limited`: acked,
+nothing queued; the first of its window is answered by one polite notice (posted by a
+worker after the ack, never here). The thread limit is also the loop breaker: an
+integration that answers every bot post in a thread runs into it, gets one notice and
+then no more posts to answer.
 """
 
 from __future__ import annotations
@@ -18,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, TypeAlias
 
@@ -27,9 +35,38 @@ from gateway.inbound import InboundTurn, SharedFile
 from gateway.markup import clean_text, mentioned_user_ids
 from gateway.threads import ThreadMessage, render_message
 from gateway.users import NameDirectory
-from storage import Admission, Database, EarlierMessage, admit, session_exists
+from storage import (
+    UNLIMITED,
+    Admission,
+    Database,
+    EarlierMessage,
+    Limits,
+    LimitScope,
+    admit,
+    session_exists,
+)
 
-Outcome: TypeAlias = Literal["admitted", "duplicate", "ignored"]
+Outcome: TypeAlias = Literal["admitted", "duplicate", "ignored", "limited"]
+
+# What the first over-limit message of a window is answered with.
+LIMIT_NOTICES: Mapping[LimitScope, str] = {
+    "user": (
+        "Sorry, you've sent me more messages this hour than I can take from one person, "
+        "so I won't answer this one or the next ones until the hour is over."
+    ),
+    "thread": (
+        "Sorry, this thread has had more messages this hour than I answer in one thread, "
+        "so I'll stay quiet here until the hour is over."
+    ),
+    "user_tokens": (
+        "Sorry, you've used up today's allowance of AI usage, so I won't answer this "
+        "message or the next ones until tomorrow (UTC)."
+    ),
+    "channel_tokens": (
+        "Sorry, this channel has used up today's allowance of AI usage, so I won't answer "
+        "here until tomorrow (UTC)."
+    ),
+}
 
 
 class ThreadSource(Protocol):
@@ -72,7 +109,11 @@ class Gatekeeper:
         threads: ThreadSource | None = None,
         policy: Policy = Policy(),
         lookup_budget_seconds: float = 1.5,
+        limits: Limits = UNLIMITED,
+        on_limited: Callable[[LimitScope], None] | None = None,
     ) -> None:
+        self._limits = limits
+        self._on_limited = on_limited or (lambda scope: None)
         self._db = db
         self._users = users
         self._threads = threads
@@ -114,8 +155,14 @@ class Gatekeeper:
             },
             turn_text=turn_text,
             earlier=earlier,
+            user=f"{inbound.team}:{inbound.user}",
+            channel=f"{inbound.team}:{inbound.channel}",
         )
-        return "admitted" if await admit(self._db, admission) else "duplicate"
+        outcome = await admit(self._db, admission, self._limits)
+        if outcome.limited is not None:
+            self._on_limited(outcome.limited)
+            return "limited"
+        return "admitted" if outcome else "duplicate"
 
     async def render(
         self, inbound: InboundTurn, *, bot_user_id: str | None, deadline: float | None = None

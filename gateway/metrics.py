@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from agent import Model, ModelRequest, ModelResponse, Route, StreamEvent
+from storage import LIMIT_SCOPES
 
 _LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
@@ -27,7 +28,7 @@ class Metrics:
         r = self.registry
         self.events = Counter(
             "threadgate_events_total",
-            "Slack event deliveries by outcome (admitted, duplicate, ignored, rejected, unauthorized).",
+            "Slack event deliveries by outcome (admitted, duplicate, ignored, limited, rejected, unauthorized).",
             ["outcome"],
             registry=r,
         )
@@ -37,8 +38,26 @@ class Metrics:
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
             registry=r,
         )
+        self.limited = Counter(
+            "threadgate_limited_messages_total",
+            "Messages acked but not answered because a limit refused them, by the limit"
+            " (user, thread, user_tokens, channel_tokens).",
+            ["scope"],
+            registry=r,
+        )
+        for scope in LIMIT_SCOPES:  # every limit shows, at 0 until it first refuses
+            self.limited.labels(scope)
         self.tasks = Counter(
-            "threadgate_tasks_total", "Tasks settled, by outcome.", ["outcome"], registry=r
+            "threadgate_tasks_total",
+            "Tasks settled, by outcome (request_cap: stopped by the cap on model requests).",
+            ["outcome"],
+            registry=r,
+        )
+        self.tokens_today = Gauge(
+            "threadgate_tokens_today",
+            "Tokens every replica used today (UTC), as stored for the daily budgets, by direction.",
+            ["direction"],
+            registry=r,
         )
         self.rounds = Counter(
             "threadgate_rounds_total", "Rounds run, by decision.", ["decision"], registry=r
@@ -80,6 +99,9 @@ class Metrics:
 
     def on_attempt(self, route: Route, outcome: str) -> None:
         self.model_calls.labels(str(route.slot), f"{route.provider}:{route.model}", outcome).inc()
+
+    def message_limited(self, scope: str) -> None:
+        self.limited.labels(scope).inc()
 
     def task_settled(self, outcome: str) -> None:
         self.tasks.labels(outcome).inc()

@@ -41,7 +41,7 @@ from agent import (
 )
 from gateway.alerts import OperatorAlerts, TokenAlarm
 from gateway.config import Settings
-from gateway.gatekeeper import Gatekeeper, Policy
+from gateway.gatekeeper import LIMIT_NOTICES, Gatekeeper, Policy
 from gateway.http import SERVER_LOG, build_http_app, build_metrics_app
 from gateway.metrics import MeteredModel, Metrics
 from gateway.publisher import SlackPublisher
@@ -52,11 +52,14 @@ from gateway.threads import SlackThreads
 from gateway.users import UserDirectory
 from storage import (
     Database,
+    Limits,
     Outbox,
     PostgresDelegations,
     PostgresHistory,
     PostgresTaskQueue,
+    PostgresUsageMeter,
     start_embedded_postgres,
+    tokens_today,
 )
 
 log = logging.getLogger(__name__)
@@ -92,6 +95,17 @@ def open_models(settings: Settings) -> list[Model]:
     ]
 
 
+def limits(settings: Settings) -> Limits:
+    """The guard rails admission enforces (0: that one is off)."""
+    return Limits(
+        user_messages_per_hour=settings.threadgate_user_messages_per_hour,
+        thread_messages_per_hour=settings.threadgate_thread_messages_per_hour,
+        user_daily_tokens=settings.threadgate_user_daily_tokens,
+        channel_daily_tokens=settings.threadgate_channel_daily_tokens,
+        notices=LIMIT_NOTICES,
+    )
+
+
 def build_runner(
     settings: Settings,
     db: Database,
@@ -121,6 +135,8 @@ def build_runner(
             tools=tools,
             subtasks=subtask_types,
             thread_reader=thread_reader,
+            meter=PostgresUsageMeter(db),
+            max_model_requests=settings.threadgate_max_model_requests_per_task,
             settings=RoundSettings(
                 max_output_tokens=settings.threadgate_max_output_tokens,
                 tool_timeout_seconds=settings.threadgate_tool_timeout_seconds,
@@ -271,6 +287,8 @@ class Gateway:
             threads=threads,
             policy=policy,
             lookup_budget_seconds=self.settings.threadgate_lookup_budget_seconds,
+            limits=limits(s),
+            on_limited=self.metrics.message_limited,
         )
         bolt = build_bolt_app(
             client=client,
@@ -328,7 +346,7 @@ async def identify(client: AsyncWebClient, token: str) -> AuthorizeResult:
 
 
 async def sample_queue(db: Database, metrics: Metrics, every_seconds: float = 15.0) -> None:
-    """Keep the queue depth and oldest-task age gauges fresh."""
+    """Keep the queue depth, oldest-task age and today's token gauges fresh."""
     while True:
         with contextlib.suppress(Exception):
             row = await db.pool.fetchrow(
@@ -339,6 +357,9 @@ async def sample_queue(db: Database, metrics: Metrics, every_seconds: float = 15
             if row is not None:
                 metrics.queue_depth.set(row["depth"])
                 metrics.oldest_task_seconds.set(row["age"])
+            used_input, used_output = await tokens_today(db)
+            metrics.tokens_today.labels("input").set(used_input)
+            metrics.tokens_today.labels("output").set(used_output)
         await asyncio.sleep(every_seconds)
 
 

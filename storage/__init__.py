@@ -5,7 +5,17 @@ raises only `StorageError` and its subclasses; asyncpg's exceptions never leave 
 package (`storage.errors.translate_errors`).
 """
 
-from storage.admission import Admission, EarlierMessage, admit, session_exists
+from storage.admission import (
+    LIMIT_SCOPES,
+    UNLIMITED,
+    Admission,
+    Admitted,
+    EarlierMessage,
+    Limits,
+    LimitScope,
+    admit,
+    session_exists,
+)
 from storage.database import Database
 from storage.delegations import PostgresDelegations
 from storage.embedded import start_embedded_postgres
@@ -14,21 +24,29 @@ from storage.history import PostgresHistory
 from storage.migrations import pending_migrations
 from storage.outbox import Claim, Outbox
 from storage.queue import PostgresTaskQueue
+from storage.usage import PostgresUsageMeter, tokens_today
 
 __all__ = [
+    "LIMIT_SCOPES",
+    "UNLIMITED",
     "Admission",
+    "Admitted",
     "Claim",
     "Database",
     "DatabaseUnavailable",
     "EarlierMessage",
+    "LimitScope",
+    "Limits",
     "MigrationError",
     "Outbox",
     "PostgresDelegations",
     "PostgresHistory",
     "PostgresTaskQueue",
+    "PostgresUsageMeter",
     "StorageError",
     "admit",
     "pending_migrations",
     "session_exists",
     "start_embedded_postgres",
+    "tokens_today",
 ]

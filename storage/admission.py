@@ -4,6 +4,20 @@ Admission records, atomically: the delivery (by event id), the session, the user
 and the task that will answer it. A delivery seen before, or a second event for a message
 that already has a task (Slack sends both `message` and `app_mention` for one mention),
 admits nothing. The NOTIFY in the same transaction wakes a worker the moment it commits.
+
+The guard rails against abuse and runaway cost are checked in the same statement, so they
+hold across replicas (`Limits`): messages per user and per thread in the clock hour, and
+the tokens a user and a channel used today. The hourly counters are rows bumped by an
+upsert, whose row lock serialises concurrent admissions: two replicas cannot both slip
+past a limit. The token budgets read what the model responses recorded (storage/usage.py),
+so tasks already running when a budget runs out may go past it by what they use.
+
+An over-limit message is acked and nothing is queued for it, except for the first one of
+its window: that one claims the window's `limit_notices` row and becomes a task whose
+reply — the polite notice — is stored with it. The runner then finds the reply stored and
+posts it through the outbox like any reply (after the ack, exactly once, in the thread's
+order), without asking a model. Every later over-limit message of the window is acked and
+dropped.
 """
 
 from __future__ import annotations
@@ -11,8 +25,11 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Literal, TypeAlias
 
-from agent import user_message_id
+import asyncpg
+
+from agent import reply_id, user_message_id
 from storage.database import TASKS_CHANNEL, Database
 from storage.errors import translate_errors
 
@@ -33,6 +50,44 @@ class Admission:
     address: Mapping[str, str]
     turn_text: str
     earlier: Sequence[EarlierMessage] = field(default_factory=tuple)
+    user: str | None = None  # who wrote it ("team:user"), for the limits and the usage
+    channel: str | None = None  # where ("team:channel"), for the channel's token budget
+
+
+LimitScope: TypeAlias = Literal["user", "thread", "user_tokens", "channel_tokens"]
+LIMIT_SCOPES: tuple[LimitScope, ...] = ("user", "thread", "user_tokens", "channel_tokens")
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What one user and one thread may ask for; 0 means no limit. `notices` is the text
+    posted once per window, by the scope that refused the message."""
+
+    user_messages_per_hour: int = 0
+    thread_messages_per_hour: int = 0
+    user_daily_tokens: int = 0
+    channel_daily_tokens: int = 0
+    notices: Mapping[LimitScope, str] = field(default_factory=dict)
+
+
+UNLIMITED = Limits()
+FALLBACK_NOTICE = "Sorry, this message is over a usage limit, so I won't answer it."
+
+
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """How admission went. True (as a bool) when a task to answer the message was stored.
+
+    `limited` names the limit that refused the message (the first that applies, in the
+    order of `LIMIT_SCOPES`); `noticed` says whether this message claimed its window's
+    notice (a task that only posts the notice was stored)."""
+
+    admitted: bool
+    limited: LimitScope | None = None
+    noticed: bool = False
+
+    def __bool__(self) -> bool:
+        return self.admitted
 
 
 _INSERT_TURN = """
@@ -43,28 +98,94 @@ ON CONFLICT (id) DO NOTHING
 """
 
 
-# Admission in one statement (one implicit transaction): the delivery, the session, the
-# task, the turn (its own anchor) and the wake-up. Nothing after `go` happens for a
-# delivery seen before; nothing after `task` for a message that already has its task.
-_ADMIT = """
+# The gate: the delivery, the hourly counters, the budgets and the notice claim. Nothing
+# after `go` happens for a delivery seen before or a message that has its task already.
+# $1 event id, $2 session, $3 task, $4 user, $5 channel, $6-$9 the limits (0: none).
+_GATE = """
 WITH ev AS (
     INSERT INTO seen_events (event_id) SELECT $1::text WHERE $1::text IS NOT NULL
     ON CONFLICT DO NOTHING RETURNING true
 ), go AS (
-    SELECT true WHERE $1::text IS NULL OR EXISTS (SELECT 1 FROM ev)
-), ses AS (
-    INSERT INTO sessions (id) SELECT $2 FROM go ON CONFLICT DO NOTHING
+    SELECT true WHERE ($1::text IS NULL OR EXISTS (SELECT 1 FROM ev))
+      AND NOT EXISTS (SELECT 1 FROM tasks WHERE id = $3)
+), counted AS (
+    INSERT INTO admission_counts (scope, key, window_start, messages)
+    SELECT c.scope, c.key, date_trunc('hour', now(), 'UTC'), 1
+    FROM go, (VALUES ('user', $4::text, $6::int), ('thread', $2::text, $7::int))
+         AS c (scope, key, cap)
+    WHERE c.key IS NOT NULL AND c.cap > 0
+    ON CONFLICT (scope, key, window_start)
+    DO UPDATE SET messages = admission_counts.messages + 1
+    RETURNING scope, key, messages
+), spent AS (
+    SELECT u.scope, u.key, u.input_tokens + u.output_tokens AS tokens FROM usage_daily u
+    WHERE u.day = (now() AT TIME ZONE 'UTC')::date
+      AND ((u.scope = 'user' AND u.key = $4::text AND $8::bigint > 0)
+           OR (u.scope = 'channel' AND u.key = $5::text AND $9::bigint > 0))
+), over AS (
+    SELECT o.scope, o.key, o.window_start FROM go, (
+        SELECT 1 AS rank, 'user' AS scope, key, date_trunc('hour', now(), 'UTC') AS window_start
+        FROM counted WHERE scope = 'user' AND messages > $6::int
+        UNION ALL
+        SELECT 2, 'thread', key, date_trunc('hour', now(), 'UTC')
+        FROM counted WHERE scope = 'thread' AND messages > $7::int
+        UNION ALL
+        SELECT 3, 'user_tokens', key, date_trunc('day', now(), 'UTC')
+        FROM spent WHERE scope = 'user' AND tokens >= $8::bigint
+        UNION ALL
+        SELECT 4, 'channel_tokens', key, date_trunc('day', now(), 'UTC')
+        FROM spent WHERE scope = 'channel' AND tokens >= $9::bigint
+    ) o
+    ORDER BY o.rank LIMIT 1
+), notice AS (
+    INSERT INTO limit_notices (scope, key, window_start, task_id)
+    SELECT scope, key, window_start, $3 FROM over
+    ON CONFLICT DO NOTHING RETURNING scope
+), pass AS (
+    SELECT true FROM go WHERE NOT EXISTS (SELECT 1 FROM over)
+    UNION ALL
+    SELECT true FROM notice
+)"""
+
+# The common case in one statement (one implicit transaction): the gate, then the session,
+# the task, the turn (its own anchor), the notice as the task's stored reply when this
+# message claimed one, and the wake-up.
+_ADMIT = (
+    _GATE
+    + """, ses AS (
+    INSERT INTO sessions (id) SELECT $2 FROM pass ON CONFLICT DO NOTHING
 ), task AS (
-    INSERT INTO tasks (id, session_id, address) SELECT $3, $2, $4::jsonb FROM go
+    INSERT INTO tasks (id, session_id, address, user_id, channel)
+    SELECT $3, $2, $10::jsonb, $4, $5 FROM pass
     ON CONFLICT DO NOTHING RETURNING id
 ), turn AS (
     INSERT INTO messages (seq, id, session_id, anchor, role, kind, text)
-    SELECT s.seq, $5, $2, s.seq, 'user', 'turn', $6
+    SELECT s.seq, $11, $2, s.seq, 'user', 'turn', $12
     FROM task, LATERAL (SELECT nextval(pg_get_serial_sequence('messages', 'seq')) AS seq) s
     ON CONFLICT (id) DO NOTHING
+    RETURNING seq
+), reply AS (
+    INSERT INTO messages (id, session_id, anchor, role, kind, text)
+    SELECT $15, $2, turn.seq, 'assistant', 'reply',
+           coalesce($14::jsonb ->> notice.scope, $16)
+    FROM turn, notice
+    ON CONFLICT (id) DO NOTHING
 )
-SELECT count(pg_notify($7, '')) > 0 FROM task
+SELECT (SELECT count(pg_notify($13, '')) > 0 FROM task) AS created,
+       (SELECT scope FROM over) AS limited,
+       EXISTS (SELECT 1 FROM notice) AS noticed
 """
+)
+
+# The gate alone, for the back-filling admission that stores the rest statement by statement.
+_GATE_ONLY = (
+    _GATE
+    + """
+SELECT EXISTS (SELECT 1 FROM pass) AS pass,
+       (SELECT scope FROM over) AS limited,
+       EXISTS (SELECT 1 FROM notice) AS noticed
+"""
+)
 
 
 @translate_errors("The session could not be looked up")
@@ -74,40 +195,70 @@ async def session_exists(db: Database, session_id: str) -> bool:
 
 
 @translate_errors("The turn could not be stored")
-async def admit(db: Database, a: Admission) -> bool:
-    """Make the turn and its task durable. False when this delivery was a duplicate."""
+async def admit(db: Database, a: Admission, limits: Limits = UNLIMITED) -> Admitted:
+    """Make the turn and its task durable, within `limits`; see `Admitted`."""
+    gate = (
+        a.event_id,
+        a.session_id,
+        a.task_id,
+        a.user,
+        a.channel,
+        limits.user_messages_per_hour,
+        limits.thread_messages_per_hour,
+        limits.user_daily_tokens,
+        limits.channel_daily_tokens,
+    )
     if not a.earlier:  # the common case, in one round trip
-        created = await db.pool.fetchval(
+        row = await db.pool.fetchrow(
             _ADMIT,
-            a.event_id,
-            a.session_id,
-            a.task_id,
+            *gate,
             json.dumps(dict(a.address)),
             user_message_id(a.task_id),
             a.turn_text,
             TASKS_CHANNEL,
+            json.dumps(dict(limits.notices)),
+            reply_id(a.task_id),
+            FALLBACK_NOTICE,
         )
-        return bool(created)
+        assert row is not None
+        return _outcome(bool(row["created"]), row)
     async with db.pool.acquire() as conn, conn.transaction():
-        if a.event_id is not None:
-            fresh = await conn.fetchval(
-                "INSERT INTO seen_events (event_id) VALUES ($1) ON CONFLICT DO NOTHING RETURNING true",
-                a.event_id,
-            )
-            if not fresh:
-                return False
+        verdict = await conn.fetchrow(_GATE_ONLY, *gate)
+        assert verdict is not None
+        if not verdict["pass"]:
+            return _outcome(False, verdict)
         created = await conn.fetchval(
             "WITH s AS (INSERT INTO sessions (id) VALUES ($1) ON CONFLICT DO NOTHING) "
-            "INSERT INTO tasks (id, session_id, address) VALUES ($2, $1, $3) "
-            "ON CONFLICT DO NOTHING RETURNING true",
+            "INSERT INTO tasks (id, session_id, address, user_id, channel) "
+            "VALUES ($2, $1, $3, $4, $5) ON CONFLICT DO NOTHING RETURNING true",
             a.session_id,
             a.task_id,
             json.dumps(dict(a.address)),
+            a.user,
+            a.channel,
         )
         if not created:
-            return False
-        for earlier in a.earlier:
-            await conn.execute(_INSERT_TURN, earlier.id, a.session_id, earlier.text)
+            return _outcome(False, verdict)
+        if not verdict["noticed"]:  # a notice task needs no back-fill: no model reads it
+            for earlier in a.earlier:
+                await conn.execute(_INSERT_TURN, earlier.id, a.session_id, earlier.text)
         await conn.execute(_INSERT_TURN, user_message_id(a.task_id), a.session_id, a.turn_text)
+        if verdict["noticed"]:
+            await conn.execute(
+                "INSERT INTO messages (id, session_id, anchor, role, kind, text) "
+                "SELECT $1, $2, seq, 'assistant', 'reply', $4 FROM messages WHERE id = $3",
+                reply_id(a.task_id),
+                a.session_id,
+                user_message_id(a.task_id),
+                limits.notices.get(verdict["limited"], FALLBACK_NOTICE),
+            )
         await conn.execute("SELECT pg_notify($1, '')", TASKS_CHANNEL)
-    return True
+    return _outcome(True, verdict)
+
+
+def _outcome(created: bool, row: asyncpg.Record) -> Admitted:
+    limited = row["limited"]
+    if limited is None:
+        return Admitted(created)
+    scope = next(s for s in LIMIT_SCOPES if s == limited)
+    return Admitted(False, scope, bool(row["noticed"]) and created)

@@ -8,6 +8,7 @@
     ├── RoundFailed               the model never ended the round properly within the repair bound
     ├── SubtaskFailed             a subtask could not produce a result; the message is for the model
     ├── TaskTimedOut              the task ran out of its wall-clock time limit
+    ├── ModelBudgetExceeded       the task used up its allowance of model requests
     ├── ModelError                a model call failed; carries the route that failed
     │   ├── TransientModelError   timeouts, connection errors, 408/409/429, 5xx, 529, cut streams
     │   │   └── StreamInterrupted a stream ended early; keeps the text received so far
@@ -145,3 +146,8 @@ class SubtaskFailed(AgentError):
 
 class TaskTimedOut(AgentError):
     """The task ran past its wall-clock limit (counted from its message's arrival)."""
+
+
+class ModelBudgetExceeded(AgentError):
+    """The task made as many model requests as one message may cost (across its rounds and
+    subtasks). Not a `ModelError`: no other model slot is tried, the task ends."""

@@ -1,10 +1,12 @@
 """The ports the agent needs from the world, declared here so the agent owns them.
 
 The agent knows neither Slack nor SQL. It runs tasks from a queue, reads and appends a
-conversation's history, and hands finished text to a publisher. `storage/` implements the
-queue and the history on Postgres; `gateway/` implements the publisher on Slack; tests
-implement all three in memory. `address` on a task is opaque here: it is whatever the
-gateway needs to find the conversation again (for Slack, channel and thread).
+conversation's history, hands finished text to a publisher, and charges each model
+response to a usage meter (the cap on requests per message and the daily token budgets
+read it). `storage/` implements the queue, the history and the meter on Postgres;
+`gateway/` implements the publisher on Slack; tests implement them in memory. `address`
+on a task is opaque here: it is whatever the gateway needs to find the conversation again
+(for Slack, channel and thread).
 """
 
 from __future__ import annotations
@@ -115,6 +117,14 @@ class ThreadReader(Protocol):
         read it: a person's message in the same unforgeable provenance form as the turns
         of the conversation (the agent does not parse it; a newline inside one message
         must not read as another message)."""
+
+
+class UsageMeter(Protocol):
+    """Counts what answering a message costs, durably (across rounds, subtasks, replicas)."""
+
+    async def record(self, task: Task, input_tokens: int, output_tokens: int) -> int:
+        """Charge one model response to the task (and to its user's and channel's usage
+        today); return the number of model requests the task has made so far."""
 
 
 class AlertSink(Protocol):

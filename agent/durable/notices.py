@@ -7,6 +7,7 @@ actually sent (or one for the same failure was sent within the alert window). Th
     credential   a credential on the path to the model was refused, or the quota is spent
     unavailable  every model stayed down past the bound on deferrals: try again later
     time_limit   the task ran out of its time
+    limit        the message used up its allowance of model requests
     error        anything else (a model that never answered properly, a bug)
 """
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
-FailureKind: TypeAlias = Literal["credential", "unavailable", "time_limit", "error"]
+FailureKind: TypeAlias = Literal["credential", "unavailable", "time_limit", "limit", "error"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +39,10 @@ class FailureNotices:
         "Sorry, I couldn't answer this message within its time limit. Please try again, "
         "perhaps with a narrower question."
     )
+    limit: str = (
+        "Sorry, I stopped working on this message: it used up its allowance of AI model "
+        "requests. Please try again with a narrower question."
+    )
     error: str = "Sorry, something went wrong and I couldn't answer this message."
     override: str | None = None
 
@@ -49,6 +54,7 @@ class FailureNotices:
         texts: dict[FailureKind, str] = {
             "unavailable": self.unavailable,
             "time_limit": self.time_limit,
+            "limit": self.limit,
             "error": self.error,
         }
         return texts[kind]

@@ -10,18 +10,41 @@ post, or a `Delegation` whose subtasks the runner runs through `run_subtask`.
 what the next round reads — except the model-layer stops (`CredentialRejected`,
 `QuotaExhausted`, `ModelsUnavailable`), which propagate unchanged so the runner alerts
 the operator or retries later exactly as it does for a round.
+
+With a `UsageMeter`, every model response of a round or a subtask is charged to its task
+(`_MeteredModel` wraps the model in each attempt): the tokens go to the user's and the
+channel's usage of the day, and the task's count of model requests comes back. One
+message could otherwise cost hundreds of requests (rounds × repairs × tool steps ×
+subtasks × retries); at `max_model_requests` the next request is not made and the round
+ends with `ModelBudgetExceeded`. The count is durable, so rounds on other replicas and
+parallel subtasks share it; those may overshoot the cap by the one request each makes
+before learning the count.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
 from agent.core.delegation import RoundInput, Subtask
-from agent.core.errors import CredentialRejected, ModelsUnavailable, QuotaExhausted, SubtaskFailed
-from agent.core.ports import Task, ThreadReader
-from agent.models.contract import Model
+from agent.core.errors import (
+    CredentialRejected,
+    ModelBudgetExceeded,
+    ModelsUnavailable,
+    QuotaExhausted,
+    SubtaskFailed,
+)
+from agent.core.ports import Task, ThreadReader, UsageMeter
+from agent.models.contract import (
+    Finish,
+    Model,
+    ModelRequest,
+    ModelResponse,
+    StreamEvent,
+    Usage,
+)
 from agent.models.ladder import Attempts
 from agent.rounds.control import Decision, round_controls
 from agent.rounds.loop import run_round
@@ -40,7 +63,9 @@ from agent.rounds.tools import (
 
 __all__ = ["Attempts", "ModelResponder"]
 
-_STOPS = (CredentialRejected, QuotaExhausted, ModelsUnavailable)
+_STOPS = (CredentialRejected, QuotaExhausted, ModelsUnavailable, ModelBudgetExceeded)
+
+T = TypeVar("T")
 
 
 class ModelResponder:
@@ -55,7 +80,11 @@ class ModelResponder:
         thread_reader: ThreadReader | None = None,
         settings: RoundSettings = DEFAULT_ROUND,
         clock: Clock = utc_now,
+        meter: UsageMeter | None = None,
+        max_model_requests: int = 0,
     ) -> None:
+        self._meter = meter
+        self._max_requests = max_model_requests
         self._attempts = attempts
         self._tools = tools if tools is not None else ToolRegistry()
         self._subtasks = subtasks if subtasks is not None else SubtaskRegistry()
@@ -78,7 +107,7 @@ class ModelResponder:
         async def attempt(model: Model) -> Decision:
             return await run_round(model, messages, controls, self._settings, toolbox=toolbox)
 
-        return await self._attempts.run(attempt)
+        return await self._metered(round_input.task).run(attempt)
 
     async def run_subtask(self, subtask: Subtask, task: Task) -> str:
         """The subtask's result text, or `SubtaskFailed` saying (for the model) why not."""
@@ -109,8 +138,79 @@ class ModelResponder:
 
     def _subtask_context(self, task: Task) -> SubtaskContext:
         return SubtaskContext(
-            task, self._attempts, self._tools, self._tool_context(task), self._settings
+            task, self._metered(task), self._tools, self._tool_context(task), self._settings
         )
+
+    def _metered(self, task: Task) -> Attempts:
+        if self._meter is None:
+            return self._attempts
+        return _MeteredAttempts(self._attempts, _Allowance(self._meter, task, self._max_requests))
+
+
+class _Allowance:
+    """One task's model requests, as the meter counts them; 0 as the cap counts only."""
+
+    def __init__(self, meter: UsageMeter, task: Task, cap: int) -> None:
+        self._meter = meter
+        self._task = task
+        self._cap = cap
+        self._made = 0  # the task's count as last recorded here
+
+    def check(self) -> None:
+        if self._cap and self._made >= self._cap:
+            raise ModelBudgetExceeded(
+                f"the task made {self._made} model requests, its limit is {self._cap}"
+            )
+
+    async def charge(self, usage: Usage) -> None:
+        self._made = await self._meter.record(self._task, usage.input_tokens, usage.output_tokens)
+        if self._cap and self._made > self._cap:
+            self.check()
+
+
+class _MeteredAttempts:
+    """The ladder, with every model it hands an attempt charged to one task's allowance."""
+
+    def __init__(self, inner: Attempts, allowance: _Allowance) -> None:
+        self._inner = inner
+        self._allowance = allowance
+
+    async def run(self, attempt: Callable[[Model], Awaitable[T]]) -> T:
+        async def metered(model: Model) -> T:
+            return await attempt(_MeteredModel(model, self._allowance))
+
+        return await self._inner.run(metered)
+
+
+class _MeteredModel(Model):
+    """A model whose every answer is charged, and which refuses to ask past the cap."""
+
+    def __init__(self, inner: Model, allowance: _Allowance) -> None:
+        self.name = inner.name
+        self._inner = inner
+        self._allowance = allowance
+
+    async def request(self, request: ModelRequest) -> ModelResponse:
+        self._allowance.check()
+        response = await self._inner.request(request)
+        await self._allowance.charge(response.usage)
+        return response
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        self._allowance.check()
+        usage: Usage | None = None
+        async for event in self._inner.stream(request):
+            if isinstance(event, Finish):
+                usage = event.usage
+            yield event
+        await self._allowance.charge(usage or Usage())
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    def __getattr__(self, name: str) -> object:
+        # `route` and the like belong to the wrapped model (the ladder reads them).
+        return getattr(self._inner, name)
 
 
 def _params(kind: SubtaskType[Any], subtask: Subtask) -> Any:

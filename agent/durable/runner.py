@@ -17,6 +17,9 @@ How a task ends otherwise:
 - a credential or quota refused: the operator is alerted, the user told, the task failed;
 - past its wall-clock limit (`task_timeout_seconds` from the message's arrival): the round
   is cut, the user told, the task failed;
+- past its allowance of model requests (`ModelBudgetExceeded`, counted by the responder's
+  meter): the round is cut, the user told the message used up its allowance, the task
+  failed — the thread moves on;
 - any other agent failure: the user is told, the task failed;
 - an unexpected error (Slack down, a bug): retried with backoff, failed after a bound.
 A subtask ends done, failed or timed out, and its task's next round is told which.
@@ -36,6 +39,7 @@ from agent.core.delegation import Delegation, DelegationStore, RoundInput, Subta
 from agent.core.errors import (
     AgentError,
     CredentialRejected,
+    ModelBudgetExceeded,
     ModelsUnavailable,
     QuotaExhausted,
     RoundFailed,
@@ -180,6 +184,9 @@ class TaskRunner:
             except TaskTimedOut as exc:
                 self._observer.task_settled("time_limit")
                 await self._give_up(task, exc, "time_limit")
+            except ModelBudgetExceeded as exc:
+                self._observer.task_settled("request_cap")
+                await self._give_up(task, exc, "limit")
             except (CredentialRejected, QuotaExhausted) as exc:
                 self._observer.task_settled("credential")
                 alerted = await self._alerts.credential_failure(task, exc)
