@@ -1,10 +1,15 @@
 """The Slack Web API client every part of the gateway shares.
 
 `base_url` comes from `SLACK_API_URL`, so egress proxies and test doubles see every call.
-Retries: rate limits (honoring Retry-After) and 5xx answers are retried by slack_sdk's
-handlers. Connection errors are deliberately *not* retried here: a post whose response
-was lost may have landed, and re-sending it blindly is how a thread gets a reply twice.
-The outbox settles that case by looking at the thread first.
+
+Retries: a 429 is retried by slack_sdk's handler, honoring Retry-After: Slack refused the
+call, so nothing happened and sending it again is safe. A 5xx is not like that: Slack may
+have stored the post and then failed to answer (it does), exactly as when a response is
+lost on the way. So a 5xx is retried only for reads (`is_read`); anything that creates
+or changes something — chat.postMessage, chat.update, chat.delete, the chat.*Stream
+calls — is never sent twice here, and neither is anything after a connection error. The
+outbox settles an unknown outcome instead: it looks in the thread, then posts if absent
+(gateway/publisher.py).
 
 Every call is counted by method and status, and a refusal of our own token
 (`invalid_auth`, `token_revoked`, `account_inactive`) is the one Slack error an operator
@@ -16,6 +21,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 from slack_sdk.errors import SlackApiError
@@ -23,6 +29,9 @@ from slack_sdk.http_retry.builtin_async_handlers import (
     AsyncRateLimitErrorRetryHandler,
     AsyncServerErrorRetryHandler,
 )
+from slack_sdk.http_retry.request import HttpRequest
+from slack_sdk.http_retry.response import HttpResponse
+from slack_sdk.http_retry.state import RetryState
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
@@ -34,6 +43,33 @@ log = logging.getLogger(__name__)
 TOKEN_REFUSALS = frozenset({"invalid_auth", "token_revoked", "account_inactive", "not_authed"})
 
 TokenRefused = Callable[[str, str], Coroutine[Any, Any, None]]
+
+# A Slack method reads when its last part is one of these verbs, or starts with "get" or
+# "lookup" (chat.getPermalink, users.lookupByEmail). Anything else is taken to write.
+_READ_VERBS = frozenset({"test", "info", "list", "history", "replies", "members"})
+
+
+def is_read(method: str) -> bool:
+    """Whether calling `method` twice is as harmless as calling it once (it only reads)."""
+    verb = method.rsplit(".", 1)[-1]
+    return verb in _READ_VERBS or verb.startswith(("get", "lookup"))
+
+
+class ReadServerErrorRetryHandler(AsyncServerErrorRetryHandler):
+    """slack_sdk's 5xx retry, for reads only: a write answered 5xx may have happened."""
+
+    async def _can_retry_async(
+        self,
+        *,
+        state: RetryState,
+        request: HttpRequest,
+        response: HttpResponse | None = None,
+        error: Exception | None = None,
+    ) -> bool:
+        method = urlsplit(request.url).path.rsplit("/", 1)[-1]
+        return is_read(method) and await super()._can_retry_async(
+            state=state, request=request, response=response, error=error
+        )
 
 
 class MeteredWebClient(AsyncWebClient):
@@ -96,7 +132,7 @@ def slack_client(
         timeout=timeout,
         retry_handlers=[
             AsyncRateLimitErrorRetryHandler(max_retry_count=5),
-            AsyncServerErrorRetryHandler(max_retry_count=2),
+            ReadServerErrorRetryHandler(max_retry_count=2),
         ],
         metrics=metrics,
         on_token_refused=on_token_refused,

@@ -32,6 +32,9 @@ arrived, as `Call`, including refused and faulted ones), `statuses` (`Status`).
 Faults, queued per API method and consumed one per request, in order:
     `rate_limit(method, times=1, retry_after=1)`   HTTP 429 + Retry-After, body `ratelimited`
     `fail(method, status=500, times=1)`            an HTML 5xx page
+    `fail_after_recording(method, status=500, times=1)`
+                                                   do the work (a post lands), then answer
+                                                   with an HTML 5xx page (unknown outcome)
     `drop_after_recording(method, times=1)`        do the work, then cut the connection
                                                    without answering (unknown outcome)
     `hold(method) -> asyncio.Event`                requests wait until the test sets it
@@ -61,7 +64,7 @@ if TYPE_CHECKING:
 
 Params = dict[str, Any]
 Body = dict[str, Any]
-FaultKind = Literal["ratelimited", "http_error", "drop"]
+FaultKind = Literal["ratelimited", "http_error", "http_error_after_work", "drop"]
 
 _JSON_FIELDS = ("blocks", "attachments", "metadata")
 _MAX_TEXT = 40_000
@@ -256,6 +259,11 @@ class FakeSlack:
         """Answer the next `times` calls of `method` with an HTML error page and `status`."""
         self._queue(method, times, _Fault("http_error", status))
 
+    def fail_after_recording(self, method: str, *, status: int = 500, times: int = 1) -> None:
+        """Perform the next `times` calls of `method` (a post lands in its thread), then
+        answer with an HTML error page and `status`, as Slack sometimes does."""
+        self._queue(method, times, _Fault("http_error_after_work", status))
+
     def drop_after_recording(self, method: str, *, times: int = 1) -> None:
         """Perform the next `times` calls of `method` (a post lands in its thread), then cut
         the connection without a response: the caller cannot know it succeeded."""
@@ -361,10 +369,11 @@ class FakeSlack:
                 headers={"Retry-After": str(fault.retry_after)},
             )
         if fault is not None and fault.kind == "http_error":
-            page = f"<html><body><h1>{fault.status} Server Error</h1></body></html>"
-            return web.Response(status=fault.status, text=page, content_type="text/html")
+            return _error_page(fault.status)
         handler = self._methods.get(method)
         body = handler(params) if handler else {"ok": False, "error": "unknown_method"}
+        if fault is not None and fault.kind == "http_error_after_work":
+            return _error_page(fault.status)
         return web.json_response(body)
 
     def _auth_error(self, token: str | None, method: str) -> str | None:
@@ -605,6 +614,11 @@ def _valid_metadata(metadata: Any) -> bool:
         and isinstance(metadata.get("event_type"), str)
         and isinstance(metadata.get("event_payload"), dict)
     )
+
+
+def _error_page(status: int) -> web.Response:
+    page = f"<html><body><h1>{status} Server Error</h1></body></html>"
+    return web.Response(status=status, text=page, content_type="text/html")
 
 
 def _invalid_arguments(field: str) -> Body:
