@@ -69,6 +69,11 @@ class Settings(BaseSettings):
     threadgate_max_output_tokens: Annotated[int, Field(ge=64, le=200_000)] = 4096
     threadgate_status_refresh_seconds: Annotated[float, Field(gt=0, le=110)] = 90.0
     threadgate_alert_window_seconds: Annotated[float, Field(ge=0)] = 900.0
+    # One Slack call's time limit, its waits after 429s included. A post whose call went
+    # unanswered is looked for in its thread only once the call must be over: this long
+    # after it started plus the settle margin (how long Slack may take to show it).
+    threadgate_slack_timeout_seconds: Annotated[float, Field(gt=0, le=300)] = 15.0
+    threadgate_slack_settle_seconds: Annotated[float, Field(ge=0, le=300)] = 5.0
 
     @field_validator("threadgate_log_level", mode="before")
     @classmethod

@@ -164,6 +164,7 @@ class Gateway:
         client = slack_client(
             s.require("SLACK_BOT_TOKEN"),
             s.slack_api_url,
+            timeout=s.threadgate_slack_timeout_seconds,
             metrics=self.metrics,
             on_token_refused=TokenAlarm(webhook.get_secret_value() if webhook else None),
             supervisor=supervisor,
@@ -186,11 +187,20 @@ class Gateway:
         await self.stop()
 
     def _start_runner(
-        self, db: Database, client: AsyncWebClient, models: list[Model], threads: SlackThreads
+        self,
+        db: Database,
+        client: AsyncWebClient,
+        models: list[Model],
+        threads: SlackThreads,
     ) -> None:
         s = self.settings
+        outbox = Outbox(
+            db,
+            call_seconds=s.threadgate_slack_timeout_seconds,
+            settle_seconds=s.threadgate_slack_settle_seconds,
+        )
         publisher = SlackPublisher(
-            client, Outbox(db), status_refresh_seconds=s.threadgate_status_refresh_seconds
+            client, outbox, status_refresh_seconds=s.threadgate_status_refresh_seconds
         )
         alerts = OperatorAlerts(
             client, s.threadgate_operator_channel, window_seconds=s.threadgate_alert_window_seconds

@@ -11,6 +11,11 @@ calls — is never sent twice here, and neither is anything after a connection e
 outbox settles an unknown outcome instead: it looks in the thread, then posts if absent
 (gateway/publisher.py).
 
+Every call is bounded as a whole by `timeout`, its waits after 429s included (slack_sdk
+applies its own timeout per request only, and not at all to a shared session). The
+publisher bounds its posts the same way, because the outbox waits for that bound to pass
+before it looks for a post whose call never answered.
+
 Every call is counted by method and status, and a refusal of our own token
 (`invalid_auth`, `token_revoked`, `account_inactive`) is the one Slack error an operator
 must hear about at once: it is logged at CRITICAL and handed to `on_token_refused`.
@@ -18,7 +23,9 @@ must hear about at once: it is logged at CRITICAL and handed to `on_token_refuse
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import math
 from collections.abc import Callable, Coroutine
 from typing import Any
 from urllib.parse import urlsplit
@@ -81,16 +88,19 @@ class MeteredWebClient(AsyncWebClient):
         metrics: Metrics | None = None,
         on_token_refused: TokenRefused | None = None,
         supervisor: Supervisor | None = None,
+        call_timeout: float = 30.0,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self._metrics = metrics
         self._on_token_refused = on_token_refused
         self._supervisor = supervisor or Supervisor()
+        self.call_timeout = call_timeout  # the bound of one call, its retries included
 
     async def api_call(self, api_method: str, **kwargs: Any) -> AsyncSlackResponse:
         try:
-            response = await super().api_call(api_method, **kwargs)
+            async with asyncio.timeout(self.call_timeout):
+                response = await super().api_call(api_method, **kwargs)
         except SlackApiError as exc:
             error = str(exc.response.get("error") or "error")
             self._count(api_method, error)
@@ -118,18 +128,19 @@ def slack_client(
     token: str,
     base_url: str,
     *,
-    timeout: int = 15,
+    timeout: float = 15,
     metrics: Metrics | None = None,
     on_token_refused: TokenRefused | None = None,
     supervisor: Supervisor | None = None,
     session: aiohttp.ClientSession | None = None,
 ) -> MeteredWebClient:
     """The client; pass a long-lived `session` to reuse connections (without one, slack_sdk
-    opens a connection per call). The caller closes the session."""
+    opens a connection per call). The caller closes the session. `timeout` bounds each
+    call as a whole, in seconds."""
     return MeteredWebClient(
         token=token,
         base_url=base_url if base_url.endswith("/") else base_url + "/",
-        timeout=timeout,
+        timeout=math.ceil(timeout),  # slack_sdk's own, per request: whole seconds
         retry_handlers=[
             AsyncRateLimitErrorRetryHandler(max_retry_count=5),
             ReadServerErrorRetryHandler(max_retry_count=2),
@@ -138,4 +149,5 @@ def slack_client(
         on_token_refused=on_token_refused,
         supervisor=supervisor,
         session=session,
+        call_timeout=timeout,
     )

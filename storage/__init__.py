@@ -12,7 +12,7 @@ from storage.embedded import start_embedded_postgres
 from storage.errors import DatabaseUnavailable, MigrationError, StorageError
 from storage.history import PostgresHistory
 from storage.migrations import pending_migrations
-from storage.outbox import Claim, Outbox
+from storage.outbox import Claim, Outbox, Superseded
 from storage.queue import PostgresTaskQueue
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "PostgresHistory",
     "PostgresTaskQueue",
     "StorageError",
+    "Superseded",
     "admit",
     "pending_migrations",
     "session_exists",
