@@ -124,7 +124,7 @@ class Replica:
         self.queue = PostgresTaskQueue(db)
         outbox = Outbox(db, call_seconds=CALL_SECONDS, settle_seconds=SETTLE_SECONDS)
         client = slack_client(BOT_TOKEN, slack.url, timeout=CALL_SECONDS)
-        self.publisher = SlackPublisher(client, outbox)
+        self.publisher = SlackPublisher(client, outbox, bot_user_id=slack.bot_user_id)
 
     async def lose_signal_connection(self, admin: asyncpg.Connection) -> None:
         """Its signal connection is terminated (its lease owner's lock goes with it)."""
