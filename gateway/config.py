@@ -100,6 +100,12 @@ class Settings(BaseSettings):
     # could reach ~190 requests for one message without this.
     threadgate_max_model_requests_per_task: Annotated[int, Field(ge=0)] = 60
 
+    # One Slack call's time limit, its waits after 429s included. A post whose call went
+    # unanswered is looked for in its thread only once the call must be over: this long
+    # after it started plus the settle margin (how long Slack may take to show it).
+    threadgate_slack_timeout_seconds: Annotated[float, Field(gt=0, le=300)] = 15.0
+    threadgate_slack_settle_seconds: Annotated[float, Field(ge=0, le=300)] = 5.0
+
     @field_validator("threadgate_metrics_address")
     @classmethod
     def _listen_address(cls, value: str) -> str:

@@ -190,6 +190,7 @@ class Gateway:
         client = slack_client(
             s.require("SLACK_BOT_TOKEN"),
             s.slack_api_url,
+            timeout=s.threadgate_slack_timeout_seconds,
             metrics=self.metrics,
             on_token_refused=TokenAlarm(
                 webhook.get_secret_value() if webhook else None,
@@ -201,7 +202,7 @@ class Gateway:
         identity = await identify(client, s.require("SLACK_BOT_TOKEN"))
         users = UserDirectory(client)
         threads = SlackThreads(client, users)
-        self._start_runner(db, client, models, threads)
+        self._start_runner(db, client, models, threads, identity)
         self._start_queue_sampler(db)
         await self._start_http(db, client, host, port, users, threads, identity)
 
@@ -236,11 +237,27 @@ class Gateway:
         log.info("metrics on http://%s:%d/metrics", shown, self.metrics_port)
 
     def _start_runner(
-        self, db: Database, client: AsyncWebClient, models: list[Model], threads: SlackThreads
+        self,
+        db: Database,
+        client: AsyncWebClient,
+        models: list[Model],
+        threads: SlackThreads,
+        identity: AuthorizeResult,
     ) -> None:
         s = self.settings
+        outbox = Outbox(
+            db,
+            call_seconds=s.threadgate_slack_timeout_seconds,
+            settle_seconds=s.threadgate_slack_settle_seconds,
+        )
         publisher = SlackPublisher(
-            client, Outbox(db), status_refresh_seconds=s.threadgate_status_refresh_seconds
+            client,
+            outbox,
+            bot_user_id=identity.bot_user_id,
+            bot_id=identity.bot_id,
+            status_refresh_seconds=s.threadgate_status_refresh_seconds,
+            # Reads retried within a few call limits, then one outcome.
+            reconcile_seconds=4 * s.threadgate_slack_timeout_seconds,
         )
         alerts = OperatorAlerts(
             client, s.threadgate_operator_channel, window_seconds=s.threadgate_alert_window_seconds

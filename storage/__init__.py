@@ -22,7 +22,7 @@ from storage.embedded import start_embedded_postgres
 from storage.errors import DatabaseUnavailable, MigrationError, StorageError
 from storage.history import PostgresHistory
 from storage.migrations import pending_migrations
-from storage.outbox import Claim, Outbox
+from storage.outbox import Claim, Outbox, Superseded
 from storage.queue import PostgresTaskQueue
 from storage.usage import PostgresUsageMeter, tokens_today
 
@@ -44,6 +44,7 @@ __all__ = [
     "PostgresTaskQueue",
     "PostgresUsageMeter",
     "StorageError",
+    "Superseded",
     "admit",
     "pending_migrations",
     "session_exists",

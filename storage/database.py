@@ -1,17 +1,28 @@
 """The connection to Postgres: a pool for work and one long-lived connection for signals.
 
 The long-lived connection does two jobs. It LISTENs for `threadgate_tasks`, so idle
-workers wake the moment a task is queued or a session's previous task finishes. And its
-server backend (pid and start time) is this process's identity in task leases: when the
-process dies, its backend goes with it, and other workers may take over its tasks at once
-instead of waiting for the lease to expire.
+workers wake the moment a task is queued or a session's previous task finishes. And it is
+this process's identity in leases: it picks a random owner number and holds a
+session-level advisory lock on it for as long as it lives. Every lease the process takes
+names that owner; another process may take a lease over at once when its owner's lock is
+gone (storage/migrations/003_fencing.sql, `lease_owner_alive`), instead of waiting for
+the lease to expire. pg_locks shows every session's locks to every role, so this works
+across replicas that log in as different roles, without `pg_read_all_stats`.
+
+A lease is bound to the owner that took it, for good. When the signal connection drops
+(idle timeout, `pg_terminate_backend`, failover) its lock is released and other workers
+may take the process's leases at once; so the process takes a new owner number when it
+reconnects, its old leases are lost to it (their heartbeats and every fenced write fail),
+and `leases_in_doubt` wakes its workers to find out at once.
+
+Both jobs need one server session that outlives every statement: a direct connection or a
+pooler in session mode. PgBouncer's transaction mode breaks LISTEN and session locks.
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
-from datetime import datetime
+import secrets
 from types import TracebackType
 from typing import Self
 
@@ -22,6 +33,12 @@ from storage.migrations import migrate, pending_migrations
 
 TASKS_CHANNEL = "threadgate_tasks"
 
+# The advisory lock key space of lease owners ("tgls"); `lease_owner_alive` in
+# migrations/003_fencing.sql looks for the same number. The owner is the second key.
+LEASE_LOCK_SPACE = 0x7467_6C73
+# How the signal connection shows in pg_stat_activity, for operators (and chaos tests).
+SIGNALS_APPLICATION = "threadgate-signals"
+
 
 async def _nothing_to_reset(conn: object) -> None:
     """Pool connections are returned as they were taken: nothing here SETs, LISTENs or
@@ -29,12 +46,6 @@ async def _nothing_to_reset(conn: object) -> None:
     signal connection). So the default reset — four statements on every release, the
     largest share of our statements per task — is skipped; asyncpg still clears its own
     per-connection state and aborts an unfinished transaction."""
-
-
-@dataclass(frozen=True, slots=True)
-class BackendIdentity:
-    pid: int
-    started: datetime
 
 
 class Database:
@@ -46,7 +57,8 @@ class Database:
         self._max_size = max_size
         self._pool: asyncpg.Pool | None = None
         self._signals: asyncpg.Connection | None = None
-        self._identity: BackendIdentity | None = None
+        self._owner: int | None = None
+        self._in_doubt = asyncio.Event()
         self.wakeup = asyncio.Event()  # for observers (tests): set on every signal
         self._tickets = asyncio.Semaphore(0)
         self._pending_tickets = 0
@@ -88,13 +100,19 @@ class Database:
             raise DatabaseUnavailable("The database is not open.")
         return self._pool
 
-    async def identity(self) -> BackendIdentity:
-        """This process's lease identity, reconnecting the signal connection if it dropped."""
+    async def lease_owner(self) -> int:
+        """The owner number this process's leases are taken under now, reconnecting the
+        signal connection (under a new number) if it dropped."""
         async with self._reconnecting:  # several workers notice a drop at once; one reconnects
             if self._signals is None or self._signals.is_closed():
                 await self._connect_signals()
-        assert self._identity is not None
-        return self._identity
+        assert self._owner is not None
+        return self._owner
+
+    async def leases_in_doubt(self) -> None:
+        """Return when the signal connection drops: from then on every lease taken under
+        the owner it held may be someone else's."""
+        await self._in_doubt.wait()
 
     async def migrate(self) -> list[int]:
         async with self.pool.acquire() as conn:
@@ -109,14 +127,17 @@ class Database:
             return False
 
     async def _connect_signals(self) -> None:
-        conn = await asyncpg.connect(self._dsn)
-        row = await conn.fetchrow(
-            "SELECT pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()"
+        conn = await asyncpg.connect(
+            self._dsn, server_settings={"application_name": SIGNALS_APPLICATION}
         )
-        assert row is not None
-        await conn.add_listener(TASKS_CHANNEL, self._on_notify)
+        try:
+            owner = await _take_owner_lock(conn)
+            await conn.add_listener(TASKS_CHANNEL, self._on_notify)
+        except BaseException:
+            await conn.close()
+            raise
         conn.add_termination_listener(self._on_terminated)
-        self._identity = BackendIdentity(row["pid"], row["backend_start"])
+        self._owner = owner
         self._signals = conn
         self.wake()  # anything queued while we were not listening is now ours to find
 
@@ -139,5 +160,20 @@ class Database:
         self.wake()
 
     def _on_terminated(self, conn: object) -> None:
+        if conn is not self._signals:
+            return  # an earlier connection, already replaced
         self._signals = None
+        self._owner = None
+        # Wake the workers waiting on the old event; later waiters wait for the next drop.
+        self._in_doubt.set()
+        self._in_doubt = asyncio.Event()
         self.wake()
+
+
+async def _take_owner_lock(conn: asyncpg.Connection) -> int:
+    """A fresh random owner number, locked on `conn`. A number another live process holds
+    is refused by the lock (and another drawn), so no two live owners ever share one."""
+    while True:
+        owner = secrets.randbelow(2**31 - 2) + 1  # a positive int4, as lease_owner is
+        if await conn.fetchval("SELECT pg_try_advisory_lock($1, $2)", LEASE_LOCK_SPACE, owner):
+            return owner

@@ -10,6 +10,10 @@ runnable exactly when its last subtask ends, whichever of "task starts waiting" 
 subtask ends" happens first. Both sides lock the task row before looking, so they
 serialise; and the claim query also treats a waiting task whose subtasks all ended as
 runnable, so even a lost wake-up cannot strand a task.
+
+Subtask leases work as task leases do (storage/queue.py): (attempt, owner), taken over at
+once when the owner's advisory lock is gone, and every write that extends or ends one is
+fenced by both.
 """
 
 from __future__ import annotations
@@ -71,8 +75,8 @@ _UNFINISHED = (
 )
 
 _WAIT = """
-UPDATE tasks SET state = 'waiting', lease_pid = NULL, lease_backend = NULL, lease_expires = NULL
-WHERE id = $1 AND attempts = $2 AND state = 'running'
+UPDATE tasks SET state = 'waiting', lease_owner = NULL, lease_expires = NULL
+WHERE id = $1 AND attempts = $2 AND state = 'running' AND lease_owner = $3
 """
 
 _WAKE = f"""
@@ -83,7 +87,7 @@ WHERE id = ANY($1::text[]) AND state = 'waiting' AND NOT EXISTS ({_UNFINISHED})
 _EXPIRE = """
 UPDATE subtasks SET state = 'timed_out', finished_at = now(),
        result = 'The subtask did not finish before its deadline.',
-       lease_pid = NULL, lease_backend = NULL, lease_expires = NULL
+       lease_owner = NULL, lease_expires = NULL
 WHERE state IN ('queued', 'running') AND deadline < now()
 RETURNING task_id
 """
@@ -92,16 +96,14 @@ _CLAIM = """
 WITH candidate AS (
     SELECT s.task_id, s.round, s.index FROM subtasks s
     WHERE s.state IN ('queued', 'running') AND s.run_after <= now()
-      AND (s.state = 'queued'
-           OR s.lease_expires < now()
-           OR NOT EXISTS (SELECT 1 FROM pg_stat_activity a
-                          WHERE a.pid = s.lease_pid AND a.backend_start = s.lease_backend))
+      AND CASE WHEN s.state = 'queued' OR s.lease_expires < now() THEN true
+               ELSE NOT lease_owner_alive(s.lease_owner) END
     ORDER BY s.created_at, s.index
     LIMIT 1
     FOR UPDATE OF s SKIP LOCKED
 )
 UPDATE subtasks SET state = 'running', attempts = subtasks.attempts + 1,
-       lease_pid = $1, lease_backend = $2, lease_expires = now() + make_interval(secs => $3)
+       lease_owner = $1, lease_expires = now() + make_interval(secs => $2)
 FROM candidate
 WHERE (subtasks.task_id, subtasks.round, subtasks.index)
     = (candidate.task_id, candidate.round, candidate.index)
@@ -110,21 +112,23 @@ RETURNING subtasks.task_id, subtasks.round, subtasks.index, subtasks.type, subta
           greatest(0, extract(epoch FROM subtasks.deadline - now()))::float8 AS remaining
 """
 
-_SETTLE = """
-UPDATE subtasks SET state = $5, result = $6, finished_at = now(),
-       lease_pid = NULL, lease_backend = NULL, lease_expires = NULL
-WHERE task_id = $1 AND round = $2 AND index = $3 AND attempts = $4 AND state = 'running'
+_FENCE = "task_id = $1 AND round = $2 AND index = $3 AND attempts = $4 AND state = 'running'"
+
+_SETTLE = f"""
+UPDATE subtasks SET state = $6, result = $7, finished_at = now(),
+       lease_owner = NULL, lease_expires = NULL
+WHERE {_FENCE} AND lease_owner = $5
 """
 
-_HEARTBEAT = """
-UPDATE subtasks SET lease_expires = now() + make_interval(secs => $5), lease_pid = $6, lease_backend = $7
-WHERE task_id = $1 AND round = $2 AND index = $3 AND attempts = $4 AND state = 'running'
+_HEARTBEAT = f"""
+UPDATE subtasks SET lease_expires = now() + make_interval(secs => $6)
+WHERE {_FENCE} AND lease_owner = $5
 """
 
-_RETRY = """
-UPDATE subtasks SET state = 'queued', run_after = now() + make_interval(secs => $5),
-       lease_pid = NULL, lease_backend = NULL, lease_expires = NULL
-WHERE task_id = $1 AND round = $2 AND index = $3 AND attempts = $4 AND state = 'running'
+_RETRY = f"""
+UPDATE subtasks SET state = 'queued', run_after = now() + make_interval(secs => $6),
+       lease_owner = NULL, lease_expires = NULL
+WHERE {_FENCE} AND lease_owner = $5
 """
 
 
@@ -180,8 +184,9 @@ class PostgresDelegations:
 
     @translate_errors("The delegation store could not be reached")
     async def await_subtasks(self, task: Task) -> None:
+        me = await self._db.lease_owner()
         async with self._db.pool.acquire() as conn:
-            await conn.execute(_WAIT, task.id, task.attempts)
+            await conn.execute(_WAIT, task.id, task.attempts, me)
             # A fresh statement, after the task row changed: sees every subtask that ended.
             await self._wake(conn, [task.id])
 
@@ -190,8 +195,8 @@ class PostgresDelegations:
         if self._clock() >= self._next_sweep:  # deadlines are seconds apart: sweep at most 1/s
             self._next_sweep = self._clock() + 1.0
             await self._expire_overdue()
-        me = await self._db.identity()
-        row = await self._db.pool.fetchrow(_CLAIM, me.pid, me.started, self._lease)
+        me = await self._db.lease_owner()
+        row = await self._db.pool.fetchrow(_CLAIM, me, self._lease)
         if row is None:
             return None
         task_row = await self._db.pool.fetchrow(
@@ -202,23 +207,23 @@ class PostgresDelegations:
 
     @translate_errors("The delegation store could not be reached")
     async def heartbeat_subtask(self, subtask: Subtask) -> bool:
-        me = await self._db.identity()
-        status = await self._db.pool.execute(
-            _HEARTBEAT, *_key(subtask), self._lease, me.pid, me.started
-        )
+        me = await self._db.lease_owner()
+        status = await self._db.pool.execute(_HEARTBEAT, *_key(subtask), me, self._lease)
         return status == "UPDATE 1"
 
     @translate_errors("The delegation store could not be reached")
     async def settle_subtask(self, subtask: Subtask, state: SubtaskState, text: str) -> None:
+        me = await self._db.lease_owner()
         async with self._db.pool.acquire() as conn, conn.transaction():
             # Lock the task row first: `await_subtasks` changes it, so the two serialise.
             await conn.execute("SELECT 1 FROM tasks WHERE id = $1 FOR UPDATE", subtask.task_id)
-            await conn.execute(_SETTLE, *_key(subtask), state, text)
+            await conn.execute(_SETTLE, *_key(subtask), me, state, text)
             await self._wake(conn, [subtask.task_id])
 
     @translate_errors("The delegation store could not be reached")
     async def retry_subtask_later(self, subtask: Subtask, delay: float) -> None:
-        await self._db.pool.execute(_RETRY, *_key(subtask), delay)
+        me = await self._db.lease_owner()
+        await self._db.pool.execute(_RETRY, *_key(subtask), me, delay)
         asyncio.get_running_loop().call_later(delay, self._db.wake)
 
     async def _round(self, task: Task, number: int) -> Delegation:

@@ -1,43 +1,174 @@
 """The outbox: one row per outgoing post, so each post reaches Slack once.
 
-Before posting, a publisher claims the row. A first claim means "post it". A claim that
-finds an earlier, unfinished attempt means the outcome of that attempt is unknown (the
-process died after sending, or the response was lost): the publisher must look for the
-post in the conversation before posting again. A finished row means "already done".
+A post whose call to Slack failed ambiguously — the process died after sending, the
+response was lost, Slack answered 5xx — may or may not be in the thread. The row records
+enough to settle that without a lock held across the call:
+
+- **who**: every claim is fenced by the task's current lease, in the same transaction. A
+  claim by an attempt that is no longer the task's current one (its task was taken over,
+  or its process's signal connection dropped since it claimed the task) is refused with
+  `Superseded`: a stale worker never posts, and never searches the thread while the
+  current attempt's post is on its way. `claimed_by` names the attempt that claimed last.
+- **until when**: `settle_after` is when the last call made for the row must be over and
+  its post visible: armed at `now() + call_seconds + settle_seconds` right before the call
+  (the publisher bounds the call by `call_seconds`), brought forward to `now() +
+  settle_seconds` when the caller saw the call end without knowing its outcome. A claim
+  that finds the row unfinished answers "unknown" with how long to wait before looking
+  in the thread: looking earlier could miss a post that is still landing, and post again.
+- **since when**: `first_claimed_at`; no post of the row can be older, so the search of
+  the thread starts there.
+
+A call that Slack refused outright (an `ok: false` answer, a 429 after every retry) posted
+nothing: the row becomes 'unsent' and the next claim posts without looking.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Literal, TypeAlias
 
 from storage.database import Database
-from storage.errors import translate_errors
+from storage.errors import StorageError, translate_errors
+from storage.migrations import Connection
 
-Claim: TypeAlias = Literal["new", "unknown", "sent"]
+ClaimState: TypeAlias = Literal["new", "unknown", "sent"]
 
-_CLAIM = """
-INSERT INTO outbox (id, state) VALUES ($1, 'sending')
-ON CONFLICT (id) DO UPDATE SET attempts = outbox.attempts + 1, updated_at = now()
-RETURNING state, attempts
+
+class Superseded(StorageError):
+    """The task's attempt is no longer its current lease: its posts are refused."""
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """What a claim found. "new": post now (the row is armed). "sent": nothing to do.
+    "unknown": an earlier call's outcome is unknown; wait `wait_seconds` (until that call
+    must be over and its post visible), look for the post in the thread among messages
+    posted after `since` (None: no bound), and `arm` the row before posting it again."""
+
+    state: ClaimState
+    wait_seconds: float = 0.0
+    since: datetime | None = None
+
+
+# The fence: the task is running under exactly this attempt and this process's current
+# lease owner. FOR SHARE keeps a claim of the task (FOR UPDATE) from slipping in before
+# our outbox write commits.
+_FENCE = """
+SELECT true FROM tasks
+WHERE id = $1 AND attempts = $2 AND state = 'running' AND lease_owner = $3
+FOR SHARE
+"""
+
+_INSERT = """
+INSERT INTO outbox (id, state, claimed_by, claimed_at, first_claimed_at, settle_after)
+VALUES ($1, 'sending', $2, now(), now(), now() + make_interval(secs => $3))
+ON CONFLICT (id) DO NOTHING
+RETURNING true
+"""
+
+_EXISTING = """
+SELECT state, first_claimed_at,
+       greatest(0, extract(epoch FROM settle_after - now()))::float8 AS wait
+FROM outbox WHERE id = $1
+FOR UPDATE
+"""
+
+# Taking over an unfinished row leaves `settle_after` alone: it belongs to the call that
+# may still be landing.
+_TAKE_OVER = """
+UPDATE outbox SET attempts = attempts + 1, claimed_by = $2, claimed_at = now(), updated_at = now()
+WHERE id = $1
+"""
+
+_ARM = """
+UPDATE outbox SET state = 'sending', attempts = attempts + 1, claimed_by = $2,
+       claimed_at = now(), settle_after = now() + make_interval(secs => $3), updated_at = now()
+WHERE id = $1 AND state <> 'sent'
+RETURNING true
+"""
+
+# Only the attempt that armed the row knows how its call ended; a later claimer that
+# took the row over waits for the armed deadline instead.
+_CALL_UNCERTAIN = """
+UPDATE outbox SET settle_after = least(settle_after, now() + make_interval(secs => $3)),
+       updated_at = now()
+WHERE id = $1 AND claimed_by = $2 AND state = 'sending'
+"""
+
+_CALL_REFUSED = """
+UPDATE outbox SET state = 'unsent', settle_after = now(), updated_at = now()
+WHERE id = $1 AND claimed_by = $2 AND state = 'sending'
+"""
+
+_SENT = """
+UPDATE outbox SET state = 'sent', remote_ref = coalesce($2, remote_ref), updated_at = now()
+WHERE id = $1
 """
 
 
 class Outbox:
-    def __init__(self, db: Database) -> None:
+    """The outbox on Postgres. `call_seconds` is the longest a call to Slack for a post
+    may take (the publisher enforces it); `settle_seconds` the margin after a call ended
+    before its post must be visible in the thread."""
+
+    def __init__(self, db: Database, *, call_seconds: float, settle_seconds: float) -> None:
         self._db = db
+        self.call_seconds = call_seconds
+        self.settle_seconds = settle_seconds
 
     @translate_errors("The outbox could not be reached")
-    async def claim(self, post_id: str) -> Claim:
-        row = await self._db.pool.fetchrow(_CLAIM, post_id)
-        assert row is not None
-        if row["state"] == "sent":
-            return "sent"
-        return "new" if row["attempts"] == 1 else "unknown"
+    async def claim(self, post_id: str, task_id: str, attempt: int) -> Claim:
+        """Claim the row for attempt `attempt` of task `task_id`; `Superseded` if that is
+        not the task's current lease."""
+        armed = self.call_seconds + self.settle_seconds
+        async with self._fenced(task_id, attempt) as conn:
+            if await conn.fetchval(_INSERT, post_id, attempt, armed):
+                return Claim("new")
+            row = await conn.fetchrow(_EXISTING, post_id)
+            assert row is not None
+            if row["state"] == "sent":
+                return Claim("sent")
+            if row["state"] == "unsent":
+                await conn.execute(_ARM, post_id, attempt, armed)
+                return Claim("new")
+            await conn.execute(_TAKE_OVER, post_id, attempt)
+            return Claim("unknown", row["wait"], row["first_claimed_at"])
+
+    @translate_errors("The outbox could not be reached")
+    async def arm(self, post_id: str, task_id: str, attempt: int) -> bool:
+        """About to post again after an "unknown" claim found nothing: fenced like a claim.
+        False when the row was marked sent meanwhile (an earlier call did land)."""
+        armed = self.call_seconds + self.settle_seconds
+        async with self._fenced(task_id, attempt) as conn:
+            return bool(await conn.fetchval(_ARM, post_id, attempt, armed))
+
+    @translate_errors("The outbox could not be reached")
+    async def call_ended(
+        self, post_id: str, attempt: int, *, posted: Literal[False] | None
+    ) -> None:
+        """The call `attempt` made for the row is over without a `ts`: `posted=None` when
+        its outcome is unknown (the post may be visible only after `settle_seconds`),
+        False when Slack refused it outright."""
+        if posted is None:
+            await self._db.pool.execute(_CALL_UNCERTAIN, post_id, attempt, self.settle_seconds)
+        else:
+            await self._db.pool.execute(_CALL_REFUSED, post_id, attempt)
 
     @translate_errors("The outbox could not be reached")
     async def mark_sent(self, post_id: str, remote_ref: str | None) -> None:
-        await self._db.pool.execute(
-            "UPDATE outbox SET state = 'sent', remote_ref = $2, updated_at = now() WHERE id = $1",
-            post_id,
-            remote_ref,
-        )
+        """The post is in the thread (`remote_ref` its ts; None when it could not be
+        verified). Not fenced: whichever attempt learns that a post landed says so."""
+        await self._db.pool.execute(_SENT, post_id, remote_ref)
+
+    @contextlib.asynccontextmanager
+    async def _fenced(self, task_id: str, attempt: int) -> AsyncIterator[Connection]:
+        """A transaction that first checks the fence: `Superseded` (and a rollback) when
+        `attempt` is not the task's current lease."""
+        owner = await self._db.lease_owner()
+        async with self._db.pool.acquire() as conn, conn.transaction():
+            if not await conn.fetchval(_FENCE, task_id, attempt, owner):
+                raise Superseded(f"attempt {attempt} of task {task_id} is no longer its lease")
+            yield conn

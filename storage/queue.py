@@ -5,9 +5,12 @@ no older unfinished task exists in its session — that last condition is what k
 answers of one thread in order while different threads run in parallel. Claims use
 `FOR UPDATE SKIP LOCKED`, so workers and replicas never wait on each other's rows.
 
-A lease is dead when it expired, or when the Postgres backend that took it is gone (the
-owning process crashed): a restarted gateway resumes its tasks at once. The lease token
-is the task's attempt number; a worker whose task was taken over learns it on heartbeat.
+A lease is (attempt, owner): every claim adds one to the task's attempts and names the
+claiming process's current owner (storage/database.py). It is dead when it expired, or
+when its owner's advisory lock is gone (the process crashed, or its signal connection
+dropped): a restarted gateway resumes its tasks at once. Heartbeats and every write that
+ends a lease are fenced by both: a worker whose task was taken over, or whose process took
+a new owner since the claim, changes nothing and learns it on its next heartbeat.
 """
 
 from __future__ import annotations
@@ -29,9 +32,9 @@ WITH candidate AS (
       AND t.run_after <= now()
       AND CASE t.state
           WHEN 'queued' THEN true
-          WHEN 'running' THEN t.lease_expires < now()
-               OR NOT EXISTS (SELECT 1 FROM pg_stat_activity a
-                              WHERE a.pid = t.lease_pid AND a.backend_start = t.lease_backend)
+          -- CASE, not OR: pg_locks is looked at only for a lease that has not expired.
+          WHEN 'running' THEN CASE WHEN t.lease_expires < now() THEN true
+                                   ELSE NOT lease_owner_alive(t.lease_owner) END
           -- A waiting task whose subtasks all ended is runnable, even if the wake-up was lost.
           ELSE NOT EXISTS (SELECT 1 FROM subtasks s
                            WHERE s.task_id = t.id AND s.state IN ('queued', 'running'))
@@ -44,28 +47,28 @@ WITH candidate AS (
     FOR UPDATE OF t SKIP LOCKED
 )
 UPDATE tasks SET state = 'running', attempts = tasks.attempts + 1,
-       lease_pid = $1, lease_backend = $2, lease_expires = now() + make_interval(secs => $3)
+       lease_owner = $1, lease_expires = now() + make_interval(secs => $2)
 FROM candidate WHERE tasks.id = candidate.id
 RETURNING tasks.id, tasks.session_id, tasks.address, tasks.attempts, tasks.created_at
 """
 
+# Only extends: a lease taken under an owner this process no longer holds stays lost.
 _HEARTBEAT = """
-UPDATE tasks SET lease_expires = now() + make_interval(secs => $3),
-       lease_pid = $4, lease_backend = $5
-WHERE id = $1 AND attempts = $2 AND state = 'running'
+UPDATE tasks SET lease_expires = now() + make_interval(secs => $4)
+WHERE id = $1 AND attempts = $2 AND state = 'running' AND lease_owner = $3
 """
 
 _FINISH = """
-UPDATE tasks SET state = $3, last_error = $4, finished_at = now(),
-       lease_pid = NULL, lease_backend = NULL, lease_expires = NULL
-WHERE id = $1 AND attempts = $2 AND state = 'running'
+UPDATE tasks SET state = $4, last_error = $5, finished_at = now(),
+       lease_owner = NULL, lease_expires = NULL
+WHERE id = $1 AND attempts = $2 AND state = 'running' AND lease_owner = $3
 """
 
 _RETRY = """
-UPDATE tasks SET state = 'queued', last_error = $3,
-       run_after = now() + make_interval(secs => $4),
-       lease_pid = NULL, lease_backend = NULL, lease_expires = NULL
-WHERE id = $1 AND attempts = $2 AND state = 'running'
+UPDATE tasks SET state = 'queued', last_error = $4,
+       run_after = now() + make_interval(secs => $5),
+       lease_owner = NULL, lease_expires = NULL
+WHERE id = $1 AND attempts = $2 AND state = 'running' AND lease_owner = $3
 """
 
 
@@ -90,17 +93,18 @@ class PostgresTaskQueue:
 
     @translate_errors("The task queue could not be reached")
     async def claim(self) -> Task | None:
-        me = await self._db.identity()
-        row = await self._db.pool.fetchrow(_CLAIM, me.pid, me.started, self._lease)
+        me = await self._db.lease_owner()
+        row = await self._db.pool.fetchrow(_CLAIM, me, self._lease)
         return None if row is None else task_from_row(row)
 
     @translate_errors("The task queue could not be reached")
     async def heartbeat(self, task: Task) -> bool:
-        me = await self._db.identity()
-        status = await self._db.pool.execute(
-            _HEARTBEAT, task.id, task.attempts, self._lease, me.pid, me.started
-        )
+        me = await self._db.lease_owner()
+        status = await self._db.pool.execute(_HEARTBEAT, task.id, task.attempts, me, self._lease)
         return status == "UPDATE 1"
+
+    async def leases_in_doubt(self) -> None:
+        await self._db.leases_in_doubt()
 
     @translate_errors("The task queue could not be reached")
     async def finish(self, task: Task) -> None:
@@ -112,7 +116,8 @@ class PostgresTaskQueue:
 
     @translate_errors("The task queue could not be reached")
     async def retry_later(self, task: Task, delay: float, reason: str) -> None:
-        await self._db.pool.execute(_RETRY, task.id, task.attempts, reason, delay)
+        me = await self._db.lease_owner()
+        await self._db.pool.execute(_RETRY, task.id, task.attempts, me, reason, delay)
         asyncio.get_running_loop().call_later(delay, self._db.wake)
 
     @translate_errors("The task queue could not be reached")
@@ -124,7 +129,8 @@ class PostgresTaskQueue:
                 await self._db.next_signal()
 
     async def _close(self, task: Task, state: str, reason: str | None) -> None:
+        me = await self._db.lease_owner()
         # The session's next task becomes runnable now: wake the workers that wait for it.
         async with self._db.pool.acquire() as conn, conn.transaction():
-            await conn.execute(_FINISH, task.id, task.attempts, state, reason)
+            await conn.execute(_FINISH, task.id, task.attempts, me, state, reason)
             await conn.execute("SELECT pg_notify($1, '')", TASKS_CHANNEL)

@@ -65,13 +65,23 @@ class StoredMessage:
 
 
 class TaskQueue(Protocol):
-    """Leased tasks: at most one running per session, oldest first."""
+    """Leased tasks: at most one running per session, oldest first.
+
+    A lease can be lost while its worker runs (taken over after the process looked dead);
+    `finish`, `fail` and `retry_later` of a lost lease change nothing, and so does every
+    publish for it (see `Publisher`)."""
 
     async def claim(self) -> Task | None:
         """Lease the next runnable task, or None when there is none."""
 
     async def heartbeat(self, task: Task) -> bool:
-        """Extend the lease; False when the lease was lost to another worker."""
+        """Extend the lease; False when the lease was lost (to another worker, or because
+        this process can no longer prove it is alive under the owner that took it)."""
+
+    async def leases_in_doubt(self) -> None:
+        """Return when every lease this process holds may just have been lost at once
+        (its liveness signal dropped): its workers heartbeat then instead of at their next
+        beat. Implementations that cannot lose leases that way never return."""
 
     async def finish(self, task: Task) -> None: ...
 
@@ -102,7 +112,10 @@ class History(Protocol):
 class Publisher(Protocol):
     """Delivers the agent's text to the conversation, exactly once per message id."""
 
-    async def publish(self, task: Task, message_id: str, text: str) -> None: ...
+    async def publish(self, task: Task, message_id: str, text: str) -> None:
+        """Post `text` unless it was posted already. Fenced by the task's lease: when
+        `task` (its attempt) is no longer the current lease, nothing is posted and an
+        exception is raised; the runner then finds the lease lost and stops."""
 
     def working(self, task: Task) -> AbstractAsyncContextManager[None]:
         """Show that the task is being worked on while the context lasts (and stop showing

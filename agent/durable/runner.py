@@ -23,6 +23,14 @@ How a task ends otherwise:
 - any other agent failure: the user is told, the task failed;
 - an unexpected error (Slack down, a bug): retried with backoff, failed after a bound.
 A subtask ends done, failed or timed out, and its task's next round is told which.
+
+A lease can be lost while its worker runs: the process looked dead to the others (its
+signal connection to the database dropped) and another worker, maybe one of our own, took
+the task over. Two workers must never both carry a round to Slack. So the heartbeat that
+finds its lease lost cancels its worker's run wherever it is, and a beat comes at once
+when the queue says leases are in doubt; what slips through is fenced in storage (the
+publish, finish, fail and retry of a lost lease change nothing), and a run that fails
+without its lease stops quietly instead of retrying or telling the user.
 """
 
 from __future__ import annotations
@@ -175,29 +183,51 @@ class TaskRunner:
             await self._run_task(task)
 
     async def _run_task(self, task: Task) -> None:
-        async with self._heartbeat(lambda: self._queue.heartbeat(task), task.id):
+        async with self._leased(lambda: self._queue.heartbeat(task), task.id):
             try:
-                async with self._publisher.working(task):
-                    await self._advance(task)
-            except ModelsUnavailable as exc:
-                await self._defer(task, exc)
-            except TaskTimedOut as exc:
-                self._observer.task_settled("time_limit")
-                await self._give_up(task, exc, "time_limit")
-            except ModelBudgetExceeded as exc:
-                self._observer.task_settled("request_cap")
-                await self._give_up(task, exc, "limit")
-            except (CredentialRejected, QuotaExhausted) as exc:
-                self._observer.task_settled("credential")
-                alerted = await self._alerts.credential_failure(task, exc)
-                await self._give_up(task, exc, "credential", alerted=alerted)
-            except AgentError as exc:
-                self._observer.task_settled("failed")
-                await self._give_up(task, exc, "error")
-            except Exception as exc:
-                self._observer.task_settled("error")
-                log.exception("task %s failed unexpectedly (attempt %d)", task.id, task.attempts)
-                await self._retry_or_give_up(task, exc)
+                await self._run_round(task)
+            except Exception:
+                if await self._holds_lease(task):
+                    raise
+                self._lost_lease(task)
+
+    async def _run_round(self, task: Task) -> None:
+        try:
+            async with self._publisher.working(task):
+                await self._advance(task)
+        except ModelsUnavailable as exc:
+            await self._defer(task, exc)
+        except TaskTimedOut as exc:
+            self._observer.task_settled("time_limit")
+            await self._give_up(task, exc, "time_limit")
+        except ModelBudgetExceeded as exc:
+            self._observer.task_settled("request_cap")
+            await self._give_up(task, exc, "limit")
+        except (CredentialRejected, QuotaExhausted) as exc:
+            self._observer.task_settled("credential")
+            alerted = await self._alerts.credential_failure(task, exc)
+            await self._give_up(task, exc, "credential", alerted=alerted)
+        except AgentError as exc:
+            self._observer.task_settled("failed")
+            await self._give_up(task, exc, "error")
+        except Exception as exc:
+            # A publish refused to a superseded attempt lands here too: not a failure of
+            # the task, which goes on under its current lease.
+            if not await self._holds_lease(task):
+                return self._lost_lease(task)
+            self._observer.task_settled("error")
+            log.exception("task %s failed unexpectedly (attempt %d)", task.id, task.attempts)
+            await self._retry_or_give_up(task, exc)
+
+    async def _holds_lease(self, task: Task) -> bool:
+        try:
+            return await self._queue.heartbeat(task)
+        except Exception:  # cannot tell (the database is away): every write is fenced anyway
+            return True
+
+    def _lost_lease(self, task: Task) -> None:
+        self._observer.task_settled("lease_lost")
+        log.warning("task %s: attempt %d lost its lease; stopped", task.id, task.attempts)
 
     async def _advance(self, task: Task) -> None:
         reply = await self._history.get(task.reply_id)
@@ -317,9 +347,7 @@ class TaskRunner:
             await self._run_subtask(subtask, task)
 
     async def _run_subtask(self, subtask: Subtask, task: Task) -> None:
-        async with self._heartbeat(
-            lambda: self._delegations.heartbeat_subtask(subtask), subtask.id
-        ):
+        async with self._leased(lambda: self._delegations.heartbeat_subtask(subtask), subtask.id):
             try:
                 state, text = await self._subtask_outcome(subtask, task)
             except ModelsUnavailable as exc:
@@ -363,18 +391,45 @@ class TaskRunner:
         return min(retry_after, _FOREVER)
 
     @contextlib.asynccontextmanager
-    async def _heartbeat(
-        self, beat: Callable[[], Awaitable[bool]], name: str
-    ) -> AsyncIterator[None]:
-        beating = asyncio.create_task(self._beat(beat, name), name=f"heartbeat-{name}")
+    async def _leased(self, beat: Callable[[], Awaitable[bool]], name: str) -> AsyncIterator[None]:
+        """Run the body while its lease holds. The first heartbeat that finds the lease lost
+        cancels the body wherever it is (a model call, a wait for Slack), and the
+        cancellation ends here: the worker goes on to its next task."""
+        lost = False
         try:
-            yield
-        finally:
-            await stop_task(beating)
+            # A cancel scope: no deadline until a beat finds the lease lost.
+            async with asyncio.timeout(None) as scope:
 
-    async def _beat(self, beat: Callable[[], Awaitable[bool]], name: str) -> None:
+                def cancel() -> None:
+                    nonlocal lost
+                    lost = True
+                    scope.reschedule(asyncio.get_running_loop().time())
+
+                beating = asyncio.create_task(
+                    self._beat(beat, name, cancel), name=f"heartbeat-{name}"
+                )
+                try:
+                    yield
+                finally:
+                    await stop_task(beating)
+        except TimeoutError:
+            if not lost:
+                raise
+            log.warning("%s: lease lost; its run was cancelled", name)
+
+    async def _beat(
+        self, beat: Callable[[], Awaitable[bool]], name: str, lost: Callable[[], None]
+    ) -> None:
         while True:
-            await asyncio.sleep(self._settings.heartbeat_seconds)
-            with contextlib.suppress(Exception):
-                if not await beat():
-                    log.warning("%s: lease lost to another worker", name)
+            # The next beat is due, or every lease of this process may just have been lost.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._settings.heartbeat_seconds):
+                    await self._queue.leases_in_doubt()
+            try:
+                held = await beat()
+            except Exception:  # the database may be restarting: the next beat will tell
+                continue
+            if not held:
+                log.warning("%s: lease lost to another worker", name)
+                lost()
+                return

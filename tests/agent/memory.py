@@ -52,6 +52,9 @@ class MemoryQueue:
     async def wait_for_work(self, max_wait: float) -> None:
         await asyncio.sleep(0)
 
+    async def leases_in_doubt(self) -> None:
+        await asyncio.Event().wait()  # leases in memory are never lost that way
+
 
 @dataclass
 class MemoryHistory:

@@ -30,12 +30,20 @@ Record: `posts` (successful chat.postMessage as `Post`, with the `parse`, `link_
 unfurl flags it was sent with), `calls` (every request that arrived, as `Call`, including
 refused and faulted ones; chat.update's flags are in its `params`), `statuses` (`Status`).
 
+conversations.replies and .history honor `oldest`, `latest` and `inclusive` as Slack does.
+
 Faults, queued per API method and consumed one per request, in order:
     `rate_limit(method, times=1, retry_after=1)`   HTTP 429 + Retry-After, body `ratelimited`
     `fail(method, status=500, times=1)`            an HTML 5xx page
+    `fail_after_recording(method, status=500, times=1)`
+                                                   do the work (a post lands), then answer
+                                                   with an HTML 5xx page (unknown outcome)
+    `refuse(method, error, times=1)`               `{"ok": false, "error": error}`, e.g.
+                                                   `missing_scope` (with `needed`)
     `drop_after_recording(method, times=1)`        do the work, then cut the connection
                                                    without answering (unknown outcome)
     `hold(method) -> asyncio.Event`                requests wait until the test sets it
+    `clear_faults(method)`                         drop the faults still queued for `method`
     `revoke_token()`                               every later call answers `token_revoked`
 """
 
@@ -62,7 +70,7 @@ if TYPE_CHECKING:
 
 Params = dict[str, Any]
 Body = dict[str, Any]
-FaultKind = Literal["ratelimited", "http_error", "drop"]
+FaultKind = Literal["ratelimited", "http_error", "http_error_after_work", "refused", "drop"]
 
 _JSON_FIELDS = ("blocks", "attachments", "metadata")
 _MAX_TEXT = 40_000
@@ -117,6 +125,7 @@ class _Fault:
     kind: FaultKind
     status: int = 200
     retry_after: int = 0
+    error: str = ""
 
 
 class FakeSlack:
@@ -265,10 +274,25 @@ class FakeSlack:
         """Answer the next `times` calls of `method` with an HTML error page and `status`."""
         self._queue(method, times, _Fault("http_error", status))
 
+    def fail_after_recording(self, method: str, *, status: int = 500, times: int = 1) -> None:
+        """Perform the next `times` calls of `method` (a post lands in its thread), then
+        answer with an HTML error page and `status`, as Slack sometimes does."""
+        self._queue(method, times, _Fault("http_error_after_work", status))
+
+    def refuse(self, method: str, error: str, *, times: int = 1) -> None:
+        """Answer the next `times` calls of `method` with Slack's API error `error` (HTTP
+        200, `ok: false`), doing nothing; `missing_scope` names a needed scope, as Slack's
+        does."""
+        self._queue(method, times, _Fault("refused", error=error))
+
     def drop_after_recording(self, method: str, *, times: int = 1) -> None:
         """Perform the next `times` calls of `method` (a post lands in its thread), then cut
         the connection without a response: the caller cannot know it succeeded."""
         self._queue(method, times, _Fault("drop"))
+
+    def clear_faults(self, method: str) -> None:
+        """Forget the faults still queued for `method`: its next calls are answered."""
+        self._faults.pop(method, None)
 
     def hold(self, method: str) -> asyncio.Event:
         """Make calls of `method` wait (after being recorded) until the returned event is set."""
@@ -369,11 +393,17 @@ class FakeSlack:
                 status=429,
                 headers={"Retry-After": str(fault.retry_after)},
             )
+        if fault is not None and fault.kind == "refused":
+            body: Body = {"ok": False, "error": fault.error}
+            if fault.error == "missing_scope":
+                body |= {"needed": "mpim:history", "provided": "chat:write"}
+            return web.json_response(body)
         if fault is not None and fault.kind == "http_error":
-            page = f"<html><body><h1>{fault.status} Server Error</h1></body></html>"
-            return web.Response(status=fault.status, text=page, content_type="text/html")
+            return _error_page(fault.status)
         handler = self._methods.get(method)
         body = handler(params) if handler else {"ok": False, "error": "unknown_method"}
+        if fault is not None and fault.kind == "http_error_after_work":
+            return _error_page(fault.status)
         return web.json_response(body)
 
     def _auth_error(self, token: str | None, method: str) -> str | None:
@@ -489,7 +519,11 @@ class FakeSlack:
         if not thread:
             return {"ok": False, "error": "thread_not_found"}
         with_metadata = _flag(params.get("include_all_metadata")) is True
-        rendered = [self._render(m, root, len(thread) - 1, with_metadata) for m in thread]
+        rendered = [
+            self._render(m, root, len(thread) - 1, with_metadata)
+            for m in thread
+            if _in_window(m["ts"], params)
+        ]
         return _paginate(rendered, params)
 
     def _conversations_history(self, params: Params) -> Body:
@@ -504,6 +538,7 @@ class FakeSlack:
         rendered = [
             self._render(m, m["ts"], self._reply_count(channel, m["ts"]), with_metadata)
             for m in newest_first
+            if _in_window(m["ts"], params)
         ]
         return _paginate(rendered, params)
 
@@ -616,6 +651,26 @@ def _valid_metadata(metadata: Any) -> bool:
         and isinstance(metadata.get("event_type"), str)
         and isinstance(metadata.get("event_payload"), dict)
     )
+
+
+def _error_page(status: int) -> web.Response:
+    page = f"<html><body><h1>{status} Server Error</h1></body></html>"
+    return web.Response(status=status, text=page, content_type="text/html")
+
+
+def _in_window(ts: str, params: Params) -> bool:
+    """Whether a message's ts is within `oldest`..`latest` (exclusive unless `inclusive`)."""
+    inclusive = _flag(params.get("inclusive")) is True
+    at = ts_to_micros(ts)
+    if params.get("oldest"):
+        oldest = ts_to_micros(str(params["oldest"]))
+        if at < oldest or (at == oldest and not inclusive):
+            return False
+    if params.get("latest"):
+        latest = ts_to_micros(str(params["latest"]))
+        if at > latest or (at == latest and not inclusive):
+            return False
+    return True
 
 
 def _invalid_arguments(field: str) -> Body:

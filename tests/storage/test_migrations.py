@@ -33,3 +33,10 @@ async def test_migrating_again_applies_nothing(postgres_dsn: str) -> None:
         assert await migrate(conn) == []
     finally:
         await conn.close()
+
+
+def test_every_migration_has_a_version_of_its_own() -> None:
+    """Two branches that each add `003_…` would make one of them silently skipped (or both
+    applied under one version): each file's number is unique, and they count up from 1."""
+    versions = [migration.version for migration in available_migrations()]
+    assert versions == list(range(1, len(versions) + 1))

@@ -1,0 +1,107 @@
+"""The outbox: claims fenced by the task's lease, and how long an unknown outcome waits."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import asyncpg
+import pytest
+
+from agent.core.ports import Task
+from storage.admission import Admission, admit
+from storage.database import LEASE_LOCK_SPACE, Database
+from storage.outbox import Outbox, Superseded
+from storage.queue import PostgresTaskQueue
+from tests.pg import create_database
+
+CALL, SETTLE = 30.0, 5.0
+POST = "task:T1:C1:1.0:reply"
+
+
+@pytest.fixture
+async def fresh_db(postgres_dsn: str, request: pytest.FixtureRequest) -> AsyncIterator[Database]:
+    dsn = await create_database(postgres_dsn, request.node.name)
+    async with Database(dsn) as database:
+        await database.migrate()
+        yield database
+
+
+async def leased_task(db: Database) -> Task:
+    await admit(
+        db, Admission(None, "T1:C1:1.0", "T1:C1:1.0", {"channel": "C1", "thread_ts": "1.0"}, "q")
+    )
+    task = await PostgresTaskQueue(db).claim()
+    assert task is not None
+    return task
+
+
+async def taken_over(db: Database, task: Task) -> Task:
+    """Drop the process's signal connection (its lease owner's lock goes with it) and
+    claim the task again: the next attempt."""
+    owner = await db.lease_owner()
+    in_doubt = asyncio.create_task(db.leases_in_doubt())
+    conn = await asyncpg.connect(db._dsn)
+    try:
+        await conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_locks"
+            " WHERE locktype = 'advisory' AND classid = $1 AND objid = $2 AND objsubid = 2",
+            LEASE_LOCK_SPACE,
+            owner,
+        )
+    finally:
+        await conn.close()
+    await asyncio.wait_for(in_doubt, 10)
+    again = await PostgresTaskQueue(db).claim()
+    assert again is not None and again.attempts == task.attempts + 1
+    return again
+
+
+async def test_a_claim_by_a_superseded_attempt_is_refused(fresh_db: Database) -> None:
+    """Once the task was taken over, the old attempt's claims change nothing."""
+    outbox = Outbox(fresh_db, call_seconds=CALL, settle_seconds=SETTLE)
+    task = await leased_task(fresh_db)
+    current = await taken_over(fresh_db, task)
+    with pytest.raises(Superseded):
+        await outbox.claim(POST, task.id, task.attempts)
+    assert await fresh_db.pool.fetchval("SELECT count(*) FROM outbox") == 0
+    assert (await outbox.claim(POST, current.id, current.attempts)).state == "new"
+    with pytest.raises(Superseded):
+        await outbox.arm(POST, task.id, task.attempts)
+
+
+async def test_an_unknown_outcome_waits_until_the_call_must_be_over(fresh_db: Database) -> None:
+    """A call's outcome is unknown: a claim waits out its time limit plus the margin, or
+    only the margin once the caller saw the call end; a refused call is posted again
+    without looking; a sent one is done."""
+    outbox = Outbox(fresh_db, call_seconds=CALL, settle_seconds=SETTLE)
+    task = await leased_task(fresh_db)
+    assert (await outbox.claim(POST, task.id, task.attempts)).state == "new"
+    unknown = await outbox.claim(POST, task.id, task.attempts)
+    assert unknown.state == "unknown" and CALL < unknown.wait_seconds <= CALL + SETTLE
+    assert unknown.since is not None
+    await outbox.call_ended(POST, task.attempts, posted=None)
+    ended = await outbox.claim(POST, task.id, task.attempts)
+    assert ended.state == "unknown" and ended.wait_seconds <= SETTLE
+    assert ended.since == unknown.since
+    assert await outbox.arm(POST, task.id, task.attempts)
+    await outbox.call_ended(POST, task.attempts, posted=False)
+    assert (await outbox.claim(POST, task.id, task.attempts)).state == "new"
+    await outbox.mark_sent(POST, "1.5")
+    assert (await outbox.claim(POST, task.id, task.attempts)).state == "sent"
+    assert not await outbox.arm(POST, task.id, task.attempts)
+
+
+async def test_a_later_claimer_waits_for_the_earlier_calls_limit(fresh_db: Database) -> None:
+    """The attempt that took a row over waits for the earlier attempt's call; the earlier
+    attempt, superseded, cannot shorten that wait by saying its call ended."""
+    outbox = Outbox(fresh_db, call_seconds=CALL, settle_seconds=SETTLE)
+    task = await leased_task(fresh_db)
+    assert (await outbox.claim(POST, task.id, task.attempts)).state == "new"
+    current = await taken_over(fresh_db, task)
+    first = await outbox.claim(POST, current.id, current.attempts)
+    assert first.state == "unknown" and first.wait_seconds > CALL
+    await outbox.call_ended(POST, task.attempts, posted=None)
+    await outbox.call_ended(POST, task.attempts, posted=False)
+    again = await outbox.claim(POST, current.id, current.attempts)
+    assert again.state == "unknown" and again.wait_seconds > CALL
