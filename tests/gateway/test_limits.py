@@ -44,7 +44,7 @@ async def has_task(rig: Rig, event: Mapping[str, str]) -> bool:
 
 
 async def metrics(rig: Rig) -> str:
-    async with rig.http.get(f"http://127.0.0.1:{rig.gateway.port}/metrics") as response:
+    async with rig.http.get(rig.metrics_url) as response:
         return await response.text()
 
 
