@@ -65,7 +65,12 @@ class Agent:
 
 
 class Rig:
-    def __init__(self, agent: Agent, settings: RunnerSettings = DEFAULT_RUNNER) -> None:
+    def __init__(
+        self,
+        agent: Agent,
+        settings: RunnerSettings = DEFAULT_RUNNER,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
         self.agent, self.queue, self.delegations = agent, MemoryQueue([TASK]), MemoryDelegations()
         self.history, self.publisher, self.alerts = (
             MemoryHistory([(TASK.user_message_id, TURN)]),
@@ -80,6 +85,7 @@ class Rig:
             alerts=self.alerts,
             respond=agent,
             settings=settings,
+            clock=clock,
         )
 
     async def run_subtasks(self) -> None:
@@ -228,18 +234,8 @@ NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
 
 def clocked(agent: Agent, settings: RunnerSettings = DEFAULT_RUNNER) -> Rig:
-    rig = Rig(agent, settings)
-    rig.runner = TaskRunner(
-        queue=rig.queue,
-        delegations=rig.delegations,
-        history=rig.history,
-        publisher=rig.publisher,
-        alerts=rig.alerts,
-        respond=agent,
-        settings=settings,
-        clock=lambda: NOW,
-    )
-    return rig
+    """A rig whose runner's clock stands still at NOW."""
+    return Rig(agent, settings, clock=lambda: NOW)
 
 
 def aged(seconds: float, attempts: int = 1) -> Task:

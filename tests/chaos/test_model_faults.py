@@ -14,6 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from agent.durable.notices import DEFAULT_NOTICES
 from storage.database import Database
@@ -42,8 +43,6 @@ from tests.fakes.slack_api import FakeSlack, Post
 from tests.gateway.rig import BOT_TOKEN, echo, gateway_env
 from tests.pg import create_database
 
-# The operator channel is configured, so the alert is posted and the notice may say so.
-FAILURE_NOTICE = DEFAULT_NOTICES.credential
 ANY_NOTICE = {
     DEFAULT_NOTICES.text(kind, alerted=alerted)
     for kind in ("credential", "unavailable", "time_limit", "error")
@@ -99,12 +98,15 @@ async def test_thirty_percent_transient_model_faults_still_answer_everything_onc
     assert not ANY_NOTICE & {p.text for p in slack.posts}
 
 
+@pytest.mark.parametrize("operators", [True, False], ids=["operator-channel", "no-channel"])
 async def test_rejected_model_key_is_not_retried_alerts_once_and_tells_every_user(
-    postgres_dsn: str, tmp_path: Path
+    postgres_dsn: str, tmp_path: Path, operators: bool
 ) -> None:
     """A 401 from the model: no retries, one operator alert per window, and every user
-    gets a notice in their own thread."""
-    dsn = await create_database(postgres_dsn, "chaos_model_401")
+    gets a notice in their own thread. Without THREADGATE_OPERATOR_CHANNEL nobody can be
+    alerted, and no notice claims anyone was: each asks the user to tell the operators."""
+    dsn = await create_database(postgres_dsn, f"chaos_model_401_{operators}")
+    notice = DEFAULT_NOTICES.credential if operators else DEFAULT_NOTICES.credential_unalerted
     processes = Processes(tmp_path)
     async with (
         FakeSlack(bot_token=BOT_TOKEN) as slack,
@@ -115,6 +117,8 @@ async def test_rejected_model_key_is_not_retried_alerts_once_and_tells_every_use
             401, "Incorrect API key provided", "invalid_request_error", "invalid_api_key"
         )
         env = gateway_env(slack, model, dsn)
+        if not operators:
+            del env["THREADGATE_OPERATOR_CHANNEL"]
         try:
             web = await processes.start(env)
 
@@ -124,9 +128,7 @@ async def test_rejected_model_key_is_not_retried_alerts_once_and_tells_every_use
             threads = conversations(scaled(8, 4), prefix="C0REFUSED")
             sent = await send_threads_in_order(threads, 1, send)
             await slack.wait_until(
-                lambda: all(
-                    any(p.text == FAILURE_NOTICE for p in in_thread(slack, s)) for s in sent
-                ),
+                lambda: all(any(p.text == notice for p in in_thread(slack, s)) for s in sent),
                 60,
                 what="a notice in every thread",
             )
@@ -137,10 +139,12 @@ async def test_rejected_model_key_is_not_retried_alerts_once_and_tells_every_use
     per_event = Counter(marker_of(r) for r in model.requests)
     assert max(per_event.values()) == 1, f"a refused key was retried: {per_event}"
     for s in sent:
-        assert [p.text for p in in_thread(slack, s)] == [FAILURE_NOTICE]
+        assert [p.text for p in in_thread(slack, s)] == [notice]
     alerts = [p for p in slack.posts if p.channel == "COPS"]
-    assert len(alerts) == 1, slack.describe()
-    assert re.search(r"OPENAI_API_KEY|provider", alerts[0].text), alerts[0].text
+    assert len(alerts) == (1 if operators else 0), slack.describe()
+    assert all(re.search(r"OPENAI_API_KEY|provider", a.text) for a in alerts)
+    if not operators:
+        assert all("alerted" not in p.text for p in slack.posts)
 
 
 def in_thread(slack: FakeSlack, sent: SentEvent) -> list[Post]:
