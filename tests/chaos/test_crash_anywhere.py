@@ -228,13 +228,6 @@ async def test_sigkill_at_any_moment_still_answers_every_message_once_in_order(
         finally:
             assert crasher.gateway is not None
             await crasher.gateway.stop()
-    print(
-        "DBG",
-        len(crasher.sent),
-        len(slack.posts),
-        [s.attempts for s in crasher.sent],
-        [c.fault for c in slack.calls_to("chat.postMessage")],
-    )
     assert_exactly_once_in_order(slack, crasher.sent)
     delegated = [s for s in crasher.sent if s.marker in model.delegating]
     for sent in delegated:
