@@ -27,6 +27,7 @@ import aiohttp
 from agent.rounds.subagent import SUBAGENT_PROMPT
 from storage.database import Database
 from tests.chaos.harness import (
+    NO_MESSAGE_LIMITS,
     Conversation,
     SentEvent,
     answered,
@@ -210,13 +211,9 @@ async def test_sigkill_at_any_moment_still_answers_every_message_once_in_order(
         aiohttp.ClientSession() as http,
     ):
         fake_model.default = model
-        env = gateway_env(slack, fake_model, dsn) | {
-            "THREADGATE_LEASE_SECONDS": "3",
-            # At full scale one user writes ~150 messages into four threads within the
-            # hour: past the default guard rails, which this scenario is not about.
-            "THREADGATE_USER_MESSAGES_PER_HOUR": "0",
-            "THREADGATE_THREAD_MESSAGES_PER_HOUR": "0",
-        }
+        # At full scale one user writes ~150 messages into four threads within the hour.
+        env = gateway_env(slack, fake_model, dsn) | NO_MESSAGE_LIMITS
+        env["THREADGATE_LEASE_SECONDS"] = "3"
         crasher = Crasher(env, tmp_path, slack, model, http, rng)
         for kill in range(KILLS):
             await crasher.cycle(MOMENTS[kill % len(MOMENTS)])

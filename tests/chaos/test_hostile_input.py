@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 
 from storage.database import Database
 from tests.chaos.harness import (
+    NO_MESSAGE_LIMITS,
     Processes,
     conversations,
     deliver_until_acked,
@@ -341,9 +342,8 @@ async def test_hostile_payloads_never_5xx_store_nothing_when_refused_and_forge_n
     ):
         model.default = echo
         try:
-            # At full scale each of the 100 users sends ~100 messages: past the default
-            # limit per user, which this scenario is not about.
-            env = gateway_env(slack, model, dsn) | {"THREADGATE_USER_MESSAGES_PER_HOUR": "0"}
+            # At full scale each of the 100 users sends ~100 messages.
+            env = gateway_env(slack, model, dsn) | NO_MESSAGE_LIMITS
             web = await processes.start(env)
             outcomes = await throw_payloads(http, web, PAYLOADS)
             assert not (wrong := wrong_answers(outcomes)), "\n".join(wrong[:10])

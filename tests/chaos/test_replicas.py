@@ -14,6 +14,7 @@ import aiohttp
 
 from storage.database import Database
 from tests.chaos.harness import (
+    NO_MESSAGE_LIMITS,
     Processes,
     SentEvent,
     answered,
@@ -44,7 +45,8 @@ async def test_two_replicas_under_load_answer_once_in_thread_order(
         aiohttp.ClientSession() as http,
     ):
         model.default = echo
-        env = gateway_env(slack, model, dsn)
+        # At full scale one user writes 100 messages into ten threads within the hour.
+        env = gateway_env(slack, model, dsn) | NO_MESSAGE_LIMITS
         try:
             replicas = [await processes.start(env), await processes.start(env)]
 
