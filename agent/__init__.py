@@ -44,8 +44,12 @@ from agent.core.ids import reply_id, user_message_id
 from agent.core.log_context import bind_log_fields, log_fields
 from agent.core.ports import (
     AlertSink,
+    Draft,
     History,
+    LiveView,
     Publisher,
+    Step,
+    StepState,
     StoredMessage,
     Task,
     TaskQueue,
@@ -79,6 +83,7 @@ from agent.models.contract import (
     ToolSpec,
     Usage,
     UserMessage,
+    Watch,
 )
 from agent.models.function_model import FunctionModel, text_response, tool_response
 from agent.models.ladder import AttemptLadder, Attempts, RetryPolicy
@@ -134,11 +139,13 @@ __all__ = [
     "Delegate",
     "Delegation",
     "DelegationStore",
+    "Draft",
     "FailureKind",
     "FailureNotices",
     "FinalReply",
     "FunctionModel",
     "History",
+    "LiveView",
     "Model",
     "ModelBudgetExceeded",
     "ModelError",
@@ -166,6 +173,8 @@ __all__ = [
     "Route",
     "RunnerObserver",
     "RunnerSettings",
+    "Step",
+    "StepState",
     "StoredMessage",
     "StreamEvent",
     "StreamInterrupted",
@@ -196,6 +205,7 @@ __all__ = [
     "UsageMeter",
     "UserMessage",
     "Vendor",
+    "Watch",
     "WorkTool",
     "bind_log_fields",
     "default_registries",

@@ -90,6 +90,8 @@ class Settings(BaseSettings):
     threadgate_tool_timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = 30.0
     threadgate_tool_output_chars: Annotated[int, Field(ge=100, le=1_000_000)] = 20_000
     threadgate_status_refresh_seconds: Annotated[float, Field(gt=0, le=110)] = 90.0
+    threadgate_streaming: bool = True
+    threadgate_stream_interval_seconds: Annotated[float, Field(ge=0.05, le=30)] = 1.0
     threadgate_alert_window_seconds: Annotated[float, Field(ge=0)] = 900.0
     # Guard rails against abuse and cost; 0 turns one off. Checked at admission, in Postgres.
     threadgate_user_messages_per_hour: Annotated[int, Field(ge=0)] = 60

@@ -20,12 +20,12 @@ import os
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack
 from queue import SimpleQueue
 from typing import TextIO
 
-from agent import ModelError, Task
+from agent import ModelError, Step, Task
 from gateway.alerts import headline, what_to_check
 from gateway.config import Settings
 from gateway.gatekeeper import Gatekeeper
@@ -59,7 +59,9 @@ class TerminalPublisher:
         self._printed: set[str] = set()
         self._done: dict[str, asyncio.Event] = {}
 
-    async def publish(self, task: Task, message_id: str, text: str) -> None:
+    async def publish(
+        self, task: Task, message_id: str, text: str, *, steps: Sequence[Step] = ()
+    ) -> None:
         if message_id not in self._printed:
             self._printed.add(message_id)
             print(f"{text}\n", file=self._out, flush=True)

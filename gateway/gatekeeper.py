@@ -152,6 +152,8 @@ class Gatekeeper:
                 "team": inbound.team,
                 "channel": inbound.channel,
                 "thread_ts": inbound.reply_thread_ts,
+                # The recipient Slack requires for a streamed reply outside DMs.
+                "user": inbound.user,
             },
             turn_text=turn_text,
             earlier=earlier,

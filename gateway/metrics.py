@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from agent import Model, ModelRequest, ModelResponse, Route, StreamEvent
+from agent import Model, ModelRequest, ModelResponse, Route, StreamEvent, Watch
 from storage import LIMIT_SCOPES
 
 _LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
@@ -122,10 +122,10 @@ class MeteredModel(Model):
         self._labels = (str(slot), inner.name)
         self._metrics = metrics
 
-    async def request(self, request: ModelRequest) -> ModelResponse:
+    async def request(self, request: ModelRequest, *, watch: Watch | None = None) -> ModelResponse:
         started = time.perf_counter()
         try:
-            response = await self._inner.request(request)
+            response = await self._inner.request(request, watch=watch)
         finally:
             self._metrics.model_seconds.labels(*self._labels).observe(time.perf_counter() - started)
         usage = response.usage

@@ -25,6 +25,11 @@ taken over gets `Superseded` and posts nothing.
 
 Every post says `parse="none"` and `link_names=False`: nothing in it is turned into a
 mention.
+
+With streaming on (`gateway.live`), the publisher is also the agent's `LiveView`: a reply
+shows while it is written (a draft), an acknowledgment with subtasks starts a streamed
+message whose task cards follow the subtasks, and publishing a message whose outbox row is
+'open' completes that message instead of posting another.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -41,7 +46,8 @@ import aiohttp
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agent import Task, stop_task
+from agent import Step, Task, stop_task
+from gateway.live import LiveMessages, SlackDraft, StreamSettings, markdown_chunk, task_update
 from gateway.rendering import SlackMessage, render_reply
 from storage import Outbox
 
@@ -72,18 +78,52 @@ class SlackPublisher:
         status: str = "is thinking…",
         status_refresh_seconds: float = 90.0,
         reconcile_seconds: float = 60.0,
+        streams: StreamSettings | None = None,
     ) -> None:
         self._client = client
         self._outbox = outbox
+        self._visible: set[str] = set()  # tasks whose thread shows streamed text
+        self._drafts: dict[tuple[str, str], SlackDraft] = {}
+        self._live = (
+            None
+            if streams is None
+            else LiveMessages(client, outbox, streams, on_visible=self._shown)
+        )
         self._bot_user_id = bot_user_id
         self._bot_id = bot_id
         self._status = status
         self._refresh_seconds = status_refresh_seconds
         self._reconcile_seconds = reconcile_seconds
 
-    async def publish(self, task: Task, message_id: str, text: str) -> None:
+    @property
+    def streaming(self) -> bool:
+        return self._live is not None
+
+    async def publish(
+        self, task: Task, message_id: str, text: str, *, steps: Sequence[Step] = ()
+    ) -> None:
+        draft = self._drafts.pop((task.id, message_id), None)
+        streamed = await draft.close() if draft is not None else None
         for n, part in enumerate(render_reply(text)):
-            await self._post_once(task, message_id if n == 0 else f"{message_id}#{n}", part)
+            if n == 0:
+                await self._post_once(task, message_id, part, streamed=streamed, steps=steps)
+            else:
+                await self._post_once(task, f"{message_id}#{n}", part)
+
+    # The agent's LiveView (with streaming on)
+
+    def draft(self, task: Task, message_id: str) -> SlackDraft:
+        assert self._live is not None, "drafts need streaming (StreamSettings)"
+        draft = SlackDraft(self._live, task, message_id)
+        self._drafts[(task.id, message_id)] = draft
+        return draft
+
+    async def step(self, task: Task, message_id: str, step: Step) -> None:
+        if self._live is not None:
+            await self._live.step(task, message_id, step)
+
+    def _shown(self, task: Task) -> None:
+        self._visible.add(task.id)
 
     @contextlib.asynccontextmanager
     async def working(self, task: Task) -> AsyncIterator[None]:
@@ -94,11 +134,16 @@ class SlackPublisher:
             yield
         finally:
             await stop_task(refresher)
+            for key in [key for key in self._drafts if key[0] == task.id]:
+                await self._drafts.pop(key).close()
+            self._visible.discard(task.id)
             await self._set_status(task, "")
 
     async def _keep_status(self, task: Task) -> None:
         while True:
-            await self._set_status(task, self._status)
+            # Until the first streamed text: the text itself shows that the bot works.
+            if task.id not in self._visible:
+                await self._set_status(task, self._status)
             await asyncio.sleep(self._refresh_seconds)
 
     async def _set_status(self, task: Task, status: str) -> None:
@@ -112,24 +157,134 @@ class SlackPublisher:
             # Status exists only in assistant threads; elsewhere Slack refuses it. Harmless.
             log.debug("setStatus refused: %s", exc)
 
-    async def _post_once(self, task: Task, post_id: str, message: SlackMessage) -> None:
+    async def _post_once(
+        self,
+        task: Task,
+        post_id: str,
+        message: SlackMessage,
+        *,
+        streamed: str | None = None,
+        steps: Sequence[Step] = (),
+    ) -> None:
         for _ in range(_CALLS_PER_POST):
             claim = await self._outbox.claim(post_id, task.id, task.attempts)
             if claim.state == "sent":
                 return
+            if claim.state == "open" and claim.ts is not None:
+                try:
+                    if await self._complete(task, post_id, claim.ts, message, streamed, steps):
+                        return
+                except _Unsettled:
+                    pass  # completing is idempotent: the next round of the loop does it again
+                continue  # or the message is gone, its row released: post afresh
             if claim.state == "unknown":
                 # Until the earlier call must be over and its post visible: a search any
                 # earlier could miss a post still landing, and post it twice.
                 await asyncio.sleep(claim.wait_seconds)
                 found = await self.find_post(task.address, post_id, since=claim.since)
+                if found is not None and found.orphan and found.ts is not None:
+                    await self._outbox.opened(post_id, task.attempts, found.ts)
+                    continue  # a stream the last attempt started: complete it
                 if found is not None:
                     await self._outbox.mark_sent(post_id, found.ts)
                     return
                 if not await self._outbox.arm(post_id, task.id, task.attempts):
                     return  # an earlier call did land, and its caller said so meanwhile
+            try:
+                if steps and await self._start_plan(task, post_id, message, steps):
+                    return
+            except _Unsettled:
+                continue
             if await self._call(task, post_id, message):
                 return
         raise PostNotSettled(f"{_CALLS_PER_POST} calls to Slack for {post_id} went unanswered")
+
+    async def _start_plan(
+        self, task: Task, post_id: str, message: SlackMessage, steps: Sequence[Step]
+    ) -> bool:
+        """Post an acknowledgment as a streamed message whose task cards show `steps`;
+        True when it shows (the row is then open), False to post it plainly."""
+        where = self._live.allowed(task.address) if self._live is not None else None
+        if where is None:
+            return False
+        chunks = [markdown_chunk(_markdown(message)), *(task_update(step) for step in steps)]
+        try:
+            async with asyncio.timeout(self._outbox.call_seconds):
+                ts = await where.start(self._client, chunks=chunks, plan=True)
+        except SlackApiError as exc:
+            if _may_have_happened(exc):
+                log.warning("plan %s: Slack answered %s; looking in the thread", post_id, _why(exc))
+                await self._outbox.call_ended(post_id, task.attempts, posted=None)
+                raise _Unsettled from exc
+            await self._outbox.call_ended(post_id, task.attempts, posted=False)
+            assert self._live is not None
+            self._live.refused(task.address, _why(exc))
+            await self._outbox.arm(post_id, task.id, task.attempts)
+            return False
+        except (aiohttp.ClientError, OSError) as exc:
+            log.warning("plan %s: %s; looking in the thread", post_id, type(exc).__name__)
+            await self._outbox.call_ended(post_id, task.attempts, posted=None)
+            raise _Unsettled from exc
+        await self._outbox.opened(post_id, task.attempts, ts)
+        self._shown(task)
+        return True
+
+    async def _complete(
+        self,
+        task: Task,
+        post_id: str,
+        ts: str,
+        message: SlackMessage,
+        streamed: str | None,
+        steps: Sequence[Step],
+    ) -> bool:
+        """Finish the open message `ts` as this post. False when it is gone (its row is
+        released: post afresh)."""
+        if steps and any(step.state in ("pending", "in_progress") for step in steps):
+            return True  # an acknowledgment whose subtasks still run: it stays open
+        channel = task.address["channel"]
+        metadata = _metadata(post_id)
+        final = [task_update(step) for step in steps]
+        if streamed is not None and streamed == _markdown(message):
+            try:
+                async with asyncio.timeout(self._outbox.call_seconds):
+                    await self._client.chat_stopStream(
+                        channel=channel,
+                        ts=ts,
+                        metadata=metadata,
+                        chunks=final or None,
+                    )
+                await self._outbox.mark_sent(post_id, ts)
+                return True
+            except (SlackApiError, SlackClientError, aiohttp.ClientError, OSError) as exc:
+                log.info("stopping stream %s failed (%s); replacing its text", ts, exc)
+        with contextlib.suppress(SlackApiError, SlackClientError, aiohttp.ClientError, OSError):
+            async with asyncio.timeout(self._outbox.call_seconds):
+                # Already stopped (or expired) is fine: the update below sets the text.
+                await self._client.chat_stopStream(channel=channel, ts=ts, chunks=final or None)
+        try:
+            async with asyncio.timeout(self._outbox.call_seconds):
+                await self._client.chat_update(
+                    channel=channel,
+                    ts=ts,
+                    text=message.text,
+                    blocks=list(message.blocks),
+                    metadata=metadata,
+                    parse="none",
+                    link_names=False,
+                )
+        except SlackApiError as exc:
+            if exc.response.get("error") in _NOTHING_THERE:
+                log.info("open message %s of %s is gone; posting afresh", ts, post_id)
+                await self._outbox.release(post_id, task.id, task.attempts, ts)
+                return False
+            if not _may_have_happened(exc):
+                raise
+            raise _Unsettled from exc
+        except (aiohttp.ClientError, OSError) as exc:
+            raise _Unsettled from exc
+        await self._outbox.mark_sent(post_id, ts)
+        return True
 
     async def _call(self, task: Task, post_id: str, message: SlackMessage) -> bool:
         """One chat.postMessage. True: posted. False: the outcome is unknown (the outbox
@@ -143,10 +298,7 @@ class SlackPublisher:
                     thread_ts=address["thread_ts"],
                     text=message.text,
                     blocks=list(message.blocks),
-                    metadata={
-                        "event_type": METADATA_EVENT,
-                        "event_payload": {"outbox_id": post_id},
-                    },
+                    metadata=_metadata(post_id),
                     unfurl_links=False,
                     unfurl_media=False,
                     # Explicit, not Slack's defaults: with `parse=full` or `link_names` Slack
@@ -178,8 +330,7 @@ class SlackPublisher:
             async with asyncio.timeout(self._reconcile_seconds):
                 while True:
                     try:
-                        ts = await self._search(address, post_id, since)
-                        return None if ts is None else Found(ts)
+                        return await self._search(address, post_id, since)
                     except SlackApiError as exc:
                         if not _transient(exc):
                             return _unverified(address, post_id, _why(exc))
@@ -194,10 +345,13 @@ class SlackPublisher:
 
     async def _search(
         self, address: Mapping[str, str], post_id: str, since: datetime | None
-    ) -> str | None:
+    ) -> Found | None:
+        """Our post carrying `post_id`; failing that, an orphaned stream (our message
+        without our metadata, which no outbox row accounts for), the earliest first."""
         # Slack's clock and the database's may differ a little: start a bit earlier.
         oldest = None if since is None else f"{since.timestamp() - _CLOCK_SKEW_SECONDS:.6f}"
         cursor = None
+        unmarked: list[str] = []
         while True:
             try:
                 page = await self._client.conversations_replies(
@@ -213,11 +367,20 @@ class SlackPublisher:
                     return None  # no thread yet, so our post cannot be in it
                 raise
             for message in page.get("messages") or []:
-                if self._is_ours(message) and _outbox_id(message) == post_id:
-                    return str(message.get("ts"))
+                if not self._is_ours(message):
+                    continue
+                if _outbox_id(message) == post_id:
+                    return Found(str(message.get("ts")))
+                if self._live is not None and _unmarked(message, address):
+                    unmarked.append(str(message.get("ts")))
             cursor = (page.get("response_metadata") or {}).get("next_cursor")
             if not cursor:
-                return None
+                break
+        if since is None or not unmarked:
+            return None  # without a bound, any old message of ours could pass for one
+        known = await self._outbox.known_refs(unmarked)
+        orphans = sorted((ts for ts in unmarked if ts not in known), key=float)
+        return Found(orphans[0], orphan=True) if orphans else None
 
     def _is_ours(self, message: Mapping[str, Any]) -> bool:
         """Posted by our bot user (anyone could copy our metadata into a message)."""
@@ -231,13 +394,27 @@ class SlackPublisher:
 @dataclass(frozen=True, slots=True)
 class Found:
     """A post found in its thread: its `ts`, or None when it is counted as delivered
-    without having been seen (the thread could not be read)."""
+    without having been seen (the thread could not be read). `orphan`: not the post
+    itself but a stream some attempt started for it and never completed."""
 
     ts: str | None
+    orphan: bool = False
 
 
 class PostNotSettled(Exception):
     """Every call for a post went unanswered, and the thread did not show it."""
+
+
+class _Unsettled(Exception):
+    """A call's outcome is unknown: the outbox settles it on the next claim."""
+
+
+def _metadata(post_id: str) -> dict[str, Any]:
+    return {"event_type": METADATA_EVENT, "event_payload": {"outbox_id": post_id}}
+
+
+def _markdown(message: SlackMessage) -> str:
+    return str(message.blocks[0]["text"])
 
 
 def _unverified(address: Mapping[str, str], post_id: str, why: str) -> Found:
@@ -265,6 +442,12 @@ def _transient(exc: SlackApiError) -> bool:
     """Whether a read answered with `exc` may succeed if asked again."""
     status = exc.response.status_code
     return status == 429 or status >= 500 or exc.response.get("error") in _TRANSIENT
+
+
+def _unmarked(message: Mapping[str, Any], address: Mapping[str, str]) -> bool:
+    """A message of ours in the thread without our metadata: what a stream shows before
+    `stopStream` puts the metadata on (the thread's own root is not one)."""
+    return not message.get("metadata") and message.get("ts") != address["thread_ts"]
 
 
 def _outbox_id(message: Mapping[str, Any]) -> str | None:

@@ -56,6 +56,7 @@ __all__ = [
     "FALLBACK_LIMIT",
     "MIN_LIMIT",
     "SlackMessage",
+    "neutralize_everywhere",
     "neutralize_mentions",
     "render_reply",
     "split_markdown",
@@ -114,6 +115,13 @@ def neutralize_mentions(text: str) -> str:
             position = span_end
         pieces.append(_neutralize_prose(prose[position:]))
     return "".join(pieces)
+
+
+def neutralize_everywhere(text: str) -> str:
+    """The prose rule applied to all of `text`, code included: a joiner after every `<`
+    before `!`, `@` or `#`. For text whose code spans are not known yet (a reply being
+    streamed): it can change code by an invisible character, never let a mention form."""
+    return _neutralize_prose(text)
 
 
 def _neutralize_prose(text: str) -> str:

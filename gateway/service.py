@@ -25,6 +25,7 @@ from agent import (
     AttemptLadder,
     ConfigError,
     FailureNotices,
+    LiveView,
     Model,
     ModelResponder,
     ProviderSettings,
@@ -43,6 +44,7 @@ from gateway.alerts import OperatorAlerts, TokenAlarm
 from gateway.config import Settings
 from gateway.gatekeeper import LIMIT_NOTICES, Gatekeeper, Policy
 from gateway.http import SERVER_LOG, build_http_app, build_metrics_app
+from gateway.live import StreamSettings
 from gateway.metrics import MeteredModel, Metrics
 from gateway.publisher import SlackPublisher
 from gateway.slack_app import build_bolt_app
@@ -115,6 +117,7 @@ def build_runner(
     alerts: AlertSink,
     thread_reader: ThreadReader | None = None,
     metrics: Metrics | None = None,
+    live: LiveView | None = None,
 ) -> TaskRunner:
     """The task runner on Postgres, answering through `models`, delivering to `publisher`."""
     tools, subtask_types = default_registries()
@@ -137,6 +140,7 @@ def build_runner(
             thread_reader=thread_reader,
             meter=PostgresUsageMeter(db),
             max_model_requests=settings.threadgate_max_model_requests_per_task,
+            live=live,
             settings=RoundSettings(
                 max_output_tokens=settings.threadgate_max_output_tokens,
                 tool_timeout_seconds=settings.threadgate_tool_timeout_seconds,
@@ -155,6 +159,7 @@ def build_runner(
             notices=FailureNotices(override=settings.threadgate_failure_notice),
         ),
         observer=metrics,
+        live=live,
     )
 
 
@@ -258,6 +263,11 @@ class Gateway:
             status_refresh_seconds=s.threadgate_status_refresh_seconds,
             # Reads retried within a few call limits, then one outcome.
             reconcile_seconds=4 * s.threadgate_slack_timeout_seconds,
+            streams=(
+                StreamSettings(interval_seconds=s.threadgate_stream_interval_seconds)
+                if s.threadgate_streaming
+                else None
+            ),
         )
         alerts = OperatorAlerts(
             client, s.threadgate_operator_channel, window_seconds=s.threadgate_alert_window_seconds
@@ -270,6 +280,7 @@ class Gateway:
             alerts=alerts,
             thread_reader=threads,
             metrics=self.metrics,
+            live=publisher if publisher.streaming else None,
         )
         runner.start()
         self._stack.push_async_callback(runner.stop)

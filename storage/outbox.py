@@ -20,6 +20,12 @@ enough to settle that without a lock held across the call:
 
 A call that Slack refused outright (an `ok: false` answer, a 429 after every retry) posted
 nothing: the row becomes 'unsent' and the next claim posts without looking.
+
+A streamed message is shown before it is complete: its row becomes 'open' with the
+message's ts the moment Slack returns it (`opened`), and a claim that finds it 'open'
+answers "open" with that ts — the claimer completes that message rather than posting
+another. A draft taken back (`release`) returns the row to 'unsent' once its message was
+deleted.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from storage.database import Database
 from storage.errors import StorageError, translate_errors
 from storage.migrations import Connection
 
-ClaimState: TypeAlias = Literal["new", "unknown", "sent"]
+ClaimState: TypeAlias = Literal["new", "unknown", "sent", "open"]
 
 
 class Superseded(StorageError):
@@ -46,11 +52,13 @@ class Claim:
     """What a claim found. "new": post now (the row is armed). "sent": nothing to do.
     "unknown": an earlier call's outcome is unknown; wait `wait_seconds` (until that call
     must be over and its post visible), look for the post in the thread among messages
-    posted after `since` (None: no bound), and `arm` the row before posting it again."""
+    posted after `since` (None: no bound), and `arm` the row before posting it again.
+    "open": a streamed message `ts` shows the post, not yet complete: complete it."""
 
     state: ClaimState
     wait_seconds: float = 0.0
     since: datetime | None = None
+    ts: str | None = None
 
 
 # The fence: the task is running under exactly this attempt and this process's current
@@ -70,7 +78,7 @@ RETURNING true
 """
 
 _EXISTING = """
-SELECT state, first_claimed_at,
+SELECT state, first_claimed_at, remote_ref,
        greatest(0, extract(epoch FROM settle_after - now()))::float8 AS wait
 FROM outbox WHERE id = $1
 FOR UPDATE
@@ -101,6 +109,28 @@ WHERE id = $1 AND claimed_by = $2 AND state = 'sending'
 _CALL_REFUSED = """
 UPDATE outbox SET state = 'unsent', settle_after = now(), updated_at = now()
 WHERE id = $1 AND claimed_by = $2 AND state = 'sending'
+"""
+
+_OPENED = """
+UPDATE outbox SET state = 'open', remote_ref = $3, updated_at = now()
+WHERE id = $1 AND claimed_by = $2 AND state = 'sending'
+"""
+
+_OPEN_TS = """
+SELECT remote_ref FROM outbox WHERE id = $1 AND state = 'open'
+"""
+
+_RELEASE = """
+UPDATE outbox SET state = 'unsent', remote_ref = NULL, settle_after = now(), updated_at = now()
+WHERE id = $1 AND state = 'open' AND remote_ref = $2
+"""
+
+_SHOWN = """
+SELECT state, remote_ref FROM outbox WHERE id = $1
+"""
+
+_KNOWN_REFS = """
+SELECT remote_ref FROM outbox WHERE remote_ref = ANY($1::text[])
 """
 
 _SENT = """
@@ -135,6 +165,8 @@ class Outbox:
                 await conn.execute(_ARM, post_id, attempt, armed)
                 return Claim("new")
             await conn.execute(_TAKE_OVER, post_id, attempt)
+            if row["state"] == "open":
+                return Claim("open", since=row["first_claimed_at"], ts=row["remote_ref"])
             return Claim("unknown", row["wait"], row["first_claimed_at"])
 
     @translate_errors("The outbox could not be reached")
@@ -162,6 +194,40 @@ class Outbox:
         """The post is in the thread (`remote_ref` its ts; None when it could not be
         verified). Not fenced: whichever attempt learns that a post landed says so."""
         await self._db.pool.execute(_SENT, post_id, remote_ref)
+
+    @translate_errors("The outbox could not be reached")
+    async def opened(self, post_id: str, attempt: int, ts: str) -> None:
+        """The stream `attempt` started for the row shows at `ts`: the post is visible,
+        not yet complete."""
+        await self._db.pool.execute(_OPENED, post_id, attempt, ts)
+
+    @translate_errors("The outbox could not be reached")
+    async def shown_at(self, post_id: str) -> tuple[str, str | None] | None:
+        """The row's state and the ts it shows at (None: no row). Not fenced: for display."""
+        row = await self._db.pool.fetchrow(_SHOWN, post_id)
+        return None if row is None else (row["state"], row["remote_ref"])
+
+    @translate_errors("The outbox could not be reached")
+    async def open_ts(self, post_id: str, task_id: str, attempt: int) -> str | None:
+        """The ts of the row's open message (None: not open), fenced like a claim: a
+        draft being taken back reads it, deletes that message, then `release`s the row."""
+        async with self._fenced(task_id, attempt) as conn:
+            ts = await conn.fetchval(_OPEN_TS, post_id)
+            return None if ts is None else str(ts)
+
+    @translate_errors("The outbox could not be reached")
+    async def release(self, post_id: str, task_id: str, attempt: int, ts: str) -> None:
+        """The open message `ts` of the row was deleted: the row becomes 'unsent' (posted
+        afresh next time). Fenced like a claim. Until this runs, the row stays open and
+        whoever publishes it next completes (or, finding it gone, re-posts) the message."""
+        async with self._fenced(task_id, attempt) as conn:
+            await conn.execute(_RELEASE, post_id, ts)
+
+    @translate_errors("The outbox could not be reached")
+    async def known_refs(self, refs: list[str]) -> set[str]:
+        """Which of these message ts some row already accounts for."""
+        rows = await self._db.pool.fetch(_KNOWN_REFS, refs)
+        return {row["remote_ref"] for row in rows}
 
     @contextlib.asynccontextmanager
     async def _fenced(self, task_id: str, attempt: int) -> AsyncIterator[Connection]:

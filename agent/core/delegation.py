@@ -27,6 +27,8 @@ from typing import Any, Literal, Protocol, TypeAlias
 
 from agent.core.ports import StoredMessage, Task
 
+_TITLE_CHARS = 80
+
 SubtaskState: TypeAlias = Literal["done", "failed", "timed_out"]
 
 
@@ -37,6 +39,16 @@ class SubtaskRequest:
     type: str
     params: Mapping[str, Any]
     references: tuple[str, ...] = ()
+
+    @property
+    def title(self) -> str:
+        """How people watching the task see this subtask: its type, and the first text
+        among its params (what it is about, as far as a line can say)."""
+        about = next((v for v in self.params.values() if isinstance(v, str) and v.strip()), "")
+        about = " ".join(about.split())
+        if len(about) > _TITLE_CHARS:
+            about = about[: _TITLE_CHARS - 1] + "…"
+        return f"{self.type}: {about}" if about else self.type
 
 
 @dataclass(frozen=True, slots=True)

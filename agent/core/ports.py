@@ -20,6 +20,7 @@ from typing import Literal, Protocol, TypeAlias
 from agent.core import ids
 
 Role: TypeAlias = Literal["user", "assistant"]
+StepState: TypeAlias = Literal["pending", "in_progress", "complete", "error"]
 MessageKind: TypeAlias = Literal["turn", "ack", "reply"]
 
 
@@ -109,17 +110,60 @@ class History(Protocol):
         within the budget. The task's turn is always included."""
 
 
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One piece of a task's work that people can watch: a subtask of a delegation, shown
+    under its acknowledgment (for Slack: a task card of the message's plan)."""
+
+    id: str
+    title: str
+    state: StepState
+    detail: str = ""
+
+
 class Publisher(Protocol):
     """Delivers the agent's text to the conversation, exactly once per message id."""
 
-    async def publish(self, task: Task, message_id: str, text: str) -> None:
+    async def publish(
+        self, task: Task, message_id: str, text: str, *, steps: Sequence[Step] = ()
+    ) -> None:
         """Post `text` unless it was posted already. Fenced by the task's lease: when
         `task` (its attempt) is no longer the current lease, nothing is posted and an
-        exception is raised; the runner then finds the lease lost and stops."""
+        exception is raised; the runner then finds the lease lost and stops.
+
+        `steps` are the work an acknowledgment announces (its subtasks, with their states
+        as far as known); a publisher that can show them live does, and `LiveView.step`
+        updates them later. Publishing an acknowledgment again once its steps are all
+        settled completes it."""
 
     def working(self, task: Task) -> AbstractAsyncContextManager[None]:
         """Show that the task is being worked on while the context lasts (and stop showing
         it after); failure to show it never fails the task."""
+
+
+class Draft(Protocol):
+    """A reply as the model writes it, shown while it is written (for Slack: a streamed
+    message). Display only: whatever goes wrong showing it, the reply is still published
+    through `Publisher.publish` under the same message id, which completes the draft or
+    posts the reply as if there had been none. Neither method raises."""
+
+    async def append(self, text: str) -> None:
+        """Show `text` after what was shown so far."""
+
+    async def discard(self) -> None:
+        """What was shown is not the reply (the step turned out to be something else, or
+        the attempt failed): take it away. The next `append` starts afresh."""
+
+
+class LiveView(Protocol):
+    """Shows a task's work as it happens. Everything here is display: it never raises, and
+    a failure to show something never fails the task."""
+
+    def draft(self, task: Task, message_id: str) -> Draft:
+        """A draft of the message `message_id` (a reply), for one round."""
+
+    async def step(self, task: Task, message_id: str, step: Step) -> None:
+        """Update one step shown under the acknowledgment `message_id`."""
 
 
 class ThreadReader(Protocol):

@@ -11,6 +11,9 @@ what the next round reads — except the model-layer stops (`CredentialRejected`
 `QuotaExhausted`, `ModelsUnavailable`), which propagate unchanged so the runner alerts
 the operator or retries later exactly as it does for a round.
 
+With a `LiveView`, each round's reply is shown while the model writes it (a draft of the
+task's reply, `agent.rounds.live_reply`).
+
 With a `UsageMeter`, every model response of a round or a subtask is charged to its task
 (`_MeteredModel` wraps the model in each attempt): the tokens go to the user's and the
 channel's usage of the day, and the task's count of model requests comes back. One
@@ -36,7 +39,7 @@ from agent.core.errors import (
     QuotaExhausted,
     SubtaskFailed,
 )
-from agent.core.ports import Task, ThreadReader, UsageMeter
+from agent.core.ports import LiveView, Task, ThreadReader, UsageMeter
 from agent.models.contract import (
     Finish,
     Model,
@@ -44,6 +47,7 @@ from agent.models.contract import (
     ModelResponse,
     StreamEvent,
     Usage,
+    Watch,
 )
 from agent.models.ladder import Attempts
 from agent.rounds.control import Decision, round_controls
@@ -82,7 +86,9 @@ class ModelResponder:
         clock: Clock = utc_now,
         meter: UsageMeter | None = None,
         max_model_requests: int = 0,
+        live: LiveView | None = None,
     ) -> None:
+        self._live = live
         self._meter = meter
         self._max_requests = max_model_requests
         self._attempts = attempts
@@ -103,9 +109,13 @@ class ModelResponder:
             max_subtasks=self._settings.max_subtasks,
         )
         toolbox = Toolbox(self._tools, self._tool_context(round_input.task), self._settings)
+        task = round_input.task
+        draft = self._live.draft(task, task.reply_id) if self._live is not None else None
 
         async def attempt(model: Model) -> Decision:
-            return await run_round(model, messages, controls, self._settings, toolbox=toolbox)
+            return await run_round(
+                model, messages, controls, self._settings, toolbox=toolbox, draft=draft
+            )
 
         return await self._metered(round_input.task).run(attempt)
 
@@ -190,9 +200,9 @@ class _MeteredModel(Model):
         self._inner = inner
         self._allowance = allowance
 
-    async def request(self, request: ModelRequest) -> ModelResponse:
+    async def request(self, request: ModelRequest, *, watch: Watch | None = None) -> ModelResponse:
         self._allowance.check()
-        response = await self._inner.request(request)
+        response = await self._inner.request(request, watch=watch)
         await self._allowance.charge(response.usage)
         return response
 

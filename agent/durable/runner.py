@@ -37,13 +37,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from agent.core.delegation import Delegation, DelegationStore, RoundInput, Subtask, SubtaskState
+from agent.core.delegation import (
+    Delegation,
+    DelegationStore,
+    RoundInput,
+    RoundRecord,
+    Subtask,
+    SubtaskRequest,
+    SubtaskState,
+)
 from agent.core.errors import (
     AgentError,
     CredentialRejected,
@@ -54,7 +63,17 @@ from agent.core.errors import (
     TaskTimedOut,
 )
 from agent.core.log_context import bind_log_fields
-from agent.core.ports import AlertSink, History, Publisher, StoredMessage, Task, TaskQueue
+from agent.core.ports import (
+    AlertSink,
+    History,
+    LiveView,
+    Publisher,
+    Step,
+    StepState,
+    StoredMessage,
+    Task,
+    TaskQueue,
+)
 from agent.durable.background import stop_task
 from agent.durable.notices import DEFAULT_NOTICES, FailureKind, FailureNotices
 from agent.rounds.control import Decision, Reply
@@ -66,6 +85,11 @@ log = logging.getLogger(__name__)
 TIMED_OUT = "The subtask did not finish within its time limit."
 _FOREVER = 365 * 24 * 3600.0  # longer than any deferral bound, and a valid interval
 INTERNAL_ERROR = "The subtask failed with an internal error."
+_STEP_STATES: dict[SubtaskState, StepState] = {
+    "done": "complete",
+    "failed": "error",
+    "timed_out": "error",
+}
 REFUSED = "The subtask could not reach the model: a credential was refused."
 
 
@@ -131,7 +155,9 @@ class TaskRunner:
         settings: RunnerSettings = DEFAULT_RUNNER,
         observer: RunnerObserver | None = None,
         clock: Clock = utc_now,
+        live: LiveView | None = None,
     ) -> None:
+        self._live = live
         self._observer = observer or _Unobserved()
         self._clock = clock
         self._queue = queue
@@ -237,7 +263,12 @@ class TaskRunner:
         # A crash between storing a delegation and posting its ack can leave the ack unsent
         # while the subtasks went on; the outbox makes these re-posts free when it was sent.
         for record in state.finished:
-            await self._publisher.publish(task, task.ack_id(record.number), record.acknowledgment)
+            await self._publisher.publish(
+                task,
+                task.ack_id(record.number),
+                record.acknowledgment,
+                steps=_settled_steps(task, record),
+            )
         if state.pending is not None:
             return await self._wait_for(task, len(state.finished), state.pending)
         number = len(state.finished)
@@ -317,7 +348,13 @@ class TaskRunner:
         await self._queue.finish(task)
 
     async def _wait_for(self, task: Task, number: int, delegation: Delegation) -> None:
-        await self._publisher.publish(task, task.ack_id(number), delegation.acknowledgment)
+        steps = [
+            Step(_step_id(task.id, number, index), request.title, "pending")
+            for index, request in enumerate(delegation.subtasks)
+        ]
+        await self._publisher.publish(
+            task, task.ack_id(number), delegation.acknowledgment, steps=steps
+        )
         await self._delegations.await_subtasks(task)
 
     async def _give_up(
@@ -348,6 +385,7 @@ class TaskRunner:
 
     async def _run_subtask(self, subtask: Subtask, task: Task) -> None:
         async with self._leased(lambda: self._delegations.heartbeat_subtask(subtask), subtask.id):
+            await self._show(task, subtask, "in_progress")
             try:
                 state, text = await self._subtask_outcome(subtask, task)
             except ModelsUnavailable as exc:
@@ -355,9 +393,17 @@ class TaskRunner:
                 delay = min(
                     self._delay(subtask.attempts, exc.retry_after), self._settings.retry_max_seconds
                 )
+                await self._show(task, subtask, "pending")
                 return await self._delegations.retry_subtask_later(subtask, delay)
             await self._delegations.settle_subtask(subtask, state, text)
             self._observer.subtask_settled(state)
+            await self._show(task, subtask, _STEP_STATES[state])
+
+    async def _show(self, task: Task, subtask: Subtask, state: StepState) -> None:
+        """Show the subtask's state under its acknowledgment (display only)."""
+        if self._live is not None:
+            step = Step(subtask.id, subtask.request.title, state)
+            await self._live.step(task, task.ack_id(subtask.round), step)
 
     async def _subtask_outcome(self, subtask: Subtask, task: Task) -> tuple[SubtaskState, str]:
         try:
@@ -433,3 +479,29 @@ class TaskRunner:
                 log.warning("%s: lease lost to another worker", name)
                 lost()
                 return
+
+
+def _step_id(task_id: str, round_number: int, index: int) -> str:
+    """A subtask's step id: the subtask's own id (`Subtask.id`)."""
+    return f"{task_id}:{round_number}:{index}"
+
+
+def _settled_steps(task: Task, record: RoundRecord) -> list[Step]:
+    """A finished round's subtasks as steps, each in the state it ended in, titled as
+    when they were announced (from the delegate call the record keeps)."""
+    return [
+        Step(
+            _step_id(task.id, record.number, outcome.index),
+            _announced_title(record.raw_arguments, outcome.index) or outcome.type,
+            _STEP_STATES[outcome.state],
+        )
+        for outcome in record.outcomes
+    ]
+
+
+def _announced_title(raw_arguments: str, index: int) -> str | None:
+    try:
+        call = json.loads(raw_arguments)["subtasks"][index]
+        return SubtaskRequest(str(call["type"]), dict(call.get("params") or {})).title
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+        return None

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
@@ -174,6 +174,22 @@ StreamEvent: TypeAlias = (
 )
 
 
+Watch: TypeAlias = Callable[[StreamEvent], Awaitable[None]]
+"""Told each stream event of an answer as it arrives (see `Model.request`)."""
+
+
+def events_of(response: ModelResponse) -> Iterator[StreamEvent]:
+    """A whole answer as the stream that would have carried it, in one chunk."""
+    yield MessageStart(response.model)
+    if response.text:
+        yield TextDelta(response.text)
+    for index, call in enumerate(response.tool_calls):
+        yield ToolCallStart(index, call.id, call.name)
+        yield ToolCallDelta(index, call.raw_arguments)
+        yield ToolCallEnd(index)
+    yield Finish(response.finish_reason, response.usage)
+
+
 class StreamAccumulator:
     """Folds stream events into a `ModelResponse`, the way a non-streaming call returns it."""
 
@@ -219,20 +235,19 @@ class Model(ABC):
     name: str
 
     @abstractmethod
-    async def request(self, request: ModelRequest) -> ModelResponse:
-        """Answer one request, raising a `ModelError` subclass on any failure."""
+    async def request(self, request: ModelRequest, *, watch: Watch | None = None) -> ModelResponse:
+        """Answer one request, raising a `ModelError` subclass on any failure.
+
+        With `watch`, each stream event of the answer is awaited by it as it arrives, within
+        the request's deadline (so `watch` must not wait on anything slow); a model that
+        does not stream tells the whole answer at the end, as `events_of` spells it. Events
+        of an answer that then fails were told all the same: the caller owns undoing them.
+        """
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
         """Stream one answer. The default streams a non-streaming answer as one chunk."""
-        response = await self.request(request)
-        yield MessageStart(response.model)
-        if response.text:
-            yield TextDelta(response.text)
-        for index, call in enumerate(response.tool_calls):
-            yield ToolCallStart(index, call.id, call.name)
-            yield ToolCallDelta(index, call.raw_arguments)
-            yield ToolCallEnd(index)
-        yield Finish(response.finish_reason, response.usage)
+        for event in events_of(await self.request(request)):
+            yield event
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook; most models hold nothing
         """Release the provider's connections."""

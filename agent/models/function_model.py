@@ -18,7 +18,15 @@ import json
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeAlias
 
-from agent.models.contract import Model, ModelRequest, ModelResponse, ToolCall, Usage
+from agent.models.contract import (
+    Model,
+    ModelRequest,
+    ModelResponse,
+    ToolCall,
+    Usage,
+    Watch,
+    events_of,
+)
 
 ModelFunction: TypeAlias = Callable[[ModelRequest], ModelResponse | Awaitable[ModelResponse]]
 
@@ -31,12 +39,14 @@ class FunctionModel(Model):
         self.requests: list[ModelRequest] = []
         self._fn = fn
 
-    async def request(self, request: ModelRequest) -> ModelResponse:
+    async def request(self, request: ModelRequest, *, watch: Watch | None = None) -> ModelResponse:
         self.requests.append(request)
         result = self._fn(request)
-        if inspect.isawaitable(result):
-            return await result
-        return result
+        response = await result if inspect.isawaitable(result) else result
+        if watch is not None:
+            for event in events_of(response):
+                await watch(event)
+        return response
 
     def __repr__(self) -> str:
         return f"FunctionModel(name={self.name!r})"

@@ -26,6 +26,10 @@ and a control call in the same step decides as usual.
 Repairs and work steps have separate bounds: a model that reads the thread eight times
 has not misbehaved, and one that keeps writing prose should not get more room because it
 also used tools.
+
+With a `Draft`, the reply is shown while the model writes it (`agent.rounds.live_reply`);
+every step that does not end as the round's reply — work, a repair, a delegation, an
+attempt that fails — discards what was shown.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from dataclasses import dataclass
 from typing import TypeAlias, TypeVar
 
 from agent.core.errors import ControlCallError, RoundFailed
+from agent.core.ports import Draft
 from agent.models.contract import (
     AssistantMessage,
     Model,
@@ -46,8 +51,9 @@ from agent.models.contract import (
     ToolSpec,
     UserMessage,
 )
-from agent.rounds.control import ControlTool, Decision
+from agent.rounds.control import ControlTool, Decision, Reply
 from agent.rounds.framing import frame_output
+from agent.rounds.live_reply import ReplyTap
 from agent.rounds.settings import DEFAULT_ROUND, RoundSettings
 from agent.rounds.tools import Toolbox
 
@@ -93,13 +99,36 @@ async def run_round(
     settings: RoundSettings = DEFAULT_ROUND,
     *,
     toolbox: Toolbox | None = None,
+    draft: Draft | None = None,
 ) -> Decision:
-    """Run one round on `model` and return the decision of its control call."""
+    """Run one round on `model` and return the decision of its control call; with a
+    `draft`, the reply is shown while it is written."""
+    if draft is None:
+        return await _run_round(model, messages, controls, settings, toolbox, None)
+    try:
+        decision = await _run_round(model, messages, controls, settings, toolbox, draft)
+    except BaseException:
+        await draft.discard()
+        raise
+    if not isinstance(decision, Reply):
+        await draft.discard()
+    return decision
+
+
+async def _run_round(
+    model: Model,
+    messages: Sequence[ModelMessage],
+    controls: Sequence[ControlTool],
+    settings: RoundSettings,
+    toolbox: Toolbox | None,
+    draft: Draft | None,
+) -> Decision:
     conversation = list(messages)
     tools = tuple(c.spec for c in controls) + (toolbox.specs if toolbox else ())
     repairs = steps = 0
     while True:
-        response = await model.request(_request(conversation, tools, settings))
+        tap = ReplyTap(draft) if draft is not None else None
+        response = await model.request(_request(conversation, tools, settings), watch=tap)
         conversation.append(AssistantMessage(response.text, response.tool_calls))
         step = decide(
             response,
@@ -108,6 +137,9 @@ async def run_round(
             steps_left=settings.max_steps - steps,
             output_limit=settings.max_output_tokens,
         )
+        if draft is not None and tap is not None and tap.shown and not isinstance(step, Reply):
+            # Shown while it was written, but the step is not the reply: take it back.
+            await draft.discard()
         if isinstance(step, _Work):
             assert toolbox is not None  # work is only recognised when there is a toolbox
             conversation.extend(await _run_work(toolbox, step.calls))

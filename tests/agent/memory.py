@@ -16,7 +16,7 @@ from agent.core.delegation import (
     SubtaskOutcome,
     SubtaskState,
 )
-from agent.core.ports import StoredMessage, Task
+from agent.core.ports import Step, StoredMessage, Task
 from storage.history import trim_to_budget
 
 
@@ -81,8 +81,13 @@ class MemoryHistory:
 class MemoryPublisher:
     posts: list[tuple[str, str]] = field(default_factory=list)
     started: list[str] = field(default_factory=list)
+    steps: list[tuple[str, tuple[Step, ...]]] = field(default_factory=list)
 
-    async def publish(self, task: Task, message_id: str, text: str) -> None:
+    async def publish(
+        self, task: Task, message_id: str, text: str, *, steps: Sequence[Step] = ()
+    ) -> None:
+        if steps:
+            self.steps.append((message_id, tuple(steps)))
         if all(existing != message_id for existing, _ in self.posts):
             self.posts.append((message_id, text))
 
@@ -90,6 +95,42 @@ class MemoryPublisher:
     async def working(self, task: Task) -> AsyncIterator[None]:
         self.started.append(task.id)
         yield
+
+
+@dataclass
+class MemoryDraft:
+    """What a draft was shown: every append, and a marker for every discard."""
+
+    events: list[str] = field(default_factory=list)
+
+    async def append(self, text: str) -> None:
+        self.events.append(text)
+
+    async def discard(self) -> None:
+        self.events.append(DISCARDED)
+
+    @property
+    def visible(self) -> str:
+        """What is shown now: the appends since the last discard."""
+        shown: list[str] = []
+        for event in self.events:
+            shown = [] if event is DISCARDED else [*shown, event]
+        return "".join(shown)
+
+
+DISCARDED = "<discarded>"
+
+
+@dataclass
+class MemoryLiveView:
+    drafts: dict[str, MemoryDraft] = field(default_factory=dict)
+    steps: list[tuple[str, Step]] = field(default_factory=list)
+
+    def draft(self, task: Task, message_id: str) -> MemoryDraft:
+        return self.drafts.setdefault(message_id, MemoryDraft())
+
+    async def step(self, task: Task, message_id: str, step: Step) -> None:
+        self.steps.append((message_id, step))
 
 
 @dataclass

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import math
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -18,7 +19,7 @@ from agent.core.errors import (
     Route,
     SubtaskFailed,
 )
-from agent.core.ports import StoredMessage, Task
+from agent.core.ports import Step, StoredMessage, Task
 from agent.durable.notices import DEFAULT_NOTICES, FailureNotices
 from agent.durable.runner import (
     DEFAULT_RUNNER,
@@ -32,6 +33,7 @@ from tests.agent.memory import (
     MemoryAlerts,
     MemoryDelegations,
     MemoryHistory,
+    MemoryLiveView,
     MemoryPublisher,
     MemoryQueue,
 )
@@ -42,7 +44,11 @@ TURN = StoredMessage(TASK.user_message_id, TASK.session_id, "user", "turn", "que
 
 def delegate(*kinds: str) -> Delegation:
     requests = tuple(SubtaskRequest(kind, {"instructions": f"do {kind}"}) for kind in kinds)
-    return Delegation("Working on it", requests, "call_d", '{"acknowledgment": "Working on it"}')
+    raw = {
+        "acknowledgment": "Working on it",
+        "subtasks": [{"type": r.type, "params": dict(r.params)} for r in requests],
+    }
+    return Delegation("Working on it", requests, "call_d", json.dumps(raw))
 
 
 class Agent:
@@ -70,6 +76,7 @@ class Rig:
         agent: Agent,
         settings: RunnerSettings = DEFAULT_RUNNER,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        live: MemoryLiveView | None = None,
     ) -> None:
         self.agent, self.queue, self.delegations = agent, MemoryQueue([TASK]), MemoryDelegations()
         self.history, self.publisher, self.alerts = (
@@ -86,6 +93,7 @@ class Rig:
             respond=agent,
             settings=settings,
             clock=clock,
+            live=live,
         )
 
     async def run_subtasks(self) -> None:
@@ -359,3 +367,47 @@ async def test_unexpected_errors_are_retried_with_backoff() -> None:
     rig = Rig(Agent(raising(RuntimeError("slack is down"))))
     await rig.runner.run_task(TASK)
     assert rig.queue.retried == {TASK.id: 2.0} and not rig.publisher.posts
+
+
+async def test_an_acknowledgment_announces_its_subtasks_and_shows_them_settle() -> None:
+    """The ack is published with its subtasks as pending steps; each subtask shows as in
+    progress, then complete or error, under that ack; once all have settled, the next
+    round publishes the ack again with the final states (completing a live plan)."""
+    live = MemoryLiveView()
+    agent = Agent(
+        lambda r: delegate("agent", "broken") if r.number == 0 else Reply("done"),
+        subtask=lambda s: _fail_if(s.request.type == "broken"),
+    )
+    rig = Rig(agent, live=live)
+    await rig.runner.run_task(TASK)
+    ack = TASK.ack_id(0)
+    assert rig.publisher.steps == [
+        (
+            ack,
+            (
+                Step(f"{TASK.id}:0:0", "agent: do agent", "pending"),
+                Step(f"{TASK.id}:0:1", "broken: do broken", "pending"),
+            ),
+        )
+    ]
+    await rig.run_subtasks()
+    shown = [(message_id, step.id, step.state) for message_id, step in live.steps]
+    assert shown == [
+        (ack, f"{TASK.id}:0:0", "in_progress"),
+        (ack, f"{TASK.id}:0:0", "complete"),
+        (ack, f"{TASK.id}:0:1", "in_progress"),
+        (ack, f"{TASK.id}:0:1", "error"),
+    ]
+    await rig.runner.run_task(TASK)
+    final = rig.publisher.steps[-1]
+    assert final[0] == ack and [(s.title, s.state) for s in final[1]] == [
+        ("agent: do agent", "complete"),
+        ("broken: do broken", "error"),
+    ]
+    assert rig.publisher.posts[-1] == (TASK.reply_id, "done")
+
+
+def _fail_if(broken: bool) -> str:
+    if broken:
+        raise SubtaskFailed("it broke")
+    return "ok"

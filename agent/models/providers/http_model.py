@@ -24,7 +24,15 @@ import httpx
 from httpx_sse import EventSource, ServerSentEvent, SSEError
 
 from agent.core.errors import Route
-from agent.models.contract import Model, ModelRequest, ModelResponse, StreamAccumulator, StreamEvent
+from agent.models.contract import (
+    Model,
+    ModelRequest,
+    ModelResponse,
+    StreamAccumulator,
+    StreamEvent,
+    Watch,
+    events_of,
+)
 from agent.models.providers.classify import (
     StreamFailed,
     cut_stream,
@@ -79,25 +87,29 @@ class HTTPModel(Model):
     @abstractmethod
     def reader(self) -> StreamReader: ...
 
-    async def request(self, request: ModelRequest) -> ModelResponse:
+    async def request(self, request: ModelRequest, *, watch: Watch | None = None) -> ModelResponse:
         """The whole answer within the provider's deadline, streamed or not."""
         deadline = self.provider.deadline
         try:
             async with asyncio.timeout(deadline):
-                return await self._request(request)
+                return await self._request(request, watch)
         except TimeoutError as exc:
             raise past_deadline(self.route, deadline) from exc
 
-    async def _request(self, request: ModelRequest) -> ModelResponse:
+    async def _request(self, request: ModelRequest, watch: Watch | None) -> ModelResponse:
         if self.streaming:
-            return await fold(self.stream(request), self.model)
+            return await fold(self.stream(request), self.model, watch)
         response = await self.provider.post(
             self.path, self.build_body(request, stream=False), self.route
         )
         try:
-            return self.parse(response.content)
+            answer = self.parse(response.content)
         except ValueError as exc:
             raise malformed(self.route, type(exc).__name__) from exc
+        if watch is not None:
+            for event in events_of(answer):
+                await watch(event)
+        return answer
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
         body = self.build_body(request, stream=True)
@@ -158,9 +170,14 @@ async def read_stream(
         yield event
 
 
-async def fold(events: AsyncIterator[StreamEvent], model: str = "") -> ModelResponse:
-    """Fold a stream into the `ModelResponse` a non-streaming call would have returned."""
+async def fold(
+    events: AsyncIterator[StreamEvent], model: str = "", watch: Watch | None = None
+) -> ModelResponse:
+    """Fold a stream into the `ModelResponse` a non-streaming call would have returned,
+    telling `watch` each event on the way."""
     accumulator = StreamAccumulator(model)
     async for event in events:
         accumulator.feed(event)
+        if watch is not None:
+            await watch(event)
     return accumulator.result()

@@ -1,0 +1,345 @@
+"""Replies that appear while the model writes them, and acknowledgments whose subtasks
+show as live task cards: Slack's streaming messages, exactly once.
+
+Slack streams a message with three calls: `chat.startStream` (it shows at once; the answer
+is its `ts`), `chat.appendStream` (markdown text, or chunks: `task_update` cards and a
+`plan_update` title), `chat.stopStream` (it is complete; our metadata goes on it). We call
+them directly rather than through slack_sdk's `chat_stream` helper: the helper flushes by
+size only, where the first words must show at once and later ones at a bounded rate, and
+its `ts` appears only after the first flush, where the outbox must record it the moment
+Slack returns it.
+
+**A draft** (`SlackDraft`, the agent's `Draft`) is one reply being written. Its text is
+rendered as it arrives (`gateway.live_render`), and a background flusher sends it: the
+first settled text starts the stream at once, later text goes in one `appendStream` per
+`interval` at most (Slack rate-limits the method), and no message takes more than
+`BLOCK_LIMIT` characters — the rest of a long reply waits for the publish, which posts
+it as the reply's next parts. Starting a stream claims the reply's outbox row (fenced by
+the task's lease, like any post); the row turns 'open' with the `ts` as soon as Slack
+answers. The agent may `discard` a draft (the step was not the reply): the message is
+deleted, then the row released.
+
+**Completing** is the publisher's job, through the outbox: publishing a message whose row
+is open finishes the message at that `ts` — `stopStream` with our metadata when what was
+streamed is exactly the final rendering, else `stopStream` and `chat.update` to the final
+rendering — whoever publishes it: the process that streamed it, or another that took the
+task over after a crash (the dead process's half-written message becomes the whole
+answer; never a second message beside it). A stream whose `ts` was never recorded (the
+process died inside `startStream`) is found in the thread by the publisher's search — our
+bot user's message without our metadata, posted since the row was claimed, that no other
+row accounts for — and completed the same way.
+
+**Refusals.** Slack may refuse a stream (a workspace or a conversation type without the
+feature, a missing recipient): the draft then stays silent and the reply is posted as
+without streaming; the refusal is remembered for the conversation for `refusal_seconds`.
+Every failure here is display: a draft never fails a task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from slack_sdk.errors import SlackApiError, SlackClientError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from agent import Step, Task, stop_task
+from gateway.live_render import LiveRenderer
+from gateway.rendering import BLOCK_LIMIT
+from storage import Outbox, StorageError
+
+log = logging.getLogger(__name__)
+
+_SLACK_ERRORS = (SlackApiError, SlackClientError, aiohttp.ClientError, OSError)
+# Slack's answers that mean "a stream cannot go here"; anything else refused outright is
+# taken the same way for this draft, but not remembered.
+_NOT_HERE = frozenset(
+    {
+        "feature_not_enabled",
+        "not_allowed",
+        "method_not_supported_for_channel_type",
+        "channel_type_not_supported",
+        "missing_recipient_user_id",
+        "missing_recipient_team_id",
+        "invalid_recipient",
+        "missing_scope",
+        "not_in_channel",
+        "unknown_method",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class StreamSettings:
+    """How streams are sent: at most one append per `interval_seconds`; a conversation
+    that refused a stream is not offered one again for `refusal_seconds`."""
+
+    interval_seconds: float = 1.0
+    refusal_seconds: float = 600.0
+
+
+def task_update(step: Step) -> dict[str, Any]:
+    """A step as Slack's `task_update` chunk (one card of the message's plan)."""
+    chunk: dict[str, Any] = {
+        "type": "task_update",
+        "id": step.id,
+        "title": step.title,
+        "status": step.state,
+    }
+    if step.detail:
+        chunk["details"] = step.detail
+    return chunk
+
+
+@dataclass(frozen=True, slots=True)
+class Where:
+    """Where a stream goes: the thread, and outside DMs the recipient Slack requires."""
+
+    channel: str
+    thread_ts: str
+    recipient_user_id: str | None = None
+    recipient_team_id: str | None = None
+
+    async def start(
+        self, client: AsyncWebClient, *, chunks: list[dict[str, Any]], plan: bool = False
+    ) -> str:
+        """`chat.startStream` here; the new message's ts."""
+        response = await client.chat_startStream(
+            channel=self.channel,
+            thread_ts=self.thread_ts,
+            recipient_user_id=self.recipient_user_id,
+            recipient_team_id=self.recipient_team_id,
+            chunks=chunks,
+            task_display_mode="plan" if plan else None,
+        )
+        return str(response["ts"])
+
+
+def stream_target(address: Mapping[str, str]) -> Where | None:
+    """Where a stream for `address` goes; None when it cannot go there (a channel task
+    from before recipients were recorded)."""
+    channel, thread_ts = address["channel"], address["thread_ts"]
+    if channel.startswith("D"):
+        return Where(channel, thread_ts)
+    user, team = address.get("user"), address.get("team")
+    if not user or not team:
+        return None
+    return Where(channel, thread_ts, user, team)
+
+
+def markdown_chunk(text: str) -> dict[str, Any]:
+    return {"type": "markdown_text", "text": text}
+
+
+class LiveMessages:
+    """What the publisher's drafts share: the client, the outbox, refusals, visibility."""
+
+    def __init__(
+        self,
+        client: AsyncWebClient,
+        outbox: Outbox,
+        settings: StreamSettings,
+        *,
+        on_visible: Callable[[Task], None],
+    ) -> None:
+        self.client = client
+        self.outbox = outbox
+        self.settings = settings
+        self.on_visible = on_visible
+        self._refused: dict[str, float] = {}
+
+    def allowed(self, address: Mapping[str, str]) -> Where | None:
+        """Where a stream for `address` goes, or None when no stream should be tried."""
+        until = self._refused.get(address["channel"])
+        if until is not None and time.monotonic() < until:
+            return None
+        return stream_target(address)
+
+    def refused(self, address: Mapping[str, str], error: str) -> None:
+        log.info("Slack refused a stream in %s (%s): replies post whole", address["channel"], error)
+        if error in _NOT_HERE:
+            self._refused[address["channel"]] = time.monotonic() + self.settings.refusal_seconds
+
+    async def step(self, task: Task, message_id: str, step: Step) -> None:
+        """Update a card of the open acknowledgment `message_id` (display only)."""
+        try:
+            shown = await self.outbox.shown_at(message_id)
+            if shown is None or shown[0] != "open" or shown[1] is None:
+                return
+            async with asyncio.timeout(self.outbox.call_seconds):
+                await self.client.chat_appendStream(
+                    channel=task.address["channel"], ts=shown[1], chunks=[task_update(step)]
+                )
+        except (*_SLACK_ERRORS, StorageError) as exc:
+            log.debug("showing step %s failed: %s", step.id, exc)
+
+
+class SlackDraft:
+    """`agent.Draft` on a Slack streaming message (module docstring)."""
+
+    def __init__(self, live: LiveMessages, task: Task, post_id: str) -> None:
+        self._live = live
+        self._task = task
+        self._post_id = post_id
+        self._silent = False  # refused, or its outcome unknown: the publish settles it
+        self._reset()
+
+    def _reset(self) -> None:
+        self._renderer = LiveRenderer()
+        self._unsent = ""
+        self._streamed = ""
+        self.ts: str | None = None
+        self._wake = asyncio.Event()
+        self._flusher: asyncio.Task[None] | None = None
+        self._calling = False  # a call to Slack is under way: let it end, never cut it
+        self._closing = False
+
+    @property
+    def streamed(self) -> str:
+        """The rendered text the message shows (when `ts` is set)."""
+        return self._streamed
+
+    async def append(self, text: str) -> None:
+        if self._silent:
+            return
+        rendered = self._renderer.feed(text)
+        if not rendered:
+            return
+        self._unsent += rendered
+        self._wake.set()
+        if self._flusher is None:
+            self._flusher = asyncio.create_task(self._flush(), name=f"draft-{self._post_id}")
+
+    async def discard(self) -> None:
+        await self._stop_flusher()
+        ts = self.ts
+        self._reset()
+        if ts is None:
+            return
+        task = self._task
+        try:
+            if await self._live.outbox.open_ts(self._post_id, task.id, task.attempts) != ts:
+                return
+            async with asyncio.timeout(self._live.outbox.call_seconds):
+                await self._live.client.chat_delete(channel=task.address["channel"], ts=ts)
+            await self._live.outbox.release(self._post_id, task.id, task.attempts, ts)
+        except (*_SLACK_ERRORS, StorageError) as exc:
+            # The row stays open: the reply, when it is published, replaces this text.
+            log.info("taking back the draft %s failed (%s); the reply will replace it", ts, exc)
+
+    async def close(self) -> str | None:
+        """Stop sending; the rendered text the message shows, or None when no message of
+        this draft is known to show anything (the publish goes by the outbox)."""
+        await self._stop_flusher()
+        return self._streamed if self.ts is not None else None
+
+    async def _stop_flusher(self) -> None:
+        """Stop sending. A call under way is let end (bounded by the call limit): cut, its
+        outcome would be unknown, and the publish would have to wait out the settle time
+        and search the thread before it could post."""
+        flusher, self._flusher = self._flusher, None
+        if flusher is None:
+            return
+        self._closing = True
+        if self._calling:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(flusher)
+        await stop_task(flusher)
+
+    async def _flush(self) -> None:
+        try:
+            await self._send()
+        except StorageError as exc:
+            log.info("draft %s stopped showing: %s", self._post_id, exc)
+            self._silent = True
+
+    async def _send(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            room = BLOCK_LIMIT - len(self._streamed)
+            chunk, self._unsent = self._unsent[:room], self._unsent[room:]
+            if not chunk:
+                continue  # this message is full: the publish posts the rest
+            self._calling = True
+            try:
+                sent = await (self._append(chunk) if self.ts else self._start(chunk))
+            finally:
+                self._calling = False
+            if self._closing:
+                if sent:
+                    self._streamed += chunk
+                return
+            if not sent:
+                self._silent = True
+                return
+            self._streamed += chunk
+            await asyncio.sleep(self._live.settings.interval_seconds)
+            if self._unsent:
+                self._wake.set()
+
+    async def _start(self, chunk: str) -> bool:
+        task, live = self._task, self._live
+        where = live.allowed(task.address)
+        if where is None:
+            return False
+        try:
+            claim = await live.outbox.claim(self._post_id, task.id, task.attempts)
+        except StorageError as exc:  # Superseded included: this attempt shows nothing
+            log.info("draft %s not started: %s", self._post_id, exc)
+            return False
+        if claim.state != "new":
+            return False  # shown already, or being settled: the publish completes it
+        try:
+            async with asyncio.timeout(live.outbox.call_seconds):
+                ts = await where.start(live.client, chunks=[markdown_chunk(chunk)])
+        except SlackApiError as exc:
+            error = str(exc.response.get("error") or exc.response.status_code)
+            ambiguous = exc.response.status_code >= 500
+            await live.outbox.call_ended(
+                self._post_id, task.attempts, posted=None if ambiguous else False
+            )
+            if not ambiguous:
+                live.refused(task.address, error)
+            return False
+        except (SlackClientError, aiohttp.ClientError, OSError) as exc:
+            log.info(
+                "starting the stream for %s: %s; the publish settles it",
+                self._post_id,
+                type(exc).__name__,
+            )
+            await live.outbox.call_ended(self._post_id, task.attempts, posted=None)
+            return False
+        self.ts = ts
+        await live.outbox.opened(self._post_id, task.attempts, self.ts)
+        live.on_visible(task)
+        return True
+
+    async def _append(self, chunk: str) -> bool:
+        assert self.ts is not None
+        try:
+            async with asyncio.timeout(self._live.outbox.call_seconds):
+                await self._live.client.chat_appendStream(
+                    channel=self._task.address["channel"], ts=self.ts, markdown_text=chunk
+                )
+        except _SLACK_ERRORS as exc:
+            log.info("appending to %s failed (%s); the publish completes it", self.ts, exc)
+            return False
+        return True
+
+
+__all__ = [
+    "LiveMessages",
+    "SlackDraft",
+    "StreamSettings",
+    "Where",
+    "markdown_chunk",
+    "stream_target",
+    "task_update",
+]
