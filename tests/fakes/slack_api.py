@@ -98,7 +98,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from aiohttp import web
 
 from .slack_events import CLOCK, ts_to_micros
-from .slack_streams import DISPLAY_MODES, Stream, StreamedMessage, check_payload
+from .slack_streams import DISPLAY_MODES, MAX_MARKDOWN, Stream, StreamedMessage, check_payload
 
 if TYPE_CHECKING:
     from .socket_mode import FakeSocketMode
@@ -109,7 +109,6 @@ FaultKind = Literal["ratelimited", "http_error", "http_error_after_work", "refus
 
 _JSON_FIELDS = ("blocks", "attachments", "metadata", "chunks")
 _MAX_TEXT = 40_000
-_MAX_MARKDOWN = 12_000
 _MAX_BLOCKS = 50
 
 
@@ -389,12 +388,7 @@ class FakeSlack:
         return [
             str(m.get("text", ""))
             for m in sorted(self.messages.get(channel, []), key=lambda m: ts_to_micros(m["ts"]))
-            if m.get("user") == self.bot_user_id
-            and (
-                m.get("thread_ts") == thread_ts
-                or (thread_ts is None and "thread_ts" not in m)
-                or m["ts"] == thread_ts
-            )
+            if m.get("user") == self.bot_user_id and thread_ts in (m.get("thread_ts"), m["ts"])
         ]
 
     @property
@@ -882,7 +876,7 @@ def _valid_blocks(blocks: Any) -> bool:
     if not all(isinstance(b, dict) and isinstance(b.get("type"), str) for b in blocks):
         return False
     markdown = sum(len(str(b.get("text", ""))) for b in blocks if b["type"] == "markdown")
-    return markdown <= _MAX_MARKDOWN
+    return markdown <= MAX_MARKDOWN
 
 
 def _valid_metadata(metadata: Any) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
 import aiohttp
@@ -22,6 +22,7 @@ from slack_sdk.http_retry.builtin_async_handlers import AsyncConnectionErrorRetr
 from slack_sdk.http_retry.builtin_interval_calculators import FixedValueRetryIntervalCalculator
 from slack_sdk.models.messages.chunk import MarkdownTextChunk, PlanUpdateChunk, TaskUpdateChunk
 from slack_sdk.web.async_client import AsyncWebClient
+from slack_sdk.web.slack_response import SlackResponse
 
 from .slack_api import FakeSlack
 from .slack_events import new_ts
@@ -68,11 +69,17 @@ async def start(client: AsyncWebClient, thread_ts: str, **arguments: Any) -> str
     return str(response["ts"])
 
 
-async def error_of(call: Any) -> str:
-    """The Slack error code a client call is refused with."""
+async def refusal(call: Awaitable[object]) -> SlackResponse:
+    """The response a client call is refused with (SlackApiError)."""
     with pytest.raises(SlackApiError) as caught:
         await call
-    return str(caught.value.response["error"])
+    response: SlackResponse = caught.value.response
+    return response
+
+
+async def error_of(call: Awaitable[object]) -> str:
+    """The Slack error code a client call is refused with."""
+    return str((await refusal(call))["error"])
 
 
 async def test_channel_stream_needs_both_recipients_and_a_dm_needs_none(slack: FakeSlack) -> None:
@@ -395,10 +402,8 @@ async def test_rate_limit_and_refusal_faults_do_nothing(slack: FakeSlack) -> Non
     client, parent = client_for(slack), thread_in(slack)
     ts = await start(client, parent, markdown_text="a")
     slack.rate_limit("chat.appendStream", retry_after=3)
-    with pytest.raises(SlackApiError) as caught:
-        await client.chat_appendStream(channel=CHANNEL, ts=ts, markdown_text="b")
-    assert caught.value.response.status_code == 429
-    assert caught.value.response.headers["Retry-After"] == "3"
+    limited = await refusal(client.chat_appendStream(channel=CHANNEL, ts=ts, markdown_text="b"))
+    assert (limited.status_code, limited.headers["Retry-After"]) == (429, "3")
     slack.refuse("chat.stopStream", "internal_error")
     assert await error_of(client.chat_stopStream(channel=CHANNEL, ts=ts)) == "internal_error"
     assert slack.stream(CHANNEL, ts).state == "streaming"
@@ -416,9 +421,8 @@ async def test_append_that_fails_after_recording_still_lands(slack: FakeSlack) -
     client, parent = client_for(slack), thread_in(slack)
     ts = await start(client, parent, markdown_text="a")
     slack.fail_after_recording("chat.appendStream", status=503)
-    with pytest.raises(SlackApiError) as caught:
-        await client.chat_appendStream(channel=CHANNEL, ts=ts, markdown_text="b")
-    assert caught.value.response.status_code == 503
+    failed = await refusal(client.chat_appendStream(channel=CHANNEL, ts=ts, markdown_text="b"))
+    assert failed.status_code == 503
     slack.drop_after_recording("chat.appendStream")
     no_wait = FixedValueRetryIntervalCalculator(0)
     retrying = client_for(slack, AsyncConnectionErrorRetryHandler(1, interval_calculator=no_wait))
@@ -550,6 +554,8 @@ async def test_visible_thread_shows_posted_and_streamed_messages_in_order(
     await client.chat_appendStream(channel=CHANNEL, ts=ts, markdown_text=" answer")
     assert slack.visible_thread(CHANNEL, parent) == ["working on it", "streamed answer", "after"]
     assert slack.thread(CHANNEL, parent) == ["working on it", "after"]
+    await client.chat_postMessage(channel=CHANNEL, text="top level")
+    assert slack.visible_thread(CHANNEL, None) == ["top level"]
 
 
 @given(st.lists(st.text(max_size=40), max_size=8), st.booleans())
