@@ -15,7 +15,8 @@ client, its retry handlers and our error handling all run over a real socket::
 Because it is only an HTTP server it serves a gateway in another process just as well
 (`SLACK_API_URL=slack.url`), as long as the test's event loop runs while it waits.
 
-Methods: auth.test, users.info, chat.postMessage, chat.update, conversations.replies,
+Methods: auth.test, users.info, chat.postMessage, chat.update, chat.delete,
+chat.startStream, chat.appendStream, chat.stopStream, conversations.replies,
 conversations.history, assistant.threads.setStatus; anything else answers `unknown_method`.
 apps.connections.open (Socket Mode) wants the app token (`xapp-…`), as Slack does, and
 answers with a URL of the `FakeSocketMode` in `socket_mode` (tests/fakes/socket_mode.py);
@@ -28,9 +29,42 @@ None (the default), no such header is sent.
 
 Record: `posts` (successful chat.postMessage as `Post`, with the `parse`, `link_names` and
 unfurl flags it was sent with), `calls` (every request that arrived, as `Call`, including
-refused and faulted ones; chat.update's flags are in its `params`), `statuses` (`Status`).
+refused and faulted ones; chat.update's flags are in its `params`), `statuses` (`Status`),
+`streams` (`StreamedMessage`: text, chunks, task cards with their status history, plan
+title, state, metadata, recipients), `stream(channel, ts)`, `wait_for_streams(n)`.
+`thread()` lists what was posted; `visible_thread()` what a reader sees now: every posted or
+streamed message's current text, edits applied, deleted ones gone.
 
 conversations.replies and .history honor `oldest`, `latest` and `inclusive` as Slack does.
+
+Streaming (native streamed replies; chunk rules in tests/fakes/slack_streams.py). The error
+codes are those of Slack's method reference; the choices marked * are not documented there
+and follow what others measured against the live API:
+    chat.startStream   makes a bot message in the thread at once (conversations.replies
+                       shows it with the text so far) and answers its `ts`. Needs
+                       `thread_ts` (`invalid_arguments`); outside DMs (ids not starting
+                       with D) `recipient_user_id` and `recipient_team_id`, else
+                       `missing_recipient_user_id` / `missing_recipient_team_id`.
+    chat.appendStream  appends; needs `markdown_text` or `chunks`
+                       (`markdown_text_or_chunks_required`).
+    chat.stopStream    ends the stream; its `metadata` is stored as chat.postMessage's is,
+                       its `blocks` go below the text.
+    Both at once: `cannot_provide_both_markdown_text_and_chunks`. Over 12,000 characters
+    in one `markdown_text`: `msg_too_long`. Malformed chunks: `invalid_chunks`. A stream
+    opened in one mode and fed the other: `streaming_mode_mismatch`. Appending to or
+    stopping an unknown ts: `message_not_found`; a message that is not the bot's:
+    `message_not_owned_by_app`; one not streaming (posted, stopped, expired):
+    `message_not_in_streaming_state`; one stopped with `stop_stream_as_user`:
+    `stopped_by_user`. *chat.update of a message still streaming answers
+    `streaming_state_conflict`; once stopped, chat.update and chat.delete work as on any
+    message (chat.delete of a streaming message ends the stream).
+    `refuse_streaming(channel=None, error="channel_type_not_supported")` makes the three
+    methods answer `error` in one channel, or in all (the workspace lacks the feature):
+    Slack documents `channel_type_not_supported` and no workspace-level code.
+    *Expiry: Slack stops streams it has not heard from for a while (reports say about five
+    minutes; some say counted from the start). `FakeSlack(stream_expiry=seconds,
+    stream_expiry_from="last_write" | "start", clock=…)` does the same; off by default, so a
+    stream whose writer died simply stays streaming.
 
 Faults, queued per API method and consumed one per request, in order:
     `rate_limit(method, times=1, retry_after=1)`   HTTP 429 + Retry-After, body `ratelimited`
@@ -64,6 +98,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from aiohttp import web
 
 from .slack_events import CLOCK, ts_to_micros
+from .slack_streams import DISPLAY_MODES, MAX_MARKDOWN, Stream, StreamedMessage, check_payload
 
 if TYPE_CHECKING:
     from .socket_mode import FakeSocketMode
@@ -72,9 +107,8 @@ Params = dict[str, Any]
 Body = dict[str, Any]
 FaultKind = Literal["ratelimited", "http_error", "http_error_after_work", "refused", "drop"]
 
-_JSON_FIELDS = ("blocks", "attachments", "metadata")
+_JSON_FIELDS = ("blocks", "attachments", "metadata", "chunks")
 _MAX_TEXT = 40_000
-_MAX_MARKDOWN = 12_000
 _MAX_BLOCKS = 50
 
 
@@ -142,6 +176,9 @@ class FakeSlack:
         app_id: str = "A0APP00001",
         team_name: str = "Threadgate Test",
         bot_name: str = "threadgate",
+        stream_expiry: float | None = None,
+        stream_expiry_from: Literal["last_write", "start"] = "last_write",
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.bot_token = bot_token
         self.app_token = app_token
@@ -157,6 +194,11 @@ class FakeSlack:
         self.statuses: list[Status] = []
         self.users: dict[str, dict[str, Any]] = {}
         self.messages: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        self.stream_expiry = stream_expiry
+        self.stream_expiry_from = stream_expiry_from
+        self._clock = clock
+        self._streams: dict[tuple[str, str], Stream] = {}
+        self._stream_refusals: dict[str | None, str] = {}
         self._faults: dict[str, deque[_Fault]] = defaultdict(deque)
         self._holds: dict[str, asyncio.Event] = {}
         self._revoked = False
@@ -169,6 +211,10 @@ class FakeSlack:
             "users.info": self._users_info,
             "chat.postMessage": self._chat_post_message,
             "chat.update": self._chat_update,
+            "chat.delete": self._chat_delete,
+            "chat.startStream": self._chat_start_stream,
+            "chat.appendStream": self._chat_append_stream,
+            "chat.stopStream": self._chat_stop_stream,
             "conversations.replies": self._conversations_replies,
             "conversations.history": self._conversations_history,
             "assistant.threads.setStatus": self._assistant_threads_set_status,
@@ -304,6 +350,22 @@ class FakeSlack:
         """From now on every call answers `token_revoked`, like Slack after an uninstall."""
         self._revoked = True
 
+    def refuse_streaming(
+        self, channel: str | None = None, *, error: str = "channel_type_not_supported"
+    ) -> None:
+        """Answer chat.startStream/appendStream/stopStream in `channel` (in every channel when
+        None: a workspace without the feature) with `error`, doing nothing, until
+        `allow_streaming`; chat.postMessage keeps working, so the fallback can be tested."""
+        self._stream_refusals[channel] = error
+
+    def allow_streaming(self, channel: str | None = None) -> None:
+        """Undo `refuse_streaming` for `channel` (None: the workspace-wide refusal)."""
+        self._stream_refusals.pop(channel, None)
+
+    def stop_stream_as_user(self, channel: str, ts: str) -> None:
+        """Press the stream's Stop button: later appends and stops answer `stopped_by_user`."""
+        self._streams[(channel, ts)].stop("user")
+
     def _queue(self, method: str, times: int, fault: _Fault) -> None:
         self._faults[method].extend([fault] * times)
 
@@ -318,6 +380,44 @@ class FakeSlack:
             if p.channel == channel
             and (p.thread_ts == thread_ts or (thread_ts is not None and p.ts == thread_ts))
         ]
+
+    def visible_thread(self, channel: str, thread_ts: str | None) -> list[str]:
+        """What a reader sees of the bot's messages in a thread (root included), oldest first:
+        the current text of each posted or streamed message, after edits, without deleted
+        ones. `thread_ts=None` means the bot's top-level messages in the channel."""
+        return [
+            str(m.get("text", ""))
+            for m in sorted(self.messages.get(channel, []), key=lambda m: ts_to_micros(m["ts"]))
+            if m.get("user") == self.bot_user_id and thread_ts in (m.get("thread_ts"), m["ts"])
+        ]
+
+    @property
+    def streams(self) -> list[StreamedMessage]:
+        """Every message made with chat.startStream, in the order they were started."""
+        self._expire_streams()
+        return [stream.view() for stream in self._streams.values()]
+
+    def stream(self, channel: str, ts: str) -> StreamedMessage:
+        """The streamed message `ts` in `channel`."""
+        self._expire_streams()
+        return self._streams[(channel, ts)].view()
+
+    async def wait_for_streams(
+        self,
+        n: int,
+        *,
+        stopped: bool = False,
+        timeout: float = 10,  # noqa: ASYNC109 - see wait_for_posts
+    ) -> list[StreamedMessage]:
+        """Wait until at least `n` streams were started (`stopped`: and have ended); returns
+        the streams."""
+
+        def enough() -> bool:
+            return sum(1 for s in self.streams if s.state == "stopped" or not stopped) >= n
+
+        what = f"{n} {'stopped ' if stopped else ''}stream(s)"
+        await self.wait_until(enough, timeout, what=what)
+        return self.streams
 
     def calls_to(self, method: str) -> list[Call]:
         """The recorded calls of one API method, in order."""
@@ -353,7 +453,14 @@ class FakeSlack:
         posts = "\n".join(
             f"  {p.channel} thread={p.thread_ts} ts={p.ts}: {p.text!r}" for p in self.posts
         )
-        return f"calls: {calls or '(none)'}\nposts:\n{posts or '  (none)'}"
+        streams = "\n".join(
+            f"  {s.channel} thread={s.thread_ts} ts={s.ts} [{s.state}]: {s.text!r}"
+            for s in self.streams
+        )
+        return (
+            f"calls: {calls or '(none)'}\nposts:\n{posts or '  (none)'}"
+            f"\nstreams:\n{streams or '  (none)'}"
+        )
 
     async def _notify(self) -> None:
         async with self._changed:
@@ -370,6 +477,7 @@ class FakeSlack:
         token = _bearer(request.headers.get("Authorization")) or params.pop("token", None)
         auth_error = self._auth_error(token, method)
         fault = None if auth_error else self._next_fault(method)
+        self._expire_streams()
         self.calls.append(Call(method, params, fault.kind if fault else None, time.monotonic()))
         await self._notify()
         if (gate := self._holds.get(method)) is not None:
@@ -501,11 +609,137 @@ class FakeSlack:
         message = self._find(channel, ts)
         if message is None:
             return {"ok": False, "error": "message_not_found"}
+        stream = self._streams.get((channel, ts))
+        if stream is not None and stream.state == "streaming":
+            return {"ok": False, "error": "streaming_state_conflict"}
         for key in ("text", "blocks", "metadata"):
             if key in params:
                 message[key] = params[key]
         message["edited"] = {"user": self.bot_user_id, "ts": CLOCK.next()}
         return {"ok": True, "channel": channel, "ts": ts, "text": message.get("text", "")}
+
+    def _chat_delete(self, params: Params) -> Body:
+        channel, ts = str(params.get("channel") or ""), str(params.get("ts") or "")
+        if not channel:
+            return {"ok": False, "error": "channel_not_found"}
+        message = self._find(channel, ts)
+        if message is None:
+            return {"ok": False, "error": "message_not_found"}
+        if message.get("user") != self.bot_user_id:
+            return {"ok": False, "error": "cant_delete_message"}
+        self.messages[channel].remove(message)
+        if (stream := self._streams.get((channel, ts))) is not None:
+            stream.deleted = True
+            if stream.state == "streaming":
+                stream.stop("delete")
+        return {"ok": True, "channel": channel, "ts": ts}
+
+    # -- streaming -----------------------------------------------------------------------------
+
+    def _chat_start_stream(self, params: Params) -> Body:
+        channel = str(params.get("channel") or "")
+        error = self._start_error(channel, params)
+        if error is not None:
+            return error
+        ts, thread_ts, now = CLOCK.next(), str(params["thread_ts"]), self._clock()
+        message = self._bot_message({}, ts, thread_ts, channel)
+        self.messages[channel].append(message)
+        stream = Stream(
+            message=message,
+            channel=channel,
+            thread_ts=thread_ts,
+            task_display_mode=str(params.get("task_display_mode") or "timeline"),
+            recipient_user_id=_optional(params.get("recipient_user_id")),
+            recipient_team_id=_optional(params.get("recipient_team_id")),
+            last_write=now,
+            started=now,
+        )
+        stream.write(params, now)
+        self._streams[(channel, ts)] = stream
+        return {"ok": True, "channel": channel, "ts": ts}
+
+    def _start_error(self, channel: str, params: Params) -> Body | None:
+        if not channel:
+            return _error("channel_not_found")
+        if refusal := self._streaming_refusal(channel):
+            return _error(refusal)
+        if not params.get("thread_ts"):
+            return _invalid_arguments("thread_ts")
+        if not channel.startswith("D"):  # channels need a recipient; DMs have one
+            for field in ("recipient_user_id", "recipient_team_id"):
+                if not params.get(field):
+                    return _error(f"missing_{field}")
+        if str(params.get("task_display_mode", "timeline")) not in DISPLAY_MODES:
+            return _invalid_arguments("task_display_mode")
+        return self._payload_error(params, need_content=False)
+
+    def _chat_append_stream(self, params: Params) -> Body:
+        stream, error = self._writable_stream(params, need_content=True)
+        if stream is None:
+            return error
+        stream.write(params, self._clock())
+        return {"ok": True, "channel": stream.channel, "ts": stream.message["ts"]}
+
+    def _chat_stop_stream(self, params: Params) -> Body:
+        stream, error = self._writable_stream(params, need_content=False)
+        if stream is None:
+            return error
+        if params.get("blocks") is not None and not _valid_blocks(params["blocks"]):
+            return _error("invalid_blocks")
+        metadata = params.get("metadata")
+        if metadata is not None and not _valid_metadata(metadata):
+            return _error("invalid_metadata_format")
+        stream.write(params, self._clock())
+        for key in ("blocks", "metadata"):
+            if params.get(key):
+                stream.message[key] = params[key]
+        stream.stop("app")
+        return {"ok": True, "channel": stream.channel, "ts": stream.message["ts"]}
+
+    def _writable_stream(self, params: Params, *, need_content: bool) -> tuple[Stream | None, Body]:
+        """The stream an append or stop is about, or None and Slack's answer why not."""
+        channel, ts = str(params.get("channel") or ""), str(params.get("ts") or "")
+        if not channel:
+            return None, _error("channel_not_found")
+        if refusal := self._streaming_refusal(channel):
+            return None, _error(refusal)
+        if not ts:
+            return None, _invalid_arguments("ts")
+        message, stream = self._find(channel, ts), self._streams.get((channel, ts))
+        if message is None:
+            return None, _error("message_not_found")
+        if message.get("user") != self.bot_user_id:
+            return None, _error("message_not_owned_by_app")
+        if stream is None or stream.state == "stopped":
+            by_user = stream is not None and stream.stopped_by == "user"
+            return None, _error("stopped_by_user" if by_user else "message_not_in_streaming_state")
+        error = self._payload_error(params, need_content=need_content)
+        mode = stream.mode_of(params)
+        if error is None and stream.mode is not None and mode not in (None, stream.mode):
+            error = _error("streaming_mode_mismatch")
+        return (None, error) if error is not None else (stream, {})
+
+    def _payload_error(self, params: Params, *, need_content: bool) -> Body | None:
+        error = check_payload(params, need_content=need_content)
+        chunks = params.get("chunks") or []
+        if error is None and any(
+            c["type"] == "blocks" and not _valid_blocks(c["blocks"]) for c in chunks
+        ):
+            error = "invalid_blocks"
+        return None if error is None else _error(error)
+
+    def _streaming_refusal(self, channel: str) -> str | None:
+        return self._stream_refusals.get(channel) or self._stream_refusals.get(None)
+
+    def _expire_streams(self) -> None:
+        """Stop every stream left alone for `stream_expiry` seconds, as Slack does."""
+        if self.stream_expiry is None:
+            return
+        now = self._clock()
+        for stream in self._streams.values():
+            since = stream.started if self.stream_expiry_from == "start" else stream.last_write
+            if stream.state == "streaming" and now - since >= self.stream_expiry:
+                stream.stop("expiry")
 
     def _conversations_replies(self, params: Params) -> Body:
         channel, ts = str(params.get("channel") or ""), str(params.get("ts") or "")
@@ -642,7 +876,7 @@ def _valid_blocks(blocks: Any) -> bool:
     if not all(isinstance(b, dict) and isinstance(b.get("type"), str) for b in blocks):
         return False
     markdown = sum(len(str(b.get("text", ""))) for b in blocks if b["type"] == "markdown")
-    return markdown <= _MAX_MARKDOWN
+    return markdown <= MAX_MARKDOWN
 
 
 def _valid_metadata(metadata: Any) -> bool:
@@ -671,6 +905,14 @@ def _in_window(ts: str, params: Params) -> bool:
         if at > latest or (at == latest and not inclusive):
             return False
     return True
+
+
+def _error(error: str) -> Body:
+    return {"ok": False, "error": error}
+
+
+def _optional(value: Any) -> str | None:
+    return None if value in (None, "") else str(value)
 
 
 def _invalid_arguments(field: str) -> Body:
