@@ -107,16 +107,23 @@ class Where:
     recipient_team_id: str | None = None
 
     async def start(
-        self, client: AsyncWebClient, *, chunks: list[dict[str, Any]], plan: bool = False
+        self,
+        client: AsyncWebClient,
+        *,
+        text: str | None = None,
+        chunks: list[dict[str, Any]] | None = None,
     ) -> str:
-        """`chat.startStream` here; the new message's ts."""
+        """`chat.startStream` here, in one of Slack's two modes for good: plain markdown
+        `text` (a reply), or `chunks` (an acknowledgment with its plan of task cards);
+        the new message's ts."""
         response = await client.chat_startStream(
             channel=self.channel,
             thread_ts=self.thread_ts,
             recipient_user_id=self.recipient_user_id,
             recipient_team_id=self.recipient_team_id,
+            markdown_text=text,
             chunks=chunks,
-            task_display_mode="plan" if plan else None,
+            task_display_mode="plan" if chunks is not None else None,
         )
         return str(response["ts"])
 
@@ -153,6 +160,8 @@ class LiveMessages:
         self.settings = settings
         self.on_visible = on_visible
         self._refused: dict[str, float] = {}
+        self._steps: dict[str, list[Step]] = {}
+        self._senders: set[asyncio.Task[None]] = set()
 
     def allowed(self, address: Mapping[str, str]) -> Where | None:
         """Where a stream for `address` goes, or None when no stream should be tried."""
@@ -167,17 +176,67 @@ class LiveMessages:
             self._refused[address["channel"]] = time.monotonic() + self.settings.refusal_seconds
 
     async def step(self, task: Task, message_id: str, step: Step) -> None:
-        """Update a card of the open acknowledgment `message_id` (display only)."""
+        """Update a card of the acknowledgment `message_id` (display only, never waits).
+
+        The subtasks of a delegation are runnable as soon as it is stored, and a worker
+        (maybe in another process) often starts one before the acknowledgment's stream
+        is open. So updates queue per acknowledgment, in order, and one background sender
+        waits (up to the call limit) for the acknowledgment's row to be open, then appends
+        them; an acknowledgment that never opens (posted whole, or already completed)
+        drops them — its final states go out when it is completed."""
+        queue = self._steps.setdefault(message_id, [])
+        queue.append(step)
+        if len(queue) == 1:
+            sender = asyncio.create_task(
+                self._send_steps(task, message_id), name=f"steps-{message_id}"
+            )
+            self._senders.add(sender)
+            sender.add_done_callback(self._senders.discard)
+
+    async def _send_steps(self, task: Task, message_id: str) -> None:
         try:
-            shown = await self.outbox.shown_at(message_id)
-            if shown is None or shown[0] != "open" or shown[1] is None:
-                return
-            async with asyncio.timeout(self.outbox.call_seconds):
-                await self.client.chat_appendStream(
-                    channel=task.address["channel"], ts=shown[1], chunks=[task_update(step)]
-                )
+            ts = await self._open_ts(message_id)
+            while ts is not None and (queue := self._steps.get(message_id)):
+                chunks = [task_update(step) for step in queue]
+                queue.clear()
+                async with asyncio.timeout(self.outbox.call_seconds):
+                    await self.client.chat_appendStream(
+                        channel=task.address["channel"], ts=ts, chunks=chunks
+                    )
         except (*_SLACK_ERRORS, StorageError) as exc:
-            log.debug("showing step %s failed: %s", step.id, exc)
+            log.debug("showing the steps of %s failed: %s", message_id, exc)
+        finally:
+            self._steps.pop(message_id, None)
+
+    async def _open_ts(self, message_id: str) -> str | None:
+        """The ts of the acknowledgment once its row is open; None if it does not open
+        within the call limit (posted whole, completed, or its start failed)."""
+        pause = 0.05
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.outbox.call_seconds):
+                while True:
+                    shown = await self.outbox.shown_at(message_id)
+                    if shown is not None and shown[0] == "open" and shown[1] is not None:
+                        return shown[1]
+                    if shown is not None and shown[0] == "sent":
+                        return None
+                    await asyncio.sleep(pause)  # polling a row that is being written now
+                    pause = min(pause * 2, 1.0)
+        return None
+
+    async def aclose(self) -> None:
+        """Stop the background senders (the process is stopping)."""
+        for sender in list(self._senders):
+            await stop_task(sender)
+
+
+@dataclass(frozen=True, slots=True)
+class Streamed:
+    """A draft's message when the reply is complete: the text it shows, and the rest of
+    what was rendered but not sent (the final `stopStream` can carry it)."""
+
+    shown: str
+    unsent: str
 
 
 class SlackDraft:
@@ -233,11 +292,14 @@ class SlackDraft:
             # The row stays open: the reply, when it is published, replaces this text.
             log.info("taking back the draft %s failed (%s); the reply will replace it", ts, exc)
 
-    async def close(self) -> str | None:
-        """Stop sending; the rendered text the message shows, or None when no message of
-        this draft is known to show anything (the publish goes by the outbox)."""
+    async def close(self) -> Streamed | None:
+        """Stop sending: what the message shows and what was not sent yet (rendered), or
+        None when no message of this draft is known to show anything (the publish then
+        goes by the outbox)."""
         await self._stop_flusher()
-        return self._streamed if self.ts is not None else None
+        if self.ts is None:
+            return None
+        return Streamed(self._streamed, self._unsent + self._renderer.flush())
 
     async def _stop_flusher(self) -> None:
         """Stop sending. A call under way is let end (bounded by the call limit): cut, its
@@ -298,7 +360,7 @@ class SlackDraft:
             return False  # shown already, or being settled: the publish completes it
         try:
             async with asyncio.timeout(live.outbox.call_seconds):
-                ts = await where.start(live.client, chunks=[markdown_chunk(chunk)])
+                ts = await where.start(live.client, text=chunk)
         except SlackApiError as exc:
             error = str(exc.response.get("error") or exc.response.status_code)
             ambiguous = exc.response.status_code >= 500
@@ -338,6 +400,7 @@ __all__ = [
     "LiveMessages",
     "SlackDraft",
     "StreamSettings",
+    "Streamed",
     "Where",
     "markdown_chunk",
     "stream_target",

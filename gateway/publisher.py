@@ -47,8 +47,15 @@ from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent import Step, Task, stop_task
-from gateway.live import LiveMessages, SlackDraft, StreamSettings, markdown_chunk, task_update
-from gateway.rendering import SlackMessage, render_reply
+from gateway.live import (
+    LiveMessages,
+    SlackDraft,
+    Streamed,
+    StreamSettings,
+    markdown_chunk,
+    task_update,
+)
+from gateway.rendering import BLOCK_LIMIT, SlackMessage, render_reply
 from storage import Outbox
 
 log = logging.getLogger(__name__)
@@ -163,7 +170,7 @@ class SlackPublisher:
         post_id: str,
         message: SlackMessage,
         *,
-        streamed: str | None = None,
+        streamed: Streamed | None = None,
         steps: Sequence[Step] = (),
     ) -> None:
         for _ in range(_CALLS_PER_POST):
@@ -210,7 +217,7 @@ class SlackPublisher:
         chunks = [markdown_chunk(_markdown(message)), *(task_update(step) for step in steps)]
         try:
             async with asyncio.timeout(self._outbox.call_seconds):
-                ts = await where.start(self._client, chunks=chunks, plan=True)
+                ts = await where.start(self._client, chunks=chunks)
         except SlackApiError as exc:
             if _may_have_happened(exc):
                 log.warning("plan %s: Slack answered %s; looking in the thread", post_id, _why(exc))
@@ -235,7 +242,7 @@ class SlackPublisher:
         post_id: str,
         ts: str,
         message: SlackMessage,
-        streamed: str | None,
+        streamed: Streamed | None,
         steps: Sequence[Step],
     ) -> bool:
         """Finish the open message `ts` as this post. False when it is gone (its row is
@@ -245,19 +252,21 @@ class SlackPublisher:
         channel = task.address["channel"]
         metadata = _metadata(post_id)
         final = [task_update(step) for step in steps]
-        if streamed is not None and streamed == _markdown(message):
-            try:
-                async with asyncio.timeout(self._outbox.call_seconds):
-                    await self._client.chat_stopStream(
-                        channel=channel,
-                        ts=ts,
-                        metadata=metadata,
-                        chunks=final or None,
-                    )
-                await self._outbox.mark_sent(post_id, ts)
+        if steps:
+            # An acknowledgment's plan: its text went out whole with the start, its cards
+            # get their final states here.
+            if await self._stop(post_id, channel, ts, chunks=final, metadata=metadata):
                 return True
-            except (SlackApiError, SlackClientError, aiohttp.ClientError, OSError) as exc:
-                log.info("stopping stream %s failed (%s); replacing its text", ts, exc)
+        elif (
+            streamed is not None
+            and streamed.shown + streamed.unsent == _markdown(message)
+            and len(streamed.unsent) <= BLOCK_LIMIT
+            # A reply streamed as written: the rest goes with the stop.
+            and await self._stop(
+                post_id, channel, ts, text=streamed.unsent or None, metadata=metadata
+            )
+        ):
+            return True
         with contextlib.suppress(SlackApiError, SlackClientError, aiohttp.ClientError, OSError):
             async with asyncio.timeout(self._outbox.call_seconds):
                 # Already stopped (or expired) is fine: the update below sets the text.
@@ -283,6 +292,33 @@ class SlackPublisher:
             raise _Unsettled from exc
         except (aiohttp.ClientError, OSError) as exc:
             raise _Unsettled from exc
+        await self._outbox.mark_sent(post_id, ts)
+        return True
+
+    async def _stop(
+        self,
+        post_id: str,
+        channel: str,
+        ts: str,
+        *,
+        metadata: dict[str, Any],
+        text: str | None = None,
+        chunks: list[dict[str, Any]] | None = None,
+    ) -> bool:
+        """`chat.stopStream` with our metadata: the message is complete as it stands.
+        False when Slack would not (no longer streaming, …): replace its text instead."""
+        try:
+            async with asyncio.timeout(self._outbox.call_seconds):
+                await self._client.chat_stopStream(
+                    channel=channel,
+                    ts=ts,
+                    markdown_text=text,
+                    chunks=chunks or None,
+                    metadata=metadata,
+                )
+        except (SlackApiError, SlackClientError, aiohttp.ClientError, OSError) as exc:
+            log.info("stopping stream %s failed (%s); replacing its text", ts, exc)
+            return False
         await self._outbox.mark_sent(post_id, ts)
         return True
 

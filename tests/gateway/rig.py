@@ -56,7 +56,13 @@ def gateway_env(slack: FakeSlack, model: OpenAIServer, database_url: str) -> dic
         "THREADGATE_OPERATOR_CHANNEL": "COPS",
         # Any free port: gateways in one run (replicas, child processes) each get their own.
         "THREADGATE_METRICS_ADDRESS": "127.0.0.1:0",
+        # Most tests read replies as chat.postMessage posts; the streaming tests (and the
+        # chaos scenario that kills a gateway mid-stream) turn it back on, as it is by default.
+        "THREADGATE_STREAMING": "false",
     }
+
+
+STREAMING = {"THREADGATE_STREAMING": "true", "THREADGATE_STREAM_INTERVAL_SECONDS": "0.05"}
 
 
 def rig_settings(env: Mapping[str, str]) -> Settings:

@@ -105,3 +105,56 @@ async def test_a_later_claimer_waits_for_the_earlier_calls_limit(fresh_db: Datab
     await outbox.call_ended(POST, task.attempts, posted=False)
     again = await outbox.claim(POST, current.id, current.attempts)
     assert again.state == "unknown" and again.wait_seconds > CALL
+
+
+async def test_an_open_stream_is_completed_by_whoever_claims_it_next(fresh_db: Database) -> None:
+    """A streamed message's ts is kept the moment Slack returns it: the row is 'open', and
+    the next claim — this attempt's or the one that took the task over — gets that ts to
+    complete, never "new" (which would post a second message)."""
+    outbox = Outbox(fresh_db, call_seconds=CALL, settle_seconds=SETTLE)
+    task = await leased_task(fresh_db)
+    assert (await outbox.claim(POST, task.id, task.attempts)).state == "new"
+    await outbox.opened(POST, task.attempts, "1700000000.000200")
+    assert await outbox.shown_at(POST) == ("open", "1700000000.000200")
+    again = await outbox.claim(POST, task.id, task.attempts)
+    assert (again.state, again.ts) == ("open", "1700000000.000200")
+    current = await taken_over(fresh_db, task)
+    after_crash = await outbox.claim(POST, current.id, current.attempts)
+    assert (after_crash.state, after_crash.ts) == ("open", "1700000000.000200")
+    assert await outbox.known_refs(["1700000000.000200", "1700000000.000300"]) == {
+        "1700000000.000200"
+    }
+    await outbox.mark_sent(POST, "1700000000.000200")
+    assert (await outbox.claim(POST, current.id, current.attempts)).state == "sent"
+
+
+async def test_a_draft_taken_back_is_released_only_by_the_current_attempt(
+    fresh_db: Database,
+) -> None:
+    """Releasing an open row (its message deleted) makes the next claim post afresh; an
+    attempt that lost the task can neither read the ts to delete nor release the row."""
+    outbox = Outbox(fresh_db, call_seconds=CALL, settle_seconds=SETTLE)
+    task = await leased_task(fresh_db)
+    await outbox.claim(POST, task.id, task.attempts)
+    await outbox.opened(POST, task.attempts, "1.000200")
+    current = await taken_over(fresh_db, task)
+    with pytest.raises(Superseded):
+        await outbox.open_ts(POST, task.id, task.attempts)
+    with pytest.raises(Superseded):
+        await outbox.release(POST, task.id, task.attempts, "1.000200")
+    assert await outbox.open_ts(POST, current.id, current.attempts) == "1.000200"
+    await outbox.release(POST, current.id, current.attempts, "1.000200")
+    assert await outbox.shown_at(POST) == ("unsent", None)
+    assert (await outbox.claim(POST, current.id, current.attempts)).state == "new"
+
+
+async def test_only_the_attempt_that_armed_the_row_records_its_stream(fresh_db: Database) -> None:
+    """`opened` is the answer to the call this attempt armed: a row another attempt took
+    over since keeps what that attempt knows."""
+    outbox = Outbox(fresh_db, call_seconds=CALL, settle_seconds=SETTLE)
+    task = await leased_task(fresh_db)
+    await outbox.claim(POST, task.id, task.attempts)
+    current = await taken_over(fresh_db, task)
+    assert (await outbox.claim(POST, current.id, current.attempts)).state == "unknown"
+    await outbox.opened(POST, task.attempts, "1.000900")
+    assert await outbox.shown_at(POST) == ("sending", None)

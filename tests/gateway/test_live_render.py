@@ -1,0 +1,79 @@
+"""A reply rendered while it streams: nothing shown can ping anyone or hide a link's host,
+and however the text is cut up, what is shown is the whole text's rendering."""
+
+from __future__ import annotations
+
+import re
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gateway.live_render import LiveRenderer, render_settled
+
+JOINER = "\u200d"
+PING = re.compile(r"<[!@#]|(?<![\w@])@(?:here|channel|everyone|group)\b", re.IGNORECASE)
+# Text made of the pieces that matter: mentions, entities, links, brackets, code, newlines.
+PIECES = st.sampled_from(
+    [
+        "<!here>",
+        "<!channel>",
+        "<@U123>",
+        "<#C1|ops>",
+        "&lt;!here&gt;",
+        "@here",
+        "@channel",
+        "[google.com](https://evil.example)",
+        "[docs](https://docs.example/a)",
+        "[",
+        "]",
+        "(",
+        ")",
+        "`",
+        "```\n",
+        "\n",
+        "\n\n",
+        " ",
+        "word",
+        "a@b.com",
+        "Q&A",
+        "<",
+        "&",
+        "@",
+    ]
+)
+TEXTS = st.lists(st.one_of(PIECES, st.text(max_size=5)), max_size=30).map("".join)
+
+
+def streamed(text: str, cuts: list[int]) -> tuple[list[str], str]:
+    renderer = LiveRenderer()
+    shown, start = [], 0
+    for cut in sorted({c % (len(text) + 1) for c in cuts} | {len(text)}):
+        shown.append(renderer.feed(text[start:cut]))
+        start = cut
+    return shown, renderer.flush()
+
+
+@given(TEXTS, st.lists(st.integers(0, 400), max_size=20))
+def test_nothing_shown_can_ping(text: str, cuts: list[int]) -> None:
+    shown, rest = streamed(text, cuts)
+    for piece in [*shown, "".join(shown) + rest]:
+        assert not PING.search(piece), piece
+
+
+@given(TEXTS, st.lists(st.integers(0, 400), max_size=20))
+def test_what_is_shown_is_the_whole_texts_rendering(text: str, cuts: list[int]) -> None:
+    """Up to invisible joiners (the prose rule is applied to pieces, not the whole)."""
+    shown, rest = streamed(text, cuts)
+    assert ("".join(shown) + rest).replace(JOINER, "") == render_settled(text).replace(JOINER, "")
+
+
+def test_a_link_label_is_shown_only_with_its_host() -> None:
+    renderer = LiveRenderer()
+    shown = "".join(renderer.feed(c) for c in "see [google.com](https://evil.example) now\n")
+    assert "google.com](https://evil.example) (evil.example)" in shown
+    assert renderer.feed("[unfinished") == ""
+
+
+def test_plain_words_show_at_once() -> None:
+    renderer = LiveRenderer()
+    assert renderer.feed("Hello") == "Hello" and renderer.feed(" there, ") == " there, "
