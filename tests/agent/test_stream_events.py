@@ -14,8 +14,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import SecretStr
 
+from agent.core.errors import (
+    CredentialRejected,
+    ModelError,
+    NonTransientModelError,
+    QuotaExhausted,
+    Route,
+)
 from agent.models.contract import (
+    Model,
     ModelRequest,
+    ModelResponse,
     StreamAccumulator,
     StreamEvent,
     ToolCall,
@@ -24,12 +33,15 @@ from agent.models.contract import (
     ToolCallStart,
     UserMessage,
 )
+from agent.models.ladder import AttemptLadder, Outcome
 from agent.models.providers.anthropic import AnthropicModel, AnthropicProvider
 from agent.models.providers.anthropic_wire import EventReader
 from agent.models.providers.openai import OpenAIModel, OpenAIProvider
 from agent.models.providers.openai_wire import ChunkReader
 from tests.fakes.anthropic_api import AnthropicServer, events
-from tests.fakes.openai_api import OpenAIServer, StreamReply, sse
+from tests.fakes.anthropic_api import Message as AnthropicMessage
+from tests.fakes.anthropic_api import reply_with_tool as anthropic_reply_with_tool
+from tests.fakes.openai_api import FakeToolCall, OpenAIServer, StreamReply, reply_with_tool, sse
 
 T = TypeVar("T")
 REQUEST = ModelRequest((UserMessage("hello"),))
@@ -286,3 +298,157 @@ async def test_anthropic_stream_with_a_delta_before_its_block_start() -> None:
         finally:
             await model.aclose()
     assert response.tool_calls == (call.expected(),)
+
+
+# A provider's error event inside a stream, through the real httpx client and the attempt
+# ladder: transient ones are retried and only the retry's answer comes out; the others are
+# classified as the same error sent as an HTTP answer.
+
+
+class Recorder:
+    """The ladder's sleep and observer, recording instead of waiting."""
+
+    def __init__(self) -> None:
+        self.sleeps: list[float] = []
+        self.outcomes: list[Outcome] = []
+
+    async def sleep(self, delay: float) -> None:
+        self.sleeps.append(delay)
+
+    def observe(self, route: Route, outcome: Outcome) -> None:
+        self.outcomes.append(outcome)
+
+
+async def climb(model: Model, recorder: Recorder) -> ModelResponse:
+    ladder = AttemptLadder(
+        [model], sleep=recorder.sleep, jitter=lambda: 0.0, on_attempt=recorder.observe
+    )
+    return await ladder.run(lambda m: m.request(REQUEST))
+
+
+SECRET = "sk-live-0123456789leak"
+
+
+def openai_interrupted(error: object) -> StreamReply:
+    """Text and half a `final_reply` call, then the error object, and no `[DONE]`."""
+    head = {"index": 0, "id": "call_1", "function": {"name": "final_reply", "arguments": ""}}
+    half = {"index": 0, "function": {"arguments": '{"text": "first tr'}}
+    deltas = [{"content": "first try "}, {"tool_calls": [head]}, {"tool_calls": [half]}]
+    chunks = [{"model": "m", "choices": [{"index": 0, "delta": d}]} for d in deltas]
+    return StreamReply(sse(*chunks, {"error": error}, done=False))
+
+
+SECOND = reply_with_tool("final_reply", {"text": "second answer"}, call_id="call_2")
+SECOND_CALLS = (ToolCall.from_raw("call_2", "final_reply", '{"text": "second answer"}'),)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        {"message": f"upstream overloaded {SECRET}", "type": "server_error", "code": None},
+        {"message": "Provider returned error", "code": 502},  # OpenRouter: code is the status
+        {"message": "Rate limit", "type": "requests", "code": "rate_limit_exceeded"},
+        {"message": "something we do not know", "type": "weird"},
+        "a bare string",
+    ],
+)
+async def test_openai_error_chunk_mid_stream_is_retried(
+    openai_model: tuple[OpenAIServer, OpenAIModel], error: object
+) -> None:
+    """A transient (or unrecognised) error chunk after some text interrupts the stream; the
+    ladder retries and the second attempt's answer is the result, nothing of the first."""
+    server, model = openai_model
+    server.script(openai_interrupted(error), SECOND)
+    recorder = Recorder()
+    response = await climb(model, recorder)
+    assert (response.text, response.tool_calls) == ("", SECOND_CALLS)
+    assert len(server.requests) == 2 and len(recorder.sleeps) == 1
+    assert recorder.outcomes == ["transient", "ok"]
+
+
+@pytest.mark.parametrize(
+    ("error", "kind"),
+    [
+        ({"message": f"bad {SECRET}", "type": "invalid_request_error"}, NonTransientModelError),
+        ({"message": "x", "type": "BadRequestError", "code": 400}, NonTransientModelError),
+        (
+            {"message": "x", "type": "invalid_request_error", "code": "context_length_exceeded"},
+            NonTransientModelError,
+        ),
+        (
+            {"message": "x", "type": "insufficient_quota", "code": "insufficient_quota"},
+            QuotaExhausted,
+        ),
+        ({"message": f"key {SECRET}", "code": "invalid_api_key"}, CredentialRejected),
+    ],
+)
+async def test_openai_error_chunk_mid_stream_is_classified_like_its_http_answer(
+    openai_model: tuple[OpenAIServer, OpenAIModel], error: object, kind: type[ModelError]
+) -> None:
+    """An error chunk that would be a 400, 401 or quota refusal as an HTTP answer is that
+    error mid-stream too: not retried, and its message names the stream, never the body."""
+    server, model = openai_model
+    server.script(openai_interrupted(error), SECOND)
+    with pytest.raises(kind) as caught:
+        await climb(model, Recorder())
+    assert type(caught.value) is kind and len(server.requests) == 1
+    assert "error event in the stream" in str(caught.value)
+    assert SECRET not in str(caught.value) and "bad" not in str(caught.value)
+
+
+def anthropic_interrupted(kind: str) -> StreamReply:
+    """Text and half a `final_reply` block, then an `error` event."""
+    first = AnthropicMessage(text="first try", tool_calls=[FakeToolCall("final_reply", {"a": 1})])
+    head = first.chunks()[:6]  # message_start, ping, the text block, the tool block's start
+    half = json_delta(1, '{"text": "first tr')
+    error = {"type": "error", "error": {"type": kind, "message": f"oops {SECRET}"}}
+    return StreamReply([*head, *events(("content_block_delta", half), ("error", error))])
+
+
+@pytest.fixture
+async def anthropic_model() -> AsyncIterator[tuple[AnthropicServer, AnthropicModel]]:
+    async with AnthropicServer() as server:
+        provider = AnthropicProvider(base_url=server.url, api_key=SecretStr("sk-ant-test"))
+        model = AnthropicModel("claude-test", provider=provider, stream=True)
+        yield server, model
+        await model.aclose()
+
+
+@pytest.mark.parametrize("kind", ["overloaded_error", "api_error", "rate_limit_error", "new_one"])
+async def test_anthropic_transient_error_event_mid_stream_is_retried(
+    anthropic_model: tuple[AnthropicServer, AnthropicModel], kind: str
+) -> None:
+    """An `overloaded_error` (or `api_error`, or a type we do not know) mid-stream is an
+    interrupted stream: retried, and only the retry's answer comes out."""
+    server, model = anthropic_model
+    server.script(
+        anthropic_interrupted(kind),
+        anthropic_reply_with_tool("final_reply", {"text": "second answer"}, call_id="call_2"),
+    )
+    recorder = Recorder()
+    response = await climb(model, recorder)
+    assert (response.text, response.tool_calls) == ("", SECOND_CALLS)
+    assert len(server.requests) == 2 and recorder.outcomes == ["transient", "ok"]
+
+
+@pytest.mark.parametrize(
+    ("kind", "error"),
+    [
+        ("invalid_request_error", NonTransientModelError),
+        ("request_too_large", NonTransientModelError),
+        ("billing_error", QuotaExhausted),
+        ("authentication_error", CredentialRejected),
+    ],
+)
+async def test_anthropic_error_event_mid_stream_is_classified_like_its_http_answer(
+    anthropic_model: tuple[AnthropicServer, AnthropicModel],
+    kind: str,
+    error: type[ModelError],
+) -> None:
+    """An `invalid_request_error` mid-stream is not retried, as a 400 would not be."""
+    server, model = anthropic_model
+    server.script(anthropic_interrupted(kind))
+    with pytest.raises(error) as caught:
+        await climb(model, Recorder())
+    assert type(caught.value) is error and len(server.requests) == 1
+    assert kind in str(caught.value) and SECRET not in str(caught.value)

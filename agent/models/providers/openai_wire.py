@@ -227,7 +227,18 @@ class _Chunk(_Wire):
     model: str = ""
     choices: list[_ChunkChoice] = []
     usage: _Usage | None = None
-    error: _ErrorBody | None = None
+    # OpenAI-compatible servers put an error object in the stream (OpenRouter, LiteLLM,
+    # vLLM — whose `code` is the HTTP status); a bare string has been seen too.
+    error: _ErrorBody | str | None = None
+
+
+def _failure(error: _ErrorBody | str) -> StreamFailed:
+    """The `StreamFailed` for an error chunk: its code, then its type; an integer code is
+    the HTTP status the server would have answered with."""
+    if isinstance(error, str):
+        return StreamFailed()
+    names = [n for n in (error.code, error.type) if isinstance(n, str)]
+    return StreamFailed(*names, status=error.code if isinstance(error.code, int) else None)
 
 
 class ChunkReader:
@@ -263,7 +274,7 @@ class ChunkReader:
             return
         chunk = _Chunk.model_validate_json(event.data)
         if chunk.error is not None:
-            raise StreamFailed(str(chunk.error.code or chunk.error.type or "error"))
+            raise _failure(chunk.error)
         if not self._started:
             self._started = True
             yield MessageStart(chunk.model or self.model)
