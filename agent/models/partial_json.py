@@ -25,6 +25,7 @@ _NUMBER_CHARS = frozenset("0123456789+-.eE")
 _NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
 _HEX = frozenset("0123456789abcdefABCDEF")
 _ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+_OPENERS = {"}": "{", "]": "["}
 _LITERALS = {"t": "true", "f": "false", "n": "null", "N": "NaN", "I": "Infinity"}
 
 
@@ -63,7 +64,7 @@ class StringFieldDecoder:
     def __init__(self, field: str) -> None:
         self.field = field
         self._state: _State = self._document
-        self._stack: list[str] = []  # the open containers, "{" or "]"-bound "["
+        self._stack: list[str] = []  # the open containers' brackets, "{" or "["
         self._pieces: list[str] = []  # the value's characters decoded in this `feed`
         self._complete = False
         self._failed = False
@@ -107,59 +108,59 @@ class StringFieldDecoder:
         self._failed = True
         return 0
 
-    def _document(self, text: str, index: int) -> int:
+    def _expect(self, text: str, index: int, char: str, then: Callable[[int], int]) -> int:
+        """Whitespace, then `char` (which `then` consumes at its index), or fail."""
         index = _skip_whitespace(text, index)
         if index == len(text):
             return index
-        if text[index] != "{":
+        if text[index] != char:
             return self._fail()
-        return self._open("{", index)
+        return then(index)
+
+    def _document(self, text: str, index: int) -> int:
+        return self._expect(text, index, "{", lambda at: self._open("{", at))
 
     def _open(self, bracket: str, index: int) -> int:
         self._stack.append(bracket)
         self._state = self._key_or_end if bracket == "{" else self._value_or_end
         return index + 1
 
-    def _close(self, bracket: str, index: int) -> int:
-        if not self._stack or self._stack.pop() != bracket:
+    def _close(self, closer: str, index: int) -> int:
+        if not self._stack or self._stack.pop() != _OPENERS[closer]:
             return self._fail()
         self._state = self._after_value if self._stack else self._trailing
         return index + 1
 
     def _key_or_end(self, text: str, index: int) -> int:
+        return self._empty_or(text, index, "}", self._key)
+
+    def _value_or_end(self, text: str, index: int) -> int:
+        return self._empty_or(text, index, "]", self._value)
+
+    def _empty_or(self, text: str, index: int, closer: str, then: _State) -> int:
+        """Right after `{` or `[`: the closing bracket, or else the first key or value."""
         index = _skip_whitespace(text, index)
-        if index < len(text) and text[index] == "}":
-            return self._close("{", index)
-        self._state = self._key
+        if index < len(text) and text[index] == closer:
+            return self._close(closer, index)
+        self._state = then
         return index
 
     def _key(self, text: str, index: int) -> int:
-        index = _skip_whitespace(text, index)
-        if index == len(text):
-            return index
-        if text[index] != '"':
-            return self._fail()
+        return self._expect(text, index, '"', self._open_key)
+
+    def _open_key(self, index: int) -> int:
         self._key_chars.clear()
         self._sink = self._key_chars if len(self._stack) == 1 else None
         return self._open_string(self._colon, index)
 
     def _colon(self, text: str, index: int) -> int:
-        index = _skip_whitespace(text, index)
-        if index == len(text):
-            return index
-        if text[index] != ":":
-            return self._fail()
+        return self._expect(text, index, ":", self._after_colon)
+
+    def _after_colon(self, index: int) -> int:
         top_level = len(self._stack) == 1
         self._target = top_level and not self._seen and "".join(self._key_chars) == self.field
         self._state = self._value
         return index + 1
-
-    def _value_or_end(self, text: str, index: int) -> int:
-        index = _skip_whitespace(text, index)
-        if index < len(text) and text[index] == "]":
-            return self._close("[", index)
-        self._state = self._value
-        return index
 
     def _value(self, text: str, index: int) -> int:
         index = _skip_whitespace(text, index)
@@ -200,8 +201,8 @@ class StringFieldDecoder:
         if char == ",":
             self._state = self._key if self._stack[-1] == "{" else self._value
             return index + 1
-        if char in "}]":
-            return self._close("{" if char == "}" else "[", index)
+        if char in _OPENERS:
+            return self._close(char, index)
         return self._fail()
 
     def _trailing(self, text: str, index: int) -> int:

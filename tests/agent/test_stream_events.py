@@ -3,8 +3,9 @@ as start, fragments, end per call — whatever order the server sent the pieces 
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -41,7 +42,14 @@ from agent.models.providers.openai_wire import ChunkReader
 from tests.fakes.anthropic_api import AnthropicServer, events
 from tests.fakes.anthropic_api import Message as AnthropicMessage
 from tests.fakes.anthropic_api import reply_with_tool as anthropic_reply_with_tool
-from tests.fakes.openai_api import FakeToolCall, OpenAIServer, StreamReply, reply_with_tool, sse
+from tests.fakes.openai_api import (
+    FakeToolCall,
+    LoopbackServer,
+    OpenAIServer,
+    StreamReply,
+    reply_with_tool,
+    sse,
+)
 
 T = TypeVar("T")
 REQUEST = ModelRequest((UserMessage("hello"),))
@@ -250,13 +258,41 @@ def test_anthropic_reader_starts_each_block_before_its_arguments(
 # End to end, through the real httpx client and the loopback fakes.
 
 
+S = TypeVar("S", bound=LoopbackServer)
+M = TypeVar("M", bound=Model)
+
+
+@contextlib.asynccontextmanager
+async def streaming(server: S, make: Callable[[str], M]) -> AsyncIterator[tuple[S, M]]:
+    """A loopback fake and a streaming model of it, closed afterwards."""
+    async with server:
+        model = make(server.url)
+        try:
+            yield server, model
+        finally:
+            await model.aclose()
+
+
+def openai(url: str) -> OpenAIModel:
+    provider = OpenAIProvider(base_url=url, api_key=SecretStr("sk-test"))
+    return OpenAIModel("gpt-test", provider=provider, stream=True)
+
+
+def anthropic(url: str) -> AnthropicModel:
+    provider = AnthropicProvider(base_url=url, api_key=SecretStr("sk-ant-test"))
+    return AnthropicModel("claude-test", provider=provider, stream=True)
+
+
 @pytest.fixture
 async def openai_model() -> AsyncIterator[tuple[OpenAIServer, OpenAIModel]]:
-    async with OpenAIServer() as server:
-        provider = OpenAIProvider(base_url=server.url, api_key=SecretStr("sk-test"))
-        model = OpenAIModel("gpt-test", provider=provider, stream=True)
-        yield server, model
-        await model.aclose()
+    async with streaming(OpenAIServer(), openai) as pair:
+        yield pair
+
+
+@pytest.fixture
+async def anthropic_model() -> AsyncIterator[tuple[AnthropicServer, AnthropicModel]]:
+    async with streaming(AnthropicServer(), anthropic) as pair:
+        yield pair
 
 
 async def test_openai_stream_with_arguments_before_the_name(
@@ -280,7 +316,9 @@ async def test_openai_stream_with_arguments_before_the_name(
     assert response.tool_calls == (ToolCall.from_raw("call_9", "final_reply", '{"text": "hello"}'),)
 
 
-async def test_anthropic_stream_with_a_delta_before_its_block_start() -> None:
+async def test_anthropic_stream_with_a_delta_before_its_block_start(
+    anthropic_model: tuple[AnthropicServer, AnthropicModel],
+) -> None:
     """An `input_json_delta` before its `content_block_start` is held, not lost: the call
     keeps its id and name."""
     call = Call("toolu_7", "final_reply", ('{"text": ', '"hi"}'))
@@ -289,14 +327,9 @@ async def test_anthropic_stream_with_a_delta_before_its_block_start() -> None:
     items = [start, json_delta(0, call.fragments[0]), block_start(0, call)]
     items += [json_delta(0, call.fragments[1]), {"type": "content_block_stop", "index": 0}]
     items += [stop, {"type": "message_stop"}]
-    async with AnthropicServer() as server:
-        provider = AnthropicProvider(base_url=server.url, api_key=SecretStr("sk-ant-test"))
-        model = AnthropicModel("claude-test", provider=provider, stream=True)
-        server.script(StreamReply(events(*[(str(i["type"]), i) for i in items])))
-        try:
-            response = await model.request(REQUEST)
-        finally:
-            await model.aclose()
+    server, model = anthropic_model
+    server.script(StreamReply(events(*[(str(i["type"]), i) for i in items])))
+    response = await model.request(REQUEST)
     assert response.tool_calls == (call.expected(),)
 
 
@@ -403,15 +436,6 @@ def anthropic_interrupted(kind: str) -> StreamReply:
     half = json_delta(1, '{"text": "first tr')
     error = {"type": "error", "error": {"type": kind, "message": f"oops {SECRET}"}}
     return StreamReply([*head, *events(("content_block_delta", half), ("error", error))])
-
-
-@pytest.fixture
-async def anthropic_model() -> AsyncIterator[tuple[AnthropicServer, AnthropicModel]]:
-    async with AnthropicServer() as server:
-        provider = AnthropicProvider(base_url=server.url, api_key=SecretStr("sk-ant-test"))
-        model = AnthropicModel("claude-test", provider=provider, stream=True)
-        yield server, model
-        await model.aclose()
 
 
 @pytest.mark.parametrize("kind", ["overloaded_error", "api_error", "rate_limit_error", "new_one"])
