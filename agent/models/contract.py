@@ -126,6 +126,9 @@ class ModelResponse:
 
 # Stream events. Tool-call events are keyed by the call's *index* in the response, because
 # providers interleave the argument fragments of parallel calls and only the index is stable.
+# The provider readers emit a call's `ToolCallStart` before its first `ToolCallDelta` and
+# its `ToolCallEnd` after its last one; `StreamAccumulator` nevertheless accepts fragments
+# before the start (an event source that is not one of our readers may send them).
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,13 +193,35 @@ def events_of(response: ModelResponse) -> Iterator[StreamEvent]:
     yield Finish(response.finish_reason, response.usage)
 
 
+@dataclass(slots=True)
+class _PartialCall:
+    """One tool call as far as its events have told it."""
+
+    id: str = ""
+    name: str = ""
+    fragments: list[str] = field(default_factory=list)
+
+    def start(self, call_id: str, name: str) -> None:
+        # The first non-empty id and name win: a start that arrives after the call's
+        # fragments fills them in, and a repeated start cannot rename the call.
+        self.id = self.id or call_id
+        self.name = self.name or name
+
+    def call(self) -> ToolCall:
+        return ToolCall.from_raw(self.id, self.name, "".join(self.fragments))
+
+
 class StreamAccumulator:
-    """Folds stream events into a `ModelResponse`, the way a non-streaming call returns it."""
+    """Folds stream events into a `ModelResponse`, the way a non-streaming call returns it.
+
+    Tool calls are assembled by index in any interleaving: a call's fragments join in the
+    order they arrive, whether its `ToolCallStart` comes before them, among them or after.
+    """
 
     def __init__(self, model: str = "") -> None:
         self.model = model
         self._text: list[str] = []
-        self._calls: dict[int, tuple[str, str, list[str]]] = {}
+        self._calls: dict[int, _PartialCall] = {}
         self.finish_reason: FinishReason | None = None
         self.usage = Usage()
 
@@ -207,24 +232,24 @@ class StreamAccumulator:
             case TextDelta(text=text):
                 self._text.append(text)
             case ToolCallStart(index=index, id=call_id, name=name):
-                self._calls.setdefault(index, (call_id, name, []))
+                self._call(index).start(call_id, name)
             case ToolCallDelta(index=index, arguments=fragment):
-                self._calls.setdefault(index, ("", "", []))[2].append(fragment)
+                self._call(index).fragments.append(fragment)
             case Finish(reason=reason, usage=usage):
                 self.finish_reason = reason
                 self.usage = usage
             case ToolCallEnd() | StreamError():
                 pass
 
+    def _call(self, index: int) -> _PartialCall:
+        return self._calls.setdefault(index, _PartialCall())
+
     @property
     def text(self) -> str:
         return "".join(self._text)
 
     def result(self) -> ModelResponse:
-        calls = tuple(
-            ToolCall.from_raw(call_id, name, "".join(parts))
-            for _, (call_id, name, parts) in sorted(self._calls.items())
-        )
+        calls = tuple(call.call() for _, call in sorted(self._calls.items()))
         reason = self.finish_reason or ("tool_calls" if calls else "stop")
         return ModelResponse(self.text, calls, reason, self.usage, self.model)
 

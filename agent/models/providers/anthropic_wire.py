@@ -30,14 +30,12 @@ from agent.models.contract import (
     SystemMessage,
     TextDelta,
     ToolCall,
-    ToolCallDelta,
-    ToolCallEnd,
-    ToolCallStart,
     ToolChoice,
     ToolResultMessage,
     Usage,
     UserMessage,
 )
+from agent.models.providers.call_events import CallEvents
 from agent.models.providers.classify import StreamFailed
 
 DEFAULT_MAX_TOKENS = 4096
@@ -204,7 +202,7 @@ class EventReader:
         self._reason: str | None = None
         self._usage = _Usage()
         self._output: int | None = None
-        self._calls: set[int] = set()
+        self._calls = CallEvents(lambda index: f"toolu_{index}")
 
     @property
     def finished(self) -> bool:
@@ -232,8 +230,8 @@ class EventReader:
                 yield from self._block(event.index, event.content_block)
             case "content_block_delta" if event.delta is not None:
                 yield from self._delta(event.index, event.delta)
-            case "content_block_stop" if event.index in self._calls:
-                yield ToolCallEnd(event.index)
+            case "content_block_stop":
+                yield from self._calls.end(event.index)
             case "message_delta":
                 self._reason = event.delta.stop_reason if event.delta else None
                 self._output = event.usage.output_tokens if event.usage else None
@@ -242,8 +240,7 @@ class EventReader:
 
     def _block(self, index: int, block: _Block) -> Iterator[StreamEvent]:
         if block.type == "tool_use":
-            self._calls.add(index)
-            yield ToolCallStart(index, block.id or f"toolu_{index}", block.name or "")
+            yield from self._calls.start(index, block.id, block.name or "")
         elif block.type == "text" and block.text:
             self.text.append(block.text)
             yield TextDelta(block.text)
@@ -253,7 +250,8 @@ class EventReader:
             self.text.append(delta.text)
             yield TextDelta(delta.text)
         elif delta.type == "input_json_delta" and delta.partial_json:
-            yield ToolCallDelta(index, delta.partial_json)
+            yield from self._calls.fragment(index, arguments=delta.partial_json)
 
     def end(self) -> Iterator[StreamEvent]:
+        yield from self._calls.finish()
         yield Finish(stop_reason(self._reason), self._usage.usage(self._output))

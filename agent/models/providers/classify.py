@@ -15,7 +15,10 @@ attempt ladder can decide by type alone (invariant 4 in docs/ARCHITECTURE.md):
       DecodingError, TooManyRedirects, InvalidURL,
       other httpx errors, malformed bodies
     a stream cut before the model finished,     StreamInterrupted        keeps the partial text
-      an error event inside it (`StreamFailed`)
+      a transient or unrecognised error event
+      inside it (`StreamFailed`)
+    any other error event inside a stream       as the HTTP status the error's type stands
+                                                for (`invalid_request_error` is a 400 …)
     a 2xx stream not `text/event-stream`        NonTransientModelError
 
 Which authority refused a credential is read from the body's *shape* only; an HTML page,
@@ -70,14 +73,48 @@ class VendorError:
             object.__setattr__(self, "code", _safe_code(self.code))
 
 
+# The HTTP status each vendor error type is sent with when it is an HTTP answer (Anthropic's
+# and OpenAI's documented types and codes), so the same error inside a stream is classified
+# the same way. A type not listed here is treated as an interrupted stream.
+_ERROR_TYPE_STATUS: dict[str, int] = {
+    "invalid_request_error": 400,
+    "context_length_exceeded": 400,
+    "billing_error": 402,
+    "authentication_error": 401,
+    "invalid_api_key": 401,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "model_not_found": 404,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "rate_limit_exceeded": 429,
+    "insufficient_quota": 429,
+    "api_error": 500,
+    "server_error": 500,
+    "timeout_error": 504,
+    "overloaded_error": 529,
+}
+
+
 class StreamFailed(Exception):
     """The server reported an error inside a stream (Anthropic's `error` event, an OpenAI
-    error chunk). A wire format's stream reader raises it; `cut_stream` is what it becomes.
-    Carries only the vendor code/type, never the vendor's message."""
+    error chunk). A wire format's stream reader raises it with the error's type and code
+    names (most specific first) and, when the vendor put one in the error, its HTTP
+    status; `stream_failure` is what it becomes. Carries no vendor message: `code` is the
+    first name of a safe shape, or `error`."""
 
-    def __init__(self, code: str) -> None:
-        super().__init__(code)
-        self.code = code
+    def __init__(self, *names: str, status: int | None = None) -> None:
+        safe = [name for name in names if _safe_code(name)]
+        super().__init__(safe[0] if safe else "error")
+        self.code = safe[0] if safe else "error"
+        self.names = tuple(safe)
+        self.status = status if status is not None and 400 <= status <= 599 else None
+
+    def equivalent_status(self) -> int | None:
+        """The HTTP status this error would have come with, if known."""
+        if self.status is not None:
+            return self.status
+        return next((_ERROR_TYPE_STATUS[n] for n in self.names if n in _ERROR_TYPE_STATUS), None)
 
 
 def classify_status(
@@ -89,18 +126,39 @@ def classify_status(
     now: Callable[[], float] = time.time,
 ) -> ModelError:
     """The error for an HTTP response with a non-2xx `status`."""
-    vendor = read_vendor_error(body)
+    retry_after = parse_retry_after(headers, now=now)
+    return _classify(status, read_vendor_error(body), route, f"HTTP {status}", retry_after)
+
+
+def stream_failure(route: Route, partial_text: str, failure: StreamFailed) -> ModelError:
+    """The error for an error event inside a stream: what the same error would be as an
+    HTTP answer, except that a transient one (or one we do not recognise) is an interrupted
+    stream keeping the partial text."""
+    status = failure.equivalent_status()
+    if status is None:
+        return cut_stream(route, partial_text, f"error event: {failure.code}")
+    vendor = VendorError("provider", failure.code)
+    error = _classify(status, vendor, route, "an error event in the stream")
+    if isinstance(error, TransientModelError):
+        return cut_stream(route, partial_text, f"error event: {failure.code}")
+    return error
+
+
+def _classify(
+    status: int, vendor: VendorError, route: Route, answer: str, retry_after: float | None = None
+) -> ModelError:
+    """The error for a failure that came as `answer` (`HTTP 400`, or a stream's error event)
+    with this `status`, or the status its error type stands for."""
     if status in (401, 403):
-        return _credential_error(status, vendor, route)
+        return _credential_error(status, vendor, route, answer)
     if status == 402 or (vendor.code in _QUOTA_CODES):
-        return _quota_error(status, vendor, route)
+        return _quota_error(status, vendor, route, answer)
     if status in _TRANSIENT_STATUSES or status >= 500:
-        retry_after = parse_retry_after(headers, now=now)
-        message = f"{route} is unavailable for now (HTTP {status}{_code(vendor)})"
+        message = f"{route} is unavailable for now ({answer}{_code(vendor)})"
         return TransientModelError(
             message, route=route, status_code=status, retry_after=retry_after
         )
-    message = f"{route} rejected the request (HTTP {status}{_code(vendor)})"
+    message = f"{route} rejected the request ({answer}{_code(vendor)})"
     return NonTransientModelError(message, route=route, status_code=status)
 
 
@@ -152,11 +210,13 @@ def not_an_event_stream(route: Route, content_type: str | None) -> NonTransientM
     return malformed(route, f"{shown}, not text/event-stream")
 
 
-def _credential_error(status: int, vendor: VendorError, route: Route) -> CredentialRejected:
+def _credential_error(
+    status: int, vendor: VendorError, route: Route, answer: str
+) -> CredentialRejected:
     known = VENDORS.get(route.provider)
     key_name = known.key_name if known else "the provider API key"
     key_var = key_variable(route.provider)
-    detail = f"HTTP {status}{_code(vendor)}, {route}"
+    detail = f"{answer}{_code(vendor)}, {route}"
     messages = {
         "provider": f"{key_name} ({key_var}) was refused by the provider ({detail})",
         "gateway": (
@@ -172,11 +232,11 @@ def _credential_error(status: int, vendor: VendorError, route: Route) -> Credent
     )
 
 
-def _quota_error(status: int, vendor: VendorError, route: Route) -> QuotaExhausted:
+def _quota_error(status: int, vendor: VendorError, route: Route, answer: str) -> QuotaExhausted:
     key_var = key_variable(route.provider)
     message = (
         f"the account behind {key_var} is out of quota or credit "
-        f"(HTTP {status}{_code(vendor)}, {route}): add credit or use another key"
+        f"({answer}{_code(vendor)}, {route}): add credit or use another key"
     )
     return QuotaExhausted(message, route=route, status_code=status)
 

@@ -39,6 +39,7 @@ from agent.models.providers.classify import (
     malformed,
     not_an_event_stream,
     past_deadline,
+    stream_failure,
 )
 from agent.models.providers.provider import Provider
 
@@ -131,8 +132,9 @@ async def read_stream(
     """The `StreamEvent`s of a 2xx streaming `response`, read by `reader`, until the reader
     is done (a server that keeps the connection open after its last event is not waited for).
 
-    A cut connection or a vendor error event is a `StreamInterrupted` keeping the partial
-    text; a response that is not an event stream, or an event the reader cannot read, is
+    A cut connection, or a vendor error event that is transient (overloaded, a server
+    error) or unrecognised, is a `StreamInterrupted` keeping the partial text; any other
+    error event is classified as its HTTP answer would be (`stream_failure`); a response that is not an event stream, or an event the reader cannot read, is
     a malformed answer.
     """
     # SSE is always UTF-8, whatever charset the header names (WHATWG; browsers ignore it
@@ -161,7 +163,7 @@ async def read_stream(
     except httpx.HTTPError as exc:
         raise cut_stream(route, reader.partial_text, type(exc).__name__) from exc
     except StreamFailed as exc:
-        raise cut_stream(route, reader.partial_text, f"error event: {exc.code}") from exc
+        raise stream_failure(route, reader.partial_text, exc) from exc
     except ValueError as exc:
         raise malformed(route, f"stream event: {type(exc).__name__}") from exc
     if not reader.finished:

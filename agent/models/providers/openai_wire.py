@@ -27,15 +27,13 @@ from agent.models.contract import (
     SystemMessage,
     TextDelta,
     ToolCall,
-    ToolCallDelta,
-    ToolCallEnd,
-    ToolCallStart,
     ToolChoice,
     ToolResultMessage,
     ToolSpec,
     Usage,
     UserMessage,
 )
+from agent.models.providers.call_events import CallEvents
 from agent.models.providers.classify import StreamFailed
 
 _FINISH_REASONS: dict[str, FinishReason] = {
@@ -229,14 +227,26 @@ class _Chunk(_Wire):
     model: str = ""
     choices: list[_ChunkChoice] = []
     usage: _Usage | None = None
-    error: _ErrorBody | None = None
+    # OpenAI-compatible servers put an error object in the stream (OpenRouter, LiteLLM,
+    # vLLM — whose `code` is the HTTP status); a bare string has been seen too.
+    error: _ErrorBody | str | None = None
+
+
+def _failure(error: _ErrorBody | str) -> StreamFailed:
+    """The `StreamFailed` for an error chunk: its code, then its type; an integer code is
+    the HTTP status the server would have answered with."""
+    if isinstance(error, str):
+        return StreamFailed()
+    names = [n for n in (error.code, error.type) if isinstance(n, str)]
+    return StreamFailed(*names, status=error.code if isinstance(error.code, int) else None)
 
 
 class ChunkReader:
     """Turns the `data:` payloads of a streamed completion into `StreamEvent`s.
 
     Tool-call fragments are keyed by their `index`, so calls whose fragments interleave are
-    assembled correctly; a start event is emitted the first time an index appears.
+    assembled correctly; `CallEvents` starts each call once its name is known and holds any
+    argument fragments that came before it.
     """
 
     def __init__(self, model: str) -> None:
@@ -246,7 +256,7 @@ class ChunkReader:
         self.usage = Usage()
         self.done = False
         self._started = False
-        self._calls: set[int] = set()
+        self._calls = CallEvents(lambda index: f"call_{index}")
 
     @property
     def finished(self) -> bool:
@@ -264,7 +274,7 @@ class ChunkReader:
             return
         chunk = _Chunk.model_validate_json(event.data)
         if chunk.error is not None:
-            raise StreamFailed(str(chunk.error.code or chunk.error.type or "error"))
+            raise _failure(chunk.error)
         if not self._started:
             self._started = True
             yield MessageStart(chunk.model or self.model)
@@ -284,14 +294,12 @@ class ChunkReader:
 
     def _call(self, position: int, call: _ToolCall) -> Iterator[StreamEvent]:
         index = call.index if call.index is not None else position
-        if index not in self._calls:
-            self._calls.add(index)
-            yield ToolCallStart(index, call.id or f"call_{index}", call.function.name or "")
-        if call.function.arguments:
-            yield ToolCallDelta(index, call.function.arguments)
+        function = call.function
+        yield from self._calls.fragment(
+            index, call_id=call.id, name=function.name, arguments=function.arguments or ""
+        )
 
     def end(self) -> Iterator[StreamEvent]:
         """The closing events, once the stream finished properly."""
-        for index in sorted(self._calls):
-            yield ToolCallEnd(index)
+        yield from self._calls.finish()
         yield Finish(self.finish or "stop", self.usage)
