@@ -201,9 +201,10 @@ async def test_a_reply_longer_than_one_message_continues_in_the_next(rig: Rig) -
     [first] = await rig.slack.wait_for_streams(1, stopped=True)
     [rest] = await rig.slack.wait_for_posts(1)
     assert len(first.text) <= 12_000 and len(rest.blocks[0]["text"]) <= 12_000  # type: ignore[index]
-    shown = rig.slack.visible_thread(event["channel"], first.thread_ts)
-    joined = "".join(m for m in shown if m != "long please")
-    assert joined.replace("\n", "").replace(" ", "") == text.replace("\n", "").replace(" ", "")
+    assert rest.metadata is not None and rest.thread_ts == first.thread_ts
+    parts = _markdown_of(rig, first.channel, first.thread_ts)
+    assert len(parts) == 2 and all(len(part) <= 12_000 for part in parts)
+    assert "\n\n".join(part.strip("\n") for part in parts) == text.strip("\n")
 
 
 async def test_a_stream_whose_start_went_unanswered_is_found_and_completed(rig: Rig) -> None:
@@ -221,6 +222,19 @@ async def test_a_stream_whose_start_went_unanswered_is_found_and_completed(rig: 
     assert shown == ["the whole answer"] and rig.slack.posts == []
     [message] = [m for m in rig.slack.messages[stream.channel] if m["ts"] == stream.ts]
     assert message["metadata"]["event_payload"]["outbox_id"] == f"task:{task_id}:reply"
+
+
+def _markdown_of(rig: Rig, channel: str, thread_ts: str) -> list[str]:
+    """The markdown each of the bot's messages in the thread shows now, oldest first."""
+    mine = [
+        m
+        for m in rig.slack.messages[channel]
+        if m.get("user") == rig.slack.bot_user_id and m.get("thread_ts") == thread_ts
+    ]
+    return [
+        str(m["blocks"][0]["text"]) if m.get("blocks") else str(m.get("text"))
+        for m in sorted(mine, key=lambda m: float(m["ts"]))
+    ]
 
 
 def _statuses(rig: Rig, channel: str, ts: str) -> Sequence[str]:
