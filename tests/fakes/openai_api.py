@@ -24,6 +24,8 @@ Replies (all usable for both servers; the Anthropic fake has its own `Message`)
     `StreamReply(chunks, cut=False)`     raw bytes, each chunk in its own TCP write; `cut=True`
                                          drops the connection after the last chunk
     `Hang()`                             never answers (for client timeouts); freed on exit
+    `Gated(completion, release, before)` streams `before` events, then the rest once
+                                         `release` is set (a model caught mid-answer)
     `error_reply(status, message, type, code)`  OpenAI's error object
     `sse(*events)`                       encode dicts as `data:` events ending in `[DONE]`
 
@@ -129,6 +131,31 @@ class Held:
     async def send(self, request: web.Request, seen: RecordedRequest) -> web.StreamResponse:
         await self.release.wait()
         return await self.then.send(request, seen)
+
+
+@dataclass(frozen=True)
+class Gated:
+    """A streamed `Completion` that sends its first `before` SSE events, waits for
+    `release`, then sends the rest: a model caught half way through its answer (a
+    non-streaming request waits for `release`, then gets the whole answer)."""
+
+    completion: Completion
+    release: asyncio.Event
+    before: int
+
+    async def send(self, request: web.Request, seen: RecordedRequest) -> web.StreamResponse:
+        if not seen.streaming:
+            await self.release.wait()
+            return await self.completion.send(request, seen)
+        response = web.StreamResponse(status=200)
+        response.content_type = "text/event-stream"
+        await response.prepare(request)
+        for n, chunk in enumerate(self.completion.chunks()):
+            if n == self.before:
+                await self.release.wait()
+            await response.write(chunk)
+        await response.write_eof()
+        return response
 
 
 def _drop_connection(request: web.Request) -> None:

@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from aiohttp import web
 
 from agent.rounds.subagent import SUBAGENT_PROMPT
 from tests.fakes.openai_api import (
     Completion,
     FakeToolCall,
+    Gated,
     RecordedRequest,
     Reply,
     reply_with_tool,
@@ -38,28 +37,6 @@ from tests.pg import wait_for_task
 ANSWER = (
     "Here is the answer, in **Markdown**.\n\nIt has two paragraphs & a <!here> that must not ping."
 )
-
-
-@dataclass(frozen=True)
-class Gated:
-    """A streamed completion that sends its first `before` SSE chunks, waits for `release`,
-    then sends the rest: a model caught half way through its answer."""
-
-    completion: Completion
-    release: asyncio.Event
-    before: int
-
-    async def send(self, request: web.Request, seen: RecordedRequest) -> web.StreamResponse:
-        chunks = self.completion.chunks()
-        response = web.StreamResponse(status=200)
-        response.content_type = "text/event-stream"
-        await response.prepare(request)
-        for n, chunk in enumerate(chunks):
-            if n == self.before:
-                await self.release.wait()
-            await response.write(chunk)
-        await response.write_eof()
-        return response
 
 
 @pytest.fixture(params=[False, True], ids=["http", "socket"])
