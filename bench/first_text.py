@@ -1,0 +1,177 @@
+"""Benchmark: how soon a streamed reply shows its first words, at 100 events/s.
+
+Target (issue: native streaming): the first visible text of a reply reaches Slack within
+the model's time to first token plus 300 ms. A real gateway process (streaming on) gets
+signed `app_mention` events on an open-loop schedule, each opening its own thread. The
+fake model streams every answer at a set pace: nothing for `TTFT` seconds, then one SSE
+event (four characters of the `final_reply` arguments) every 1/`TOKENS_PER_SECOND`. The
+fake Slack notes, per thread, when `chat.startStream` arrives carrying text. So
+
+    overhead = (event sent → first text at Slack) − TTFT
+
+is what threadgate adds: admission, the ack, the claim, the request to the model, reading
+the stream, decoding the reply's text, rendering, the call to Slack. Reported as p50/p95/p99
+over every event, with the time the whole reply took to stream as a check that the model
+pace held.
+
+    .venv/bin/python -m bench.first_text
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from bench import loadgen, profile
+from bench.loadgen import TimedSlack
+from bench.stack import gateway
+from tests.fakes.openai_api import Completion, OpenAIServer, RecordedRequest, reply_with_tool
+from tests.fakes.slack_api import Body, Params
+from tests.gateway.rig import BOT_TOKEN
+from tests.pg import server_dsn
+
+RATE = 100
+SECONDS = 10
+WARMUP = 20
+TTFT = 0.5
+TOKENS_PER_SECOND = 100.0
+ANSWER = "Streaming works: these words show while the model is still writing the rest. " * 4
+STREAMING = {
+    "THREADGATE_STREAMING": "true",
+    "THREADGATE_STREAM_INTERVAL_SECONDS": "0.25",
+    "THREADGATE_WORKERS": "32",
+}
+
+
+class Paced:
+    """A streamed completion: `ttft` seconds of silence, then one event per `1/rate` s."""
+
+    def __init__(self, completion: Completion, ttft: float, rate: float) -> None:
+        self._completion, self._ttft, self._pause = completion, ttft, 1 / rate
+
+    async def send(self, request: web.Request, seen: RecordedRequest) -> web.StreamResponse:
+        response = web.StreamResponse(status=200)
+        response.content_type = "text/event-stream"
+        await response.prepare(request)
+        await asyncio.sleep(self._ttft)  # the model "thinking": what is being simulated
+        # The gateway stops reading at the finish event and may close first.
+        with contextlib.suppress(ConnectionError):
+            for chunk in self._completion.chunks():
+                await response.write(chunk)
+                await asyncio.sleep(self._pause)
+            await response.write_eof()
+        return response
+
+
+def paced(seen: RecordedRequest) -> Paced:
+    return Paced(reply_with_tool("final_reply", {"text": ANSWER}), TTFT, TOKENS_PER_SECOND)
+
+
+class StreamTimedSlack(TimedSlack):
+    """Notes when each thread's stream starts with text, and when it is stopped."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.first_text: dict[str, float] = {}
+        self.stopped: dict[str, float] = {}
+        self._thread_of: dict[str, str] = {}
+
+    def _chat_start_stream(self, params: Params) -> Body:
+        arrived = time.perf_counter()
+        body = super()._chat_start_stream(params)
+        thread = str(params.get("thread_ts") or "")
+        if body.get("ok") and params.get("markdown_text"):
+            self.first_text.setdefault(thread, arrived)
+            self._thread_of[str(body["ts"])] = thread
+        return body
+
+    def _chat_stop_stream(self, params: Params) -> Body:
+        arrived = time.perf_counter()
+        body = super()._chat_stop_stream(params)
+        thread = self._thread_of.get(str(params.get("ts")))
+        if body.get("ok") and thread:
+            self.stopped.setdefault(thread, arrived)
+        return body
+
+
+async def measure(
+    dsn: str, data: Path, run: int, rate: int = RATE, profile_to: Path | None = None
+) -> dict[str, Any]:
+    async with StreamTimedSlack(bot_token=BOT_TOKEN) as slack, OpenAIServer() as model:
+        slack.add_user("U0A1B2C3D4E", name="ada", display_name="Ada")
+        model.default = paced
+        async with gateway(dsn, f"first{run}", slack, model, data, STREAMING) as gw:
+            await loadgen.open_loop(gw.events_url, WARMUP, WARMUP)
+            spy = None
+            if profile_to is not None and gw.proc is not None:
+                spy = await profile.start(gw.proc.pid, profile_to, SECONDS)
+            samples = await loadgen.open_loop(gw.events_url, rate, rate * SECONDS)
+            if spy is not None:
+                await spy.wait()
+            threads = {s.thread_ts for s in samples}
+            with contextlib.suppress(AssertionError):  # counted below, not required
+                await slack.wait_until(lambda: threads <= slack.stopped.keys(), 90)
+    first = [
+        (slack.first_text[s.thread_ts] - s.sent) * 1000
+        for s in samples
+        if s.thread_ts in slack.first_text
+    ]
+    whole = [
+        (slack.stopped[s.thread_ts] - s.sent) * 1000
+        for s in samples
+        if s.thread_ts in slack.stopped
+    ]
+    overhead = [ms - TTFT * 1000 for ms in first]
+    return {
+        "rate": rate,
+        "events": len(samples),
+        "shown": len(first),
+        "completed": len(whole),
+        "posts": len(slack.posts),
+        "first_p50": loadgen.percentile(first, 0.5),
+        "overhead_p50": loadgen.percentile(overhead, 0.5),
+        "overhead_p95": loadgen.percentile(overhead, 0.95),
+        "overhead_p99": loadgen.percentile(overhead, 0.99),
+        "whole_p50": loadgen.percentile(whole, 0.5) if whole else float("nan"),
+        "ack_p99": loadgen.percentile([s.ack_ms for s in samples], 0.99),
+        "sender_lag_ms": loadgen.sender_lag_ms(samples),
+    }
+
+
+async def run_all(dsn: str, data: Path, rates: tuple[int, ...] = (RATE,)) -> dict[str, Any]:
+    results = []
+    for run, rate in enumerate(rates):
+        figures = await measure(dsn, data, run, rate)
+        print(f"  first-text run {run}: {figures}", flush=True)
+        results.append(figures)
+    return {
+        "rate": RATE,
+        "seconds": SECONDS,
+        "ttft_ms": TTFT * 1000,
+        "tokens_per_second": TOKENS_PER_SECOND,
+        "runs": results,
+    }
+
+
+async def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        if sys.argv[1:2] == ["--profile"]:
+            out = Path(tmp) / "first_text.raw"
+            rate = int(sys.argv[2])
+            print(await measure(await server_dsn(Path(tmp)), Path(tmp), 0, rate, out))
+            print(json.dumps(profile.summarize(out), indent=1))
+            return
+        rates = tuple(int(r) for r in sys.argv[1:]) or (RATE,)
+        await run_all(await server_dsn(Path(tmp)), Path(tmp), rates)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
