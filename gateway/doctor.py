@@ -156,6 +156,9 @@ async def check_socket_mode(settings: Settings, limit: float) -> list[Finding]:
     token = settings.slack_app_token
     if token is None or not token.get_secret_value():
         return []  # HTTP mode: nothing to check
+    if any("SLACK_APP_TOKEN" in str(problem) for problem in config_problems(settings)):
+        detail = "not checked: SLACK_APP_TOKEN is not usable (see settings)"
+        return [Finding("socket mode", "skip", detail)]
     try:
         async with asyncio.timeout(limit):
             count = await probe_socket_mode(
