@@ -107,6 +107,8 @@ class Settings(BaseSettings):
     # after it started plus the settle margin (how long Slack may take to show it).
     threadgate_slack_timeout_seconds: Annotated[float, Field(gt=0, le=300)] = 15.0
     threadgate_slack_settle_seconds: Annotated[float, Field(ge=0, le=300)] = 5.0
+    # Seconds `serve` waits for the Socket Mode connection's hello before it gives up.
+    threadgate_socket_connect_timeout: Annotated[float, Field(gt=0, le=600)] = 30.0
 
     @field_validator("threadgate_metrics_address")
     @classmethod

@@ -9,6 +9,8 @@ the setting to fix:
 - Slack: `auth.test` with the bot token, then the granted scopes (Slack reports them in
   the `x-oauth-scopes` header) against those `gateway.scopes.bot_scopes` says the settings
   need;
+- Socket Mode (with `SLACK_APP_TOKEN`): a connection opened until Slack says hello, then
+  closed, so a refused or wrong-kind app token shows before `serve`;
 - the model: one tiny call per configured slot (`agent.probe_model`);
 - the database: reachable, and which migrations `serve` will apply at start (not a failure).
 
@@ -31,6 +33,7 @@ from gateway.config import Settings
 from gateway.scopes import SCOPE_REASONS, bot_scopes, missing_scopes, parse_granted
 from gateway.service import database_dsn, provider_settings
 from gateway.slack_client import slack_client
+from gateway.socket_mode import probe_socket_mode
 from storage import Database, StorageError, pending_migrations
 
 Status: TypeAlias = Literal["ok", "FAIL", "skip"]
@@ -69,12 +72,13 @@ class Limits:
 async def diagnose(settings: Settings, limits: Limits | None = None) -> list[Finding]:
     """Run every check (the slow ones concurrently) and return the findings in order."""
     limits = limits or Limits()
-    slack, models, database = await asyncio.gather(
+    slack, sockets, models, database = await asyncio.gather(
         _guarded("slack", check_slack(settings, limits.slack)),
+        _guarded("socket mode", check_socket_mode(settings, limits.slack)),
         _guarded("model", check_models(settings, limits.model)),
         _guarded("database", check_database(settings, limits)),
     )
-    return [*check_settings(settings), *slack, *models, *database]
+    return [*check_settings(settings), *slack, *sockets, *models, *database]
 
 
 async def _guarded(check: str, findings: Awaitable[list[Finding]]) -> list[Finding]:
@@ -144,6 +148,42 @@ async def check_slack(settings: Settings, limit: float) -> list[Finding]:
     continuing = settings.threadgate_continue_threads
     scopes = check_scopes(response.headers, continue_threads=continuing)
     return [Finding("slack", "ok", identity(response)), *scopes]
+
+
+async def check_socket_mode(settings: Settings, limit: float) -> list[Finding]:
+    """With SLACK_APP_TOKEN set, open a Socket Mode connection, wait for Slack's hello,
+    and close it again."""
+    token = settings.slack_app_token
+    if token is None or not token.get_secret_value():
+        return []  # HTTP mode: nothing to check
+    if any("SLACK_APP_TOKEN" in str(problem) for problem in config_problems(settings)):
+        detail = "not checked: SLACK_APP_TOKEN is not usable (see settings)"
+        return [Finding("socket mode", "skip", detail)]
+    try:
+        async with asyncio.timeout(limit):
+            count = await probe_socket_mode(
+                app_token=token.get_secret_value(), api_url=settings.slack_api_url
+            )
+    except ConfigError as exc:
+        return [Finding("socket mode", "FAIL", str(exc))]
+    except SlackApiError as exc:
+        detail = (
+            f"apps.connections.open failed ({exc.response.get('error')}); check SLACK_APP_TOKEN."
+        )
+        return [Finding("socket mode", "FAIL", detail)]
+    except (SlackClientError, aiohttp.ClientError, OSError) as exc:
+        return [Finding("socket mode", "FAIL", unreachable_socket(type(exc).__name__))]
+    except TimeoutError:
+        return [Finding("socket mode", "FAIL", unreachable_socket(f"no hello within {limit:g} s"))]
+    detail = f"SLACK_APP_TOKEN works: Slack said hello ({count} connection(s) open, this check's included)"
+    return [Finding("socket mode", "ok", detail)]
+
+
+def unreachable_socket(why: str) -> str:
+    return (
+        f"the Socket Mode connection did not open ({why}); check SLACK_APP_TOKEN and that "
+        "this host reaches Slack's WebSocket hosts."
+    )
 
 
 def slack_refusal(exc: SlackApiError) -> str:

@@ -22,7 +22,8 @@ Bolt then checks the signature again (cheap) and dispatches; what it answers is 
 Slack gets.
 
 In Socket Mode (`events=False`) events arrive over the WebSocket instead, there is no
-signing secret, and the server keeps only `/healthz` and `/readyz`.
+signing secret, and the server keeps only `/healthz` and `/readyz`; readiness then also
+means the WebSocket is up (the `ready` callable the composition root passes says so).
 """
 
 from __future__ import annotations
@@ -67,6 +68,14 @@ _TIMESTAMP = re.compile(r"[0-9]{1,12}")
 _SIGNATURE = re.compile(r"v0=[0-9a-f]{64}")
 # Slack's advice, and bolt's: a request signed more than five minutes ago may be a replay.
 MAX_AGE_SECONDS = 300
+
+
+_NOT_READY = "not ready: the database is unreachable or migrations are pending"
+# In Socket Mode, readiness includes the WebSocket to Slack (gateway/socket_mode.py).
+_NOT_READY_SOCKET = (
+    "not ready: the Socket Mode connection to Slack is down or reconnecting, "
+    "or the database is unreachable or migrations are pending"
+)
 
 
 class _QuietProtocolErrors(logging.Filter):
@@ -140,7 +149,7 @@ def build_http_app(
     async def readyz(request: web.Request) -> web.Response:
         if await ready():
             return web.Response(text="ready")
-        return web.Response(status=503, text="database unreachable or migrations pending")
+        return web.Response(status=503, text=_NOT_READY if events else _NOT_READY_SOCKET)
 
     # The events route reads its body itself (`read_body`); the limit here guards any
     # other route that ever reads one.

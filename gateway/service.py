@@ -43,13 +43,13 @@ from agent import (
 from gateway.alerts import OperatorAlerts, TokenAlarm
 from gateway.config import Settings
 from gateway.gatekeeper import LIMIT_NOTICES, Gatekeeper, Policy
-from gateway.http import SERVER_LOG, build_http_app, build_metrics_app
+from gateway.http import SERVER_LOG, Readiness, build_http_app, build_metrics_app
 from gateway.live import StreamSettings
 from gateway.metrics import MeteredModel, Metrics
 from gateway.publisher import SlackPublisher
 from gateway.slack_app import build_bolt_app
 from gateway.slack_client import slack_client
-from gateway.socket_mode import start_socket_mode
+from gateway.socket_mode import SocketModeConnection, start_socket_mode
 from gateway.threads import SlackThreads
 from gateway.users import UserDirectory
 from storage import (
@@ -172,6 +172,7 @@ class Gateway:
     port: int | None = None
     metrics_port: int | None = None
     _stack: AsyncExitStack = field(default_factory=AsyncExitStack)
+    _socket: SocketModeConnection | None = None
 
     async def start(self, host: str, port: int) -> None:
         s = self.settings
@@ -329,7 +330,7 @@ class Gateway:
         app = build_http_app(
             bolt=bolt,
             signing_secret=signing_secret,
-            ready=db.is_ready,
+            ready=self._readiness(db),
             metrics=self.metrics,
             events=not socket_mode,
         )
@@ -344,6 +345,19 @@ class Gateway:
         else:
             log.info("threadgate listening on http://%s:%d/slack/events", host, self.port)
 
+    def _readiness(self, db: Database) -> Readiness:
+        """Ready: the database answers with no migration pending and, in Socket Mode, the
+        connection to Slack is up (not before it first is, not while it reconnects)."""
+
+        async def ready() -> bool:
+            if self.settings.socket_mode and (
+                self._socket is None or not await self._socket.is_connected()
+            ):
+                return False
+            return await db.is_ready()
+
+        return ready
+
     async def _start_socket_mode(self, bolt: AsyncApp) -> None:
         s = self.settings
         connection = await start_socket_mode(
@@ -351,7 +365,9 @@ class Gateway:
             app_token=s.require("SLACK_APP_TOKEN"),
             api_url=s.slack_api_url,
             metrics=self.metrics,
+            connect_timeout=s.threadgate_socket_connect_timeout,
         )
+        self._socket = connection
         self._stack.push_async_callback(connection.close)
         log.info("threadgate connected in Socket Mode (health on port %d)", self.port)
 

@@ -39,6 +39,13 @@ that closes, or stops answering pings, is replaced by its monitor within `ping_i
 An ack whose socket has gone is lost; Slack redelivers and the dedupe answers it once.
 Several processes may each hold a connection; nothing here assumes it is the only one.
 
+**Health.** The connection is up when the WebSocket slack-sdk holds now is the one that
+said `hello` (Slack's greeting on a live link) and slack-sdk still counts it connected (not
+closed, answering pings). `/readyz` answers 503 while it is not: after a drop, during a
+reconnect, until the new link says hello. At start-up `start_socket_mode` waits for that
+hello within `connect_timeout`: slack-sdk would otherwise retry a WebSocket that never
+opens forever, and a gateway that cannot hear Slack must not look started.
+
 **Supervision.** slack-sdk handles each envelope in a task it does not keep (fire and
 forget). Our client keeps them, so `close` lets admissions in flight finish (their acks
 may be lost: redelivered, deduped) and cancels what is still running after a grace period.
@@ -85,6 +92,10 @@ class SocketModeConnection:
         self._client = client
         self._grace = grace_seconds
 
+    async def is_connected(self) -> bool:
+        """Whether Slack can deliver events to us now (see "Health" above)."""
+        return await self._client.is_greeted()
+
     async def close(self) -> None:
         """Stop reconnecting, close the socket, let envelopes in flight finish (bounded)."""
         client = self._client
@@ -102,9 +113,11 @@ async def start_socket_mode(
     metrics: Metrics | None = None,
     ping_interval: float = 10,
     grace_seconds: float = 5,
+    connect_timeout: float = 30,
 ) -> SocketModeConnection:
     """Connect to Slack with `app_token` (`apps.connections.open` goes to `api_url`) and feed
-    every envelope to `bolt`. A token Slack refuses is a ConfigError."""
+    every envelope to `bolt`. A token Slack refuses, or a connection that has not said
+    hello within `connect_timeout` seconds, is a ConfigError."""
     client = _SupervisedClient(
         app_token=app_token,
         logger=log,
@@ -115,12 +128,26 @@ async def start_socket_mode(
     client.socket_mode_request_listeners.append(_Responder(bolt, metrics).handle)
     connection = SocketModeConnection(client, grace_seconds=grace_seconds)
     try:
-        client.wss_uri = await _open_url(client)
-        await client.connect()  # type: ignore[no-untyped-call]  # slack-sdk leaves it unannotated
+        async with asyncio.timeout(connect_timeout):
+            client.wss_uri = await _open_url(client)
+            await client.connect()  # type: ignore[no-untyped-call]  # slack-sdk leaves it unannotated
+            await client.greeted.wait()
+    except TimeoutError:
+        await connection.close()
+        raise ConfigError(_never_connected(client, connect_timeout)) from None
     except BaseException:
         await connection.close()
         raise
     return connection
+
+
+def _never_connected(client: _SupervisedClient, timeout: float) -> str:
+    stage = "no hello came over the WebSocket" if client.wss_uri else "no URL came back"
+    return (
+        f"The Socket Mode connection did not open within {timeout:g} s ({stage}): check "
+        "SLACK_APP_TOKEN and that this host reaches Slack (wss-primary.slack.com), or raise "
+        "THREADGATE_SOCKET_CONNECT_TIMEOUT."
+    )
 
 
 class _SupervisedClient(SocketModeClient):
@@ -131,6 +158,22 @@ class _SupervisedClient(SocketModeClient):
         super().__init__(**kwargs)
         self.handling: set[asyncio.Future[None]] = set()
         self._metrics = metrics
+        self.greeted = asyncio.Event()  # set by the first hello
+        self._greeted_by: object = None  # the WebSocket that said hello last
+
+    async def is_greeted(self) -> bool:
+        """The current WebSocket said hello and slack-sdk counts it connected."""
+        current = self.current_session
+        return current is not None and current is self._greeted_by and await self.is_connected()
+
+    async def enqueue_message(self, message: str) -> None:
+        # Here, in the receiving loop of the socket the frame came on (process_message runs
+        # later, when a reconnect may have replaced the socket). A hello is a few hundred
+        # bytes, so only small frames are parsed twice; events are parsed once, later.
+        if len(message) <= _HELLO_BYTES and _is_hello(message):
+            self._greeted_by = self.current_session
+            self.greeted.set()
+        await super().enqueue_message(message)
 
     async def process_message(self) -> None:
         raw = await self.message_queue.get()
@@ -163,6 +206,19 @@ class _SupervisedClient(SocketModeClient):
             return
         log.warning("envelope %s refused and acked (%s)", envelope_id, problem)
         await _ack(self, envelope_id)
+
+
+# Larger than any hello Slack sends (about 300 bytes: type, num_connections, debug_info,
+# connection_info).
+_HELLO_BYTES = 4096
+
+
+def _is_hello(frame: str) -> bool:
+    try:
+        message = json.loads(frame)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(message, dict) and message.get("type") == "hello"
 
 
 def envelope_problem(message: Mapping[str, Any]) -> str | None:
@@ -239,13 +295,33 @@ async def _open_url(client: SocketModeClient) -> str:
     try:
         return await client.issue_new_wss_url()
     except SlackApiError as exc:
-        error = exc.response.get("error")
-        if error in _REFUSED_TOKEN:
-            raise ConfigError(
-                f"SLACK_APP_TOKEN was refused by Slack ({error}): put an app-level token "
-                "(xapp-…) with the connections:write scope there."
-            ) from exc
-        raise
+        raise _refusal(exc) from exc
+
+
+def _refusal(exc: SlackApiError) -> Exception:
+    """A ConfigError naming SLACK_APP_TOKEN when Slack refused the token itself, else `exc`."""
+    error = exc.response.get("error")
+    if error in _REFUSED_TOKEN:
+        return ConfigError(
+            f"SLACK_APP_TOKEN was refused by Slack ({error}): put an app-level token "
+            "(xapp-…) with the connections:write scope there."
+        )
+    return exc
+
+
+async def probe_socket_mode(*, app_token: str, api_url: str) -> int:
+    """Open a Socket Mode connection, wait for its hello, close it (for `threadgate doctor`);
+    return how many connections the app has open, this one included. The caller bounds the
+    time. Nothing is acked: an event Slack sends here meanwhile is delivered again."""
+    try:
+        response = await _connections_client(api_url).apps_connections_open(app_token=app_token)
+    except SlackApiError as exc:
+        raise _refusal(exc) from exc
+    async with aiohttp.ClientSession() as session, session.ws_connect(response["url"]) as ws:
+        async for frame in ws:
+            if frame.type == aiohttp.WSMsgType.TEXT and _is_hello(frame.data):
+                return int(json.loads(frame.data).get("num_connections") or 1)
+    raise ConnectionError("the WebSocket closed before Slack said hello")
 
 
 async def _settle(futures: set[asyncio.Future[None]], grace: float) -> None:

@@ -21,13 +21,34 @@ from storage.delegations import PostgresDelegations
 from storage.embedded import start_embedded_postgres
 from storage.errors import DatabaseUnavailable, MigrationError, StorageError
 from storage.history import PostgresHistory
+from storage.inspection import (
+    TASK_STATES,
+    InterventionRecord,
+    MessageRecord,
+    PostRecord,
+    RoundRecord,
+    SubtaskRecord,
+    TaskDetail,
+    TaskFilter,
+    TaskSummary,
+    inspect_task,
+    list_tasks,
+)
 from storage.migrations import pending_migrations
 from storage.outbox import Claim, Outbox, Superseded
-from storage.queue import PostgresTaskQueue
+from storage.queue import (
+    Intervention,
+    InterventionRefused,
+    PostgresTaskQueue,
+    UnknownTask,
+    cancel_task,
+    retry_task,
+)
 from storage.usage import PostgresUsageMeter, tokens_today
 
 __all__ = [
     "LIMIT_SCOPES",
+    "TASK_STATES",
     "UNLIMITED",
     "Admission",
     "Admitted",
@@ -35,18 +56,33 @@ __all__ = [
     "Database",
     "DatabaseUnavailable",
     "EarlierMessage",
+    "Intervention",
+    "InterventionRecord",
+    "InterventionRefused",
     "LimitScope",
     "Limits",
+    "MessageRecord",
     "MigrationError",
     "Outbox",
+    "PostRecord",
     "PostgresDelegations",
     "PostgresHistory",
     "PostgresTaskQueue",
     "PostgresUsageMeter",
+    "RoundRecord",
     "StorageError",
+    "SubtaskRecord",
     "Superseded",
+    "TaskDetail",
+    "TaskFilter",
+    "TaskSummary",
+    "UnknownTask",
     "admit",
+    "cancel_task",
+    "inspect_task",
+    "list_tasks",
     "pending_migrations",
+    "retry_task",
     "session_exists",
     "start_embedded_postgres",
     "tokens_today",

@@ -11,6 +11,14 @@ when its owner's advisory lock is gone (the process crashed, or its signal conne
 dropped): a restarted gateway resumes its tasks at once. Heartbeats and every write that
 ends a lease are fenced by both: a worker whose task was taken over, or whose process took
 a new owner since the claim, changes nothing and learns it on its next heartbeat.
+
+Operators steer tasks here too (`threadgate tasks cancel|retry`). A cancel ends the task's
+lease the way a take-over does: the row leaves 'running', so the worker's heartbeat, its
+posts (the outbox's fence) and its finish all find their lease gone, and it stops through
+the same path (agent/durable/runner.py). Each change is one transaction that locks the
+task row first, as every claim, fence and finish does, so a cancel racing a worker's
+finish has one winner. A retry queues a failed or cancelled task behind the unfinished
+tasks of its thread, so its thread is still answered one message at a time.
 """
 
 from __future__ import annotations
@@ -18,12 +26,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, TypeAlias
 
 import asyncpg
 
 from agent import Task
 from storage.database import TASKS_CHANNEL, Database
-from storage.errors import translate_errors
+from storage.errors import StorageError, translate_errors
+from storage.migrations import Connection
 
 _CLAIM = """
 WITH candidate AS (
@@ -49,7 +61,9 @@ WITH candidate AS (
 UPDATE tasks SET state = 'running', attempts = tasks.attempts + 1,
        lease_owner = $1, lease_expires = now() + make_interval(secs => $2)
 FROM candidate WHERE tasks.id = candidate.id
-RETURNING tasks.id, tasks.session_id, tasks.address, tasks.attempts, tasks.created_at
+-- A retried task's time limits count from its retry (storage/migrations/006_operators.sql).
+RETURNING tasks.id, tasks.session_id, tasks.address, tasks.attempts,
+          coalesce(tasks.restarted_at, tasks.created_at) AS created_at
 """
 
 # Only extends: a lease taken under an owner this process no longer holds stays lost.
@@ -73,12 +87,15 @@ WHERE id = $1 AND attempts = $2 AND state = 'running' AND lease_owner = $3
 
 
 def task_from_row(row: asyncpg.Record) -> Task:
-    address = row["address"]
-    if isinstance(address, str):
-        address = json.loads(address)
     # Subtask claims return the task without its creation time: nothing there needs it.
     created = row.get("created_at")
-    return Task(row["id"], row["session_id"], address, row["attempts"], created)
+    return Task(row["id"], row["session_id"], address_of(row), row["attempts"], created)
+
+
+def address_of(row: asyncpg.Record) -> dict[str, str]:
+    """The task's Slack address (team, channel, thread_ts) from its jsonb column."""
+    address = row["address"]
+    return dict(json.loads(address) if isinstance(address, str) else address)
 
 
 class PostgresTaskQueue:
@@ -105,6 +122,11 @@ class PostgresTaskQueue:
 
     async def leases_in_doubt(self) -> None:
         await self._db.leases_in_doubt()
+
+    @translate_errors("The task queue could not be reached")
+    async def cancelled(self, task: Task) -> bool:
+        state = await self._db.pool.fetchval("SELECT state FROM tasks WHERE id = $1", task.id)
+        return bool(state == "cancelled")
 
     @translate_errors("The task queue could not be reached")
     async def finish(self, task: Task) -> None:
@@ -134,3 +156,137 @@ class PostgresTaskQueue:
         async with self._db.pool.acquire() as conn, conn.transaction():
             await conn.execute(_FINISH, task.id, task.attempts, me, state, reason)
             await conn.execute("SELECT pg_notify($1, '')", TASKS_CHANNEL)
+
+
+# -- operators ------------------------------------------------------------------------------
+
+Action: TypeAlias = Literal["cancel", "retry"]
+
+# The states an operator may act on.
+_CANCELLABLE = ("queued", "running", "waiting")
+_RETRYABLE = ("failed", "cancelled")
+
+# At most this many parts of one message (a long reply is split into `{id}#1`, `#2`, …;
+# the output token limit keeps replies to two or three parts).
+MAX_PARTS = 16
+
+
+class UnknownTask(StorageError):
+    """No task has this id."""
+
+
+class InterventionRefused(StorageError):
+    """The task's state does not allow what the operator asked; the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class Intervention:
+    """What an operator did to a task, as recorded."""
+
+    task_id: str
+    action: Action
+    from_state: str
+    actor: str
+    reason: str | None
+
+
+_LOCK = "SELECT state, session_id, address, attempts FROM tasks WHERE id = $1 FOR UPDATE"
+
+_CANCEL = """
+UPDATE tasks SET state = 'cancelled', finished_at = now(), lease_owner = NULL, lease_expires = NULL
+WHERE id = $1
+"""
+
+# Subtasks end too: their workers' heartbeats and settles are fenced by 'running'.
+_CANCEL_SUBTASKS = """
+UPDATE subtasks SET state = 'failed', result = 'The subtask was cancelled by an operator.',
+       finished_at = now(), lease_owner = NULL, lease_expires = NULL
+WHERE task_id = $1 AND state IN ('queued', 'running')
+"""
+
+# A fresh attempt: runnable now, its time limits and model-request allowance start again,
+# and a new seq puts it behind every unfinished task of its thread (one at a time, in
+# the order they are given).
+_RETRY_TASK = """
+UPDATE tasks SET state = 'queued', run_after = now(), restarted_at = now(), finished_at = NULL,
+       model_requests = 0, lease_owner = NULL, lease_expires = NULL,
+       seq = nextval(pg_get_serial_sequence('tasks', 'seq'))
+WHERE id = $1
+"""
+
+_RECORD = """
+INSERT INTO task_interventions (task_id, action, actor, reason, from_state)
+VALUES ($1, $2, $3, $4, $5)
+"""
+
+# The posts that end a task: once one of them is claimed, the task is ending on its own.
+_ENDING_POSTS = "SELECT id FROM outbox WHERE id = ANY($1::text[]) AND state <> 'unsent' LIMIT 1"
+
+
+def with_parts(post_ids: Sequence[str]) -> list[str]:
+    """The outbox ids of these posts and of every part of them (a long message is posted
+    as `{id}`, `{id}#1`, `{id}#2`, …: gateway/publisher.py)."""
+    return [*post_ids, *(f"{base}#{n}" for base in post_ids for n in range(1, MAX_PARTS))]
+
+
+@translate_errors("The task could not be cancelled")
+async def cancel_task(
+    db: Database, task_id: str, *, actor: str, reason: str | None = None
+) -> Intervention:
+    """Stop a queued, waiting or running task and its subtasks: nothing more is posted for
+    it, and its thread's next message runs. `UnknownTask` or `InterventionRefused` else."""
+    async with db.pool.acquire() as conn, conn.transaction():
+        task, state = await _locked(conn, task_id)
+        if state not in _CANCELLABLE:
+            raise InterventionRefused(_cannot_cancel(task_id, state))
+        if await conn.fetchval(_ENDING_POSTS, with_parts([task.reply_id, task.failure_id])):
+            raise InterventionRefused(
+                f"Task {task_id} is already posting its reply or failure notice; "
+                "it can no longer be cancelled."
+            )
+        await conn.execute(_CANCEL, task_id)
+        await conn.execute(_CANCEL_SUBTASKS, task_id)
+        return await _record(conn, Intervention(task_id, "cancel", state, actor, reason))
+
+
+@translate_errors("The task could not be retried")
+async def retry_task(
+    db: Database, task_id: str, *, actor: str, reason: str | None = None
+) -> Intervention:
+    """Queue a failed or cancelled task again, as a fresh attempt behind its thread's
+    unfinished tasks. `UnknownTask` or `InterventionRefused` otherwise."""
+    async with db.pool.acquire() as conn, conn.transaction():
+        _, state = await _locked(conn, task_id)
+        if state not in _RETRYABLE:
+            raise InterventionRefused(_cannot_retry(task_id, state))
+        await conn.execute(_RETRY_TASK, task_id)
+        return await _record(conn, Intervention(task_id, "retry", state, actor, reason))
+
+
+async def _locked(conn: Connection, task_id: str) -> tuple[Task, str]:
+    row = await conn.fetchrow(_LOCK, task_id)
+    if row is None:
+        raise UnknownTask(f"No task has the id {task_id!r}; `threadgate tasks list` shows them.")
+    return Task(task_id, row["session_id"], address_of(row), row["attempts"]), str(row["state"])
+
+
+async def _record(conn: Connection, done: Intervention) -> Intervention:
+    await conn.execute(_RECORD, done.task_id, done.action, done.actor, done.reason, done.from_state)
+    # The thread's next task (cancel) or this one (retry) is runnable now: wake a worker.
+    await conn.execute("SELECT pg_notify($1, '')", TASKS_CHANNEL)
+    return done
+
+
+def _cannot_cancel(task_id: str, state: str) -> str:
+    if state == "done":
+        return f"Task {task_id} is already done (answered); there is nothing to cancel."
+    return f"Task {task_id} has already ended ({state}); there is nothing to cancel."
+
+
+def _cannot_retry(task_id: str, state: str) -> str:
+    if state == "done":
+        return f"Task {task_id} is done (answered); only a failed or cancelled task can be retried."
+    return (
+        f"Task {task_id} is {state} and will run without a retry; "
+        "only a failed or cancelled task can be retried."
+    )

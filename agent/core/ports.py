@@ -84,6 +84,9 @@ class TaskQueue(Protocol):
         (its liveness signal dropped): its workers heartbeat then instead of at their next
         beat. Implementations that cannot lose leases that way never return."""
 
+    async def cancelled(self, task: Task) -> bool:
+        """Whether an operator cancelled the task (asked once its lease is found lost)."""
+
     async def finish(self, task: Task) -> None: ...
 
     async def fail(self, task: Task, reason: str) -> None: ...

@@ -30,7 +30,8 @@ the task over. Two workers must never both carry a round to Slack. So the heartb
 finds its lease lost cancels its worker's run wherever it is, and a beat comes at once
 when the queue says leases are in doubt; what slips through is fenced in storage (the
 publish, finish, fail and retry of a lost lease change nothing), and a run that fails
-without its lease stops quietly instead of retrying or telling the user.
+without its lease stops quietly instead of retrying or telling the user. An operator's
+cancel (storage/queue.py) ends the lease the same way; it is counted as `cancelled`.
 """
 
 from __future__ import annotations
@@ -209,13 +210,17 @@ class TaskRunner:
             await self._run_task(task)
 
     async def _run_task(self, task: Task) -> None:
+        settled = False
         async with self._leased(lambda: self._queue.heartbeat(task), task.id):
             try:
                 await self._run_round(task)
             except Exception:
                 if await self._holds_lease(task):
                     raise
-                self._lost_lease(task)
+                await self._lost_lease(task)
+            settled = True
+        if not settled:  # a heartbeat found the lease lost and cut the round short
+            await self._lost_lease(task)
 
     async def _run_round(self, task: Task) -> None:
         try:
@@ -240,7 +245,7 @@ class TaskRunner:
             # A publish refused to a superseded attempt lands here too: not a failure of
             # the task, which goes on under its current lease.
             if not await self._holds_lease(task):
-                return self._lost_lease(task)
+                return await self._lost_lease(task)
             self._observer.task_settled("error")
             log.exception("task %s failed unexpectedly (attempt %d)", task.id, task.attempts)
             await self._retry_or_give_up(task, exc)
@@ -251,7 +256,17 @@ class TaskRunner:
         except Exception:  # cannot tell (the database is away): every write is fenced anyway
             return True
 
-    def _lost_lease(self, task: Task) -> None:
+    async def _lost_lease(self, task: Task) -> None:
+        """Count how the lease ended: an operator's cancel (`threadgate tasks cancel`) ends
+        it like a take-over does, and is told apart only here."""
+        try:
+            cancelled = await self._queue.cancelled(task)
+        except Exception:  # the database is away: it was lost, whatever the reason
+            cancelled = False
+        if cancelled:
+            self._observer.task_settled("cancelled")
+            log.warning("task %s: cancelled by an operator; stopped", task.id)
+            return
         self._observer.task_settled("lease_lost")
         log.warning("task %s: attempt %d lost its lease; stopped", task.id, task.attempts)
 

@@ -37,6 +37,9 @@ class MemoryQueue:
     async def heartbeat(self, task: Task) -> bool:
         return True
 
+    async def cancelled(self, task: Task) -> bool:
+        return False
+
     async def finish(self, task: Task) -> None:
         self.finished.append(task.id)
         self.changed.set()

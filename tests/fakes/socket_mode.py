@@ -18,8 +18,9 @@ What it does, as Slack does: a `hello` on connect; `events_api` envelopes with
 `retry_attempt`/`retry_reason`; `disconnect` messages (`refresh_requested`, `warning`);
 several simultaneous connections; single-use tickets. What a test can add: `drop(link)`
 cuts a connection without a close frame (a network failure), `close_link(link)` closes it
-cleanly, `send_text` pushes any frame (malformed ones included), and `on_ack` runs at the
-moment an ack arrives, before it is recorded.
+cleanly, `send_text` pushes any frame (malformed ones included), `on_ack` runs at the
+moment an ack arrives, before it is recorded, and `greet = False` makes new connections
+wait for `hello(link)` (a Slack that accepts the WebSocket but never greets).
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ class FakeSocketMode:
         self.links: list[Link] = []
         self.acks: list[Ack] = []
         self.on_ack: Callable[[Ack], Awaitable[None]] | None = None
+        self.greet = True  # False: new connections get no hello until `hello(link)`
         self._tickets: set[str] = set()
         self._numbers = itertools.count(1)
         self._changed = asyncio.Condition()
@@ -153,6 +155,10 @@ class FakeSocketMode:
         debug = {"host": f"applink-fake-{link.number}"}
         await link.ws.send_json({"type": "disconnect", "reason": reason, "debug_info": debug})
 
+    async def hello(self, link: Link) -> None:
+        """Greet a connection that was opened while `greet` was False."""
+        await link.ws.send_json(self._hello())
+
     async def close_link(self, link: Link) -> None:
         """Close a connection cleanly (a close frame), as Slack does after `disconnect`."""
         await link.ws.close(code=1001, message=b"link closed by server")
@@ -210,7 +216,8 @@ class FakeSocketMode:
         await ws.prepare(request)
         link = Link(next(self._numbers), ws, request.transport)
         self.links.append(link)
-        await ws.send_json(self._hello())
+        if self.greet:
+            await ws.send_json(self._hello())
         await self._notify()
         try:
             await self._read(link)

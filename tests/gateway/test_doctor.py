@@ -19,8 +19,9 @@ from tests.fakes.openai_api import (
     error_reply,
 )
 from tests.fakes.slack_api import FakeSlack
+from tests.fakes.socket_mode import FakeSocketMode
 from tests.gateway.process import run_cli_output
-from tests.gateway.rig import BOT_TOKEN, gateway_env
+from tests.gateway.rig import APP_TOKEN, BOT_TOKEN, gateway_env, socket_mode_env
 from tests.pg import create_database
 
 
@@ -120,6 +121,31 @@ async def test_socket_mode_requires_the_app_token_instead_of_the_signing_secret(
     assert status == 1
     [failure] = lines(out, "FAIL")
     assert failure.startswith("FAIL settings: SLACK_APP_TOKEN does not look like an app token")
+
+
+async def test_socket_mode_is_checked_by_opening_a_connection(
+    slack: FakeSlack, model: OpenAIServer, postgres_dsn: str, tmp_path: Path
+) -> None:
+    """With SLACK_APP_TOKEN set, doctor opens a Socket Mode connection until Slack says
+    hello and closes it; a token Slack refuses is one FAIL line naming SLACK_APP_TOKEN."""
+    env = gateway_env(slack, model, await migrated_database(postgres_dsn, "doctor_sockets"))
+    env = socket_mode_env(env)
+    async with FakeSocketMode() as sockets:
+        slack.socket_mode, slack.app_token = sockets, APP_TOKEN
+        status, out, err = await run_cli_output(["doctor"], env, tmp_path)
+        assert status == 0, out + err
+        [socket] = [line for line in lines(out, "ok") if "socket mode:" in line]
+        assert "SLACK_APP_TOKEN works: Slack said hello" in socket
+        await sockets.wait_until(lambda: len(sockets.links) == 1 and not sockets.open_links)
+        status, out, _ = await run_cli_output(
+            ["doctor"], {**env, "SLACK_APP_TOKEN": "xapp-1-A0APP00001-wrong"}, tmp_path
+        )
+    assert status == 1
+    [failure] = lines(out, "FAIL")
+    assert failure.startswith(
+        "FAIL socket mode: SLACK_APP_TOKEN was refused by Slack (invalid_auth)"
+    )
+    assert "xapp-1-A0APP00001-wrong" not in out
 
 
 async def test_each_missing_scope_is_named_with_its_reason(

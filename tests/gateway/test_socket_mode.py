@@ -12,6 +12,7 @@ import logging
 import urllib.parse
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -21,10 +22,12 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from agent.core.errors import ConfigError
 from gateway.socket_mode import start_socket_mode
+from tests.fakes.openai_api import OpenAIServer
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.slack_events import DEFAULT_CHANNEL, app_mention_event, deliver, event_callback
 from tests.fakes.socket_mode import Ack, FakeSocketMode
-from tests.gateway.rig import APP_TOKEN, BOT_TOKEN, SECRET, Rig
+from tests.gateway.process import run_cli
+from tests.gateway.rig import APP_TOKEN, BOT_TOKEN, SECRET, Rig, gateway_env, socket_mode_env
 from tests.logged import errors_logged
 from tests.pg import create_database
 
@@ -209,6 +212,74 @@ async def test_refused_app_token_is_a_config_error() -> None:
             await start_socket_mode(bolt, app_token="xapp-wrong", api_url=slack.url)
         with pytest.raises(ConfigError, match="not_allowed_token_type"):
             await start_socket_mode(bolt, app_token=BOT_TOKEN, api_url=slack.url)
+
+
+async def test_readyz_follows_the_connection_down_and_back_up(rig: Rig) -> None:
+    """Ready while connected; 503 once the link dropped and while the new one has not said
+    hello; ready again after the hello."""
+    ready_url = f"http://127.0.0.1:{rig.gateway.port}/readyz"
+    assert await readyz(rig, ready_url) == 200
+    rig.sockets.greet = False
+    [old] = rig.sockets.open_links
+    rig.sockets.drop(old)
+    await rig.sockets.wait_until(
+        lambda: any(k.number > old.number for k in rig.sockets.open_links), what="a reconnect"
+    )
+    async with rig.http.get(ready_url) as response:
+        assert response.status == 503
+        assert "Socket Mode connection to Slack is down" in await response.text()
+    await rig.sockets.hello(rig.sockets.open_links[-1])
+    # Frames of one socket are read in order: once an envelope sent after the hello is
+    # acked, the hello has been seen.
+    envelope = event_callback(app_mention_event(text="<@UBOT> back"))
+    await rig.sockets.wait_for_ack(await rig.sockets.deliver(envelope))
+    assert await readyz(rig, ready_url) == 200
+
+
+async def readyz(rig: Rig, url: str) -> int:
+    async with rig.http.get(url) as response:
+        return response.status
+
+
+async def test_a_connection_that_never_says_hello_ends_start_up_in_one_sentence() -> None:
+    """A WebSocket that opens but never greets is given up after the connect timeout."""
+    async with (
+        FakeSlack(bot_token=BOT_TOKEN, app_token=APP_TOKEN) as slack,
+        FakeSocketMode() as sockets,
+    ):
+        slack.socket_mode, sockets.greet = sockets, False
+        bolt = AsyncApp(
+            client=AsyncWebClient(token=BOT_TOKEN, base_url=slack.url),
+            request_verification_enabled=False,
+        )
+        with pytest.raises(ConfigError, match="no hello came over the WebSocket") as refused:
+            await start_socket_mode(
+                bolt, app_token=APP_TOKEN, api_url=slack.url, connect_timeout=0.5
+            )
+        assert "SLACK_APP_TOKEN" in str(refused.value)
+        assert "THREADGATE_SOCKET_CONNECT_TIMEOUT" in str(refused.value)
+        await sockets.wait_until(lambda: not sockets.open_links, what="the socket closed")
+
+
+async def test_serve_with_a_refused_app_token_exits_naming_it(
+    postgres_dsn: str, tmp_path: Path
+) -> None:
+    """`threadgate serve` with an app token Slack refuses ends with one sentence, non-zero."""
+    dsn = await create_database(postgres_dsn, "socket_refused")
+    async with (
+        FakeSlack(bot_token=BOT_TOKEN, app_token=APP_TOKEN) as slack,
+        OpenAIServer() as model,
+        FakeSocketMode() as sockets,
+    ):
+        slack.socket_mode = sockets
+        env = socket_mode_env(gateway_env(slack, model, dsn)) | {"SLACK_APP_TOKEN": "xapp-wrong"}
+        status, err = await run_cli(["serve", "--port", "0"], env, tmp_path)
+    assert status != 0
+    assert (
+        err.strip()
+        .splitlines()[-1]
+        .startswith("threadgate: SLACK_APP_TOKEN was refused by Slack (invalid_auth)")
+    ), err
 
 
 # -- helpers ---------------------------------------------------------------------------------
