@@ -49,7 +49,7 @@ import aiohttp
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agent import Step, Task, stop_task
+from agent import Step, StepState, Task, stop_task
 from gateway.live_render import LiveRenderer
 from gateway.rendering import BLOCK_LIMIT
 from storage import Outbox, StorageError
@@ -107,23 +107,19 @@ class Where:
     recipient_team_id: str | None = None
 
     async def start(
-        self,
-        client: AsyncWebClient,
-        *,
-        text: str | None = None,
-        chunks: list[dict[str, Any]] | None = None,
+        self, client: AsyncWebClient, chunks: list[dict[str, Any]], *, plan: bool = False
     ) -> str:
-        """`chat.startStream` here, in one of Slack's two modes for good: plain markdown
-        `text` (a reply), or `chunks` (an acknowledgment with its plan of task cards);
-        the new message's ts."""
+        """`chat.startStream` here; the new message's ts. Every stream of ours is in
+        Slack's chunks mode (a stream's mode is fixed by its first content): text goes as
+        `markdown_text` chunks beside `task_update` cards — a reply's tool calls on a
+        timeline, an acknowledgment's subtasks as a plan."""
         response = await client.chat_startStream(
             channel=self.channel,
             thread_ts=self.thread_ts,
             recipient_user_id=self.recipient_user_id,
             recipient_team_id=self.recipient_team_id,
-            markdown_text=text,
             chunks=chunks,
-            task_display_mode="plan" if chunks is not None else None,
+            task_display_mode="plan" if plan else "timeline",
         )
         return str(response["ts"])
 
@@ -252,6 +248,7 @@ class SlackDraft:
     def _reset(self) -> None:
         self._renderer = LiveRenderer()
         self._unsent = ""
+        self._cards: dict[str, dict[str, Any]] = {}  # task cards not sent yet, by id
         self._streamed = ""
         self.ts: str | None = None
         self._wake = asyncio.Event()
@@ -271,6 +268,15 @@ class SlackDraft:
         if not rendered:
             return
         self._unsent += rendered
+        self._wake.set()
+        if self._flusher is None:
+            self._flusher = asyncio.create_task(self._flush(), name=f"draft-{self._post_id}")
+
+    def tool(self, call_id: str, name: str, state: StepState) -> None:
+        """Show a work tool's call as a card on the reply's timeline (display only)."""
+        if self._silent:
+            return
+        self._cards[call_id] = task_update(Step(call_id, name, state))
         self._wake.set()
         if self._flusher is None:
             self._flusher = asyncio.create_task(self._flush(), name=f"draft-{self._post_id}")
@@ -327,11 +333,13 @@ class SlackDraft:
             self._wake.clear()
             room = BLOCK_LIMIT - len(self._streamed)
             chunk, self._unsent = self._unsent[:room], self._unsent[room:]
-            if not chunk:
+            chunks = list(self._cards.values()) + ([markdown_chunk(chunk)] if chunk else [])
+            self._cards.clear()
+            if not chunks:
                 continue  # this message is full: the publish posts the rest
             self._calling = True
             try:
-                sent = await (self._append(chunk) if self.ts else self._start(chunk))
+                sent = await (self._append(chunks) if self.ts else self._start(chunks))
             finally:
                 self._calling = False
             if self._closing:
@@ -343,10 +351,10 @@ class SlackDraft:
                 return
             self._streamed += chunk
             await asyncio.sleep(self._live.settings.interval_seconds)
-            if self._unsent:
+            if self._unsent or self._cards:
                 self._wake.set()
 
-    async def _start(self, chunk: str) -> bool:
+    async def _start(self, chunks: list[dict[str, Any]]) -> bool:
         task, live = self._task, self._live
         where = live.allowed(task.address)
         if where is None:
@@ -360,7 +368,7 @@ class SlackDraft:
             return False  # shown already, or being settled: the publish completes it
         try:
             async with asyncio.timeout(live.outbox.call_seconds):
-                ts = await where.start(live.client, text=chunk)
+                ts = await where.start(live.client, chunks)
         except SlackApiError as exc:
             error = str(exc.response.get("error") or exc.response.status_code)
             ambiguous = exc.response.status_code >= 500
@@ -383,12 +391,12 @@ class SlackDraft:
         live.on_visible(task)
         return True
 
-    async def _append(self, chunk: str) -> bool:
+    async def _append(self, chunks: list[dict[str, Any]]) -> bool:
         assert self.ts is not None
         try:
             async with asyncio.timeout(self._live.outbox.call_seconds):
                 await self._live.client.chat_appendStream(
-                    channel=self._task.address["channel"], ts=self.ts, markdown_text=chunk
+                    channel=self._task.address["channel"], ts=self.ts, chunks=chunks
                 )
         except _SLACK_ERRORS as exc:
             log.info("appending to %s failed (%s); the publish completes it", self.ts, exc)

@@ -217,7 +217,7 @@ class SlackPublisher:
         chunks = [markdown_chunk(_markdown(message)), *(task_update(step) for step in steps)]
         try:
             async with asyncio.timeout(self._outbox.call_seconds):
-                ts = await where.start(self._client, chunks=chunks)
+                ts = await where.start(self._client, chunks, plan=True)
         except SlackApiError as exc:
             if _may_have_happened(exc):
                 log.warning("plan %s: Slack answered %s; looking in the thread", post_id, _why(exc))
@@ -263,7 +263,11 @@ class SlackPublisher:
             and len(streamed.unsent) <= BLOCK_LIMIT
             # A reply streamed as written: the rest goes with the stop.
             and await self._stop(
-                post_id, channel, ts, text=streamed.unsent or None, metadata=metadata
+                post_id,
+                channel,
+                ts,
+                chunks=[markdown_chunk(streamed.unsent)] if streamed.unsent else None,
+                metadata=metadata,
             )
         ):
             return True
@@ -302,7 +306,6 @@ class SlackPublisher:
         ts: str,
         *,
         metadata: dict[str, Any],
-        text: str | None = None,
         chunks: list[dict[str, Any]] | None = None,
     ) -> bool:
         """`chat.stopStream` with our metadata: the message is complete as it stands.
@@ -310,11 +313,7 @@ class SlackPublisher:
         try:
             async with asyncio.timeout(self._outbox.call_seconds):
                 await self._client.chat_stopStream(
-                    channel=channel,
-                    ts=ts,
-                    markdown_text=text,
-                    chunks=chunks or None,
-                    metadata=metadata,
+                    channel=channel, ts=ts, chunks=chunks or None, metadata=metadata
                 )
         except (SlackApiError, SlackClientError, aiohttp.ClientError, OSError) as exc:
             log.info("stopping stream %s failed (%s); replacing its text", ts, exc)

@@ -222,8 +222,12 @@ async def test_readyz_follows_the_connection_down_and_back_up(rig: Rig) -> None:
     rig.sockets.greet = False
     [old] = rig.sockets.open_links
     rig.sockets.drop(old)
+    # slack_sdk's reconnect waits out its own ping interval and backoff first: a loaded
+    # machine can take well past the default 10 s.
     await rig.sockets.wait_until(
-        lambda: any(k.number > old.number for k in rig.sockets.open_links), what="a reconnect"
+        lambda: any(k.number > old.number for k in rig.sockets.open_links),
+        60,
+        what="a reconnect",
     )
     async with rig.http.get(ready_url) as response:
         assert response.status == 503
