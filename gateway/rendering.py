@@ -105,14 +105,14 @@ def neutralize_mentions(text: str) -> str:
     pieces = []
     for start, end, fenced in fenced_blocks(text):
         if fenced:
-            pieces.append(_neutralize_code(text[start:end]))
+            pieces.append(_neutralize_code(text, start, end))
             continue
-        prose, position = text[start:end], 0
-        for span_start, span_end in code_spans(prose):
-            pieces.append(_neutralize_prose(prose[position:span_start]))
-            pieces.append(_neutralize_code(prose[span_start:span_end]))
-            position = span_end
-        pieces.append(_neutralize_prose(prose[position:]))
+        position = start
+        for span_start, span_end in code_spans(text[start:end]):
+            pieces.append(_neutralize_prose(text[position : start + span_start]))
+            pieces.append(_neutralize_code(text, start + span_start, start + span_end))
+            position = start + span_end
+        pieces.append(_neutralize_prose(text[position:end]))
     return "".join(pieces)
 
 
@@ -120,8 +120,17 @@ def _neutralize_prose(text: str) -> str:
     return _broadcasts(_PROSE_MENTION.sub(_join, text))
 
 
-def _neutralize_code(text: str) -> str:
-    return _broadcasts(_CODE_MENTION.sub(_join, text))
+def _neutralize_code(text: str, start: int, end: int) -> str:
+    """`text[start:end]`, code, with a joiner after each `<` there that starts a sequence
+    Slack resolves. The sequence is judged on the whole text: it can run past the code's
+    end (`` `<#` `` then `&gt;`), and the part after the code is not the code's to fix."""
+    pieces, position = [], start
+    for match in _CODE_MENTION.finditer(text, start):
+        if match.start() >= end:
+            break
+        pieces += [text[position : match.end()], _JOINER]
+        position = match.end()
+    return _broadcasts("".join([*pieces, text[position:end]]))
 
 
 def _broadcasts(text: str) -> str:
