@@ -32,7 +32,9 @@ Where the joiner goes is decided by "no pings, and no corruption of code" (what 
 Links are checked before that (`gateway.links`): a link's visible text never hides the host
 it opens.
 The fallback `text` is mrkdwn, so there the documented escaping (`&amp;`, `&lt;`, `&gt;`)
-applies.
+applies, after the prose rule's joiners everywhere, code included: escaping turns code's
+harmless `<@0<` into `&lt;@0&lt;`, whose `&` could be read as the start of an escaped `>`,
+and a notification is read, not copied, so the joiners cost nothing there.
 
 Long replies are split into several messages on paragraph boundaries, never inside a fenced
 code block when a boundary between blocks will do; a code block too long for one message is
@@ -171,7 +173,10 @@ def split_markdown(
 
 def _fallback(part: str, allow_mentions: bool) -> str:
     """The notification text for one part: escaped mrkdwn, cut to FALLBACK_LIMIT."""
-    text = _escape_keeping_sequences(part) if allow_mentions else escape_entities(part)
+    if allow_mentions:
+        text = _escape_keeping_sequences(part)
+    else:
+        text = escape_entities(_PROSE_MENTION.sub(_join, part))
     if len(text) <= FALLBACK_LIMIT:
         return text
     cut = _PARTIAL_ENTITY.sub("", text[: FALLBACK_LIMIT - 1])
