@@ -11,7 +11,10 @@ message with files; a DM with only a file is one) and `thread_broadcast` (a thre
 also sent to the channel). Files do not reach the model yet; what Slack says about them
 (name, type, size) rides along as `SharedFile`s, so the turn can say they were not read.
 That description is user input like the text and is read leniently: an entry that is not
-an object, or a field of the wrong type, is described as unknown rather than refused.
+an object, or a field of the wrong type, is described as unknown rather than refused. Its
+texts are sanitized here (`agent.sanitize_text`), before anyone quotes them: the gatekeeper
+shows a name as a JSON string, and a fullwidth `＂` folded only later, by the provenance
+tag, would end that string early and let one name pass for several files.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 from pydantic import BaseModel, StringConstraints, ValidationError
+
+from agent import sanitize_text
 
 # Slack ids and timestamps have fixed shapes; anything else is refused before it can reach
 # the database or a provenance tag.
@@ -191,10 +196,11 @@ def _shared_file(entry: Any) -> SharedFile:
 
 
 def _first_text(entry: Mapping[str, Any], *keys: str) -> str | None:
+    """The first of these fields that holds visible text, sanitized."""
     for key in keys:
         value = entry.get(key)
-        if isinstance(value, str) and value.strip():
-            return value
+        if isinstance(value, str) and (text := sanitize_text(value)).strip():
+            return text
     return None
 
 

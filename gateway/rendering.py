@@ -32,7 +32,9 @@ Where the joiner goes is decided by "no pings, and no corruption of code" (what 
 Links are checked before that (`gateway.links`): a link's visible text never hides the host
 it opens.
 The fallback `text` is mrkdwn, so there the documented escaping (`&amp;`, `&lt;`, `&gt;`)
-applies.
+applies, after the prose rule's joiners everywhere, code included: escaping turns code's
+harmless `<@0<` into `&lt;@0&lt;`, whose `&` could be read as the start of an escaped `>`,
+and a notification is read, not copied, so the joiners cost nothing there.
 
 Long replies are split into several messages on paragraph boundaries, never inside a fenced
 code block when a boundary between blocks will do; a code block too long for one message is
@@ -106,14 +108,14 @@ def neutralize_mentions(text: str) -> str:
     pieces = []
     for start, end, fenced in fenced_blocks(text):
         if fenced:
-            pieces.append(_neutralize_code(text[start:end]))
+            pieces.append(_neutralize_code(text, start, end))
             continue
-        prose, position = text[start:end], 0
-        for span_start, span_end in code_spans(prose):
-            pieces.append(_neutralize_prose(prose[position:span_start]))
-            pieces.append(_neutralize_code(prose[span_start:span_end]))
-            position = span_end
-        pieces.append(_neutralize_prose(prose[position:]))
+        position = start
+        for span_start, span_end in code_spans(text[start:end]):
+            pieces.append(_neutralize_prose(text[position : start + span_start]))
+            pieces.append(_neutralize_code(text, start + span_start, start + span_end))
+            position = start + span_end
+        pieces.append(_neutralize_prose(text[position:end]))
     return "".join(pieces)
 
 
@@ -128,8 +130,17 @@ def _neutralize_prose(text: str) -> str:
     return _broadcasts(_PROSE_MENTION.sub(_join, text))
 
 
-def _neutralize_code(text: str) -> str:
-    return _broadcasts(_CODE_MENTION.sub(_join, text))
+def _neutralize_code(text: str, start: int, end: int) -> str:
+    """`text[start:end]`, code, with a joiner after each `<` there that starts a sequence
+    Slack resolves. The sequence is judged on the whole text: it can run past the code's
+    end (`` `<#` `` then `&gt;`), and the part after the code is not the code's to fix."""
+    pieces, position = [], start
+    for match in _CODE_MENTION.finditer(text, start):
+        if match.start() >= end:
+            break
+        pieces += [text[position : match.end()], _JOINER]
+        position = match.end()
+    return _broadcasts("".join([*pieces, text[position:end]]))
 
 
 def _broadcasts(text: str) -> str:
@@ -170,7 +181,10 @@ def split_markdown(
 
 def _fallback(part: str, allow_mentions: bool) -> str:
     """The notification text for one part: escaped mrkdwn, cut to FALLBACK_LIMIT."""
-    text = _escape_keeping_sequences(part) if allow_mentions else escape_entities(part)
+    if allow_mentions:
+        text = _escape_keeping_sequences(part)
+    else:
+        text = escape_entities(_PROSE_MENTION.sub(_join, part))
     if len(text) <= FALLBACK_LIMIT:
         return text
     cut = _PARTIAL_ENTITY.sub("", text[: FALLBACK_LIMIT - 1])

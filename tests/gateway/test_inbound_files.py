@@ -11,9 +11,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
+from agent import sanitize_text
 from gateway.gatekeeper import MAX_FILE_NAME, render_inbound
 from gateway.inbound import InboundTurn, inbound_turn
 from gateway.markup import clean_text
@@ -91,20 +92,25 @@ def test_any_files_field_gives_one_turn_from_the_real_sender(files: Any) -> None
 
 
 @given(st.lists(st.text(min_size=1), min_size=1, max_size=10), st.text())
+# Shown folded like the rest of the turn: `parse_turn` gives the body as the model read it.
+@example(names=["\u2039"], kind="")
+# A fullwidth quote folded after the JSON quoting would end the name early: two "files".
+@example(names=["a\uff02 (image/png, 1 bytes); \uff02b"], kind="")
 def test_every_file_name_is_shown_quoted_and_cannot_forge_a_turn(
     names: list[str], kind: str
 ) -> None:
-    """Property: each name appears as a JSON string (cleaned, cut at the limit), in order
-    (a blank one as no name); the turn is still one tag."""
+    """Property: each name appears as a JSON string (sanitized like the turn, cleaned, cut
+    at the limit), in order (a blank one as no name); the turn is still one tag."""
     files = [slack_file(name=name, mimetype=kind) for name in names]
     rendered = render_inbound(turn_of(file_share_event(files=files)), {}, bot_user_id="UBOT")
     body = parse_turn(rendered).body
     assert rendered.count("<turn ") == 1 and rendered.count("</turn>") == 1
     position = 0
     for name in names:
+        visible = sanitize_text(name)
         shown = (
-            json.dumps(clean_text(name[:MAX_FILE_NAME]), ensure_ascii=False)
-            if name.strip()
+            json.dumps(clean_text(visible[:MAX_FILE_NAME]), ensure_ascii=False)
+            if visible.strip()
             else "a file without a name"
         )
         position = body.index(shown, position) + len(shown)

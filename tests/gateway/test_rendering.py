@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from gateway.links import reveal_link_hosts
@@ -339,6 +339,10 @@ def test_any_text_renders_without_raising(text: str) -> None:
 
 
 @given(markdownish, limits)
+# A `<#` inside a code span whose target runs on past the closing backtick to a `&`.
+@example(text="<#`&\n<#`&", limit=MIN_LIMIT)
+# Harmless in the code span, but escaping the fallback makes the `<` after `@0` an `&lt;`.
+@example(text="<@0<`\n<@0<`", limit=MIN_LIMIT)
 def test_no_part_can_ping(text: str, limit: int) -> None:
     """No block or fallback holds a sequence or word Slack could turn into a ping, whatever
     the model wrote; the fallback holds no `<!`, `<@` or `<#` at all."""
