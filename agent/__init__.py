@@ -50,6 +50,9 @@ from agent.core.ports import (
     Task,
     TaskQueue,
     ThreadReader,
+    ToolCallRecord,
+    ToolCallState,
+    ToolObserver,
     UsageMeter,
 )
 from agent.core.text import (
@@ -95,6 +98,8 @@ from agent.models.providers import (
 )
 from agent.rounds.control import ControlTool, Decision, Delegate, FinalReply, Reply, round_controls
 from agent.rounds.loop import run_round
+from agent.rounds.mcp_config import McpConfig, McpServerConfig, load_mcp_config, parse_mcp_config
+from agent.rounds.mcp_tools import Backoff, McpClients, McpServerState, McpTool
 from agent.rounds.plugins import default_registries, load_subtask_types, load_tools
 from agent.rounds.references import ReferenceCatalog
 from agent.rounds.settings import RoundSettings
@@ -123,6 +128,7 @@ __all__ = [
     "AssistantMessage",
     "AttemptLadder",
     "Attempts",
+    "Backoff",
     "CircuitBreaker",
     "ConfigError",
     "ControlCallError",
@@ -139,6 +145,11 @@ __all__ = [
     "FinalReply",
     "FunctionModel",
     "History",
+    "McpClients",
+    "McpConfig",
+    "McpServerConfig",
+    "McpServerState",
+    "McpTool",
     "Model",
     "ModelBudgetExceeded",
     "ModelError",
@@ -185,8 +196,11 @@ __all__ = [
     "TaskTimedOut",
     "ThreadReader",
     "ToolCall",
+    "ToolCallRecord",
+    "ToolCallState",
     "ToolChoice",
     "ToolContext",
+    "ToolObserver",
     "ToolRegistry",
     "ToolResultMessage",
     "ToolSpec",
@@ -199,10 +213,12 @@ __all__ = [
     "WorkTool",
     "bind_log_fields",
     "default_registries",
+    "load_mcp_config",
     "load_subtask_types",
     "load_tools",
     "log_fields",
     "open_model",
+    "parse_mcp_config",
     "probe_model",
     "reply_id",
     "round_controls",
