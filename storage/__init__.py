@@ -24,6 +24,7 @@ from storage.history import PostgresHistory
 from storage.migrations import pending_migrations
 from storage.outbox import Claim, Outbox, Superseded
 from storage.queue import PostgresTaskQueue
+from storage.tool_calls import PostgresToolCalls, StoredToolCall, tool_calls_of
 from storage.usage import PostgresUsageMeter, tokens_today
 
 __all__ = [
@@ -42,12 +43,15 @@ __all__ = [
     "PostgresDelegations",
     "PostgresHistory",
     "PostgresTaskQueue",
+    "PostgresToolCalls",
     "PostgresUsageMeter",
     "StorageError",
+    "StoredToolCall",
     "Superseded",
     "admit",
     "pending_migrations",
     "session_exists",
     "start_embedded_postgres",
     "tokens_today",
+    "tool_calls_of",
 ]
