@@ -202,7 +202,6 @@ class Settings(BaseSettings):
         else:
             self.require("SLACK_SIGNING_SECRET")
         self.require("THREADGATE_MODEL")
-        self.mcp_config()  # a bad MCP config stops start-up before anything is opened
 
 
 def load_settings(*, env_file: Path | str | None = None, **overrides: object) -> Settings:

@@ -216,6 +216,7 @@ class Gateway:
     async def start(self, host: str, port: int) -> None:
         s = self.settings
         s.require_serve()
+        s.mcp_config()  # a bad MCP config stops start-up before anything is opened
         # First: a wrong THREADGATE_METRICS_ADDRESS stops start-up before anything is opened.
         await self._start_metrics()
         models: list[Model] = [

@@ -116,6 +116,8 @@ class McpConnection:
         self.error: str | None = None
         self.settled = asyncio.Event()  # the first attempt connected or failed
         self._broken = asyncio.Event()
+        self._stopping = False
+        self._in_flight = 0
         self._secrets = sorted((s for s in config.secrets if len(s) >= 4), key=len, reverse=True)
 
     @property
@@ -137,7 +139,7 @@ class McpConnection:
     async def run(self) -> None:
         """Connect, hold the session until it breaks, wait, connect again — until cancelled."""
         delay = self._backoff.first
-        while True:
+        while not self._stopping:
             try:
                 await self._serve_once()
                 delay = self._backoff.first  # it was up; the next failure starts afresh
@@ -146,8 +148,17 @@ class McpConnection:
                 log.warning("MCP server %s: %s; retrying in %g s", self.name, self.error, delay)
             self._session = None
             self.settled.set()
+            if self._stopping:
+                return
             await asyncio.sleep(delay)  # backoff between attempts, not synchronization
             delay = min(delay * 2, self._backoff.most)
+
+    def stop(self) -> None:
+        """Ask `run` to close the session and return. Closing from inside, rather than by
+        cancelling the task, lets the SDK's shutdown (close stdin, wait, terminate) run
+        without an asyncio cancellation landing in the middle of it."""
+        self._stopping = True
+        self._broken.set()
 
     async def _serve_once(self) -> None:
         async with AsyncExitStack() as stack:
@@ -163,7 +174,8 @@ class McpConnection:
             self._on_tools(self)
             self.settled.set()
             await self._watch(session)
-        log.warning("MCP server %s: the connection was lost; reconnecting", self.name)
+        if not self._stopping:
+            log.warning("MCP server %s: the connection was lost; reconnecting", self.name)
 
     def _transport(self, stack: AsyncExitStack) -> AbstractAsyncContextManager[Any]:
         c = self.config
@@ -182,7 +194,9 @@ class McpConnection:
         )
 
     async def _watch(self, session: ClientSession) -> None:
-        """Return when the connection is broken: a call said so, or a ping went unanswered."""
+        """Return when the connection is broken: a call said so, or a ping went unanswered.
+        No ping while calls are in flight: a big result may hold the line longer than a
+        ping may wait, and a broken line fails those calls anyway."""
         while True:
             try:
                 async with asyncio.timeout(self._ping_seconds):
@@ -190,8 +204,9 @@ class McpConnection:
                 return
             except TimeoutError:
                 pass
-            async with asyncio.timeout(self._ping_seconds):
-                await session.send_ping()
+            if self._in_flight == 0:
+                async with asyncio.timeout(self._ping_seconds):
+                    await session.send_ping()
 
     async def call(self, tool: str, arguments: dict[str, Any]) -> str:
         """The tool's output as text; `McpToolError` or `McpServerUnavailable` if none."""
@@ -201,6 +216,7 @@ class McpConnection:
                 f"the MCP server {self.name} is not connected ({self.error or 'connecting'}); "
                 "try again later or go on without it"
             )
+        self._in_flight += 1
         try:
             result = await session.call_tool(tool, arguments)
         except MCPError as exc:
@@ -215,6 +231,8 @@ class McpConnection:
                 f"the connection to the MCP server {self.name} broke during the call "
                 f"({type(exc).__name__}); it is being reconnected"
             ) from None
+        finally:
+            self._in_flight -= 1
         text = self.redact(render_result(result))
         if result.is_error:
             raise McpToolError(text)
@@ -402,9 +420,14 @@ class McpClients:
             for wait in pending:
                 wait.cancel()
 
-    async def aclose(self) -> None:
-        for task in self._tasks:
-            task.cancel()
+    async def aclose(self, grace: float = 10.0) -> None:
+        """Close every session; a connection still busy after `grace` seconds is cancelled."""
+        for connection in self.connections:
+            connection.stop()
+        if self._tasks:
+            _, busy = await asyncio.wait(self._tasks, timeout=grace)
+            for task in busy:
+                task.cancel()
         for task in self._tasks:
             try:
                 await task

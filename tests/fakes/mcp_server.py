@@ -26,6 +26,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import signal
+import socket
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -105,3 +108,77 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+# -- for tests: the server as a child process ---------------------------------------------
+
+REPO = Path(__file__).resolve().parent.parent.parent
+NETGUARD = REPO / "tests" / "netguard"
+
+
+def stdio_entry(pidfile: Path, **extra: Any) -> dict[str, Any]:
+    """A `mcpServers` entry that runs this server over stdio, under the socket guard."""
+    env = {"PYTHONPATH": str(NETGUARD), "FAKE_MCP_PIDFILE": str(pidfile), **extra.pop("env", {})}
+    return {
+        "command": sys.executable,
+        "args": ["-m", "tests.fakes.mcp_server"],
+        "cwd": str(REPO),
+        "env": env,
+        **extra,
+    }
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class HttpServerProcess:
+    """This server over Streamable HTTP in a child process, on one port across restarts."""
+
+    def __init__(self, pidfile: Path, token: str | None = None) -> None:
+        self.port = free_port()
+        self._pidfile = pidfile
+        self._token = token
+        self._proc: asyncio.subprocess.Process | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/mcp"
+
+    async def start(self, deadline: float = 30) -> None:
+        env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
+        env |= {"PYTHONPATH": str(NETGUARD), "FAKE_MCP_PIDFILE": str(self._pidfile)}
+        if self._token:
+            env["FAKE_MCP_TOKEN"] = self._token
+        self._proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "tests.fakes.mcp_server",
+            "--http",
+            str(self.port),
+            env=env,
+            cwd=REPO,
+            stdout=asyncio.subprocess.DEVNULL,
+        )
+        async with asyncio.timeout(deadline):
+            while not await self._listening():
+                if self._proc.returncode is not None:
+                    raise AssertionError(f"the MCP server exited ({self._proc.returncode})")
+                await asyncio.sleep(0.05)  # polling a condition, under the deadline above
+
+    async def _listening(self) -> bool:
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", self.port)
+        except OSError:
+            return False
+        writer.close()
+        await writer.wait_closed()
+        return True
+
+    async def kill(self) -> None:
+        """SIGKILL, as in a crash."""
+        if self._proc is not None and self._proc.returncode is None:
+            self._proc.send_signal(signal.SIGKILL)
+            await self._proc.wait()
