@@ -18,9 +18,9 @@ from agent import (
     Backoff,
     McpClients,
     Task,
+    Toolbox,
     ToolCall,
     ToolCallRecord,
-    Toolbox,
     ToolContext,
     ToolRegistry,
     parse_mcp_config,
@@ -37,7 +37,7 @@ ALLOWED = ["echo", "slow", "huge", "fails", "token_is_set"]
 async def eventually(condition: Callable[[], bool], timeout: float = 30) -> None:  # noqa: ASYNC109
     """Wait until `condition()` holds, checking every 50 ms, failing at the deadline."""
     async with asyncio.timeout(timeout):
-        while not condition():
+        while not condition():  # noqa: ASYNC110 - the state of a child process, polled
             await asyncio.sleep(0.05)
 
 
