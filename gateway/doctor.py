@@ -280,7 +280,7 @@ async def _pending(settings: Settings) -> list[str]:
 
 async def check_mcp(settings: Settings, limit: float) -> list[Finding]:
     if settings.threadgate_mcp_config is None:
-        return [Finding("mcp", "skip", "no MCP servers: THREADGATE_MCP_CONFIG is not set")]
+        return []  # MCP is optional: nothing configured, nothing to check
     try:
         config = settings.mcp_config()
     except ConfigError as exc:
