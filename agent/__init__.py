@@ -99,7 +99,7 @@ from agent.models.providers import (
 from agent.rounds.control import ControlTool, Decision, Delegate, FinalReply, Reply, round_controls
 from agent.rounds.loop import run_round
 from agent.rounds.mcp_config import McpConfig, McpServerConfig, load_mcp_config, parse_mcp_config
-from agent.rounds.mcp_tools import Backoff, McpClients, McpServerState, McpTool
+from agent.rounds.mcp_tools import Backoff, Connecting, McpClients, McpServerState, McpTool
 from agent.rounds.plugins import default_registries, load_subtask_types, load_tools
 from agent.rounds.references import ReferenceCatalog
 from agent.rounds.settings import RoundSettings
@@ -131,6 +131,7 @@ __all__ = [
     "Backoff",
     "CircuitBreaker",
     "ConfigError",
+    "Connecting",
     "ControlCallError",
     "ControlTool",
     "CredentialRejected",

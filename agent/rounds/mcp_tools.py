@@ -82,6 +82,17 @@ class Backoff:
 
 
 @dataclass(frozen=True, slots=True)
+class Connecting:
+    """How connections are kept: reconnection backoff, idle ping, connect time limit, and
+    where a stdio server's stderr goes (None: the gateway's own)."""
+
+    backoff: Backoff = Backoff()
+    ping_seconds: float = 15.0
+    connect_seconds: float = 30.0
+    errlog: TextIO | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class McpServerState:
     """How a server is doing, for `threadgate doctor` and the logs."""
 
@@ -100,17 +111,14 @@ class McpConnection:
         config: McpServerConfig,
         *,
         on_tools: Callable[[McpConnection], None] = lambda _: None,
-        backoff: Backoff = Backoff(),
-        ping_seconds: float = 15.0,
-        connect_seconds: float = 30.0,
-        errlog: TextIO | None = None,
+        connecting: Connecting = Connecting(),
     ) -> None:
         self.config = config
         self._on_tools = on_tools
-        self._backoff = backoff
-        self._ping_seconds = ping_seconds
-        self._connect_seconds = connect_seconds
-        self._errlog = errlog
+        self._backoff = connecting.backoff
+        self._ping_seconds = connecting.ping_seconds
+        self._connect_seconds = connecting.connect_seconds
+        self._errlog = connecting.errlog
         self._session: ClientSession | None = None
         self.tools: dict[str, mcp_types.Tool] = {}  # by the server's name, allowed ones only
         self.error: str | None = None
@@ -384,25 +392,14 @@ class McpClients:
         self,
         config: McpConfig,
         registry: ToolRegistry,
-        *,
-        backoff: Backoff = Backoff(),
-        ping_seconds: float = 15.0,
-        connect_seconds: float = 30.0,
-        errlog: TextIO | None = None,
+        connecting: Connecting = Connecting(),
     ) -> None:
         self._config = config
         self._registry = registry
         self._tasks: list[asyncio.Task[None]] = []
         self._tools: dict[str, McpTool] = {}
         self.connections = [
-            McpConnection(
-                server,
-                on_tools=self._register,
-                backoff=backoff,
-                ping_seconds=ping_seconds,
-                connect_seconds=connect_seconds,
-                errlog=errlog,
-            )
+            McpConnection(server, on_tools=self._register, connecting=connecting)
             for server in config.enabled
         ]
 

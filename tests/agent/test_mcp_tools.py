@@ -16,6 +16,7 @@ import pytest
 
 from agent import (
     Backoff,
+    Connecting,
     McpClients,
     Task,
     Toolbox,
@@ -85,7 +86,7 @@ async def connect(server: Server, **options: Any) -> tuple[McpClients, ToolRegis
     raw = {"mcpServers": {"fake": server.entry(allowedTools=ALLOWED, **options)}}
     config = parse_mcp_config(raw, {"FAKE_TOKEN": TOKEN})
     registry = builtin_tools()
-    clients = McpClients(config, registry, backoff=Backoff(0.05, 0.5), ping_seconds=0.5)
+    clients = McpClients(config, registry, Connecting(Backoff(0.05, 0.5), ping_seconds=0.5))
     clients.start()
     await clients.wait_settled(60)
     assert clients.connections[0].connected, clients.states()
@@ -246,7 +247,7 @@ async def test_a_server_that_cannot_start_is_reported_not_raised(tmp_path: Path)
     """A command that does not exist: not connected, the reason kept, nothing offered."""
     raw = {"mcpServers": {"gone": {"command": str(tmp_path / "no-such-server")}}}
     registry = ToolRegistry()
-    clients = McpClients(parse_mcp_config(raw, {}), registry, backoff=Backoff(0.05, 0.1))
+    clients = McpClients(parse_mcp_config(raw, {}), registry, Connecting(Backoff(0.05, 0.1)))
     clients.start()
     try:
         await clients.wait_settled(30)
