@@ -243,19 +243,24 @@ async def test_sub_agents_get_the_servers_their_type_is_given(tmp_path: Path) ->
         await clients.aclose()
 
 
-async def test_a_server_that_cannot_start_is_reported_not_raised(tmp_path: Path) -> None:
-    """A command that does not exist: not connected, the reason kept, nothing offered."""
-    raw = {"mcpServers": {"gone": {"command": str(tmp_path / "no-such-server")}}}
+async def test_a_server_that_cannot_start_is_reported_not_raised(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A command that does not exist: not connected, the reason kept (with the secret in
+    its path redacted, in the state and in the log), nothing offered."""
+    raw = {"mcpServers": {"gone": {"command": str(tmp_path / "no-such-server-${FAKE_TOKEN}")}}}
     registry = ToolRegistry()
-    clients = McpClients(parse_mcp_config(raw, {}), registry, Connecting(Backoff(0.05, 0.1)))
+    config = parse_mcp_config(raw, {"FAKE_TOKEN": TOKEN})
+    clients = McpClients(config, registry, Connecting(Backoff(0.05, 0.1)))
     clients.start()
     try:
         await clients.wait_settled(30)
         [state] = clients.states()
-        assert not state.connected and state.error and "no-such-server" in state.error
+        assert not state.connected and state.error and "no-such-server-[redacted]" in state.error
         assert len(Toolbox(registry, ToolContext(TASK)).specs) == 0
     finally:
         await clients.aclose()
+    assert "no-such-server-[redacted]" in caplog.text and TOKEN not in caplog.text
 
 
 @pytest.mark.parametrize(
