@@ -54,6 +54,9 @@ from agent.core.ports import (
     Task,
     TaskQueue,
     ThreadReader,
+    ToolCallRecord,
+    ToolCallState,
+    ToolObserver,
     UsageMeter,
 )
 from agent.core.text import (
@@ -100,6 +103,8 @@ from agent.models.providers import (
 )
 from agent.rounds.control import ControlTool, Decision, Delegate, FinalReply, Reply, round_controls
 from agent.rounds.loop import run_round
+from agent.rounds.mcp_config import McpConfig, McpServerConfig, load_mcp_config, parse_mcp_config
+from agent.rounds.mcp_tools import Backoff, Connecting, McpClients, McpServerState, McpTool
 from agent.rounds.plugins import default_registries, load_subtask_types, load_tools
 from agent.rounds.references import ReferenceCatalog
 from agent.rounds.settings import RoundSettings
@@ -128,8 +133,10 @@ __all__ = [
     "AssistantMessage",
     "AttemptLadder",
     "Attempts",
+    "Backoff",
     "CircuitBreaker",
     "ConfigError",
+    "Connecting",
     "ControlCallError",
     "ControlTool",
     "CredentialRejected",
@@ -146,6 +153,11 @@ __all__ = [
     "FunctionModel",
     "History",
     "LiveView",
+    "McpClients",
+    "McpConfig",
+    "McpServerConfig",
+    "McpServerState",
+    "McpTool",
     "Model",
     "ModelBudgetExceeded",
     "ModelError",
@@ -194,8 +206,11 @@ __all__ = [
     "TaskTimedOut",
     "ThreadReader",
     "ToolCall",
+    "ToolCallRecord",
+    "ToolCallState",
     "ToolChoice",
     "ToolContext",
+    "ToolObserver",
     "ToolRegistry",
     "ToolResultMessage",
     "ToolSpec",
@@ -209,10 +224,12 @@ __all__ = [
     "WorkTool",
     "bind_log_fields",
     "default_registries",
+    "load_mcp_config",
     "load_subtask_types",
     "load_tools",
     "log_fields",
     "open_model",
+    "parse_mcp_config",
     "probe_model",
     "reply_id",
     "round_controls",

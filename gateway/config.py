@@ -12,7 +12,9 @@ local file cannot configure a gateway that did not ask for it.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
+import os
 import re
 from pathlib import Path
 from typing import Annotated, Literal
@@ -21,7 +23,14 @@ from urllib.parse import SplitResult, unquote, urlsplit
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from agent import DEFAULT_GATEWAY_HEADER, DEFAULT_MODEL_TIMEOUT, VENDORS, ConfigError
+from agent import (
+    DEFAULT_GATEWAY_HEADER,
+    DEFAULT_MODEL_TIMEOUT,
+    VENDORS,
+    ConfigError,
+    McpConfig,
+    load_mcp_config,
+)
 
 OPENAI_BASE_URL = VENDORS["openai"].base_url
 ANTHROPIC_BASE_URL = VENDORS["anthropic"].base_url
@@ -109,6 +118,8 @@ class Settings(BaseSettings):
     threadgate_slack_settle_seconds: Annotated[float, Field(ge=0, le=300)] = 5.0
     # Seconds `serve` waits for the Socket Mode connection's hello before it gives up.
     threadgate_socket_connect_timeout: Annotated[float, Field(gt=0, le=600)] = 30.0
+    # MCP servers whose tools the agent may call (a JSON file in the `mcpServers` shape).
+    threadgate_mcp_config: Path | None = None
 
     @field_validator("threadgate_metrics_address")
     @classmethod
@@ -138,11 +149,23 @@ class Settings(BaseSettings):
     def socket_mode(self) -> bool:
         return self.slack_app_token is not None
 
+    def mcp_config(self) -> McpConfig:
+        """The MCP servers to connect (none when THREADGATE_MCP_CONFIG is unset); its
+        `${VAR}` references are read from the process environment, here, like every
+        other setting. A bad file is a ConfigError naming the variable."""
+        if self.threadgate_mcp_config is None:
+            return McpConfig()
+        return load_mcp_config(self.threadgate_mcp_config, os.environ)
+
     def secret_values(self) -> list[str]:
         """What the log must never show: every secret setting's value, and the parts of
         URLs that carry one — a password in any URL setting (a database or proxy URL), the
-        path and query of the alert webhook (its token; the host is not secret)."""
+        path and query of the alert webhook (its token; the host is not secret) — and the
+        MCP servers' secrets (`${VAR}` values, headers, env)."""
         values: list[str] = []
+        # A bad file is reported where it is used; one we cannot read holds no values.
+        with contextlib.suppress(ConfigError):
+            values += self.mcp_config().secrets()
         for value in self.model_dump().values():
             text = value.get_secret_value() if isinstance(value, SecretStr) else value
             if not isinstance(text, str) or not text:

@@ -25,14 +25,14 @@ from contextlib import AsyncExitStack
 from queue import SimpleQueue
 from typing import TextIO
 
-from agent import ModelError, Step, Task
+from agent import ModelError, Step, Task, default_registries
 from gateway.alerts import headline, what_to_check
 from gateway.config import Settings
 from gateway.gatekeeper import Gatekeeper
 from gateway.inbound import InboundTurn
 from gateway.markup import escape_entities
-from gateway.service import build_runner, database_dsn, open_models
-from storage import Database
+from gateway.service import build_runner, database_dsn, open_models, start_mcp
+from storage import Database, PostgresToolCalls
 
 TEAM = "TCONSOLE"
 CHANNEL = "CCONSOLE"
@@ -173,12 +173,16 @@ async def run_console(settings: Settings) -> int:
             stack.push_async_callback(model.aclose)
         db = await stack.enter_async_context(Database(await database_dsn(settings)))
         await db.migrate()
+        registries = default_registries()
+        await start_mcp(settings, registries[0], stack)  # the same MCP tools as `serve`
         runner = build_runner(
             settings=settings,
             db=db,
             models=models,
             publisher=publisher,
             alerts=TerminalAlerts(sys.stderr),
+            registries=registries,
+            tool_observer=PostgresToolCalls(db),
         )
         runner.start()
         stack.push_async_callback(runner.stop)

@@ -12,7 +12,10 @@ the setting to fix:
 - Socket Mode (with `SLACK_APP_TOKEN`): a connection opened until Slack says hello, then
   closed, so a refused or wrong-kind app token shows before `serve`;
 - the model: one tiny call per configured slot (`agent.probe_model`);
-- the database: reachable, and which migrations `serve` will apply at start (not a failure).
+- the database: reachable, and which migrations `serve` will apply at start (not a failure);
+- MCP servers (`THREADGATE_MCP_CONFIG`): each one connected or not (and why), with the
+  tools it offers the model. A server that does not connect is a problem to report, even
+  though `serve` would start without it.
 
 A check whose input is missing is skipped (its cause is already reported as a problem).
 """
@@ -28,7 +31,15 @@ import aiohttp
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
-from agent import ConfigError, Model, open_model, probe_model
+from agent import (
+    ConfigError,
+    McpClients,
+    McpServerState,
+    Model,
+    ToolRegistry,
+    open_model,
+    probe_model,
+)
 from gateway.config import Settings
 from gateway.scopes import SCOPE_REASONS, bot_scopes, missing_scopes, parse_granted
 from gateway.service import database_dsn, provider_settings
@@ -63,22 +74,24 @@ class Limits:
     model: float = 30.0
     database: float = 15.0
     embedded_database: float = 120.0  # the first start of the embedded server runs initdb
+    mcp: float = 30.0  # a server started with `npx` may download itself first
 
     @classmethod
     def uniform(cls, seconds: float) -> Limits:
-        return cls(seconds, seconds, seconds, seconds)
+        return cls(seconds, seconds, seconds, seconds, seconds)
 
 
 async def diagnose(settings: Settings, limits: Limits | None = None) -> list[Finding]:
     """Run every check (the slow ones concurrently) and return the findings in order."""
     limits = limits or Limits()
-    slack, sockets, models, database = await asyncio.gather(
+    slack, sockets, models, database, mcp = await asyncio.gather(
         _guarded("slack", check_slack(settings, limits.slack)),
         _guarded("socket mode", check_socket_mode(settings, limits.slack)),
         _guarded("model", check_models(settings, limits.model)),
         _guarded("database", check_database(settings, limits)),
+        _guarded("mcp", check_mcp(settings, limits.mcp)),
     )
-    return [*check_settings(settings), *slack, *sockets, *models, *database]
+    return [*check_settings(settings), *slack, *sockets, *models, *database, *mcp]
 
 
 async def _guarded(check: str, findings: Awaitable[list[Finding]]) -> list[Finding]:
@@ -300,6 +313,36 @@ async def _pending(settings: Settings) -> list[str]:
         db.pool.acquire() as conn,
     ):
         return [migration.name for migration in await pending_migrations(conn)]
+
+
+# -- MCP servers ----------------------------------------------------------------------------
+
+
+async def check_mcp(settings: Settings, limit: float) -> list[Finding]:
+    if settings.threadgate_mcp_config is None:
+        return []  # MCP is optional: nothing configured, nothing to check
+    try:
+        config = settings.mcp_config()
+    except ConfigError as exc:
+        return [Finding("mcp", "FAIL", str(exc))]
+    if not config.enabled:
+        return [Finding("mcp", "skip", "THREADGATE_MCP_CONFIG names no enabled server")]
+    clients = McpClients(config, ToolRegistry())
+    clients.start()
+    try:
+        await clients.wait_settled(limit)
+        return [mcp_finding(state, limit) for state in clients.states()]
+    finally:
+        await clients.aclose()
+
+
+def mcp_finding(state: McpServerState, limit: float) -> Finding:
+    check = f"mcp {state.name}"
+    if not state.connected:
+        why = state.error or f"no answer within {limit:g} s"
+        return Finding(check, "FAIL", f"not connected over {state.transport} ({why})")
+    tools = ", ".join(state.tools) if state.tools else "none (check allowedTools)"
+    return Finding(check, "ok", f"connected over {state.transport}; tools: {tools}")
 
 
 def report(findings: list[Finding]) -> str:

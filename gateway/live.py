@@ -233,6 +233,7 @@ class Streamed:
 
     shown: str
     unsent: str
+    cards: tuple[dict[str, Any], ...] = ()  # task cards whose last state was not sent yet
 
 
 class SlackDraft:
@@ -257,9 +258,9 @@ class SlackDraft:
         self._closing = False
 
     @property
-    def streamed(self) -> str:
-        """The rendered text the message shows (when `ts` is set)."""
-        return self._streamed
+    def silent(self) -> bool:
+        """Showing nothing more (Slack refused, or an outcome is unknown)."""
+        return self._silent
 
     async def append(self, text: str) -> None:
         if self._silent:
@@ -305,7 +306,8 @@ class SlackDraft:
         await self._stop_flusher()
         if self.ts is None:
             return None
-        return Streamed(self._streamed, self._unsent + self._renderer.flush())
+        unsent = self._unsent + self._renderer.flush()
+        return Streamed(self._streamed, unsent, tuple(self._cards.values()))
 
     async def _stop_flusher(self) -> None:
         """Stop sending. A call under way is let end (bounded by the call limit): cut, its

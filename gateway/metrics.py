@@ -9,12 +9,21 @@ are wrapped by `MeteredModel`; this module turns those into series.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from agent import Model, ModelRequest, ModelResponse, Route, StreamEvent, Watch
+from agent import (
+    Model,
+    ModelRequest,
+    ModelResponse,
+    Route,
+    StreamEvent,
+    Task,
+    ToolCallRecord,
+    Watch,
+)
 from storage import LIMIT_SCOPES
 
 _LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
@@ -90,6 +99,13 @@ class Metrics:
             ["method", "status"],
             registry=r,
         )
+        self.tool_calls = Counter(
+            "threadgate_tool_calls_total",
+            "Work-tool calls ended, by MCP server (builtin: threadgate's own and plugins'),"
+            " tool and outcome (ok, error).",
+            ["server", "tool", "outcome"],
+            registry=r,
+        )
         self.queue_depth = Gauge(
             "threadgate_queue_depth", "Unfinished tasks (queued, running or waiting).", registry=r
         )
@@ -111,6 +127,25 @@ class Metrics:
 
     def subtask_settled(self, state: str) -> None:
         self.subtasks.labels(state).inc()
+
+
+Origin = Callable[[str], "tuple[str, str] | None"]
+
+
+class ToolCallCounter:
+    """`agent.ToolObserver` that counts each ended call in `threadgate_tool_calls_total`.
+
+    `origin` maps an offered name to its (MCP server, tool); other tools are "builtin"."""
+
+    def __init__(self, metrics: Metrics, origin: Origin = lambda name: None) -> None:
+        self._metrics = metrics
+        self._origin = origin
+
+    async def tool_call(self, task: Task, record: ToolCallRecord) -> None:
+        if record.state == "running":
+            return
+        server, tool = self._origin(record.name) or ("builtin", record.name)
+        self._metrics.tool_calls.labels(server, tool, record.state).inc()
 
 
 class MeteredModel(Model):

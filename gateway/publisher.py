@@ -46,7 +46,7 @@ import aiohttp
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agent import Step, Task, stop_task
+from agent import Step, StepState, Task, ToolCallRecord, stop_task
 from gateway.live import (
     LiveMessages,
     SlackDraft,
@@ -69,6 +69,7 @@ _TRANSIENT = _MAYBE_DONE | {"ratelimited", "request_timeout"}
 # A post whose outcome stays unknown is called again at most this often per publish; then
 # the task is retried later (and the next attempt goes on from the outbox row).
 _CALLS_PER_POST = 3
+_TOOL_STATES: dict[str, StepState] = {"running": "in_progress", "ok": "complete", "error": "error"}
 _CLOCK_SKEW_SECONDS = 60.0
 
 
@@ -131,6 +132,16 @@ class SlackPublisher:
 
     def _shown(self, task: Task) -> None:
         self._visible.add(task.id)
+
+    async def tool_call(self, task: Task, record: ToolCallRecord) -> None:
+        """`agent.ToolObserver`: a work tool's call shown while it runs — a card on the
+        reply's timeline when the reply streams, else the status line names the tool."""
+        draft = self._drafts.get((task.id, task.reply_id))
+        if draft is not None and not draft.silent:
+            draft.tool(record.call_id, record.name, _TOOL_STATES[record.state])
+            return
+        if record.state == "running" and task.id not in self._visible:
+            await self._set_status(task, f"is using {record.name}…")
 
     @contextlib.asynccontextmanager
     async def working(self, task: Task) -> AsyncIterator[None]:
@@ -252,6 +263,8 @@ class SlackPublisher:
         channel = task.address["channel"]
         metadata = _metadata(post_id)
         final = [task_update(step) for step in steps]
+        if streamed is not None:
+            final += streamed.cards  # a reply's tool cards, in their last state
         if steps:
             # An acknowledgment's plan: its text went out whole with the start, its cards
             # get their final states here.
@@ -266,7 +279,10 @@ class SlackPublisher:
                 post_id,
                 channel,
                 ts,
-                chunks=[markdown_chunk(streamed.unsent)] if streamed.unsent else None,
+                chunks=[
+                    *streamed.cards,
+                    *([markdown_chunk(streamed.unsent)] if streamed.unsent else []),
+                ],
                 metadata=metadata,
             )
         ):

@@ -2,7 +2,12 @@
 
 This is the only place that knows every part. It turns `Settings` into objects with
 explicit arguments, starts them in dependency order (database, migrations, model slots,
-workers, HTTP), and stops them in reverse.
+MCP servers, workers, HTTP), and stops them in reverse.
+
+MCP servers are connected before the workers start, waiting at most
+`MCP_STARTUP_SECONDS` for each one's first attempt, so the first messages already see
+their tools. A server that does not connect does not stop `serve`: it is logged, its tools
+are not offered, and its connection keeps retrying in the background.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from agent import (
     ConfigError,
     FailureNotices,
     LiveView,
+    McpClients,
     Model,
     ModelResponder,
     ProviderSettings,
@@ -33,9 +39,12 @@ from agent import (
     RetryPolicy,
     RoundSettings,
     RunnerSettings,
+    SubtaskRegistry,
     Supervisor,
     TaskRunner,
     ThreadReader,
+    ToolObserver,
+    ToolRegistry,
     default_registries,
     open_model,
     stop_task,
@@ -45,12 +54,13 @@ from gateway.config import Settings
 from gateway.gatekeeper import LIMIT_NOTICES, Gatekeeper, Policy
 from gateway.http import SERVER_LOG, Readiness, build_http_app, build_metrics_app
 from gateway.live import StreamSettings
-from gateway.metrics import MeteredModel, Metrics
+from gateway.metrics import MeteredModel, Metrics, ToolCallCounter
 from gateway.publisher import SlackPublisher
 from gateway.slack_app import build_bolt_app
 from gateway.slack_client import slack_client
 from gateway.socket_mode import SocketModeConnection, start_socket_mode
 from gateway.threads import SlackThreads
+from gateway.tool_observers import ToolObservers
 from gateway.users import UserDirectory
 from storage import (
     Database,
@@ -59,12 +69,17 @@ from storage import (
     PostgresDelegations,
     PostgresHistory,
     PostgresTaskQueue,
+    PostgresToolCalls,
     PostgresUsageMeter,
     start_embedded_postgres,
     tokens_today,
 )
 
 log = logging.getLogger(__name__)
+
+# How long start-up waits for the MCP servers' first connection attempts (they go on
+# trying afterwards): a server launched with `npx` may download itself first.
+MCP_STARTUP_SECONDS = 30.0
 
 
 async def database_dsn(settings: Settings) -> str:
@@ -118,9 +133,12 @@ def build_runner(
     thread_reader: ThreadReader | None = None,
     metrics: Metrics | None = None,
     live: LiveView | None = None,
+    registries: tuple[ToolRegistry, SubtaskRegistry] | None = None,
+    tool_observer: ToolObserver | None = None,
 ) -> TaskRunner:
-    """The task runner on Postgres, answering through `models`, delivering to `publisher`."""
-    tools, subtask_types = default_registries()
+    """The task runner on Postgres, answering through `models`, delivering to `publisher`;
+    `registries` are the tools (MCP ones included) and subtask types it offers."""
+    tools, subtask_types = registries or default_registries()
     ladder = AttemptLadder(
         models,
         policy=RetryPolicy(attempts_per_slot=settings.threadgate_model_attempts),
@@ -138,6 +156,7 @@ def build_runner(
             tools=tools,
             subtasks=subtask_types,
             thread_reader=thread_reader,
+            tool_observer=tool_observer,
             meter=PostgresUsageMeter(db),
             max_model_requests=settings.threadgate_max_model_requests_per_task,
             live=live,
@@ -163,6 +182,35 @@ def build_runner(
     )
 
 
+async def start_mcp(settings: Settings, tools: ToolRegistry, stack: AsyncExitStack) -> McpClients:
+    """Connect the configured MCP servers, their tools going into `tools`; closed by `stack`.
+
+    Waits for each server's first attempt (at most `MCP_STARTUP_SECONDS`); one that failed
+    is logged and retried in the background, never a reason not to serve."""
+    clients = McpClients(settings.mcp_config(), tools)
+    clients.start()
+    stack.push_async_callback(clients.aclose)
+    await clients.wait_settled(MCP_STARTUP_SECONDS)
+    for state in clients.states():
+        if not state.connected:
+            log.warning(
+                "MCP server %s is not connected yet (%s): its tools are not offered until "
+                "it is; retrying in the background",
+                state.name,
+                state.error or "still connecting",
+            )
+    return clients
+
+
+def tool_observer(
+    db: Database, metrics: Metrics, mcp: McpClients, shown: ToolObserver | None = None
+) -> ToolObservers:
+    """Every tool call stored (`tool_calls`), counted (`threadgate_tool_calls_total`) and,
+    with `shown`, shown in its thread while it runs."""
+    observers: list[ToolObserver] = [PostgresToolCalls(db), ToolCallCounter(metrics, mcp.origin)]
+    return ToolObservers([*observers, shown] if shown is not None else observers)
+
+
 @dataclass
 class Gateway:
     """A running gateway; `start` it, then `stop` it (or use `async with`)."""
@@ -171,12 +219,14 @@ class Gateway:
     metrics: Metrics = field(default_factory=Metrics)
     port: int | None = None
     metrics_port: int | None = None
+    mcp: McpClients | None = None
     _stack: AsyncExitStack = field(default_factory=AsyncExitStack)
     _socket: SocketModeConnection | None = None
 
     async def start(self, host: str, port: int) -> None:
         s = self.settings
         s.require_serve()
+        s.mcp_config()  # a bad MCP config stops start-up before anything is opened
         # First: a wrong THREADGATE_METRICS_ADDRESS stops start-up before anything is opened.
         await self._start_metrics()
         models: list[Model] = [
@@ -208,7 +258,9 @@ class Gateway:
         identity = await identify(client, s.require("SLACK_BOT_TOKEN"))
         users = UserDirectory(client)
         threads = SlackThreads(client, users)
-        self._start_runner(db, client, models, threads, identity)
+        registries = default_registries()
+        self.mcp = await start_mcp(s, registries[0], self._stack)
+        self._start_runner(db, client, models, threads, identity, registries)
         self._start_queue_sampler(db)
         await self._start_http(db, client, host, port, users, threads, identity)
 
@@ -249,8 +301,10 @@ class Gateway:
         models: list[Model],
         threads: SlackThreads,
         identity: AuthorizeResult,
+        registries: tuple[ToolRegistry, SubtaskRegistry],
     ) -> None:
         s = self.settings
+        assert self.mcp is not None  # started just before
         outbox = Outbox(
             db,
             call_seconds=s.threadgate_slack_timeout_seconds,
@@ -282,6 +336,8 @@ class Gateway:
             thread_reader=threads,
             metrics=self.metrics,
             live=publisher if publisher.streaming else None,
+            registries=registries,
+            tool_observer=tool_observer(db, self.metrics, self.mcp, shown=publisher),
         )
         runner.start()
         self._stack.push_async_callback(runner.stop)

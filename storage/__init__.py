@@ -44,6 +44,7 @@ from storage.queue import (
     cancel_task,
     retry_task,
 )
+from storage.tool_calls import PostgresToolCalls, StoredToolCall, tool_calls_of
 from storage.usage import PostgresUsageMeter, tokens_today
 
 __all__ = [
@@ -68,9 +69,11 @@ __all__ = [
     "PostgresDelegations",
     "PostgresHistory",
     "PostgresTaskQueue",
+    "PostgresToolCalls",
     "PostgresUsageMeter",
     "RoundRecord",
     "StorageError",
+    "StoredToolCall",
     "SubtaskRecord",
     "Superseded",
     "TaskDetail",
@@ -86,4 +89,5 @@ __all__ = [
     "session_exists",
     "start_embedded_postgres",
     "tokens_today",
+    "tool_calls_of",
 ]

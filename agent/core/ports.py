@@ -22,6 +22,7 @@ from agent.core import ids
 Role: TypeAlias = Literal["user", "assistant"]
 StepState: TypeAlias = Literal["pending", "in_progress", "complete", "error"]
 MessageKind: TypeAlias = Literal["turn", "ack", "reply"]
+ToolCallState: TypeAlias = Literal["running", "ok", "error"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +64,25 @@ class StoredMessage:
     role: Role
     kind: MessageKind
     text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallRecord:
+    """One work-tool call of a round, as people watch it and operators read it later."""
+
+    call_id: str
+    name: str  # as offered to the model, e.g. "read_thread" or "github__search_issues"
+    arguments: str  # the raw JSON the model wrote
+    state: ToolCallState
+    output: str = ""  # the result the model read (capped), or the error text; "" while running
+
+
+class ToolObserver(Protocol):
+    """Watches work-tool calls: the thread shows them, storage records them, metrics count."""
+
+    async def tool_call(self, task: Task, record: ToolCallRecord) -> None:
+        """Told when a work-tool call starts (state "running") and when it ends ("ok" or
+        "error"). What it raises is logged and ignored: watching never fails a tool."""
 
 
 class TaskQueue(Protocol):

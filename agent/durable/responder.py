@@ -39,7 +39,7 @@ from agent.core.errors import (
     QuotaExhausted,
     SubtaskFailed,
 )
-from agent.core.ports import LiveView, Task, ThreadReader, UsageMeter
+from agent.core.ports import LiveView, Task, ThreadReader, ToolObserver, UsageMeter
 from agent.models.contract import (
     Finish,
     Model,
@@ -87,8 +87,10 @@ class ModelResponder:
         meter: UsageMeter | None = None,
         max_model_requests: int = 0,
         live: LiveView | None = None,
+        tool_observer: ToolObserver | None = None,
     ) -> None:
         self._live = live
+        self._observer = tool_observer
         self._meter = meter
         self._max_requests = max_model_requests
         self._attempts = attempts
@@ -124,7 +126,9 @@ class ModelResponder:
         kind = self._kind(subtask.request.type)
         params = _params(kind, subtask)
         try:
-            return await kind.run(self._subtask_context(task), params, subtask.request.references)
+            return await kind.run(
+                self._subtask_context(task, kind.name), params, subtask.request.references
+            )
         except _STOPS:
             raise
         except SubtaskFailed:
@@ -143,13 +147,12 @@ class ModelResponder:
             )
         return kind
 
-    def _tool_context(self, task: Task) -> ToolContext:
-        return ToolContext(task, self._reader, self._clock)
+    def _tool_context(self, task: Task, subtask_type: str | None = None) -> ToolContext:
+        return ToolContext(task, self._reader, self._clock, self._observer, subtask_type)
 
-    def _subtask_context(self, task: Task) -> SubtaskContext:
-        return SubtaskContext(
-            task, self._metered(task), self._tools, self._tool_context(task), self._settings
-        )
+    def _subtask_context(self, task: Task, kind: str) -> SubtaskContext:
+        context = self._tool_context(task, kind)
+        return SubtaskContext(task, self._metered(task), self._tools, context, self._settings)
 
     def _metered(self, task: Task) -> Attempts:
         if self._meter is None:

@@ -14,6 +14,13 @@ call is bounded in time (`tool_timeout_seconds`) and its output in length
 (`tool_output_chars`): a slow or verbose tool costs one failed or shortened result, never
 the round.
 
+A tool may bound itself more tightly or loosely than the round (`timeout_seconds`,
+`output_chars`: an MCP server's own limits), and may offer a JSON Schema of its own instead
+of a pydantic model's (`input_schema` and `parse_input`: an MCP tool passes on the schema
+its server declared). Every call is told to the context's `ToolObserver`, if any, when it
+starts and when it ends, built-in and MCP tools alike; an observer that fails is logged
+and ignored.
+
 Built-ins: `current_time` (from the injected clock, so tests need no real time) and
 `read_thread` (more of the conversation than the window shows, through `ThreadReader`,
 which renders each message in the same provenance tag as the conversation's turns).
@@ -34,7 +41,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agent.core.ports import Task, ThreadReader
+from agent.core.ports import Task, ThreadReader, ToolCallRecord, ToolCallState, ToolObserver
 from agent.models.contract import ToolCall, ToolResultMessage, ToolSpec
 from agent.rounds.registry import Registry
 from agent.rounds.settings import DEFAULT_ROUND, RoundSettings
@@ -58,6 +65,10 @@ class ToolContext:
     task: Task
     thread_reader: ThreadReader | None = None
     clock: Clock = utc_now
+    observer: ToolObserver | None = None
+    # The subtask type the tools run for; None in a task's own rounds. Tools given to some
+    # subtask types only (MCP servers, per the config file) decide with it in `available`.
+    subtask_type: str | None = None
 
 
 class WorkTool(ABC, Generic[InputT]):
@@ -66,10 +77,29 @@ class WorkTool(ABC, Generic[InputT]):
     name: str
     description: str
     input_model: type[InputT]
+    # None: the round's `tool_timeout_seconds` and `tool_output_chars` apply.
+    timeout_seconds: float | None = None
+    output_chars: int | None = None
 
     @property
     def spec(self) -> ToolSpec:
-        return ToolSpec(self.name, self.description, model_schema(self.input_model))
+        return ToolSpec(self.name, self.description, self.input_schema)
+
+    @property
+    def input_schema(self) -> dict[str, Any]:
+        """The JSON Schema the model sees: the input model's, unless a tool offers its own."""
+        return model_schema(self.input_model)
+
+    def parse_input(self, arguments: Mapping[str, Any]) -> InputT:
+        """The call's arguments as this tool's input; a `ValueError` written for the model
+        when they do not fit."""
+        try:
+            return self.input_model.model_validate(arguments)
+        except ValidationError as exc:
+            raise ValueError(
+                f"{self.name} input is invalid ({validation_problems(exc)}). "
+                "Call it again with input matching its schema."
+            ) from exc
 
     def available(self, context: ToolContext) -> bool:
         """Whether the tool can work in `context`; unavailable tools are not offered."""
@@ -117,18 +147,25 @@ class Toolbox:
         return list(await asyncio.gather(*(self._run_one(call) for call in calls)))
 
     async def _run_one(self, call: ToolCall) -> ToolResultMessage:
+        await self._observe(call, "running")
+        result = await self._result(call)
+        await self._observe(call, "error" if result.is_error else "ok", result.content)
+        return result
+
+    async def _result(self, call: ToolCall) -> ToolResultMessage:
         tool = self._tools[call.name]
         try:
             parsed = _validate(tool, call)
         except ValueError as exc:
             return ToolResultMessage(call.id, call.name, str(exc), is_error=True)
+        timeout = tool.timeout_seconds or self._timeout
         try:
-            async with asyncio.timeout(self._timeout):
+            async with asyncio.timeout(timeout):
                 output = await tool.execute(self.context, parsed)
         except TimeoutError:
-            log.warning("tool %s ran past its %g s time limit", call.name, self._timeout)
+            log.warning("tool %s ran past its %g s time limit", call.name, timeout)
             text = (
-                f"{call.name} did not finish within its time limit ({self._timeout:g} s) and "
+                f"{call.name} did not finish within its time limit ({timeout:g} s) and "
                 "was stopped. Try it with a smaller request, or go on without it."
             )
             return ToolResultMessage(call.id, call.name, text, is_error=True)
@@ -136,34 +173,40 @@ class Toolbox:
             log.warning("tool %s failed", call.name, exc_info=True)
             text = f"{call.name} failed: {type(exc).__name__}: {exc}"
             return ToolResultMessage(call.id, call.name, text, is_error=True)
-        return ToolResultMessage(call.id, call.name, self._capped(output))
-
-    def _capped(self, output: str) -> str:
-        """At most `tool_output_chars` characters, saying so when cut: a tool that returns
-        a megabyte must not fill the context window (and the bill) of every later step."""
-        if len(output) <= self._max_chars:
-            return output
-        return (
-            f"{output[: self._max_chars]}\n[output cut: {len(output):,} characters, only the "
-            f"first {self._max_chars:,} are shown]"
+        return ToolResultMessage(
+            call.id, call.name, _capped(output, tool.output_chars or self._max_chars)
         )
 
+    async def _observe(self, call: ToolCall, state: ToolCallState, output: str = "") -> None:
+        observer = self.context.observer
+        if observer is None:
+            return
+        record = ToolCallRecord(call.id, call.name, call.raw_arguments, state, output)
+        try:
+            await observer.tool_call(self.context.task, record)
+        except Exception:
+            log.warning("the tool observer failed on %s (%s)", call.name, state, exc_info=True)
 
-def _validate(tool: WorkTool[Any], call: ToolCall) -> BaseModel:
-    """The call's input as the tool's model, or a `ValueError` written for the model."""
+
+def _capped(output: str, max_chars: int) -> str:
+    """At most `max_chars` characters, saying so when cut: a tool that returns a megabyte
+    must not fill the context window (and the bill) of every later step."""
+    if len(output) <= max_chars:
+        return output
+    return (
+        f"{output[:max_chars]}\n[output cut: {len(output):,} characters, only the "
+        f"first {max_chars:,} are shown]"
+    )
+
+
+def _validate(tool: WorkTool[Any], call: ToolCall) -> Any:
+    """The call's input as the tool takes it, or a `ValueError` written for the model."""
     if call.arguments is None:
         raise ValueError(
             f"{call.name} was called with arguments that are not a JSON object. "
             "Call it again with a JSON object matching its input schema."
         )
-    try:
-        parsed: BaseModel = tool.input_model.model_validate(call.arguments)
-    except ValidationError as exc:
-        raise ValueError(
-            f"{call.name} input is invalid ({validation_problems(exc)}). "
-            "Call it again with input matching its schema."
-        ) from exc
-    return parsed
+    return tool.parse_input(call.arguments)
 
 
 def validation_problems(exc: ValidationError) -> str:

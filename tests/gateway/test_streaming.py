@@ -217,3 +217,22 @@ def _markdown_of(rig: Rig, channel: str, thread_ts: str) -> list[str]:
 def _statuses(rig: Rig, channel: str, ts: str) -> Sequence[str]:
     cards = list(rig.slack.stream(channel, ts).tasks.values())
     return tuple(cards[0].history) if cards else ()
+
+
+async def test_a_work_tool_shows_on_the_replys_timeline_while_it_runs(rig: Rig) -> None:
+    """The model reads the clock, then answers: the reply's streamed message shows the
+    tool's card (in progress, then complete) above the text."""
+
+    def model(seen: RecordedRequest) -> Reply:
+        if seen.body["messages"][-1]["role"] == "tool":
+            return reply_with_tool("final_reply", {"text": "It is late."})
+        return reply_with_tool("current_time", {}, call_id="clock")
+
+    rig.model.default = model
+    event = app_mention_event(text="<@UBOT> what time is it?")
+    await send(rig, event)
+    [done] = await rig.slack.wait_for_streams(1, stopped=True)
+    assert done.task_display_mode == "timeline" and done.text == "It is late."
+    [card] = done.tasks.values()
+    assert card.title == "current_time" and card.status == "complete"
+    assert done.metadata is not None and rig.slack.posts == []

@@ -1,0 +1,467 @@
+"""MCP servers as work tools: one long-lived connection per server, and a tool per tool.
+
+threadgate is an MCP client through the official SDK (`mcp`): `stdio_client` or
+`streamable_http_client` for the transport, `ClientSession` for the protocol. The SDK runs
+on anyio, and a session lives inside its context managers, so each server gets one
+asyncio task of its own (`McpConnection.run`) that enters them, initializes, lists the
+tools, and then holds the session open, pinging it, until it breaks; then it waits (with
+growing backoff) and connects again, forever. Calls from rounds use the held session
+directly; a call that finds the connection broken tells the task, which reconnects at
+once instead of at its next ping.
+
+Each allowed tool of a connected server is a `McpTool` in the deployment's
+`ToolRegistry`, named `server__tool` (providers accept `^[a-zA-Z0-9_-]{1,64}$`; other
+characters become `_`, and a name that would be too long or clash keeps a short hash of
+the original). A tool is offered only while its server is connected and lists it, and,
+in a sub-agent, only to the subtask types the config gives its server to.
+
+Arguments are validated here with the JSON Schema the server declared (`jsonschema`,
+which the SDK depends on): the model reads a precise complaint and can repair its call
+without a round trip to the server. A schema `jsonschema` cannot use (an invalid one, or
+a `$ref` it cannot resolve) is not held against the model: the arguments go through and
+the server validates them. The server's limits (`timeoutSeconds`, `maxOutputChars`)
+override the round's for its tools; the `Toolbox` applies both, and frames the output as
+data like every other tool result.
+
+Nothing a server does can crash a round: a tool error (`isError`), a protocol error, a
+dead connection and a timeout all become failed tool results. The secrets of a server's
+config (its `${VAR}` values, headers and env) are replaced in every error text before it
+reaches a log line or the model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import re
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+import httpx2
+import jsonschema
+import mcp_types
+from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from pydantic import BaseModel, ConfigDict
+
+from agent.core.errors import AgentError
+from agent.rounds.mcp_config import McpConfig, McpServerConfig
+from agent.rounds.tools import ToolContext, ToolRegistry, WorkTool
+
+log = logging.getLogger(__name__)
+
+REDACTED = "[redacted]"
+_TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+_NOT_IN_NAME = re.compile(r"[^a-zA-Z0-9_-]")
+# One SSE event carries one whole tool result; the SDK's default (1 MiB) would fail a
+# verbose tool outright instead of letting the output cap cut it.
+MAX_SSE_EVENT_BYTES = 64 * 1024 * 1024
+_MAX_DESCRIPTION = 1024
+
+
+class McpToolError(AgentError):
+    """The server answered the call with an error (or a result it could not describe)."""
+
+
+class McpServerUnavailable(AgentError):
+    """The server is not connected (or the connection broke during the call)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Seconds between reconnection attempts: `first`, doubling up to `most`."""
+
+    first: float = 1.0
+    most: float = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class Connecting:
+    """How connections are kept: reconnection backoff, idle ping, connect time limit, and
+    where a stdio server's stderr goes (None: the gateway's own)."""
+
+    backoff: Backoff = Backoff()
+    ping_seconds: float = 15.0
+    connect_seconds: float = 30.0
+    errlog: TextIO | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class McpServerState:
+    """How a server is doing, for `threadgate doctor` and the logs."""
+
+    name: str
+    transport: str
+    connected: bool
+    tools: tuple[str, ...]  # the names offered to the model
+    error: str | None  # why the last attempt failed (secrets redacted), if it did
+
+
+class McpConnection:
+    """One server's session, held open by `run` (a task of its own) and used by calls."""
+
+    def __init__(
+        self,
+        config: McpServerConfig,
+        *,
+        on_tools: Callable[[McpConnection], None] = lambda _: None,
+        connecting: Connecting = Connecting(),
+    ) -> None:
+        self.config = config
+        self._on_tools = on_tools
+        self._backoff = connecting.backoff
+        self._ping_seconds = connecting.ping_seconds
+        self._connect_seconds = connecting.connect_seconds
+        self._errlog = connecting.errlog
+        self._session: ClientSession | None = None
+        self.tools: dict[str, mcp_types.Tool] = {}  # by the server's name, allowed ones only
+        self.error: str | None = None
+        self.settled = asyncio.Event()  # the first attempt connected or failed
+        self._broken = asyncio.Event()
+        self._stopping = False
+        self._in_flight = 0
+        self._secrets = sorted((s for s in config.secrets if len(s) >= 4), key=len, reverse=True)
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def connected(self) -> bool:
+        return self._session is not None
+
+    def offers(self, tool: str) -> bool:
+        return self._session is not None and tool in self.tools
+
+    def redact(self, text: str) -> str:
+        for secret in self._secrets:
+            text = text.replace(secret, REDACTED)
+        return text
+
+    async def run(self) -> None:
+        """Connect, hold the session until it breaks, wait, connect again — until cancelled."""
+        delay = self._backoff.first
+        while not self._stopping:
+            try:
+                await self._serve_once()
+                delay = self._backoff.first  # it was up; the next failure starts afresh
+            except Exception as exc:
+                self.error = self.redact(_describe(exc))
+                log.warning("MCP server %s: %s; retrying in %g s", self.name, self.error, delay)
+            self._session = None
+            self.settled.set()
+            if self._stopping:
+                return
+            await asyncio.sleep(delay)  # backoff between attempts, not synchronization
+            delay = min(delay * 2, self._backoff.most)
+
+    def stop(self) -> None:
+        """Ask `run` to close the session and return. Closing from inside, rather than by
+        cancelling the task, lets the SDK's shutdown (close stdin, wait, terminate) run
+        without an asyncio cancellation landing in the middle of it."""
+        self._stopping = True
+        self._broken.set()
+
+    async def _serve_once(self) -> None:
+        async with AsyncExitStack() as stack:
+            read, write = await stack.enter_async_context(self._transport(stack))
+            session = await stack.enter_async_context(ClientSession(read, write))
+            async with asyncio.timeout(self._connect_seconds):
+                await session.initialize()
+                listed = await _list_tools(session)
+            self.tools = {t.name: t for t in listed if self.config.allows(t.name)}
+            self._broken.clear()
+            self._session, self.error = session, None
+            log.info("MCP server %s connected: %d tool(s) offered", self.name, len(self.tools))
+            self._on_tools(self)
+            self.settled.set()
+            await self._watch(session)
+        if not self._stopping:
+            log.warning("MCP server %s: the connection was lost; reconnecting", self.name)
+
+    def _transport(self, stack: AsyncExitStack) -> AbstractAsyncContextManager[Any]:
+        c = self.config
+        if c.command is not None:
+            params = StdioServerParameters(
+                command=c.command, args=list(c.args), env=dict(c.env) or None, cwd=c.cwd
+            )
+            return stdio_client(params, errlog=self._errlog or sys.stderr)
+        assert c.url is not None  # the config has one or the other
+        client = httpx2.AsyncClient(
+            headers=c.headers, timeout=httpx2.Timeout(self._connect_seconds, read=300.0)
+        )
+        stack.push_async_callback(client.aclose)
+        return streamable_http_client(
+            c.url, http_client=client, max_sse_event_size=MAX_SSE_EVENT_BYTES
+        )
+
+    async def _watch(self, session: ClientSession) -> None:
+        """Return when the connection is broken: a call said so, or a ping went unanswered.
+        No ping while calls are in flight: a big result may hold the line longer than a
+        ping may wait, and a broken line fails those calls anyway."""
+        while True:
+            try:
+                async with asyncio.timeout(self._ping_seconds):
+                    await self._broken.wait()
+                return
+            except TimeoutError:
+                pass
+            if self._in_flight == 0:
+                async with asyncio.timeout(self._ping_seconds):
+                    await session.send_ping()
+
+    async def call(self, tool: str, arguments: dict[str, Any]) -> str:
+        """The tool's output as text; `McpToolError` or `McpServerUnavailable` if none."""
+        session = self._session
+        if session is None:
+            raise McpServerUnavailable(
+                f"the MCP server {self.name} is not connected ({self.error or 'connecting'}); "
+                "try again later or go on without it"
+            )
+        self._in_flight += 1
+        try:
+            result = await session.call_tool(tool, arguments)
+        except MCPError as exc:
+            if exc.code == mcp_types.CONNECTION_CLOSED:
+                self._broken.set()
+            raise McpToolError(self.redact(f"the server refused the call: {exc.message}")) from None
+        except RuntimeError as exc:  # the SDK's complaint about a result, e.g. its schema
+            raise McpToolError(self.redact(str(exc))) from None
+        except Exception as exc:
+            self._broken.set()
+            raise McpServerUnavailable(
+                f"the connection to the MCP server {self.name} broke during the call "
+                f"({type(exc).__name__}); it is being reconnected"
+            ) from None
+        finally:
+            self._in_flight -= 1
+        text = self.redact(render_result(result))
+        if result.is_error:
+            raise McpToolError(text)
+        return text
+
+    def state(self) -> McpServerState:
+        return McpServerState(
+            self.name,
+            self.config.transport,
+            self.connected,
+            tuple(offered_name(self.name, t) for t in self.tools) if self.connected else (),
+            self.error,
+        )
+
+
+async def _list_tools(session: ClientSession) -> list[mcp_types.Tool]:
+    tools: list[mcp_types.Tool] = []
+    cursor: str | None = None
+    for _ in range(100):  # a server that pages forever cannot hang start-up
+        params = mcp_types.PaginatedRequestParams(cursor=cursor) if cursor else None
+        page = await session.list_tools(params=params)
+        tools += page.tools
+        cursor = page.next_cursor
+        if not cursor:
+            break
+    return tools
+
+
+def _describe(exc: BaseException) -> str:
+    """An exception (group) as one line: the innermost causes, by type and message."""
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(dict.fromkeys(_describe(inner) for inner in exc.exceptions))
+    if isinstance(exc, TimeoutError):
+        return "no answer in time"
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
+def render_result(result: mcp_types.CallToolResult) -> str:
+    """A tool result as text for the model: text as is, other content described."""
+    parts = [_render_block(block) for block in result.content]
+    if not parts and result.structured_content is not None:
+        parts.append(json.dumps(result.structured_content, ensure_ascii=False))
+    return "\n".join(parts) if parts else "(the tool returned nothing)"
+
+
+def _render_block(block: mcp_types.ContentBlock) -> str:
+    if isinstance(block, mcp_types.TextContent):
+        return block.text
+    if isinstance(block, mcp_types.ImageContent | mcp_types.AudioContent):
+        return f"[{block.type} ({block.mime_type}) not shown]"
+    if isinstance(block, mcp_types.EmbeddedResource):
+        contents = block.resource
+        text = getattr(contents, "text", None)
+        return text if isinstance(text, str) else f"[binary resource {contents.uri} not shown]"
+    return f"[resource link: {block.uri}]"
+
+
+def offered_name(server: str, tool: str) -> str:
+    """`server__tool` as providers accept it; changed names keep a hash of the original."""
+    plain = f"{server}__{tool}"
+    if _TOOL_NAME.fullmatch(plain):
+        return plain
+    digest = hashlib.sha256(tool.encode()).hexdigest()[:8]
+    cleaned = _NOT_IN_NAME.sub("_", plain)[: 64 - 9]
+    return f"{cleaned}_{digest}"
+
+
+class McpArguments(BaseModel):
+    """The arguments of an MCP tool call, as the model wrote them (validated by schema)."""
+
+    model_config = ConfigDict(frozen=True)
+    values: dict[str, Any]
+
+
+class McpTool(WorkTool[McpArguments]):
+    """One tool of one MCP server, offered while the server is connected."""
+
+    input_model = McpArguments
+
+    def __init__(self, connection: McpConnection, tool: str, subtask_types: frozenset[str]) -> None:
+        self.connection = connection
+        self.server = connection.name
+        self.tool = tool
+        self.name = offered_name(self.server, tool)
+        self.description = ""
+        self.timeout_seconds = connection.config.timeout_seconds
+        self.output_chars = connection.config.max_output_chars
+        self._subtask_types = subtask_types
+        self._schema: dict[str, Any] = {"type": "object", "properties": {}}
+        self._validator: Any = None
+
+    def update(self, definition: mcp_types.Tool) -> None:
+        """Take the server's current description and schema (it may change on reconnect)."""
+        about = definition.description or definition.title or definition.name
+        self.description = f"{about} (from the MCP server {self.server})"[:_MAX_DESCRIPTION]
+        schema = dict(definition.input_schema)
+        schema.setdefault("type", "object")
+        if schema.get("type") == "object":
+            schema.setdefault("properties", {})
+        self._schema = schema
+        self._validator = _validator(schema)
+
+    @property
+    def input_schema(self) -> dict[str, Any]:
+        return self._schema
+
+    def available(self, context: ToolContext) -> bool:
+        if context.subtask_type is not None and context.subtask_type not in self._subtask_types:
+            return False
+        return self.connection.offers(self.tool)
+
+    def parse_input(self, arguments: Mapping[str, Any]) -> McpArguments:
+        values = dict(arguments)
+        if self._validator is not None:
+            problems = [_problem(error) for error in self._validator.iter_errors(values)]
+            if problems:
+                raise ValueError(
+                    f"{self.name} input is invalid ({'; '.join(problems[:5])}). "
+                    "Call it again with input matching its schema."
+                )
+        return McpArguments(values=values)
+
+    async def execute(self, context: ToolContext, input: McpArguments) -> str:
+        return await self.connection.call(self.tool, input.values)
+
+
+def _validator(schema: dict[str, Any]) -> Any:
+    """A validator for `schema`, or None when jsonschema cannot use it (the server checks)."""
+    try:
+        cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+        cls.check_schema(schema)
+        validator = cls(schema)
+        list(validator.iter_errors({}))  # an unresolvable $ref shows up here, not later
+    except Exception:
+        return None
+    return validator
+
+
+def _problem(error: Any) -> str:
+    where = ".".join(str(part) for part in error.absolute_path) or "input"
+    return f"{where}: {error.message}"[:300]
+
+
+class McpClients:
+    """Every configured server's connection, and their tools in a `ToolRegistry`."""
+
+    def __init__(
+        self,
+        config: McpConfig,
+        registry: ToolRegistry,
+        connecting: Connecting = Connecting(),
+    ) -> None:
+        self._config = config
+        self._registry = registry
+        self._tasks: list[asyncio.Task[None]] = []
+        self._tools: dict[str, McpTool] = {}
+        self.connections = [
+            McpConnection(server, on_tools=self._register, connecting=connecting)
+            for server in config.enabled
+        ]
+
+    def start(self) -> None:
+        """Start every connection's task (each connects, and reconnects, on its own)."""
+        for connection in self.connections:
+            task = asyncio.create_task(connection.run(), name=f"mcp-{connection.name}")
+            self._tasks.append(task)
+
+    async def wait_settled(self, timeout: float) -> None:  # noqa: ASYNC109 - a bound, not a sleep
+        """Return once every server's first attempt connected or failed, or at `timeout`."""
+        waits = [asyncio.create_task(c.settled.wait()) for c in self.connections]
+        if waits:
+            _, pending = await asyncio.wait(waits, timeout=timeout)
+            for wait in pending:
+                wait.cancel()
+
+    async def aclose(self, grace: float = 10.0) -> None:
+        """Close every session; a connection still busy after `grace` seconds is cancelled."""
+        for connection in self.connections:
+            connection.stop()
+        if self._tasks:
+            _, busy = await asyncio.wait(self._tasks, timeout=grace)
+            for task in busy:
+                task.cancel()
+        for task in self._tasks:
+            try:
+                await task
+            except BaseException as exc:  # a cancelled task, or one that failed on its way out
+                if not isinstance(exc, asyncio.CancelledError):
+                    log.warning(
+                        "MCP connection %s ended with %s", task.get_name(), type(exc).__name__
+                    )
+        self._tasks.clear()
+
+    def origin(self, offered: str) -> tuple[str, str] | None:
+        """The (server, tool) behind an offered name, or None for a tool not from MCP."""
+        tool = self._tools.get(offered)
+        return None if tool is None else (tool.server, tool.tool)
+
+    def states(self) -> list[McpServerState]:
+        return [connection.state() for connection in self.connections]
+
+    def secrets(self) -> Iterable[str]:
+        return self._config.secrets()
+
+    def _register(self, connection: McpConnection) -> None:
+        kinds = self._config.subtask_types_of(connection.name)
+        for name, definition in connection.tools.items():
+            offered = offered_name(connection.name, name)
+            tool = self._tools.get(offered)
+            if tool is None:
+                tool = McpTool(connection, name, kinds)
+                try:
+                    self._registry.register(tool)
+                except ValueError:
+                    log.warning(
+                        "MCP tool %s of server %s is not offered: the name %s is taken",
+                        name,
+                        connection.name,
+                        offered,
+                    )
+                    continue
+                self._tools[offered] = tool
+            tool.update(definition)

@@ -1,0 +1,90 @@
+"""Every work-tool call is told to the context's `ToolObserver` as it starts and ends, in
+a task's rounds and in its sub-agents alike; an observer that fails changes nothing."""
+
+from __future__ import annotations
+
+from agent import (
+    AgentSubtask,
+    AttemptLadder,
+    ModelResponder,
+    RoundInput,
+    Subtask,
+    SubtaskRegistry,
+    SubtaskRequest,
+    Task,
+    Toolbox,
+    ToolCall,
+    ToolCallRecord,
+    ToolContext,
+    tool_response,
+)
+from agent.rounds.tools import builtin_tools
+from tests.agent.test_responder import NOON, TASK, WINDOW, scripted
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, ToolCallRecord]] = []
+
+    async def tool_call(self, task: Task, record: ToolCallRecord) -> None:
+        self.seen.append((task.id, record))
+
+
+class Broken:
+    async def tool_call(self, task: Task, record: ToolCallRecord) -> None:
+        raise RuntimeError("the display is down")
+
+
+async def test_a_call_is_observed_as_it_starts_and_ends() -> None:
+    recorder = Recorder()
+    box = Toolbox(builtin_tools(), ToolContext(TASK, clock=lambda: NOON, observer=recorder))
+    ok, bad = await box.run(
+        [
+            ToolCall.from_raw("c1", "current_time", "{}"),
+            ToolCall.from_raw("c2", "current_time", "[1]"),
+        ]
+    )
+    records = [record for _, record in recorder.seen]
+    assert {(r.call_id, r.state) for r in records} == {
+        ("c1", "running"),
+        ("c1", "ok"),
+        ("c2", "running"),
+        ("c2", "error"),
+    }
+    ended = {r.call_id: r for r in records if r.state != "running"}
+    assert ended["c1"].output == ok.content == NOON.isoformat(timespec="seconds")
+    assert ended["c2"].output == bad.content and ended["c2"].arguments == "[1]"
+    assert all(r.output == "" for r in records if r.state == "running")
+
+
+async def test_an_observer_that_fails_does_not_fail_the_tool() -> None:
+    box = Toolbox(builtin_tools(), ToolContext(TASK, clock=lambda: NOON, observer=Broken()))
+    [result] = await box.run([ToolCall.from_raw("c1", "current_time", "{}")])
+    assert not result.is_error
+
+
+async def test_the_responder_hands_its_observer_to_rounds_and_sub_agents() -> None:
+    """A round's call and a sub-agent's call both reach the observer, for the task."""
+    recorder = Recorder()
+    model = scripted(
+        tool_response("current_time", {}, call_id="round-call"),
+        tool_response("final_reply", {"text": "done"}),
+        tool_response("current_time", {}, call_id="sub-call"),
+        tool_response("final_reply", {"text": "sub done"}),
+    )
+    responder = ModelResponder(
+        AttemptLadder([model]),
+        tools=builtin_tools(),
+        subtasks=SubtaskRegistry([AgentSubtask()]),
+        clock=lambda: NOON,
+        tool_observer=recorder,
+    )
+    await responder(RoundInput(TASK, WINDOW))
+    subtask = Subtask(TASK.id, 0, 0, SubtaskRequest("agent", {"instructions": "look"}, ()))
+    assert await responder.run_subtask(subtask, TASK) == "sub done"
+    assert [(task, r.call_id, r.state) for task, r in recorder.seen] == [
+        (TASK.id, "round-call", "running"),
+        (TASK.id, "round-call", "ok"),
+        (TASK.id, "sub-call", "running"),
+        (TASK.id, "sub-call", "ok"),
+    ]
