@@ -35,6 +35,7 @@ from storage import (
     PostRecord,
     RoundRecord,
     StorageError,
+    StoredToolCall,
     TaskDetail,
     TaskFilter,
     TaskSummary,
@@ -233,6 +234,7 @@ def render_detail(d: TaskDetail) -> str:
             "Turn and answers", [_message(m.kind, m.id, m.created_at, m.text) for m in d.messages]
         ),
         _section("Rounds", [_round(r) for r in d.rounds]),
+        _section("Tool calls", [_tool_call(c) for c in d.tool_calls]),
         _section("Posts to Slack (outbox)", [_post(p) for p in d.posts]),
         _section("Operator actions", [_intervention(i) for i in d.interventions]),
     ]
@@ -287,6 +289,15 @@ def _round(r: RoundRecord) -> str:
         for t in r.subtasks
     ]
     return "\n".join([head, *subtasks])
+
+
+def _tool_call(c: StoredToolCall) -> str:
+    return (
+        f"  round {c.round} {c.name} ({c.call_id}) {c.state}, started {_when(c.started_at)}, "
+        f"ended {_when(c.ended_at)}\n"
+        f"      arguments: {one_line(c.arguments, 200)}\n"
+        f"      output: {one_line(c.output, 400) or '(none yet)'}"
+    )
 
 
 def _post(p: PostRecord) -> str:

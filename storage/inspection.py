@@ -25,6 +25,7 @@ from storage.database import Database
 from storage.errors import translate_errors
 from storage.migrations import Connection
 from storage.queue import UnknownTask, address_of, with_parts
+from storage.tool_calls import TOOL_CALLS_OF_TASK, StoredToolCall
 
 # Every state a task can be in, in the order a task passes through them.
 TASK_STATES = ("queued", "running", "waiting", "done", "failed", "cancelled")
@@ -122,6 +123,7 @@ class TaskDetail:
     rounds: tuple[RoundRecord, ...] = ()
     posts: tuple[PostRecord, ...] = ()
     interventions: tuple[InterventionRecord, ...] = field(default=())
+    tool_calls: tuple[StoredToolCall, ...] = ()
 
 
 _SUMMARY = """
@@ -197,6 +199,7 @@ async def inspect_task(db: Database, task_id: str) -> TaskDetail:
         messages = await conn.fetch(_MESSAGES, _message_ids(task, len(rounds)))
         posts = await conn.fetch(_POSTS, _post_ids(task, len(rounds)))
         interventions = await conn.fetch(_INTERVENTIONS, task_id)
+        tool_calls = await conn.fetch(TOOL_CALLS_OF_TASK, task_id)
     return TaskDetail(
         _summary(row),
         row["session_id"],
@@ -208,6 +211,7 @@ async def inspect_task(db: Database, task_id: str) -> TaskDetail:
         rounds,
         tuple(PostRecord(**p) for p in posts),
         tuple(InterventionRecord(**i) for i in interventions),
+        tuple(StoredToolCall(**dict(c)) for c in tool_calls),
     )
 
 

@@ -37,7 +37,7 @@ ON CONFLICT (task_id, call_id) DO UPDATE SET
     ended_at = excluded.ended_at
 """
 
-_OF_TASK = """
+TOOL_CALLS_OF_TASK = """
 SELECT task_id, round, call_id, name, arguments, state, output, started_at, ended_at
 FROM tool_calls WHERE task_id = $1 ORDER BY started_at, call_id
 """
@@ -80,7 +80,7 @@ class PostgresToolCalls:
 @translate_errors("The tool calls could not be read")
 async def tool_calls_of(db: Database, task_id: str) -> list[StoredToolCall]:
     """The task's tool calls, in the order they started."""
-    rows = await db.pool.fetch(_OF_TASK, task_id)
+    rows = await db.pool.fetch(TOOL_CALLS_OF_TASK, task_id)
     return [StoredToolCall(**dict(row)) for row in rows]
 
 

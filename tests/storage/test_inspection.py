@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from agent.core.delegation import Delegation, SubtaskRequest
-from agent.core.ports import StoredMessage, Task
+from agent.core.ports import StoredMessage, Task, ToolCallRecord
 from storage import (
     InterventionRefused,
     TaskFilter,
@@ -25,6 +25,7 @@ from storage.delegations import PostgresDelegations
 from storage.history import PostgresHistory
 from storage.outbox import Outbox, Superseded
 from storage.queue import PostgresTaskQueue, task_from_row
+from storage.tool_calls import PostgresToolCalls
 from tests.pg import create_database
 
 OPERATOR = "operator via threadgate tasks (test)"
@@ -233,3 +234,16 @@ async def test_show_gathers_turn_rounds_reply_and_posts(db: Database) -> None:
     [post] = detail.posts
     assert (post.id, post.state, post.remote_ref) == (task.ack_id(0), "sent", "1700000000.000100")
     assert detail.summary.state == "running" and detail.lease_owner is not None
+    assert detail.tool_calls == ()
+    calls = PostgresToolCalls(db)
+    await calls.tool_call(task, ToolCallRecord("call_9", "fake__echo", '{"text": "hi"}', "running"))
+    await calls.tool_call(
+        task, ToolCallRecord("call_9", "fake__echo", '{"text": "hi"}', "ok", "hi")
+    )
+    [call] = (await inspect_task(db, task.id)).tool_calls
+    assert (call.name, call.state, call.arguments, call.output) == (
+        "fake__echo",
+        "ok",
+        '{"text": "hi"}',
+        "hi",
+    )
