@@ -13,7 +13,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import ack_latency, flat_cost, report, rss, sql_count, stream_parse, throughput
+from bench import (
+    ack_latency,
+    first_text,
+    flat_cost,
+    report,
+    rss,
+    sql_count,
+    stream_parse,
+    throughput,
+)
 from tests.pg import server_dsn
 
 
@@ -28,6 +37,7 @@ async def measure() -> dict[str, Any]:
             ("flat", flat_cost.run_all),
             ("rss", rss.run_all),
             ("throughput", throughput.run_all),
+            ("first_text", first_text.run_all),
         ):
             print(f"bench: {name}", flush=True)
             results[name] = await step(dsn, data)

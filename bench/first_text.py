@@ -136,17 +136,19 @@ async def measure(
         "shown": len(first),
         "completed": len(whole),
         "posts": len(slack.posts),
-        "first_p50": loadgen.percentile(first, 0.5),
-        "overhead_p50": loadgen.percentile(overhead, 0.5),
-        "overhead_p95": loadgen.percentile(overhead, 0.95),
-        "overhead_p99": loadgen.percentile(overhead, 0.99),
+        "first_p50": loadgen.percentile(first, 0.5) if first else float("nan"),
+        "overhead_p50": loadgen.percentile(overhead, 0.5) if overhead else float("nan"),
+        "overhead_p95": loadgen.percentile(overhead, 0.95) if overhead else float("nan"),
+        "overhead_p99": loadgen.percentile(overhead, 0.99) if overhead else float("nan"),
         "whole_p50": loadgen.percentile(whole, 0.5) if whole else float("nan"),
         "ack_p99": loadgen.percentile([s.ack_ms for s in samples], 0.99),
         "sender_lag_ms": loadgen.sender_lag_ms(samples),
     }
 
 
-async def run_all(dsn: str, data: Path, rates: tuple[int, ...] = (RATE,)) -> dict[str, Any]:
+async def run_all(
+    dsn: str, data: Path, rates: tuple[int, ...] = (1, 10, 25, 50, RATE)
+) -> dict[str, Any]:
     results = []
     for run, rate in enumerate(rates):
         figures = await measure(dsn, data, run, rate)
@@ -169,7 +171,7 @@ async def main() -> None:
             print(await measure(await server_dsn(Path(tmp)), Path(tmp), 0, rate, out))
             print(json.dumps(profile.summarize(out), indent=1))
             return
-        rates = tuple(int(r) for r in sys.argv[1:]) or (RATE,)
+        rates = tuple(int(r) for r in sys.argv[1:]) or (1, 10, 25, 50, RATE)
         await run_all(await server_dsn(Path(tmp)), Path(tmp), rates)
 
 

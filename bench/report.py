@@ -57,7 +57,7 @@ def write(results: dict[str, Any]) -> None:
 
 
 def render(r: dict[str, Any]) -> str:
-    sections = [_header(r), _summary(r), _ack(r), _throughput(r), _flat(r), _sql(r)]
+    sections = [_header(r), _summary(r), _ack(r), _throughput(r), _first_text(r), _flat(r), _sql(r)]
     sections += [_rss(r), _profile(r), FINDINGS]
     return "\n\n".join(sections) + "\n"
 
@@ -237,6 +237,30 @@ def _ack(r: dict[str, Any]) -> str:
     lines.append(
         "\nAll times in ms. Sender lag: the worst delay between an event's scheduled and actual send (load-generator overload)."
     )
+    return "\n".join(lines)
+
+
+def _first_text(r: dict[str, Any]) -> str:
+    f = r.get("first_text")
+    if not f:
+        return "## First visible text of a streamed reply\n\n(not measured in this run)"
+    lines = [
+        "## First visible text of a streamed reply (bench/first_text.py)",
+        "",
+        f"The fake model answers after {f['ttft_ms']:.0f} ms (time to first token), then streams",
+        f"at {f['tokens_per_second']:.0f} SSE events/s; overhead = event sent → first",
+        "`chat.startStream` with text at Slack, minus that time. Target: overhead ≤ 300 ms.",
+        "",
+        "| events/s | events | shown | completed | overhead p50 | p95 | p99 | whole reply p50 | ack p99 |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for run in f["runs"]:
+        lines.append(
+            f"| {run['rate']} | {run['events']} | {run['shown']} | {run['completed']} |"
+            f" {run['overhead_p50']:.0f} | {run['overhead_p95']:.0f} | {run['overhead_p99']:.0f} |"
+            f" {run['whole_p50']:.0f} | {run['ack_p99']:.0f} |"
+        )
+    lines.append("\nAll times in ms.")
     return "\n".join(lines)
 
 
