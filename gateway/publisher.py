@@ -107,6 +107,11 @@ class SlackPublisher:
     def streaming(self) -> bool:
         return self._live is not None
 
+    async def aclose(self) -> None:
+        """Stop what still shows steps in the background (the process is stopping)."""
+        if self._live is not None:
+            await self._live.aclose()
+
     async def publish(
         self, task: Task, message_id: str, text: str, *, steps: Sequence[Step] = ()
     ) -> None:

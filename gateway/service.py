@@ -324,6 +324,7 @@ class Gateway:
                 else None
             ),
         )
+        self._stack.push_async_callback(publisher.aclose)
         alerts = OperatorAlerts(
             client, s.threadgate_operator_channel, window_seconds=s.threadgate_alert_window_seconds
         )
