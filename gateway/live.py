@@ -158,6 +158,7 @@ class LiveMessages:
         self._refused: dict[str, float] = {}
         self._steps: dict[str, list[Step]] = {}
         self._senders: set[asyncio.Task[None]] = set()
+        self._sending: set[str] = set()  # acknowledgments with a sender running
 
     def allowed(self, address: Mapping[str, str]) -> Where | None:
         """Where a stream for `address` goes, or None when no stream should be tried."""
@@ -180,9 +181,9 @@ class LiveMessages:
         waits (up to the call limit) for the acknowledgment's row to be open, then appends
         them; an acknowledgment that never opens (posted whole, or already completed)
         drops them — its final states go out when it is completed."""
-        queue = self._steps.setdefault(message_id, [])
-        queue.append(step)
-        if len(queue) == 1:
+        self._steps.setdefault(message_id, []).append(step)
+        if message_id not in self._sending:
+            self._sending.add(message_id)
             sender = asyncio.create_task(
                 self._send_steps(task, message_id), name=f"steps-{message_id}"
             )
@@ -202,7 +203,10 @@ class LiveMessages:
         except (*_SLACK_ERRORS, StorageError) as exc:
             log.debug("showing the steps of %s failed: %s", message_id, exc)
         finally:
+            # Nothing awaits between the loop's last look at the queue and here, so no
+            # step is left behind: a later one starts the next sender.
             self._steps.pop(message_id, None)
+            self._sending.discard(message_id)
 
     async def _open_ts(self, message_id: str) -> str | None:
         """The ts of the acknowledgment once its row is open; None if it does not open
