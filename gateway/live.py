@@ -75,6 +75,15 @@ _NOT_HERE = frozenset(
 )
 
 
+StreamEnded = Callable[[str, str], None]
+"""Told how each streamed message ended: kind (reply, plan), outcome (completed, replaced,
+taken_back, refused); for metrics."""
+
+
+def _unobserved(kind: str, outcome: str) -> None:
+    pass
+
+
 @dataclass(frozen=True, slots=True)
 class StreamSettings:
     """How streams are sent: at most one append per `interval_seconds`; a conversation
@@ -150,11 +159,13 @@ class LiveMessages:
         settings: StreamSettings,
         *,
         on_visible: Callable[[Task], None],
+        on_ended: StreamEnded | None = None,
     ) -> None:
         self.client = client
         self.outbox = outbox
         self.settings = settings
         self.on_visible = on_visible
+        self.ended: StreamEnded = on_ended or _unobserved
         self._refused: dict[str, float] = {}
         self._steps: dict[str, list[Step]] = {}
         self._senders: set[asyncio.Task[None]] = set()
@@ -299,6 +310,7 @@ class SlackDraft:
             async with asyncio.timeout(self._live.outbox.call_seconds):
                 await self._live.client.chat_delete(channel=task.address["channel"], ts=ts)
             await self._live.outbox.release(self._post_id, task.id, task.attempts, ts)
+            self._live.ended("reply", "taken_back")
         except (*_SLACK_ERRORS, StorageError) as exc:
             # The row stays open: the reply, when it is published, replaces this text.
             log.info("taking back the draft %s failed (%s); the reply will replace it", ts, exc)
@@ -383,6 +395,7 @@ class SlackDraft:
             )
             if not ambiguous:
                 live.refused(task.address, error)
+                live.ended("reply", "refused")
             return False
         except (SlackClientError, aiohttp.ClientError, OSError) as exc:
             log.info(
@@ -413,6 +426,7 @@ class SlackDraft:
 __all__ = [
     "LiveMessages",
     "SlackDraft",
+    "StreamEnded",
     "StreamSettings",
     "Streamed",
     "Where",

@@ -99,6 +99,15 @@ class Metrics:
             ["method", "status"],
             registry=r,
         )
+        self.streams = Counter(
+            "threadgate_streamed_messages_total",
+            "Streamed messages by kind (reply, plan) and how they ended: completed (stopped"
+            " as streamed), replaced (completed by chat.update: the text differed, or a"
+            " stream a crashed process left), taken_back (a draft that was not the reply),"
+            " refused (Slack would not stream; posted whole).",
+            ["kind", "outcome"],
+            registry=r,
+        )
         self.tool_calls = Counter(
             "threadgate_tool_calls_total",
             "Work-tool calls ended, by MCP server (builtin: threadgate's own and plugins'),"
@@ -121,6 +130,9 @@ class Metrics:
 
     def task_settled(self, outcome: str) -> None:
         self.tasks.labels(outcome).inc()
+
+    def stream_ended(self, kind: str, outcome: str) -> None:
+        self.streams.labels(kind, outcome).inc()
 
     def round_decided(self, decision: str) -> None:
         self.rounds.labels(decision).inc()

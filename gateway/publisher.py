@@ -51,6 +51,7 @@ from gateway.live import (
     LiveMessages,
     SlackDraft,
     Streamed,
+    StreamEnded,
     StreamSettings,
     markdown_chunk,
     task_update,
@@ -87,6 +88,7 @@ class SlackPublisher:
         status_refresh_seconds: float = 90.0,
         reconcile_seconds: float = 60.0,
         streams: StreamSettings | None = None,
+        on_stream_ended: StreamEnded | None = None,
     ) -> None:
         self._client = client
         self._outbox = outbox
@@ -95,7 +97,9 @@ class SlackPublisher:
         self._live = (
             None
             if streams is None
-            else LiveMessages(client, outbox, streams, on_visible=self._shown)
+            else LiveMessages(
+                client, outbox, streams, on_visible=self._shown, on_ended=on_stream_ended
+            )
         )
         self._bot_user_id = bot_user_id
         self._bot_id = bot_id
@@ -242,6 +246,7 @@ class SlackPublisher:
             await self._outbox.call_ended(post_id, task.attempts, posted=False)
             assert self._live is not None
             self._live.refused(task.address, _why(exc))
+            self._live.ended("plan", "refused")
             await self._outbox.arm(post_id, task.id, task.attempts)
             return False
         except (aiohttp.ClientError, OSError) as exc:
@@ -270,10 +275,12 @@ class SlackPublisher:
         final = [task_update(step) for step in steps]
         if streamed is not None:
             final += streamed.cards  # a reply's tool cards, in their last state
+        kind = "plan" if steps else "reply"
         if steps:
             # An acknowledgment's plan: its text went out whole with the start, its cards
             # get their final states here.
             if await self._stop(post_id, channel, ts, chunks=final, metadata=metadata):
+                self._ended(kind, "completed")
                 return True
         elif (
             streamed is not None
@@ -291,6 +298,7 @@ class SlackPublisher:
                 metadata=metadata,
             )
         ):
+            self._ended(kind, "completed")
             return True
         with contextlib.suppress(SlackApiError, SlackClientError, aiohttp.ClientError, OSError):
             async with asyncio.timeout(self._outbox.call_seconds):
@@ -318,7 +326,12 @@ class SlackPublisher:
         except (aiohttp.ClientError, OSError) as exc:
             raise _Unsettled from exc
         await self._outbox.mark_sent(post_id, ts)
+        self._ended(kind, "replaced")
         return True
+
+    def _ended(self, kind: str, outcome: str) -> None:
+        if self._live is not None:
+            self._live.ended(kind, outcome)
 
     async def _stop(
         self,

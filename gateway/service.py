@@ -323,6 +323,7 @@ class Gateway:
                 if s.threadgate_streaming
                 else None
             ),
+            on_stream_ended=self.metrics.stream_ended,
         )
         self._stack.push_async_callback(publisher.aclose)
         alerts = OperatorAlerts(

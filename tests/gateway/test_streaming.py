@@ -81,6 +81,7 @@ async def test_a_reply_streams_while_it_is_written_then_ends_with_our_metadata(r
     assert [m.replace("\u200d", "") for m in shown if m != event.get("text")] == [ANSWER]
     assert "<!here>" not in rig.slack.stream(live.channel, live.ts).text  # neutralized
     assert rig.slack.posts == []
+    assert await streams_counted(rig, "reply", "completed") == 1
 
 
 async def test_a_dm_streams_without_a_recipient(rig: Rig) -> None:
@@ -99,8 +100,8 @@ async def test_where_slack_refuses_streams_the_reply_is_posted_whole(rig: Rig) -
     await send(rig, event)
     [post] = await rig.slack.wait_for_posts(1)
     assert post.thread_ts == event["ts"] and "two paragraphs" in post.text
-    await asyncio.sleep(0)  # (nothing to wait for: a stream would have come before the post)
     assert [s for s in rig.slack.streams if not s.deleted] == []
+    assert await streams_counted(rig, "reply", "refused") == 1
 
 
 async def test_delegate_after_a_reply_began_leaves_only_the_acknowledgment(rig: Rig) -> None:
@@ -130,6 +131,7 @@ async def test_delegate_after_a_reply_began_leaves_only_the_acknowledgment(rig: 
     ]
     assert shown == ["On it.", "All done."]
     assert all("half answer" not in m for m in shown)
+    assert await streams_counted(rig, "reply", "taken_back") == 1
 
 
 async def test_an_acknowledgment_shows_its_subtasks_as_live_task_cards(rig: Rig) -> None:
@@ -197,8 +199,18 @@ async def test_a_stream_whose_start_went_unanswered_is_found_and_completed(rig: 
     [stream] = rig.slack.streams
     shown = [m for m in rig.slack.visible_thread(event["channel"], stream.thread_ts) if m != "hi"]
     assert shown == ["the whole answer"] and rig.slack.posts == []
+    assert await streams_counted(rig, "reply", "replaced") == 1
     [message] = [m for m in rig.slack.messages[stream.channel] if m["ts"] == stream.ts]
     assert message["metadata"]["event_payload"]["outbox_id"] == f"task:{task_id}:reply"
+
+
+async def streams_counted(rig: Rig, kind: str, outcome: str) -> float:
+    """`threadgate_streamed_messages_total{kind, outcome}` as /metrics shows it."""
+    async with rig.http.get(rig.metrics_url) as response:
+        text = await response.text()
+    line = f'threadgate_streamed_messages_total{{kind="{kind}",outcome="{outcome}"}} '
+    found = [row for row in text.splitlines() if row.startswith(line)]
+    return float(found[0].rsplit(" ", 1)[1]) if found else 0.0
 
 
 def _markdown_of(rig: Rig, channel: str, thread_ts: str) -> list[str]:
