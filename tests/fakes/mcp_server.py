@@ -32,6 +32,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 from mcp.server.mcpserver import MCPServer
 
 server = MCPServer("threadgate-fake", log_level="WARNING")
@@ -142,12 +143,28 @@ class HttpServerProcess:
         self._pidfile = pidfile
         self._token = token
         self._proc: asyncio.subprocess.Process | None = None
+        self._started = False
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/mcp"
 
     async def start(self, deadline: float = 30) -> None:
+        """Start the server and return once it answers on its port. `free_port` can race:
+        another process (a concurrent suite's fake) may take the port between our probe
+        and the child's bind. So readiness is "our child is alive and the port answers
+        /mcp the way an MCP server does" (a 400 to a bare GET, where another server says
+        404), and a first start that lost its port tries a fresh one."""
+        for _ in range(5):
+            if await self._spawn(deadline):
+                self._started = True
+                return
+            if self._started:
+                break  # a restart must keep its port: clients already know it
+            self.port = free_port()
+        raise AssertionError(f"the MCP server could not serve on port {self.port}")
+
+    async def _spawn(self, deadline: float) -> bool:
         env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
         env |= {"PYTHONPATH": str(NETGUARD), "FAKE_MCP_PIDFILE": str(self._pidfile)}
         if self._token:
@@ -161,21 +178,30 @@ class HttpServerProcess:
             env=env,
             cwd=REPO,
             stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
         )
         async with asyncio.timeout(deadline):
-            while not await self._listening():
+            while True:
+                status = await self._answer()
                 if self._proc.returncode is not None:
-                    raise AssertionError(f"the MCP server exited ({self._proc.returncode})")
+                    return False  # it could not bind: the port was taken
+                if status is not None and status != 404:
+                    return True
+                if status == 404:
+                    await self.kill()  # another server holds the port
+                    return False
                 await asyncio.sleep(0.05)  # polling a condition, under the deadline above
 
-    async def _listening(self) -> bool:
+    async def _answer(self) -> int | None:
+        """The status a bare GET of /mcp gets on the port (None: nothing listens yet)."""
         try:
-            _, writer = await asyncio.open_connection("127.0.0.1", self.port)
-        except OSError:
-            return False
-        writer.close()
-        await writer.wait_closed()
-        return True
+            async with (
+                aiohttp.ClientSession() as http,
+                http.get(self.url, timeout=aiohttp.ClientTimeout(total=2)) as response,
+            ):
+                return response.status
+        except (aiohttp.ClientError, TimeoutError):
+            return None
 
     async def kill(self) -> None:
         """SIGKILL, as in a crash."""
