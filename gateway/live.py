@@ -57,6 +57,22 @@ from storage import Outbox, StorageError
 log = logging.getLogger(__name__)
 
 _SLACK_ERRORS = (SlackApiError, SlackClientError, aiohttp.ClientError, OSError)
+# Slack's own words for "failed, but some of it may have happened", besides 5xx answers.
+MAYBE_DONE = frozenset({"internal_error", "fatal_error", "service_unavailable"})
+
+
+def may_have_happened(exc: SlackApiError) -> bool:
+    """Whether a write Slack answered with `exc` may still have been done (a post, a
+    stream's start): its outcome is unknown, and only the thread can tell."""
+    return exc.response.status_code >= 500 or exc.response.get("error") in MAYBE_DONE
+
+
+def why(exc: SlackApiError) -> str:
+    """Slack's error code for `exc`, or its HTTP status."""
+    error = exc.response.get("error") if isinstance(exc.response.data, dict) else None
+    return str(error or f"HTTP {exc.response.status_code}")
+
+
 # Slack's answers that mean "a stream cannot go here"; anything else refused outright is
 # taken the same way for this draft, but not remembered.
 _NOT_HERE = frozenset(
@@ -388,13 +404,12 @@ class SlackDraft:
             async with asyncio.timeout(live.outbox.call_seconds):
                 ts = await where.start(live.client, chunks)
         except SlackApiError as exc:
-            error = str(exc.response.get("error") or exc.response.status_code)
-            ambiguous = exc.response.status_code >= 500
+            ambiguous = may_have_happened(exc)
             await live.outbox.call_ended(
                 self._post_id, task.attempts, posted=None if ambiguous else False
             )
             if not ambiguous:
-                live.refused(task.address, error)
+                live.refused(task.address, why(exc))
                 live.ended("reply", "refused")
             return False
         except (SlackClientError, aiohttp.ClientError, OSError) as exc:
@@ -424,6 +439,7 @@ class SlackDraft:
 
 
 __all__ = [
+    "MAYBE_DONE",
     "LiveMessages",
     "SlackDraft",
     "StreamEnded",
@@ -431,6 +447,8 @@ __all__ = [
     "Streamed",
     "Where",
     "markdown_chunk",
+    "may_have_happened",
     "stream_target",
     "task_update",
+    "why",
 ]

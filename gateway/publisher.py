@@ -48,13 +48,16 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from agent import Step, StepState, Task, ToolCallRecord, stop_task
 from gateway.live import (
+    MAYBE_DONE,
     LiveMessages,
     SlackDraft,
     Streamed,
     StreamEnded,
     StreamSettings,
     markdown_chunk,
+    may_have_happened,
     task_update,
+    why,
 )
 from gateway.rendering import BLOCK_LIMIT, SlackMessage, render_reply
 from storage import Outbox
@@ -63,10 +66,8 @@ log = logging.getLogger(__name__)
 
 METADATA_EVENT = "threadgate_post"
 _NOTHING_THERE = frozenset({"thread_not_found", "message_not_found"})
-# Slack's own words for "failed, but some of it may have happened" (and for a read, "ask
-# again later"), besides 5xx answers.
-_MAYBE_DONE = frozenset({"internal_error", "fatal_error", "service_unavailable"})
-_TRANSIENT = _MAYBE_DONE | {"ratelimited", "request_timeout"}
+# For a read, "ask again later": what may have happened to a write, and more.
+_TRANSIENT = MAYBE_DONE | {"ratelimited", "request_timeout"}
 # A post whose outcome stays unknown is called again at most this often per publish; then
 # the task is retried later (and the next attempt goes on from the outbox row).
 _CALLS_PER_POST = 3
@@ -239,13 +240,13 @@ class SlackPublisher:
             async with asyncio.timeout(self._outbox.call_seconds):
                 ts = await where.start(self._client, chunks, plan=True)
         except SlackApiError as exc:
-            if _may_have_happened(exc):
-                log.warning("plan %s: Slack answered %s; looking in the thread", post_id, _why(exc))
+            if may_have_happened(exc):
+                log.warning("plan %s: Slack answered %s; looking in the thread", post_id, why(exc))
                 await self._outbox.call_ended(post_id, task.attempts, posted=None)
                 raise _Unsettled from exc
             await self._outbox.call_ended(post_id, task.attempts, posted=False)
             assert self._live is not None
-            self._live.refused(task.address, _why(exc))
+            self._live.refused(task.address, why(exc))
             self._live.ended("plan", "refused")
             await self._outbox.arm(post_id, task.id, task.attempts)
             return False
@@ -320,7 +321,7 @@ class SlackPublisher:
                 log.info("open message %s of %s is gone; posting afresh", ts, post_id)
                 await self._outbox.release(post_id, task.id, task.attempts, ts)
                 return False
-            if not _may_have_happened(exc):
+            if not may_have_happened(exc):
                 raise
             raise _Unsettled from exc
         except (aiohttp.ClientError, OSError) as exc:
@@ -376,10 +377,10 @@ class SlackPublisher:
                     link_names=False,
                 )
         except SlackApiError as exc:
-            if not _may_have_happened(exc):
+            if not may_have_happened(exc):
                 await self._outbox.call_ended(post_id, task.attempts, posted=False)
                 raise
-            log.warning("post %s: Slack answered %s; looking in the thread", post_id, _why(exc))
+            log.warning("post %s: Slack answered %s; looking in the thread", post_id, why(exc))
         except (aiohttp.ClientError, OSError) as exc:  # OSError: TimeoutError included
             log.warning("post %s: %s; looking in the thread", post_id, type(exc).__name__)
         else:
@@ -402,8 +403,8 @@ class SlackPublisher:
                         return await self._search(address, post_id, since)
                     except SlackApiError as exc:
                         if not _transient(exc):
-                            return _unverified(address, post_id, _why(exc))
-                        reason = _why(exc)
+                            return _unverified(address, post_id, why(exc))
+                        reason = why(exc)
                     except (aiohttp.ClientError, OSError) as exc:
                         reason = type(exc).__name__
                     log.info("reading the thread for %s failed (%s); trying again", post_id, reason)
@@ -495,16 +496,6 @@ def _unverified(address: Mapping[str, str], post_id: str, why: str) -> Found:
         why,
     )
     return Found(None)
-
-
-def _why(exc: SlackApiError) -> str:
-    error = exc.response.get("error") if isinstance(exc.response.data, dict) else None
-    return str(error or f"HTTP {exc.response.status_code}")
-
-
-def _may_have_happened(exc: SlackApiError) -> bool:
-    """Whether a write Slack answered with `exc` may still have been done."""
-    return exc.response.status_code >= 500 or exc.response.get("error") in _MAYBE_DONE
 
 
 def _transient(exc: SlackApiError) -> bool:
