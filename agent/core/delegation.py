@@ -78,7 +78,12 @@ class Subtask:
 
     @property
     def id(self) -> str:
-        return f"{self.task_id}:{self.round}:{self.index}"
+        return subtask_id(self.task_id, self.round, self.index)
+
+
+def subtask_id(task_id: str, round_number: int, index: int) -> str:
+    """The id of the `index`-th subtask of round `round_number` of a task."""
+    return f"{task_id}:{round_number}:{index}"
 
 
 @dataclass(frozen=True, slots=True)

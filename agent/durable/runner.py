@@ -53,6 +53,7 @@ from agent.core.delegation import (
     Subtask,
     SubtaskRequest,
     SubtaskState,
+    subtask_id,
 )
 from agent.core.errors import (
     AgentError,
@@ -364,7 +365,7 @@ class TaskRunner:
 
     async def _wait_for(self, task: Task, number: int, delegation: Delegation) -> None:
         steps = [
-            Step(_step_id(task.id, number, index), request.title, "pending")
+            Step(subtask_id(task.id, number, index), request.title, "pending")
             for index, request in enumerate(delegation.subtasks)
         ]
         await self._publisher.publish(
@@ -496,17 +497,12 @@ class TaskRunner:
                 return
 
 
-def _step_id(task_id: str, round_number: int, index: int) -> str:
-    """A subtask's step id: the subtask's own id (`Subtask.id`)."""
-    return f"{task_id}:{round_number}:{index}"
-
-
 def _settled_steps(task: Task, record: RoundRecord) -> list[Step]:
     """A finished round's subtasks as steps, each in the state it ended in, titled as
     when they were announced (from the delegate call the record keeps)."""
     return [
         Step(
-            _step_id(task.id, record.number, outcome.index),
+            subtask_id(task.id, record.number, outcome.index),
             _announced_title(record.raw_arguments, outcome.index) or outcome.type,
             _STEP_STATES[outcome.state],
         )
