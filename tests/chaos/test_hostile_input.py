@@ -18,6 +18,7 @@ import itertools
 import json
 import re
 import time
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,9 +130,10 @@ class Payload:
 
     body: bytes
     signing: str  # "good", "bad", "stale", "none"
-    channel: str
+    channel: str  # the payload's own channel, before any field change
     user: Any
     event_id: Any
+    sent_channel: Any = None  # the event's `channel` as sent (a field change may replace it)
 
     def __repr__(self) -> str:  # huge bodies: keep failure reports readable
         body = self.body if len(self.body) < 600 else self.body[:300] + b"..." + self.body[-200:]
@@ -172,7 +174,14 @@ class Recipe:
                 else:
                     target[name] = expand(change)
         body = encode(envelope, self.encoding)
-        return Payload(body, self.signing, channel, event.get("user"), envelope.get("event_id"))
+        return Payload(
+            body,
+            self.signing,
+            channel,
+            event.get("user"),
+            envelope.get("event_id"),
+            event.get("channel"),
+        )
 
 
 def field_changes(draw: st.DrawFn, fields: list[str], most: int) -> tuple[tuple[str, Any], ...]:
@@ -310,8 +319,10 @@ async def stored_for(db: Database, outcome: Outcome) -> int:
     )
 
 
-def forged_turns(model: OpenAIServer, users: dict[str, Any]) -> list[str]:
-    """User messages sent to the model that do not hold exactly one genuine turn."""
+def forged_turns(model: OpenAIServer, users: dict[str, set[Any]]) -> list[str]:
+    """User messages sent to the model that do not hold exactly one genuine turn: one
+    whose user is among those of the accepted events sent in its channel (a field change
+    can send several payloads into one channel, e.g. `"4"`)."""
     problems = []
     for request in model.requests:
         for message in request.body["messages"]:
@@ -321,9 +332,10 @@ def forged_turns(model: OpenAIServer, users: dict[str, Any]) -> list[str]:
             attrs = _TURN_ATTRS.findall(content)
             if content.count("<turn ") != 1 or len(attrs) != 1:
                 problems.append(f"not exactly one turn: {content[:300]!r}")
-            elif users.get(attrs[0][1]) != attrs[0][0]:
+            elif attrs[0][0] not in users.get(attrs[0][1], set()):
                 problems.append(
-                    f"turn from {attrs[0]} but the event's user was {users.get(attrs[0][1])!r}"
+                    f"turn from {attrs[0]} but the events' users there were "
+                    f"{users.get(attrs[0][1])!r}"
                 )
     return problems
 
@@ -361,8 +373,11 @@ async def test_hostile_payloads_never_5xx_store_nothing_when_refused_and_forge_n
         finally:
             await processes.stop_all()
     assert not leaked, [(o.status, o.payload.body[:200]) for o in leaked[:5]]
-    users = {o.payload.channel: o.payload.user for o in outcomes if 200 <= o.status < 300}
-    users[last.channel] = last.event["user"]
+    users: dict[str, set[Any]] = defaultdict(set)
+    for o in outcomes:
+        if 200 <= o.status < 300 and isinstance(o.payload.sent_channel, str):
+            users[o.payload.sent_channel].add(o.payload.user)
+    users[last.channel].add(last.event["user"])
     assert not (problems := forged_turns(model, users)), "\n".join(problems[:10])
     assert [p.text for p in slack.posts if last.marker in p.text] == [
         p.text for p in replies_in(slack, last.channel, last.thread_ts)
