@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
-import pytest
-
 from agent.core.delegation import Delegation, SubtaskRequest
 from agent.core.ports import Task
 from storage.admission import Admission, admit
@@ -13,15 +9,6 @@ from storage.database import Database
 from storage.delegations import PostgresDelegations
 from storage.history import PostgresHistory
 from storage.queue import PostgresTaskQueue
-from tests.pg import create_database
-
-
-@pytest.fixture
-async def fresh_db(postgres_dsn: str, request: pytest.FixtureRequest) -> AsyncIterator[Database]:
-    dsn = await create_database(postgres_dsn, request.node.name)
-    async with Database(dsn) as database:
-        await database.migrate()
-        yield database
 
 
 def delegation(ack: str = "On it", count: int = 2) -> Delegation:

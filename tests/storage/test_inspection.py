@@ -4,7 +4,6 @@ against the workers of any replica; list and show read everything stored about t
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -26,17 +25,14 @@ from storage.history import PostgresHistory
 from storage.outbox import Outbox, Superseded
 from storage.queue import PostgresTaskQueue, task_from_row
 from storage.tool_calls import PostgresToolCalls
-from tests.pg import create_database
 
 OPERATOR = "operator via threadgate tasks (test)"
 
 
 @pytest.fixture
-async def db(postgres_dsn: str, request: pytest.FixtureRequest) -> AsyncIterator[Database]:
-    dsn = await create_database(postgres_dsn, request.node.name)
-    async with Database(dsn) as database:
-        await database.migrate()
-        yield database
+def db(fresh_db: Database) -> Database:
+    """The storage tests' own migrated database (tests/storage/conftest.py), as `db`."""
+    return fresh_db
 
 
 async def queue_task(db: Database, ts: str, *, thread: str = "1.0", channel: str = "C1") -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
@@ -13,18 +12,9 @@ from storage.admission import Admission, admit
 from storage.database import LEASE_LOCK_SPACE, Database
 from storage.outbox import Outbox, Superseded
 from storage.queue import PostgresTaskQueue
-from tests.pg import create_database
 
 CALL, SETTLE = 30.0, 5.0
 POST = "task:T1:C1:1.0:reply"
-
-
-@pytest.fixture
-async def fresh_db(postgres_dsn: str, request: pytest.FixtureRequest) -> AsyncIterator[Database]:
-    dsn = await create_database(postgres_dsn, request.node.name)
-    async with Database(dsn) as database:
-        await database.migrate()
-        yield database
 
 
 async def leased_task(db: Database) -> Task:

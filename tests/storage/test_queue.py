@@ -5,22 +5,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
-import pytest
-
 from agent.core.ports import Task
 from storage.admission import Admission, admit
 from storage.database import Database
 from storage.queue import PostgresTaskQueue
-from tests.pg import create_database
-
-
-@pytest.fixture
-async def fresh_db(postgres_dsn: str, request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
-    """A database of its own per test: queue tests look at every row."""
-    dsn = await create_database(postgres_dsn, request.node.name)
-    async with Database(dsn) as database:
-        await database.migrate()
-        yield database
 
 
 async def enqueue(db: Database, thread: str, ts: str) -> str:
