@@ -11,9 +11,16 @@ and renders only what is settled:
   `@here`: none contains whitespace);
 - from `[` until the end of its line — or, while its `]` has not come, the end of its
   paragraph — so that a link is rendered whole;
+- from a run of backticks that no later run has closed yet until it is closed or its
+  paragraph ends, because the run may open a code span (or, on a line of its own, a
+  fenced block) that turns what follows into code;
 - settled text gets the rendering's link check and the prose rule for mentions
   everywhere (`neutralize_everywhere`: code spans are not known yet, so code may carry
   an invisible joiner more than the final rendering gives it).
+
+Settled text is rendered in its context, not on its own: the paragraph it belongs to, or
+the fenced block it is in (`_Context`). A link after a fence line is code, and stays as
+written, even when the fence line was settled and shown in an earlier piece.
 
 What was streamed may thus differ from the final rendering by invisible characters, or
 where a construct spans lines; the publisher compares the two when the reply is complete
@@ -25,10 +32,13 @@ from __future__ import annotations
 import re
 
 from gateway.links import reveal_link_hosts
+from gateway.markdown import code_spans, fenced_blocks
 from gateway.rendering import neutralize_everywhere
 
 _HOLD_TO_SPACE = re.compile(r"[<&@]\S*$")
 _PARAGRAPH_END = "\n\n"
+_BLANK_LINE = re.compile(r"\n[ \t]*\n")
+_BACKTICKS = re.compile(r"`+")
 
 
 class LiveRenderer:
@@ -36,18 +46,61 @@ class LiveRenderer:
 
     def __init__(self) -> None:
         self._pending = ""
+        self._context = _Context()
 
     def feed(self, text: str) -> str:
         """Take more raw text; the rendered text now settled ("" when none)."""
         self._pending += text
-        cut = _settled(self._pending)
+        cut = _settled(self._context.raw, self._pending)
         settled, self._pending = self._pending[:cut], self._pending[cut:]
-        return render_settled(settled)
+        return self._context.render(settled)
 
     def flush(self) -> str:
         """Everything held back, rendered (the reply is complete)."""
         rest, self._pending = self._pending, ""
-        return render_settled(rest)
+        return self._context.render(rest)
+
+
+class _Context:
+    """The settled text that decides how the next settled piece renders: the current
+    paragraph, or the current fenced block from its fence line on. It is rendered again
+    with each new piece (the cost is one paragraph or one block, not the whole reply), and
+    the piece's rendering is what the longer rendering adds."""
+
+    def __init__(self) -> None:
+        self.raw = ""
+        self._shown = ""
+
+    def render(self, settled: str) -> str:
+        if not settled:
+            return ""
+        whole = render_settled(self.raw + settled)
+        if whole.startswith(self._shown):
+            piece = whole[len(self._shown) :]
+        else:  # the new text changed how earlier text reads; the final update repairs it
+            piece = render_settled(settled)
+        self.raw += settled
+        start, _ = _last_unit(self.raw)
+        if start:
+            self.raw = self.raw[start:]
+            whole = render_settled(self.raw)
+        self._shown = whole
+        # Each append must be safe on its own too: `@here` after `0` is no broadcast in the
+        # whole text, but would be one in an append that starts with it.
+        return neutralize_everywhere(piece)
+
+
+def _last_unit(text: str) -> tuple[int, bool]:
+    """Where the last paragraph or fenced block of `text` starts, and whether it is fenced:
+    nothing before it changes how what follows renders."""
+    pieces = fenced_blocks(text)
+    if not pieces:
+        return 0, False
+    start, _, fenced = pieces[-1]
+    if fenced:
+        return start, True
+    breaks = list(_BLANK_LINE.finditer(text, start))
+    return (breaks[-1].end() if breaks else start), False
 
 
 def render_settled(text: str) -> str:
@@ -55,7 +108,7 @@ def render_settled(text: str) -> str:
     return neutralize_everywhere(reveal_link_hosts(text)) if text else ""
 
 
-def _settled(pending: str) -> int:
+def _settled(context: str, pending: str) -> int:
     """How much of `pending` is settled: everything before the first held-back span."""
     cut = len(pending)
     bracket = _open_bracket(pending)
@@ -68,7 +121,28 @@ def _settled(pending: str) -> int:
         cut = min(cut, line_start + held.start())
     if "[" in partial:
         cut = min(cut, line_start + partial.index("["))
-    return cut
+    # Last, on what is left: a run closed only by held-back text is still open. Cutting at
+    # the first open run leaves every earlier span whole, so one pass is enough.
+    backticks = _open_backticks(context, pending[:cut])
+    return cut if backticks is None else backticks
+
+
+def _open_backticks(context: str, pending: str) -> int | None:
+    """Where, in `pending`, a run of backticks starts that nothing has closed yet, in the
+    last paragraph outside fenced blocks (a fence's own lines are judged once complete)."""
+    text = context + pending
+    start, fenced = _last_unit(text)
+    if fenced:
+        return None
+    paragraph = text[start:]
+    spans = code_spans(paragraph)
+    for run in _BACKTICKS.finditer(paragraph):
+        if any(s <= run.start() < e for s, e in spans):
+            continue
+        if run.start() > 0 and paragraph[run.start() - 1] == "\\" and len(run.group()) == 1:
+            continue  # a literal backtick
+        return max(0, start + run.start() - len(context))
+    return None
 
 
 def _open_bracket(pending: str) -> int | None:

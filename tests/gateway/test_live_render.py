@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from gateway.live_render import LiveRenderer, render_settled
@@ -54,6 +54,7 @@ def streamed(text: str, cuts: list[int]) -> tuple[list[str], str]:
 
 
 @given(TEXTS, st.lists(st.integers(0, 400), max_size=20))
+@example("0@here```\n", [1])  # no broadcast in the whole text, but one in the append
 def test_nothing_shown_can_ping(text: str, cuts: list[int]) -> None:
     shown, rest = streamed(text, cuts)
     for piece in [*shown, "".join(shown) + rest]:
@@ -61,6 +62,13 @@ def test_nothing_shown_can_ping(text: str, cuts: list[int]) -> None:
 
 
 @given(TEXTS, st.lists(st.integers(0, 400), max_size=20))
+# A link after a fence line, or inside a code span, is code: its host is not revealed,
+# whether the fence or span opened in an earlier piece or is closed by a held-back one.
+@example("```\n[google.com](https://evil.example)", [])
+@example("```\n[google.com](https://evil.example)", [4])
+@example("`a\n[x](https://y.com)\nb`", [3])
+@example("`[google.com](https://evil.example)```\n<!here>`", [])
+@example("0@here```\n", [1])
 def test_what_is_shown_is_the_whole_texts_rendering(text: str, cuts: list[int]) -> None:
     """Up to invisible joiners (the prose rule is applied to pieces, not the whole)."""
     shown, rest = streamed(text, cuts)
