@@ -63,31 +63,50 @@ class LiveRenderer:
 
 class _Context:
     """The settled text that decides how the next settled piece renders: the current
-    paragraph, or the current fenced block from its fence line on. It is rendered again
-    with each new piece (the cost is one paragraph or one block, not the whole reply), and
-    the piece's rendering is what the longer rendering adds."""
+    paragraph, or the current fenced block's fence line and current line (inside a fence,
+    lines do not change each other; only a line can close it). With code in it, the
+    context is rendered again with each new piece and the piece's rendering is what the
+    longer rendering adds; without code (no backtick, no tilde) a piece renders the same
+    on its own, which is cheaper. Either way a piece costs one paragraph at most, not the
+    whole reply."""
 
     def __init__(self) -> None:
         self.raw = ""
-        self._shown = ""
+        self._shown: str | None = ""  # the rendering of `raw`, when known
 
     def render(self, settled: str) -> str:
         if not settled:
             return ""
-        whole = render_settled(self.raw + settled)
-        if whole.startswith(self._shown):
-            piece = whole[len(self._shown) :]
-        else:  # the new text changed how earlier text reads; the final update repairs it
+        combined = self.raw + settled
+        if "`" in combined or "~" in combined:
+            shown = render_settled(self.raw) if self._shown is None else self._shown
+            whole = render_settled(combined)
+            # When the new text changed how earlier text reads, the piece renders on its own;
+            # the final update repairs the message.
+            piece = whole[len(shown) :] if whole.startswith(shown) else render_settled(settled)
+            self._shown = whole
+        else:
             piece = render_settled(settled)
-        self.raw += settled
-        start, _ = _last_unit(self.raw)
-        if start:
-            self.raw = self.raw[start:]
-            whole = render_settled(self.raw)
-        self._shown = whole
+            self._shown = None
+        self.raw = combined
+        if "\n" in settled:  # only a line's end can end a paragraph or open or close a fence
+            reduced = _reduced(self.raw)
+            if reduced != self.raw:
+                self.raw, self._shown = reduced, None
         # Each append must be safe on its own too: `@here` after `0` is no broadcast in the
         # whole text, but would be one in an append that starts with it.
         return neutralize_everywhere(piece)
+
+
+def _reduced(raw: str) -> str:
+    """The part of `raw` that can still change how later text renders."""
+    start, fenced = _last_unit(raw)
+    if not fenced:
+        return raw[start:]
+    fence_line_end = raw.find("\n", start) + 1
+    if not fence_line_end:  # the fence line is the last line, not ended yet
+        return raw[start:]
+    return raw[start:fence_line_end] + raw[max(fence_line_end, raw.rfind("\n") + 1) :]
 
 
 def _last_unit(text: str) -> tuple[int, bool]:
@@ -131,6 +150,8 @@ def _open_backticks(context: str, pending: str) -> int | None:
     """Where, in `pending`, a run of backticks starts that nothing has closed yet, in the
     last paragraph outside fenced blocks (a fence's own lines are judged once complete)."""
     text = context + pending
+    if "`" not in text:
+        return None
     start, fenced = _last_unit(text)
     if fenced:
         return None
