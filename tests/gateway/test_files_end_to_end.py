@@ -14,11 +14,13 @@ from gateway.provenance import parse_turn
 from tests.fakes.anthropic_api import AnthropicServer
 from tests.fakes.openai_api import RecordedRequest
 from tests.fakes.slack_events import (
+    DEFAULT_CHANNEL,
     DEFAULT_USER,
     app_mention_event,
     event_callback,
     file_share_event,
     message_event,
+    new_ts,
 )
 from tests.gateway.rig import Rig
 from tests.gateway.test_providers_end_to_end import anthropic_echo
@@ -203,3 +205,19 @@ async def test_a_scanned_pdf_has_no_text_layer(rig: Rig) -> None:
     file = rig.slack.files.add_file("scan.pdf", out.getvalue(), mimetype="application/pdf")
     body = last_turn_body(await answered(rig, file_share_event(files=[file])))
     assert body.endswith(": no text layer]") and '"scan.pdf"' in body
+
+
+async def test_a_back_filled_message_brings_its_files(rig: Rig) -> None:
+    """A first mention in a thread whose earlier message had a picture and a text file:
+    that earlier turn carries both, the mention's turn neither."""
+    root = new_ts()
+    picture = png()
+    image = rig.slack.files.add_file("chart.png", picture, mimetype="image/png")
+    notes = rig.slack.files.add_file("notes.txt", b"ship on friday")
+    seeded = rig.slack.seed_message(DEFAULT_CHANNEL, root, DEFAULT_USER, "see attached")
+    seeded |= {"files": [image, notes], "upload": True}
+    mention = app_mention_event(text="<@UBOT> thoughts?", thread_ts=root)
+    seen = await answered(rig, mention)
+    first, last = seen.body["messages"][1], seen.body["messages"][-1]
+    assert seen.images() == [("image/png", picture)] and isinstance(first["content"], list)
+    assert "ship on friday" in user_texts(seen)[0] and isinstance(last["content"], str)
