@@ -17,13 +17,13 @@ read everything. `size` in the file object is what Slack *says*: a test may make
 
 from __future__ import annotations
 
-import time
-import uuid
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
+
+from .slack_events import DEFAULT_USER, slack_file
 
 LOGIN_PAGE = b"<!DOCTYPE html><html><head><title>Slack</title></head><body>Sign in</body></html>"
 CHUNK = 64 * 1024
@@ -58,33 +58,23 @@ class FakeFiles:
         mimetype: str = "text/plain",
         filetype: str = "text",
         size: int | None = None,
-        user: str = "U0A1B2C3D4E",
+        user: str = DEFAULT_USER,
         download_url: bool = True,
         content_length: bool = True,
     ) -> dict[str, Any]:
         """Host `content` and return the file object Slack puts in a message's `files`
         (`size` defaults to the real length; `content_length=False` sends the body
         chunked, without saying its length)."""
-        file_id = f"F{uuid.uuid4().hex[:10].upper()}"
+        declared = len(content) if size is None else size
+        entry = slack_file(
+            name=name, mimetype=mimetype, filetype=filetype, size=declared, user=user
+        )
+        file_id = entry["id"]
         self._files[file_id] = HostedFile(file_id, name, content, mimetype, content_length)
-        url = f"{self.origin}/files-pri/{self.team_id}-{file_id}/{name}"
-        entry: dict[str, Any] = {
-            "id": file_id,
-            "created": int(time.time()),
-            "name": name,
-            "title": name,
-            "mimetype": mimetype,
-            "filetype": filetype,
-            "pretty_type": filetype.upper(),
-            "user": user,
-            "mode": "hosted",
-            "is_external": False,
-            "size": len(content) if size is None else size,
-            "url_private": url,
-            "permalink": f"https://example.slack.com/files/{user}/{file_id}/{name}",
-        }
-        if download_url:
-            entry["url_private_download"] = f"{url}?download=1"
+        entry["url_private"] = f"{self.origin}/files-pri/{self.team_id}-{file_id}/{name}"
+        entry["url_private_download"] = f"{entry['url_private']}?download=1"
+        if not download_url:
+            del entry["url_private_download"]
         return entry
 
     def gets(self, file_id: str) -> int:

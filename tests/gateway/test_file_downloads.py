@@ -147,7 +147,9 @@ async def test_a_download_past_the_deadline_is_not_read_in_time(
     """The host never answers: at the deadline the file is given up."""
     slack, _ = hosts
     with pytest.raises(NotRead, match=OUT_OF_TIME):
-        await downloader.download(f"{slack.origin}/hang", declared_size=None, deadline=deadline(0.2))
+        await downloader.download(
+            f"{slack.origin}/hang", declared_size=None, deadline=deadline(0.2)
+        )
 
 
 async def test_an_error_status_or_a_content_length_over_the_cap_is_not_content(

@@ -23,7 +23,7 @@ from tests.fakes.slack_events import (
     new_ts,
 )
 from tests.gateway.rig import Rig
-from tests.gateway.test_providers_end_to_end import anthropic_echo
+from tests.gateway.test_providers_end_to_end import anthropic_echo, anthropic_env
 
 
 def png(width: int = 40, height: int = 30) -> bytes:
@@ -99,7 +99,9 @@ async def test_a_dm_with_only_a_png_sends_the_model_one_image_part(rig: Rig) -> 
     assert seen.images() == [("image/png", picture)]
     content = seen.body["messages"][-1]["content"]
     assert [p["type"] for p in content] == ["text", "image_url"]
-    assert last_turn_body(seen) == f'[image "shot.png" (image/png, {len(picture):,} bytes): attached]'
+    assert (
+        last_turn_body(seen) == f'[image "shot.png" (image/png, {len(picture):,} bytes): attached]'
+    )
     assert rig.slack.files.gets(file["id"]) == 1
 
 
@@ -107,12 +109,7 @@ async def test_anthropic_gets_the_image_as_a_base64_block(fresh_dsn: str) -> Non
     """The same DM through the Messages API: an `image` block with base64 source."""
     async with AnthropicServer() as claude:
         claude.default = anthropic_echo
-        overrides = {
-            "THREADGATE_MODEL": "anthropic:claude-test",
-            "ANTHROPIC_BASE_URL": claude.url,
-            "ANTHROPIC_API_KEY": "sk-ant-test",
-        }
-        async with Rig(fresh_dsn, overrides=overrides) as rig:
+        async with Rig(fresh_dsn, overrides=anthropic_env(claude)) as rig:
             picture = png()
             file = rig.slack.files.add_file("a.png", picture, mimetype="image/png")
             await rig.send(event_callback(file_share_event(text="look", files=[file])))
@@ -129,8 +126,8 @@ async def test_a_mention_with_a_text_file_puts_its_text_in_the_turn(rig: Rig) ->
     file = rig.slack.files.add_file("notes.md", b"# Plan\n1 < 2 & done", mimetype="text/markdown")
     event = app_mention_event(text="<@UBOT> summarize") | {"files": [file]}
     body = last_turn_body(await answered(rig, event))
-    assert body.startswith("summarize\n\n[file \"notes.md\" (text/markdown, 19 bytes)]\n")
-    assert "# Plan\n1 < 2 & done\n[end of file \"notes.md\"]" in body
+    assert body.startswith('summarize\n\n[file "notes.md" (text/markdown, 19 bytes)]\n')
+    assert '# Plan\n1 < 2 & done\n[end of file "notes.md"]' in body
 
 
 async def test_a_file_forging_a_turn_stays_inside_the_senders_turn(rig: Rig) -> None:
