@@ -23,15 +23,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from agent import Image
 from gateway.file_contents import Kind, read_image, read_pdf, read_text
-from gateway.files import OUT_OF_TIME, FileDownloader, NotRead
+from gateway.files import DOWNLOAD_FAILED, OUT_OF_TIME, FileDownloader, NotRead
 from gateway.inbound import SharedFile
 from gateway.markup import clean_text
+
+log = logging.getLogger(__name__)
 
 # Extracted text for one message, all its files together: about 5,000 tokens. More would
 # crowd the conversation out of the history window (THREADGATE_HISTORY_CHARS).
@@ -185,6 +188,9 @@ class FileReader:
             return FileContent(shared, problem=exc.reason)
         except TimeoutError:
             return FileContent(shared, problem=OUT_OF_TIME)
+        except Exception:  # a file we could not read must never cost the message its answer
+            log.warning("reading an attached file failed", exc_info=True)
+            return FileContent(shared, problem=DOWNLOAD_FAILED)
 
 
 def _extract(shared: SharedFile, kind: Kind, data: bytes) -> FileContent:

@@ -85,7 +85,7 @@ class FileDownloader:
                 return await self._follow(url, host)
         except TimeoutError:
             raise NotRead(OUT_OF_TIME) from None
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, OSError) as exc:
             raise NotRead(DOWNLOAD_FAILED) from exc
 
     async def _follow(self, url: str, token_host: str) -> bytes:
