@@ -25,7 +25,7 @@ import asyncio
 import json
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from agent import Image
@@ -162,15 +162,28 @@ def kind_of(shared: SharedFile) -> Kind | None:
 
 
 class FileReader:
-    """Reads the files of a message within the gatekeeper's deadline."""
+    """Reads the files of a message within the gatekeeper's deadline; `on_read` is told
+    each file's kind (or "other") and outcome ("read", or the reason in snake_case)."""
 
-    def __init__(self, downloader: FileDownloader, kinds: frozenset[str]) -> None:
+    def __init__(
+        self,
+        downloader: FileDownloader,
+        kinds: frozenset[str],
+        on_read: Callable[[str, str], None] = lambda kind, outcome: None,
+    ) -> None:
         self._downloader = downloader
         self._kinds = kinds
+        self._on_read = on_read
 
     async def read(self, files: Sequence[SharedFile], deadline: float) -> tuple[FileContent, ...]:
         """Every file's outcome, in order; all are fetched at once."""
-        return tuple(await asyncio.gather(*(self._read(f, deadline) for f in files)))
+        return tuple(await asyncio.gather(*(self._counted(f, deadline) for f in files)))
+
+    async def _counted(self, shared: SharedFile, deadline: float) -> FileContent:
+        content = await self._read(shared, deadline)
+        outcome = _slug(content.problem) if content.problem else "read"
+        self._on_read(kind_of(shared) or "other", outcome)
+        return content
 
     async def _read(self, shared: SharedFile, deadline: float) -> FileContent:
         kind = kind_of(shared)
@@ -191,6 +204,11 @@ class FileReader:
         except Exception:  # a file we could not read must never cost the message its answer
             log.warning("reading an attached file failed", exc_info=True)
             return FileContent(shared, problem=DOWNLOAD_FAILED)
+
+
+def _slug(reason: str) -> str:
+    """A reason as a metric label: "not text (not UTF-8)" is not_text_not_utf_8."""
+    return re.sub(r"\W+", "_", reason).strip("_").lower()
 
 
 def _extract(shared: SharedFile, kind: Kind, data: bytes) -> FileContent:

@@ -427,7 +427,7 @@ class Gateway:
         self._stack.push_async_callback(client.aclose)
         token = s.require("SLACK_BOT_TOKEN")
         downloader = FileDownloader(client, token, max_bytes=s.threadgate_file_max_bytes)
-        return FileReader(downloader, s.file_kinds)
+        return FileReader(downloader, s.file_kinds, on_read=self.metrics.file_read)
 
     async def _start_socket_mode(self, bolt: AsyncApp) -> None:
         s = self.settings
