@@ -15,6 +15,7 @@ import httpx
 import pytest
 from aiohttp import web
 
+from gateway.attachments import FileReader
 from gateway.files import (
     DOWNLOAD_FAILED,
     NOT_FROM_SLACK,
@@ -22,6 +23,7 @@ from gateway.files import (
     FileDownloader,
     NotRead,
 )
+from gateway.inbound import SharedFile
 
 TOKEN = "xoxb-download-test"
 
@@ -162,3 +164,22 @@ async def test_an_error_status_or_a_content_length_over_the_cap_is_not_content(
         await downloader.download(f"{slack.origin}/none", declared_size=None, deadline=deadline())
     with pytest.raises(NotRead, match="too large"):
         await downloader.download(f"{slack.origin}/big", declared_size=None, deadline=deadline())
+
+
+async def test_an_unexpected_failure_is_a_failed_download_and_is_counted() -> None:
+    """Whatever goes wrong while reading a file, the message keeps its answer: the file
+    is 'download failed', and the reader's counter hears it."""
+
+    def explode(request: httpx.Request) -> httpx.Response:
+        raise RuntimeError("something nobody expected")
+
+    counted: list[tuple[str, str]] = []
+    async with httpx.AsyncClient(transport=httpx.MockTransport(explode)) as client:
+        reader = FileReader(
+            FileDownloader(client, TOKEN, max_bytes=1000),
+            frozenset({"text"}),
+            on_read=lambda kind, outcome: counted.append((kind, outcome)),
+        )
+        shared = SharedFile("a.txt", "text/plain", 4, "https://files.slack.com/a", "text/plain")
+        (content,) = await reader.read([shared], deadline())
+    assert content.problem == DOWNLOAD_FAILED and counted == [("text", "download_failed")]

@@ -231,3 +231,13 @@ async def test_a_back_filled_message_brings_its_files(rig: Rig) -> None:
     first, last = seen.body["messages"][1], seen.body["messages"][-1]
     assert seen.images() == [("image/png", picture)] and isinstance(first["content"], list)
     assert "ship on friday" in user_texts(seen)[0] and isinstance(last["content"], str)
+
+
+async def test_a_redelivered_event_does_not_download_its_files_again(rig: Rig) -> None:
+    """Slack's retry of an admitted event is known as a duplicate before any download."""
+    file = rig.slack.files.add_file("a.txt", b"once")
+    envelope = event_callback(file_share_event(files=[file]))
+    assert (await rig.send(envelope))[0] == 200
+    assert (await rig.send(envelope, retry_num=1))[0] == 200
+    await rig.slack.wait_for_posts(1)
+    assert rig.slack.files.gets(file["id"]) == 1
