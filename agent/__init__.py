@@ -41,6 +41,7 @@ from agent.core.errors import (
     TransientModelError,
 )
 from agent.core.ids import reply_id, user_message_id
+from agent.core.images import MAX_IMAGES_PER_REQUEST, Image
 from agent.core.log_context import bind_log_fields, log_fields
 from agent.core.ports import (
     AlertSink,
@@ -125,6 +126,7 @@ __all__ = [
     "GATEWAY_HEADER_VARIABLE",
     "GATEWAY_TOKEN_VARIABLE",
     "INVISIBLE_CHARACTERS",
+    "MAX_IMAGES_PER_REQUEST",
     "TAG_LOOKALIKES",
     "VENDORS",
     "AgentError",
@@ -152,6 +154,7 @@ __all__ = [
     "FinalReply",
     "FunctionModel",
     "History",
+    "Image",
     "LiveView",
     "McpClients",
     "McpConfig",

@@ -32,6 +32,8 @@ from agent import (
     load_mcp_config,
 )
 
+# The kinds of files THREADGATE_FILE_TYPES may name (gateway/file_contents.py reads them).
+FILE_KINDS = ("image", "text", "pdf")
 OPENAI_BASE_URL = VENDORS["openai"].base_url
 ANTHROPIC_BASE_URL = VENDORS["anthropic"].base_url
 
@@ -120,6 +122,24 @@ class Settings(BaseSettings):
     threadgate_socket_connect_timeout: Annotated[float, Field(gt=0, le=600)] = 30.0
     # MCP servers whose tools the agent may call (a JSON file in the `mcpServers` shape).
     threadgate_mcp_config: Path | None = None
+    # Files on messages (gateway/files.py): the most read of one file, and which kinds.
+    threadgate_file_max_bytes: Annotated[int, Field(ge=1, le=100_000_000)] = 10_000_000
+    threadgate_file_types: str = "image,text,pdf"
+
+    @field_validator("threadgate_file_types")
+    @classmethod
+    def _file_kinds(cls, value: str) -> str:
+        unknown = {k.lower() for k in _id_list(value)} - set(FILE_KINDS)
+        if unknown:
+            raise ValueError(
+                f"expected a list of {', '.join(FILE_KINDS)}, not {sorted(unknown)[0]}"
+            )
+        return value
+
+    @property
+    def file_kinds(self) -> frozenset[str]:
+        """The kinds of files read for the model (none when THREADGATE_FILE_TYPES is empty)."""
+        return frozenset(k.lower() for k in _id_list(self.threadgate_file_types))
 
     @field_validator("threadgate_metrics_address")
     @classmethod

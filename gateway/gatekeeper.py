@@ -1,16 +1,19 @@
 """The gatekeeper: from an inbound Slack message to a durable, provenance-tagged task.
 
 It decides whether the message is ours to answer (allowlists; a thread reply without a
-mention only where the bot already takes part), resolves display names, turns Slack markup
-into plain text (with a note on attached files, which are not read yet), wraps it in a
-`<turn>` tag and admits it in one transaction — together with the thread's earlier
-messages when the bot is first mentioned inside an existing thread. The caller acks Slack
-only after `admit` returns: an acked event is never lost.
+mention only where the bot already takes part), resolves display names, reads the files
+attached (`gateway.attachments`), turns Slack markup into plain text, wraps it with the
+files' text in a `<turn>` tag and admits it in one transaction, pictures included —
+together with the thread's earlier messages (and theirs) when the bot is first mentioned
+inside an existing thread. The caller acks Slack only after `admit` returns: an acked
+event is never lost.
 Everything before the ack shares one time budget (`lookup_budget_seconds`, well under
-Slack's 3 s): the names of the turn and the back-fill run at once, each lookup ends at the
-budget's deadline, and what did not arrive by then is done without — a user id stands in
-for a name, and a back-fill keeps the newest messages it has. A slow Slack delays the ack
-by at most the budget, never into Slack's retry.
+Slack's 3 s): the names, the file downloads and the back-fill run at once, each ends at
+the budget's deadline, and what did not arrive by then is done without — a user id stands
+in for a name, a file is described as not read ("not downloaded in time"), and a
+back-fill keeps the newest messages it has. A slow Slack delays the ack by at most the
+budget, never into Slack's retry. A message that already has its task (Slack's second
+event for a mention, a redelivery) is known before any download starts.
 
 The guard rails against abuse and cost (`Limits`: messages per user and per thread per
 hour, tokens per user and per channel per day) are enforced in the admission statement
@@ -24,15 +27,14 @@ then no more posts to answer.
 from __future__ import annotations
 
 import asyncio
-import json
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, TypeAlias
 
-from agent import bind_log_fields
+from agent import Image, bind_log_fields
+from gateway.attachments import FileContent, FileReader, files_text, images_of, unread
 from gateway.inbound import InboundTurn, SharedFile
-from gateway.markup import clean_text, mentioned_user_ids
+from gateway.markup import mentioned_user_ids
 from gateway.threads import ThreadMessage, render_message
 from gateway.users import NameDirectory
 from storage import (
@@ -44,6 +46,7 @@ from storage import (
     LimitScope,
     admit,
     session_exists,
+    task_exists,
 )
 
 Outcome: TypeAlias = Literal["admitted", "duplicate", "ignored", "limited"]
@@ -111,7 +114,9 @@ class Gatekeeper:
         lookup_budget_seconds: float = 1.5,
         limits: Limits = UNLIMITED,
         on_limited: Callable[[LimitScope], None] | None = None,
+        files: FileReader | None = None,
     ) -> None:
+        self._files = files
         self._limits = limits
         self._on_limited = on_limited or (lambda scope: None)
         self._db = db
@@ -138,10 +143,13 @@ class Gatekeeper:
         known = bool(inbound.thread_ts) and await session_exists(self._db, inbound.session_id)
         if not self._policy.addressed(inbound, known=known):
             return "ignored"
-        deadline = asyncio.get_running_loop().time() + self._budget
         backfill = not known and bool(inbound.thread_ts)
-        turn_text, earlier = await asyncio.gather(
-            self.render(inbound, bot_user_id=bot_user_id, deadline=deadline),
+        downloads = self._files is not None and (bool(inbound.files) or backfill)
+        if downloads and await task_exists(self._db, inbound.task_id):
+            return "duplicate"  # what admission would say, without fetching the files first
+        deadline = asyncio.get_running_loop().time() + self._budget
+        (turn_text, images), earlier = await asyncio.gather(
+            self._turn(inbound, bot_user_id, deadline),
             self._backfill(inbound, bot_user_id, deadline) if backfill else _nothing(),
         )
         admission = Admission(
@@ -156,6 +164,7 @@ class Gatekeeper:
                 "user": inbound.user,
             },
             turn_text=turn_text,
+            images=images,
             earlier=earlier,
             user=f"{inbound.team}:{inbound.user}",
             channel=f"{inbound.team}:{inbound.channel}",
@@ -166,11 +175,23 @@ class Gatekeeper:
             return "limited"
         return "admitted" if outcome else "duplicate"
 
-    async def render(
-        self, inbound: InboundTurn, *, bot_user_id: str | None, deadline: float | None = None
-    ) -> str:
-        names = await self._names([inbound.user, *mentioned_user_ids(inbound.text)], deadline)
-        return render_inbound(inbound, names, bot_user_id=bot_user_id)
+    async def _turn(
+        self, inbound: InboundTurn, bot_user_id: str | None, deadline: float
+    ) -> tuple[str, tuple[Image, ...]]:
+        """The turn's text and its pictures: names and files looked up at once."""
+        names, contents = await asyncio.gather(
+            self._names([inbound.user, *mentioned_user_ids(inbound.text)], deadline),
+            self._read_files(inbound.files, deadline),
+        )
+        text = render_inbound(inbound, names, bot_user_id=bot_user_id, contents=contents)
+        return text, images_of(contents)
+
+    async def _read_files(
+        self, files: Sequence[SharedFile], deadline: float
+    ) -> tuple[FileContent, ...]:
+        if self._files is None or not files:
+            return unread(files)
+        return await self._files.read(files, deadline)
 
     async def _backfill(
         self, inbound: InboundTurn, bot_user_id: str | None, deadline: float
@@ -187,18 +208,20 @@ class Gatekeeper:
         before = [m for m in found if _ts_key(m.ts) < _ts_key(inbound.ts)][
             -self._policy.backfill_messages :
         ]
-        names = await self._names(
-            sorted(
-                {m.user for m in before} | {u for m in before for u in mentioned_user_ids(m.text)}
-            ),
-            deadline,
+        users = {m.user for m in before} | {u for m in before for u in mentioned_user_ids(m.text)}
+        names, contents = await asyncio.gather(
+            self._names(sorted(users), deadline),
+            asyncio.gather(*(self._read_files(m.files, deadline) for m in before)),
         )
         return tuple(
             EarlierMessage(
                 f"slack:{inbound.team}:{inbound.channel}:{m.ts}",
-                render_message(m, inbound.channel, names, bot_user_id=bot_user_id),
+                render_message(
+                    m, inbound.channel, names, bot_user_id=bot_user_id, note=files_text(read)
+                ),
+                images_of(read),
             )
-            for m in before
+            for m, read in zip(before, contents, strict=True)
         )
 
     async def _names(self, user_ids: list[str], deadline: float | None) -> dict[str, str]:
@@ -213,46 +236,19 @@ async def _nothing() -> Sequence[EarlierMessage]:
     return ()
 
 
-def render_inbound(inbound: InboundTurn, names: dict[str, str], *, bot_user_id: str | None) -> str:
-    """The message as the model will read it: its text, and what is known of its files,
-    in one provenance tag."""
+def render_inbound(
+    inbound: InboundTurn,
+    names: dict[str, str],
+    *,
+    bot_user_id: str | None,
+    contents: Sequence[FileContent] | None = None,
+) -> str:
+    """The message as the model will read it: its text, then what came of its files
+    (`contents`; None: described, not read), in one provenance tag."""
     message = ThreadMessage(inbound.user, inbound.text, inbound.ts)
-    note = files_note(inbound.files, inbound.files_not_described)
+    read = unread(inbound.files) if contents is None else contents
+    note = files_text(read, inbound.files_not_described)
     return render_message(message, inbound.channel, names, bot_user_id=bot_user_id, note=note)
-
-
-# A file name is the sender's text; one longer than this is cut (Slack allows 255 bytes).
-MAX_FILE_NAME = 255
-# A type as Slack writes it ("application/pdf", "pdf", "Plain Text"); anything else is
-# not shown, since it is not quoted like a name is.
-_FILE_KIND = re.compile(r"[\w .+/-]{1,100}")
-
-
-def files_note(files: Sequence[SharedFile], more: int = 0) -> str:
-    """What the model is told about attached files until it can read them: which files
-    (name, type, size) and that they were not read, so the reply can say so. Names are
-    quoted as JSON strings, so no name can end the list or pass for another file; the
-    provenance tag escapes the whole note with the body."""
-    count = len(files) + more
-    if not count:
-        return ""
-    described = [_describe(f) for f in files] + ([f"{more} more"] if more else [])
-    which = "1 file" if count == 1 else f"{count} files"
-    its = "its" if count == 1 else "their"
-    return f"[{which} attached, not read (you cannot see {its} content): {'; '.join(described)}]"
-
-
-def _describe(shared: SharedFile) -> str:
-    name = (
-        json.dumps(clean_text(shared.name[:MAX_FILE_NAME]), ensure_ascii=False)
-        if shared.name
-        else "a file without a name"
-    )
-    kind = shared.kind if shared.kind and _FILE_KIND.fullmatch(shared.kind) else None
-    details = [kind or "type unknown"]
-    if shared.size is not None:
-        details.append(f"{shared.size:,} bytes")
-    return f"{name} ({', '.join(details)})"
 
 
 def _ts_key(ts: str) -> tuple[int, int]:

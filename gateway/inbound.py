@@ -8,8 +8,9 @@ HTTP and Socket Mode both call `inbound_turn`, so both see the same rules.
 
 Two subtypes are people talking and are answered like plain messages: `file_share` (a
 message with files; a DM with only a file is one) and `thread_broadcast` (a thread reply
-also sent to the channel). Files do not reach the model yet; what Slack says about them
-(name, type, size) rides along as `SharedFile`s, so the turn can say they were not read.
+also sent to the channel). What Slack says about the files (name, type, size, and the
+private URL the gatekeeper downloads them from, `gateway.files`) rides along as
+`SharedFile`s; a file that is not read is described, so the turn can say it was not.
 That description is user input like the text and is read leniently: an entry that is not
 an object, or a field of the wrong type, is described as unknown rather than refused. Its
 texts are sanitized here (`agent.sanitize_text`), before anyone quotes them: the gatekeeper
@@ -58,6 +59,10 @@ class SharedFile:
     name: str | None
     kind: str | None
     size: int | None
+    # For the download: where Slack serves it, and its type as Slack wrote it (lower case).
+    url: str | None = None
+    mimetype: str | None = None
+    filetype: str | None = None
 
 
 class _MessageEvent(BaseModel):
@@ -161,9 +166,17 @@ def inbound_turn(body: Mapping[str, Any]) -> InboundTurn | None:
         direct=message.channel_type == "im",
         event_id=envelope.event_id,
         mentioned=message.type == "app_mention",
-        files=tuple(map(_shared_file, entries[:MAX_FILES_DESCRIBED])),
+        files=shared_files(entries),
         files_not_described=max(0, len(entries) - MAX_FILES_DESCRIBED),
     )
+
+
+def shared_files(entries: Any) -> tuple[SharedFile, ...]:
+    """The files of a message's `files` field (an event's or a thread read's), at most
+    `MAX_FILES_DESCRIBED`; anything that is not a list is no files."""
+    if not isinstance(entries, list):
+        return ()
+    return tuple(map(_shared_file, entries[:MAX_FILES_DESCRIBED]))
 
 
 def _addressed_to_us(event: Mapping[str, Any]) -> bool:
@@ -192,7 +205,26 @@ def _shared_file(entry: Any) -> SharedFile:
         name=_first_text(entry, "name", "title"),
         kind=_first_text(entry, "mimetype", "filetype", "pretty_type"),
         size=size if plausible else None,
+        url=_download_url(entry),
+        mimetype=_lower(entry.get("mimetype")),
+        filetype=_lower(entry.get("filetype")),
     )
+
+
+def _download_url(entry: Mapping[str, Any]) -> str | None:
+    """Where the bytes are: `url_private_download` (the file itself, never a preview page)
+    when Slack gives it, else `url_private`. An external file's URL is someone else's."""
+    if entry.get("is_external") is True:
+        return None
+    for key in ("url_private_download", "url_private"):
+        value = entry.get(key)
+        if isinstance(value, str) and value.startswith(("https://", "http://")):
+            return value
+    return None
+
+
+def _lower(value: Any) -> str | None:
+    return value.strip().lower()[:100] if isinstance(value, str) and value.strip() else None
 
 
 def _first_text(entry: Mapping[str, Any], *keys: str) -> str | None:

@@ -115,6 +115,13 @@ class Metrics:
             ["server", "tool", "outcome"],
             registry=r,
         )
+        self.attached_files = Counter(
+            "threadgate_attached_files_total",
+            "Files attached to messages, by kind (image, text, pdf, other) and outcome (read,"
+            " or why not: type_not_allowed, too_large, download_failed, not_downloaded_in_time…).",
+            ["kind", "outcome"],
+            registry=r,
+        )
         self.queue_depth = Gauge(
             "threadgate_queue_depth", "Unfinished tasks (queued, running or waiting).", registry=r
         )
@@ -139,6 +146,9 @@ class Metrics:
 
     def subtask_settled(self, state: str) -> None:
         self.subtasks.labels(state).inc()
+
+    def file_read(self, kind: str, outcome: str) -> None:
+        self.attached_files.labels(kind, outcome).inc()
 
 
 Origin = Callable[[str], "tuple[str, str] | None"]

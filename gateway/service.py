@@ -19,6 +19,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 
 import aiohttp
+import httpx
 from aiohttp import web
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.authorization import AuthorizeResult
@@ -50,7 +51,9 @@ from agent import (
     stop_task,
 )
 from gateway.alerts import OperatorAlerts, TokenAlarm
+from gateway.attachments import FileReader
 from gateway.config import Settings
+from gateway.files import FileDownloader
 from gateway.gatekeeper import LIMIT_NOTICES, Gatekeeper, Policy
 from gateway.http import SERVER_LOG, Readiness, build_http_app, build_metrics_app
 from gateway.live import StreamSettings
@@ -376,6 +379,7 @@ class Gateway:
             lookup_budget_seconds=self.settings.threadgate_lookup_budget_seconds,
             limits=limits(s),
             on_limited=self.metrics.message_limited,
+            files=self._file_reader(),
         )
         bolt = build_bolt_app(
             client=client,
@@ -415,6 +419,15 @@ class Gateway:
             return await db.is_ready()
 
         return ready
+
+    def _file_reader(self) -> FileReader:
+        """Downloads of message files, on their own client (closed with the gateway)."""
+        s = self.settings
+        client = httpx.AsyncClient(timeout=s.threadgate_lookup_budget_seconds)
+        self._stack.push_async_callback(client.aclose)
+        token = s.require("SLACK_BOT_TOKEN")
+        downloader = FileDownloader(client, token, max_bytes=s.threadgate_file_max_bytes)
+        return FileReader(downloader, s.file_kinds, on_read=self.metrics.file_read)
 
     async def _start_socket_mode(self, bolt: AsyncApp) -> None:
         s = self.settings

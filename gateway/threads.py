@@ -23,7 +23,7 @@ from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent import Task
-from gateway.inbound import MalformedEvent
+from gateway.inbound import ANSWERED_SUBTYPES, MalformedEvent, SharedFile, shared_files
 from gateway.markup import mentioned_user_ids, slack_to_text
 from gateway.provenance import Turn, render_turn
 from gateway.users import NameDirectory
@@ -40,6 +40,7 @@ class ThreadMessage:
     user: str
     text: str
     ts: str
+    files: tuple[SharedFile, ...] = ()  # read by the gatekeeper's back-fill
 
 
 class SlackThreads:
@@ -111,9 +112,13 @@ def slack_time(ts: str) -> datetime:
 
 
 def _person_message(message: Mapping[str, Any]) -> ThreadMessage | None:
-    if message.get("subtype") or message.get("bot_id") or not message.get("user"):
+    subtype = message.get("subtype")
+    if subtype and not (isinstance(subtype, str) and subtype in ANSWERED_SUBTYPES):
+        return None  # joins, bot messages and the other system subtypes
+    if message.get("bot_id") or not message.get("user"):
         return None
     ts = str(message.get("ts"))
     if not _SLACK_TS.fullmatch(ts):
         return None  # not a message we could place in time, nor order against others
-    return ThreadMessage(str(message["user"]), str(message.get("text") or ""), ts)
+    text = str(message.get("text") or "")
+    return ThreadMessage(str(message["user"]), text, ts, shared_files(message.get("files")))

@@ -15,6 +15,7 @@ from storage.admission import (
     LimitScope,
     admit,
     session_exists,
+    task_exists,
 )
 from storage.database import Database
 from storage.delegations import PostgresDelegations
@@ -88,6 +89,7 @@ __all__ = [
     "retry_task",
     "session_exists",
     "start_embedded_postgres",
+    "task_exists",
     "tokens_today",
     "tool_calls_of",
 ]

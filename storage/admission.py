@@ -29,9 +29,10 @@ from typing import Literal, TypeAlias
 
 import asyncpg
 
-from agent import reply_id, user_message_id
+from agent import Image, reply_id, user_message_id
 from storage.database import TASKS_CHANNEL, Database
 from storage.errors import translate_errors
+from storage.migrations import Connection
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +41,7 @@ class EarlierMessage:
 
     id: str
     text: str
+    images: tuple[Image, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +54,7 @@ class Admission:
     earlier: Sequence[EarlierMessage] = field(default_factory=tuple)
     user: str | None = None  # who wrote it ("team:user"), for the limits and the usage
     channel: str | None = None  # where ("team:channel"), for the channel's token budget
+    images: tuple[Image, ...] = ()  # pictures shown with the turn, stored beside it
 
 
 LimitScope: TypeAlias = Literal["user", "thread", "user_tokens", "channel_tokens"]
@@ -170,12 +173,28 @@ _ADMIT = (
            coalesce($14::jsonb ->> notice.scope, $16)
     FROM turn, notice
     ON CONFLICT (id) DO NOTHING
+), attached AS (
+    INSERT INTO message_attachments (message_id, ordinal, name, media_type, data)
+    SELECT $11, a.ordinal, a.name, a.media_type, a.data
+    FROM turn, unnest($17::text[], $18::text[], $19::bytea[])
+         WITH ORDINALITY AS a (name, media_type, data, ordinal)
+    ON CONFLICT DO NOTHING
 )
 SELECT (SELECT count(pg_notify($13, '')) > 0 FROM task) AS created,
        (SELECT scope FROM over) AS limited,
        EXISTS (SELECT 1 FROM notice) AS noticed
 """
 )
+
+# A message's pictures, for the back-filling admission (the one statement above has its own).
+_INSERT_IMAGES = """
+INSERT INTO message_attachments (message_id, ordinal, name, media_type, data)
+SELECT $1, a.ordinal, a.name, a.media_type, a.data
+FROM unnest($2::text[], $3::text[], $4::bytea[])
+     WITH ORDINALITY AS a (name, media_type, data, ordinal)
+ON CONFLICT DO NOTHING
+"""
+
 
 # The gate alone, for the back-filling admission that stores the rest statement by statement.
 _GATE_ONLY = (
@@ -192,6 +211,14 @@ SELECT EXISTS (SELECT 1 FROM pass) AS pass,
 async def session_exists(db: Database, session_id: str) -> bool:
     """Whether this conversation has been seen (the bot takes part in it)."""
     return bool(await db.pool.fetchval("SELECT true FROM sessions WHERE id = $1", session_id))
+
+
+@translate_errors("The task could not be looked up")
+async def task_exists(db: Database, task_id: str) -> bool:
+    """Whether this message already has its task (a second delivery of it, or the other
+    of the two events Slack sends for a mention): the gatekeeper then spares itself the
+    downloads of its files."""
+    return bool(await db.pool.fetchval("SELECT true FROM tasks WHERE id = $1", task_id))
 
 
 @translate_errors("The turn could not be stored")
@@ -219,6 +246,7 @@ async def admit(db: Database, a: Admission, limits: Limits = UNLIMITED) -> Admit
             json.dumps(dict(limits.notices)),
             reply_id(a.task_id),
             FALLBACK_NOTICE,
+            *_image_columns(a.images),
         )
         assert row is not None
         return _outcome(bool(row["created"]), row)
@@ -242,7 +270,9 @@ async def admit(db: Database, a: Admission, limits: Limits = UNLIMITED) -> Admit
         if not verdict["noticed"]:  # a notice task needs no back-fill: no model reads it
             for earlier in a.earlier:
                 await conn.execute(_INSERT_TURN, earlier.id, a.session_id, earlier.text)
+                await _store_images(conn, earlier.id, earlier.images)
         await conn.execute(_INSERT_TURN, user_message_id(a.task_id), a.session_id, a.turn_text)
+        await _store_images(conn, user_message_id(a.task_id), a.images)
         if verdict["noticed"]:
             await conn.execute(
                 "INSERT INTO messages (id, session_id, anchor, role, kind, text) "
@@ -254,6 +284,16 @@ async def admit(db: Database, a: Admission, limits: Limits = UNLIMITED) -> Admit
             )
         await conn.execute("SELECT pg_notify($1, '')", TASKS_CHANNEL)
     return _outcome(True, verdict)
+
+
+def _image_columns(images: Sequence[Image]) -> tuple[list[str], list[str], list[bytes]]:
+    """The pictures as the three arrays the statements unnest, in order."""
+    return [i.name for i in images], [i.media_type for i in images], [i.data for i in images]
+
+
+async def _store_images(conn: Connection, message_id: str, images: Sequence[Image]) -> None:
+    if images:
+        await conn.execute(_INSERT_IMAGES, message_id, *_image_columns(images))
 
 
 def _outcome(created: bool, row: asyncpg.Record) -> Admitted:

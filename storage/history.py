@@ -4,15 +4,22 @@ Messages are ordered by `anchor` (the seq of the user turn they answer) and then
 so an answer sits right after its question even when the next question arrived first.
 The window is one index scan bounded by `max_messages`; the character budget is applied
 to those rows, newest first. The cost of a round does not grow with the conversation.
+
+Pictures shown with user turns (`message_attachments`) come with the window from one
+more query, bounded like the prompt that uses them: the newest `MAX_IMAGES_PER_REQUEST`
+of the messages the window kept. A turn whose pictures are older than those carries none
+here; its text still names them.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections import defaultdict
 from collections.abc import Sequence
 
 import asyncpg
 
-from agent import StoredMessage, Task
+from agent import MAX_IMAGES_PER_REQUEST, Image, StoredMessage, Task
 from storage.database import Database
 from storage.errors import translate_errors
 
@@ -36,6 +43,15 @@ SELECT {_COLUMNS} FROM messages
 WHERE session_id = $1 AND anchor <= (SELECT seq FROM messages WHERE id = $2)
 ORDER BY anchor DESC, seq DESC
 LIMIT $3
+"""
+
+# $1 the window's message ids, oldest first; $2 how many pictures at most.
+_IMAGES = """
+SELECT a.message_id, a.name, a.media_type, a.data
+FROM unnest($1::text[]) WITH ORDINALITY AS w (id, position)
+JOIN message_attachments a ON a.message_id = w.id
+ORDER BY w.position DESC, a.ordinal
+LIMIT $2
 """
 
 
@@ -75,7 +91,24 @@ class PostgresHistory:
         rows = await self._db.pool.fetch(
             _WINDOW, task.session_id, task.user_message_id, max_messages
         )
-        return trim_to_budget([message_from_row(r) for r in rows], task.user_message_id, max_chars)
+        kept = trim_to_budget([message_from_row(r) for r in rows], task.user_message_id, max_chars)
+        return await self._with_images(kept)
+
+    async def _with_images(self, window: list[StoredMessage]) -> list[StoredMessage]:
+        """The window with the newest pictures of its user turns attached."""
+        turns = [m.id for m in window if m.role == "user"]
+        if not turns:
+            return window
+        rows = await self._db.pool.fetch(_IMAGES, turns, MAX_IMAGES_PER_REQUEST)
+        images: defaultdict[str, list[Image]] = defaultdict(list)
+        for row in rows:  # each message's pictures in their order
+            images[row["message_id"]].append(
+                Image(row["media_type"], bytes(row["data"]), row["name"])
+            )
+        return [
+            dataclasses.replace(m, images=tuple(images[m.id])) if m.id in images else m
+            for m in window
+        ]
 
 
 def trim_to_budget(

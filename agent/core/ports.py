@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Literal, Protocol, TypeAlias
 
 from agent.core import ids
+from agent.core.images import Image
 
 Role: TypeAlias = Literal["user", "assistant"]
 StepState: TypeAlias = Literal["pending", "in_progress", "complete", "error"]
@@ -64,6 +65,8 @@ class StoredMessage:
     role: Role
     kind: MessageKind
     text: str
+    # Pictures shown with a user turn (stored with it, so later rounds see them again).
+    images: tuple[Image, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mappin
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
+from agent.core.images import Image
+
 FinishReason: TypeAlias = Literal[
     "stop", "length", "tool_calls", "content_filter", "error", "other"
 ]
@@ -74,7 +76,10 @@ class SystemMessage:
 
 @dataclass(frozen=True, slots=True)
 class UserMessage:
+    """A person's words, and the pictures they showed with them (sent beside the text)."""
+
     text: str
+    images: tuple[Image, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

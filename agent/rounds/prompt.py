@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from agent.core.delegation import RoundInput, RoundRecord, SubtaskOutcome
+from agent.core.images import MAX_IMAGES_PER_REQUEST, Image
+from agent.core.ports import StoredMessage
 from agent.models.contract import (
     AssistantMessage,
     ModelMessage,
@@ -69,12 +71,34 @@ def transcript(
 ) -> list[ModelMessage]:
     """System prompt, the numbered window, then each earlier round's delegation."""
     messages: list[ModelMessage] = [SystemMessage(system_prompt(subtasks))]
+    images = newest_images(round_input.window)
     for message in round_input.window:
         text = catalog.label(message)
-        messages.append(UserMessage(text) if message.role == "user" else AssistantMessage(text))
+        if message.role == "user":
+            messages.append(UserMessage(text, images.get(message.id, ())))
+        else:
+            messages.append(AssistantMessage(text))
     for record in round_input.rounds:
         messages.extend(round_messages(record))
     return messages
+
+
+def newest_images(
+    window: Sequence[StoredMessage], limit: int = MAX_IMAGES_PER_REQUEST
+) -> dict[str, tuple[Image, ...]]:
+    """The pictures the request carries, by message id: the newest `limit` of the window
+    (newest message first, a message's own in their order), so a thread full of
+    screenshots costs a round no more than `limit` images. Older ones are still named in
+    their turn's text, so the model knows they were there."""
+    chosen: dict[str, tuple[Image, ...]] = {}
+    left = limit
+    for message in reversed(window):
+        if left <= 0:
+            break
+        if message.images:
+            chosen[message.id] = message.images[:left]
+            left -= len(chosen[message.id])
+    return chosen
 
 
 def round_messages(record: RoundRecord) -> tuple[AssistantMessage, ToolResultMessage]:

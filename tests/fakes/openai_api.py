@@ -36,6 +36,7 @@ None) and `raw` bytes.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 from collections import deque
@@ -60,6 +61,21 @@ class RecordedRequest:
     @property
     def streaming(self) -> bool:
         return isinstance(self.body, dict) and bool(self.body.get("stream"))
+
+    def images(self) -> list[tuple[str, bytes]]:
+        """The images the request carries, in order, as (media type, bytes): OpenAI's
+        `image_url` data-URL parts and Anthropic's base64 `image` blocks alike."""
+        found: list[tuple[str, bytes]] = []
+        for message in self.body.get("messages", []) if isinstance(self.body, dict) else []:
+            parts = message.get("content")
+            for part in parts if isinstance(parts, list) else []:
+                if part.get("type") == "image_url":
+                    head, _, data = part["image_url"]["url"].partition(";base64,")
+                    found.append((head.removeprefix("data:"), base64.b64decode(data)))
+                elif part.get("type") == "image":
+                    source = part["source"]
+                    found.append((source["media_type"], base64.b64decode(source["data"])))
+        return found
 
 
 class Reply(Protocol):

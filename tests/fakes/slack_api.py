@@ -98,6 +98,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from aiohttp import web
 
 from .slack_events import CLOCK, ts_to_micros
+from .slack_files import FakeFiles
 from .slack_streams import DISPLAY_MODES, MAX_MARKDOWN, Stream, StreamedMessage, check_payload
 
 if TYPE_CHECKING:
@@ -221,6 +222,7 @@ class FakeSlack:
             "apps.connections.open": self._apps_connections_open,
         }
         self.add_user(bot_user_id, name=bot_name, real_name=bot_name, is_bot=True)
+        self.files = FakeFiles(bot_token, team_id)  # url_private downloads (slack_files.py)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -235,12 +237,14 @@ class FakeSlack:
         """Listen on an ephemeral loopback port."""
         app = web.Application()
         app.router.add_route("*", "/api/{method}", self._handle)
+        app.router.add_route("GET", "/files-pri/{path:.*}", self.files.handle)
         self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
         host, port = self._runner.addresses[0][:2]
         self._url = f"http://{host}:{port}/api/"
+        self.files.origin = f"http://{host}:{port}"
 
     async def close(self) -> None:
         """Release held requests and stop the server."""

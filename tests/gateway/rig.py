@@ -36,6 +36,8 @@ APP_TOKEN = "xapp-1-A0APP00001-test"
 def last_user_text(body: Any) -> str:
     users = [m for m in body["messages"] if m.get("role") == "user"]
     content = users[-1]["content"] if users else ""
+    if isinstance(content, list):  # text and image parts: the text is what is echoed
+        return " ".join(p.get("text", "") for p in content if isinstance(p, dict))
     return content if isinstance(content, str) else str(content)
 
 

@@ -15,7 +15,8 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from agent import sanitize_text
-from gateway.gatekeeper import MAX_FILE_NAME, render_inbound
+from gateway.attachments import MAX_FILE_NAME
+from gateway.gatekeeper import render_inbound
 from gateway.inbound import InboundTurn, inbound_turn
 from gateway.markup import clean_text
 from gateway.provenance import parse_turn

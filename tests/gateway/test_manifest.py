@@ -161,6 +161,8 @@ def test_required_scopes_are_exactly_what_the_code_needs(continue_threads: bool)
     needed |= set().union(*(EVENT_SCOPES[e] for e in events))
     if "include_all_metadata" in source:
         needed.add(METADATA_SCOPE)
+    if "url_private" in source:  # file downloads (gateway/files.py) are not Web API calls
+        needed.add("files:read")
     assert needed == set(bot_scopes(continue_threads=continue_threads))
     assert set(SCOPE_REASONS) == set(bot_scopes(continue_threads=True))
     assert all(reason.strip() for reason in SCOPE_REASONS.values())

@@ -16,6 +16,15 @@ def anthropic_echo(seen: RecordedRequest) -> Reply:
     return anthropic_reply("final_reply", {"text": f"claude says: {text[-20:]}"})
 
 
+def anthropic_env(claude: AnthropicServer) -> dict[str, str]:
+    """The settings that point the rig's gateway at the Anthropic fake."""
+    return {
+        "THREADGATE_MODEL": "anthropic:claude-test",
+        "ANTHROPIC_BASE_URL": claude.url,
+        "ANTHROPIC_API_KEY": "sk-ant-test",
+    }
+
+
 async def test_a_mention_is_answered_through_anthropic_messages(fresh_dsn: str) -> None:
     """THREADGATE_MODEL=anthropic:… answers through the Messages API, system prompt on top."""
     async with AnthropicServer() as claude:

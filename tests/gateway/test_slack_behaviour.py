@@ -157,12 +157,13 @@ async def test_a_thread_reply_without_mention_continues_the_conversation(rig: Ri
 async def test_a_dm_with_only_a_file_is_answered_and_told_it_was_not_read(rig: Rig) -> None:
     """A file dropped into a DM (subtype file_share) gets its reply in the DM; the model is
     told the file's name, type and size, and that it was not read."""
-    event = file_share_event(files=[slack_file(name="budget.xlsx", mimetype=XLSX, size=20_480)])
+    xlsx = slack_file(name="budget.xlsx", mimetype=XLSX, filetype="xlsx", size=20_480)
+    event = file_share_event(files=[xlsx])
     assert (await rig.send(event_callback(event)))[0] == 200
     posts = await rig.slack.wait_for_posts(1)
     assert [(p.channel, p.thread_ts) for p in posts] == [(DEFAULT_DM, event["ts"])]
     turn = last_user_text(rig.model.requests[0].body)
-    assert f'"budget.xlsx" ({XLSX}, 20,480 bytes)' in turn and "not read" in turn
+    assert f'"budget.xlsx" ({XLSX}, 20,480 bytes): type not allowed' in turn and "not read" in turn
 
 
 async def test_a_broadcast_reply_in_a_thread_the_bot_takes_part_in_is_answered(rig: Rig) -> None:

@@ -10,6 +10,7 @@ uncached input plus cache reads and cache writes, so it compares with OpenAI's.
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 from httpx_sse import ServerSentEvent
 from pydantic import BaseModel, ConfigDict
 
+from agent.core.images import Image
 from agent.models.contract import (
     AssistantMessage,
     Finish,
@@ -93,13 +95,23 @@ def _is_tool_results(message: dict[str, Any]) -> bool:
 
 def _message(message: UserMessage | AssistantMessage | ToolResultMessage) -> dict[str, Any]:
     match message:
-        case UserMessage(text=text):
+        case UserMessage(text=text, images=()):
             return {"role": "user", "content": text}
+        case UserMessage(text=text, images=images):
+            # The words first, then the pictures they came with, in one user turn.
+            text_block = [{"type": "text", "text": text}] if text else []
+            return {"role": "user", "content": text_block + [_image(i) for i in images]}
         case AssistantMessage(text=text, tool_calls=calls):
             blocks = [{"type": "text", "text": text}] if text else []
             return {"role": "assistant", "content": blocks + [_tool_use(c) for c in calls]}
         case ToolResultMessage():
             return {"role": "user", "content": [_tool_result(message)]}
+
+
+def _image(image: Image) -> dict[str, Any]:
+    data = base64.b64encode(image.data).decode("ascii")
+    source = {"type": "base64", "media_type": image.media_type, "data": data}
+    return {"type": "image", "source": source}
 
 
 def _tool_use(call: ToolCall) -> dict[str, Any]:

@@ -7,6 +7,7 @@ into `StreamEvent`s. Vendor JSON is validated with pydantic here, at the trust b
 
 from __future__ import annotations
 
+import base64
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 from httpx_sse import ServerSentEvent
 from pydantic import BaseModel, ConfigDict
 
+from agent.core.images import Image
 from agent.models.contract import (
     AssistantMessage,
     Finish,
@@ -82,14 +84,27 @@ def _message(message: ModelMessage) -> dict[str, Any]:
     match message:
         case SystemMessage(text=text):
             return {"role": "system", "content": text}
-        case UserMessage(text=text):
-            return {"role": "user", "content": text}
+        case UserMessage(text=text, images=images):
+            return {"role": "user", "content": _user_content(text, images)}
         case AssistantMessage(text=text, tool_calls=calls):
             return _assistant(text, calls)
         case ToolResultMessage(call_id=call_id, content=content, is_error=is_error):
             # Chat Completions has no error flag on tool results; say it in the content.
             text = f"Error: {content}" if is_error else content
             return {"role": "tool", "tool_call_id": call_id, "content": text}
+
+
+def _user_content(text: str, images: tuple[Image, ...]) -> str | list[dict[str, Any]]:
+    """Plain text, or the text then its pictures as `image_url` parts (data URLs: the
+    provider never fetches anything of ours)."""
+    if not images:
+        return text
+    return [{"type": "text", "text": text}] + [_image_part(i) for i in images]
+
+
+def _image_part(image: Image) -> dict[str, Any]:
+    data = base64.b64encode(image.data).decode("ascii")
+    return {"type": "image_url", "image_url": {"url": f"data:{image.media_type};base64,{data}"}}
 
 
 def _assistant(text: str, calls: tuple[ToolCall, ...]) -> dict[str, Any]:

@@ -1,0 +1,62 @@
+"""Pictures stored with their turn at admission, and read back by the history window."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from agent import MAX_IMAGES_PER_REQUEST, Image, Task
+from storage.admission import Admission, EarlierMessage, admit
+from storage.database import Database
+from storage.history import PostgresHistory
+
+
+def picture(n: int) -> Image:
+    return Image("image/png", b"\x89PNG\r\n\x1a\n" + bytes([n]) * 8, f"p{n}.png")
+
+
+def task_in(thread: str, ts: str) -> Task:
+    return Task(f"T1:C7:{ts}", f"T1:C7:{thread}", {"channel": "C7", "thread_ts": thread})
+
+
+async def admit_with(db: Database, task: Task, images: tuple[Image, ...], **more: object) -> None:
+    admission = Admission(None, task.id, task.session_id, task.address, f"turn {task.id}")
+    assert await admit(db, dataclasses.replace(admission, images=images, **more))
+
+
+async def test_a_turns_pictures_come_back_with_it_in_order(db: Database) -> None:
+    """Stored in the admission statement; the window's turn carries them, in order."""
+    task = task_in("1.0", "1.0")
+    await admit_with(db, task, (picture(1), picture(2)))
+    window = await PostgresHistory(db).window(task, max_chars=10_000, max_messages=10)
+    assert window[-1].images == (picture(1), picture(2))
+
+
+async def test_a_second_admission_stores_no_second_copy(db: Database) -> None:
+    """A duplicate event admits nothing, pictures included."""
+    task = task_in("2.0", "2.0")
+    await admit_with(db, task, (picture(1),))
+    again = Admission(None, task.id, task.session_id, task.address, "x", images=(picture(9),))
+    assert not await admit(db, again)
+    rows = await db.pool.fetch(
+        "SELECT data FROM message_attachments WHERE message_id = $1", task.user_message_id
+    )
+    assert [bytes(r["data"]) for r in rows] == [picture(1).data]
+
+
+async def test_back_filled_messages_keep_their_pictures(db: Database) -> None:
+    """The statement-by-statement admission (with back-fill) stores every message's."""
+    task = task_in("3.0", "3.5")
+    earlier = (EarlierMessage("slack:T1:C7:3.0", "first", (picture(3),)),)
+    await admit_with(db, task, (picture(4),), earlier=earlier)
+    window = await PostgresHistory(db).window(task, max_chars=10_000, max_messages=10)
+    assert [m.images for m in window] == [(picture(3),), (picture(4),)]
+
+
+async def test_the_window_carries_only_the_newest_pictures(db: Database) -> None:
+    """Three turns of four pictures: the window holds the newest eight, none of the first."""
+    tasks = [task_in("4.0", f"4.{n}") for n in range(1, 4)]
+    for n, task in enumerate(tasks):
+        await admit_with(db, task, tuple(picture(10 * n + k) for k in range(4)))
+    window = await PostgresHistory(db).window(tasks[-1], max_chars=10_000, max_messages=10)
+    assert [len(m.images) for m in window] == [0, 4, 4]
+    assert sum(len(m.images) for m in window) == MAX_IMAGES_PER_REQUEST
