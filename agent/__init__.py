@@ -44,13 +44,19 @@ from agent.core.ids import reply_id, user_message_id
 from agent.core.log_context import bind_log_fields, log_fields
 from agent.core.ports import (
     AlertSink,
+    AnswerOrigin,
     Draft,
     History,
     LiveView,
+    Memory,
+    Overflow,
+    PromptEpoch,
     Publisher,
     Step,
     StepState,
     StoredMessage,
+    Summary,
+    SummaryStore,
     Task,
     TaskQueue,
     ThreadReader,
@@ -89,7 +95,7 @@ from agent.models.contract import (
     Watch,
 )
 from agent.models.function_model import FunctionModel, text_response, tool_response
-from agent.models.ladder import AttemptLadder, Attempts, RetryPolicy
+from agent.models.ladder import AttemptLadder, Attempts, RetryPolicy, answering_route
 from agent.models.probe import ProbeResult, probe_model
 from agent.models.providers import (
     DEFAULT_GATEWAY_HEADER,
@@ -106,6 +112,7 @@ from agent.rounds.loop import run_round
 from agent.rounds.mcp_config import McpConfig, McpServerConfig, load_mcp_config, parse_mcp_config
 from agent.rounds.mcp_tools import Backoff, Connecting, McpClients, McpServerState, McpTool
 from agent.rounds.plugins import default_registries, load_subtask_types, load_tools
+from agent.rounds.prompt import PROMPT_VERSION, prompt_epoch, system_prompt
 from agent.rounds.references import ReferenceCatalog
 from agent.rounds.settings import RoundSettings
 from agent.rounds.subagent import AgentSubtask
@@ -125,11 +132,13 @@ __all__ = [
     "GATEWAY_HEADER_VARIABLE",
     "GATEWAY_TOKEN_VARIABLE",
     "INVISIBLE_CHARACTERS",
+    "PROMPT_VERSION",
     "TAG_LOOKALIKES",
     "VENDORS",
     "AgentError",
     "AgentSubtask",
     "AlertSink",
+    "AnswerOrigin",
     "AssistantMessage",
     "AttemptLadder",
     "Attempts",
@@ -158,6 +167,7 @@ __all__ = [
     "McpServerConfig",
     "McpServerState",
     "McpTool",
+    "Memory",
     "Model",
     "ModelBudgetExceeded",
     "ModelError",
@@ -168,7 +178,9 @@ __all__ = [
     "ModelsUnavailable",
     "NamedTool",
     "NonTransientModelError",
+    "Overflow",
     "ProbeResult",
+    "PromptEpoch",
     "ProviderSettings",
     "Publisher",
     "QuotaExhausted",
@@ -198,6 +210,8 @@ __all__ = [
     "SubtaskRequest",
     "SubtaskState",
     "SubtaskType",
+    "Summary",
+    "SummaryStore",
     "Supervisor",
     "SystemMessage",
     "Task",
@@ -222,6 +236,7 @@ __all__ = [
     "Vendor",
     "Watch",
     "WorkTool",
+    "answering_route",
     "bind_log_fields",
     "default_registries",
     "load_mcp_config",
@@ -231,6 +246,7 @@ __all__ = [
     "open_model",
     "parse_mcp_config",
     "probe_model",
+    "prompt_epoch",
     "reply_id",
     "round_controls",
     "run_round",
@@ -238,6 +254,7 @@ __all__ = [
     "stop_task",
     "storable_json",
     "storable_text",
+    "system_prompt",
     "text_response",
     "tool_response",
     "user_message_id",

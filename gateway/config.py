@@ -120,6 +120,13 @@ class Settings(BaseSettings):
     threadgate_socket_connect_timeout: Annotated[float, Field(gt=0, le=600)] = 30.0
     # MCP servers whose tools the agent may call (a JSON file in the `mcpServers` shape).
     threadgate_mcp_config: Path | None = None
+    # What the bot remembers (issue 12): the operator's instructions after the built-in
+    # system prompt (a change starts a new prompt epoch for new threads), the pinned
+    # messages kept per thread (the newest pins win), and summaries of what outgrows the
+    # window instead of dropping it.
+    threadgate_instructions: Annotated[str, Field(max_length=20_000)] = ""
+    threadgate_pinned_max: Annotated[int, Field(ge=0, le=100)] = 10
+    threadgate_compaction: bool = True
 
     @field_validator("threadgate_metrics_address")
     @classmethod

@@ -68,6 +68,7 @@ from storage import (
     Outbox,
     PostgresDelegations,
     PostgresHistory,
+    PostgresMemory,
     PostgresTaskQueue,
     PostgresToolCalls,
     PostgresUsageMeter,
@@ -160,6 +161,8 @@ def build_runner(
             meter=PostgresUsageMeter(db),
             max_model_requests=settings.threadgate_max_model_requests_per_task,
             live=live,
+            memory=PostgresMemory(db),
+            instructions=settings.threadgate_instructions,
             settings=RoundSettings(
                 max_output_tokens=settings.threadgate_max_output_tokens,
                 tool_timeout_seconds=settings.threadgate_tool_timeout_seconds,
@@ -179,6 +182,7 @@ def build_runner(
         ),
         observer=metrics,
         live=live,
+        memory=PostgresMemory(db),
     )
 
 

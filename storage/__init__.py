@@ -34,6 +34,7 @@ from storage.inspection import (
     inspect_task,
     list_tasks,
 )
+from storage.memory import PostgresMemory, SessionReset, UnknownSession, reset_session, slot_name
 from storage.migrations import pending_migrations
 from storage.outbox import Claim, Outbox, Superseded
 from storage.queue import (
@@ -68,10 +69,12 @@ __all__ = [
     "PostRecord",
     "PostgresDelegations",
     "PostgresHistory",
+    "PostgresMemory",
     "PostgresTaskQueue",
     "PostgresToolCalls",
     "PostgresUsageMeter",
     "RoundRecord",
+    "SessionReset",
     "StorageError",
     "StoredToolCall",
     "SubtaskRecord",
@@ -79,14 +82,17 @@ __all__ = [
     "TaskDetail",
     "TaskFilter",
     "TaskSummary",
+    "UnknownSession",
     "UnknownTask",
     "admit",
     "cancel_task",
     "inspect_task",
     "list_tasks",
     "pending_migrations",
+    "reset_session",
     "retry_task",
     "session_exists",
+    "slot_name",
     "start_embedded_postgres",
     "tokens_today",
     "tool_calls_of",

@@ -67,8 +67,10 @@ from agent.core.errors import (
 from agent.core.log_context import bind_log_fields
 from agent.core.ports import (
     AlertSink,
+    AnswerOrigin,
     History,
     LiveView,
+    Memory,
     Publisher,
     Step,
     StepState,
@@ -158,7 +160,9 @@ class TaskRunner:
         observer: RunnerObserver | None = None,
         clock: Clock = utc_now,
         live: LiveView | None = None,
+        memory: Memory | None = None,
     ) -> None:
+        self._memory = memory
         self._live = live
         self._observer = observer or _Unobserved()
         self._clock = clock
@@ -303,9 +307,9 @@ class TaskRunner:
             draft = StoredMessage(
                 task.reply_id, task.session_id, "assistant", "reply", decision.text
             )
-            return await self._deliver_reply(
-                task, await self._history.append(draft, answers=task.user_message_id)
-            )
+            reply = await self._history.append(draft, answers=task.user_message_id)
+            await self._stamp(reply.id, reply.text == decision.text, decision.origin)
+            return await self._deliver_reply(task, reply)
         if number >= self._settings.max_rounds - 1:
             raise RoundFailed(
                 "the model delegated in the final round, where delegate is not offered"
@@ -313,7 +317,15 @@ class TaskRunner:
         stored = await self._delegations.record(
             task, number, decision, timeout_seconds=self._settings.subtask_timeout_seconds
         )
+        same = stored.acknowledgment == decision.acknowledgment
+        await self._stamp(task.ack_id(number), same, decision.origin)
         await self._wait_for(task, number, stored)
+
+    async def _stamp(self, message_id: str, ours: bool, origin: AnswerOrigin | None) -> None:
+        """Record which prompt and route wrote the stored answer — when it is this round's
+        (a re-run after a crash may find another attempt's answer stored first)."""
+        if self._memory is not None and origin is not None and ours:
+            await self._memory.stamp(message_id, origin)
 
     async def _within_time_limit(self, task: Task, round_input: RoundInput) -> Decision:
         """Run the round in what is left of the task's time, counted from its arrival (so
