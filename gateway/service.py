@@ -55,6 +55,7 @@ from gateway.gatekeeper import LIMIT_NOTICES, Gatekeeper, Policy
 from gateway.http import SERVER_LOG, Readiness, build_http_app, build_metrics_app
 from gateway.live import StreamSettings
 from gateway.metrics import MeteredModel, Metrics, ToolCallCounter
+from gateway.pins import Pins
 from gateway.publisher import SlackPublisher
 from gateway.slack_app import build_bolt_app
 from gateway.slack_client import slack_client
@@ -149,7 +150,7 @@ def build_runner(
     return TaskRunner(
         queue=PostgresTaskQueue(db, lease_seconds=lease),
         delegations=PostgresDelegations(db, lease_seconds=lease),
-        history=PostgresHistory(db),
+        history=PostgresHistory(db, max_pinned=settings.threadgate_pinned_max),
         publisher=publisher,
         alerts=alerts,
         respond=ModelResponder(
@@ -387,6 +388,12 @@ class Gateway:
             gatekeeper=gatekeeper,
             metrics=self.metrics,
             identity=identity,
+            pins=Pins(
+                db,
+                users,
+                max_pinned=s.threadgate_pinned_max,
+                lookup_budget_seconds=s.threadgate_lookup_budget_seconds,
+            ),
         )
         socket_mode = self.settings.socket_mode
         app = build_http_app(

@@ -37,6 +37,7 @@ from storage.inspection import (
 from storage.memory import PostgresMemory, SessionReset, UnknownSession, reset_session, slot_name
 from storage.migrations import pending_migrations
 from storage.outbox import Claim, Outbox, Superseded
+from storage.pins import PinnedMessage, clear_pin, flag_pin, retain_pin, session_known
 from storage.queue import (
     Intervention,
     InterventionRefused,
@@ -66,6 +67,7 @@ __all__ = [
     "MessageRecord",
     "MigrationError",
     "Outbox",
+    "PinnedMessage",
     "PostRecord",
     "PostgresDelegations",
     "PostgresHistory",
@@ -86,12 +88,16 @@ __all__ = [
     "UnknownTask",
     "admit",
     "cancel_task",
+    "clear_pin",
+    "flag_pin",
     "inspect_task",
     "list_tasks",
     "pending_migrations",
     "reset_session",
+    "retain_pin",
     "retry_task",
     "session_exists",
+    "session_known",
     "slot_name",
     "start_embedded_postgres",
     "tokens_today",

@@ -367,7 +367,10 @@ class TaskRunner:
         # The budget may have cut a conversation after one of our replies; a window must
         # start with a person's turn (Anthropic refuses anything else with a 400, and a
         # reply without its question is no context anyway). The task's turn is always kept.
-        first_turn = next((i for i, m in enumerate(kept) if m.role == "user"), len(kept))
+        # A pinned answer stays (the transcript puts a note before it, agent.rounds.prompt).
+        first_turn = next(
+            (i for i, m in enumerate(kept) if m.role == "user" or m.pinned), len(kept)
+        )
         return kept[first_turn:]
 
     async def _deliver_reply(self, task: Task, reply: StoredMessage) -> None:

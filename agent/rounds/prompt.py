@@ -76,6 +76,9 @@ PROMPT_VERSION = "2"
 _OPERATOR = "The operators of this workspace add these instructions:"
 
 PINNED_MARK = "[pinned] "
+# Said first when the window starts with a pinned answer of ours: a conversation shown to
+# a model starts with a user message (Anthropic refuses anything else).
+PINNED_FIRST = "(The conversation so far starts with pinned messages.)"
 
 
 def system_prompt(subtasks: SubtaskRegistry, instructions: str = "") -> str:
@@ -105,7 +108,10 @@ def transcript(
     numbered window (pinned messages marked), then each earlier round's delegation."""
     prompt = system if system is not None else system_prompt(subtasks)
     messages: list[ModelMessage] = [SystemMessage(prompt)]
-    for message in round_input.window:
+    window = round_input.window
+    if window and window[0].role != "user":  # a pinned answer of ours comes first
+        messages.append(UserMessage(PINNED_FIRST))
+    for message in window:
         text = catalog.label(message)
         text = PINNED_MARK + text if message.pinned else text
         messages.append(UserMessage(text) if message.role == "user" else AssistantMessage(text))

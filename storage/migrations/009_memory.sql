@@ -52,3 +52,6 @@ CREATE TABLE session_interventions (
     at          timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX session_interventions_session ON session_interventions (session_id, id);
+
+-- A pin names a message by its Slack ts: ours are found through the ts their post got.
+CREATE INDEX outbox_remote_ref ON outbox (remote_ref) WHERE remote_ref IS NOT NULL;
