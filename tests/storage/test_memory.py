@@ -45,8 +45,7 @@ async def test_reset_re_pins_the_session_at_its_next_task_and_is_audited(db: Dat
     assert done.from_epoch == OLD.hash
     assert await memory.pin_prompt(task.session_id, NEW) == NEW
     audit = await db.pool.fetchrow(
-        "SELECT action, actor, reason, from_epoch FROM session_interventions"
-        " WHERE session_id = $1",
+        "SELECT action, actor, reason, from_epoch FROM session_interventions WHERE session_id = $1",
         task.session_id,
     )
     assert dict(audit) == {
