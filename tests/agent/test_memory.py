@@ -1,0 +1,89 @@
+"""Memory in the agent: a round is asked under its session's pinned prompt, its decision
+says which prompt and route produced it, and pinned messages are marked for the model."""
+
+from __future__ import annotations
+
+from agent.core.delegation import RoundInput
+from agent.core.errors import NonTransientModelError, Route
+from agent.core.ports import AnswerOrigin, PromptEpoch, StoredMessage
+from agent.durable.responder import ModelResponder
+from agent.models.contract import (
+    AssistantMessage,
+    ModelRequest,
+    ModelResponse,
+    SystemMessage,
+    UserMessage,
+)
+from agent.models.function_model import FunctionModel, tool_response
+from agent.models.ladder import AttemptLadder, answering_route
+from agent.rounds.prompt import PINNED_FIRST, prompt_epoch, system_prompt, transcript
+from agent.rounds.references import ReferenceCatalog
+from agent.rounds.subtask_types import SubtaskRegistry
+from tests.agent.test_responder import TASK, WINDOW, _no_sleep, scripted
+
+OLD = prompt_epoch("You are the prompt this thread started with.")
+
+
+class PinnedMemory:
+    """A session pinned to OLD; remembers what was stamped."""
+
+    def __init__(self) -> None:
+        self.asked: list[PromptEpoch] = []
+
+    async def pin_prompt(self, session_id: str, current: PromptEpoch) -> PromptEpoch:
+        self.asked.append(current)
+        return OLD
+
+    async def repin_prompt(self, session_id: str, current: PromptEpoch) -> None:
+        raise AssertionError("not used here")
+
+    async def stamp(self, message_id: str, origin: AnswerOrigin) -> None:
+        raise AssertionError("the responder stores nothing")
+
+
+async def test_a_round_is_asked_under_the_sessions_pinned_prompt() -> None:
+    """The system prompt is the session's (OLD), not this deployment's; the deployment's is
+    what a new session would be pinned to."""
+    seen: list[ModelRequest] = []
+
+    def answer(request: ModelRequest) -> ModelResponse:
+        seen.append(request)
+        return tool_response("final_reply", {"text": "hi"})
+
+    memory = PinnedMemory()
+    responder = ModelResponder(
+        AttemptLadder([FunctionModel(answer)], sleep=_no_sleep),
+        memory=memory,
+        instructions="Be brief.",
+    )
+    decision = await responder(RoundInput(TASK, WINDOW))
+    assert seen[0].messages[0] == SystemMessage(OLD.text)
+    assert memory.asked == [prompt_epoch(system_prompt(SubtaskRegistry(), "Be brief."))]
+    assert decision.origin is not None and decision.origin.prompt_epoch == OLD.hash
+
+
+async def test_a_decision_names_the_route_that_answered() -> None:
+    """When the primary fails for good, the fallback's route (slot 1) is the origin."""
+    broken = scripted(NonTransientModelError("bad request"))
+    fallback = FunctionModel(lambda r: tool_response("final_reply", {"text": "ok"}))
+    fallback.name = "anthropic:claude-test"
+    responder = ModelResponder(AttemptLadder([broken, fallback], sleep=_no_sleep))
+    decision = await responder(RoundInput(TASK, WINDOW))
+    assert decision.origin == AnswerOrigin(
+        responder.epoch.hash, Route("anthropic", "claude-test", 1)
+    )
+    assert answering_route() is None  # only inside an attempt
+
+
+def test_pinned_messages_are_marked_and_a_leading_answer_gets_a_note() -> None:
+    """A pinned message carries the marker; a window that starts with our pinned answer
+    starts with a user message all the same (Anthropic refuses anything else)."""
+    window = (
+        StoredMessage("a", "s1", "assistant", "reply", "the plan: ship friday", pinned=True),
+        StoredMessage("m2", "s1", "user", "turn", "<turn>now</turn>"),
+    )
+    round_input = RoundInput(TASK, window)
+    messages = transcript(round_input, ReferenceCatalog.from_window(window), SubtaskRegistry())
+    assert messages[1] == UserMessage(PINNED_FIRST)
+    assert messages[2] == AssistantMessage("[pinned] [ref 1] the plan: ship friday")
+    assert messages[3] == UserMessage("[ref 2] <turn>now</turn>")
