@@ -73,6 +73,7 @@ from agent.core.text import (
     storable_text,
 )
 from agent.durable.background import Supervisor, stop_task
+from agent.durable.compaction import Compaction, CompactionSettings
 from agent.durable.notices import FailureKind, FailureNotices
 from agent.durable.responder import ModelResponder
 from agent.durable.runner import Responder, RunnerObserver, RunnerSettings, TaskRunner
@@ -144,6 +145,8 @@ __all__ = [
     "Attempts",
     "Backoff",
     "CircuitBreaker",
+    "Compaction",
+    "CompactionSettings",
     "ConfigError",
     "Connecting",
     "ControlCallError",

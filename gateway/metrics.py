@@ -135,6 +135,8 @@ class Metrics:
             ["outcome"],
             registry=r,
         )
+        for outcome in ("summarized", "failed"):  # both show, at 0 until the first
+            self.compactions.labels(outcome)
 
     def on_attempt(self, route: Route, outcome: str) -> None:
         self.model_calls.labels(str(route.slot), f"{route.provider}:{route.model}", outcome).inc()

@@ -28,6 +28,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 from agent import (
     AlertSink,
     AttemptLadder,
+    Compaction,
+    CompactionSettings,
     ConfigError,
     FailureNotices,
     LiveView,
@@ -70,6 +72,7 @@ from storage import (
     PostgresDelegations,
     PostgresHistory,
     PostgresMemory,
+    PostgresSummaries,
     PostgresTaskQueue,
     PostgresToolCalls,
     PostgresUsageMeter,
@@ -146,6 +149,35 @@ def build_runner(
         policy=RetryPolicy(attempts_per_slot=settings.threadgate_model_attempts),
         on_attempt=metrics.on_attempt if metrics else None,
     )
+    respond = ModelResponder(
+        ladder,
+        tools=tools,
+        subtasks=subtask_types,
+        thread_reader=thread_reader,
+        tool_observer=tool_observer,
+        meter=PostgresUsageMeter(db),
+        max_model_requests=settings.threadgate_max_model_requests_per_task,
+        live=live,
+        memory=PostgresMemory(db),
+        instructions=settings.threadgate_instructions,
+        settings=RoundSettings(
+            max_output_tokens=settings.threadgate_max_output_tokens,
+            tool_timeout_seconds=settings.threadgate_tool_timeout_seconds,
+            tool_output_chars=settings.threadgate_tool_output_chars,
+        ),
+    )
+    compaction = (
+        Compaction(
+            PostgresSummaries(db),
+            respond.ask_text,
+            epoch=respond.epoch,
+            memory=PostgresMemory(db),
+            settings=CompactionSettings(max_chars=settings.threadgate_history_chars),
+            observe=metrics.compacted if metrics else lambda outcome: None,
+        )
+        if settings.threadgate_compaction
+        else None
+    )
     lease = settings.threadgate_lease_seconds
     return TaskRunner(
         queue=PostgresTaskQueue(db, lease_seconds=lease),
@@ -153,23 +185,7 @@ def build_runner(
         history=PostgresHistory(db, max_pinned=settings.threadgate_pinned_max),
         publisher=publisher,
         alerts=alerts,
-        respond=ModelResponder(
-            ladder,
-            tools=tools,
-            subtasks=subtask_types,
-            thread_reader=thread_reader,
-            tool_observer=tool_observer,
-            meter=PostgresUsageMeter(db),
-            max_model_requests=settings.threadgate_max_model_requests_per_task,
-            live=live,
-            memory=PostgresMemory(db),
-            instructions=settings.threadgate_instructions,
-            settings=RoundSettings(
-                max_output_tokens=settings.threadgate_max_output_tokens,
-                tool_timeout_seconds=settings.threadgate_tool_timeout_seconds,
-                tool_output_chars=settings.threadgate_tool_output_chars,
-            ),
-        ),
+        respond=respond,
         settings=RunnerSettings(
             workers=settings.threadgate_workers,
             heartbeat_seconds=lease / 3,
@@ -184,6 +200,7 @@ def build_runner(
         observer=metrics,
         live=live,
         memory=PostgresMemory(db),
+        compaction=compaction,
     )
 
 

@@ -46,6 +46,7 @@ from storage.queue import (
     cancel_task,
     retry_task,
 )
+from storage.summaries import PostgresSummaries
 from storage.tool_calls import PostgresToolCalls, StoredToolCall, tool_calls_of
 from storage.usage import PostgresUsageMeter, tokens_today
 
@@ -72,6 +73,7 @@ __all__ = [
     "PostgresDelegations",
     "PostgresHistory",
     "PostgresMemory",
+    "PostgresSummaries",
     "PostgresTaskQueue",
     "PostgresToolCalls",
     "PostgresUsageMeter",

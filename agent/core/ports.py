@@ -277,10 +277,12 @@ class SummaryStore(Protocol):
     """Summaries of what no longer fits a session's window (compaction)."""
 
     async def overflow(
-        self, task: Task, *, max_chars: int, max_messages: int, max_overflow: int
+        self, task: Task, *, edge_id: str, max_chars: int, max_messages: int
     ) -> Overflow | None:
-        """The messages the task's window would drop (at most `max_overflow`, oldest of
-        them first), or None when nothing is dropped."""
+        """What the task's window no longer shows: the messages older than `edge_id` (the
+        oldest the window shows) and newer than the latest summary, oldest first, whole
+        turns only, at most `max_messages` and `max_chars` of them; None when there are
+        none."""
 
-    async def summarize(self, session_id: str, summary: Summary, epoch: str | None) -> None:
+    async def store_summary(self, session_id: str, summary: Summary, epoch: str | None) -> None:
         """Store a summary (idempotent per session and `covers_to`)."""

@@ -31,7 +31,7 @@ the runner to store with the reply or acknowledgment.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -43,6 +43,7 @@ from agent.core.errors import (
     ModelBudgetExceeded,
     ModelsUnavailable,
     QuotaExhausted,
+    RoundFailed,
     SubtaskFailed,
 )
 from agent.core.ports import (
@@ -58,6 +59,7 @@ from agent.core.ports import (
 from agent.models.contract import (
     Finish,
     Model,
+    ModelMessage,
     ModelRequest,
     ModelResponse,
     StreamEvent,
@@ -141,6 +143,21 @@ class ModelResponder:
             return replace(decision, origin=AnswerOrigin(epoch.hash, answering_route()))
 
         return await self._metered(round_input.task).run(attempt)
+
+    async def ask_text(
+        self, task: Task, messages: Sequence[ModelMessage], *, max_output_tokens: int
+    ) -> str:
+        """One plain-text answer (no tools) through the ladder, charged to the task like
+        its rounds; an empty or cut answer is a failed attempt (the next slot is tried)."""
+        request = ModelRequest(tuple(messages), max_output_tokens=max_output_tokens)
+
+        async def attempt(model: Model) -> str:
+            response = await model.request(request)
+            if response.finish_reason == "length" or not response.text.strip():
+                raise RoundFailed(f"the model gave no usable text ({response.finish_reason})")
+            return response.text
+
+        return await self._metered(task).run(attempt)
 
     async def _session_epoch(self, task: Task) -> PromptEpoch:
         """The prompt the task's session is pinned to (pinning it to this deployment's

@@ -79,6 +79,7 @@ from agent.core.ports import (
     TaskQueue,
 )
 from agent.durable.background import stop_task
+from agent.durable.compaction import Compaction
 from agent.durable.notices import DEFAULT_NOTICES, FailureKind, FailureNotices
 from agent.rounds.control import Decision, Reply
 from agent.rounds.tools import Clock, utc_now
@@ -161,7 +162,9 @@ class TaskRunner:
         clock: Clock = utc_now,
         live: LiveView | None = None,
         memory: Memory | None = None,
+        compaction: Compaction | None = None,
     ) -> None:
+        self._compaction = compaction
         self._memory = memory
         self._live = live
         self._observer = observer or _Unobserved()
@@ -292,11 +295,15 @@ class TaskRunner:
         if state.pending is not None:
             return await self._wait_for(task, len(state.finished), state.pending)
         number = len(state.finished)
+        window = await self._window(task)
+        # Before the first round only: a task compacts its thread at most once.
+        if number == 0 and self._compaction is not None and await self._compaction(task, window):
+            window = await self._window(task)
         decision = await self._within_time_limit(
             task,
             RoundInput(
                 task,
-                await self._window(task),
+                window,
                 state.finished,
                 number,
                 number >= self._settings.max_rounds - 1,

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from dataclasses import replace
 
 from agent.core.delegation import RoundInput, RoundRecord, SubtaskOutcome
-from agent.core.ports import PromptEpoch
+from agent.core.ports import PromptEpoch, StoredMessage
 from agent.models.contract import (
     AssistantMessage,
     ModelMessage,
@@ -76,6 +77,7 @@ PROMPT_VERSION = "2"
 _OPERATOR = "The operators of this workspace add these instructions:"
 
 PINNED_MARK = "[pinned] "
+SUMMARY_FRAME = "summary of the earlier conversation"
 # Said first when the window starts with a pinned answer of ours: a conversation shown to
 # a model starts with a user message (Anthropic refuses anything else).
 PINNED_FIRST = "(The conversation so far starts with pinned messages.)"
@@ -112,12 +114,19 @@ def transcript(
     if window and window[0].role != "user":  # a pinned answer of ours comes first
         messages.append(UserMessage(PINNED_FIRST))
     for message in window:
-        text = catalog.label(message)
+        text = catalog.label(_summary_framed(message))
         text = PINNED_MARK + text if message.pinned else text
         messages.append(UserMessage(text) if message.role == "user" else AssistantMessage(text))
     for record in round_input.rounds:
         messages.extend(round_messages(record))
     return messages
+
+
+def _summary_framed(message: StoredMessage) -> StoredMessage:
+    """A summary is the model's own writing about people's words: shown framed as data."""
+    if message.kind != "summary":
+        return message
+    return replace(message, text=frame_output(SUMMARY_FRAME, message.text))
 
 
 def round_messages(record: RoundRecord) -> tuple[AssistantMessage, ToolResultMessage]:

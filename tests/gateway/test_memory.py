@@ -4,6 +4,8 @@ which prompt and route wrote each answer."""
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +15,7 @@ import pytest
 from agent import prompt_epoch
 from gateway.task_commands import render_detail
 from storage import inspect_task
+from tests.fakes.openai_api import Completion, RecordedRequest, Reply
 from tests.fakes.slack_events import (
     DEFAULT_CHANNEL,
     DEFAULT_USER,
@@ -23,7 +26,7 @@ from tests.fakes.slack_events import (
 )
 from tests.fakes.slack_pins import file_pin_event, pin_event, pinned_message
 from tests.gateway.process import run_cli_output
-from tests.gateway.rig import Rig
+from tests.gateway.rig import Rig, echo, last_user_text
 from tests.pg import wait_for_task
 
 # Each turn is long enough that the window (1,000 characters) holds only the newest one.
@@ -164,3 +167,59 @@ async def test_a_thread_keeps_its_prompt_across_a_deploy_until_reset(
     await say(rig, old_root, "and now?")
     assert system_text(rig.model.requests[-1].body) == new_prompt
     assert "operators of this workspace" not in old_prompt
+
+
+def summarizing(seen: RecordedRequest) -> Reply:
+    """The echo model, which also summarizes: a summary request gets the codes it read."""
+    if system_text(seen.body).startswith("You keep the memory of a long conversation"):
+        read = " ".join(sorted(set(re.findall(r"code [A-Z]{4,}", last_user_text(seen.body)))))
+        return Completion(text=f"Earlier: {read or 'nothing'}.")
+    return echo(seen)
+
+
+async def test_a_long_thread_is_summarized_instead_of_dropped(rig: Rig) -> None:
+    """Once the first turns no longer fit, the next request starts with a summary of them
+    (framed as data), written by the model through the ladder and counted; the request
+    stays as small as the window, however long the thread grows."""
+    rig.model.default = summarizing
+    root = new_ts()
+    await rig.send(event_callback(app_mention_event(text=f"<@UBOT> code PELICAN {PAD}", ts=root)))
+    await rig.slack.wait_for_posts(1)
+    for n in range(6):
+        await say(rig, root, f"code {'ABCDEFGH'[n] * 4} {PAD}")
+    rounds = [r for r in rig.model.requests if not system_text(r.body).startswith("You keep")]
+    summaries = [r for r in rig.model.requests if system_text(r.body).startswith("You keep")]
+    assert summaries, "the thread was never compacted"
+    first = user_texts(summaries[0].body)[0]
+    assert first.startswith('<tool_output source="earlier conversation"') and "PELICAN" in first
+    last = user_texts(rounds[-1].body)
+    assert "summary of the earlier conversation" in last[0] and "PELICAN" in last[0]
+    assert "code FFFF" in last[-1]
+    stored = await rig.db.pool.fetch("SELECT covers_from_seq, covers_to_seq FROM summaries")
+    assert stored and all(s["covers_from_seq"] <= s["covers_to_seq"] for s in stored)
+    sizes = [len(json.dumps(r.body)) for r in rounds[2:]]
+    assert max(sizes) < 2 * min(sizes)  # flat: the window's size, not the thread's
+    page = await (await rig.http.get(rig.metrics_url)).text()
+    assert 'threadgate_compactions_total{outcome="summarized"}' in page
+
+
+async def test_a_summary_that_fails_drops_the_old_turns_as_before(rig: Rig) -> None:
+    """A summarizer that only ever errs: every message is still answered, without a summary,
+    and the failures are counted."""
+
+    def no_summaries(seen: RecordedRequest) -> Reply:
+        if system_text(seen.body).startswith("You keep the memory of a long conversation"):
+            return Completion(text="")  # no usable text: a failed attempt on every slot
+        return echo(seen)
+
+    rig.model.default = no_summaries
+    root = new_ts()
+    await rig.send(event_callback(app_mention_event(text=f"<@UBOT> code PELICAN {PAD}", ts=root)))
+    await rig.slack.wait_for_posts(1)
+    for n in range(3):
+        await say(rig, root, f"more {n} {PAD}")
+    assert len(rig.slack.posts) == 4
+    assert await rig.count("summaries") == 0
+    page = await (await rig.http.get(rig.metrics_url)).text()
+    assert 'threadgate_compactions_total{outcome="failed"} ' in page
+    assert 'threadgate_compactions_total{outcome="failed"} 0.0' not in page
