@@ -172,7 +172,10 @@ def build_runner(
             respond.ask_text,
             epoch=respond.epoch,
             memory=PostgresMemory(db),
-            settings=CompactionSettings(max_chars=settings.threadgate_history_chars),
+            settings=CompactionSettings(
+                max_chars=settings.threadgate_history_chars,
+                keep_chars=settings.threadgate_history_chars // 2,
+            ),
             observe=metrics.compacted if metrics else lambda outcome: None,
         )
         if settings.threadgate_compaction

@@ -4,7 +4,9 @@ Before a task's first round, the runner hands its window to `Compaction`. If the
 has messages the window no longer shows (older than its oldest message, newer than the
 latest summary; `agent.SummaryStore.overflow`), the model is asked once, through the same
 attempt ladder and usage meter as rounds (`ModelResponder.ask_text`), to summarize them
-together with the previous summary; the new summary is stored covering both, and the next
+together with the previous summary and the older part of the window itself (all but the
+newest `keep_chars`, so that the next compaction is due only once that much more has been
+said, not at every message); the new summary is stored covering all of it, and the next
 windows show it first, then pinned messages, then the newest messages after it.
 
 The request is bounded whatever the thread's length: at most the history's character
@@ -71,6 +73,9 @@ class CompactionSettings:
     max_chars: int = 24_000  # dropped messages per summary request (the history budget)
     max_messages: int = 200  # and their count
     summary_chars: int = 4_000  # the longest summary kept
+    # What a compaction leaves in view: the newest turns within this many characters, so
+    # the next one comes only once that much more has been said (not at every message).
+    keep_chars: int = 12_000
     timeout_seconds: float = 120.0
 
 
@@ -97,15 +102,17 @@ class Compaction:
     async def __call__(self, task: Task, window: Sequence[StoredMessage]) -> bool:
         """Summarize what `window` (the task's, as the runner shows it) leaves out; True
         when a summary was stored (the window is then worth reading again)."""
-        edge = next((m for m in window if m.kind != "summary" and not m.pinned), None)
+        s = self._settings
+        shown = [m for m in window if m.kind != "summary" and not m.pinned]
+        edge = keep_edge(shown, s.keep_chars)
         if edge is None:
             return False
-        s = self._settings
         overflow = await self._store.overflow(
             task, edge_id=edge.id, max_chars=s.max_chars, max_messages=s.max_messages
         )
-        if overflow is None:
-            return False
+        seen = {m.id for m in shown}
+        if overflow is None or all(m.id in seen for m in overflow.messages):
+            return False  # the window drops nothing yet
         text = await self._summary(task, overflow)
         if text is None:
             return False
@@ -130,6 +137,21 @@ class Compaction:
             self._observe("failed")
             return None
         return storable_text(text.strip())[: s.summary_chars] or None
+
+
+def keep_edge(shown: Sequence[StoredMessage], keep_chars: int) -> StoredMessage | None:
+    """The oldest person's turn among the newest `shown` messages within `keep_chars` (the
+    last message, the task's turn, at least): a compaction summarizes what is before it."""
+    if not shown:
+        return None
+    edge, used = shown[-1], 0
+    for message in reversed(shown):
+        used += len(message.text)
+        if used > keep_chars:
+            break
+        if message.role == "user":
+            edge = message
+    return edge
 
 
 def summary_messages(overflow: Overflow, summary_chars: int) -> list[ModelMessage]:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from agent.core.delegation import RoundInput
 from agent.core.errors import NonTransientModelError, Route
-from agent.core.ports import AnswerOrigin, PromptEpoch, StoredMessage
+from agent.core.ports import AnswerOrigin, Overflow, PromptEpoch, StoredMessage, Summary, Task
+from agent.durable.compaction import Compaction
 from agent.durable.responder import ModelResponder
 from agent.models.contract import (
     AssistantMessage,
@@ -14,7 +15,7 @@ from agent.models.contract import (
     SystemMessage,
     UserMessage,
 )
-from agent.models.function_model import FunctionModel, tool_response
+from agent.models.function_model import FunctionModel, text_response, tool_response
 from agent.models.ladder import AttemptLadder, answering_route
 from agent.rounds.prompt import PINNED_FIRST, prompt_epoch, system_prompt, transcript
 from agent.rounds.references import ReferenceCatalog
@@ -87,3 +88,63 @@ def test_pinned_messages_are_marked_and_a_leading_answer_gets_a_note() -> None:
     assert messages[1] == UserMessage(PINNED_FIRST)
     assert messages[2] == AssistantMessage("[pinned] [ref 1] the plan: ship friday")
     assert messages[3] == UserMessage("[ref 2] <turn>now</turn>")
+
+
+class Summaries:
+    """A store whose overflow is fixed; remembers what was stored."""
+
+    def __init__(self, overflow: Overflow | None) -> None:
+        self._overflow = overflow
+        self.stored: list[Summary] = []
+
+    async def overflow(
+        self, task: Task, *, edge_id: str, max_chars: int, max_messages: int
+    ) -> Overflow | None:
+        return self._overflow
+
+    async def store_summary(self, session_id: str, summary: Summary, epoch: str | None) -> None:
+        self.stored.append(summary)
+
+
+DROPPED = Overflow(1, 7, None, [StoredMessage("old", "s1", "user", "turn", "<turn>old</turn>")])
+
+
+async def test_a_summary_that_cannot_be_had_is_counted_and_changes_nothing() -> None:
+    """The summarizer failing (here: no usable text on the only slot) is no failure of the
+    task: nothing is stored, `failed` is observed."""
+    outcomes: list[str] = []
+    responder = ModelResponder(AttemptLadder([scripted(text_response(""))], sleep=_no_sleep))
+    store = Summaries(DROPPED)
+    compaction = Compaction(store, responder.ask_text, epoch=OLD, observe=outcomes.append)
+    assert not await compaction(TASK, WINDOW)
+    assert store.stored == [] and outcomes == ["failed"]
+
+
+async def test_nothing_dropped_asks_nothing() -> None:
+    """A window that still shows everything past the latest summary is left alone."""
+    asked: list[object] = []
+
+    async def ask(task: Task, messages: object, *, max_output_tokens: int) -> str:
+        asked.append(messages)
+        return "never"
+
+    shown_again = Overflow(1, 7, None, list(WINDOW[:1]))
+    for overflow in (None, shown_again):
+        assert not await Compaction(Summaries(overflow), ask, epoch=OLD)(TASK, WINDOW)
+    assert asked == []
+
+
+async def test_a_summary_covers_the_overflow_and_re_pins_the_prompt() -> None:
+    """The summary is stored with the span it covers, and the session moves to this
+    deployment's prompt."""
+    repinned: list[PromptEpoch] = []
+
+    class Repin(PinnedMemory):
+        async def repin_prompt(self, session_id: str, current: PromptEpoch) -> None:
+            repinned.append(current)
+
+    responder = ModelResponder(AttemptLadder([scripted(text_response("S"))], sleep=_no_sleep))
+    store = Summaries(DROPPED)
+    compaction = Compaction(store, responder.ask_text, epoch=OLD, memory=Repin())
+    assert await compaction(TASK, WINDOW)
+    assert store.stored == [Summary(1, 7, "S")] and repinned == [OLD]

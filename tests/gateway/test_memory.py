@@ -80,6 +80,7 @@ async def test_our_own_reply_can_be_pinned_and_unpinned(rig: Rig) -> None:
     root = new_ts()
     await rig.send(event_callback(app_mention_event(text="<@UBOT> plan?", ts=root)))
     (post,) = await rig.slack.wait_for_posts(1)
+    await wait_for_task(rig.db, f"T1:{DEFAULT_CHANNEL}:{root}", "done")  # its ts is recorded
     ours = pinned_message(text=post.text, ts=post.ts, user="UBOT", thread_ts=root, bot_id="B1")
     reply_id = f"task:T1:{DEFAULT_CHANNEL}:{root}:reply"
     query = "SELECT pinned FROM messages WHERE id = $1"
