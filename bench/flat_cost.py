@@ -13,7 +13,10 @@ Compaction is on (the default): what outgrows the window is summarized before a 
 so each thread also costs summary requests. The model answers them with a summary of a
 fixed size; their bytes are reported as `summary_bytes` (the largest per thread), and
 must not grow with the thread either: a summary request holds at most the history budget
-of dropped messages and the previous summary.
+of dropped messages and the previous summary. The seeded 10,000-message thread has a
+backlog no summary ever covered: each message summarizes the next budget's worth of it,
+oldest first (one extra bounded request per message until it has caught up); a thread that
+grows message by message is compacted once per half a window of new conversation.
 
     .venv/bin/python -m bench.flat_cost
 """

@@ -170,6 +170,15 @@ async def test_a_thread_keeps_its_prompt_across_a_deploy_until_reset(
     assert "operators of this workspace" not in old_prompt
 
 
+async def long_thread(rig: Rig, replies: list[str]) -> None:
+    """A thread opened with a long mention (code PELICAN), then these replies, each answered."""
+    root = new_ts()
+    await rig.send(event_callback(app_mention_event(text=f"<@UBOT> code PELICAN {PAD}", ts=root)))
+    await rig.slack.wait_for_posts(1)
+    for text in replies:
+        await say(rig, root, text)
+
+
 def summarizing(seen: RecordedRequest) -> Reply:
     """The echo model, which also summarizes: a summary request gets the codes it read."""
     if system_text(seen.body).startswith("You keep the memory of a long conversation"):
@@ -183,11 +192,7 @@ async def test_a_long_thread_is_summarized_instead_of_dropped(rig: Rig) -> None:
     (framed as data), written by the model through the ladder and counted; the request
     stays as small as the window, however long the thread grows."""
     rig.model.default = summarizing
-    root = new_ts()
-    await rig.send(event_callback(app_mention_event(text=f"<@UBOT> code PELICAN {PAD}", ts=root)))
-    await rig.slack.wait_for_posts(1)
-    for n in range(6):
-        await say(rig, root, f"code {'ABCDEFGH'[n] * 4} {PAD}")
+    await long_thread(rig, [f"code {'ABCDEFGH'[n] * 4} {PAD}" for n in range(6)])
     rounds = [r for r in rig.model.requests if not system_text(r.body).startswith("You keep")]
     summaries = [r for r in rig.model.requests if system_text(r.body).startswith("You keep")]
     assert summaries, "the thread was never compacted"
@@ -214,11 +219,7 @@ async def test_a_summary_that_fails_drops_the_old_turns_as_before(rig: Rig) -> N
         return echo(seen)
 
     rig.model.default = no_summaries
-    root = new_ts()
-    await rig.send(event_callback(app_mention_event(text=f"<@UBOT> code PELICAN {PAD}", ts=root)))
-    await rig.slack.wait_for_posts(1)
-    for n in range(3):
-        await say(rig, root, f"more {n} {PAD}")
+    await long_thread(rig, [f"more {n} {PAD}" for n in range(3)])
     assert len(rig.slack.posts) == 4
     assert await rig.count("summaries") == 0
     page = await (await rig.http.get(rig.metrics_url)).text()
