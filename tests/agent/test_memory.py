@@ -3,11 +3,14 @@ says which prompt and route produced it, and pinned messages are marked for the 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from agent.core.delegation import RoundInput
 from agent.core.errors import NonTransientModelError, Route
 from agent.core.ports import AnswerOrigin, Overflow, PromptEpoch, StoredMessage, Summary, Task
 from agent.durable.compaction import Compaction
 from agent.durable.responder import ModelResponder
+from agent.durable.runner import TaskRunner
 from agent.models.contract import (
     AssistantMessage,
     ModelRequest,
@@ -17,10 +20,20 @@ from agent.models.contract import (
 )
 from agent.models.function_model import FunctionModel, text_response, tool_response
 from agent.models.ladder import AttemptLadder, answering_route
+from agent.rounds.control import Decision, Reply
 from agent.rounds.prompt import PINNED_FIRST, prompt_epoch, system_prompt, transcript
 from agent.rounds.references import ReferenceCatalog
 from agent.rounds.subtask_types import SubtaskRegistry
+from tests.agent.memory import (
+    MemoryAlerts,
+    MemoryDelegations,
+    MemoryHistory,
+    MemoryPublisher,
+    MemoryQueue,
+)
 from tests.agent.test_responder import TASK, WINDOW, _no_sleep, scripted
+from tests.agent.test_runner import TASK as RUN
+from tests.agent.test_runner import TURN, Agent, delegate
 
 OLD = prompt_epoch("You are the prompt this thread started with.")
 
@@ -148,3 +161,43 @@ async def test_a_summary_covers_the_overflow_and_re_pins_the_prompt() -> None:
     compaction = Compaction(store, responder.ask_text, epoch=OLD, memory=Repin())
     assert await compaction(TASK, WINDOW)
     assert store.stored == [Summary(1, 7, "S")] and repinned == [OLD]
+
+
+class Stamps(PinnedMemory):
+    """Records the stamps the runner makes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stamps: list[tuple[str, AnswerOrigin]] = []
+
+    async def stamp(self, message_id: str, origin: AnswerOrigin) -> None:
+        self.stamps.append((message_id, origin))
+
+
+async def test_the_runner_stamps_each_answer_it_stored_with_its_origin() -> None:
+    """The acknowledgment of a delegation and the reply are stamped with the origin their
+    round reported."""
+    first = AnswerOrigin(OLD.hash, Route("openai", "m", 0))
+    second = AnswerOrigin(OLD.hash, Route("anthropic", "c", 1))
+
+    def decide(r: RoundInput) -> Decision:
+        if r.number == 0:
+            return replace(delegate("agent"), origin=first)
+        return Reply("done", origin=second)
+
+    memory = Stamps()
+    delegations = MemoryDelegations()
+    runner = TaskRunner(
+        queue=MemoryQueue([RUN]),
+        delegations=delegations,
+        history=MemoryHistory([(RUN.user_message_id, TURN)]),
+        publisher=MemoryPublisher(),
+        alerts=MemoryAlerts(),
+        respond=Agent(decide),
+        memory=memory,
+    )
+    await runner.run_task(RUN)
+    while (claimed := await delegations.claim_subtask()) is not None:
+        await runner.run_subtask(*claimed)
+    await runner.run_task(RUN)
+    assert memory.stamps == [(RUN.ack_id(0), first), (RUN.reply_id, second)]
