@@ -45,13 +45,19 @@ from agent.core.images import MAX_IMAGES_PER_REQUEST, Image
 from agent.core.log_context import bind_log_fields, log_fields
 from agent.core.ports import (
     AlertSink,
+    AnswerOrigin,
     Draft,
     History,
     LiveView,
+    Memory,
+    Overflow,
+    PromptEpoch,
     Publisher,
     Step,
     StepState,
     StoredMessage,
+    Summary,
+    SummaryStore,
     Task,
     TaskQueue,
     ThreadReader,
@@ -68,6 +74,7 @@ from agent.core.text import (
     storable_text,
 )
 from agent.durable.background import Supervisor, stop_task
+from agent.durable.compaction import Compaction, CompactionSettings
 from agent.durable.notices import FailureKind, FailureNotices
 from agent.durable.responder import ModelResponder
 from agent.durable.runner import Responder, RunnerObserver, RunnerSettings, TaskRunner
@@ -90,7 +97,7 @@ from agent.models.contract import (
     Watch,
 )
 from agent.models.function_model import FunctionModel, text_response, tool_response
-from agent.models.ladder import AttemptLadder, Attempts, RetryPolicy
+from agent.models.ladder import AttemptLadder, Attempts, RetryPolicy, answering_route
 from agent.models.probe import ProbeResult, probe_model
 from agent.models.providers import (
     DEFAULT_GATEWAY_HEADER,
@@ -107,6 +114,7 @@ from agent.rounds.loop import run_round
 from agent.rounds.mcp_config import McpConfig, McpServerConfig, load_mcp_config, parse_mcp_config
 from agent.rounds.mcp_tools import Backoff, Connecting, McpClients, McpServerState, McpTool
 from agent.rounds.plugins import default_registries, load_subtask_types, load_tools
+from agent.rounds.prompt import PROMPT_VERSION, prompt_epoch, system_prompt
 from agent.rounds.references import ReferenceCatalog
 from agent.rounds.settings import RoundSettings
 from agent.rounds.subagent import AgentSubtask
@@ -127,16 +135,20 @@ __all__ = [
     "GATEWAY_TOKEN_VARIABLE",
     "INVISIBLE_CHARACTERS",
     "MAX_IMAGES_PER_REQUEST",
+    "PROMPT_VERSION",
     "TAG_LOOKALIKES",
     "VENDORS",
     "AgentError",
     "AgentSubtask",
     "AlertSink",
+    "AnswerOrigin",
     "AssistantMessage",
     "AttemptLadder",
     "Attempts",
     "Backoff",
     "CircuitBreaker",
+    "Compaction",
+    "CompactionSettings",
     "ConfigError",
     "Connecting",
     "ControlCallError",
@@ -161,6 +173,7 @@ __all__ = [
     "McpServerConfig",
     "McpServerState",
     "McpTool",
+    "Memory",
     "Model",
     "ModelBudgetExceeded",
     "ModelError",
@@ -171,7 +184,9 @@ __all__ = [
     "ModelsUnavailable",
     "NamedTool",
     "NonTransientModelError",
+    "Overflow",
     "ProbeResult",
+    "PromptEpoch",
     "ProviderSettings",
     "Publisher",
     "QuotaExhausted",
@@ -201,6 +216,8 @@ __all__ = [
     "SubtaskRequest",
     "SubtaskState",
     "SubtaskType",
+    "Summary",
+    "SummaryStore",
     "Supervisor",
     "SystemMessage",
     "Task",
@@ -225,6 +242,7 @@ __all__ = [
     "Vendor",
     "Watch",
     "WorkTool",
+    "answering_route",
     "bind_log_fields",
     "default_registries",
     "load_mcp_config",
@@ -234,6 +252,7 @@ __all__ = [
     "open_model",
     "parse_mcp_config",
     "probe_model",
+    "prompt_epoch",
     "reply_id",
     "round_controls",
     "run_round",
@@ -241,6 +260,7 @@ __all__ = [
     "stop_task",
     "storable_json",
     "storable_text",
+    "system_prompt",
     "text_response",
     "tool_response",
     "user_message_id",

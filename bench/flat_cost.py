@@ -9,6 +9,15 @@ default): the comparison isolates what the *length of the table* costs, not the 
 size. (With short messages the small thread would simply send fewer bytes — the window
 is a cap, not a constant.)
 
+Compaction is on (the default): what outgrows the window is summarized before a round,
+so each thread also costs summary requests. The model answers them with a summary of a
+fixed size; their bytes are reported as `summary_bytes` (the largest per thread), and
+must not grow with the thread either: a summary request holds at most the history budget
+of dropped messages and the previous summary. The seeded 10,000-message thread has a
+backlog no summary ever covered: each message summarizes the next budget's worth of it,
+oldest first (one extra bounded request per message until it has caught up); a thread that
+grows message by message is compacted once per half a window of new conversation.
+
     .venv/bin/python -m bench.flat_cost
 """
 
@@ -25,7 +34,7 @@ import asyncpg
 from bench import loadgen
 from bench.loadgen import TimedSlack
 from bench.stack import database_url, fakes, gateway
-from tests.fakes.openai_api import OpenAIServer
+from tests.fakes.openai_api import Completion, OpenAIServer, RecordedRequest, Reply
 from tests.fakes.slack_events import (
     DEFAULT_CHANNEL,
     app_mention_event,
@@ -33,12 +42,13 @@ from tests.fakes.slack_events import (
     event_callback,
     new_ts,
 )
-from tests.gateway.rig import SECRET
+from tests.gateway.rig import SECRET, echo
 from tests.pg import server_dsn
 
 SIZES = (10, 10_000)
 TEXT_CHARS = 2_500
 ROUNDS = 5
+SUMMARY_PROMPT = b"You keep the memory of a long conversation"
 
 _SEED = """
 INSERT INTO messages (id, session_id, anchor, role, kind, text)
@@ -72,10 +82,12 @@ async def seed(dsn: str, size: int) -> str:
 
 async def one_round(
     url: str, slack: TimedSlack, model: OpenAIServer, root: str, n: int
-) -> tuple[float, int]:
-    """Mention into the thread, wait for the reply: (latency ms, request bytes to the model)."""
+) -> tuple[float, int, int]:
+    """Mention into the thread, wait for the reply: (latency ms, request bytes to the model,
+    bytes of the largest summary request the round needed, 0 if none)."""
     marker = f"flatmark{n}x{root}"
     before = slack.post_count[root]
+    asked = len(model.requests)
     event = app_mention_event(text=f"<@UBOT> {marker}", thread_ts=root)
     async with loadgen.session() as http:
         sent = time.perf_counter()
@@ -84,21 +96,32 @@ async def one_round(
     await slack.wait_until(lambda: slack.post_count[root] > before, 30, what="reply")
     latency = (slack.post_times[root][before] - sent) * 1000
     sizes = [len(r.raw) for r in model.requests if marker.encode() in r.raw]
-    return latency, max(sizes)
+    summaries = [len(r.raw) for r in model.requests[asked:] if SUMMARY_PROMPT in r.raw]
+    return latency, max(sizes), max(summaries, default=0)
+
+
+def summarizing(seen: RecordedRequest) -> Reply:
+    """Echo, and a summary of a fixed size for compaction's requests."""
+    if SUMMARY_PROMPT in seen.raw:
+        return Completion(text="The conversation so far: " + "y" * 2_000)
+    return echo(seen)
 
 
 async def run_all(dsn: str, data: Path) -> dict[str, Any]:
     async with fakes() as (slack, model), gateway(dsn, "flat", slack, model, data) as gw:
+        model.default = summarizing
         roots = {size: await seed(database_url(gw), size) for size in SIZES}
-        seen: dict[int, list[tuple[float, int]]] = {size: [] for size in SIZES}
+        seen: dict[int, list[tuple[float, int, int]]] = {size: [] for size in SIZES}
         await one_round(gw.events_url, slack, model, roots[SIZES[0]], -1)  # warm-up
         for n in range(ROUNDS):
             for size in SIZES if n % 2 == 0 else reversed(SIZES):
                 seen[size].append(await one_round(gw.events_url, slack, model, roots[size], n))
     figures = {
         size: {
-            "reply_ms": loadgen.median([lat for lat, _ in rounds]),
-            "bytes": loadgen.median([float(b) for _, b in rounds]),
+            "reply_ms": loadgen.median([lat for lat, _, _ in rounds]),
+            "bytes": loadgen.median([float(b) for _, b, _ in rounds]),
+            "max_bytes": max(b for _, b, _ in rounds),
+            "summary_bytes": max(b for _, _, b in rounds),
         }
         for size, rounds in seen.items()
     }

@@ -21,7 +21,7 @@ from gateway.doctor import Limits, diagnose, report
 from gateway.logs import configure_logging
 from gateway.manifest import events_url, render_manifest
 from gateway.service import database_dsn, serve_forever
-from gateway.task_commands import add_tasks_parser
+from gateway.task_commands import add_sessions_parser, add_tasks_parser
 from storage import Database, StorageError
 
 log = logging.getLogger("threadgate")
@@ -73,6 +73,7 @@ def parser() -> argparse.ArgumentParser:
     console.set_defaults(command=console_command)
     add_manifest_parser(sub)
     add_tasks_parser(sub)
+    add_sessions_parser(sub)
     return p
 
 

@@ -128,6 +128,22 @@ class Metrics:
         self.oldest_task_seconds = Gauge(
             "threadgate_oldest_task_age_seconds", "Age of the oldest unfinished task.", registry=r
         )
+        self.pins = Counter(
+            "threadgate_pins_total",
+            "Pin events by outcome: pinned, retained (a message we never stored, kept for its"
+            " pin), unpinned, ignored (not a message of a conversation we keep), failed.",
+            ["outcome"],
+            registry=r,
+        )
+        self.compactions = Counter(
+            "threadgate_compactions_total",
+            "Summaries of what outgrew a thread's window, by outcome: summarized, failed"
+            " (the older turns were dropped instead, as without compaction).",
+            ["outcome"],
+            registry=r,
+        )
+        for outcome in ("summarized", "failed"):  # both show, at 0 until the first
+            self.compactions.labels(outcome)
 
     def on_attempt(self, route: Route, outcome: str) -> None:
         self.model_calls.labels(str(route.slot), f"{route.provider}:{route.model}", outcome).inc()
@@ -149,6 +165,11 @@ class Metrics:
 
     def file_read(self, kind: str, outcome: str) -> None:
         self.attached_files.labels(kind, outcome).inc()
+    def pin_settled(self, outcome: str) -> None:
+        self.pins.labels(outcome).inc()
+
+    def compacted(self, outcome: str) -> None:
+        self.compactions.labels(outcome).inc()
 
 
 Origin = Callable[[str], "tuple[str, str] | None"]

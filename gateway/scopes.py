@@ -30,6 +30,7 @@ SCOPE_REASONS: Mapping[str, str] = MappingProxyType(
         "assistant:write": "show 'is thinking…' in the thread while a task runs (assistant.threads.setStatus)",
         "metadata.message:read": "read our posts' metadata back to settle a post whose outcome is unknown",
         "files:read": "download the files people attach to messages, so the model can read them (THREADGATE_FILE_TYPES)",
+        "pins:read": "keep messages pinned in a thread in the model's view (pin_added, pin_removed)",
     }
 )
 
@@ -39,11 +40,13 @@ _ALWAYS = ("app_mention", "message.im")
 _CONTINUATION = ("message.channels", "message.groups", "message.mpim")
 # Scopes only the continuation events need (channels and groups history serve back-fill too).
 _CONTINUATION_ONLY = frozenset({"mpim:history"})
+# Pins keep a thread's pinned messages in the model's window (gateway/pins.py).
+_PINS = ("pin_added", "pin_removed")
 
 
 def bot_events(*, continue_threads: bool) -> tuple[str, ...]:
     """The bot events to subscribe to with these settings."""
-    return _ALWAYS + _CONTINUATION if continue_threads else _ALWAYS
+    return (_ALWAYS + _CONTINUATION if continue_threads else _ALWAYS) + _PINS
 
 
 def bot_scopes(*, continue_threads: bool) -> tuple[str, ...]:

@@ -29,6 +29,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 from agent import (
     AlertSink,
     AttemptLadder,
+    Compaction,
+    CompactionSettings,
     ConfigError,
     FailureNotices,
     LiveView,
@@ -58,6 +60,7 @@ from gateway.gatekeeper import LIMIT_NOTICES, Gatekeeper, Policy
 from gateway.http import SERVER_LOG, Readiness, build_http_app, build_metrics_app
 from gateway.live import StreamSettings
 from gateway.metrics import MeteredModel, Metrics, ToolCallCounter
+from gateway.pins import Pins
 from gateway.publisher import SlackPublisher
 from gateway.slack_app import build_bolt_app
 from gateway.slack_client import slack_client
@@ -71,6 +74,8 @@ from storage import (
     Outbox,
     PostgresDelegations,
     PostgresHistory,
+    PostgresMemory,
+    PostgresSummaries,
     PostgresTaskQueue,
     PostgresToolCalls,
     PostgresUsageMeter,
@@ -147,28 +152,46 @@ def build_runner(
         policy=RetryPolicy(attempts_per_slot=settings.threadgate_model_attempts),
         on_attempt=metrics.on_attempt if metrics else None,
     )
+    respond = ModelResponder(
+        ladder,
+        tools=tools,
+        subtasks=subtask_types,
+        thread_reader=thread_reader,
+        tool_observer=tool_observer,
+        meter=PostgresUsageMeter(db),
+        max_model_requests=settings.threadgate_max_model_requests_per_task,
+        live=live,
+        memory=PostgresMemory(db),
+        instructions=settings.threadgate_instructions,
+        settings=RoundSettings(
+            max_output_tokens=settings.threadgate_max_output_tokens,
+            tool_timeout_seconds=settings.threadgate_tool_timeout_seconds,
+            tool_output_chars=settings.threadgate_tool_output_chars,
+        ),
+    )
+    compaction = (
+        Compaction(
+            PostgresSummaries(db),
+            respond.ask_text,
+            epoch=respond.epoch,
+            memory=PostgresMemory(db),
+            settings=CompactionSettings(
+                max_chars=settings.threadgate_history_chars,
+                keep_chars=settings.threadgate_history_chars // 2,
+            ),
+            observe=metrics.compacted if metrics else lambda outcome: None,
+        )
+        if settings.threadgate_compaction
+        else None
+    )
     lease = settings.threadgate_lease_seconds
     return TaskRunner(
         queue=PostgresTaskQueue(db, lease_seconds=lease),
         delegations=PostgresDelegations(db, lease_seconds=lease),
-        history=PostgresHistory(db),
+        history=PostgresHistory(db, max_pinned=settings.threadgate_pinned_max),
         publisher=publisher,
         alerts=alerts,
-        respond=ModelResponder(
-            ladder,
-            tools=tools,
-            subtasks=subtask_types,
-            thread_reader=thread_reader,
-            tool_observer=tool_observer,
-            meter=PostgresUsageMeter(db),
-            max_model_requests=settings.threadgate_max_model_requests_per_task,
-            live=live,
-            settings=RoundSettings(
-                max_output_tokens=settings.threadgate_max_output_tokens,
-                tool_timeout_seconds=settings.threadgate_tool_timeout_seconds,
-                tool_output_chars=settings.threadgate_tool_output_chars,
-            ),
-        ),
+        respond=respond,
         settings=RunnerSettings(
             workers=settings.threadgate_workers,
             heartbeat_seconds=lease / 3,
@@ -182,6 +205,8 @@ def build_runner(
         ),
         observer=metrics,
         live=live,
+        memory=PostgresMemory(db),
+        compaction=compaction,
     )
 
 
@@ -387,6 +412,12 @@ class Gateway:
             gatekeeper=gatekeeper,
             metrics=self.metrics,
             identity=identity,
+            pins=Pins(
+                db,
+                users,
+                max_pinned=s.threadgate_pinned_max,
+                lookup_budget_seconds=s.threadgate_lookup_budget_seconds,
+            ),
         )
         socket_mode = self.settings.socket_mode
         app = build_http_app(

@@ -3,7 +3,8 @@
 Bolt runs with `process_before_response=True`: the HTTP response (the ack) is sent only
 after our listener returned, that is after the turn and its task are committed. Bolt's
 default — ack first, work in the background — would lose an acked event on a crash.
-Every event goes to one listener that asks `inbound_turn` whether it concerns us.
+Every event goes to one listener that asks `inbound_turn` whether it concerns us (and,
+for pins, `pin_change`: gateway/pins.py).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from gateway.gatekeeper import Gatekeeper
 from gateway.inbound import MalformedEvent, inbound_turn
 from gateway.metrics import Metrics
+from gateway.pins import Pins, pin_change
 from storage import StorageError
 
 log = logging.getLogger(__name__)
@@ -49,6 +51,7 @@ def build_bolt_app(
     gatekeeper: Gatekeeper,
     metrics: Metrics,
     identity: AuthorizeResult | None = None,
+    pins: Pins | None = None,
 ) -> AsyncApp:
     app = AsyncApp(
         client=client,
@@ -60,6 +63,16 @@ def build_bolt_app(
 
     @app.event(re.compile(".+"))
     async def on_event(body: dict[str, Any], context: AsyncBoltContext, ack: AsyncAck) -> None:
+        pin = pin_change(body)
+        if pin is not None:
+            kept = (
+                "ignored"
+                if pins is None
+                else await pins.apply(pin, bot_user_id=context.bot_user_id)
+            )
+            metrics.pin_settled(kept)
+            await ack()
+            return
         turn = inbound_turn(body)
         outcome = (
             "ignored"

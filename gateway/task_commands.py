@@ -32,6 +32,7 @@ from storage import (
     Database,
     Intervention,
     InterventionRecord,
+    MessageRecord,
     PostRecord,
     RoundRecord,
     StorageError,
@@ -42,6 +43,7 @@ from storage import (
     cancel_task,
     inspect_task,
     list_tasks,
+    reset_session,
     retry_task,
 )
 
@@ -103,6 +105,17 @@ def add_tasks_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         action.set_defaults(command=command)
 
 
+def add_sessions_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    sessions = sub.add_parser("sessions", help="steer a conversation (a thread, or a DM's)")
+    actions = sessions.add_subparsers(required=True, metavar="ACTION")
+    reset = actions.add_parser(
+        "reset", help="re-pin a session to the current system prompt at its next message"
+    )
+    reset.add_argument("id", help="the session id (`tasks show` prints a task's session)")
+    reset.add_argument("--reason", help="why, kept with the session")
+    reset.set_defaults(command=reset_command)
+
+
 def _state(text: str) -> str:
     if text not in TASK_STATES:
         raise argparse.ArgumentTypeError(f"{text!r} is not a state: use one of {TASK_STATES}.")
@@ -146,6 +159,21 @@ async def cancel_command(settings: Settings, args: argparse.Namespace) -> int:
     async with _database(settings) as db:
         done = await cancel_task(db, args.id, actor=actor(), reason=args.reason)
     print(printable(cancelled_sentence(done)))
+    return 0
+
+
+async def reset_command(settings: Settings, args: argparse.Namespace) -> int:
+    """Unpin the session's prompt epoch: its next task pins the prompt of the deployment
+    that runs it (audited like task interventions)."""
+    async with _database(settings) as db:
+        done = await reset_session(db, args.id, actor=actor(), reason=args.reason)
+    was = done.from_epoch[:12] if done.from_epoch else "none yet"
+    print(
+        printable(
+            f"Session {done.session_id} was on prompt epoch {was}; its next message is "
+            "answered with the current system prompt."
+        )
+    )
     return 0
 
 
@@ -230,9 +258,7 @@ def render_detail(d: TaskDetail) -> str:
     """The sectioned page of `tasks show`."""
     sections = [
         _overview(d),
-        _section(
-            "Turn and answers", [_message(m.kind, m.id, m.created_at, m.text) for m in d.messages]
-        ),
+        _section("Turn and answers", [_message(m) for m in d.messages]),
         _section("Rounds", [_round(r) for r in d.rounds]),
         _section("Tool calls", [_tool_call(c) for c in d.tool_calls]),
         _section("Posts to Slack (outbox)", [_post(p) for p in d.posts]),
@@ -274,9 +300,20 @@ def _section(title: str, lines: Sequence[str]) -> str:
     return "\n".join([title, *(lines or ["  (none)"])])
 
 
-def _message(kind: str, message_id: str, at: datetime, text: str) -> str:
-    body = "\n".join(f"    {line}" for line in text.splitlines() or [""])
-    return f"  {kind} {message_id} at {_when(at)}\n{body}"
+def _message(m: MessageRecord) -> str:
+    body = "\n".join(f"    {line}" for line in m.text.splitlines() or [""])
+    return f"  {m.kind} {m.id} at {_when(m.created_at)}{_origin(m)}\n{body}"
+
+
+def _origin(m: MessageRecord) -> str:
+    """An answer's prompt epoch (hash prefix: enough to tell epochs apart) and route."""
+    if m.role != "assistant":
+        return ""
+    epoch = m.prompt_epoch[:12] if m.prompt_epoch else "unknown"
+    route = (
+        f"{m.route_provider}:{m.route_model} ({m.route_slot})" if m.route_provider else "unknown"
+    )
+    return f", prompt epoch {epoch}, route {route}"
 
 
 def _round(r: RoundRecord) -> str:

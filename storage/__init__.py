@@ -35,8 +35,10 @@ from storage.inspection import (
     inspect_task,
     list_tasks,
 )
+from storage.memory import PostgresMemory, SessionReset, UnknownSession, reset_session, slot_name
 from storage.migrations import pending_migrations
 from storage.outbox import Claim, Outbox, Superseded
+from storage.pins import PinnedMessage, clear_pin, flag_pin, retain_pin, session_known
 from storage.queue import (
     Intervention,
     InterventionRefused,
@@ -45,6 +47,7 @@ from storage.queue import (
     cancel_task,
     retry_task,
 )
+from storage.summaries import PostgresSummaries
 from storage.tool_calls import PostgresToolCalls, StoredToolCall, tool_calls_of
 from storage.usage import PostgresUsageMeter, tokens_today
 
@@ -66,13 +69,17 @@ __all__ = [
     "MessageRecord",
     "MigrationError",
     "Outbox",
+    "PinnedMessage",
     "PostRecord",
     "PostgresDelegations",
     "PostgresHistory",
+    "PostgresMemory",
+    "PostgresSummaries",
     "PostgresTaskQueue",
     "PostgresToolCalls",
     "PostgresUsageMeter",
     "RoundRecord",
+    "SessionReset",
     "StorageError",
     "StoredToolCall",
     "SubtaskRecord",
@@ -80,14 +87,21 @@ __all__ = [
     "TaskDetail",
     "TaskFilter",
     "TaskSummary",
+    "UnknownSession",
     "UnknownTask",
     "admit",
     "cancel_task",
+    "clear_pin",
+    "flag_pin",
     "inspect_task",
     "list_tasks",
     "pending_migrations",
+    "reset_session",
+    "retain_pin",
     "retry_task",
     "session_exists",
+    "session_known",
+    "slot_name",
     "start_embedded_postgres",
     "task_exists",
     "tokens_today",

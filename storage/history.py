@@ -9,6 +9,13 @@ Pictures shown with user turns (`message_attachments`) come with the window from
 more query, bounded like the prompt that uses them: the newest `MAX_IMAGES_PER_REQUEST`
 of the messages the window kept. A turn whose pictures are older than those carries none
 here; its text still names them.
+
+What the session remembers beyond that comes from one more bounded query (`_MEMORY`): its
+pinned messages (at most `max_pinned`, storage/pins.py), shown wherever they are and
+marked, and the latest summary of its older turns (storage/summaries.py), shown first;
+the recent messages are then those after what the summary covers. Pinned messages and
+the summary are paid for first out of the character budget; the task's turn is always
+shown.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from agent import MAX_IMAGES_PER_REQUEST, Image, StoredMessage, Task
 from storage.database import Database
 from storage.errors import translate_errors
 
-_COLUMNS = "id, session_id, role, kind, text"
+_COLUMNS = "id, session_id, role, kind, text, pinned"
 
 _APPEND = f"""
 WITH inserted AS (
@@ -39,8 +46,9 @@ LIMIT 1
 """
 
 _WINDOW = f"""
-SELECT {_COLUMNS} FROM messages
+SELECT {_COLUMNS}, anchor, seq FROM messages
 WHERE session_id = $1 AND anchor <= (SELECT seq FROM messages WHERE id = $2)
+  AND anchor > $4
 ORDER BY anchor DESC, seq DESC
 LIMIT $3
 """
@@ -54,16 +62,32 @@ ORDER BY w.position DESC, a.ordinal
 LIMIT $2
 """
 
+# The pinned messages (newest pins, bounded) and the latest summary before the task's turn.
+_MEMORY = """
+WITH target AS (SELECT seq FROM messages WHERE id = $2)
+(SELECT id, session_id, role, kind, text, pinned, anchor, seq FROM messages
+ WHERE session_id = $1 AND pinned AND anchor <= (SELECT seq FROM target)
+ ORDER BY pinned_at DESC LIMIT $3)
+UNION ALL
+(SELECT 'summary:' || session_id || ':' || covers_to_seq, session_id, 'user', 'summary', text,
+        false, covers_to_seq, 0
+ FROM summaries WHERE session_id = $1 AND covers_to_seq < (SELECT seq FROM target)
+ ORDER BY covers_to_seq DESC LIMIT 1)
+"""
+
 
 def message_from_row(row: asyncpg.Record) -> StoredMessage:
-    return StoredMessage(row["id"], row["session_id"], row["role"], row["kind"], row["text"])
+    return StoredMessage(
+        row["id"], row["session_id"], row["role"], row["kind"], row["text"], pinned=row["pinned"]
+    )
 
 
 class PostgresHistory:
     """`agent.History` on Postgres."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, *, max_pinned: int = 10) -> None:
         self._db = db
+        self._max_pinned = max_pinned
 
     @translate_errors("The conversation history could not be reached")
     async def get(self, message_id: str) -> StoredMessage | None:
@@ -88,11 +112,21 @@ class PostgresHistory:
     async def window(
         self, task: Task, *, max_chars: int, max_messages: int
     ) -> Sequence[StoredMessage]:
-        rows = await self._db.pool.fetch(
-            _WINDOW, task.session_id, task.user_message_id, max_messages
+        remembered = await self._db.pool.fetch(
+            _MEMORY, task.session_id, task.user_message_id, self._max_pinned
         )
-        kept = trim_to_budget([message_from_row(r) for r in rows], task.user_message_id, max_chars)
-        return await self._with_images(kept)
+        summary = next((r for r in remembered if r["kind"] == "summary"), None)
+        pinned = [r for r in remembered if r["kind"] != "summary"]
+        rows = await self._db.pool.fetch(
+            _WINDOW,
+            task.session_id,
+            task.user_message_id,
+            max_messages,
+            summary["anchor"] if summary else 0,
+        )
+        window = remembered_window(summary, pinned, rows, task.user_message_id, max_chars)
+        return await self._with_images(window)
+
 
     async def _with_images(self, window: list[StoredMessage]) -> list[StoredMessage]:
         """The window with the newest pictures of its user turns attached."""
@@ -109,6 +143,29 @@ class PostgresHistory:
             dataclasses.replace(m, images=tuple(images[m.id])) if m.id in images else m
             for m in window
         ]
+
+
+def remembered_window(
+    summary: asyncpg.Record | None,
+    pinned: list[asyncpg.Record],
+    newest_first: list[asyncpg.Record],
+    keep_id: str,
+    max_chars: int,
+) -> list[StoredMessage]:
+    """The summary, then the pinned and the recent messages in their order (anchor, seq);
+    the recent ones within what the summary and the pins left of the budget."""
+    pinned_ids = {r["id"] for r in pinned}
+    spent = sum(len(r["text"]) for r in pinned) + (len(summary["text"]) if summary else 0)
+    recent = [r for r in newest_first if r["id"] not in pinned_ids]
+    kept = {
+        m.id
+        for m in trim_to_budget(list(map(message_from_row, recent)), keep_id, max_chars - spent)
+    }
+    shown = sorted(
+        [*pinned, *(r for r in recent if r["id"] in kept)], key=lambda r: (r["anchor"], r["seq"])
+    )
+    head = [message_from_row(summary)] if summary else []
+    return head + [message_from_row(r) for r in shown]
 
 
 def trim_to_budget(

@@ -60,13 +60,19 @@ class TaskSummary:
 
 @dataclass(frozen=True, slots=True)
 class MessageRecord:
-    """A stored message of the task: its turn (`user`), an acknowledgment or its reply."""
+    """A stored message of the task: its turn (`user`), an acknowledgment or its reply.
+    An answer says which prompt epoch it was asked under and which route answered (None
+    for a person's turn, and for answers stored before they were recorded)."""
 
     id: str
     role: str
     kind: str
     text: str
     created_at: datetime
+    prompt_epoch: str | None = None
+    route_provider: str | None = None
+    route_model: str | None = None
+    route_slot: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,7 +155,8 @@ FROM tasks WHERE id = $1
 """
 
 _MESSAGES = """
-SELECT id, role, kind, text, created_at FROM messages WHERE id = ANY($1::text[]) ORDER BY seq
+SELECT id, role, kind, text, created_at, prompt_epoch, route_provider, route_model, route_slot
+FROM messages WHERE id = ANY($1::text[]) ORDER BY seq
 """
 
 _ROUNDS = """

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeAlias
 
-from agent.core.ports import StoredMessage, Task
+from agent.core.ports import AnswerOrigin, StoredMessage, Task
 
 _TITLE_CHARS = 80
 
@@ -63,6 +63,8 @@ class Delegation:
     subtasks: tuple[SubtaskRequest, ...]
     call_id: str
     raw_arguments: str
+    # Which prompt and route produced it (set by the responder; not part of the decision).
+    origin: AnswerOrigin | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

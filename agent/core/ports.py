@@ -13,16 +13,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal, Protocol, TypeAlias
 
 from agent.core import ids
 from agent.core.images import Image
+from agent.core.errors import Route
 
 Role: TypeAlias = Literal["user", "assistant"]
 StepState: TypeAlias = Literal["pending", "in_progress", "complete", "error"]
-MessageKind: TypeAlias = Literal["turn", "ack", "reply"]
+MessageKind: TypeAlias = Literal["turn", "ack", "reply", "summary"]
 ToolCallState: TypeAlias = Literal["running", "ok", "error"]
 
 
@@ -67,6 +68,7 @@ class StoredMessage:
     text: str
     # Pictures shown with a user turn (stored with it, so later rounds see them again).
     images: tuple[Image, ...] = ()
+    pinned: bool = field(default=False, compare=False)  # pinned in the conversation
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,3 +219,73 @@ class AlertSink(Protocol):
         """Alert, at most once per failing credential per window. True when an operator was
         told, now or earlier in the window; False when nobody could be (no operator
         channel, or the alert could not be posted): the user's notice must not say so."""
+
+
+@dataclass(frozen=True, slots=True)
+class PromptEpoch:
+    """One system prompt's identity: the hash of its text, the version of the code that
+    wrote it, and the text itself (stored once per hash)."""
+
+    hash: str
+    version: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerOrigin:
+    """Where a stored reply or acknowledgment came from: the prompt epoch it was asked
+    under and the route (provider, model, slot) that answered."""
+
+    prompt_epoch: str | None = None
+    route: Route | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """A model-written summary of a session's older messages: those anchored from
+    `covers_from` to `covers_to` (seqs of user turns)."""
+
+    covers_from: int
+    covers_to: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Overflow:
+    """What a task's window no longer shows: the messages older than the window (oldest
+    first, the previous summary's text first when there is one) and the seqs they cover."""
+
+    covers_from: int
+    covers_to: int
+    previous: str | None
+    messages: Sequence[StoredMessage]
+
+
+class Memory(Protocol):
+    """What a session remembers beyond its window: the prompt epoch it is pinned to, and
+    the origin of each answer."""
+
+    async def pin_prompt(self, session_id: str, current: PromptEpoch) -> PromptEpoch:
+        """Store `current` (once per hash); pin the session to it unless it is pinned
+        already; return the session's epoch, text included."""
+
+    async def repin_prompt(self, session_id: str, current: PromptEpoch) -> None:
+        """Pin the session to `current` (after a compaction: the summary starts afresh)."""
+
+    async def stamp(self, message_id: str, origin: AnswerOrigin) -> None:
+        """Record where a stored answer came from, unless that was recorded already."""
+
+
+class SummaryStore(Protocol):
+    """Summaries of what no longer fits a session's window (compaction)."""
+
+    async def overflow(
+        self, task: Task, *, edge_id: str, max_chars: int, max_messages: int
+    ) -> Overflow | None:
+        """What the task's window no longer shows: the messages older than `edge_id` (the
+        oldest the window shows) and newer than the latest summary, oldest first, whole
+        turns only, at most `max_messages` and `max_chars` of them; None when there are
+        none."""
+
+    async def store_summary(self, session_id: str, summary: Summary, epoch: str | None) -> None:
+        """Store a summary (idempotent per session and `covers_to`)."""

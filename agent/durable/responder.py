@@ -22,11 +22,17 @@ subtasks × retries); at `max_model_requests` the next request is not made and t
 ends with `ModelBudgetExceeded`. The count is durable, so rounds on other replicas and
 parallel subtasks share it; those may overshoot the cap by the one request each makes
 before learning the count.
+
+With a `Memory`, a round is asked under its session's pinned system prompt (the epoch of
+the session's first task, `agent.rounds.prompt`), and every decision carries its
+`AnswerOrigin`: that epoch and the route of the slot that answered (`answering_route`), for
+the runner to store with the reply or acknowledgment.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from pydantic import ValidationError
@@ -37,22 +43,33 @@ from agent.core.errors import (
     ModelBudgetExceeded,
     ModelsUnavailable,
     QuotaExhausted,
+    RoundFailed,
     SubtaskFailed,
 )
-from agent.core.ports import LiveView, Task, ThreadReader, ToolObserver, UsageMeter
+from agent.core.ports import (
+    AnswerOrigin,
+    LiveView,
+    Memory,
+    PromptEpoch,
+    Task,
+    ThreadReader,
+    ToolObserver,
+    UsageMeter,
+)
 from agent.models.contract import (
     Finish,
     Model,
+    ModelMessage,
     ModelRequest,
     ModelResponse,
     StreamEvent,
     Usage,
     Watch,
 )
-from agent.models.ladder import Attempts
+from agent.models.ladder import Attempts, answering_route
 from agent.rounds.control import Decision, round_controls
 from agent.rounds.loop import run_round
-from agent.rounds.prompt import transcript
+from agent.rounds.prompt import prompt_epoch, system_prompt, transcript
 from agent.rounds.references import ReferenceCatalog
 from agent.rounds.settings import DEFAULT_ROUND, RoundSettings
 from agent.rounds.subtask_types import SubtaskContext, SubtaskRegistry, SubtaskType
@@ -88,7 +105,10 @@ class ModelResponder:
         max_model_requests: int = 0,
         live: LiveView | None = None,
         tool_observer: ToolObserver | None = None,
+        memory: Memory | None = None,
+        instructions: str = "",
     ) -> None:
+        self._memory = memory
         self._live = live
         self._observer = tool_observer
         self._meter = meter
@@ -99,11 +119,13 @@ class ModelResponder:
         self._reader = thread_reader
         self._settings = settings
         self._clock = clock
+        self.epoch = prompt_epoch(system_prompt(self._subtasks, instructions))
 
     async def __call__(self, round_input: RoundInput) -> Decision:
         """Run one round of the task and return how it ended."""
         catalog = ReferenceCatalog.from_window(round_input.window)
-        messages = transcript(round_input, catalog, self._subtasks)
+        epoch = await self._session_epoch(round_input.task)
+        messages = transcript(round_input, catalog, self._subtasks, system=epoch.text)
         controls = round_controls(
             final=round_input.final,
             subtasks=self._subtasks,
@@ -115,11 +137,34 @@ class ModelResponder:
         draft = self._live.draft(task, task.reply_id) if self._live is not None else None
 
         async def attempt(model: Model) -> Decision:
-            return await run_round(
+            decision = await run_round(
                 model, messages, controls, self._settings, toolbox=toolbox, draft=draft
             )
+            return replace(decision, origin=AnswerOrigin(epoch.hash, answering_route()))
 
         return await self._metered(round_input.task).run(attempt)
+
+    async def ask_text(
+        self, task: Task, messages: Sequence[ModelMessage], *, max_output_tokens: int
+    ) -> str:
+        """One plain-text answer (no tools) through the ladder, charged to the task like
+        its rounds; an empty or cut answer is a failed attempt (the next slot is tried)."""
+        request = ModelRequest(tuple(messages), max_output_tokens=max_output_tokens)
+
+        async def attempt(model: Model) -> str:
+            response = await model.request(request)
+            if response.finish_reason == "length" or not response.text.strip():
+                raise RoundFailed(f"the model gave no usable text ({response.finish_reason})")
+            return response.text
+
+        return await self._metered(task).run(attempt)
+
+    async def _session_epoch(self, task: Task) -> PromptEpoch:
+        """The prompt the task's session is pinned to (pinning it to this deployment's
+        prompt on its first task); this deployment's prompt without a memory."""
+        if self._memory is None:
+            return self.epoch
+        return await self._memory.pin_prompt(task.session_id, self.epoch)
 
     async def run_subtask(self, subtask: Subtask, task: Task) -> str:
         """The subtask's result text, or `SubtaskFailed` saying (for the model) why not."""

@@ -67,8 +67,10 @@ from agent.core.errors import (
 from agent.core.log_context import bind_log_fields
 from agent.core.ports import (
     AlertSink,
+    AnswerOrigin,
     History,
     LiveView,
+    Memory,
     Publisher,
     Step,
     StepState,
@@ -77,6 +79,7 @@ from agent.core.ports import (
     TaskQueue,
 )
 from agent.durable.background import stop_task
+from agent.durable.compaction import Compaction
 from agent.durable.notices import DEFAULT_NOTICES, FailureKind, FailureNotices
 from agent.rounds.control import Decision, Reply
 from agent.rounds.tools import Clock, utc_now
@@ -158,7 +161,11 @@ class TaskRunner:
         observer: RunnerObserver | None = None,
         clock: Clock = utc_now,
         live: LiveView | None = None,
+        memory: Memory | None = None,
+        compaction: Compaction | None = None,
     ) -> None:
+        self._compaction = compaction
+        self._memory = memory
         self._live = live
         self._observer = observer or _Unobserved()
         self._clock = clock
@@ -288,11 +295,15 @@ class TaskRunner:
         if state.pending is not None:
             return await self._wait_for(task, len(state.finished), state.pending)
         number = len(state.finished)
+        window = await self._window(task)
+        # Before the first round only: a task compacts its thread at most once.
+        if number == 0 and self._compaction is not None and await self._compaction(task, window):
+            window = await self._window(task)
         decision = await self._within_time_limit(
             task,
             RoundInput(
                 task,
-                await self._window(task),
+                window,
                 state.finished,
                 number,
                 number >= self._settings.max_rounds - 1,
@@ -303,9 +314,9 @@ class TaskRunner:
             draft = StoredMessage(
                 task.reply_id, task.session_id, "assistant", "reply", decision.text
             )
-            return await self._deliver_reply(
-                task, await self._history.append(draft, answers=task.user_message_id)
-            )
+            reply = await self._history.append(draft, answers=task.user_message_id)
+            await self._stamp(reply.id, reply.text == decision.text, decision.origin)
+            return await self._deliver_reply(task, reply)
         if number >= self._settings.max_rounds - 1:
             raise RoundFailed(
                 "the model delegated in the final round, where delegate is not offered"
@@ -313,7 +324,15 @@ class TaskRunner:
         stored = await self._delegations.record(
             task, number, decision, timeout_seconds=self._settings.subtask_timeout_seconds
         )
+        same = stored.acknowledgment == decision.acknowledgment
+        await self._stamp(task.ack_id(number), same, decision.origin)
         await self._wait_for(task, number, stored)
+
+    async def _stamp(self, message_id: str, ours: bool, origin: AnswerOrigin | None) -> None:
+        """Record which prompt and route wrote the stored answer — when it is this round's
+        (a re-run after a crash may find another attempt's answer stored first)."""
+        if self._memory is not None and origin is not None and ours:
+            await self._memory.stamp(message_id, origin)
 
     async def _within_time_limit(self, task: Task, round_input: RoundInput) -> Decision:
         """Run the round in what is left of the task's time, counted from its arrival (so
@@ -355,7 +374,10 @@ class TaskRunner:
         # The budget may have cut a conversation after one of our replies; a window must
         # start with a person's turn (Anthropic refuses anything else with a 400, and a
         # reply without its question is no context anyway). The task's turn is always kept.
-        first_turn = next((i for i, m in enumerate(kept) if m.role == "user"), len(kept))
+        # A pinned answer stays (the transcript puts a note before it, agent.rounds.prompt).
+        first_turn = next(
+            (i for i, m in enumerate(kept) if m.role == "user" or m.pinned), len(kept)
+        )
         return kept[first_turn:]
 
     async def _deliver_reply(self, task: Task, reply: StoredMessage) -> None:

@@ -16,6 +16,9 @@ When every slot is used up: if any slot failed only transiently the task can suc
 so `ModelsUnavailable(retry_after=…)` is raised (the runner re-queues the task); if every
 slot failed for good, the last error is re-raised. Sleep, random jitter and the circuit's
 clock are injected, so tests record delays instead of waiting.
+
+While an attempt runs, `answering_route()` says which route (provider, model, slot) it runs
+on, so whoever stores the answer can record which model wrote it (`tasks show`).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Awaitable, Callable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Literal, Protocol, TypeAlias, TypeVar
 
@@ -42,6 +46,15 @@ T = TypeVar("T")
 
 Outcome: TypeAlias = Literal["ok", "transient", "failed", "credential", "quota", "circuit_open"]
 AttemptObserver: TypeAlias = Callable[[Route, Outcome], None]
+
+# The route of the attempt running in this context (a context variable: an attempt runs in
+# the task that called `run`, and parallel tasks each see their own).
+_answering: ContextVar[Route | None] = ContextVar("threadgate_answering_route", default=None)
+
+
+def answering_route() -> Route | None:
+    """The route the current attempt runs on; None outside an attempt of the ladder."""
+    return _answering.get()
 
 
 class Attempts(Protocol):
@@ -111,11 +124,14 @@ class AttemptLadder:
     ) -> T:
         for retry in range(self.policy.attempts_per_slot):
             self._check_circuit(route)
+            answering = _answering.set(route)
             try:
                 result = await attempt(model)
             except Exception as exc:
                 await self._failed(route, exc, retry)
                 continue
+            finally:
+                _answering.reset(answering)
             self._observe(route, "ok")
             return result
         raise AssertionError("unreachable: the last retry raises _SlotExhausted")

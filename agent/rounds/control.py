@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agent.core.delegation import Delegation, SubtaskRequest
 from agent.core.errors import ControlCallError
+from agent.core.ports import AnswerOrigin
 from agent.core.text import storable_json, storable_text
 from agent.models.contract import ToolCall, ToolSpec
 from agent.rounds.settings import DEFAULT_MAX_SUBTASKS
@@ -43,6 +44,8 @@ class Reply:
     """The round's outcome: this text is the answer the user reads."""
 
     text: str
+    # Which prompt and route produced it (set by the responder; not part of the answer).
+    origin: AnswerOrigin | None = field(default=None, compare=False)
 
 
 Decision: TypeAlias = Reply | Delegation

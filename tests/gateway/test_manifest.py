@@ -18,6 +18,7 @@ import gateway
 from gateway.gatekeeper import Policy
 from gateway.inbound import inbound_turn
 from gateway.manifest import PLACEHOLDER_URL, app_manifest, events_url, render_manifest
+from gateway.pins import pin_change
 from gateway.scopes import SCOPE_REASONS, bot_events, bot_scopes
 from tests.fakes.slack_events import (
     app_mention_event,
@@ -31,6 +32,7 @@ from tests.fakes.slack_events import (
     slack_file,
     thread_broadcast_event,
 )
+from tests.fakes.slack_pins import pin_event, pinned_message
 from tests.gateway.process import run_cli_output
 
 # Which bot scopes each Web API method needs (conversations.* in whichever kind of
@@ -57,6 +59,8 @@ EVENT_SCOPES = {
     "message.channels": {"channels:history"},
     "message.groups": {"groups:history"},
     "message.mpim": {"mpim:history"},
+    "pin_added": {"pins:read"},
+    "pin_removed": {"pins:read"},
 }
 # Reading metadata back (include_all_metadata) needs its own scope.
 METADATA_SCOPE = "metadata.message:read"
@@ -117,6 +121,14 @@ FEATURES: dict[str, tuple[str, dict[str, Any]]] = {
         "message.mpim",
         file_share_event(channel="G0A1B2C3D4F", channel_type="mpim", thread_ts=_THREAD),
     ),
+    "a pin in a thread": (
+        "pin_added",
+        pin_event(pinned_message(text="remember", ts=new_ts(), thread_ts=_THREAD)),
+    ),
+    "an unpin in a thread": (
+        "pin_removed",
+        pin_event(pinned_message(text="remember", ts=new_ts(), thread_ts=_THREAD), added=False),
+    ),
 }
 # What those subscriptions also bring, and the gateway never answers, whatever the settings.
 NEVER_ANSWERED: dict[str, dict[str, Any]] = {
@@ -128,7 +140,10 @@ NEVER_ANSWERED: dict[str, dict[str, Any]] = {
 
 
 def answered(payload: dict[str, Any], *, continue_threads: bool) -> bool:
-    """Whether the gateway answers this event, in a thread the bot takes part in."""
+    """Whether the gateway answers this event, in a thread the bot takes part in (a pin
+    event is answered by keeping the pin, gateway/pins.py)."""
+    if pin_change(event_callback(payload)) is not None:
+        return True
     turn = inbound_turn(event_callback(payload))
     policy = Policy(continue_threads=continue_threads)
     return turn is not None and policy.allows(turn) and policy.addressed(turn, known=True)

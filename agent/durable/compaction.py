@@ -1,0 +1,170 @@
+"""Compaction: what outgrows a thread's window is summarized, not dropped (issue 12).
+
+Before a task's first round, the runner hands its window to `Compaction`. If the session
+has messages the window no longer shows (older than its oldest message, newer than the
+latest summary; `agent.SummaryStore.overflow`), the model is asked once, through the same
+attempt ladder and usage meter as rounds (`ModelResponder.ask_text`), to summarize them
+together with the previous summary and the older part of the window itself (all but the
+newest `keep_chars`, so that the next compaction is due only once that much more has been
+said, not at every message); the new summary is stored covering all of it, and the next
+windows show it first, then pinned messages, then the newest messages after it.
+
+The request is bounded whatever the thread's length: at most the history's character
+budget of dropped messages (whole turns, oldest first; what does not fit is summarized by
+a later task) and the previous summary, itself capped. Its prompt is short and its own:
+the turns reach the model framed as data (`agent.rounds.framing`), turn tags intact.
+
+A compaction also starts the session's next prompt epoch: the session is re-pinned to
+this deployment's system prompt (the summary is written now, for the prompt of now).
+
+Nothing here may fail a task. A summary that cannot be had (models down, a refusal, past
+its time limit) is logged and counted as `failed`, and the window drops the old turns as
+it would without compaction. A lease lost meanwhile cancels it like any other step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from agent.core.ports import (
+    Memory,
+    Overflow,
+    PromptEpoch,
+    StoredMessage,
+    Summary,
+    SummaryStore,
+    Task,
+)
+from agent.core.text import storable_text
+from agent.models.contract import ModelMessage, SystemMessage, UserMessage
+from agent.rounds.framing import DATA_RULE, frame_output
+
+log = logging.getLogger(__name__)
+
+SUMMARY_SOURCE = "earlier conversation"
+
+_PROMPT = """\
+You keep the memory of a long conversation in a Slack workspace, between people and an \
+assistant. The part of it that no longer fits in view is below: the previous summary, if \
+there is one, and the messages after it. Write one summary that replaces both, for the \
+assistant to read before the rest of the conversation: what was asked and by whom (their \
+`id` and name, as the turn tags give them), what was answered or decided, facts, numbers, \
+names, links and open questions worth keeping. Short paragraphs or bullet points, at most \
+{words} words. Write only the summary.
+
+{rule}
+"""
+
+
+class TextAsker(Protocol):
+    """Asks the model for text through the attempt ladder, charged to the task."""
+
+    def __call__(
+        self, task: Task, messages: Sequence[ModelMessage], *, max_output_tokens: int
+    ) -> Awaitable[str]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionSettings:
+    max_chars: int = 24_000  # dropped messages per summary request (the history budget)
+    max_messages: int = 200  # and their count
+    summary_chars: int = 4_000  # the longest summary kept
+    # What a compaction leaves in view: the newest turns within this many characters, so
+    # the next one comes only once that much more has been said (not at every message).
+    keep_chars: int = 12_000
+    timeout_seconds: float = 120.0
+
+
+class Compaction:
+    """Summarizes what a task's window no longer shows; see the module docstring."""
+
+    def __init__(
+        self,
+        store: SummaryStore,
+        ask: TextAsker,
+        *,
+        epoch: PromptEpoch,
+        memory: Memory | None = None,
+        settings: CompactionSettings = CompactionSettings(),
+        observe: Callable[[str], None] = lambda outcome: None,
+    ) -> None:
+        self._store = store
+        self._ask = ask
+        self._epoch = epoch
+        self._memory = memory
+        self._settings = settings
+        self._observe = observe
+
+    async def __call__(self, task: Task, window: Sequence[StoredMessage]) -> bool:
+        """Summarize what `window` (the task's, as the runner shows it) leaves out; True
+        when a summary was stored (the window is then worth reading again)."""
+        s = self._settings
+        shown = [m for m in window if m.kind != "summary" and not m.pinned]
+        edge = keep_edge(shown, s.keep_chars)
+        if edge is None:
+            return False
+        overflow = await self._store.overflow(
+            task, edge_id=edge.id, max_chars=s.max_chars, max_messages=s.max_messages
+        )
+        seen = {m.id for m in shown}
+        if overflow is None or all(m.id in seen for m in overflow.messages):
+            return False  # the window drops nothing yet
+        text = await self._summary(task, overflow)
+        if text is None:
+            return False
+        summary = Summary(overflow.covers_from, overflow.covers_to, text)
+        await self._store.store_summary(task.session_id, summary, self._epoch.hash)
+        if self._memory is not None:
+            await self._memory.repin_prompt(task.session_id, self._epoch)
+        self._observe("summarized")
+        return True
+
+    async def _summary(self, task: Task, overflow: Overflow) -> str | None:
+        s = self._settings
+        try:
+            async with asyncio.timeout(s.timeout_seconds):
+                text = await self._ask(
+                    task,
+                    summary_messages(overflow, s.summary_chars),
+                    max_output_tokens=s.summary_chars // 3,
+                )
+        except Exception as exc:  # whatever it was, the old turns are dropped as before
+            log.warning("task %s: the conversation could not be summarized: %s", task.id, exc)
+            self._observe("failed")
+            return None
+        return storable_text(text.strip())[: s.summary_chars] or None
+
+
+def keep_edge(shown: Sequence[StoredMessage], keep_chars: int) -> StoredMessage | None:
+    """The oldest person's turn among the newest `shown` messages within `keep_chars` (the
+    last message, the task's turn, at least): a compaction summarizes what is before it."""
+    if not shown:
+        return None
+    edge, used = shown[-1], 0
+    for message in reversed(shown):
+        used += len(message.text)
+        if used > keep_chars:
+            break
+        if message.role == "user":
+            edge = message
+    return edge
+
+
+def summary_messages(overflow: Overflow, summary_chars: int) -> list[ModelMessage]:
+    """The summarizer's request: its prompt, then the overflow framed as data."""
+    words = max(50, summary_chars // 7)
+    parts = [f"Previous summary:\n{overflow.previous}"] if overflow.previous else []
+    parts += [_line(m) for m in overflow.messages]
+    return [
+        SystemMessage(_PROMPT.format(words=words, rule=DATA_RULE)),
+        UserMessage(frame_output(SUMMARY_SOURCE, "\n\n".join(parts))),
+    ]
+
+
+def _line(message: StoredMessage) -> str:
+    """A person's turn as stored (in its turn tag); the assistant's words labelled."""
+    return message.text if message.role == "user" else f"assistant: {message.text}"

@@ -1,0 +1,84 @@
+"""Summaries of what outgrew a session's window, in Postgres, as `agent.SummaryStore`.
+
+The window (storage/history.py) shows the latest summary first, then the messages after
+what it covers. `overflow` reads what the window no longer shows — the messages between
+the latest summary and the oldest message the window shows — with one bounded range scan
+of the window index, whole turns (an anchor's messages) only, so a summary never covers
+half of a question and its answer. The summarizer gets the previous summary with them,
+and the new summary covers both: summaries roll forward, and only the latest is read.
+"""
+
+from __future__ import annotations
+
+from agent import Overflow, StoredMessage, Summary, Task
+from storage.database import Database
+from storage.errors import translate_errors
+from storage.history import message_from_row
+
+_LATEST = """
+SELECT covers_from_seq, covers_to_seq, text FROM summaries
+WHERE session_id = $1 AND covers_to_seq < (SELECT seq FROM messages WHERE id = $2)
+ORDER BY covers_to_seq DESC LIMIT 1
+"""
+
+_DROPPED = """
+SELECT id, session_id, role, kind, text, pinned, anchor FROM messages
+WHERE session_id = $1 AND anchor > $2 AND anchor < (SELECT anchor FROM messages WHERE id = $3)
+  AND NOT pinned
+ORDER BY anchor, seq
+LIMIT $4
+"""
+
+_STORE = """
+INSERT INTO summaries (session_id, covers_from_seq, covers_to_seq, text, prompt_epoch)
+VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (session_id, covers_to_seq) DO NOTHING
+"""
+
+
+class PostgresSummaries:
+    """`agent.SummaryStore` on Postgres."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    @translate_errors("The conversation's summary could not be read")
+    async def overflow(
+        self, task: Task, *, edge_id: str, max_chars: int, max_messages: int
+    ) -> Overflow | None:
+        latest = await self._db.pool.fetchrow(_LATEST, task.session_id, task.user_message_id)
+        after = latest["covers_to_seq"] if latest else 0
+        rows = await self._db.pool.fetch(_DROPPED, task.session_id, after, edge_id, max_messages)
+        rows_read = [(r["anchor"], message_from_row(r)) for r in rows]
+        taken = whole_turns(rows_read, max_chars, limited=len(rows) == max_messages)
+        if not taken:
+            return None
+        covers_from = latest["covers_from_seq"] if latest else taken[0][0]
+        previous = latest["text"] if latest else None
+        return Overflow(covers_from, taken[-1][0], previous, [m for _, m in taken])
+
+    @translate_errors("The conversation's summary could not be stored")
+    async def store_summary(self, session_id: str, summary: Summary, epoch: str | None) -> None:
+        await self._db.pool.execute(
+            _STORE, session_id, summary.covers_from, summary.covers_to, summary.text, epoch
+        )
+
+
+def whole_turns(
+    rows: list[tuple[int, StoredMessage]], max_chars: int, *, limited: bool
+) -> list[tuple[int, StoredMessage]]:
+    """The oldest rows within `max_chars`, ending at a turn's end (the first turn always,
+    however long: a summary has to start somewhere). Rows come oldest first; a turn is
+    the rows of one anchor. When the read was `limited` (it hit its row limit), its last
+    turn may be cut: it is left for the next time."""
+    taken: list[tuple[int, StoredMessage]] = []
+    used = 0
+    for anchor, message in rows:
+        used += len(message.text)
+        if used > max_chars and taken and taken[-1][0] != anchor:
+            return taken
+        taken.append((anchor, message))
+    if not limited or not taken:
+        return taken
+    whole = [t for t in taken if t[0] != taken[-1][0]]
+    return whole or taken

@@ -1,0 +1,203 @@
+"""Memory in the agent: a round is asked under its session's pinned prompt, its decision
+says which prompt and route produced it, and pinned messages are marked for the model."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from agent.core.delegation import RoundInput
+from agent.core.errors import NonTransientModelError, Route
+from agent.core.ports import AnswerOrigin, Overflow, PromptEpoch, StoredMessage, Summary, Task
+from agent.durable.compaction import Compaction
+from agent.durable.responder import ModelResponder
+from agent.durable.runner import TaskRunner
+from agent.models.contract import (
+    AssistantMessage,
+    ModelRequest,
+    ModelResponse,
+    SystemMessage,
+    UserMessage,
+)
+from agent.models.function_model import FunctionModel, text_response, tool_response
+from agent.models.ladder import AttemptLadder, answering_route
+from agent.rounds.control import Decision, Reply
+from agent.rounds.prompt import PINNED_FIRST, prompt_epoch, system_prompt, transcript
+from agent.rounds.references import ReferenceCatalog
+from agent.rounds.subtask_types import SubtaskRegistry
+from tests.agent.memory import (
+    MemoryAlerts,
+    MemoryDelegations,
+    MemoryHistory,
+    MemoryPublisher,
+    MemoryQueue,
+)
+from tests.agent.test_responder import TASK, WINDOW, _no_sleep, scripted
+from tests.agent.test_runner import TASK as RUN
+from tests.agent.test_runner import TURN, Agent, delegate
+
+OLD = prompt_epoch("You are the prompt this thread started with.")
+
+
+class PinnedMemory:
+    """A session pinned to OLD; remembers what was stamped."""
+
+    def __init__(self) -> None:
+        self.asked: list[PromptEpoch] = []
+
+    async def pin_prompt(self, session_id: str, current: PromptEpoch) -> PromptEpoch:
+        self.asked.append(current)
+        return OLD
+
+    async def repin_prompt(self, session_id: str, current: PromptEpoch) -> None:
+        raise AssertionError("not used here")
+
+    async def stamp(self, message_id: str, origin: AnswerOrigin) -> None:
+        raise AssertionError("the responder stores nothing")
+
+
+async def test_a_round_is_asked_under_the_sessions_pinned_prompt() -> None:
+    """The system prompt is the session's (OLD), not this deployment's; the deployment's is
+    what a new session would be pinned to."""
+    seen: list[ModelRequest] = []
+
+    def answer(request: ModelRequest) -> ModelResponse:
+        seen.append(request)
+        return tool_response("final_reply", {"text": "hi"})
+
+    memory = PinnedMemory()
+    responder = ModelResponder(
+        AttemptLadder([FunctionModel(answer)], sleep=_no_sleep),
+        memory=memory,
+        instructions="Be brief.",
+    )
+    decision = await responder(RoundInput(TASK, WINDOW))
+    assert seen[0].messages[0] == SystemMessage(OLD.text)
+    assert memory.asked == [prompt_epoch(system_prompt(SubtaskRegistry(), "Be brief."))]
+    assert decision.origin is not None and decision.origin.prompt_epoch == OLD.hash
+
+
+async def test_a_decision_names_the_route_that_answered() -> None:
+    """When the primary fails for good, the fallback's route (slot 1) is the origin."""
+    broken = scripted(NonTransientModelError("bad request"))
+    fallback = FunctionModel(lambda r: tool_response("final_reply", {"text": "ok"}))
+    fallback.name = "anthropic:claude-test"
+    responder = ModelResponder(AttemptLadder([broken, fallback], sleep=_no_sleep))
+    decision = await responder(RoundInput(TASK, WINDOW))
+    assert decision.origin == AnswerOrigin(
+        responder.epoch.hash, Route("anthropic", "claude-test", 1)
+    )
+    assert answering_route() is None  # only inside an attempt
+
+
+def test_pinned_messages_are_marked_and_a_leading_answer_gets_a_note() -> None:
+    """A pinned message carries the marker; a window that starts with our pinned answer
+    starts with a user message all the same (Anthropic refuses anything else)."""
+    window = (
+        StoredMessage("a", "s1", "assistant", "reply", "the plan: ship friday", pinned=True),
+        StoredMessage("m2", "s1", "user", "turn", "<turn>now</turn>"),
+    )
+    round_input = RoundInput(TASK, window)
+    messages = transcript(round_input, ReferenceCatalog.from_window(window), SubtaskRegistry())
+    assert messages[1] == UserMessage(PINNED_FIRST)
+    assert messages[2] == AssistantMessage("[pinned] [ref 1] the plan: ship friday")
+    assert messages[3] == UserMessage("[ref 2] <turn>now</turn>")
+
+
+class Summaries:
+    """A store whose overflow is fixed; remembers what was stored."""
+
+    def __init__(self, overflow: Overflow | None) -> None:
+        self._overflow = overflow
+        self.stored: list[Summary] = []
+
+    async def overflow(
+        self, task: Task, *, edge_id: str, max_chars: int, max_messages: int
+    ) -> Overflow | None:
+        return self._overflow
+
+    async def store_summary(self, session_id: str, summary: Summary, epoch: str | None) -> None:
+        self.stored.append(summary)
+
+
+DROPPED = Overflow(1, 7, None, [StoredMessage("old", "s1", "user", "turn", "<turn>old</turn>")])
+
+
+async def test_a_summary_that_cannot_be_had_is_counted_and_changes_nothing() -> None:
+    """The summarizer failing (here: no usable text on the only slot) is no failure of the
+    task: nothing is stored, `failed` is observed."""
+    outcomes: list[str] = []
+    responder = ModelResponder(AttemptLadder([scripted(text_response(""))], sleep=_no_sleep))
+    store = Summaries(DROPPED)
+    compaction = Compaction(store, responder.ask_text, epoch=OLD, observe=outcomes.append)
+    assert not await compaction(TASK, WINDOW)
+    assert store.stored == [] and outcomes == ["failed"]
+
+
+async def test_nothing_dropped_asks_nothing() -> None:
+    """A window that still shows everything past the latest summary is left alone."""
+    asked: list[object] = []
+
+    async def ask(task: Task, messages: object, *, max_output_tokens: int) -> str:
+        asked.append(messages)
+        return "never"
+
+    shown_again = Overflow(1, 7, None, list(WINDOW[:1]))
+    for overflow in (None, shown_again):
+        assert not await Compaction(Summaries(overflow), ask, epoch=OLD)(TASK, WINDOW)
+    assert asked == []
+
+
+async def test_a_summary_covers_the_overflow_and_re_pins_the_prompt() -> None:
+    """The summary is stored with the span it covers, and the session moves to this
+    deployment's prompt."""
+    repinned: list[PromptEpoch] = []
+
+    class Repin(PinnedMemory):
+        async def repin_prompt(self, session_id: str, current: PromptEpoch) -> None:
+            repinned.append(current)
+
+    responder = ModelResponder(AttemptLadder([scripted(text_response("S"))], sleep=_no_sleep))
+    store = Summaries(DROPPED)
+    compaction = Compaction(store, responder.ask_text, epoch=OLD, memory=Repin())
+    assert await compaction(TASK, WINDOW)
+    assert store.stored == [Summary(1, 7, "S")] and repinned == [OLD]
+
+
+class Stamps(PinnedMemory):
+    """Records the stamps the runner makes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stamps: list[tuple[str, AnswerOrigin]] = []
+
+    async def stamp(self, message_id: str, origin: AnswerOrigin) -> None:
+        self.stamps.append((message_id, origin))
+
+
+async def test_the_runner_stamps_each_answer_it_stored_with_its_origin() -> None:
+    """The acknowledgment of a delegation and the reply are stamped with the origin their
+    round reported."""
+    first = AnswerOrigin(OLD.hash, Route("openai", "m", 0))
+    second = AnswerOrigin(OLD.hash, Route("anthropic", "c", 1))
+
+    def decide(r: RoundInput) -> Decision:
+        if r.number == 0:
+            return replace(delegate("agent"), origin=first)
+        return Reply("done", origin=second)
+
+    memory = Stamps()
+    delegations = MemoryDelegations()
+    runner = TaskRunner(
+        queue=MemoryQueue([RUN]),
+        delegations=delegations,
+        history=MemoryHistory([(RUN.user_message_id, TURN)]),
+        publisher=MemoryPublisher(),
+        alerts=MemoryAlerts(),
+        respond=Agent(decide),
+        memory=memory,
+    )
+    await runner.run_task(RUN)
+    while (claimed := await delegations.claim_subtask()) is not None:
+        await runner.run_subtask(*claimed)
+    await runner.run_task(RUN)
+    assert memory.stamps == [(RUN.ack_id(0), first), (RUN.reply_id, second)]

@@ -1,0 +1,227 @@
+"""What the bot remembers, through the whole gateway: pinned messages stay in view, a
+thread keeps the system prompt it started with across a deploy, and `tasks show` says
+which prompt and route wrote each answer."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent import prompt_epoch
+from gateway.task_commands import render_detail
+from storage import inspect_task
+from tests.fakes.openai_api import Completion, RecordedRequest, Reply
+from tests.fakes.slack_events import (
+    DEFAULT_CHANNEL,
+    DEFAULT_USER,
+    app_mention_event,
+    event_callback,
+    message_event,
+    new_ts,
+)
+from tests.fakes.slack_pins import file_pin_event, pin_event, pinned_message
+from tests.gateway.process import run_cli_output
+from tests.gateway.rig import Rig, echo, last_user_text
+from tests.pg import wait_for_task
+
+# Each turn is long enough that the window (1,000 characters) holds only the newest one.
+PAD = "filler " * 50
+SMALL_WINDOW = {"THREADGATE_HISTORY_CHARS": "1000"}
+
+
+@pytest.fixture
+async def rig(fresh_dsn: str) -> AsyncIterator[Rig]:
+    async with Rig(fresh_dsn, overrides=SMALL_WINDOW) as running:
+        running.slack.add_user(DEFAULT_USER, name="ada", display_name="Ada")
+        yield running
+
+
+def user_texts(body: dict[str, Any]) -> list[str]:
+    return [str(m["content"]) for m in body["messages"] if m["role"] == "user"]
+
+
+def system_text(body: dict[str, Any]) -> str:
+    return str(next(m["content"] for m in body["messages"] if m["role"] == "system"))
+
+
+async def say(rig: Rig, root: str, text: str) -> None:
+    """A reply in the thread (the bot takes part in it), answered before this returns."""
+    posted = len(rig.slack.posts)
+    await rig.send(event_callback(message_event(text=text, thread_ts=root)))
+    await rig.slack.wait_for_posts(posted + 1)
+
+
+async def test_a_pinned_message_stays_in_view_after_it_would_have_aged_out(rig: Rig) -> None:
+    """A pin over HTTP keeps the old message in every later model request, marked pinned,
+    while an unpinned message of the same age has dropped out of the window."""
+    root = new_ts()
+    await rig.send(event_callback(app_mention_event(text=f"<@UBOT> code PELICAN {PAD}", ts=root)))
+    await rig.slack.wait_for_posts(1)
+    await say(rig, root, f"colour MAUVE {PAD}")
+    pin = pin_event(pinned_message(text=f"<@UBOT> code PELICAN {PAD}", ts=root))
+    assert (await rig.send(event_callback(pin)))[0] == 200
+    for n in range(3):
+        await say(rig, root, f"later {n} {PAD}")
+    last = user_texts(rig.model.requests[-1].body)
+    pinned = [t for t in last if "PELICAN" in t]
+    assert len(pinned) == 1 and pinned[0].startswith("[pinned] ")
+    assert not any("MAUVE" in t for t in last)
+    assert "later 2" in last[-1]
+
+
+async def test_our_own_reply_can_be_pinned_and_unpinned(rig: Rig) -> None:
+    """A pin of the bot's reply (found through the ts its post got) flags the stored reply;
+    the unpin clears it; a file pin changes nothing."""
+    root = new_ts()
+    await rig.send(event_callback(app_mention_event(text="<@UBOT> plan?", ts=root)))
+    (post,) = await rig.slack.wait_for_posts(1)
+    await wait_for_task(rig.db, f"T1:{DEFAULT_CHANNEL}:{root}", "done")  # its ts is recorded
+    ours = pinned_message(text=post.text, ts=post.ts, user="UBOT", thread_ts=root, bot_id="B1")
+    reply_id = f"task:T1:{DEFAULT_CHANNEL}:{root}:reply"
+    query = "SELECT pinned FROM messages WHERE id = $1"
+    assert (await rig.send(event_callback(pin_event(ours))))[0] == 200
+    assert await rig.db.pool.fetchval(query, reply_id) is True
+    assert (await rig.send(event_callback(file_pin_event())))[0] == 200
+    assert (await rig.send(event_callback(pin_event(ours, added=False))))[0] == 200
+    assert await rig.db.pool.fetchval(query, reply_id) is False
+
+
+async def test_a_pin_of_a_message_we_never_stored_is_retained(fresh_dsn: str) -> None:
+    """Over Socket Mode: someone's thread reply the bot did not take (threads are not
+    continued) is stored when pinned, rendered in its turn tag with its author, and shown
+    to the model; an unpin forgets it."""
+    overrides = SMALL_WINDOW | {"THREADGATE_CONTINUE_THREADS": "false"}
+    async with Rig(fresh_dsn, overrides=overrides, socket_mode=True) as rig:
+        rig.slack.add_user("U0OTHER0001", name="bo", display_name="Bo")
+        await rig.sockets.wait_for_connections(1)
+        root, aside = new_ts(), new_ts()
+        await rig.sockets.deliver(event_callback(app_mention_event(text="<@UBOT> hi", ts=root)))
+        await rig.slack.wait_for_posts(1)
+        said = message_event(text="budget is 42k", user="U0OTHER0001", ts=aside, thread_ts=root)
+        await rig.sockets.wait_for_ack(await rig.sockets.deliver(event_callback(said)))
+        assert await rig.count("tasks") == 1  # not addressed to the bot: not stored
+        message = pinned_message(text="budget is 42k", user="U0OTHER0001", ts=aside, thread_ts=root)
+        await rig.sockets.wait_for_ack(
+            await rig.sockets.deliver(event_callback(pin_event(message)))
+        )
+        retained = await rig.db.pool.fetchrow(
+            "SELECT text, provenance, pinned FROM messages WHERE id = $1",
+            f"slack:T1:{DEFAULT_CHANNEL}:{aside}",
+        )
+        assert retained is not None and retained["pinned"] and retained["provenance"] == "pin"
+        assert 'from="Bo" id="U0OTHER0001"' in retained["text"]
+        await rig.sockets.deliver(
+            event_callback(app_mention_event(text=f"<@UBOT> and the budget? {PAD}", thread_ts=root))
+        )
+        await rig.slack.wait_for_posts(2)
+        assert any("[pinned] " in t and "42k" in t for t in user_texts(rig.model.requests[-1].body))
+        unpin = event_callback(pin_event(message, added=False))
+        await rig.sockets.wait_for_ack(await rig.sockets.deliver(unpin))
+        query = "SELECT count(*) FROM messages WHERE provenance = 'pin'"
+        assert await rig.db.pool.fetchval(query) == 0
+
+
+async def test_a_thread_keeps_its_prompt_across_a_deploy_until_reset(
+    rig: Rig, tmp_path: Path
+) -> None:
+    """A new prompt (THREADGATE_INSTRUCTIONS) after a restart: the old thread is still asked
+    under the old prompt, a new thread under the new one; `tasks show` prints each answer's
+    epoch and route; `threadgate sessions reset` moves the old thread to the new prompt."""
+    old_root = new_ts()
+    await rig.send(event_callback(app_mention_event(text="<@UBOT> hello", ts=old_root)))
+    await rig.slack.wait_for_posts(1)
+    old_prompt = system_text(rig.model.requests[-1].body)
+    assert "pirate" not in old_prompt
+    await rig.gateway.stop()
+    rig.gateway = await rig.start_gateway(
+        socket_mode=False, overrides={"THREADGATE_INSTRUCTIONS": "Answer like a pirate."}
+    )
+    await say(rig, old_root, "again")
+    assert system_text(rig.model.requests[-1].body) == old_prompt
+    new_root = new_ts()
+    await rig.send(event_callback(app_mention_event(text="<@UBOT> ahoy", ts=new_root)))
+    await rig.slack.wait_for_posts(3)
+    new_prompt = system_text(rig.model.requests[-1].body)
+    assert new_prompt.endswith("Answer like a pirate.\n")
+
+    new_task = f"T1:{DEFAULT_CHANNEL}:{new_root}"
+    await wait_for_task(rig.db, new_task, "done")
+    page = render_detail(await inspect_task(rig.db, new_task))
+    epoch = prompt_epoch(new_prompt).hash[:12]
+    assert f"prompt epoch {epoch}, route openai:gpt-test (primary)" in page
+    old_task = f"T1:{DEFAULT_CHANNEL}:{old_root}"
+    old_page = render_detail(await inspect_task(rig.db, old_task))
+    assert f"prompt epoch {prompt_epoch(old_prompt).hash[:12]}, route openai" in old_page
+
+    session = f"T1:{DEFAULT_CHANNEL}:{old_root}"
+    status, out, err = await run_cli_output(
+        ["sessions", "reset", session, "--reason", "new house rules"],
+        {"DATABASE_URL": rig.database_url},
+        tmp_path,
+    )
+    assert status == 0 and f"Session {session} was on prompt epoch" in out, err
+    await say(rig, old_root, "and now?")
+    assert system_text(rig.model.requests[-1].body) == new_prompt
+    assert "operators of this workspace" not in old_prompt
+
+
+async def long_thread(rig: Rig, replies: list[str]) -> None:
+    """A thread opened with a long mention (code PELICAN), then these replies, each answered."""
+    root = new_ts()
+    await rig.send(event_callback(app_mention_event(text=f"<@UBOT> code PELICAN {PAD}", ts=root)))
+    await rig.slack.wait_for_posts(1)
+    for text in replies:
+        await say(rig, root, text)
+
+
+def summarizing(seen: RecordedRequest) -> Reply:
+    """The echo model, which also summarizes: a summary request gets the codes it read."""
+    if system_text(seen.body).startswith("You keep the memory of a long conversation"):
+        read = " ".join(sorted(set(re.findall(r"code [A-Z]{4,}", last_user_text(seen.body)))))
+        return Completion(text=f"Earlier: {read or 'nothing'}.")
+    return echo(seen)
+
+
+async def test_a_long_thread_is_summarized_instead_of_dropped(rig: Rig) -> None:
+    """Once the first turns no longer fit, the next request starts with a summary of them
+    (framed as data), written by the model through the ladder and counted; the request
+    stays as small as the window, however long the thread grows."""
+    rig.model.default = summarizing
+    await long_thread(rig, [f"code {'ABCDEFGH'[n] * 4} {PAD}" for n in range(6)])
+    rounds = [r for r in rig.model.requests if not system_text(r.body).startswith("You keep")]
+    summaries = [r for r in rig.model.requests if system_text(r.body).startswith("You keep")]
+    assert summaries, "the thread was never compacted"
+    first = user_texts(summaries[0].body)[0]
+    assert first.startswith('<tool_output source="earlier conversation"') and "PELICAN" in first
+    last = user_texts(rounds[-1].body)
+    assert "summary of the earlier conversation" in last[0] and "PELICAN" in last[0]
+    assert "code FFFF" in last[-1]
+    stored = await rig.db.pool.fetch("SELECT covers_from_seq, covers_to_seq FROM summaries")
+    assert stored and all(s["covers_from_seq"] <= s["covers_to_seq"] for s in stored)
+    sizes = [len(json.dumps(r.body)) for r in rounds[2:]]
+    assert max(sizes) < 2 * min(sizes)  # flat: the window's size, not the thread's
+    page = await (await rig.http.get(rig.metrics_url)).text()
+    assert 'threadgate_compactions_total{outcome="summarized"}' in page
+
+
+async def test_a_summary_that_fails_drops_the_old_turns_as_before(rig: Rig) -> None:
+    """A summarizer that only ever errs: every message is still answered, without a summary,
+    and the failures are counted."""
+
+    def no_summaries(seen: RecordedRequest) -> Reply:
+        if system_text(seen.body).startswith("You keep the memory of a long conversation"):
+            return Completion(text="")  # no usable text: a failed attempt on every slot
+        return echo(seen)
+
+    rig.model.default = no_summaries
+    await long_thread(rig, [f"more {n} {PAD}" for n in range(3)])
+    assert len(rig.slack.posts) == 4
+    assert await rig.count("summaries") == 0
+    page = await (await rig.http.get(rig.metrics_url)).text()
+    assert 'threadgate_compactions_total{outcome="failed"} ' in page
+    assert 'threadgate_compactions_total{outcome="failed"} 0.0' not in page

@@ -1,0 +1,84 @@
+"""Pin payloads: a pin of a message becomes a `PinChange` in the right conversation;
+anything else is None; a malformed one is a `MalformedEvent` (a 400), never a crash."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gateway.inbound import MalformedEvent
+from gateway.pins import pin_change
+from tests.fakes.slack_events import DEFAULT_DM, app_mention_event, event_callback
+from tests.fakes.slack_pins import file_pin_event, pin_event, pinned_message
+
+TS = "1700000000.000200"
+ROOT = "1700000000.000100"
+
+
+def test_a_pinned_thread_reply_belongs_to_its_thread() -> None:
+    """The session is the thread's; the ids it may be stored under are the turn's and the
+    back-filled message's."""
+    change = pin_change(event_callback(pin_event(pinned_message(text="hi", ts=TS, thread_ts=ROOT))))
+    assert change is not None and change.added
+    assert change.session_id == f"T1:C0A1B2C3D4E:{ROOT}"
+    assert change.stored_as().candidate_ids == (
+        f"task:T1:C0A1B2C3D4E:{TS}:user",
+        f"slack:T1:C0A1B2C3D4E:{TS}",
+    )
+
+
+def test_a_top_level_dm_message_belongs_to_the_dm_conversation() -> None:
+    """A DM's top-level messages are one running conversation."""
+    event = pin_event(pinned_message(text="hi", ts=TS), channel=DEFAULT_DM, added=False)
+    change = pin_change(event_callback(event))
+    assert change is not None and not change.added and change.session_id == f"T1:{DEFAULT_DM}"
+
+
+def test_other_events_and_pins_are_not_pin_changes() -> None:
+    """A mention, a pinned file: None. A bot's message pinned has no author to render."""
+    assert pin_change(event_callback(app_mention_event(text="<@UBOT> hi"))) is None
+    assert pin_change(event_callback(file_pin_event())) is None
+    bot = pinned_message(text="beep", ts=TS, user=None, bot_id="B1")
+    change = pin_change(event_callback(pin_event(bot)))
+    assert change is not None and change.author is None
+
+
+@pytest.mark.parametrize("field", ["channel_id", "item"])
+def test_a_pin_without_its_parts_is_malformed(field: str) -> None:
+    """A pin event missing what it must name is refused as malformed."""
+    event = pin_event(pinned_message(text="hi", ts=TS))
+    del event[field]
+    with pytest.raises(MalformedEvent):
+        pin_change(event_callback(event))
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=10,
+)
+
+
+@given(
+    kind=st.sampled_from(["pin_added", "pin_removed"]),
+    message=st.dictionaries(
+        st.sampled_from(["ts", "thread_ts", "user", "text", "bot_id", "subtype"]), json_values
+    ),
+    text=st.text(),
+)
+def test_any_pin_payload_is_a_change_none_or_malformed(
+    kind: str, message: dict[str, Any], text: str
+) -> None:
+    """Whatever Slack (or someone forging a payload) sends in a pin, the answer is a change,
+    None or `MalformedEvent`: never another exception (which would be a 500)."""
+    event = pin_event(pinned_message(text=text, ts=TS), added=kind == "pin_added")
+    event["item"]["message"] = message
+    with contextlib.suppress(MalformedEvent):
+        change = pin_change(event_callback(event))
+        assert change is None or change.ts == message["ts"]
