@@ -140,6 +140,7 @@ class Settings(BaseSettings):
     def file_kinds(self) -> frozenset[str]:
         """The kinds of files read for the model (none when THREADGATE_FILE_TYPES is empty)."""
         return frozenset(k.lower() for k in _id_list(self.threadgate_file_types))
+
     # What the bot remembers (issue 12): the operator's instructions after the built-in
     # system prompt (a change starts a new prompt epoch for new threads), the pinned
     # messages kept per thread (the newest pins win), and summaries of what outgrows the

@@ -165,6 +165,7 @@ class Metrics:
 
     def file_read(self, kind: str, outcome: str) -> None:
         self.attached_files.labels(kind, outcome).inc()
+
     def pin_settled(self, outcome: str) -> None:
         self.pins.labels(outcome).inc()
 

@@ -127,7 +127,6 @@ class PostgresHistory:
         window = remembered_window(summary, pinned, rows, task.user_message_id, max_chars)
         return await self._with_images(window)
 
-
     async def _with_images(self, window: list[StoredMessage]) -> list[StoredMessage]:
         """The window with the newest pictures of its user turns attached."""
         turns = [m.id for m in window if m.role == "user"]

@@ -18,8 +18,8 @@ from datetime import datetime
 from typing import Literal, Protocol, TypeAlias
 
 from agent.core import ids
-from agent.core.images import Image
 from agent.core.errors import Route
+from agent.core.images import Image
 
 Role: TypeAlias = Literal["user", "assistant"]
 StepState: TypeAlias = Literal["pending", "in_progress", "complete", "error"]
