@@ -8,20 +8,21 @@ to those rows, newest first. The cost of a round does not grow with the conversa
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 import asyncpg
 
-from agent import StoredMessage, Task
+from agent import Citation, StoredMessage, Task
 from storage.database import Database
 from storage.errors import translate_errors
 
-_COLUMNS = "id, session_id, role, kind, text"
+_COLUMNS = "id, session_id, role, kind, text, citations"
 
 _APPEND = f"""
 WITH inserted AS (
-    INSERT INTO messages (id, session_id, anchor, role, kind, text)
-    SELECT $1, $2, q.seq, $3, $4, $5 FROM messages q WHERE q.id = $6
+    INSERT INTO messages (id, session_id, anchor, role, kind, text, citations)
+    SELECT $1, $2, q.seq, $3, $4, $5, $7::jsonb FROM messages q WHERE q.id = $6
     ON CONFLICT (id) DO NOTHING
     RETURNING {_COLUMNS}
 )
@@ -40,7 +41,31 @@ LIMIT $3
 
 
 def message_from_row(row: asyncpg.Record) -> StoredMessage:
-    return StoredMessage(row["id"], row["session_id"], row["role"], row["kind"], row["text"])
+    return StoredMessage(
+        row["id"],
+        row["session_id"],
+        row["role"],
+        row["kind"],
+        row["text"],
+        citations_from_json(row["citations"]),
+    )
+
+
+def citations_to_json(citations: Sequence[Citation]) -> str | None:
+    """A reply's citations as stored (`messages.citations`); None when it has none."""
+    if not citations:
+        return None
+    return json.dumps(
+        [{"message": c.message_id} if c.message_id else {"url": c.url} for c in citations]
+    )
+
+
+def citations_from_json(stored: str | None) -> tuple[Citation, ...]:
+    if not stored:
+        return ()
+    return tuple(
+        Citation(message_id=item.get("message"), url=item.get("url")) for item in json.loads(stored)
+    )
 
 
 class PostgresHistory:
@@ -60,7 +85,14 @@ class PostgresHistory:
     async def append(self, message: StoredMessage, *, answers: str) -> StoredMessage:
         m = message
         row = await self._db.pool.fetchrow(
-            _APPEND, m.id, m.session_id, m.role, m.kind, m.text, answers
+            _APPEND,
+            m.id,
+            m.session_id,
+            m.role,
+            m.kind,
+            m.text,
+            answers,
+            citations_to_json(m.citations),
         )
         if row is None:
             raise LookupError(

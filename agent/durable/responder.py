@@ -50,6 +50,7 @@ from agent.models.contract import (
     Watch,
 )
 from agent.models.ladder import Attempts
+from agent.rounds.citations import Citable
 from agent.rounds.control import Decision, round_controls
 from agent.rounds.loop import run_round
 from agent.rounds.prompt import transcript
@@ -104,11 +105,13 @@ class ModelResponder:
         """Run one round of the task and return how it ended."""
         catalog = ReferenceCatalog.from_window(round_input.window)
         messages = transcript(round_input, catalog, self._subtasks)
+        citable = Citable(catalog)
         controls = round_controls(
             final=round_input.final,
             subtasks=self._subtasks,
             catalog=catalog,
             max_subtasks=self._settings.max_subtasks,
+            citable=citable,
         )
         toolbox = Toolbox(self._tools, self._tool_context(round_input.task), self._settings)
         task = round_input.task
@@ -116,7 +119,13 @@ class ModelResponder:
 
         async def attempt(model: Model) -> Decision:
             return await run_round(
-                model, messages, controls, self._settings, toolbox=toolbox, draft=draft
+                model,
+                messages,
+                controls,
+                self._settings,
+                toolbox=toolbox,
+                draft=draft,
+                citable=citable,
             )
 
         return await self._metered(round_input.task).run(attempt)
