@@ -33,7 +33,7 @@ from typing import Literal, Protocol, TypeAlias
 from agent import bind_log_fields
 from gateway.inbound import InboundTurn, SharedFile
 from gateway.markup import clean_text, mentioned_user_ids
-from gateway.threads import ThreadMessage, render_message
+from gateway.threads import ThreadMessage, render_message, slack_time
 from gateway.users import NameDirectory
 from storage import (
     UNLIMITED,
@@ -195,7 +195,7 @@ class Gatekeeper:
         )
         return tuple(
             EarlierMessage(
-                f"slack:{inbound.team}:{inbound.channel}:{m.ts}",
+                earlier_message_id(inbound.team, inbound.channel, m.ts),
                 render_message(m, inbound.channel, names, bot_user_id=bot_user_id),
             )
             for m in before
@@ -209,6 +209,11 @@ class Gatekeeper:
             return {}  # the ids stand in: a name is decoration, the id is the identity
 
 
+def earlier_message_id(team: str, channel: str, ts: str) -> str:
+    """The stored id of a back-filled message (one that has no task of its own)."""
+    return f"slack:{team}:{channel}:{ts}"
+
+
 async def _nothing() -> Sequence[EarlierMessage]:
     return ()
 
@@ -218,7 +223,10 @@ def render_inbound(inbound: InboundTurn, names: dict[str, str], *, bot_user_id: 
     in one provenance tag."""
     message = ThreadMessage(inbound.user, inbound.text, inbound.ts)
     note = files_note(inbound.files, inbound.files_not_described)
-    return render_message(message, inbound.channel, names, bot_user_id=bot_user_id, note=note)
+    edited = slack_time(inbound.edited) if inbound.edited else None
+    return render_message(
+        message, inbound.channel, names, bot_user_id=bot_user_id, note=note, edited=edited
+    )
 
 
 # A file name is the sender's text; one longer than this is cut (Slack allows 255 bytes).

@@ -37,7 +37,7 @@ class Metrics:
         r = self.registry
         self.events = Counter(
             "threadgate_events_total",
-            "Slack event deliveries by outcome (admitted, duplicate, ignored, limited, rejected, unauthorized).",
+            "Slack event deliveries by outcome (admitted, duplicate, ignored, limited, rejected, unauthorized; edited, deleted for edits and deletions).",
             ["outcome"],
             registry=r,
         )

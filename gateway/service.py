@@ -56,6 +56,7 @@ from gateway.http import SERVER_LOG, Readiness, build_http_app, build_metrics_ap
 from gateway.live import StreamSettings
 from gateway.metrics import MeteredModel, Metrics, ToolCallCounter
 from gateway.publisher import SlackPublisher
+from gateway.revisions import Revisions
 from gateway.slack_app import build_bolt_app
 from gateway.slack_client import slack_client
 from gateway.socket_mode import SocketModeConnection, start_socket_mode
@@ -383,6 +384,9 @@ class Gateway:
             gatekeeper=gatekeeper,
             metrics=self.metrics,
             identity=identity,
+            revisions=Revisions(
+                db, gatekeeper, lookup_budget_seconds=s.threadgate_lookup_budget_seconds
+            ),
         )
         socket_mode = self.settings.socket_mode
         app = build_http_app(

@@ -34,6 +34,7 @@ from storage.inspection import (
     inspect_task,
     list_tasks,
 )
+from storage.lifecycle import TOMBSTONE, Deleted, delete_turn, revise_turn, stored_turn
 from storage.migrations import pending_migrations
 from storage.outbox import Claim, Outbox, Superseded
 from storage.queue import (
@@ -50,12 +51,14 @@ from storage.usage import PostgresUsageMeter, tokens_today
 __all__ = [
     "LIMIT_SCOPES",
     "TASK_STATES",
+    "TOMBSTONE",
     "UNLIMITED",
     "Admission",
     "Admitted",
     "Claim",
     "Database",
     "DatabaseUnavailable",
+    "Deleted",
     "EarlierMessage",
     "Intervention",
     "InterventionRecord",
@@ -82,12 +85,15 @@ __all__ = [
     "UnknownTask",
     "admit",
     "cancel_task",
+    "delete_turn",
     "inspect_task",
     "list_tasks",
     "pending_migrations",
     "retry_task",
+    "revise_turn",
     "session_exists",
     "start_embedded_postgres",
+    "stored_turn",
     "tokens_today",
     "tool_calls_of",
 ]

@@ -98,6 +98,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from aiohttp import web
 
 from .slack_events import CLOCK, ts_to_micros
+from .slack_permalinks import permalink
 from .slack_streams import DISPLAY_MODES, MAX_MARKDOWN, Stream, StreamedMessage, check_payload
 
 if TYPE_CHECKING:
@@ -219,6 +220,7 @@ class FakeSlack:
             "conversations.history": self._conversations_history,
             "assistant.threads.setStatus": self._assistant_threads_set_status,
             "apps.connections.open": self._apps_connections_open,
+            "chat.getPermalink": lambda params: permalink(self.messages, params),
         }
         self.add_user(bot_user_id, name=bot_name, real_name=bot_name, is_bot=True)
 
