@@ -120,6 +120,10 @@ class Settings(BaseSettings):
     threadgate_socket_connect_timeout: Annotated[float, Field(gt=0, le=600)] = 30.0
     # MCP servers whose tools the agent may call (a JSON file in the `mcpServers` shape).
     threadgate_mcp_config: Path | None = None
+    # Days conversations and finished tasks are kept (0: forever), and how often the
+    # retention job runs (storage/retention.py).
+    threadgate_retention_days: Annotated[int, Field(ge=0, le=36_500)] = 0
+    threadgate_retention_interval_seconds: Annotated[float, Field(ge=10, le=7 * 24 * 3600)] = 3600.0
 
     @field_validator("threadgate_metrics_address")
     @classmethod

@@ -41,6 +41,12 @@ class Metrics:
             ["outcome"],
             registry=r,
         )
+        self.retention_deleted = Counter(
+            "threadgate_retention_deleted_total",
+            "Rows the retention job deleted, by table (storage/retention.py).",
+            ["table"],
+            registry=r,
+        )
         self.ack_seconds = Histogram(
             "threadgate_ack_seconds",
             "From request received to ack sent, admission included.",
@@ -136,6 +142,10 @@ class Metrics:
 
     def round_decided(self, decision: str) -> None:
         self.rounds.labels(decision).inc()
+
+    def retention_deleted_rows(self, table: str, count: int) -> None:
+        """`storage.Retention`'s counter callback."""
+        self.retention_deleted.labels(table).inc(count)
 
     def subtask_settled(self, state: str) -> None:
         self.subtasks.labels(state).inc()

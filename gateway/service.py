@@ -72,6 +72,7 @@ from storage import (
     PostgresTaskQueue,
     PostgresToolCalls,
     PostgresUsageMeter,
+    Retention,
     start_embedded_postgres,
     tokens_today,
 )
@@ -263,6 +264,7 @@ class Gateway:
         self.mcp = await start_mcp(s, registries[0], self._stack)
         self._start_runner(db, client, models, threads, identity, registries)
         self._start_queue_sampler(db)
+        self._start_retention(db)
         await self._start_http(db, client, host, port, users, threads, identity)
 
     async def stop(self) -> None:
@@ -349,6 +351,16 @@ class Gateway:
         sampler = asyncio.create_task(sample_queue(db, self.metrics), name="queue-sampler")
 
         self._stack.push_async_callback(stop_task, sampler)
+
+    def _start_retention(self, db: Database) -> None:
+        s = self.settings
+        retention = Retention(
+            db, days=s.threadgate_retention_days, on_deleted=self.metrics.retention_deleted_rows
+        )
+        job = asyncio.create_task(
+            retention.run_every(s.threadgate_retention_interval_seconds), name="retention"
+        )
+        self._stack.push_async_callback(stop_task, job)
 
     async def _start_http(
         self,

@@ -45,11 +45,13 @@ from storage.queue import (
     cancel_task,
     retry_task,
 )
+from storage.retention import SEEN_EVENTS_KEPT, Retention, RetentionRun
 from storage.tool_calls import PostgresToolCalls, StoredToolCall, tool_calls_of
 from storage.usage import PostgresUsageMeter, tokens_today
 
 __all__ = [
     "LIMIT_SCOPES",
+    "SEEN_EVENTS_KEPT",
     "TASK_STATES",
     "TOMBSTONE",
     "UNLIMITED",
@@ -74,6 +76,8 @@ __all__ = [
     "PostgresTaskQueue",
     "PostgresToolCalls",
     "PostgresUsageMeter",
+    "Retention",
+    "RetentionRun",
     "RoundRecord",
     "StorageError",
     "StoredToolCall",
