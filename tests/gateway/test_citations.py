@@ -43,6 +43,23 @@ async def test_a_cited_message_links_to_its_permalink(rig: Rig) -> None:
     assert '"message"' in stored
 
 
+async def test_a_cited_reply_of_ours_links_to_the_post(rig: Rig) -> None:
+    """Our own earlier reply is found through its outbox row (the post's ts)."""
+    rig.model.script(
+        reply_with_tool("final_reply", {"text": "First answer."}),
+        reply_with_tool("final_reply", {"text": "As I said.", "citations": [{"ref": 2}]}),
+    )
+    first = app_mention_event(text="<@UBOT> one")
+    await rig.send(event_callback(first))
+    [answer] = await rig.slack.wait_for_posts(1)
+    await rig.send(event_callback(app_mention_event(text="<@UBOT> two", thread_ts=first["ts"])))
+    posts = await rig.slack.wait_for_posts(2)
+    link = f"{WORKSPACE_URL}/archives/{DEFAULT_CHANNEL}/p{answer.ts.replace('.', '')}"
+    assert f"(<{link}?thread_ts={first['ts']}&cid={DEFAULT_CHANNEL}>)" in block_text_of(
+        posts[1].blocks
+    )
+
+
 async def test_without_a_permalink_the_archive_link_stands_in(rig: Rig) -> None:
     """When chat.getPermalink fails, the link is built from the channel and the ts."""
     event = app_mention_event(text="<@UBOT> hello")
