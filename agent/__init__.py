@@ -11,6 +11,7 @@ This module is the package's public surface: what `gateway/`, `storage/` and plu
 authors use. Everything not re-exported here is an implementation detail and may change.
 """
 
+from agent.core.citations import Citation
 from agent.core.delegation import (
     Delegation,
     DelegationStore,
@@ -147,6 +148,7 @@ __all__ = [
     "Attempts",
     "Backoff",
     "CircuitBreaker",
+    "Citation",
     "Compaction",
     "CompactionSettings",
     "ConfigError",

@@ -148,6 +148,10 @@ class Settings(BaseSettings):
     threadgate_instructions: Annotated[str, Field(max_length=20_000)] = ""
     threadgate_pinned_max: Annotated[int, Field(ge=0, le=100)] = 10
     threadgate_compaction: bool = True
+    # Days conversations and finished tasks are kept (0: forever), and how often the
+    # retention job runs (storage/retention.py).
+    threadgate_retention_days: Annotated[int, Field(ge=0, le=36_500)] = 0
+    threadgate_retention_interval_seconds: Annotated[float, Field(ge=10, le=7 * 24 * 3600)] = 3600.0
 
     @field_validator("threadgate_metrics_address")
     @classmethod

@@ -25,7 +25,7 @@ from contextlib import AsyncExitStack
 from queue import SimpleQueue
 from typing import TextIO
 
-from agent import ModelError, Step, Task, default_registries
+from agent import Citation, ModelError, Step, Task, default_registries
 from gateway.alerts import headline, what_to_check
 from gateway.config import Settings
 from gateway.gatekeeper import Gatekeeper
@@ -60,11 +60,19 @@ class TerminalPublisher:
         self._done: dict[str, asyncio.Event] = {}
 
     async def publish(
-        self, task: Task, message_id: str, text: str, *, steps: Sequence[Step] = ()
+        self,
+        task: Task,
+        message_id: str,
+        text: str,
+        *,
+        steps: Sequence[Step] = (),
+        citations: Sequence[Citation] = (),
     ) -> None:
         if message_id not in self._printed:
             self._printed.add(message_id)
-            print(f"{text}\n", file=self._out, flush=True)
+            sources = ", ".join(c.url or f"message {c.message_id}" for c in citations)
+            shown = f"{text}\n\nSources: {sources}" if sources else text
+            print(f"{shown}\n", file=self._out, flush=True)
         if message_id in (task.reply_id, task.failure_id):
             self._finished(task.id).set()
 

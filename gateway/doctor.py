@@ -91,7 +91,15 @@ async def diagnose(settings: Settings, limits: Limits | None = None) -> list[Fin
         _guarded("database", check_database(settings, limits)),
         _guarded("mcp", check_mcp(settings, limits.mcp)),
     )
-    return [*check_settings(settings), *slack, *sockets, *models, *database, *mcp]
+    return [
+        *check_settings(settings),
+        check_retention(settings),
+        *slack,
+        *sockets,
+        *models,
+        *database,
+        *mcp,
+    ]
 
 
 async def _guarded(check: str, findings: Awaitable[list[Finding]]) -> list[Finding]:
@@ -113,6 +121,23 @@ def check_settings(settings: Settings) -> list[Finding]:
     if problems:
         return [Finding("settings", "FAIL", str(problem)) for problem in problems]
     return [Finding("settings", "ok", f"complete for {mode(settings)}")]
+
+
+def check_retention(settings: Settings) -> Finding:
+    """What the retention job will delete (storage/retention.py); not a check, a reminder."""
+    days = settings.threadgate_retention_days
+    every = f"every {settings.threadgate_retention_interval_seconds:g} s"
+    if not days:
+        detail = (
+            "conversations and finished tasks are kept forever (THREADGATE_RETENTION_DAYS "
+            f"unset); delivery ids older than 24 h and expired limit counters are pruned {every}"
+        )
+    else:
+        detail = (
+            f"conversations and finished tasks older than {days} day(s) are deleted {every} "
+            "(THREADGATE_RETENTION_DAYS); queued and running tasks and their threads are kept"
+        )
+    return Finding("retention", "ok", detail)
 
 
 def mode(settings: Settings) -> str:

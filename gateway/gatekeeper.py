@@ -35,7 +35,7 @@ from agent import Image, bind_log_fields
 from gateway.attachments import FileContent, FileReader, files_text, images_of, unread
 from gateway.inbound import InboundTurn, SharedFile
 from gateway.markup import mentioned_user_ids
-from gateway.threads import ThreadMessage, render_message
+from gateway.threads import ThreadMessage, render_message, slack_time
 from gateway.users import NameDirectory
 from storage import (
     UNLIMITED,
@@ -175,6 +175,14 @@ class Gatekeeper:
             return "limited"
         return "admitted" if outcome else "duplicate"
 
+    async def render(
+        self, inbound: InboundTurn, *, bot_user_id: str | None, deadline: float
+    ) -> str:
+        """The turn's text as admission stores it (an edit is stored again this way; the
+        pictures stored with the first version stay)."""
+        text, _ = await self._turn(inbound, bot_user_id, deadline)
+        return text
+
     async def _turn(
         self, inbound: InboundTurn, bot_user_id: str | None, deadline: float
     ) -> tuple[str, tuple[Image, ...]]:
@@ -215,7 +223,7 @@ class Gatekeeper:
         )
         return tuple(
             EarlierMessage(
-                f"slack:{inbound.team}:{inbound.channel}:{m.ts}",
+                earlier_message_id(inbound.team, inbound.channel, m.ts),
                 render_message(
                     m, inbound.channel, names, bot_user_id=bot_user_id, note=files_text(read)
                 ),
@@ -230,6 +238,11 @@ class Gatekeeper:
                 return await self._users.names(user_ids)
         except TimeoutError:
             return {}  # the ids stand in: a name is decoration, the id is the identity
+
+
+def earlier_message_id(team: str, channel: str, ts: str) -> str:
+    """The stored id of a back-filled message (one that has no task of its own)."""
+    return f"slack:{team}:{channel}:{ts}"
 
 
 async def _nothing() -> Sequence[EarlierMessage]:
@@ -248,7 +261,10 @@ def render_inbound(
     message = ThreadMessage(inbound.user, inbound.text, inbound.ts)
     read = unread(inbound.files) if contents is None else contents
     note = files_text(read, inbound.files_not_described)
-    return render_message(message, inbound.channel, names, bot_user_id=bot_user_id, note=note)
+    edited = slack_time(inbound.edited) if inbound.edited else None
+    return render_message(
+        message, inbound.channel, names, bot_user_id=bot_user_id, note=note, edited=edited
+    )
 
 
 def _ts_key(ts: str) -> tuple[int, int]:

@@ -3,8 +3,9 @@
 This is the trust boundary for event payloads: pydantic checks the shape, and a payload
 that claims to be a message but lacks what a message must have is a `MalformedEvent`
 (the HTTP layer answers 400). Events we do not handle — bots, edits, deletions, hidden
-subtypes, channel chatter without a mention — translate to None and are acked quietly.
-HTTP and Socket Mode both call `inbound_turn`, so both see the same rules.
+subtypes, channel chatter without a mention — translate to None and are acked quietly
+(edits and deletions have their own reading, gateway/edits.py). HTTP and Socket Mode both
+call `inbound_turn`, so both see the same rules.
 
 Two subtypes are people talking and are answered like plain messages: `file_share` (a
 message with files; a DM with only a file is one) and `thread_broadcast` (a thread reply
@@ -90,6 +91,7 @@ class InboundTurn:
     mentioned: bool = True
     files: tuple[SharedFile, ...] = ()
     files_not_described: int = 0
+    edited: str | None = None  # the Slack ts of the edit, for an edited message
 
     @property
     def task_id(self) -> str:
@@ -134,7 +136,7 @@ def check_shape(body: Mapping[str, Any]) -> None:
     try:
         shape = _Shape.model_validate(body)
     except ValidationError as exc:
-        raise MalformedEvent(f"payload: {_summary(exc)}") from exc
+        raise MalformedEvent(f"payload: {summary(exc)}") from exc
     if shape.event is None and (shape.type == "event_callback" or "event" in body):
         raise MalformedEvent("payload: event must be an object")
 
@@ -146,28 +148,37 @@ def inbound_turn(body: Mapping[str, Any]) -> InboundTurn | None:
     try:
         envelope = _Envelope.model_validate(body)
     except ValidationError as exc:
-        raise MalformedEvent(f"event envelope: {_summary(exc)}") from exc
+        raise MalformedEvent(f"event envelope: {summary(exc)}") from exc
     event = envelope.event
     if not _addressed_to_us(event):
         return None
+    return message_turn(envelope.team_id, envelope.event_id, event)
+
+
+def message_turn(
+    team: str, event_id: str | None, event: Mapping[str, Any], *, edited: str | None = None
+) -> InboundTurn:
+    """A person's message event as a turn, addressed or not (the caller has decided);
+    `edited` is the time of an edit (gateway/edits.py). `MalformedEvent` if it is not one."""
     try:
         message = _MessageEvent.model_validate(event)
     except ValidationError as exc:
-        raise MalformedEvent(f"{event.get('type')} event: {_summary(exc)}") from exc
+        raise MalformedEvent(f"{event.get('type')} event: {summary(exc)}") from exc
     files = event.get("files")
     entries: list[Any] = files if isinstance(files, list) else []
     return InboundTurn(
-        team=envelope.team_id,
+        team=team,
         channel=message.channel,
         user=message.user,
         text=message.text,
         ts=message.ts,
         thread_ts=message.thread_ts if message.thread_ts != message.ts else None,
         direct=message.channel_type == "im",
-        event_id=envelope.event_id,
+        event_id=event_id,
         mentioned=message.type == "app_mention",
         files=shared_files(entries),
         files_not_described=max(0, len(entries) - MAX_FILES_DESCRIBED),
+        edited=edited,
     )
 
 
@@ -236,7 +247,7 @@ def _first_text(entry: Mapping[str, Any], *keys: str) -> str | None:
     return None
 
 
-def _summary(exc: ValidationError) -> str:
+def summary(exc: ValidationError) -> str:
     first = exc.errors()[0]
     where = ".".join(str(p) for p in first["loc"]) or "payload"
     return f"{where}: {first['msg']}"

@@ -37,8 +37,14 @@ class Metrics:
         r = self.registry
         self.events = Counter(
             "threadgate_events_total",
-            "Slack event deliveries by outcome (admitted, duplicate, ignored, limited, rejected, unauthorized).",
+            "Slack event deliveries by outcome (admitted, duplicate, ignored, limited, rejected, unauthorized; edited, deleted for edits and deletions).",
             ["outcome"],
+            registry=r,
+        )
+        self.retention_deleted = Counter(
+            "threadgate_retention_deleted_total",
+            "Rows the retention job deleted, by table (storage/retention.py).",
+            ["table"],
             registry=r,
         )
         self.ack_seconds = Histogram(
@@ -159,6 +165,10 @@ class Metrics:
 
     def round_decided(self, decision: str) -> None:
         self.rounds.labels(decision).inc()
+
+    def retention_deleted_rows(self, table: str, count: int) -> None:
+        """`storage.Retention`'s counter callback."""
+        self.retention_deleted.labels(table).inc(count)
 
     def subtask_settled(self, state: str) -> None:
         self.subtasks.labels(state).inc()

@@ -1,7 +1,8 @@
 """The provenance tag: who said what, where and when, in a form no user text can forge.
 
 Every user message reaches the model as
-`<turn from="NAME" id="USER_ID" channel="CHANNEL_ID" at="ISO-8601">body</turn>`.
+`<turn from="NAME" id="USER_ID" channel="CHANNEL_ID" at="ISO-8601">body</turn>`, with
+`edited="ISO-8601"` after `at` once its author edited it.
 The body and attributes are escaped (`&`, `<`, `>`, and `"` in attributes), so whatever a
 user types can never close this turn or open another.
 
@@ -30,7 +31,7 @@ __all__ = ["Turn", "TurnParseError", "parse_turn", "render_turn"]
 
 _TURN = re.compile(
     r'<turn from="(?P<name>[^"<>]*)" id="(?P<id>[^"<>]*)" channel="(?P<channel>[^"<>]*)"'
-    r' at="(?P<at>[^"<>]*)">(?P<body>[^<>]*)</turn>',
+    r' at="(?P<at>[^"<>]*)"(?: edited="(?P<edited>[^"<>]*)")?>(?P<body>[^<>]*)</turn>',
     re.DOTALL,
 )
 
@@ -42,6 +43,7 @@ class Turn:
     channel: str
     at: datetime
     body: str
+    edited: datetime | None = None  # when its author last edited it (gateway/edits.py)
 
 
 class TurnParseError(ValueError):
@@ -65,9 +67,13 @@ def unescape(text: str) -> str:
 def render_turn(turn: Turn) -> str:
     return (
         f'<turn from="{escape_attribute(turn.name)}" id="{escape_attribute(turn.user_id)}"'
-        f' channel="{escape_attribute(turn.channel)}" at="{turn.at.isoformat()}">'
-        f"{escape_body(turn.body)}</turn>"
+        f' channel="{escape_attribute(turn.channel)}" at="{turn.at.isoformat()}"'
+        f"{_edited(turn.edited)}>{escape_body(turn.body)}</turn>"
     )
+
+
+def _edited(edited: datetime | None) -> str:
+    return "" if edited is None else f' edited="{edited.isoformat()}"'
 
 
 def parse_turn(text: str) -> Turn:
@@ -76,12 +82,14 @@ def parse_turn(text: str) -> Turn:
         raise TurnParseError("not a single well-formed <turn> element")
     try:
         at = datetime.fromisoformat(match["at"])
+        edited = datetime.fromisoformat(match["edited"]) if match["edited"] else None
     except ValueError as exc:
-        raise TurnParseError(f"bad `at` timestamp: {match['at']!r}") from exc
+        raise TurnParseError(f"bad `at` or `edited` timestamp in {text[:80]!r}") from exc
     return Turn(
         unescape(match["name"]),
         unescape(match["id"]),
         unescape(match["channel"]),
         at,
         unescape(match["body"]),
+        edited,
     )

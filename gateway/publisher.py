@@ -46,7 +46,7 @@ import aiohttp
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agent import Step, StepState, Task, ToolCallRecord, stop_task
+from agent import Citation, Step, StepState, Task, ToolCallRecord, stop_task
 from gateway.live import (
     MAYBE_DONE,
     LiveMessages,
@@ -60,6 +60,7 @@ from gateway.live import (
     why,
 )
 from gateway.rendering import BLOCK_LIMIT, SlackMessage, render_reply
+from gateway.sources import SourceLinks
 from storage import Outbox
 
 log = logging.getLogger(__name__)
@@ -93,6 +94,7 @@ class SlackPublisher:
     ) -> None:
         self._client = client
         self._outbox = outbox
+        self._sources = SourceLinks(client, outbox, call_seconds=outbox.call_seconds)
         self._visible: set[str] = set()  # tasks whose thread shows streamed text
         self._drafts: dict[tuple[str, str], SlackDraft] = {}
         self._live = (
@@ -118,11 +120,20 @@ class SlackPublisher:
             await self._live.aclose()
 
     async def publish(
-        self, task: Task, message_id: str, text: str, *, steps: Sequence[Step] = ()
+        self,
+        task: Task,
+        message_id: str,
+        text: str,
+        *,
+        steps: Sequence[Step] = (),
+        citations: Sequence[Citation] = (),
     ) -> None:
         draft = self._drafts.pop((task.id, message_id), None)
         streamed = await draft.close() if draft is not None else None
-        for n, part in enumerate(render_reply(text)):
+        # The Sources line goes under the text, rendered with it (gateway/sources.py); a
+        # streamed reply gets it with its final stopStream or update.
+        sources = await self._sources.line(citations) if citations else ""
+        for n, part in enumerate(render_reply(f"{text}\n\n{sources}" if sources else text)):
             if n == 0:
                 await self._post_once(task, message_id, part, streamed=streamed, steps=steps)
             else:
@@ -285,17 +296,13 @@ class SlackPublisher:
                 return True
         elif (
             streamed is not None
-            and streamed.shown + streamed.unsent == _markdown(message)
-            and len(streamed.unsent) <= BLOCK_LIMIT
-            # A reply streamed as written: the rest goes with the stop.
+            and (rest := _rest(streamed, _markdown(message))) is not None
+            # A reply streamed as written: the rest (with a Sources line) goes with the stop.
             and await self._stop(
                 post_id,
                 channel,
                 ts,
-                chunks=[
-                    *streamed.cards,
-                    *([markdown_chunk(streamed.unsent)] if streamed.unsent else []),
-                ],
+                chunks=[*streamed.cards, *([markdown_chunk(rest)] if rest else [])],
                 metadata=metadata,
             )
         ):
@@ -477,6 +484,16 @@ class PostNotSettled(Exception):
 
 class _Unsettled(Exception):
     """A call's outcome is unknown: the outbox settles it on the next claim."""
+
+
+def _rest(streamed: Streamed, final: str) -> str | None:
+    """What the stop must add to a streamed message to show `final`: what was rendered but
+    not sent, and anything the reply has after what the model wrote (its Sources line).
+    None when the message does not show the start of `final` (an update replaces it)."""
+    if not final.startswith(streamed.shown + streamed.unsent):
+        return None
+    rest = final[len(streamed.shown) :]
+    return rest if len(rest) <= BLOCK_LIMIT else None
 
 
 def _metadata(post_id: str) -> dict[str, Any]:

@@ -62,6 +62,7 @@ from gateway.live import StreamSettings
 from gateway.metrics import MeteredModel, Metrics, ToolCallCounter
 from gateway.pins import Pins
 from gateway.publisher import SlackPublisher
+from gateway.revisions import Revisions
 from gateway.slack_app import build_bolt_app
 from gateway.slack_client import slack_client
 from gateway.socket_mode import SocketModeConnection, start_socket_mode
@@ -79,6 +80,7 @@ from storage import (
     PostgresTaskQueue,
     PostgresToolCalls,
     PostgresUsageMeter,
+    Retention,
     start_embedded_postgres,
     tokens_today,
 )
@@ -290,6 +292,7 @@ class Gateway:
         self.mcp = await start_mcp(s, registries[0], self._stack)
         self._start_runner(db, client, models, threads, identity, registries)
         self._start_queue_sampler(db)
+        self._start_retention(db)
         await self._start_http(db, client, host, port, users, threads, identity)
 
     async def stop(self) -> None:
@@ -377,6 +380,16 @@ class Gateway:
 
         self._stack.push_async_callback(stop_task, sampler)
 
+    def _start_retention(self, db: Database) -> None:
+        s = self.settings
+        retention = Retention(
+            db, days=s.threadgate_retention_days, on_deleted=self.metrics.retention_deleted_rows
+        )
+        job = asyncio.create_task(
+            retention.run_every(s.threadgate_retention_interval_seconds), name="retention"
+        )
+        self._stack.push_async_callback(stop_task, job)
+
     async def _start_http(
         self,
         db: Database,
@@ -417,6 +430,9 @@ class Gateway:
                 users,
                 max_pinned=s.threadgate_pinned_max,
                 lookup_budget_seconds=s.threadgate_lookup_budget_seconds,
+            ),
+            revisions=Revisions(
+                db, gatekeeper, lookup_budget_seconds=s.threadgate_lookup_budget_seconds
             ),
         )
         socket_mode = self.settings.socket_mode

@@ -3,8 +3,10 @@
 Bolt runs with `process_before_response=True`: the HTTP response (the ack) is sent only
 after our listener returned, that is after the turn and its task are committed. Bolt's
 default — ack first, work in the background — would lose an acked event on a crash.
-Every event goes to one listener that asks `inbound_turn` whether it concerns us (and,
-for pins, `pin_change`: gateway/pins.py).
+Every event goes to one listener that asks `pin_change` whether it pins or unpins a
+message (gateway/pins.py), `inbound_change` whether it edits or deletes one
+(gateway/revisions.py applies it), and otherwise `inbound_turn` whether it concerns us.
+Socket Mode goes through this same app, so both modes see the same rules.
 """
 
 from __future__ import annotations
@@ -21,10 +23,12 @@ from slack_bolt.context.async_context import AsyncBoltContext
 from slack_bolt.response import BoltResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
+from gateway.edits import inbound_change
 from gateway.gatekeeper import Gatekeeper
 from gateway.inbound import MalformedEvent, inbound_turn
 from gateway.metrics import Metrics
 from gateway.pins import Pins, pin_change
+from gateway.revisions import Revisions
 from storage import StorageError
 
 log = logging.getLogger(__name__)
@@ -52,6 +56,7 @@ def build_bolt_app(
     metrics: Metrics,
     identity: AuthorizeResult | None = None,
     pins: Pins | None = None,
+    revisions: Revisions | None = None,
 ) -> AsyncApp:
     app = AsyncApp(
         client=client,
@@ -71,16 +76,20 @@ def build_bolt_app(
                 else await pins.apply(pin, bot_user_id=context.bot_user_id)
             )
             metrics.pin_settled(kept)
-            await ack()
-            return
-        turn = inbound_turn(body)
-        outcome = (
-            "ignored"
-            if turn is None
-            else await gatekeeper.admit(turn, bot_user_id=context.bot_user_id)
-        )
-        metrics.events.labels(outcome).inc()
+        else:
+            metrics.events.labels(await _handle(body, context.bot_user_id)).inc()
         await ack()
+
+    async def _handle(body: dict[str, Any], bot_user_id: str | None) -> str:
+        change = inbound_change(body)
+        if change is not None:
+            return (
+                "ignored"
+                if revisions is None
+                else await revisions.apply(change, bot_user_id=bot_user_id)
+            )
+        turn = inbound_turn(body)
+        return "ignored" if turn is None else await gatekeeper.admit(turn, bot_user_id=bot_user_id)
 
     @app.error
     async def on_error(error: Exception, response: BoltResponse) -> None:

@@ -93,6 +93,7 @@ def render_message(
     *,
     bot_user_id: str | None = None,
     note: str = "",
+    edited: datetime | None = None,
 ) -> str:
     """A person's message as the model reads it: Slack markup as plain text, in a turn tag
     with the author's id, the channel and the time (the bot's own mention dropped), and
@@ -100,7 +101,7 @@ def render_message(
     body = slack_to_text(message.text, user_names=names, bot_user_id=bot_user_id)
     body = f"{body}\n\n{note}" if body and note else body or note
     author = names.get(message.user, message.user)
-    return render_turn(Turn(author, message.user, channel, slack_time(message.ts), body))
+    return render_turn(Turn(author, message.user, channel, slack_time(message.ts), body, edited))
 
 
 def slack_time(ts: str) -> datetime:

@@ -35,6 +35,7 @@ from storage.inspection import (
     inspect_task,
     list_tasks,
 )
+from storage.lifecycle import TOMBSTONE, Deleted, delete_turn, revise_turn, stored_turn
 from storage.memory import PostgresMemory, SessionReset, UnknownSession, reset_session, slot_name
 from storage.migrations import pending_migrations
 from storage.outbox import Claim, Outbox, Superseded
@@ -47,19 +48,23 @@ from storage.queue import (
     cancel_task,
     retry_task,
 )
+from storage.retention import SEEN_EVENTS_KEPT, Retention, RetentionRun
 from storage.summaries import PostgresSummaries
 from storage.tool_calls import PostgresToolCalls, StoredToolCall, tool_calls_of
 from storage.usage import PostgresUsageMeter, tokens_today
 
 __all__ = [
     "LIMIT_SCOPES",
+    "SEEN_EVENTS_KEPT",
     "TASK_STATES",
+    "TOMBSTONE",
     "UNLIMITED",
     "Admission",
     "Admitted",
     "Claim",
     "Database",
     "DatabaseUnavailable",
+    "Deleted",
     "EarlierMessage",
     "Intervention",
     "InterventionRecord",
@@ -78,6 +83,8 @@ __all__ = [
     "PostgresTaskQueue",
     "PostgresToolCalls",
     "PostgresUsageMeter",
+    "Retention",
+    "RetentionRun",
     "RoundRecord",
     "SessionReset",
     "StorageError",
@@ -92,6 +99,7 @@ __all__ = [
     "admit",
     "cancel_task",
     "clear_pin",
+    "delete_turn",
     "flag_pin",
     "inspect_task",
     "list_tasks",
@@ -99,10 +107,12 @@ __all__ = [
     "reset_session",
     "retain_pin",
     "retry_task",
+    "revise_turn",
     "session_exists",
     "session_known",
     "slot_name",
     "start_embedded_postgres",
+    "stored_turn",
     "task_exists",
     "tokens_today",
     "tool_calls_of",

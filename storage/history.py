@@ -21,21 +21,22 @@ shown.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections import defaultdict
 from collections.abc import Sequence
 
 import asyncpg
 
-from agent import MAX_IMAGES_PER_REQUEST, Image, StoredMessage, Task
+from agent import MAX_IMAGES_PER_REQUEST, Citation, Image, StoredMessage, Task
 from storage.database import Database
 from storage.errors import translate_errors
 
-_COLUMNS = "id, session_id, role, kind, text, pinned"
+_COLUMNS = "id, session_id, role, kind, text, pinned, citations"
 
 _APPEND = f"""
 WITH inserted AS (
-    INSERT INTO messages (id, session_id, anchor, role, kind, text)
-    SELECT $1, $2, q.seq, $3, $4, $5 FROM messages q WHERE q.id = $6
+    INSERT INTO messages (id, session_id, anchor, role, kind, text, citations)
+    SELECT $1, $2, q.seq, $3, $4, $5, $7::jsonb FROM messages q WHERE q.id = $6
     ON CONFLICT (id) DO NOTHING
     RETURNING {_COLUMNS}
 )
@@ -65,12 +66,12 @@ LIMIT $2
 # The pinned messages (newest pins, bounded) and the latest summary before the task's turn.
 _MEMORY = """
 WITH target AS (SELECT seq FROM messages WHERE id = $2)
-(SELECT id, session_id, role, kind, text, pinned, anchor, seq FROM messages
+(SELECT id, session_id, role, kind, text, pinned, citations, anchor, seq FROM messages
  WHERE session_id = $1 AND pinned AND anchor <= (SELECT seq FROM target)
  ORDER BY pinned_at DESC LIMIT $3)
 UNION ALL
 (SELECT 'summary:' || session_id || ':' || covers_to_seq, session_id, 'user', 'summary', text,
-        false, covers_to_seq, 0
+        false, NULL::jsonb, covers_to_seq, 0
  FROM summaries WHERE session_id = $1 AND covers_to_seq < (SELECT seq FROM target)
  ORDER BY covers_to_seq DESC LIMIT 1)
 """
@@ -78,7 +79,30 @@ UNION ALL
 
 def message_from_row(row: asyncpg.Record) -> StoredMessage:
     return StoredMessage(
-        row["id"], row["session_id"], row["role"], row["kind"], row["text"], pinned=row["pinned"]
+        row["id"],
+        row["session_id"],
+        row["role"],
+        row["kind"],
+        row["text"],
+        pinned=row["pinned"],
+        citations=citations_from_json(row["citations"]),
+    )
+
+
+def citations_to_json(citations: Sequence[Citation]) -> str | None:
+    """A reply's citations as stored (`messages.citations`); None when it has none."""
+    if not citations:
+        return None
+    return json.dumps(
+        [{"message": c.message_id} if c.message_id else {"url": c.url} for c in citations]
+    )
+
+
+def citations_from_json(stored: str | None) -> tuple[Citation, ...]:
+    if not stored:
+        return ()
+    return tuple(
+        Citation(message_id=item.get("message"), url=item.get("url")) for item in json.loads(stored)
     )
 
 
@@ -100,7 +124,14 @@ class PostgresHistory:
     async def append(self, message: StoredMessage, *, answers: str) -> StoredMessage:
         m = message
         row = await self._db.pool.fetchrow(
-            _APPEND, m.id, m.session_id, m.role, m.kind, m.text, answers
+            _APPEND,
+            m.id,
+            m.session_id,
+            m.role,
+            m.kind,
+            m.text,
+            answers,
+            citations_to_json(m.citations),
         )
         if row is None:
             raise LookupError(

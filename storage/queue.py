@@ -249,6 +249,18 @@ async def cancel_task(
         return await _record(conn, Intervention(task_id, "cancel", state, actor, reason))
 
 
+async def cancel_if_queued(
+    conn: Connection, task_id: str, *, actor: str, reason: str | None = None
+) -> Intervention | None:
+    """Cancel the task inside the caller's transaction if it has not started (queued);
+    None when it is unknown or past that (a running task is left to finish)."""
+    row = await conn.fetchrow(_LOCK, task_id)
+    if row is None or row["state"] != "queued":
+        return None
+    await conn.execute(_CANCEL, task_id)
+    return await _record(conn, Intervention(task_id, "cancel", "queued", actor, reason))
+
+
 @translate_errors("The task could not be retried")
 async def retry_task(
     db: Database, task_id: str, *, actor: str, reason: str | None = None

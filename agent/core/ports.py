@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Literal, Protocol, TypeAlias
 
 from agent.core import ids
+from agent.core.citations import Citation
 from agent.core.errors import Route
 from agent.core.images import Image
 
@@ -69,6 +70,7 @@ class StoredMessage:
     # Pictures shown with a user turn (stored with it, so later rounds see them again).
     images: tuple[Image, ...] = ()
     pinned: bool = field(default=False, compare=False)  # pinned in the conversation
+    citations: tuple[Citation, ...] = ()  # a reply's sources (agent/core/citations.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,9 +155,15 @@ class Publisher(Protocol):
     """Delivers the agent's text to the conversation, exactly once per message id."""
 
     async def publish(
-        self, task: Task, message_id: str, text: str, *, steps: Sequence[Step] = ()
+        self,
+        task: Task,
+        message_id: str,
+        text: str,
+        *,
+        steps: Sequence[Step] = (),
+        citations: Sequence[Citation] = (),
     ) -> None:
-        """Post `text` unless it was posted already. Fenced by the task's lease: when
+        """Post `text` unless it was posted already; a reply's `citations` are shown with it. Fenced by the task's lease: when
         `task` (its attempt) is no longer the current lease, nothing is posted and an
         exception is raised; the runner then finds the lease lost and stops.
 

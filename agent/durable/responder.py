@@ -67,6 +67,7 @@ from agent.models.contract import (
     Watch,
 )
 from agent.models.ladder import Attempts, answering_route
+from agent.rounds.citations import Citable
 from agent.rounds.control import Decision, round_controls
 from agent.rounds.loop import run_round
 from agent.rounds.prompt import prompt_epoch, system_prompt, transcript
@@ -126,11 +127,13 @@ class ModelResponder:
         catalog = ReferenceCatalog.from_window(round_input.window)
         epoch = await self._session_epoch(round_input.task)
         messages = transcript(round_input, catalog, self._subtasks, system=epoch.text)
+        citable = Citable(catalog)
         controls = round_controls(
             final=round_input.final,
             subtasks=self._subtasks,
             catalog=catalog,
             max_subtasks=self._settings.max_subtasks,
+            citable=citable,
         )
         toolbox = Toolbox(self._tools, self._tool_context(round_input.task), self._settings)
         task = round_input.task
@@ -138,7 +141,13 @@ class ModelResponder:
 
         async def attempt(model: Model) -> Decision:
             decision = await run_round(
-                model, messages, controls, self._settings, toolbox=toolbox, draft=draft
+                model,
+                messages,
+                controls,
+                self._settings,
+                toolbox=toolbox,
+                draft=draft,
+                citable=citable,
             )
             return replace(decision, origin=AnswerOrigin(epoch.hash, answering_route()))
 

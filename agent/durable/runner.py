@@ -312,7 +312,12 @@ class TaskRunner:
         self._observer.round_decided(type(decision).__name__.lower())
         if isinstance(decision, Reply):
             draft = StoredMessage(
-                task.reply_id, task.session_id, "assistant", "reply", decision.text
+                task.reply_id,
+                task.session_id,
+                "assistant",
+                "reply",
+                decision.text,
+                citations=decision.citations,
             )
             reply = await self._history.append(draft, answers=task.user_message_id)
             await self._stamp(reply.id, reply.text == decision.text, decision.origin)
@@ -381,7 +386,7 @@ class TaskRunner:
         return kept[first_turn:]
 
     async def _deliver_reply(self, task: Task, reply: StoredMessage) -> None:
-        await self._publisher.publish(task, reply.id, reply.text)
+        await self._publisher.publish(task, reply.id, reply.text, citations=reply.citations)
         self._observer.task_settled("answered")
         await self._queue.finish(task)
 

@@ -5,7 +5,9 @@ which call counts when the model made several in one step — and `parse`, which
 call into a decision or raises `ControlCallError` with a message written for the model:
 what was wrong and how to call it right. The round, not the provider, validates.
 
-    final_reply   answer the user; several calls in one step: the last one counts
+    final_reply   answer the user, optionally citing `[ref N]` messages and URLs the
+                  model was shown (agent/rounds/citations.py); several calls in one step:
+                  the last one counts
     delegate      post an acknowledgment now and start subtasks whose results come back
                   in the next round; two or more calls in one step are refused (`select`
                   raises), because each call would start its own batch of durable work
@@ -24,11 +26,13 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agent.core.citations import Citation
 from agent.core.delegation import Delegation, SubtaskRequest
 from agent.core.errors import ControlCallError
 from agent.core.ports import AnswerOrigin
 from agent.core.text import storable_json, storable_text
 from agent.models.contract import ToolCall, ToolSpec
+from agent.rounds.citations import Citable
 from agent.rounds.settings import DEFAULT_MAX_SUBTASKS
 from agent.rounds.tools import model_schema, validation_problems
 
@@ -41,9 +45,10 @@ M = TypeVar("M", bound=BaseModel)
 
 @dataclass(frozen=True, slots=True)
 class Reply:
-    """The round's outcome: this text is the answer the user reads."""
+    """The round's outcome: this text is the answer the user reads, and what it cites."""
 
     text: str
+    citations: tuple[Citation, ...] = ()
     # Which prompt and route produced it (set by the responder; not part of the answer).
     origin: AnswerOrigin | None = field(default=None, compare=False)
 
@@ -77,15 +82,50 @@ def _parse_input(call: ToolCall, model: type[M], usage: str) -> M:
         ) from exc
 
 
+# More sources than this under one reply is a list, not a Sources line.
+MAX_CITATIONS = 10
+
+
+class _CitationInput(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    ref: int | None = None
+    url: str | None = None
+
+
 class _FinalReplyInput(BaseModel):
     model_config = ConfigDict(extra="forbid")
     text: str
+    citations: list[_CitationInput] = Field(default_factory=list, max_length=MAX_CITATIONS)
+
+
+_CITATIONS = {
+    "type": "array",
+    "maxItems": MAX_CITATIONS,
+    "description": (
+        "Optional: the sources of your answer, shown under it. Each item is either "
+        '{"ref": N} for a [ref N] message of this conversation, or {"url": "https://…"} '
+        "for an address that appeared in what you read (messages, tool results). "
+        "Cite only what you were shown."
+    ),
+    "items": {
+        "type": "object",
+        "properties": {
+            "ref": {"type": "integer", "minimum": 1},
+            "url": {"type": "string"},
+        },
+        "additionalProperties": False,
+    },
+}
 
 
 class FinalReply:
-    """`final_reply`: answer the user. Several calls in one step: the last one counts."""
+    """`final_reply`: answer the user, optionally citing what the model was shown
+    (`agent.rounds.citations`). Several calls in one step: the last one counts."""
 
-    usage = 'Call final_reply again with exactly {"text": "<your answer>"}.'
+    usage = (
+        'Call final_reply again with {"text": "<your answer>"} and, optionally, '
+        '"citations": [{"ref": N} or {"url": "https://…"}].'
+    )
     spec = ToolSpec(
         name="final_reply",
         description=(
@@ -94,11 +134,17 @@ class FinalReply:
         ),
         parameters={
             "type": "object",
-            "properties": {"text": {"type": "string", "description": "The answer, in Markdown."}},
+            "properties": {
+                "text": {"type": "string", "description": "The answer, in Markdown."},
+                "citations": _CITATIONS,
+            },
             "required": ["text"],
             "additionalProperties": False,
         },
     )
+
+    def __init__(self, citable: Citable | None = None) -> None:
+        self._citable = citable if citable is not None else Citable()
 
     def select(self, calls: Sequence[ToolCall]) -> ToolCall:
         return calls[-1]
@@ -110,7 +156,17 @@ class FinalReply:
                 "final_reply was called with an empty `text`. The user would see nothing. "
                 "Call final_reply again with your full answer in `text`."
             )
-        return Reply(parsed.text)
+        shapeless = [
+            n for n, c in enumerate(parsed.citations) if (c.ref is None) == (c.url is None)
+        ]
+        if shapeless:
+            raise ControlCallError(
+                f"final_reply was not sent: citations[{shapeless[0]}] must have exactly one of "
+                f'"ref" or "url". {self.usage}'
+            )
+        refs = [c.ref for c in parsed.citations]
+        urls = [c.url for c in parsed.citations]
+        return Reply(parsed.text, self._citable.resolve(refs, urls))
 
 
 class _SubtaskCall(BaseModel):
@@ -256,12 +312,14 @@ def round_controls(
     subtasks: SubtaskRegistry,
     catalog: ReferenceCatalog,
     max_subtasks: int = DEFAULT_MAX_SUBTASKS,
+    citable: Citable | None = None,
 ) -> tuple[ControlTool, ...]:
     """The controls a round offers, in precedence order.
 
     Every round offers `final_reply`; `delegate` only when a subtask type exists and the
     round is not the task's last.
     """
+    reply = FinalReply(citable if citable is not None else Citable(catalog))
     if final or len(subtasks) == 0:
-        return (FinalReply(),)
-    return (Delegate(subtasks, catalog, max_subtasks=max_subtasks), FinalReply())
+        return (reply,)
+    return (Delegate(subtasks, catalog, max_subtasks=max_subtasks), reply)

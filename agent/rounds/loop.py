@@ -51,6 +51,7 @@ from agent.models.contract import (
     ToolSpec,
     UserMessage,
 )
+from agent.rounds.citations import Citable
 from agent.rounds.control import ControlTool, Decision, Reply
 from agent.rounds.framing import frame_output
 from agent.rounds.live_reply import ReplyTap
@@ -100,13 +101,18 @@ async def run_round(
     *,
     toolbox: Toolbox | None = None,
     draft: Draft | None = None,
+    citable: Citable | None = None,
 ) -> Decision:
     """Run one round on `model` and return the decision of its control call; with a
-    `draft`, the reply is shown while it is written."""
+    `draft`, the reply is shown while it is written. What the model is shown (the
+    messages, then each work result) is noted in `citable`, which `final_reply` checks
+    its citations against."""
+    seen = citable if citable is not None else Citable()
+    seen.note(messages)
     if draft is None:
-        return await _run_round(model, messages, controls, settings, toolbox, None)
+        return await _run_round(model, messages, controls, settings, toolbox, None, seen)
     try:
-        decision = await _run_round(model, messages, controls, settings, toolbox, draft)
+        decision = await _run_round(model, messages, controls, settings, toolbox, draft, seen)
     except BaseException:
         await draft.discard()
         raise
@@ -122,6 +128,7 @@ async def _run_round(
     settings: RoundSettings,
     toolbox: Toolbox | None,
     draft: Draft | None,
+    citable: Citable,
 ) -> Decision:
     conversation = list(messages)
     tools = tuple(c.spec for c in controls) + (toolbox.specs if toolbox else ())
@@ -142,7 +149,9 @@ async def _run_round(
             await draft.discard()
         if isinstance(step, _Work):
             assert toolbox is not None  # work is only recognised when there is a toolbox
-            conversation.extend(await _run_work(toolbox, step.calls))
+            results = await _run_work(toolbox, step.calls)
+            citable.note(results)
+            conversation.extend(results)
             steps += 1
             continue
         if not isinstance(step, _Repair):

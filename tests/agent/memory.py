@@ -8,6 +8,7 @@ import dataclasses
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
+from agent.core.citations import Citation
 from agent.core.delegation import (
     Delegation,
     RoundRecord,
@@ -85,14 +86,23 @@ class MemoryPublisher:
     posts: list[tuple[str, str]] = field(default_factory=list)
     started: list[str] = field(default_factory=list)
     steps: list[tuple[str, tuple[Step, ...]]] = field(default_factory=list)
+    citations: dict[str, tuple[Citation, ...]] = field(default_factory=dict)
 
     async def publish(
-        self, task: Task, message_id: str, text: str, *, steps: Sequence[Step] = ()
+        self,
+        task: Task,
+        message_id: str,
+        text: str,
+        *,
+        steps: Sequence[Step] = (),
+        citations: Sequence[Citation] = (),
     ) -> None:
         if steps:
             self.steps.append((message_id, tuple(steps)))
         if all(existing != message_id for existing, _ in self.posts):
             self.posts.append((message_id, text))
+            if citations:
+                self.citations[message_id] = tuple(citations)
 
     @contextlib.asynccontextmanager
     async def working(self, task: Task) -> AsyncIterator[None]:

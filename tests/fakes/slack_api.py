@@ -99,6 +99,7 @@ from aiohttp import web
 
 from .slack_events import CLOCK, ts_to_micros
 from .slack_files import FakeFiles
+from .slack_permalinks import permalink
 from .slack_streams import DISPLAY_MODES, MAX_MARKDOWN, Stream, StreamedMessage, check_payload
 
 if TYPE_CHECKING:
@@ -220,6 +221,7 @@ class FakeSlack:
             "conversations.history": self._conversations_history,
             "assistant.threads.setStatus": self._assistant_threads_set_status,
             "apps.connections.open": self._apps_connections_open,
+            "chat.getPermalink": lambda params: permalink(self.messages, params),
         }
         self.add_user(bot_user_id, name=bot_name, real_name=bot_name, is_bot=True)
         self.files = FakeFiles(bot_token, team_id)  # url_private downloads (slack_files.py)

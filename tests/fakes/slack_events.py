@@ -345,6 +345,33 @@ def message_changed_event(
     }
 
 
+def message_deleted_event(
+    *,
+    ts: str,
+    old_text: str = "",
+    user: str = DEFAULT_USER,
+    channel: str = DEFAULT_CHANNEL,
+    channel_type: str = "channel",
+    thread_ts: str | None = None,
+) -> dict[str, Any]:
+    """The hidden `message_deleted` event Slack sends when the message at `ts` is deleted."""
+    now = new_ts()
+    previous: dict[str, Any] = {"type": "message", "user": user, "text": old_text, "ts": ts}
+    if thread_ts is not None:
+        previous["thread_ts"] = thread_ts
+    return {
+        "type": "message",
+        "subtype": "message_deleted",
+        "hidden": True,
+        "deleted_ts": ts,
+        "previous_message": previous,
+        "channel": channel,
+        "channel_type": channel_type,
+        "ts": now,
+        "event_ts": now,
+    }
+
+
 def event_callback(
     event: Mapping[str, Any],
     *,

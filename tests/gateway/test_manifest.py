@@ -51,6 +51,7 @@ METHOD_SCOPES: dict[str, set[str]] = {
     "conversations_history": {"channels:history", "groups:history", "im:history"},
     "assistant_threads_setStatus": {"assistant:write"},
     "apps_connections_open": set(),  # the app-level token's connections:write, not a bot scope
+    "chat_getPermalink": set(),  # "No scope required" (docs.slack.dev, chat.getPermalink)
 }
 # The scope Slack requires for each Events API subscription.
 EVENT_SCOPES = {

@@ -54,6 +54,7 @@ turns = st.builds(
     channel=fields,
     at=st.datetimes(timezones=st.just(UTC)),
     body=fields,
+    edited=st.none() | st.datetimes(timezones=st.just(UTC)),
 )
 SURVIVORS = set(LOOKALIKES) | INVISIBLE
 
@@ -65,6 +66,7 @@ def sanitized(turn: Turn) -> Turn:
         sanitize(turn.channel),
         turn.at,
         sanitize(turn.body),
+        turn.edited,
     )
 
 

@@ -1,0 +1,138 @@
+"""A reply's citations, end to end: a Sources line under the reply, with links that show
+where they go and cannot ping (issue 12, item 6)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from slack_sdk.web.async_client import AsyncWebClient
+
+from agent import Citation
+from agent.models.contract import UserMessage
+from agent.rounds.citations import Citable
+from gateway.rendering import render_reply
+from gateway.sources import SourceLinks
+from storage import Database, Outbox
+from tests.fakes.openai_api import reply_with_tool
+from tests.fakes.slack_events import DEFAULT_CHANNEL, app_mention_event, event_callback
+from tests.fakes.slack_permalinks import WORKSPACE_URL
+from tests.gateway.rig import STREAMING, Rig
+from tests.gateway.test_rendering import FORBIDDEN, PING, block_text
+
+
+@pytest.fixture
+async def rig(fresh_dsn: str) -> AsyncIterator[Rig]:
+    async with Rig(fresh_dsn) as running:
+        yield running
+
+
+async def test_a_cited_message_links_to_its_permalink(rig: Rig) -> None:
+    """{"ref": 1} under the reply is the cited message's permalink from chat.getPermalink."""
+    event = app_mention_event(text="<@UBOT> the plan is in the doc")
+    rig.slack.seed_message(DEFAULT_CHANNEL, event["ts"], event["user"], event["text"])
+    rig.model.script(reply_with_tool("final_reply", {"text": "Noted.", "citations": [{"ref": 1}]}))
+    await rig.send(event_callback(event))
+    [post] = await rig.slack.wait_for_posts(1)
+    link = f"{WORKSPACE_URL}/archives/{DEFAULT_CHANNEL}/p{event['ts'].replace('.', '')}"
+    assert post.text.startswith("Noted.") and "Sources:" in post.text
+    assert f"(<{link}>)" in block_text_of(post.blocks)
+    stored = await rig.db.pool.fetchval("SELECT citations FROM messages WHERE kind = 'reply'")
+    assert '"message"' in stored
+
+
+async def test_a_cited_reply_of_ours_links_to_the_post(rig: Rig) -> None:
+    """Our own earlier reply is found through its outbox row (the post's ts)."""
+    rig.model.script(
+        reply_with_tool("final_reply", {"text": "First answer."}),
+        reply_with_tool("final_reply", {"text": "As I said.", "citations": [{"ref": 2}]}),
+    )
+    first = app_mention_event(text="<@UBOT> one")
+    await rig.send(event_callback(first))
+    [answer] = await rig.slack.wait_for_posts(1)
+    await rig.send(event_callback(app_mention_event(text="<@UBOT> two", thread_ts=first["ts"])))
+    posts = await rig.slack.wait_for_posts(2)
+    link = f"{WORKSPACE_URL}/archives/{DEFAULT_CHANNEL}/p{answer.ts.replace('.', '')}"
+    assert f"(<{link}?thread_ts={first['ts']}&cid={DEFAULT_CHANNEL}>)" in block_text_of(
+        posts[1].blocks
+    )
+
+
+async def test_without_a_permalink_the_archive_link_stands_in(rig: Rig) -> None:
+    """When chat.getPermalink fails, the link is built from the channel and the ts."""
+    event = app_mention_event(text="<@UBOT> hello")
+    rig.slack.refuse("chat.getPermalink", "message_not_found")
+    rig.model.script(reply_with_tool("final_reply", {"text": "Hi.", "citations": [{"ref": 1}]}))
+    await rig.send(event_callback(event))
+    [post] = await rig.slack.wait_for_posts(1)
+    fallback = f"https://slack.com/archives/{DEFAULT_CHANNEL}/p{event['ts'].replace('.', '')}"
+    assert f"(<{fallback}>)" in block_text_of(post.blocks)
+
+
+async def test_an_invalid_citation_is_repaired_then_the_reply_posted(rig: Rig) -> None:
+    """A URL the model was never shown goes back to it as a failed call; its next, valid
+    reply is posted with the URL it was shown."""
+    rig.model.script(
+        reply_with_tool(
+            "final_reply", {"text": "See x.", "citations": [{"url": "https://evil.example/"}]}
+        ),
+        reply_with_tool(
+            "final_reply",
+            {"text": "See the docs.", "citations": [{"url": "https://docs.example/guide"}]},
+        ),
+    )
+    await rig.send(
+        event_callback(app_mention_event(text="<@UBOT> read https://docs.example/guide please"))
+    )
+    [post] = await rig.slack.wait_for_posts(1)
+    feedback = rig.model.requests[1].body["messages"][-1]
+    assert feedback["role"] == "tool" and "did not appear" in feedback["content"]
+    assert "https://docs.example/guide" in feedback["content"]
+    assert "[docs.example](<https://docs.example/guide>)" in block_text_of(post.blocks)
+    assert "evil.example" not in post.text
+
+
+async def test_a_streamed_reply_gets_its_sources_with_the_stop(fresh_dsn: str) -> None:
+    """The reply streams as written; the Sources line arrives with chat.stopStream."""
+    async with Rig(fresh_dsn, overrides=STREAMING) as rig:
+        rig.model.script(
+            reply_with_tool(
+                "final_reply",
+                {"text": "Streamed answer.", "citations": [{"url": "https://docs.example/a"}]},
+            )
+        )
+        await rig.send(event_callback(app_mention_event(text="<@UBOT> see https://docs.example/a")))
+        [done] = await rig.slack.wait_for_streams(1, stopped=True)
+        assert done.text.startswith("Streamed answer.")
+        assert done.text.endswith("**Sources:** [docs.example](<https://docs.example/a>)")
+        assert rig.slack.posts == [] and rig.slack.calls_to("chat.update") == []
+
+
+def block_text_of(blocks: object) -> str:
+    assert isinstance(blocks, list)
+    return "".join(str(b.get("text", "")) for b in blocks)
+
+
+# What a hostile page or message could put around a URL the model then cites.
+hostile = st.text(alphabet="ab.:/?#&=@!<>|()[]*_~ \n`\\", max_size=40)
+
+
+@given(st.lists(hostile, min_size=1, max_size=4), st.text(max_size=60))
+async def test_no_sources_line_can_ping(shown: list[str], reply: str) -> None:
+    """Whatever URLs the model was shown and cites, the Sources line under its reply holds
+    nothing Slack could turn into a ping or a mention."""
+    seen = Citable()
+    seen.note([UserMessage(f"https://{piece} https://@here.{piece}") for piece in shown])
+    citations = [Citation(url=url) for url in sorted(seen.urls)]
+    links = SourceLinks(
+        AsyncWebClient(base_url="http://127.0.0.1:9/"),
+        Outbox(Database("postgresql://unused"), call_seconds=1, settle_seconds=1),
+        call_seconds=1,
+    )
+    line = await links.line(citations)
+    for message in render_reply(f"{reply}\n\n{line}" if line else reply):
+        assert PING.search(block_text(message)) is None
+        assert PING.search(message.text) is None
+        assert not any(sequence in message.text for sequence in FORBIDDEN)
