@@ -40,7 +40,13 @@ _HINTS = {
     "SLACK_SIGNING_SECRET": "the signing secret from your Slack app's Basic Information page",
     "SLACK_APP_TOKEN": "an app-level token (xapp-…) with the connections:write scope",
     "THREADGATE_MODEL": "the model as provider:model, e.g. openai:gpt-4.1-mini",
+    "SLACK_CLIENT_ID": "the client id (digits.digits) from your Slack app's Basic Information page",
+    "SLACK_CLIENT_SECRET": "the client secret from your Slack app's Basic Information page",
 }
+# Slack's app credentials: the client id is two numbers joined by a dot, the secret 32 hex
+# digits. Checked so a value pasted into the wrong variable is caught before the first install.
+_CLIENT_ID = re.compile(r"[0-9]{1,20}\.[0-9]{1,20}")
+_CLIENT_SECRET = re.compile(r"[0-9a-f]{32}")
 
 
 DEFAULT_METRICS_ADDRESS = "127.0.0.1:9090"
@@ -120,6 +126,21 @@ class Settings(BaseSettings):
     threadgate_socket_connect_timeout: Annotated[float, Field(gt=0, le=600)] = 30.0
     # MCP servers whose tools the agent may call (a JSON file in the `mcpServers` shape).
     threadgate_mcp_config: Path | None = None
+    # Many workspaces (Slack's OAuth install flow) instead of one SLACK_BOT_TOKEN.
+    slack_client_id: str | None = None
+    slack_client_secret: SecretStr | None = None
+    threadgate_oauth_redirect_url: str | None = None
+    # The workspace whose THREADGATE_OPERATOR_CHANNEL gets operator alerts (OAuth mode);
+    # unset: the workspace installed first.
+    threadgate_operator_team: str | None = None
+
+    @field_validator("threadgate_oauth_redirect_url")
+    @classmethod
+    def _redirect_url(cls, value: str | None) -> str | None:
+        parts = _url_parts(value) if value else None
+        if value and (parts is None or parts.scheme not in ("https", "http")):
+            raise ValueError("expected the full https:// URL of /slack/oauth_redirect")
+        return value
 
     @field_validator("threadgate_metrics_address")
     @classmethod
@@ -148,6 +169,11 @@ class Settings(BaseSettings):
     @property
     def socket_mode(self) -> bool:
         return self.slack_app_token is not None
+
+    @property
+    def oauth_mode(self) -> bool:
+        """Many workspaces through Slack's OAuth install flow (else one, SLACK_BOT_TOKEN)."""
+        return self.slack_client_id is not None or self.slack_client_secret is not None
 
     def mcp_config(self) -> McpConfig:
         """The MCP servers to connect (none when THREADGATE_MCP_CONFIG is unset); its
@@ -193,11 +219,14 @@ class Settings(BaseSettings):
 
     def require_serve(self) -> None:
         """Check what `threadgate serve` cannot run without."""
-        token = self.require("SLACK_BOT_TOKEN")
-        if not token.startswith("xoxb-"):
-            raise ConfigError(
-                f"SLACK_BOT_TOKEN does not look like a bot token: put {_HINTS['SLACK_BOT_TOKEN']} there."
-            )
+        if self.oauth_mode:
+            self.require_oauth()
+        else:
+            token = self.require("SLACK_BOT_TOKEN")
+            if not token.startswith("xoxb-"):
+                raise ConfigError(
+                    f"SLACK_BOT_TOKEN does not look like a bot token: put {_HINTS['SLACK_BOT_TOKEN']} there."
+                )
         if self.socket_mode:
             if not self.require("SLACK_APP_TOKEN").startswith("xapp-"):
                 raise ConfigError(
@@ -206,6 +235,23 @@ class Settings(BaseSettings):
         else:
             self.require("SLACK_SIGNING_SECRET")
         self.require("THREADGATE_MODEL")
+
+    def require_oauth(self) -> None:
+        """Check the OAuth mode's settings: both app credentials, well-formed, and no
+        SLACK_BOT_TOKEN beside them (exactly one of the two modes)."""
+        if self.slack_bot_token is not None:
+            raise ConfigError(
+                "SLACK_BOT_TOKEN and SLACK_CLIENT_ID/SLACK_CLIENT_SECRET are both set: set "
+                "SLACK_BOT_TOKEN for one workspace, or the client id and secret for many, not both."
+            )
+        for variable, shape in (
+            ("SLACK_CLIENT_ID", _CLIENT_ID),
+            ("SLACK_CLIENT_SECRET", _CLIENT_SECRET),
+        ):
+            if not shape.fullmatch(self.require(variable)):
+                raise ConfigError(
+                    f"{variable} does not look like one: put {_HINTS[variable]} there."
+                )
 
 
 def load_settings(*, env_file: Path | str | None = None, **overrides: object) -> Settings:

@@ -17,11 +17,13 @@ import contextlib
 import logging
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
+from typing import Any
 
 import aiohttp
 from aiohttp import web
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.authorization import AuthorizeResult
+from slack_bolt.oauth.async_oauth_flow import AsyncOAuthFlow
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -55,22 +57,26 @@ from gateway.gatekeeper import LIMIT_NOTICES, Gatekeeper, Policy
 from gateway.http import SERVER_LOG, Readiness, build_http_app, build_metrics_app
 from gateway.live import StreamSettings
 from gateway.metrics import MeteredModel, Metrics, ToolCallCounter
+from gateway.oauth import INSTALL_PATH, InstalledIdentity, Uninstaller, oauth_flow
 from gateway.publisher import SlackPublisher
+from gateway.scopes import bot_scopes
 from gateway.slack_app import build_bolt_app
-from gateway.slack_client import slack_client
+from gateway.slack_client import MeteredWebClient, slack_client
 from gateway.socket_mode import SocketModeConnection, start_socket_mode
-from gateway.threads import SlackThreads
 from gateway.tool_observers import ToolObservers
-from gateway.users import UserDirectory
+from gateway.workspaces import SlackClients, label
 from storage import (
     Database,
     Limits,
     Outbox,
     PostgresDelegations,
     PostgresHistory,
+    PostgresInstallations,
+    PostgresOAuthStates,
     PostgresTaskQueue,
     PostgresToolCalls,
     PostgresUsageMeter,
+    StoredInstallation,
     start_embedded_postgres,
     tokens_today,
 )
@@ -220,6 +226,7 @@ class Gateway:
     port: int | None = None
     metrics_port: int | None = None
     mcp: McpClients | None = None
+    clients: SlackClients | None = None
     _stack: AsyncExitStack = field(default_factory=AsyncExitStack)
     _socket: SocketModeConnection | None = None
 
@@ -243,26 +250,23 @@ class Gateway:
         self._stack.push_async_callback(supervisor.aclose)
         session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
         self._stack.push_async_callback(session.close)
-        client = slack_client(
-            s.require("SLACK_BOT_TOKEN"),
-            s.slack_api_url,
-            timeout=s.threadgate_slack_timeout_seconds,
-            metrics=self.metrics,
-            on_token_refused=TokenAlarm(
-                webhook.get_secret_value() if webhook else None,
-                window_seconds=s.threadgate_alert_window_seconds,
-            ),
-            supervisor=supervisor,
-            session=session,
+        alarm = TokenAlarm(
+            webhook.get_secret_value() if webhook else None,
+            window_seconds=s.threadgate_alert_window_seconds,
         )
-        identity = await identify(client, s.require("SLACK_BOT_TOKEN"))
-        users = UserDirectory(client)
-        threads = SlackThreads(client, users)
+        clients = SlackClientFactory(s, self.metrics, supervisor, session, alarm)
+        if s.oauth_mode:
+            self.clients = clients.many(db)
+            identity = None
+        else:
+            client = clients.single()
+            identity = await identify(client, s.require("SLACK_BOT_TOKEN"))
+            self.clients = SlackClients.single(client)
         registries = default_registries()
         self.mcp = await start_mcp(s, registries[0], self._stack)
-        self._start_runner(db, client, models, threads, identity, registries)
+        self._start_runner(db, self.clients, models, identity, registries)
         self._start_queue_sampler(db)
-        await self._start_http(db, client, host, port, users, threads, identity)
+        await self._start_http(db, clients, host, port, identity)
 
     async def stop(self) -> None:
         await self._stack.aclose()
@@ -297,10 +301,9 @@ class Gateway:
     def _start_runner(
         self,
         db: Database,
-        client: AsyncWebClient,
+        clients: SlackClients,
         models: list[Model],
-        threads: SlackThreads,
-        identity: AuthorizeResult,
+        identity: AuthorizeResult | None,
         registries: tuple[ToolRegistry, SubtaskRegistry],
     ) -> None:
         s = self.settings
@@ -311,10 +314,11 @@ class Gateway:
             settle_seconds=s.threadgate_slack_settle_seconds,
         )
         publisher = SlackPublisher(
-            client,
+            clients,
             outbox,
-            bot_user_id=identity.bot_user_id,
-            bot_id=identity.bot_id,
+            # With many workspaces, each installation says who our bot is there.
+            bot_user_id=identity.bot_user_id if identity else None,
+            bot_id=identity.bot_id if identity else None,
             status_refresh_seconds=s.threadgate_status_refresh_seconds,
             # Reads retried within a few call limits, then one outcome.
             reconcile_seconds=4 * s.threadgate_slack_timeout_seconds,
@@ -327,7 +331,9 @@ class Gateway:
         )
         self._stack.push_async_callback(publisher.aclose)
         alerts = OperatorAlerts(
-            client, s.threadgate_operator_channel, window_seconds=s.threadgate_alert_window_seconds
+            clients.operator,
+            s.threadgate_operator_channel,
+            window_seconds=s.threadgate_alert_window_seconds,
         )
         runner = build_runner(
             self.settings,
@@ -335,7 +341,7 @@ class Gateway:
             models,
             publisher=publisher,
             alerts=alerts,
-            thread_reader=threads,
+            thread_reader=clients,
             metrics=self.metrics,
             live=publisher if publisher.streaming else None,
             registries=registries,
@@ -352,12 +358,10 @@ class Gateway:
     async def _start_http(
         self,
         db: Database,
-        client: AsyncWebClient,
+        factory: SlackClientFactory,
         host: str,
         port: int,
-        users: UserDirectory,
-        threads: SlackThreads,
-        identity: AuthorizeResult,
+        identity: AuthorizeResult | None,
     ) -> None:
         s = self.settings
         secret = s.slack_signing_secret
@@ -368,21 +372,33 @@ class Gateway:
             continue_threads=s.threadgate_continue_threads,
             backfill_messages=s.threadgate_backfill_messages,
         )
-        gatekeeper = Gatekeeper(
-            db,
-            users,
-            threads=threads,
-            policy=policy,
-            lookup_budget_seconds=self.settings.threadgate_lookup_budget_seconds,
-            limits=limits(s),
-            on_limited=self.metrics.message_limited,
-        )
+        clients = self.clients
+        assert clients is not None  # set by start
+
+        async def gatekeeper(team_id: str | None, enterprise_id: str | None) -> Gatekeeper:
+            # Names and back-fill read with the token of the event's workspace.
+            workspace = await clients.workspace(team_id, enterprise_id)
+            return Gatekeeper(
+                db,
+                workspace.users,
+                threads=workspace.threads,
+                policy=policy,
+                lookup_budget_seconds=self.settings.threadgate_lookup_budget_seconds,
+                limits=limits(s),
+                on_limited=self.metrics.message_limited,
+            )
+
+        installations = factory.installations(db)
         bolt = build_bolt_app(
-            client=client,
+            # With many workspaces bolt's client holds no token: bolt lends it each
+            # event's; we call Slack through our own clients anyway.
+            client=(await clients.for_team(None)) if identity else factory.tokenless(),
             signing_secret=signing_secret,
             gatekeeper=gatekeeper,
             metrics=self.metrics,
             identity=identity,
+            authorize=InstalledIdentity(clients) if installations else None,
+            on_uninstalled=Uninstaller(db, installations, clients) if installations else None,
         )
         socket_mode = self.settings.socket_mode
         app = build_http_app(
@@ -391,6 +407,7 @@ class Gateway:
             ready=self._readiness(db),
             metrics=self.metrics,
             events=not socket_mode,
+            oauth=factory.oauth_flow(db, clients) if installations else None,
         )
         runner = web.AppRunner(app, access_log=None, logger=SERVER_LOG)
         await runner.setup()
@@ -402,6 +419,8 @@ class Gateway:
             await self._start_socket_mode(bolt)
         else:
             log.info("threadgate listening on http://%s:%d/slack/events", host, self.port)
+        if installations:
+            log.info("install threadgate at http://%s:%d%s", host, self.port, INSTALL_PATH)
 
     def _readiness(self, db: Database) -> Readiness:
         """Ready: the database answers with no migration pending and, in Socket Mode, the
@@ -428,6 +447,78 @@ class Gateway:
         self._socket = connection
         self._stack.push_async_callback(connection.close)
         log.info("threadgate connected in Socket Mode (health on port %d)", self.port)
+
+
+@dataclass(frozen=True)
+class SlackClientFactory:
+    """How the gateway's Slack clients are made: one kind of client (SLACK_API_URL, the call
+    time limit, metrics, the token alarm, one shared connection pool), for one workspace
+    (SLACK_BOT_TOKEN) or for each installation (OAuth mode)."""
+
+    settings: Settings
+    metrics: Metrics
+    supervisor: Supervisor
+    session: aiohttp.ClientSession
+    alarm: TokenAlarm
+
+    def _client(self, token: str, **options: Any) -> MeteredWebClient:
+        return slack_client(
+            token,
+            self.settings.slack_api_url,
+            timeout=self.settings.threadgate_slack_timeout_seconds,
+            metrics=self.metrics,
+            supervisor=self.supervisor,
+            session=self.session,
+            **options,
+        )
+
+    def single(self) -> MeteredWebClient:
+        return self._client(self.settings.require("SLACK_BOT_TOKEN"), on_token_refused=self.alarm)
+
+    def tokenless(self) -> MeteredWebClient:
+        """For bolt and the install flow: calls that bring their own token (or none)."""
+        return self._client("")
+
+    def installations(self, db: Database) -> PostgresInstallations | None:
+        s = self.settings
+        return PostgresInstallations(db, s.require("SLACK_CLIENT_ID")) if s.oauth_mode else None
+
+    def many(self, db: Database) -> SlackClients:
+        installations = self.installations(db)
+        assert installations is not None  # OAuth mode
+
+        def for_installation(found: StoredInstallation) -> MeteredWebClient:
+            name = label(found)
+            on_refused = self.alarm.for_workspace(name)
+
+            async def refused(method: str, error: str) -> None:
+                # Dropped: a reinstall's new token is read at the next use.
+                clients.forget(found.team_id, found.enterprise_id)
+                await on_refused(method, error)
+
+            return self._client(found.bot_token, on_token_refused=refused, workspace=name)
+
+        clients = SlackClients(
+            installations=installations,
+            make_client=for_installation,
+            operator_team=self.settings.threadgate_operator_team,
+        )
+        return clients
+
+    def oauth_flow(self, db: Database, clients: SlackClients) -> AsyncOAuthFlow:
+        s = self.settings
+        installations = self.installations(db)
+        assert installations is not None and s.slack_client_secret is not None
+        return oauth_flow(
+            client=self.tokenless(),
+            client_id=s.require("SLACK_CLIENT_ID"),
+            client_secret=s.slack_client_secret.get_secret_value(),
+            redirect_uri=s.threadgate_oauth_redirect_url,
+            installations=installations,
+            states=PostgresOAuthStates(db),
+            clients=clients,
+            scopes=bot_scopes(continue_threads=s.threadgate_continue_threads),
+        )
 
 
 async def identify(client: AsyncWebClient, token: str) -> AuthorizeResult:

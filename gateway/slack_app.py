@@ -4,13 +4,19 @@ Bolt runs with `process_before_response=True`: the HTTP response (the ack) is se
 after our listener returned, that is after the turn and its task are committed. Bolt's
 default — ack first, work in the background — would lose an acked event on a crash.
 Every event goes to one listener that asks `inbound_turn` whether it concerns us.
+
+With many workspaces (OAuth mode), authorization finds the event's installation
+(`gateway.oauth.InstalledIdentity`), the listener admits through the gatekeeper of the
+event's workspace (its names and back-fill read with that workspace's token), and an
+`app_uninstalled` or a `tokens_revoked` naming bot tokens goes to `on_uninstalled`.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeAlias, cast
 
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.authorization import AuthorizeResult
@@ -26,6 +32,24 @@ from gateway.metrics import Metrics
 from storage import StorageError
 
 log = logging.getLogger(__name__)
+
+# The gatekeeper of a workspace (team id, enterprise id): one per workspace with many.
+Gatekeepers: TypeAlias = Callable[[str | None, str | None], Awaitable[Gatekeeper]]
+# Called with (team id, enterprise id, is an org-wide install) when the app leaves one.
+Uninstalled: TypeAlias = Callable[[str | None, str | None, bool], Awaitable[None]]
+
+
+def uninstalls(event: Mapping[str, Any]) -> bool:
+    """Whether the event takes our bot away: the app uninstalled, or its bot tokens revoked
+    (a revocation of user tokens only leaves the bot working)."""
+    if event.get("type") == "app_uninstalled":
+        return True
+    tokens = event.get("tokens")
+    return (
+        event.get("type") == "tokens_revoked"
+        and isinstance(tokens, dict)
+        and bool(tokens.get("bot"))
+    )
 
 
 class KnownIdentity(AsyncAuthorize):
@@ -46,25 +70,43 @@ def build_bolt_app(
     *,
     client: AsyncWebClient,
     signing_secret: str | None,
-    gatekeeper: Gatekeeper,
+    gatekeeper: Gatekeeper | Gatekeepers,
     metrics: Metrics,
     identity: AuthorizeResult | None = None,
+    authorize: AsyncAuthorize | None = None,
+    on_uninstalled: Uninstalled | None = None,
 ) -> AsyncApp:
     app = AsyncApp(
         client=client,
         signing_secret=signing_secret,
         process_before_response=True,
         request_verification_enabled=signing_secret is not None,
-        authorize=KnownIdentity(identity) if identity is not None else None,
+        # bolt's annotation leaves out the None it handles (not installed: refused).
+        authorize=KnownIdentity(identity) if identity is not None else cast(Any, authorize),
     )
+
+    async def gatekeeper_of(context: AsyncBoltContext) -> Gatekeeper:
+        if isinstance(gatekeeper, Gatekeeper):
+            return gatekeeper
+        return await gatekeeper(context.team_id, context.enterprise_id)
 
     @app.event(re.compile(".+"))
     async def on_event(body: dict[str, Any], context: AsyncBoltContext, ack: AsyncAck) -> None:
+        event = body.get("event")
+        if on_uninstalled is not None and isinstance(event, dict) and uninstalls(event):
+            await on_uninstalled(
+                context.team_id, context.enterprise_id, bool(context.is_enterprise_install)
+            )
+            metrics.events.labels("uninstalled").inc()
+            await ack()
+            return
         turn = inbound_turn(body)
         outcome = (
             "ignored"
             if turn is None
-            else await gatekeeper.admit(turn, bot_user_id=context.bot_user_id)
+            else await (await gatekeeper_of(context)).admit(
+                turn, bot_user_id=context.bot_user_id, enterprise_id=context.enterprise_id
+            )
         )
         metrics.events.labels(outcome).inc()
         await ack()

@@ -89,9 +89,11 @@ class MeteredWebClient(AsyncWebClient):
         on_token_refused: TokenRefused | None = None,
         supervisor: Supervisor | None = None,
         call_timeout: float = 30.0,
+        workspace: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
+        self.workspace = workspace  # which installation's token (OAuth mode), for the log
         self._metrics = metrics
         self._on_token_refused = on_token_refused
         self._supervisor = supervisor or Supervisor()
@@ -118,7 +120,17 @@ class MeteredWebClient(AsyncWebClient):
             self._metrics.slack_calls.labels(method, status).inc()
 
     async def _token_refused(self, method: str, error: str) -> None:
-        log.critical("Slack refused the bot token (%s on %s): check SLACK_BOT_TOKEN", error, method)
+        if self.workspace is None:
+            log.critical(
+                "Slack refused the bot token (%s on %s): check SLACK_BOT_TOKEN", error, method
+            )
+        else:
+            log.critical(
+                "Slack refused the bot token of workspace %s (%s on %s): reinstall the app there",
+                self.workspace,
+                error,
+                method,
+            )
         if self._on_token_refused is not None:
             # In the background: the caller's own deadline must not cut the alert short.
             self._supervisor.spawn(self._on_token_refused(method, error), name="token-alarm")
@@ -133,6 +145,7 @@ def slack_client(
     on_token_refused: TokenRefused | None = None,
     supervisor: Supervisor | None = None,
     session: aiohttp.ClientSession | None = None,
+    workspace: str | None = None,
 ) -> MeteredWebClient:
     """The client; pass a long-lived `session` to reuse connections (without one, slack_sdk
     opens a connection per call). The caller closes the session. `timeout` bounds each
@@ -150,4 +163,5 @@ def slack_client(
         supervisor=supervisor,
         session=session,
         call_timeout=timeout,
+        workspace=workspace,
     )

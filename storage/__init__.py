@@ -34,6 +34,13 @@ from storage.inspection import (
     inspect_task,
     list_tasks,
 )
+from storage.installations import (
+    InstallationSummary,
+    PostgresInstallations,
+    PostgresOAuthStates,
+    StoredInstallation,
+    cancel_workspace_tasks,
+)
 from storage.migrations import pending_migrations
 from storage.outbox import Claim, Outbox, Superseded
 from storage.queue import (
@@ -57,6 +64,7 @@ __all__ = [
     "Database",
     "DatabaseUnavailable",
     "EarlierMessage",
+    "InstallationSummary",
     "Intervention",
     "InterventionRecord",
     "InterventionRefused",
@@ -68,11 +76,14 @@ __all__ = [
     "PostRecord",
     "PostgresDelegations",
     "PostgresHistory",
+    "PostgresInstallations",
+    "PostgresOAuthStates",
     "PostgresTaskQueue",
     "PostgresToolCalls",
     "PostgresUsageMeter",
     "RoundRecord",
     "StorageError",
+    "StoredInstallation",
     "StoredToolCall",
     "SubtaskRecord",
     "Superseded",
@@ -82,6 +93,7 @@ __all__ = [
     "UnknownTask",
     "admit",
     "cancel_task",
+    "cancel_workspace_tasks",
     "inspect_task",
     "list_tasks",
     "pending_migrations",
