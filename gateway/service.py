@@ -461,7 +461,7 @@ class SlackClientFactory:
     session: aiohttp.ClientSession
     alarm: TokenAlarm
 
-    def _client(self, token: str, **options: Any) -> MeteredWebClient:
+    def _client(self, token: str | None, **options: Any) -> MeteredWebClient:
         return slack_client(
             token,
             self.settings.slack_api_url,
@@ -477,7 +477,7 @@ class SlackClientFactory:
 
     def tokenless(self) -> MeteredWebClient:
         """For bolt and the install flow: calls that bring their own token (or none)."""
-        return self._client("")
+        return self._client(None)
 
     def installations(self, db: Database) -> PostgresInstallations | None:
         s = self.settings

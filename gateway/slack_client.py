@@ -24,6 +24,7 @@ must hear about at once: it is logged at CRITICAL and handed to `on_token_refuse
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import math
 from collections.abc import Callable, Coroutine
@@ -100,6 +101,11 @@ class MeteredWebClient(AsyncWebClient):
         self.call_timeout = call_timeout  # the bound of one call, its retries included
 
     async def api_call(self, api_method: str, **kwargs: Any) -> AsyncSlackResponse:
+        auth = kwargs.pop("auth", None)
+        if isinstance(auth, dict):
+            # The app's credentials (oauth.v2.access): slack_sdk would wrap them in aiohttp's
+            # BasicAuth, deprecated (a DeprecationWarning per install). The same header.
+            kwargs["headers"] = {**(kwargs.get("headers") or {}), **basic_auth(auth)}
         try:
             async with asyncio.timeout(self.call_timeout):
                 response = await super().api_call(api_method, **kwargs)
@@ -136,8 +142,14 @@ class MeteredWebClient(AsyncWebClient):
             self._supervisor.spawn(self._on_token_refused(method, error), name="token-alarm")
 
 
+def basic_auth(credentials: dict[str, str]) -> dict[str, str]:
+    """HTTP basic authentication with an app's client id and secret."""
+    pair = f"{credentials['client_id']}:{credentials['client_secret']}".encode()
+    return {"Authorization": "Basic " + base64.b64encode(pair).decode("ascii")}
+
+
 def slack_client(
-    token: str,
+    token: str | None,
     base_url: str,
     *,
     timeout: float = 15,
