@@ -10,6 +10,7 @@ wrong token would fail, not pass unnoticed.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -158,3 +159,29 @@ async def test_an_event_from_a_workspace_without_the_app_is_not_admitted(http_ri
     await rig.install("T3")
     await send(rig, mention("T2", "who are you?")[1])
     assert await rig.count("tasks") == 0
+
+
+async def test_an_org_wide_install_answers_every_workspace_of_its_enterprise(http_rig: Rig) -> None:
+    """Enterprise Grid: installed once for the org, a mention from any of its workspaces
+    (the event's enterprise_id and is_enterprise_install) is answered with the org's token."""
+    rig = http_rig
+    assert rig.slack.oauth is not None
+    state = await rig.begin_install()
+    status, body = await rig.finish_install(
+        rig.slack.oauth.grant(None, enterprise_id="E1", org=True), state
+    )
+    assert status == 200, body
+    (org_token,) = rig.slack.oauth.tokens
+    event, envelope = mention("T2", "hello from the grid")
+    envelope["enterprise_id"] = envelope["context_enterprise_id"] = "E1"
+    envelope["authorizations"][0] |= {
+        "enterprise_id": "E1",
+        "team_id": None,
+        "is_enterprise_install": True,
+    }
+    await send(rig, envelope)
+    posts = await rig.slack.wait_for_posts(1)
+    assert [(p.channel, p.thread_ts) for p in posts] == [(event["channel"], event["ts"])]
+    assert [c.token for c in rig.slack.calls_to("chat.postMessage")] == [org_token]
+    address = await rig.db.pool.fetchval("SELECT address FROM tasks")
+    assert json.loads(address)["enterprise"] == "E1"
