@@ -13,6 +13,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,7 +21,8 @@ from aiohttp import web
 
 from tests.fakes.openai_api import RecordedRequest, Reply
 from tests.fakes.slack_events import app_mention_event, event_callback
-from tests.gateway.rig import Rig, echo
+from tests.gateway.process import run_cli_output
+from tests.gateway.rig import Rig, echo, gateway_env, oauth_env
 from tests.pg import wait_for_task
 
 TEAMS = {"T2": "C2ALPHA", "T3": "C3BRAVO"}
@@ -185,3 +187,21 @@ async def test_an_org_wide_install_answers_every_workspace_of_its_enterprise(htt
     assert [c.token for c in rig.slack.calls_to("chat.postMessage")] == [org_token]
     address = await rig.db.pool.fetchval("SELECT address FROM tasks")
     assert json.loads(address)["enterprise"] == "E1"
+
+
+async def test_doctor_lists_installations_and_tries_each_token(
+    http_rig: Rig, tmp_path: Path
+) -> None:
+    """`doctor` in OAuth mode names every installed workspace (never a token) and runs
+    auth.test with each one's token: a revoked one is a FAIL naming its workspace."""
+    rig = http_rig
+    assert rig.slack.oauth is not None
+    tokens = [await rig.install(team, f"Team {team}") for team in TEAMS]
+    rig.slack.oauth.uninstall("T3")
+    env = oauth_env(gateway_env(rig.slack, rig.model, rig.database_url))
+    status, out, err = await run_cli_output(["doctor"], env, tmp_path)
+    assert status == 1, out + err
+    assert "ok   slack: workspace T2 (Team T2): its token works" in out
+    assert "FAIL slack: workspace T3 (Team T3): Slack refused its bot token (token_revoked)" in out
+    assert "many workspaces (OAuth)" in out
+    assert not [t for t in tokens if t in out + err]
