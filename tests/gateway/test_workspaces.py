@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,18 @@ async def http_rig(fresh_dsn: str) -> AsyncIterator[Rig]:
         for team, channel in TEAMS.items():
             running.slack.oauth.place(channel, team)
         yield running
+
+
+@asynccontextmanager
+async def serving(app: web.Application) -> AsyncIterator[str]:
+    """`app` on a loopback port; yields the URL of its /hook."""
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}/hook"
+    finally:
+        await runner.cleanup()
 
 
 def mention(team: str, text: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -205,3 +218,32 @@ async def test_doctor_lists_installations_and_tries_each_token(
     assert "FAIL slack: workspace T3 (Team T3): Slack refused its bot token (token_revoked)" in out
     assert "many workspaces (OAuth)" in out
     assert not [t for t in tokens if t in out + err]
+
+
+async def test_a_refused_token_alarms_naming_its_workspace(fresh_dsn: str) -> None:
+    """A workspace whose token Slack stopped taking (no uninstall event came): the alarm
+    names that workspace, by id and name, and the other workspace is still answered."""
+    received: list[str] = []
+    alarmed = asyncio.Event()
+
+    async def hook(request: web.Request) -> web.Response:
+        received.append((await request.json())["text"])
+        alarmed.set()
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_post("/hook", hook)
+    async with serving(app) as url:
+        overrides = {"THREADGATE_ALERT_WEBHOOK_URL": url}
+        async with Rig(fresh_dsn, oauth=True, overrides=overrides) as rig:
+            assert rig.slack.oauth is not None
+            for team, channel in TEAMS.items():
+                rig.slack.oauth.place(channel, team)
+                await rig.install(team, f"Team {team}")
+            rig.slack.oauth.uninstall("T2")
+            await send(rig, mention("T2", "anyone?")[1])
+            await send(rig, mention("T3", "anyone?")[1])
+            posts = await rig.slack.wait_for_posts(1)
+            assert [p.channel for p in posts] == [TEAMS["T3"]]
+            await asyncio.wait_for(alarmed.wait(), 10)
+    assert "workspace T2 (Team T2)" in received[0] and "token_revoked" in received[0]
