@@ -6,7 +6,7 @@ install. The semantics are slack_sdk's installation stores' (its SQLAlchemy one 
 reference): a workspace is (client id, enterprise id, team id) with NULLs compared as
 equal, an org-wide install has no team, and the latest install of a workspace wins — a
 reinstall with more scopes simply adds a newer row. `gateway.workspaces` adapts this to
-slack_sdk's `AsyncInstallationStore`; storage/ stays free of Slack types (DESIGN.md).
+slack_sdk's `AsyncInstallationStore`; storage/ stays free of Slack types.
 
 The bot token is a secret. Only `find` reads it; `installations` — what `doctor` and
 operators see — selects every column but that one, and nothing here logs a row.
