@@ -12,6 +12,7 @@ local file cannot configure a gateway that did not ask for it.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import ipaddress
 import os
@@ -201,6 +202,10 @@ class Settings(BaseSettings):
             parts = _url_parts(text)
             if parts is not None and parts.password:
                 values += [parts.password, unquote(parts.password)]
+        if self.slack_client_id and self.slack_client_secret:
+            # oauth.v2.access sends them as HTTP basic auth, which slack_sdk's debug log shows.
+            pair = f"{self.slack_client_id}:{self.slack_client_secret.get_secret_value()}"
+            values.append(base64.b64encode(pair.encode()).decode("ascii"))
         webhook = self.threadgate_alert_webhook_url
         parts = _url_parts(webhook.get_secret_value()) if webhook else None
         if parts is not None:

@@ -3,6 +3,7 @@ and secret (many, through OAuth); anything else is one sentence naming the varia
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 
 import pytest
@@ -68,3 +69,12 @@ async def test_serve_with_both_modes_exits_with_one_line(tmp_path: Path) -> None
     env = {**OAUTH, "SLACK_BOT_TOKEN": "xoxb-1", "DATABASE_URL": "postgresql://127.0.0.1:1/none"}
     status, stderr = await run_cli(["serve"], env, tmp_path)
     assert status == 2 and stderr.count("\n") == 1 and "SLACK_CLIENT_ID" in stderr
+
+
+def test_the_basic_auth_form_of_the_credentials_is_a_secret_to_redact() -> None:
+    """The client secret, and the basic-auth header value it is sent in, are redacted."""
+    values = load_settings(
+        env_file=None, slack_client_id=CLIENT_ID, slack_client_secret=CLIENT_SECRET
+    ).secret_values()
+    assert CLIENT_SECRET in values
+    assert base64.b64encode(f"{CLIENT_ID}:{CLIENT_SECRET}".encode()).decode() in values

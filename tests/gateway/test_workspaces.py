@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from gateway.slack_app import uninstalls
 from tests.fakes.openai_api import RecordedRequest, Reply
 from tests.fakes.slack_events import app_mention_event, event_callback
 from tests.gateway.process import run_cli_output
@@ -247,3 +248,12 @@ async def test_a_refused_token_alarms_naming_its_workspace(fresh_dsn: str) -> No
             assert [p.channel for p in posts] == [TEAMS["T3"]]
             await asyncio.wait_for(alarmed.wait(), 10)
     assert "workspace T2 (Team T2)" in received[0] and "token_revoked" in received[0]
+
+
+def test_only_losing_the_bot_counts_as_an_uninstall() -> None:
+    """app_uninstalled, or tokens_revoked naming bot tokens, takes the bot away; a
+    revocation of user tokens alone does not."""
+    assert uninstalls({"type": "app_uninstalled"})
+    assert uninstalls({"type": "tokens_revoked", "tokens": {"bot": ["UBOT00002"]}})
+    assert not uninstalls({"type": "tokens_revoked", "tokens": {"oauth": ["U1"]}})
+    assert not uninstalls({"type": "app_mention"})
