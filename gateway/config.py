@@ -32,6 +32,7 @@ from agent import (
     McpConfig,
     load_mcp_config,
 )
+from storage import is_token_key
 
 OPENAI_BASE_URL = VENDORS["openai"].base_url
 ANTHROPIC_BASE_URL = VENDORS["anthropic"].base_url
@@ -134,6 +135,18 @@ class Settings(BaseSettings):
     # The workspace whose THREADGATE_OPERATOR_CHANNEL gets operator alerts (OAuth mode);
     # unset: the workspace installed first.
     threadgate_operator_team: str | None = None
+    # Seals the bot tokens in the database (storage/token_cipher.py); unset: stored as issued.
+    threadgate_token_key: SecretStr | None = None
+
+    @field_validator("threadgate_token_key")
+    @classmethod
+    def _token_key(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not is_token_key(value.get_secret_value()):
+            raise ValueError(
+                "expected a Fernet key (urlsafe base64 of 32 bytes), e.g. from "
+                "`python -c 'from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())'`"
+            )
+        return value
 
     @field_validator("threadgate_oauth_redirect_url")
     @classmethod

@@ -45,7 +45,7 @@ from agent import (
 )
 from gateway.config import Settings
 from gateway.scopes import SCOPE_REASONS, bot_scopes, missing_scopes, parse_granted
-from gateway.service import database_dsn, provider_settings
+from gateway.service import database_dsn, provider_settings, token_cipher
 from gateway.slack_client import slack_client
 from gateway.socket_mode import probe_socket_mode
 from storage import (
@@ -214,7 +214,9 @@ async def check_installations(settings: Settings, limit: float) -> list[Finding]
         asyncio.timeout(limit),
         Database(await database_dsn(settings), min_size=1, max_size=1) as db,
     ):
-        installations = PostgresInstallations(db, settings.require("SLACK_CLIENT_ID"))
+        installations = PostgresInstallations(
+            db, settings.require("SLACK_CLIENT_ID"), cipher=token_cipher(settings)
+        )
         try:
             found = await installations.installations()
         except StorageError as exc:
@@ -234,9 +236,14 @@ async def _try_installation(
 ) -> Finding:
     where = summary.team_id or summary.enterprise_id
     named = f"workspace {where} ({summary.team_name or summary.enterprise_name})"
-    found = await installations.find(
-        summary.enterprise_id, summary.team_id, is_enterprise_install=summary.is_enterprise_install
-    )
+    try:
+        found = await installations.find(
+            summary.enterprise_id,
+            summary.team_id,
+            is_enterprise_install=summary.is_enterprise_install,
+        )
+    except StorageError as exc:  # a sealed token and no (or another) THREADGATE_TOKEN_KEY
+        return Finding("slack", "FAIL", f"{named}: {exc}")
     if found is None:
         return Finding("slack", "skip", f"{named}: uninstalled while checked")
     client = slack_client(found.bot_token, settings.slack_api_url, timeout=int(limit))

@@ -77,6 +77,7 @@ from storage import (
     PostgresToolCalls,
     PostgresUsageMeter,
     StoredInstallation,
+    TokenCipher,
     start_embedded_postgres,
     tokens_today,
 )
@@ -481,7 +482,9 @@ class SlackClientFactory:
 
     def installations(self, db: Database) -> PostgresInstallations | None:
         s = self.settings
-        return PostgresInstallations(db, s.require("SLACK_CLIENT_ID")) if s.oauth_mode else None
+        if not s.oauth_mode:
+            return None
+        return PostgresInstallations(db, s.require("SLACK_CLIENT_ID"), cipher=token_cipher(s))
 
     def many(self, db: Database) -> SlackClients:
         installations = self.installations(db)
@@ -519,6 +522,12 @@ class SlackClientFactory:
             clients=clients,
             scopes=bot_scopes(continue_threads=s.threadgate_continue_threads),
         )
+
+
+def token_cipher(settings: Settings) -> TokenCipher | None:
+    """What seals the stored bot tokens (THREADGATE_TOKEN_KEY), if anything."""
+    key = settings.threadgate_token_key
+    return TokenCipher(key.get_secret_value()) if key is not None else None
 
 
 async def identify(client: AsyncWebClient, token: str) -> AuthorizeResult:

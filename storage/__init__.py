@@ -51,6 +51,7 @@ from storage.queue import (
     cancel_task,
     retry_task,
 )
+from storage.token_cipher import TokenCipher, TokenKeyError, is_token_key
 from storage.tool_calls import PostgresToolCalls, StoredToolCall, tool_calls_of
 from storage.usage import PostgresUsageMeter, tokens_today
 
@@ -90,11 +91,14 @@ __all__ = [
     "TaskDetail",
     "TaskFilter",
     "TaskSummary",
+    "TokenCipher",
+    "TokenKeyError",
     "UnknownTask",
     "admit",
     "cancel_task",
     "cancel_workspace_tasks",
     "inspect_task",
+    "is_token_key",
     "list_tasks",
     "pending_migrations",
     "retry_task",

@@ -9,7 +9,8 @@ reinstall with more scopes simply adds a newer row. `gateway.workspaces` adapts 
 slack_sdk's `AsyncInstallationStore`; storage/ stays free of Slack types.
 
 The bot token is a secret. Only `find` reads it; `installations` — what `doctor` and
-operators see — selects every column but that one, and nothing here logs a row.
+operators see — selects every column but that one, and nothing here logs a row. With a
+`TokenCipher` (THREADGATE_TOKEN_KEY, storage/token_cipher.py) it is stored sealed.
 
 OAuth states are one-use and expire: `consume` deletes the row and says whether it was
 still fresh, so a replayed or stale redirect is refused.
@@ -24,6 +25,7 @@ from datetime import datetime
 from storage.database import Database
 from storage.errors import translate_errors
 from storage.queue import InterventionRefused, UnknownTask, cancel_task
+from storage.token_cipher import TokenCipher, open_token
 
 
 @dataclass(frozen=True, slots=True, repr=False)
@@ -93,9 +95,10 @@ ORDER BY enterprise_id, team_id, installed_at DESC, id DESC
 class PostgresInstallations:
     """The installations of one Slack app (`client_id`)."""
 
-    def __init__(self, db: Database, client_id: str) -> None:
+    def __init__(self, db: Database, client_id: str, *, cipher: TokenCipher | None = None) -> None:
         self._db = db
         self.client_id = client_id
+        self._cipher = cipher
 
     @translate_errors("The Slack installation could not be saved")
     async def save(self, found: StoredInstallation) -> None:
@@ -111,7 +114,7 @@ class PostgresInstallations:
             team_id,
             found.team_name,
             found.is_enterprise_install,
-            found.bot_token,
+            self._cipher.seal(found.bot_token) if self._cipher else found.bot_token,
             found.bot_id,
             found.bot_user_id,
             found.bot_scopes,
@@ -133,6 +136,7 @@ class PostgresInstallations:
         if row is None:
             return None
         fields = {k: row[k] for k in StoredInstallation.__slots__ if k != "client_id"}
+        fields["bot_token"] = open_token(row["bot_token"], self._cipher)
         return StoredInstallation(client_id=self.client_id, **fields)
 
     @translate_errors("The Slack installation could not be deleted")

@@ -78,3 +78,10 @@ def test_the_basic_auth_form_of_the_credentials_is_a_secret_to_redact() -> None:
     ).secret_values()
     assert CLIENT_SECRET in values
     assert base64.b64encode(f"{CLIENT_ID}:{CLIENT_SECRET}".encode()).decode() in values
+
+
+def test_a_malformed_token_key_is_named_not_echoed() -> None:
+    """THREADGATE_TOKEN_KEY that is not a Fernet key: one sentence naming it."""
+    with pytest.raises(ConfigError, match=r"^THREADGATE_TOKEN_KEY is invalid") as refused:
+        load_settings(env_file=None, threadgate_token_key="too-short-to-be-a-key")
+    assert "too-short-to-be-a-key" not in str(refused.value)

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from cryptography.fernet import Fernet
 
 from gateway.slack_app import uninstalls
 from tests.fakes.openai_api import RecordedRequest, Reply
@@ -42,9 +43,13 @@ async def rig(fresh_dsn: str, request: pytest.FixtureRequest) -> AsyncIterator[R
         yield running
 
 
+# The HTTP-only tests run with the bot tokens sealed in the database.
+SEALED = {"THREADGATE_TOKEN_KEY": Fernet.generate_key().decode()}
+
+
 @pytest.fixture
 async def http_rig(fresh_dsn: str) -> AsyncIterator[Rig]:
-    async with Rig(fresh_dsn, oauth=True) as running:
+    async with Rig(fresh_dsn, oauth=True, overrides=SEALED) as running:
         assert running.slack.oauth is not None
         for team, channel in TEAMS.items():
             running.slack.oauth.place(channel, team)
@@ -212,13 +217,15 @@ async def test_doctor_lists_installations_and_tries_each_token(
     assert rig.slack.oauth is not None
     tokens = [await rig.install(team, f"Team {team}") for team in TEAMS]
     rig.slack.oauth.uninstall("T3")
-    env = oauth_env(gateway_env(rig.slack, rig.model, rig.database_url))
+    env = oauth_env(gateway_env(rig.slack, rig.model, rig.database_url)) | SEALED
     status, out, err = await run_cli_output(["doctor"], env, tmp_path)
     assert status == 1, out + err
     assert "ok   slack: workspace T2 (Team T2): its token works" in out
     assert "FAIL slack: workspace T3 (Team T3): Slack refused its bot token (token_revoked)" in out
     assert "many workspaces (OAuth)" in out
     assert not [t for t in tokens if t in out + err]
+    stored = await rig.db.pool.fetch("SELECT bot_token FROM slack_installations")
+    assert all(r["bot_token"].startswith("fernet:") for r in stored)  # sealed at rest
 
 
 async def test_a_refused_token_alarms_naming_its_workspace(fresh_dsn: str) -> None:

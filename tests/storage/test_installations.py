@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import json
 
+import pytest
+from cryptography.fernet import Fernet
+
 from storage import (
     Admission,
     Database,
     PostgresInstallations,
     PostgresOAuthStates,
     StoredInstallation,
+    TokenCipher,
+    TokenKeyError,
     admit,
     cancel_workspace_tasks,
 )
@@ -128,3 +133,31 @@ async def test_cancelling_a_workspace_stops_only_its_unfinished_tasks(fresh_db: 
     assert json.loads(rows[2]["address"])["team"] == "T2"
     actors = await fresh_db.pool.fetch("SELECT DISTINCT actor FROM task_interventions")
     assert [r["actor"] for r in actors] == ["slack:app_uninstalled"]
+
+
+KEY = Fernet.generate_key().decode()
+
+
+async def test_with_a_key_tokens_are_stored_sealed_and_found_open(fresh_db: Database) -> None:
+    """THREADGATE_TOKEN_KEY: the column holds no token, `find` gives it back as issued, and
+    a row stored before the key was set still reads."""
+    await PostgresInstallations(fresh_db, CLIENT).save(installed("T0", "xoxb-from-before"))
+    store = PostgresInstallations(fresh_db, CLIENT, cipher=TokenCipher(KEY))
+    await store.save(installed("T1", "xoxb-sealed-token"))
+    stored = await fresh_db.pool.fetchval(
+        "SELECT bot_token FROM slack_installations WHERE team_id = 'T1'"
+    )
+    assert stored.startswith("fernet:") and "xoxb-sealed-token" not in stored
+    found, before = await store.find(None, "T1"), await store.find(None, "T0")
+    assert found is not None and found.bot_token == "xoxb-sealed-token"
+    assert before is not None and before.bot_token == "xoxb-from-before"
+
+
+async def test_a_sealed_token_without_its_key_names_the_variable(fresh_db: Database) -> None:
+    """Read without a key, or with another one: an error naming THREADGATE_TOKEN_KEY."""
+    await PostgresInstallations(fresh_db, CLIENT, cipher=TokenCipher(KEY)).save(
+        installed("T1", "xoxb-x")
+    )
+    for cipher in (None, TokenCipher(Fernet.generate_key().decode())):
+        with pytest.raises(TokenKeyError, match="THREADGATE_TOKEN_KEY"):
+            await PostgresInstallations(fresh_db, CLIENT, cipher=cipher).find(None, "T1")
