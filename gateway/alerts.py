@@ -19,9 +19,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 import aiohttp
 from slack_sdk.errors import SlackApiError, SlackClientError
@@ -51,12 +52,17 @@ class _Window:
     suppressed: int = 0
 
 
+# With many workspaces, the operator channel's client is found when an alert is posted
+# (gateway/workspaces.py `SlackClients.operator`): None while nothing is installed.
+OperatorClient = Callable[[], Awaitable[AsyncWebClient | None]]
+
+
 class OperatorAlerts:
     """`agent.AlertSink` posting to the operator channel."""
 
     def __init__(
         self,
-        client: AsyncWebClient,
+        client: AsyncWebClient | OperatorClient,
         channel: str | None,
         *,
         window_seconds: float = 900.0,
@@ -97,8 +103,12 @@ class OperatorAlerts:
         log.critical("%s", text)
         if not self._channel:
             return False
+        client = self._client if isinstance(self._client, AsyncWebClient) else await self._client()
+        if client is None:
+            log.error("the operator alert was not posted: no workspace is installed yet")
+            return False
         try:
-            await self._client.chat_postMessage(
+            await client.chat_postMessage(
                 channel=self._channel, text=text, unfurl_links=False, parse="none", link_names=False
             )
         except (SlackApiError, SlackClientError, OSError) as exc:
@@ -182,15 +192,28 @@ class TokenAlarm:
         self._clock = clock
         self._last: dict[str, float] = {}
 
-    async def __call__(self, method: str, error: str) -> None:
+    def for_workspace(self, workspace: str) -> Callable[[str, str], Coroutine[Any, Any, None]]:
+        """The alarm for one workspace's token (OAuth mode), naming it."""
+
+        async def alarm(method: str, error: str) -> None:
+            await self(method, error, workspace=workspace)
+
+        return alarm
+
+    async def __call__(self, method: str, error: str, *, workspace: str | None = None) -> None:
         now = self._clock()
-        if self._url is None or now - self._last.get(error, -self._window) < self._window:
+        key = f"{workspace}:{error}"
+        if self._url is None or now - self._last.get(key, -self._window) < self._window:
             return
-        self._last[error] = now  # before sending: concurrent refusals must not all send
+        self._last[key] = now  # before sending: concurrent refusals must not all send
         text = (
             f":rotating_light: Slack refused threadgate's bot token ({error}, on {method}). "
             "No message can be answered until SLACK_BOT_TOKEN is fixed: reinstall the app or "
             "put a valid xoxb- token there."
+            if workspace is None
+            else f":rotating_light: Slack refused threadgate's bot token in workspace "
+            f"{workspace} ({error}, on {method}). No message there can be answered until "
+            "the app is installed there again."
         )
         timeout = aiohttp.ClientTimeout(total=10)
         try:

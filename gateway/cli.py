@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import errno
+import functools
 import logging
 import signal
 import sys
@@ -146,12 +147,17 @@ async def console_command(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def manifest_command(settings: Settings, args: argparse.Namespace) -> int:
-    continuing = settings.threadgate_continue_threads
+    manifest = functools.partial(
+        render_manifest,
+        continue_threads=settings.threadgate_continue_threads,
+        oauth=settings.oauth_mode,
+        redirect_url=settings.threadgate_oauth_redirect_url,
+    )
     if args.socket:
-        print(render_manifest(socket_mode=True, continue_threads=continuing), end="")
+        print(manifest(socket_mode=True), end="")
     else:
         options = {"request_url": args.http} if args.http else {}
-        print(render_manifest(socket_mode=False, continue_threads=continuing, **options), end="")
+        print(manifest(socket_mode=False, **options), end="")
     return 0
 
 

@@ -12,6 +12,7 @@ local file cannot configure a gateway that did not ask for it.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import ipaddress
 import os
@@ -31,6 +32,7 @@ from agent import (
     McpConfig,
     load_mcp_config,
 )
+from storage import is_token_key
 
 # The kinds of files THREADGATE_FILE_TYPES may name (gateway/file_contents.py reads them).
 FILE_KINDS = ("image", "text", "pdf")
@@ -42,7 +44,13 @@ _HINTS = {
     "SLACK_SIGNING_SECRET": "the signing secret from your Slack app's Basic Information page",
     "SLACK_APP_TOKEN": "an app-level token (xapp-…) with the connections:write scope",
     "THREADGATE_MODEL": "the model as provider:model, e.g. openai:gpt-4.1-mini",
+    "SLACK_CLIENT_ID": "the client id (digits.digits) from your Slack app's Basic Information page",
+    "SLACK_CLIENT_SECRET": "the client secret from your Slack app's Basic Information page",
 }
+# Slack's app credentials: the client id is two numbers joined by a dot, the secret 32 hex
+# digits. Checked so a value pasted into the wrong variable is caught before the first install.
+_CLIENT_ID = re.compile(r"[0-9]{1,20}\.[0-9]{1,20}")
+_CLIENT_SECRET = re.compile(r"[0-9a-f]{32}")
 
 
 DEFAULT_METRICS_ADDRESS = "127.0.0.1:9090"
@@ -152,6 +160,33 @@ class Settings(BaseSettings):
     # retention job runs (storage/retention.py).
     threadgate_retention_days: Annotated[int, Field(ge=0, le=36_500)] = 0
     threadgate_retention_interval_seconds: Annotated[float, Field(ge=10, le=7 * 24 * 3600)] = 3600.0
+    # Many workspaces (Slack's OAuth install flow) instead of one SLACK_BOT_TOKEN.
+    slack_client_id: str | None = None
+    slack_client_secret: SecretStr | None = None
+    threadgate_oauth_redirect_url: str | None = None
+    # The workspace whose THREADGATE_OPERATOR_CHANNEL gets operator alerts (OAuth mode);
+    # unset: the workspace installed first.
+    threadgate_operator_team: str | None = None
+    # Seals the bot tokens in the database (storage/token_cipher.py); unset: stored as issued.
+    threadgate_token_key: SecretStr | None = None
+
+    @field_validator("threadgate_token_key")
+    @classmethod
+    def _token_key(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not is_token_key(value.get_secret_value()):
+            raise ValueError(
+                "expected a Fernet key (urlsafe base64 of 32 bytes), e.g. from "
+                "`python -c 'from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())'`"
+            )
+        return value
+
+    @field_validator("threadgate_oauth_redirect_url")
+    @classmethod
+    def _redirect_url(cls, value: str | None) -> str | None:
+        parts = _url_parts(value) if value else None
+        if value and (parts is None or parts.scheme not in ("https", "http")):
+            raise ValueError("expected the full https:// URL of /slack/oauth_redirect")
+        return value
 
     @field_validator("threadgate_metrics_address")
     @classmethod
@@ -181,6 +216,11 @@ class Settings(BaseSettings):
     def socket_mode(self) -> bool:
         return self.slack_app_token is not None
 
+    @property
+    def oauth_mode(self) -> bool:
+        """Many workspaces through Slack's OAuth install flow (else one, SLACK_BOT_TOKEN)."""
+        return self.slack_client_id is not None or self.slack_client_secret is not None
+
     def mcp_config(self) -> McpConfig:
         """The MCP servers to connect (none when THREADGATE_MCP_CONFIG is unset); its
         `${VAR}` references are read from the process environment, here, like every
@@ -207,6 +247,10 @@ class Settings(BaseSettings):
             parts = _url_parts(text)
             if parts is not None and parts.password:
                 values += [parts.password, unquote(parts.password)]
+        if self.slack_client_id and self.slack_client_secret:
+            # oauth.v2.access sends them as HTTP basic auth, which slack_sdk's debug log shows.
+            pair = f"{self.slack_client_id}:{self.slack_client_secret.get_secret_value()}"
+            values.append(base64.b64encode(pair.encode()).decode("ascii"))
         webhook = self.threadgate_alert_webhook_url
         parts = _url_parts(webhook.get_secret_value()) if webhook else None
         if parts is not None:
@@ -225,11 +269,14 @@ class Settings(BaseSettings):
 
     def require_serve(self) -> None:
         """Check what `threadgate serve` cannot run without."""
-        token = self.require("SLACK_BOT_TOKEN")
-        if not token.startswith("xoxb-"):
-            raise ConfigError(
-                f"SLACK_BOT_TOKEN does not look like a bot token: put {_HINTS['SLACK_BOT_TOKEN']} there."
-            )
+        if self.oauth_mode:
+            self.require_oauth()
+        else:
+            token = self.require("SLACK_BOT_TOKEN")
+            if not token.startswith("xoxb-"):
+                raise ConfigError(
+                    f"SLACK_BOT_TOKEN does not look like a bot token: put {_HINTS['SLACK_BOT_TOKEN']} there."
+                )
         if self.socket_mode:
             if not self.require("SLACK_APP_TOKEN").startswith("xapp-"):
                 raise ConfigError(
@@ -238,6 +285,23 @@ class Settings(BaseSettings):
         else:
             self.require("SLACK_SIGNING_SECRET")
         self.require("THREADGATE_MODEL")
+
+    def require_oauth(self) -> None:
+        """Check the OAuth mode's settings: both app credentials, well-formed, and no
+        SLACK_BOT_TOKEN beside them (exactly one of the two modes)."""
+        if self.slack_bot_token is not None:
+            raise ConfigError(
+                "SLACK_BOT_TOKEN and SLACK_CLIENT_ID/SLACK_CLIENT_SECRET are both set: set "
+                "SLACK_BOT_TOKEN for one workspace, or the client id and secret for many, not both."
+            )
+        for variable, shape in (
+            ("SLACK_CLIENT_ID", _CLIENT_ID),
+            ("SLACK_CLIENT_SECRET", _CLIENT_SECRET),
+        ):
+            if not shape.fullmatch(self.require(variable)):
+                raise ConfigError(
+                    f"{variable} does not look like one: put {_HINTS[variable]} there."
+                )
 
 
 def load_settings(*, env_file: Path | str | None = None, **overrides: object) -> Settings:

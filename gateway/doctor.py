@@ -8,7 +8,9 @@ the setting to fix:
 - settings: every variable the chosen mode requires (all missing ones, not the first);
 - Slack: `auth.test` with the bot token, then the granted scopes (Slack reports them in
   the `x-oauth-scopes` header) against those `gateway.scopes.bot_scopes` says the settings
-  need;
+  need; with many workspaces (SLACK_CLIENT_ID), the client id and secret's shape, then
+  every installation in the database — its team id and name, never its token — and an
+  `auth.test` with each one's token;
 - Socket Mode (with `SLACK_APP_TOKEN`): a connection opened until Slack says hello, then
   closed, so a refused or wrong-kind app token shows before `serve`;
 - the model: one tiny call per configured slot (`agent.probe_model`);
@@ -23,6 +25,7 @@ A check whose input is missing is skipped (its cause is already reported as a pr
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
@@ -42,10 +45,16 @@ from agent import (
 )
 from gateway.config import Settings
 from gateway.scopes import SCOPE_REASONS, bot_scopes, missing_scopes, parse_granted
-from gateway.service import database_dsn, provider_settings
+from gateway.service import database_dsn, provider_settings, token_cipher
 from gateway.slack_client import slack_client
 from gateway.socket_mode import probe_socket_mode
-from storage import Database, StorageError, pending_migrations
+from storage import (
+    Database,
+    InstallationSummary,
+    PostgresInstallations,
+    StorageError,
+    pending_migrations,
+)
 
 Status: TypeAlias = Literal["ok", "FAIL", "skip"]
 
@@ -141,14 +150,17 @@ def check_retention(settings: Settings) -> Finding:
 
 
 def mode(settings: Settings) -> str:
-    return "Socket Mode (SLACK_APP_TOKEN is set)" if settings.socket_mode else "HTTP mode"
+    transport = "Socket Mode (SLACK_APP_TOKEN is set)" if settings.socket_mode else "HTTP mode"
+    return f"{transport}, many workspaces (OAuth)" if settings.oauth_mode else transport
 
 
 def config_problems(settings: Settings) -> list[ConfigError]:
     """Every missing variable the mode requires; when none is missing, a malformed one."""
     transport = "SLACK_APP_TOKEN" if settings.socket_mode else "SLACK_SIGNING_SECRET"
+    credentials = ("SLACK_CLIENT_ID", "SLACK_CLIENT_SECRET") if settings.oauth_mode else ()
     checks: list[Callable[[], object]] = [
-        lambda: settings.require("SLACK_BOT_TOKEN"),
+        *(functools.partial(settings.require, variable) for variable in credentials),
+        *(() if credentials else (lambda: settings.require("SLACK_BOT_TOKEN"),)),
         lambda: settings.require(transport),
         lambda: settings.require("THREADGATE_MODEL"),
     ]
@@ -170,6 +182,8 @@ def _config_error(check: Callable[[], object]) -> ConfigError | None:
 
 
 async def check_slack(settings: Settings, limit: float) -> list[Finding]:
+    if settings.oauth_mode:
+        return await check_installations(settings, limit)
     token = settings.slack_bot_token
     if token is None or not token.get_secret_value():
         return [Finding("slack", "skip", "not checked: SLACK_BOT_TOKEN is not set")]
@@ -215,6 +229,65 @@ async def check_socket_mode(settings: Settings, limit: float) -> list[Finding]:
         return [Finding("socket mode", "FAIL", unreachable_socket(f"no hello within {limit:g} s"))]
     detail = f"SLACK_APP_TOKEN works: Slack said hello ({count} connection(s) open, this check's included)"
     return [Finding("socket mode", "ok", detail)]
+
+
+async def check_installations(settings: Settings, limit: float) -> list[Finding]:
+    """Many workspaces: every installation named (no token) and its token tried."""
+    if _config_error(settings.require_oauth):
+        return [Finding("slack", "skip", "not checked: the OAuth settings are not usable")]
+    async with (
+        asyncio.timeout(limit),
+        Database(await database_dsn(settings), min_size=1, max_size=1) as db,
+    ):
+        installations = PostgresInstallations(
+            db, settings.require("SLACK_CLIENT_ID"), cipher=token_cipher(settings)
+        )
+        try:
+            found = await installations.installations()
+        except StorageError as exc:
+            detail = f"the installations could not be read ({exc}); see the database check"
+            return [Finding("slack", "skip", detail)]
+        if not found:
+            detail = "no workspace has installed the app yet: open /slack/install on the gateway"
+            return [Finding("slack", "ok", detail)]
+        return [await _try_installation(settings, installations, s, limit) for s in found]
+
+
+async def _try_installation(
+    settings: Settings,
+    installations: PostgresInstallations,
+    summary: InstallationSummary,
+    limit: float,
+) -> Finding:
+    where = summary.team_id or summary.enterprise_id
+    named = f"workspace {where} ({summary.team_name or summary.enterprise_name})"
+    try:
+        found = await installations.find(
+            summary.enterprise_id,
+            summary.team_id,
+            is_enterprise_install=summary.is_enterprise_install,
+        )
+    except StorageError as exc:  # a sealed token and no (or another) THREADGATE_TOKEN_KEY
+        return Finding("slack", "FAIL", f"{named}: {exc}")
+    if found is None:
+        return Finding("slack", "skip", f"{named}: uninstalled while checked")
+    client = slack_client(found.bot_token, settings.slack_api_url, timeout=int(limit))
+    try:
+        response = await client.auth_test()
+    except SlackApiError as exc:
+        error = exc.response.get("error")
+        return Finding(
+            "slack",
+            "FAIL",
+            f"{named}: Slack refused its bot token ({error}); reinstall the app there.",
+        )
+    except (SlackClientError, aiohttp.ClientError, OSError) as exc:
+        return Finding("slack", "FAIL", unreachable_slack(type(exc).__name__))
+    return Finding(
+        "slack",
+        "ok",
+        f"{named}: its token works, bot @{response.get('user')} ({response.get('user_id')})",
+    )
 
 
 def unreachable_socket(why: str) -> str:

@@ -125,17 +125,22 @@ class Gatekeeper:
         self._policy = policy
         self._budget = lookup_budget_seconds
 
-    async def admit(self, inbound: InboundTurn, *, bot_user_id: str | None) -> Outcome:
-        """Store the turn and its task (durable when this returns), or say why not."""
+    async def admit(
+        self, inbound: InboundTurn, *, bot_user_id: str | None, enterprise_id: str | None = None
+    ) -> Outcome:
+        """Store the turn and its task (durable when this returns), or say why not.
+        `enterprise_id` (Enterprise Grid) goes into the task's address beside its team."""
         where = {
             "team": inbound.team,
             "channel": inbound.channel,
             "thread_ts": inbound.reply_thread_ts,
         }
         with bind_log_fields(task=inbound.task_id, event=inbound.event_id, **where):
-            return await self._admit(inbound, bot_user_id)
+            return await self._admit(inbound, bot_user_id, enterprise_id)
 
-    async def _admit(self, inbound: InboundTurn, bot_user_id: str | None) -> Outcome:
+    async def _admit(
+        self, inbound: InboundTurn, bot_user_id: str | None, enterprise_id: str | None = None
+    ) -> Outcome:
         if not self._policy.allows(inbound):
             return "ignored"
         # Only a message inside a thread asks whether we know the conversation (to continue
@@ -162,6 +167,8 @@ class Gatekeeper:
                 "thread_ts": inbound.reply_thread_ts,
                 # The recipient Slack requires for a streamed reply outside DMs.
                 "user": inbound.user,
+                # Which installation's token serves the task (gateway/workspaces.py).
+                **({"enterprise": enterprise_id} if enterprise_id else {}),
             },
             turn_text=turn_text,
             images=images,

@@ -21,6 +21,11 @@ bolt would choke on before bolt sees it, and what is not from Slack before readi
 Bolt then checks the signature again (cheap) and dispatches; what it answers is what
 Slack gets.
 
+With many workspaces (`oauth`, gateway/oauth.py) the same server also serves Slack's
+install flow, in both modes: `GET /slack/install` (the "Add to Slack" page, which issues a
+one-use `state`) and `GET /slack/oauth_redirect` (where Slack sends the installer back with
+a code). bolt's `AsyncOAuthFlow` answers both; these routes only translate.
+
 In Socket Mode (`events=False`) events arrive over the WebSocket instead, there is no
 signing secret, and the server keeps only `/healthz` and `/readyz`; readiness then also
 means the WebSocket is up (the `ready` callable the composition root passes says so).
@@ -42,7 +47,9 @@ from multidict import CIMultiDictProxy
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.async_app import AsyncApp
+from slack_bolt.oauth.async_oauth_flow import AsyncOAuthFlow
 from slack_bolt.request.async_request import AsyncBoltRequest
+from slack_bolt.response import BoltResponse
 
 from gateway.inbound import MalformedEvent, check_shape
 from gateway.metrics import Metrics
@@ -116,6 +123,7 @@ def build_http_app(
     ready: Readiness,
     metrics: Metrics,
     events: bool = True,
+    oauth: AsyncOAuthFlow | None = None,
 ) -> web.Application:
     secret = signing_secret.encode() if signing_secret else None
 
@@ -158,7 +166,28 @@ def build_http_app(
         app.router.add_post("/slack/events", slack_events)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
+    if oauth is not None:
+        add_install_routes(app, oauth)
     return app
+
+
+def add_install_routes(app: web.Application, flow: AsyncOAuthFlow) -> None:
+    """Slack's install flow (bolt's), at bolt's paths: no body is read, only the query
+    (`code`, `state`) and headers (the state cookie)."""
+
+    def route(
+        handle: Callable[[AsyncBoltRequest], Awaitable[BoltResponse]],
+    ) -> Callable[[web.Request], Awaitable[web.Response]]:
+        async def respond(request: web.Request) -> web.Response:
+            bolt_request = AsyncBoltRequest(
+                body="", query=request.query_string, headers=dict(request.headers)
+            )
+            return await to_aiohttp_response(await handle(bolt_request))
+
+        return respond
+
+    app.router.add_get(flow.install_path, route(flow.handle_installation))
+    app.router.add_get(flow.redirect_uri_path, route(flow.handle_callback))
 
 
 def build_metrics_app(metrics: Metrics) -> web.Application:

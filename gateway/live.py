@@ -43,7 +43,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 from slack_sdk.errors import SlackApiError, SlackClientError
@@ -53,6 +53,9 @@ from agent import Step, StepState, Task, stop_task
 from gateway.live_render import LiveRenderer
 from gateway.rendering import BLOCK_LIMIT
 from storage import Outbox, StorageError
+
+if TYPE_CHECKING:
+    from gateway.workspaces import SlackClients
 
 log = logging.getLogger(__name__)
 
@@ -170,14 +173,14 @@ class LiveMessages:
 
     def __init__(
         self,
-        client: AsyncWebClient,
+        clients: SlackClients,
         outbox: Outbox,
         settings: StreamSettings,
         *,
         on_visible: Callable[[Task], None],
         on_ended: StreamEnded | None = None,
     ) -> None:
-        self.client = client
+        self.clients = clients
         self.outbox = outbox
         self.settings = settings
         self.on_visible = on_visible
@@ -186,6 +189,10 @@ class LiveMessages:
         self._steps: dict[str, list[Step]] = {}
         self._senders: set[asyncio.Task[None]] = set()
         self._sending: set[str] = set()  # acknowledgments with a sender running
+
+    async def client_for(self, address: Mapping[str, str]) -> AsyncWebClient:
+        """The client of the workspace `address` is in (gateway/workspaces.py)."""
+        return await self.clients.for_address(address)
 
     def allowed(self, address: Mapping[str, str]) -> Where | None:
         """Where a stream for `address` goes, or None when no stream should be tried."""
@@ -224,7 +231,7 @@ class LiveMessages:
                 chunks = [task_update(step) for step in queue]
                 queue.clear()
                 async with asyncio.timeout(self.outbox.call_seconds):
-                    await self.client.chat_appendStream(
+                    await (await self.client_for(task.address)).chat_appendStream(
                         channel=task.address["channel"], ts=ts, chunks=chunks
                     )
         except (*_SLACK_ERRORS, StorageError) as exc:
@@ -324,7 +331,8 @@ class SlackDraft:
             if await self._live.outbox.open_ts(self._post_id, task.id, task.attempts) != ts:
                 return
             async with asyncio.timeout(self._live.outbox.call_seconds):
-                await self._live.client.chat_delete(channel=task.address["channel"], ts=ts)
+                client = await self._live.client_for(task.address)
+                await client.chat_delete(channel=task.address["channel"], ts=ts)
             await self._live.outbox.release(self._post_id, task.id, task.attempts, ts)
             self._live.ended("reply", "taken_back")
         except (*_SLACK_ERRORS, StorageError) as exc:
@@ -402,7 +410,7 @@ class SlackDraft:
             return False  # shown already, or being settled: the publish completes it
         try:
             async with asyncio.timeout(live.outbox.call_seconds):
-                ts = await where.start(live.client, chunks)
+                ts = await where.start(await live.client_for(task.address), chunks)
         except SlackApiError as exc:
             ambiguous = may_have_happened(exc)
             await live.outbox.call_ended(
@@ -429,7 +437,8 @@ class SlackDraft:
         assert self.ts is not None
         try:
             async with asyncio.timeout(self._live.outbox.call_seconds):
-                await self._live.client.chat_appendStream(
+                client = await self._live.client_for(self._task.address)
+                await client.chat_appendStream(
                     channel=self._task.address["channel"], ts=self.ts, chunks=chunks
                 )
         except _SLACK_ERRORS as exc:

@@ -11,6 +11,13 @@ The output is YAML, which Slack's manifest editor shows by default. It is writte
 tiny emitter rather than a YAML library: the document is a fixed shape of mappings, lists,
 strings and booleans, and every string is double-quoted in JSON syntax (a subset of YAML's
 double-quoted style), so nothing a value contains can change the structure.
+
+For many workspaces (`oauth`: SLACK_CLIENT_ID is set) the manifest adds what the install
+flow needs: the redirect URL (`THREADGATE_OAUTH_REDIRECT_URL`) in
+`oauth_config.redirect_urls`, the `app_uninstalled` and `tokens_revoked` events (an
+uninstall stops that workspace's tasks), and `org_deploy_enabled` (Enterprise Grid
+org-wide installs). Public distribution itself is switched on in the app's settings
+("Manage Distribution"): the manifest schema has no field for it.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-from gateway.scopes import bot_events, bot_scopes
+from gateway.scopes import UNINSTALL_EVENTS, bot_events, bot_scopes
 
 APP_NAME = "threadgate"
 EVENTS_PATH = "/slack/events"
@@ -29,11 +36,24 @@ DESCRIPTION = "An LLM agent that answers in Slack threads."
 
 
 def app_manifest(
-    *, socket_mode: bool, request_url: str = PLACEHOLDER_URL, continue_threads: bool = True
+    *,
+    socket_mode: bool,
+    request_url: str = PLACEHOLDER_URL,
+    continue_threads: bool = True,
+    oauth: bool = False,
+    redirect_url: str | None = None,
 ) -> dict[str, Any]:
     """The manifest as data: Socket Mode, or HTTP events delivered to `request_url`; the
-    events and scopes are those the settings need (`THREADGATE_CONTINUE_THREADS`)."""
-    events: dict[str, Any] = {"bot_events": list(bot_events(continue_threads=continue_threads))}
+    events and scopes are those the settings need (`THREADGATE_CONTINUE_THREADS`); with
+    `oauth` (or a `redirect_url`), what installing in many workspaces needs."""
+    oauth = oauth or redirect_url is not None
+    subscribed = bot_events(continue_threads=continue_threads)
+    events: dict[str, Any] = {
+        "bot_events": list(subscribed + UNINSTALL_EVENTS if oauth else subscribed)
+    }
+    scopes: dict[str, Any] = {
+        "scopes": {"bot": list(bot_scopes(continue_threads=continue_threads))}
+    }
     if not socket_mode:
         events = {"request_url": request_url, **events}
     return {
@@ -48,11 +68,11 @@ def app_manifest(
             "bot_user": {"display_name": APP_NAME, "always_online": True},
             "assistant_view": {"assistant_description": DESCRIPTION},
         },
-        "oauth_config": {"scopes": {"bot": list(bot_scopes(continue_threads=continue_threads))}},
+        "oauth_config": {"redirect_urls": [redirect_url], **scopes} if redirect_url else scopes,
         "settings": {
             "event_subscriptions": events,
             "interactivity": {"is_enabled": False},
-            "org_deploy_enabled": False,
+            "org_deploy_enabled": oauth,
             "socket_mode_enabled": socket_mode,
             "token_rotation_enabled": False,
         },
@@ -70,11 +90,20 @@ def events_url(url: str) -> str:
 
 
 def render_manifest(
-    *, socket_mode: bool, request_url: str = PLACEHOLDER_URL, continue_threads: bool = True
+    *,
+    socket_mode: bool,
+    request_url: str = PLACEHOLDER_URL,
+    continue_threads: bool = True,
+    oauth: bool = False,
+    redirect_url: str | None = None,
 ) -> str:
     """The manifest as YAML text, exactly what `threadgate manifest` prints."""
     manifest = app_manifest(
-        socket_mode=socket_mode, request_url=request_url, continue_threads=continue_threads
+        socket_mode=socket_mode,
+        request_url=request_url,
+        continue_threads=continue_threads,
+        oauth=oauth,
+        redirect_url=redirect_url,
     )
     return "\n".join(_yaml_mapping(manifest, 0)) + "\n"
 

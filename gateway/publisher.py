@@ -61,7 +61,8 @@ from gateway.live import (
 )
 from gateway.rendering import BLOCK_LIMIT, SlackMessage, render_reply
 from gateway.sources import SourceLinks
-from storage import Outbox
+from gateway.workspaces import NotInstalled, SlackClients
+from storage import Outbox, StoredInstallation
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +82,7 @@ class SlackPublisher:
 
     def __init__(
         self,
-        client: AsyncWebClient,
+        client: AsyncWebClient | SlackClients,
         outbox: Outbox,
         *,
         bot_user_id: str | None = None,
@@ -92,16 +93,21 @@ class SlackPublisher:
         streams: StreamSettings | None = None,
         on_stream_ended: StreamEnded | None = None,
     ) -> None:
-        self._client = client
+        # Each task's calls use its workspace's client (gateway/workspaces.py).
+        self._clients = client if isinstance(client, SlackClients) else SlackClients.single(client)
         self._outbox = outbox
-        self._sources = SourceLinks(client, outbox, call_seconds=outbox.call_seconds)
+        self._sources = SourceLinks(outbox, call_seconds=outbox.call_seconds)
         self._visible: set[str] = set()  # tasks whose thread shows streamed text
         self._drafts: dict[tuple[str, str], SlackDraft] = {}
         self._live = (
             None
             if streams is None
             else LiveMessages(
-                client, outbox, streams, on_visible=self._shown, on_ended=on_stream_ended
+                self._clients,
+                outbox,
+                streams,
+                on_visible=self._shown,
+                on_ended=on_stream_ended,
             )
         )
         self._bot_user_id = bot_user_id
@@ -132,7 +138,11 @@ class SlackPublisher:
         streamed = await draft.close() if draft is not None else None
         # The Sources line goes under the text, rendered with it (gateway/sources.py); a
         # streamed reply gets it with its final stopStream or update.
-        sources = await self._sources.line(citations) if citations else ""
+        sources = (
+            await self._sources.line(citations, await self._clients.for_address(task.address))
+            if citations
+            else ""
+        )
         for n, part in enumerate(render_reply(f"{text}\n\n{sources}" if sources else text)):
             if n == 0:
                 await self._post_once(task, message_id, part, streamed=streamed, steps=steps)
@@ -187,12 +197,13 @@ class SlackPublisher:
 
     async def _set_status(self, task: Task, status: str) -> None:
         try:
-            await self._client.assistant_threads_setStatus(
+            client = await self._clients.for_address(task.address)
+            await client.assistant_threads_setStatus(
                 channel_id=task.address["channel"],
                 thread_ts=task.address["thread_ts"],
                 status=status,
             )
-        except (SlackApiError, SlackClientError, OSError) as exc:
+        except (SlackApiError, SlackClientError, OSError, NotInstalled) as exc:
             # Status exists only in assistant threads; elsewhere Slack refuses it. Harmless.
             log.debug("setStatus refused: %s", exc)
 
@@ -249,7 +260,9 @@ class SlackPublisher:
         chunks = [markdown_chunk(_markdown(message)), *(task_update(step) for step in steps)]
         try:
             async with asyncio.timeout(self._outbox.call_seconds):
-                ts = await where.start(self._client, chunks, plan=True)
+                ts = await where.start(
+                    await self._clients.for_address(task.address), chunks, plan=True
+                )
         except SlackApiError as exc:
             if may_have_happened(exc):
                 log.warning("plan %s: Slack answered %s; looking in the thread", post_id, why(exc))
@@ -283,6 +296,7 @@ class SlackPublisher:
         if steps and any(step.state in ("pending", "in_progress") for step in steps):
             return True  # an acknowledgment whose subtasks still run: it stays open
         channel = task.address["channel"]
+        client = await self._clients.for_address(task.address)
         metadata = _metadata(post_id)
         final = [task_update(step) for step in steps]
         if streamed is not None:
@@ -291,7 +305,7 @@ class SlackPublisher:
         if steps:
             # An acknowledgment's plan: its text went out whole with the start, its cards
             # get their final states here.
-            if await self._stop(post_id, channel, ts, chunks=final, metadata=metadata):
+            if await self._stop(task, post_id, ts, chunks=final, metadata=metadata):
                 self._ended(kind, "completed")
                 return True
         elif (
@@ -299,8 +313,8 @@ class SlackPublisher:
             and (rest := _rest(streamed, _markdown(message))) is not None
             # A reply streamed as written: the rest (with a Sources line) goes with the stop.
             and await self._stop(
+                task,
                 post_id,
-                channel,
                 ts,
                 chunks=[*streamed.cards, *([markdown_chunk(rest)] if rest else [])],
                 metadata=metadata,
@@ -311,10 +325,10 @@ class SlackPublisher:
         with contextlib.suppress(SlackApiError, SlackClientError, aiohttp.ClientError, OSError):
             async with asyncio.timeout(self._outbox.call_seconds):
                 # Already stopped (or expired) is fine: the update below sets the text.
-                await self._client.chat_stopStream(channel=channel, ts=ts, chunks=final or None)
+                await client.chat_stopStream(channel=channel, ts=ts, chunks=final or None)
         try:
             async with asyncio.timeout(self._outbox.call_seconds):
-                await self._client.chat_update(
+                await client.chat_update(
                     channel=channel,
                     ts=ts,
                     text=message.text,
@@ -343,8 +357,8 @@ class SlackPublisher:
 
     async def _stop(
         self,
+        task: Task,
         post_id: str,
-        channel: str,
         ts: str,
         *,
         metadata: dict[str, Any],
@@ -354,8 +368,9 @@ class SlackPublisher:
         False when Slack would not (no longer streaming, …): replace its text instead."""
         try:
             async with asyncio.timeout(self._outbox.call_seconds):
-                await self._client.chat_stopStream(
-                    channel=channel, ts=ts, chunks=chunks or None, metadata=metadata
+                client = await self._clients.for_address(task.address)
+                await client.chat_stopStream(
+                    channel=task.address["channel"], ts=ts, chunks=chunks or None, metadata=metadata
                 )
         except (SlackApiError, SlackClientError, aiohttp.ClientError, OSError) as exc:
             log.info("stopping stream %s failed (%s); replacing its text", ts, exc)
@@ -367,10 +382,11 @@ class SlackPublisher:
         """One chat.postMessage. True: posted. False: the outcome is unknown (the outbox
         knows the call is over). Raises when Slack refused the post outright."""
         address = task.address
+        client = await self._clients.for_address(address)
         try:
             # The bound the outbox waits for before anyone looks for this post.
             async with asyncio.timeout(self._outbox.call_seconds):
-                response = await self._client.chat_postMessage(
+                response = await client.chat_postMessage(
                     channel=address["channel"],
                     thread_ts=address["thread_ts"],
                     text=message.text,
@@ -429,9 +445,10 @@ class SlackPublisher:
         oldest = None if since is None else f"{since.timestamp() - _CLOCK_SKEW_SECONDS:.6f}"
         cursor = None
         unmarked: list[str] = []
+        workspace = await self._clients.workspace(address.get("team"), address.get("enterprise"))
         while True:
             try:
-                page = await self._client.conversations_replies(
+                page = await workspace.client.conversations_replies(
                     channel=address["channel"],
                     ts=address["thread_ts"],
                     oldest=oldest,
@@ -444,7 +461,7 @@ class SlackPublisher:
                     return None  # no thread yet, so our post cannot be in it
                 raise
             for message in page.get("messages") or []:
-                if not self._is_ours(message):
+                if not self._is_ours(message, workspace.installation):
                     continue
                 if _outbox_id(message) == post_id:
                     return Found(str(message.get("ts")))
@@ -459,12 +476,16 @@ class SlackPublisher:
         orphans = sorted((ts for ts in unmarked if ts not in known), key=float)
         return Found(orphans[0], orphan=True) if orphans else None
 
-    def _is_ours(self, message: Mapping[str, Any]) -> bool:
-        """Posted by our bot user (anyone could copy our metadata into a message)."""
-        if self._bot_user_id is None and self._bot_id is None:
+    def _is_ours(self, message: Mapping[str, Any], found: StoredInstallation | None = None) -> bool:
+        """Posted by our bot user (anyone could copy our metadata into a message); with many
+        workspaces, the bot user of the thread's workspace's installation (`found`)."""
+        bot_user_id, bot_id = (
+            (found.bot_user_id, found.bot_id) if found else (self._bot_user_id, self._bot_id)
+        )
+        if bot_user_id is None and bot_id is None:
             return True  # not told who we are: the metadata alone decides
-        return (self._bot_user_id is not None and message.get("user") == self._bot_user_id) or (
-            self._bot_id is not None and message.get("bot_id") == self._bot_id
+        return (bot_user_id is not None and message.get("user") == bot_user_id) or (
+            bot_id is not None and message.get("bot_id") == bot_id
         )
 
 

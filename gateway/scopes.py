@@ -49,6 +49,11 @@ def bot_events(*, continue_threads: bool) -> tuple[str, ...]:
     return (_ALWAYS + _CONTINUATION if continue_threads else _ALWAYS) + _PINS
 
 
+# With many workspaces (OAuth), an uninstall or a revoked token must reach us, to forget
+# the workspace and stop its tasks. Neither needs a scope.
+UNINSTALL_EVENTS = ("app_uninstalled", "tokens_revoked")
+
+
 def bot_scopes(*, continue_threads: bool) -> tuple[str, ...]:
     """The bot scopes to request with these settings, in manifest order."""
     return tuple(

@@ -17,12 +17,14 @@ import contextlib
 import logging
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
+from typing import Any
 
 import aiohttp
 import httpx
 from aiohttp import web
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.authorization import AuthorizeResult
+from slack_bolt.oauth.async_oauth_flow import AsyncOAuthFlow
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -60,27 +62,32 @@ from gateway.gatekeeper import LIMIT_NOTICES, Gatekeeper, Policy
 from gateway.http import SERVER_LOG, Readiness, build_http_app, build_metrics_app
 from gateway.live import StreamSettings
 from gateway.metrics import MeteredModel, Metrics, ToolCallCounter
+from gateway.oauth import INSTALL_PATH, InstalledIdentity, Uninstaller, oauth_flow
 from gateway.pins import Pins
 from gateway.publisher import SlackPublisher
 from gateway.revisions import Revisions
+from gateway.scopes import bot_scopes
 from gateway.slack_app import build_bolt_app
-from gateway.slack_client import slack_client
+from gateway.slack_client import MeteredWebClient, slack_client
 from gateway.socket_mode import SocketModeConnection, start_socket_mode
-from gateway.threads import SlackThreads
 from gateway.tool_observers import ToolObservers
-from gateway.users import UserDirectory
+from gateway.workspaces import SlackClients, label
 from storage import (
     Database,
     Limits,
     Outbox,
     PostgresDelegations,
     PostgresHistory,
+    PostgresInstallations,
     PostgresMemory,
+    PostgresOAuthStates,
     PostgresSummaries,
     PostgresTaskQueue,
     PostgresToolCalls,
     PostgresUsageMeter,
     Retention,
+    StoredInstallation,
+    TokenCipher,
     start_embedded_postgres,
     tokens_today,
 )
@@ -250,8 +257,10 @@ class Gateway:
     port: int | None = None
     metrics_port: int | None = None
     mcp: McpClients | None = None
+    clients: SlackClients | None = None
     _stack: AsyncExitStack = field(default_factory=AsyncExitStack)
     _socket: SocketModeConnection | None = None
+    _downloads: httpx.AsyncClient | None = None  # files people attach (gateway/files.py)
 
     async def start(self, host: str, port: int) -> None:
         s = self.settings
@@ -273,27 +282,24 @@ class Gateway:
         self._stack.push_async_callback(supervisor.aclose)
         session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
         self._stack.push_async_callback(session.close)
-        client = slack_client(
-            s.require("SLACK_BOT_TOKEN"),
-            s.slack_api_url,
-            timeout=s.threadgate_slack_timeout_seconds,
-            metrics=self.metrics,
-            on_token_refused=TokenAlarm(
-                webhook.get_secret_value() if webhook else None,
-                window_seconds=s.threadgate_alert_window_seconds,
-            ),
-            supervisor=supervisor,
-            session=session,
+        alarm = TokenAlarm(
+            webhook.get_secret_value() if webhook else None,
+            window_seconds=s.threadgate_alert_window_seconds,
         )
-        identity = await identify(client, s.require("SLACK_BOT_TOKEN"))
-        users = UserDirectory(client)
-        threads = SlackThreads(client, users)
+        clients = SlackClientFactory(s, self.metrics, supervisor, session, alarm)
+        if s.oauth_mode:
+            self.clients = clients.many(db)
+            identity = None
+        else:
+            client = clients.single()
+            identity = await identify(client, s.require("SLACK_BOT_TOKEN"))
+            self.clients = SlackClients.single(client)
         registries = default_registries()
         self.mcp = await start_mcp(s, registries[0], self._stack)
-        self._start_runner(db, client, models, threads, identity, registries)
+        self._start_runner(db, self.clients, models, identity, registries)
         self._start_queue_sampler(db)
         self._start_retention(db)
-        await self._start_http(db, client, host, port, users, threads, identity)
+        await self._start_http(db, clients, host, port, identity)
 
     async def stop(self) -> None:
         await self._stack.aclose()
@@ -328,10 +334,9 @@ class Gateway:
     def _start_runner(
         self,
         db: Database,
-        client: AsyncWebClient,
+        clients: SlackClients,
         models: list[Model],
-        threads: SlackThreads,
-        identity: AuthorizeResult,
+        identity: AuthorizeResult | None,
         registries: tuple[ToolRegistry, SubtaskRegistry],
     ) -> None:
         s = self.settings
@@ -342,10 +347,11 @@ class Gateway:
             settle_seconds=s.threadgate_slack_settle_seconds,
         )
         publisher = SlackPublisher(
-            client,
+            clients,
             outbox,
-            bot_user_id=identity.bot_user_id,
-            bot_id=identity.bot_id,
+            # With many workspaces, each installation says who our bot is there.
+            bot_user_id=identity.bot_user_id if identity else None,
+            bot_id=identity.bot_id if identity else None,
             status_refresh_seconds=s.threadgate_status_refresh_seconds,
             # Reads retried within a few call limits, then one outcome.
             reconcile_seconds=4 * s.threadgate_slack_timeout_seconds,
@@ -358,7 +364,9 @@ class Gateway:
         )
         self._stack.push_async_callback(publisher.aclose)
         alerts = OperatorAlerts(
-            client, s.threadgate_operator_channel, window_seconds=s.threadgate_alert_window_seconds
+            clients.operator,
+            s.threadgate_operator_channel,
+            window_seconds=s.threadgate_alert_window_seconds,
         )
         runner = build_runner(
             self.settings,
@@ -366,7 +374,7 @@ class Gateway:
             models,
             publisher=publisher,
             alerts=alerts,
-            thread_reader=threads,
+            thread_reader=clients,
             metrics=self.metrics,
             live=publisher if publisher.streaming else None,
             registries=registries,
@@ -393,12 +401,10 @@ class Gateway:
     async def _start_http(
         self,
         db: Database,
-        client: AsyncWebClient,
+        factory: SlackClientFactory,
         host: str,
         port: int,
-        users: UserDirectory,
-        threads: SlackThreads,
-        identity: AuthorizeResult,
+        identity: AuthorizeResult | None,
     ) -> None:
         s = self.settings
         secret = s.slack_signing_secret
@@ -409,31 +415,52 @@ class Gateway:
             continue_threads=s.threadgate_continue_threads,
             backfill_messages=s.threadgate_backfill_messages,
         )
-        gatekeeper = Gatekeeper(
-            db,
-            users,
-            threads=threads,
-            policy=policy,
-            lookup_budget_seconds=self.settings.threadgate_lookup_budget_seconds,
-            limits=limits(s),
-            on_limited=self.metrics.message_limited,
-            files=self._file_reader(),
-        )
+        clients = self.clients
+        assert clients is not None  # set by start
+
+        async def gatekeeper(team_id: str | None, enterprise_id: str | None) -> Gatekeeper:
+            # Names and back-fill read with the token of the event's workspace.
+            workspace = await clients.workspace(team_id, enterprise_id)
+            return Gatekeeper(
+                db,
+                workspace.users,
+                threads=workspace.threads,
+                policy=policy,
+                lookup_budget_seconds=self.settings.threadgate_lookup_budget_seconds,
+                limits=limits(s),
+                on_limited=self.metrics.message_limited,
+                files=self._file_reader(workspace.client.token),
+            )
+
+        async def pins(team_id: str | None, enterprise_id: str | None) -> Pins:
+            workspace = await clients.workspace(team_id, enterprise_id)
+            return Pins(
+                db,
+                workspace.users,
+                max_pinned=s.threadgate_pinned_max,
+                lookup_budget_seconds=s.threadgate_lookup_budget_seconds,
+            )
+
+        async def revisions(team_id: str | None, enterprise_id: str | None) -> Revisions:
+            return Revisions(
+                db,
+                await gatekeeper(team_id, enterprise_id),
+                lookup_budget_seconds=s.threadgate_lookup_budget_seconds,
+            )
+
+        installations = factory.installations(db)
         bolt = build_bolt_app(
-            client=client,
+            # With many workspaces bolt's client holds no token: bolt lends it each
+            # event's; we call Slack through our own clients anyway.
+            client=(await clients.for_team(None)) if identity else factory.tokenless(),
             signing_secret=signing_secret,
             gatekeeper=gatekeeper,
             metrics=self.metrics,
             identity=identity,
-            pins=Pins(
-                db,
-                users,
-                max_pinned=s.threadgate_pinned_max,
-                lookup_budget_seconds=s.threadgate_lookup_budget_seconds,
-            ),
-            revisions=Revisions(
-                db, gatekeeper, lookup_budget_seconds=s.threadgate_lookup_budget_seconds
-            ),
+            pins=pins,
+            revisions=revisions,
+            authorize=InstalledIdentity(clients) if installations else None,
+            on_uninstalled=Uninstaller(db, installations, clients) if installations else None,
         )
         socket_mode = self.settings.socket_mode
         app = build_http_app(
@@ -442,6 +469,7 @@ class Gateway:
             ready=self._readiness(db),
             metrics=self.metrics,
             events=not socket_mode,
+            oauth=factory.oauth_flow(db, clients) if installations else None,
         )
         runner = web.AppRunner(app, access_log=None, logger=SERVER_LOG)
         await runner.setup()
@@ -453,6 +481,8 @@ class Gateway:
             await self._start_socket_mode(bolt)
         else:
             log.info("threadgate listening on http://%s:%d/slack/events", host, self.port)
+        if installations:
+            log.info("install threadgate at http://%s:%d%s", host, self.port, INSTALL_PATH)
 
     def _readiness(self, db: Database) -> Readiness:
         """Ready: the database answers with no migration pending and, in Socket Mode, the
@@ -467,13 +497,16 @@ class Gateway:
 
         return ready
 
-    def _file_reader(self) -> FileReader:
-        """Downloads of message files, on their own client (closed with the gateway)."""
+    def _file_reader(self, token: str | None) -> FileReader | None:
+        """Downloads of message files with the workspace's bot token, on one HTTP client of
+        their own (closed with the gateway); None without a token."""
         s = self.settings
-        client = httpx.AsyncClient(timeout=s.threadgate_lookup_budget_seconds)
-        self._stack.push_async_callback(client.aclose)
-        token = s.require("SLACK_BOT_TOKEN")
-        downloader = FileDownloader(client, token, max_bytes=s.threadgate_file_max_bytes)
+        if token is None:
+            return None
+        if self._downloads is None:
+            self._downloads = httpx.AsyncClient(timeout=s.threadgate_lookup_budget_seconds)
+            self._stack.push_async_callback(self._downloads.aclose)
+        downloader = FileDownloader(self._downloads, token, max_bytes=s.threadgate_file_max_bytes)
         return FileReader(downloader, s.file_kinds, on_read=self.metrics.file_read)
 
     async def _start_socket_mode(self, bolt: AsyncApp) -> None:
@@ -488,6 +521,86 @@ class Gateway:
         self._socket = connection
         self._stack.push_async_callback(connection.close)
         log.info("threadgate connected in Socket Mode (health on port %d)", self.port)
+
+
+@dataclass(frozen=True)
+class SlackClientFactory:
+    """How the gateway's Slack clients are made: one kind of client (SLACK_API_URL, the call
+    time limit, metrics, the token alarm, one shared connection pool), for one workspace
+    (SLACK_BOT_TOKEN) or for each installation (OAuth mode)."""
+
+    settings: Settings
+    metrics: Metrics
+    supervisor: Supervisor
+    session: aiohttp.ClientSession
+    alarm: TokenAlarm
+
+    def _client(self, token: str | None, **options: Any) -> MeteredWebClient:
+        return slack_client(
+            token,
+            self.settings.slack_api_url,
+            timeout=self.settings.threadgate_slack_timeout_seconds,
+            metrics=self.metrics,
+            supervisor=self.supervisor,
+            session=self.session,
+            **options,
+        )
+
+    def single(self) -> MeteredWebClient:
+        return self._client(self.settings.require("SLACK_BOT_TOKEN"), on_token_refused=self.alarm)
+
+    def tokenless(self) -> MeteredWebClient:
+        """For bolt and the install flow: calls that bring their own token (or none)."""
+        return self._client(None)
+
+    def installations(self, db: Database) -> PostgresInstallations | None:
+        s = self.settings
+        if not s.oauth_mode:
+            return None
+        return PostgresInstallations(db, s.require("SLACK_CLIENT_ID"), cipher=token_cipher(s))
+
+    def many(self, db: Database) -> SlackClients:
+        installations = self.installations(db)
+        assert installations is not None  # OAuth mode
+
+        def for_installation(found: StoredInstallation) -> MeteredWebClient:
+            name = label(found)
+            on_refused = self.alarm.for_workspace(name)
+
+            async def refused(method: str, error: str) -> None:
+                # Dropped: a reinstall's new token is read at the next use.
+                clients.forget(found.team_id, found.enterprise_id)
+                await on_refused(method, error)
+
+            return self._client(found.bot_token, on_token_refused=refused, workspace=name)
+
+        clients = SlackClients(
+            installations=installations,
+            make_client=for_installation,
+            operator_team=self.settings.threadgate_operator_team,
+        )
+        return clients
+
+    def oauth_flow(self, db: Database, clients: SlackClients) -> AsyncOAuthFlow:
+        s = self.settings
+        installations = self.installations(db)
+        assert installations is not None and s.slack_client_secret is not None
+        return oauth_flow(
+            client=self.tokenless(),
+            client_id=s.require("SLACK_CLIENT_ID"),
+            client_secret=s.slack_client_secret.get_secret_value(),
+            redirect_uri=s.threadgate_oauth_redirect_url,
+            installations=installations,
+            states=PostgresOAuthStates(db),
+            clients=clients,
+            scopes=bot_scopes(continue_threads=s.threadgate_continue_threads),
+        )
+
+
+def token_cipher(settings: Settings) -> TokenCipher | None:
+    """What seals the stored bot tokens (THREADGATE_TOKEN_KEY), if anything."""
+    key = settings.threadgate_token_key
+    return TokenCipher(key.get_secret_value()) if key is not None else None
 
 
 async def identify(client: AsyncWebClient, token: str) -> AuthorizeResult:

@@ -24,6 +24,7 @@ must hear about at once: it is logged at CRITICAL and handed to `on_token_refuse
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import math
 from collections.abc import Callable, Coroutine
@@ -89,15 +90,22 @@ class MeteredWebClient(AsyncWebClient):
         on_token_refused: TokenRefused | None = None,
         supervisor: Supervisor | None = None,
         call_timeout: float = 30.0,
+        workspace: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
+        self.workspace = workspace  # which installation's token (OAuth mode), for the log
         self._metrics = metrics
         self._on_token_refused = on_token_refused
         self._supervisor = supervisor or Supervisor()
         self.call_timeout = call_timeout  # the bound of one call, its retries included
 
     async def api_call(self, api_method: str, **kwargs: Any) -> AsyncSlackResponse:
+        auth = kwargs.pop("auth", None)
+        if isinstance(auth, dict):
+            # The app's credentials (oauth.v2.access): slack_sdk would wrap them in aiohttp's
+            # BasicAuth, deprecated (a DeprecationWarning per install). The same header.
+            kwargs["headers"] = {**(kwargs.get("headers") or {}), **basic_auth(auth)}
         try:
             async with asyncio.timeout(self.call_timeout):
                 response = await super().api_call(api_method, **kwargs)
@@ -118,14 +126,30 @@ class MeteredWebClient(AsyncWebClient):
             self._metrics.slack_calls.labels(method, status).inc()
 
     async def _token_refused(self, method: str, error: str) -> None:
-        log.critical("Slack refused the bot token (%s on %s): check SLACK_BOT_TOKEN", error, method)
+        if self.workspace is None:
+            log.critical(
+                "Slack refused the bot token (%s on %s): check SLACK_BOT_TOKEN", error, method
+            )
+        else:
+            log.critical(
+                "Slack refused the bot token of workspace %s (%s on %s): reinstall the app there",
+                self.workspace,
+                error,
+                method,
+            )
         if self._on_token_refused is not None:
             # In the background: the caller's own deadline must not cut the alert short.
             self._supervisor.spawn(self._on_token_refused(method, error), name="token-alarm")
 
 
+def basic_auth(credentials: dict[str, str]) -> dict[str, str]:
+    """HTTP basic authentication with an app's client id and secret."""
+    pair = f"{credentials['client_id']}:{credentials['client_secret']}".encode()
+    return {"Authorization": "Basic " + base64.b64encode(pair).decode("ascii")}
+
+
 def slack_client(
-    token: str,
+    token: str | None,
     base_url: str,
     *,
     timeout: float = 15,
@@ -133,6 +157,7 @@ def slack_client(
     on_token_refused: TokenRefused | None = None,
     supervisor: Supervisor | None = None,
     session: aiohttp.ClientSession | None = None,
+    workspace: str | None = None,
 ) -> MeteredWebClient:
     """The client; pass a long-lived `session` to reuse connections (without one, slack_sdk
     opens a connection per call). The caller closes the session. `timeout` bounds each
@@ -150,4 +175,5 @@ def slack_client(
         supervisor=supervisor,
         session=session,
         call_timeout=timeout,
+        workspace=workspace,
     )

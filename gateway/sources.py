@@ -53,13 +53,13 @@ def fallback_permalink(channel: str, ts: str) -> str:
 class SourceLinks:
     """Turns citations into the Sources line (module docstring)."""
 
-    def __init__(self, client: AsyncWebClient, outbox: Outbox, *, call_seconds: float) -> None:
-        self._client = client
+    def __init__(self, outbox: Outbox, *, call_seconds: float) -> None:
         self._outbox = outbox
         self._call_seconds = call_seconds
 
-    async def line(self, citations: Sequence[Citation]) -> str:
-        """The Sources line in Markdown, or "" when nothing cited can be shown."""
+    async def line(self, citations: Sequence[Citation], client: AsyncWebClient) -> str:
+        """The Sources line in Markdown, or "" when nothing cited can be shown; permalinks
+        are asked with `client`, the task's workspace's."""
         links: list[str] = []
         messages = 0
         for citation in citations:
@@ -67,13 +67,13 @@ class SourceLinks:
                 host = urlsplit(citation.url).hostname or citation.url
                 links.append(f"[{host}](<{citation.url}>)")
             elif citation.message_id is not None:
-                url = await self._message_link(citation.message_id)
+                url = await self._message_link(citation.message_id, client)
                 if url is not None:
                     messages += 1
                     links.append(f"[message {messages}](<{url}>)")
         return f"**Sources:** {SEPARATOR.join(links)}" if links else ""
 
-    async def _message_link(self, message_id: str) -> str | None:
+    async def _message_link(self, message_id: str, client: AsyncWebClient) -> str | None:
         where = await self._locate(message_id)
         if where is None:
             log.info("cited message %s has no Slack message to link to", message_id)
@@ -81,7 +81,7 @@ class SourceLinks:
         channel, ts = where
         try:
             async with asyncio.timeout(self._call_seconds):
-                response = await self._client.chat_getPermalink(channel=channel, message_ts=ts)
+                response = await client.chat_getPermalink(channel=channel, message_ts=ts)
             permalink = response.get("permalink")
         except (SlackApiError, SlackClientError, aiohttp.ClientError, OSError, TimeoutError) as exc:
             log.info(

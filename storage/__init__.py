@@ -35,6 +35,13 @@ from storage.inspection import (
     inspect_task,
     list_tasks,
 )
+from storage.installations import (
+    InstallationSummary,
+    PostgresInstallations,
+    PostgresOAuthStates,
+    StoredInstallation,
+    cancel_workspace_tasks,
+)
 from storage.lifecycle import TOMBSTONE, Deleted, delete_turn, revise_turn, stored_turn
 from storage.memory import PostgresMemory, SessionReset, UnknownSession, reset_session, slot_name
 from storage.migrations import pending_migrations
@@ -50,6 +57,7 @@ from storage.queue import (
 )
 from storage.retention import SEEN_EVENTS_KEPT, Retention, RetentionRun
 from storage.summaries import PostgresSummaries
+from storage.token_cipher import TokenCipher, TokenKeyError, is_token_key
 from storage.tool_calls import PostgresToolCalls, StoredToolCall, tool_calls_of
 from storage.usage import PostgresUsageMeter, tokens_today
 
@@ -66,6 +74,7 @@ __all__ = [
     "DatabaseUnavailable",
     "Deleted",
     "EarlierMessage",
+    "InstallationSummary",
     "Intervention",
     "InterventionRecord",
     "InterventionRefused",
@@ -78,7 +87,9 @@ __all__ = [
     "PostRecord",
     "PostgresDelegations",
     "PostgresHistory",
+    "PostgresInstallations",
     "PostgresMemory",
+    "PostgresOAuthStates",
     "PostgresSummaries",
     "PostgresTaskQueue",
     "PostgresToolCalls",
@@ -88,20 +99,25 @@ __all__ = [
     "RoundRecord",
     "SessionReset",
     "StorageError",
+    "StoredInstallation",
     "StoredToolCall",
     "SubtaskRecord",
     "Superseded",
     "TaskDetail",
     "TaskFilter",
     "TaskSummary",
+    "TokenCipher",
+    "TokenKeyError",
     "UnknownSession",
     "UnknownTask",
     "admit",
     "cancel_task",
+    "cancel_workspace_tasks",
     "clear_pin",
     "delete_turn",
     "flag_pin",
     "inspect_task",
+    "is_token_key",
     "list_tasks",
     "pending_migrations",
     "reset_session",

@@ -103,6 +103,7 @@ from .slack_permalinks import permalink
 from .slack_streams import DISPLAY_MODES, MAX_MARKDOWN, Stream, StreamedMessage, check_payload
 
 if TYPE_CHECKING:
+    from .slack_oauth import FakeOAuth
     from .socket_mode import FakeSocketMode
 
 Params = dict[str, Any]
@@ -145,6 +146,7 @@ class Call:
     params: Mapping[str, Any]
     fault: FaultKind | None = None
     at: float = 0.0
+    token: str | None = None  # the token it was made with (which workspace's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +187,8 @@ class FakeSlack:
         self.bot_token = bot_token
         self.app_token = app_token
         self.socket_mode: FakeSocketMode | None = None
+        # Many workspaces: the OAuth exchange and per-workspace tokens (tests/fakes/slack_oauth.py).
+        self.oauth: FakeOAuth | None = None
         self.bot_user_id = bot_user_id
         self.team_id = team_id
         self.bot_id = bot_id
@@ -481,10 +485,22 @@ class FakeSlack:
         except ValueError:
             return web.json_response({"ok": False, "error": "invalid_json"})
         token = _bearer(request.headers.get("Authorization")) or params.pop("token", None)
-        auth_error = self._auth_error(token, method)
+        if self.oauth is not None and self.oauth.handles(method, token):
+            answered = self.oauth.answer(
+                method, token, params, request.headers.get("Authorization")
+            )
+            if answered or (token is not None and (refusal := self.oauth.refusal(token, params))):
+                self.calls.append(Call(method, params, None, time.monotonic(), token))
+                await self._notify()
+                return web.json_response(answered or {"ok": False, "error": refusal})
+            auth_error = None  # a workspace's token, on its own channels
+        else:
+            auth_error = self._auth_error(token, method)
         fault = None if auth_error else self._next_fault(method)
         self._expire_streams()
-        self.calls.append(Call(method, params, fault.kind if fault else None, time.monotonic()))
+        self.calls.append(
+            Call(method, params, fault.kind if fault else None, time.monotonic(), token)
+        )
         await self._notify()
         if (gate := self._holds.get(method)) is not None:
             await gate.wait()

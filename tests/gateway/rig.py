@@ -8,6 +8,11 @@ With `socket_mode=True` the gateway gets an app token instead of a signing secre
 takes its events from the loopback Socket Mode server (`rig.sockets`); `start_gateway`
 adds more gateways (replicas, in either mode) on the same fakes, stopped with the rig.
 
+With `oauth=True` the gateway serves many workspaces (Slack's OAuth install flow) instead
+of one `SLACK_BOT_TOKEN`: the fake Slack gets a `FakeOAuth` (`rig.slack.oauth`), and
+`rig.install(team_id)` installs the app in a workspace through the gateway's own
+`/slack/install` and `/slack/oauth_redirect`, as a browser would.
+
 Its settings are the rig's and nothing else: no `.env` is read (`rig_settings`), and the
 conftest has removed the shell's gateway variables from the environment (`tests.hermetic`).
 """
@@ -26,11 +31,23 @@ from storage.database import Database
 from tests.fakes.openai_api import OpenAIServer, RecordedRequest, Reply, reply_with_tool
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.slack_events import deliver
+from tests.fakes.slack_oauth import FakeOAuth
 from tests.fakes.socket_mode import FakeSocketMode
 
 SECRET = "signing-secret-for-tests"
 BOT_TOKEN = "xoxb-test"
 APP_TOKEN = "xapp-1-A0APP00001-test"
+CLIENT_ID = "1234567890.9876543210"
+CLIENT_SECRET = "0123456789abcdef0123456789abcdef"
+STATE_COOKIE = "slack-app-oauth-state"
+
+
+def oauth_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The same settings for many workspaces: the app's client id and secret, no bot token."""
+    return {k: v for k, v in env.items() if k != "SLACK_BOT_TOKEN"} | {
+        "SLACK_CLIENT_ID": CLIENT_ID,
+        "SLACK_CLIENT_SECRET": CLIENT_SECRET,
+    }
 
 
 def last_user_text(body: Any) -> str:
@@ -87,9 +104,17 @@ class Rig:
     database_url: str
     overrides: Mapping[str, str] = field(default_factory=dict)
     socket_mode: bool = False
+    oauth: bool = False
 
     async def __aenter__(self) -> Rig:
         self.slack = await FakeSlack(bot_token=BOT_TOKEN, app_token=APP_TOKEN).__aenter__()
+        if self.oauth:
+            self.slack.oauth = FakeOAuth(
+                client_id=CLIENT_ID,
+                client_secret=CLIENT_SECRET,
+                app_id=self.slack.app_id,
+                home_team=self.slack.team_id,
+            )
         self.sockets = await FakeSocketMode(app_id=self.slack.app_id).__aenter__()
         self.slack.socket_mode = self.sockets
         self.model = await OpenAIServer().__aenter__()
@@ -129,6 +154,8 @@ class Rig:
         env = {**gateway_env(self.slack, self.model, database_url), **self.overrides, **overrides}
         if socket_mode:
             env = socket_mode_env(env)
+        if self.oauth:
+            env = oauth_env(env)
         gateway = Gateway(rig_settings(env))
         try:
             await gateway.start("127.0.0.1", 0)
@@ -147,6 +174,39 @@ class Rig:
 
     async def send(self, envelope: Mapping[str, Any], **options: Any) -> tuple[int, str]:
         return await deliver(self.http, self.events_url, dict(envelope), SECRET, **options)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.gateway.port}"
+
+    async def begin_install(self) -> str:
+        """GET /slack/install as a browser: the `state` it issued (in its cookie and link)."""
+        async with self.http.get(f"{self.base_url}/slack/install") as response:
+            assert response.status == 200, await response.text()
+            page = await response.text()
+            cookie = response.headers.get("Set-Cookie", "")
+        state = cookie.split(f"{STATE_COOKIE}=", 1)[1].split(";", 1)[0]
+        assert f"state={state}" in page  # the "Add to Slack" link carries it
+        return state
+
+    async def finish_install(self, code: str, state: str) -> tuple[int, str]:
+        """Slack's redirect back with `code` and `state` (the browser's cookie along)."""
+        async with self.http.get(
+            f"{self.base_url}/slack/oauth_redirect",
+            params={"code": code, "state": state},
+            headers={"Cookie": f"{STATE_COOKIE}={state}"},
+        ) as response:
+            return response.status, await response.text()
+
+    async def install(self, team_id: str, team_name: str = "", **grant: Any) -> str:
+        """Install the app in a workspace through the flow; its new bot token."""
+        assert self.slack.oauth is not None, "Rig(oauth=True)"
+        state = await self.begin_install()
+        status, body = await self.finish_install(
+            self.slack.oauth.grant(team_id, team_name, **grant), state
+        )
+        assert status == 200, body
+        return self.slack.oauth.token_of(team_id)
 
     async def count(self, table: str) -> int:
         return int(await self.db.pool.fetchval(f"SELECT count(*) FROM {table}"))

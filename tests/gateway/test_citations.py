@@ -127,11 +127,10 @@ async def test_no_sources_line_can_ping(shown: list[str], reply: str) -> None:
     seen.note([UserMessage(f"https://{piece} https://@here.{piece}") for piece in shown])
     citations = [Citation(url=url) for url in sorted(seen.urls)]
     links = SourceLinks(
-        AsyncWebClient(base_url="http://127.0.0.1:9/"),
         Outbox(Database("postgresql://unused"), call_seconds=1, settle_seconds=1),
         call_seconds=1,
     )
-    line = await links.line(citations)
+    line = await links.line(citations, AsyncWebClient(base_url="http://127.0.0.1:9/"))
     for message in render_reply(f"{reply}\n\n{line}" if line else reply):
         assert PING.search(block_text(message)) is None
         assert PING.search(message.text) is None

@@ -277,3 +277,22 @@ async def test_manifest_command_refuses_a_plain_http_url(tmp_path: Path) -> None
     """`--http http://…` is a usage error naming https, without a traceback."""
     status, out, err = await run_cli_output(["manifest", "--http", "http://x.org"], {}, tmp_path)
     assert status == 2 and out == "" and "https://" in err and "Traceback" not in err
+
+
+def test_many_workspaces_add_the_redirect_url_uninstall_events_and_org_installs() -> None:
+    """With OAuth the manifest lists the redirect URL, subscribes to app_uninstalled and
+    tokens_revoked, and allows org-wide installs; without it, none of these."""
+    url = "https://threadgate.example.com/slack/oauth_redirect"
+    many = app_manifest(socket_mode=False, oauth=True, redirect_url=url)
+    assert many["oauth_config"]["redirect_urls"] == [url]
+    events = many["settings"]["event_subscriptions"]["bot_events"]
+    assert {"app_uninstalled", "tokens_revoked"} <= set(events)
+    assert many["settings"]["org_deploy_enabled"] is True
+    one = app_manifest(socket_mode=False)
+    assert "redirect_urls" not in one["oauth_config"]
+    assert not {"app_uninstalled", "tokens_revoked"} & set(
+        one["settings"]["event_subscriptions"]["bot_events"]
+    )
+    assert one["settings"]["org_deploy_enabled"] is False
+    rendered = yaml.safe_load(render_manifest(socket_mode=True, oauth=True, redirect_url=url))
+    assert rendered["oauth_config"]["redirect_urls"] == [url]

@@ -1,0 +1,243 @@
+"""Slack installations and OAuth states in Postgres, for the many-workspaces mode.
+
+Slack's OAuth v2 install flow ends with a bot token per workspace (or per enterprise, for an
+org-wide install on Enterprise Grid); the gateway keeps them here, one row per completed
+install. The semantics are slack_sdk's installation stores' (its SQLAlchemy one is the
+reference): a workspace is (client id, enterprise id, team id) with NULLs compared as
+equal, an org-wide install has no team, and the latest install of a workspace wins — a
+reinstall with more scopes simply adds a newer row. `gateway.workspaces` adapts this to
+slack_sdk's `AsyncInstallationStore`; storage/ stays free of Slack types.
+
+The bot token is a secret. Only `find` reads it; `installations` — what `doctor` and
+operators see — selects every column but that one, and nothing here logs a row. With a
+`TokenCipher` (THREADGATE_TOKEN_KEY, storage/token_cipher.py) it is stored sealed.
+
+OAuth states are one-use and expire: `consume` deletes the row and says whether it was
+still fresh, so a replayed or stale redirect is refused.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from datetime import datetime
+
+from storage.database import Database
+from storage.errors import translate_errors
+from storage.queue import InterventionRefused, UnknownTask, cancel_task
+from storage.token_cipher import TokenCipher, open_token
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class StoredInstallation:
+    """One completed install (`repr` leaves the token out: rows end up in tracebacks)."""
+
+    client_id: str
+    enterprise_id: str | None
+    team_id: str | None
+    bot_token: str
+    bot_id: str | None = None
+    bot_user_id: str | None = None
+    bot_scopes: str = ""
+    enterprise_name: str | None = None
+    team_name: str | None = None
+    is_enterprise_install: bool = False
+    app_id: str | None = None
+    installer_user_id: str | None = None
+    installed_at: datetime | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"StoredInstallation(enterprise_id={self.enterprise_id!r}, team_id={self.team_id!r}, "
+            f"team_name={self.team_name!r}, bot_user_id={self.bot_user_id!r})"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class InstallationSummary:
+    """What an operator may see of an installation: who, never the token."""
+
+    enterprise_id: str | None
+    team_id: str | None
+    team_name: str | None
+    enterprise_name: str | None
+    is_enterprise_install: bool
+    bot_user_id: str | None
+    installed_at: datetime
+
+
+_INSERT = """
+INSERT INTO slack_installations (client_id, app_id, enterprise_id, enterprise_name, team_id,
+    team_name, is_enterprise_install, bot_token, bot_id, bot_user_id, bot_scopes,
+    installer_user_id)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+"""
+
+_WORKSPACE = """
+client_id = $1 AND enterprise_id IS NOT DISTINCT FROM $2 AND team_id IS NOT DISTINCT FROM $3
+"""
+
+_FIND = f"""
+SELECT * FROM slack_installations
+WHERE {_WORKSPACE} AND bot_token IS NOT NULL AND ($4::text IS NULL OR installer_user_id = $4)
+ORDER BY installed_at DESC, id DESC LIMIT 1
+"""
+
+# Every column but bot_token, on purpose (see the module docstring).
+_SUMMARIES = """
+SELECT DISTINCT ON (enterprise_id, team_id) enterprise_id, team_id, team_name,
+       enterprise_name, is_enterprise_install, bot_user_id, installed_at
+FROM slack_installations WHERE client_id = $1 AND bot_token IS NOT NULL
+ORDER BY enterprise_id, team_id, installed_at DESC, id DESC
+"""
+
+
+class PostgresInstallations:
+    """The installations of one Slack app (`client_id`)."""
+
+    def __init__(self, db: Database, client_id: str, *, cipher: TokenCipher | None = None) -> None:
+        self._db = db
+        self.client_id = client_id
+        self._cipher = cipher
+
+    @translate_errors("The Slack installation could not be saved")
+    async def save(self, found: StoredInstallation) -> None:
+        enterprise_id, team_id = workspace_key(
+            found.enterprise_id, found.team_id, found.is_enterprise_install
+        )
+        await self._db.pool.execute(
+            _INSERT,
+            self.client_id,
+            found.app_id,
+            enterprise_id,
+            found.enterprise_name,
+            team_id,
+            found.team_name,
+            found.is_enterprise_install,
+            self._cipher.seal(found.bot_token) if self._cipher else found.bot_token,
+            found.bot_id,
+            found.bot_user_id,
+            found.bot_scopes,
+            found.installer_user_id,
+        )
+
+    @translate_errors("The Slack installation could not be read")
+    async def find(
+        self,
+        enterprise_id: str | None,
+        team_id: str | None,
+        *,
+        is_enterprise_install: bool = False,
+        user_id: str | None = None,
+    ) -> StoredInstallation | None:
+        """The latest install of the workspace (by `user_id` if given), or None."""
+        key = workspace_key(enterprise_id, team_id, is_enterprise_install)
+        row = await self._db.pool.fetchrow(_FIND, self.client_id, *key, user_id)
+        if row is None:
+            return None
+        fields = {k: row[k] for k in StoredInstallation.__slots__ if k != "client_id"}
+        fields["bot_token"] = open_token(row["bot_token"], self._cipher)
+        return StoredInstallation(client_id=self.client_id, **fields)
+
+    @translate_errors("The Slack installation could not be deleted")
+    async def delete(
+        self, enterprise_id: str | None, team_id: str | None, *, user_id: str | None = None
+    ) -> int:
+        """Forget the workspace's installs (those of `user_id`, if given); how many."""
+        result = await self._db.pool.execute(
+            f"DELETE FROM slack_installations WHERE {_WORKSPACE}"
+            " AND ($4::text IS NULL OR installer_user_id = $4)",
+            self.client_id,
+            enterprise_id,
+            team_id,
+            user_id,
+        )
+        return int(result.split()[-1])
+
+    @translate_errors("The Slack bot token could not be deleted")
+    async def delete_bot(self, enterprise_id: str | None, team_id: str | None) -> None:
+        """Forget the workspace's bot tokens; the rest of its installs stays on record."""
+        await self._db.pool.execute(
+            "UPDATE slack_installations SET bot_token = NULL, bot_id = NULL, bot_user_id = NULL"
+            f" WHERE {_WORKSPACE}",
+            self.client_id,
+            enterprise_id,
+            team_id,
+        )
+
+    @translate_errors("The Slack installations could not be listed")
+    async def installations(self) -> list[InstallationSummary]:
+        """Every workspace with a bot token, oldest install first; no tokens."""
+        rows = await self._db.pool.fetch(_SUMMARIES, self.client_id)
+        summaries = [InstallationSummary(**dict(row)) for row in rows]
+        return sorted(summaries, key=lambda s: s.installed_at)
+
+
+def workspace_key(
+    enterprise_id: str | None, team_id: str | None, is_enterprise_install: bool
+) -> tuple[str | None, str | None]:
+    """(enterprise, team) as stored: an org-wide install belongs to its enterprise, no team."""
+    return (enterprise_id, None) if is_enterprise_install else (enterprise_id, team_id)
+
+
+class PostgresOAuthStates:
+    """OAuth `state` values: issued once, consumed once, within `expiration_seconds`."""
+
+    def __init__(self, db: Database, *, expiration_seconds: float = 600.0) -> None:
+        self._db = db
+        self.expiration_seconds = expiration_seconds
+
+    @translate_errors("The OAuth state could not be stored")
+    async def issue(self) -> str:
+        state = secrets.token_urlsafe(24)
+        await self._db.pool.execute(
+            "INSERT INTO slack_oauth_states (state, expires_at)"
+            " VALUES ($1, now() + make_interval(secs => $2))",
+            state,
+            self.expiration_seconds,
+        )
+        return state
+
+    @translate_errors("The OAuth state could not be checked")
+    async def consume(self, state: str) -> bool:
+        """Whether `state` was issued here and is still fresh; it cannot be used again."""
+        fresh = await self._db.pool.fetchval(
+            "DELETE FROM slack_oauth_states WHERE state = $1 RETURNING expires_at > now()", state
+        )
+        # Expired ones are swept on the way: they would only pile up.
+        await self._db.pool.execute("DELETE FROM slack_oauth_states WHERE expires_at < now()")
+        return bool(fresh)
+
+
+_WORKSPACE_TASKS = """
+SELECT id FROM tasks
+WHERE state IN ('queued', 'running', 'waiting')
+  AND ($1::text IS NULL OR address->>'team' = $1)
+  AND ($2::text IS NULL OR address->>'enterprise' = $2)
+"""
+
+
+@translate_errors("The workspace's tasks could not be listed")
+async def _unfinished_tasks(
+    db: Database, team_id: str | None, enterprise_id: str | None
+) -> list[str]:
+    if team_id is None and enterprise_id is None:
+        return []  # not every task of every workspace
+    return [row["id"] for row in await db.pool.fetch(_WORKSPACE_TASKS, team_id, enterprise_id)]
+
+
+async def cancel_workspace_tasks(
+    db: Database, team_id: str | None, *, actor: str, enterprise_id: str | None = None
+) -> list[str]:
+    """Cancel every unfinished task of a workspace (the app was uninstalled there) — of
+    every workspace of `enterprise_id` when `team_id` is None (an org-wide install) —, each
+    through the operators' cancel path, so nothing more is posted for it; the ids cancelled.
+    A task already posting its last message is left to end: its token is gone anyway."""
+    cancelled = []
+    for task_id in await _unfinished_tasks(db, team_id, enterprise_id):
+        try:
+            await cancel_task(db, task_id, actor=actor, reason="the app was uninstalled")
+        except (InterventionRefused, UnknownTask):
+            continue
+        cancelled.append(task_id)
+    return cancelled

@@ -1,0 +1,266 @@
+"""Many workspaces end to end: installed through Slack's OAuth flow, each answered with its
+own token, one uninstalled without the others noticing.
+
+The gateway runs for real (bolt's OAuth flow, our installation store on Postgres, the
+task runner) against the fake Slack's OAuth side (tests/fakes/slack_oauth.py), which
+refuses a workspace's token on another workspace's channel — so a post made with the
+wrong token would fail, not pass unnoticed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from cryptography.fernet import Fernet
+
+from gateway.slack_app import uninstalls
+from tests.fakes.openai_api import RecordedRequest, Reply
+from tests.fakes.slack_events import app_mention_event, event_callback
+from tests.gateway.process import run_cli_output
+from tests.gateway.rig import Rig, echo, gateway_env, oauth_env
+from tests.pg import wait_for_task
+
+TEAMS = {"T2": "C2ALPHA", "T3": "C3BRAVO"}
+
+
+@pytest.fixture(params=["http", "socket"])
+async def rig(fresh_dsn: str, request: pytest.FixtureRequest) -> AsyncIterator[Rig]:
+    socket_mode = request.param == "socket"
+    async with Rig(fresh_dsn, oauth=True, socket_mode=socket_mode) as running:
+        assert running.slack.oauth is not None
+        for team, channel in TEAMS.items():
+            running.slack.oauth.place(channel, team)
+        if socket_mode:
+            await running.sockets.wait_for_connections(1)
+        yield running
+
+
+# The HTTP-only tests run with the bot tokens sealed in the database.
+SEALED = {"THREADGATE_TOKEN_KEY": Fernet.generate_key().decode()}
+
+
+@pytest.fixture
+async def http_rig(fresh_dsn: str) -> AsyncIterator[Rig]:
+    async with Rig(fresh_dsn, oauth=True, overrides=SEALED) as running:
+        assert running.slack.oauth is not None
+        for team, channel in TEAMS.items():
+            running.slack.oauth.place(channel, team)
+        yield running
+
+
+@asynccontextmanager
+async def serving(app: web.Application) -> AsyncIterator[str]:
+    """`app` on a loopback port; yields the URL of its /hook."""
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}/hook"
+    finally:
+        await runner.cleanup()
+
+
+def mention(team: str, text: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    event = app_mention_event(text=f"<@UBOT> {text}", channel=TEAMS[team], team=team)
+    return event, event_callback(event, team_id=team)
+
+
+async def send(rig: Rig, envelope: dict[str, Any]) -> None:
+    if rig.socket_mode:
+        await rig.sockets.wait_for_ack(await rig.sockets.deliver(envelope))
+    else:
+        status, body = await rig.send(envelope)
+        assert status == 200, body
+
+
+async def test_each_workspace_is_answered_with_its_own_token(rig: Rig) -> None:
+    """Two workspaces installed through the flow; a mention in each is answered in its
+    channel, with the bot token that workspace's install gave (HTTP and Socket Mode)."""
+    tokens = {team: await rig.install(team, f"Team {team}") for team in TEAMS}
+    assert len(set(tokens.values())) == 2
+    assert await rig.count("slack_installations") == 2
+    for team in TEAMS:
+        await send(rig, mention(team, f"hello from {team}")[1])
+    posts = await rig.slack.wait_for_posts(2)
+    assert sorted(p.channel for p in posts) == sorted(TEAMS.values())
+    carried = {(c.params["channel"], c.token) for c in rig.slack.calls_to("chat.postMessage")}
+    assert carried == {(TEAMS[team], tokens[team]) for team in TEAMS}
+    assert not [c for c in rig.slack.calls if c.token == "xoxb-test"]  # no single-mode token
+
+
+@dataclass(frozen=True)
+class Held:
+    """A model answer that waits until the test releases it."""
+
+    release: asyncio.Event
+
+    async def send(self, request: web.Request, seen: RecordedRequest) -> web.StreamResponse:
+        await self.release.wait()
+        return await echo(seen).send(request, seen)
+
+
+async def test_an_uninstalled_workspace_gets_nothing_and_the_other_is_still_answered(
+    http_rig: Rig,
+) -> None:
+    """app_uninstalled while a task's model answer is held: its installation is deleted,
+    the task cancelled (actor slack:app_uninstalled) and nothing posted there; the other
+    workspace is answered as before."""
+    rig = http_rig
+    assert rig.slack.oauth is not None
+    for team in TEAMS:
+        await rig.install(team)
+    asked, release = asyncio.Event(), asyncio.Event()
+
+    def hold(seen: RecordedRequest) -> Reply:
+        asked.set()
+        return Held(release)
+
+    rig.model.script(hold)
+    gone, _ = mention("T2", "answer me slowly")
+    await send(rig, event_callback(gone, team_id="T2"))
+    await asyncio.wait_for(asked.wait(), 10)
+    rig.slack.oauth.uninstall("T2")
+    await send(rig, event_callback({"type": "app_uninstalled"}, team_id="T2"))
+    task_id = f"T2:{gone['channel']}:{gone['ts']}"
+    await wait_for_task(rig.db, task_id, "cancelled")
+    release.set()
+    await send(rig, mention("T3", "still here?")[1])
+    posts = await rig.slack.wait_for_posts(1)
+    assert [p.channel for p in posts] == [TEAMS["T3"]]
+    actor = await rig.db.pool.fetchval(
+        "SELECT actor FROM task_interventions WHERE task_id = $1", task_id
+    )
+    assert actor == "slack:app_uninstalled"
+    teams = await rig.db.pool.fetch("SELECT team_id FROM slack_installations")
+    assert [r["team_id"] for r in teams] == ["T3"]
+    # Nothing was even tried in the uninstalled workspace after the uninstall.
+    assert not [
+        c for c in rig.slack.calls_to("chat.postMessage") if c.params["channel"] == gone["channel"]
+    ]
+
+
+async def test_a_replayed_state_is_refused(http_rig: Rig) -> None:
+    """The redirect's `state` works once: sent again (with a fresh code), it is refused and
+    nothing more is installed."""
+    rig = http_rig
+    assert rig.slack.oauth is not None
+    state = await rig.begin_install()
+    status, _ = await rig.finish_install(rig.slack.oauth.grant("T2"), state)
+    assert status == 200
+    status, _ = await rig.finish_install(rig.slack.oauth.grant("T3"), state)
+    assert status >= 400
+    assert await rig.count("slack_installations") == 1
+
+
+async def test_an_expired_state_is_refused(http_rig: Rig) -> None:
+    """A `state` past its expiry is refused, even on its first use."""
+    rig = http_rig
+    assert rig.slack.oauth is not None
+    state = await rig.begin_install()
+    await rig.db.pool.execute(
+        "UPDATE slack_oauth_states SET expires_at = now() - interval '1 second'"
+    )
+    status, _ = await rig.finish_install(rig.slack.oauth.grant("T2"), state)
+    assert status >= 400
+    assert await rig.count("slack_installations") == 0
+
+
+async def test_an_event_from_a_workspace_without_the_app_is_not_admitted(http_rig: Rig) -> None:
+    """A mention from a workspace with no installation queues nothing (and the gateway
+    does not fall back on any other workspace's token)."""
+    rig = http_rig
+    await rig.install("T3")
+    await send(rig, mention("T2", "who are you?")[1])
+    assert await rig.count("tasks") == 0
+
+
+async def test_an_org_wide_install_answers_every_workspace_of_its_enterprise(http_rig: Rig) -> None:
+    """Enterprise Grid: installed once for the org, a mention from any of its workspaces
+    (the event's enterprise_id and is_enterprise_install) is answered with the org's token."""
+    rig = http_rig
+    assert rig.slack.oauth is not None
+    state = await rig.begin_install()
+    status, body = await rig.finish_install(
+        rig.slack.oauth.grant(None, enterprise_id="E1", org=True), state
+    )
+    assert status == 200, body
+    (org_token,) = rig.slack.oauth.tokens
+    event, envelope = mention("T2", "hello from the grid")
+    envelope["enterprise_id"] = envelope["context_enterprise_id"] = "E1"
+    envelope["authorizations"][0] |= {
+        "enterprise_id": "E1",
+        "team_id": None,
+        "is_enterprise_install": True,
+    }
+    await send(rig, envelope)
+    posts = await rig.slack.wait_for_posts(1)
+    assert [(p.channel, p.thread_ts) for p in posts] == [(event["channel"], event["ts"])]
+    assert [c.token for c in rig.slack.calls_to("chat.postMessage")] == [org_token]
+    address = await rig.db.pool.fetchval("SELECT address FROM tasks")
+    assert json.loads(address)["enterprise"] == "E1"
+
+
+async def test_doctor_lists_installations_and_tries_each_token(
+    http_rig: Rig, tmp_path: Path
+) -> None:
+    """`doctor` in OAuth mode names every installed workspace (never a token) and runs
+    auth.test with each one's token: a revoked one is a FAIL naming its workspace."""
+    rig = http_rig
+    assert rig.slack.oauth is not None
+    tokens = [await rig.install(team, f"Team {team}") for team in TEAMS]
+    rig.slack.oauth.uninstall("T3")
+    env = oauth_env(gateway_env(rig.slack, rig.model, rig.database_url)) | SEALED
+    status, out, err = await run_cli_output(["doctor"], env, tmp_path)
+    assert status == 1, out + err
+    assert "ok   slack: workspace T2 (Team T2): its token works" in out
+    assert "FAIL slack: workspace T3 (Team T3): Slack refused its bot token (token_revoked)" in out
+    assert "many workspaces (OAuth)" in out
+    assert not [t for t in tokens if t in out + err]
+    stored = await rig.db.pool.fetch("SELECT bot_token FROM slack_installations")
+    assert all(r["bot_token"].startswith("fernet:") for r in stored)  # sealed at rest
+
+
+async def test_a_refused_token_alarms_naming_its_workspace(fresh_dsn: str) -> None:
+    """A workspace whose token Slack stopped taking (no uninstall event came): the alarm
+    names that workspace, by id and name, and the other workspace is still answered."""
+    received: list[str] = []
+    alarmed = asyncio.Event()
+
+    async def hook(request: web.Request) -> web.Response:
+        received.append((await request.json())["text"])
+        alarmed.set()
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_post("/hook", hook)
+    async with serving(app) as url:
+        overrides = {"THREADGATE_ALERT_WEBHOOK_URL": url}
+        async with Rig(fresh_dsn, oauth=True, overrides=overrides) as rig:
+            assert rig.slack.oauth is not None
+            for team, channel in TEAMS.items():
+                rig.slack.oauth.place(channel, team)
+                await rig.install(team, f"Team {team}")
+            rig.slack.oauth.uninstall("T2")
+            await send(rig, mention("T2", "anyone?")[1])
+            await send(rig, mention("T3", "anyone?")[1])
+            posts = await rig.slack.wait_for_posts(1)
+            assert [p.channel for p in posts] == [TEAMS["T3"]]
+            await asyncio.wait_for(alarmed.wait(), 10)
+    assert "workspace T2 (Team T2)" in received[0] and "token_revoked" in received[0]
+
+
+def test_only_losing_the_bot_counts_as_an_uninstall() -> None:
+    """app_uninstalled, or tokens_revoked naming bot tokens, takes the bot away; a
+    revocation of user tokens alone does not."""
+    assert uninstalls({"type": "app_uninstalled"})
+    assert uninstalls({"type": "tokens_revoked", "tokens": {"bot": ["UBOT00002"]}})
+    assert not uninstalls({"type": "tokens_revoked", "tokens": {"oauth": ["U1"]}})
+    assert not uninstalls({"type": "app_mention"})
