@@ -22,7 +22,7 @@ ORDER BY covers_to_seq DESC LIMIT 1
 """
 
 _DROPPED = """
-SELECT id, session_id, role, kind, text, pinned, anchor FROM messages
+SELECT id, session_id, role, kind, text, pinned, citations, anchor FROM messages
 WHERE session_id = $1 AND anchor > $2 AND anchor < (SELECT anchor FROM messages WHERE id = $3)
   AND NOT pinned
 ORDER BY anchor, seq
