@@ -17,7 +17,7 @@ run: $(STAMP)
 	$(BIN)/threadgate serve
 
 test: $(STAMP) check
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n 2
 
 check: lint types
 

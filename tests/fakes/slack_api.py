@@ -97,6 +97,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from aiohttp import web
 
+from . import WAIT_SECONDS
 from .slack_events import CLOCK, ts_to_micros
 from .slack_files import FakeFiles
 from .slack_permalinks import permalink
@@ -417,7 +418,7 @@ class FakeSlack:
         n: int,
         *,
         stopped: bool = False,
-        timeout: float = 10,  # noqa: ASYNC109 - see wait_for_posts
+        timeout: float = WAIT_SECONDS,  # noqa: ASYNC109 - see wait_for_posts
     ) -> list[StreamedMessage]:
         """Wait until at least `n` streams were started (`stopped`: and have ended); returns
         the streams."""
@@ -434,8 +435,9 @@ class FakeSlack:
         return [c for c in self.calls if c.method == method]
 
     # The deadline is part of the helper's contract (it turns a hang into a readable failure),
-    # so it is a parameter rather than the caller's asyncio.timeout.
-    async def wait_for_posts(self, n: int, timeout: float = 10) -> list[Post]:  # noqa: ASYNC109
+    # so it is a parameter rather than the caller's asyncio.timeout. Its default is
+    # `WAIT_SECONDS`.
+    async def wait_for_posts(self, n: int, timeout: float = WAIT_SECONDS) -> list[Post]:  # noqa: ASYNC109
         """Wait until at least `n` messages were posted; returns the posts."""
         await self.wait_until(lambda: len(self.posts) >= n, timeout, what=f"{n} post(s)")
         return list(self.posts)
@@ -443,7 +445,7 @@ class FakeSlack:
     async def wait_until(
         self,
         predicate: Callable[[], bool],
-        timeout: float = 10,  # noqa: ASYNC109 - see wait_for_posts
+        timeout: float = WAIT_SECONDS,  # noqa: ASYNC109 - see wait_for_posts
         *,
         what: str = "condition",
     ) -> None:

@@ -36,6 +36,8 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
+from . import WAIT_SECONDS
+
 
 @dataclass(frozen=True, slots=True)
 class Ack:
@@ -174,12 +176,12 @@ class FakeSocketMode:
         return any(a.envelope_id == envelope_id for a in self.acks)
 
     # The deadline is part of the helper's contract (a hang becomes a readable failure).
-    async def wait_for_ack(self, envelope_id: str, timeout: float = 10) -> Ack:  # noqa: ASYNC109
+    async def wait_for_ack(self, envelope_id: str, timeout: float = WAIT_SECONDS) -> Ack:  # noqa: ASYNC109
         """Wait until the app acks `envelope_id`; returns the first ack for it."""
         await self.wait_until(lambda: self.acked(envelope_id), timeout, what=f"ack {envelope_id}")
         return next(a for a in self.acks if a.envelope_id == envelope_id)
 
-    async def wait_for_connections(self, n: int, timeout: float = 10) -> list[Link]:  # noqa: ASYNC109
+    async def wait_for_connections(self, n: int, timeout: float = WAIT_SECONDS) -> list[Link]:  # noqa: ASYNC109
         """Wait until at least `n` connections are open; returns the open ones, oldest first."""
         await self.wait_until(lambda: len(self.open_links) >= n, timeout, what=f"{n} connection(s)")
         return self.open_links
@@ -187,7 +189,7 @@ class FakeSocketMode:
     async def wait_until(
         self,
         predicate: Callable[[], bool],
-        timeout: float = 10,  # noqa: ASYNC109 - see wait_for_ack
+        timeout: float = WAIT_SECONDS,  # noqa: ASYNC109 - see wait_for_ack
         *,
         what: str = "condition",
     ) -> None:
