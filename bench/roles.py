@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import loadgen
+from bench.ack_latency import figures
 from bench.loadgen import TimedSlack
 from bench.stack import NO_GUARD_RAILS, fakes, stop
 from gateway.config import Settings
@@ -60,26 +61,20 @@ async def measure(server: str, data: Path, shape: str, rate: int, seconds: int) 
     dsn = await create_database(server, f"bench_roles_{shape}_{rate}")
     async with fakes() as (slack, model), processes(dsn, roles, slack, model, data) as running:
         url = running[0].events_url
-        await loadgen.open_loop(url, 20, 20)  # warm-up: imports, pools, first plans
+        # Warm-up, answered before measuring, so that every process of either shape has
+        # served and answered (imports, pools, first plans) before the clock starts.
+        warm = await loadgen.open_loop(url, 20, 20)
+        await loadgen.wait_answered(slack, warm, deadline=DRAIN)
         samples = await loadgen.open_loop(url, rate, rate * seconds)
         answered = await loadgen.wait_answered(slack, samples, deadline=DRAIN)
-        acks = [s.ack_ms for s in samples]
-        replies = loadgen.reply_ms(samples, slack)
         workers = Settings.model_fields["threadgate_workers"].default
         result = {
             "shape": shape,
             "roles": list(roles),
             "task_workers": workers * sum(role != "ingress" for role in roles),
             "rate": rate,
-            "events": len(samples),
-            "non_200": sum(s.status != 200 for s in samples),
-            "ack_p50": loadgen.median(acks),
-            "ack_p99": loadgen.percentile(acks, 0.99),
-            "reply_p50": loadgen.median(replies) if replies else float("nan"),
-            "reply_p99": loadgen.percentile(replies, 0.99) if replies else float("nan"),
+            **figures(samples, slack, answered),
             "unanswered": sum(s.thread_ts not in slack.first_post for s in samples),
-            "exactly_once": loadgen.exactly_once(slack, samples) if answered else False,
-            "sender_lag_ms": loadgen.sender_lag_ms(samples),
         }
     print(f"  roles {shape} at {rate}/s: {result}", flush=True)
     return result
