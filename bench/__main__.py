@@ -18,6 +18,7 @@ from bench import (
     first_text,
     flat_cost,
     report,
+    roles,
     rss,
     sql_count,
     stream_parse,
@@ -38,6 +39,7 @@ async def measure() -> dict[str, Any]:
             ("rss", rss.run_all),
             ("throughput", throughput.run_all),
             ("first_text", first_text.run_all),
+            ("roles", roles.run_all),
         ):
             print(f"bench: {name}", flush=True)
             results[name] = await step(dsn, data)

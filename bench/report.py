@@ -58,7 +58,7 @@ def write(results: dict[str, Any]) -> None:
 
 def render(r: dict[str, Any]) -> str:
     sections = [_header(r), _summary(r), _ack(r), _throughput(r), _first_text(r), _flat(r), _sql(r)]
-    sections += [_rss(r), _profile(r), FINDINGS]
+    sections += [_roles(r), _rss(r), _profile(r), FINDINGS]
     return "\n\n".join(sections) + "\n"
 
 
@@ -373,3 +373,27 @@ def _profile(r: dict[str, Any]) -> str:
 if __name__ == "__main__":
     write(json.loads(RESULTS_JSON.read_text()))
     print(f"wrote {ROOT / 'BENCHMARKS.md'} at {time.strftime('%H:%M')}")
+
+
+def _roles(r: dict[str, Any]) -> str:
+    t = r.get("roles")
+    if not t:
+        return "## One process or scaled apart\n\n(not measured in this run)"
+    lines = [
+        "## One process or scaled apart (bench/roles.py)",
+        "",
+        f"The same open-loop rate ({t['rate']}/s for {t['seconds']} s) against `serve` (role `all`)",
+        "and against 1 ingress + 2 workers (`serve --role`) on one database, each on a fresh",
+        f"database with the default settings; answered exactly once within {t['drain']} s.",
+        "",
+        "| shape | processes | task workers | ack p50 | ack p99 | reply p50 | reply p99 | unanswered | exactly once |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for run in t["runs"]:
+        lines.append(
+            f"| {run['shape']} | {' + '.join(run['roles'])} | {run['task_workers']} |"
+            f" {run['ack_p50']:.1f} ms | {run['ack_p99']:.0f} ms | {run['reply_p50']:.0f} ms |"
+            f" {run['reply_p99']:.0f} ms | {run['unanswered']} of {run['events']} |"
+            f" {run['exactly_once']} |"
+        )
+    return "\n".join(lines)

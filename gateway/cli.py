@@ -16,7 +16,7 @@ import sys
 from collections.abc import Sequence
 
 from agent import ConfigError
-from gateway.config import Settings, load_settings
+from gateway.config import ROLES, Settings, load_settings
 from gateway.console import run_console
 from gateway.doctor import Limits, diagnose, report
 from gateway.logs import configure_logging
@@ -57,6 +57,13 @@ def parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--host", default="0.0.0.0", help="interface to listen on (default 0.0.0.0)")
     serve.add_argument("--port", type=int, default=None, help="port (default: PORT, else 3000)")
+    serve.add_argument(
+        "--role",
+        choices=ROLES,
+        default=None,
+        help="ingress: take Slack's events; worker: answer queued tasks; all: both "
+        "(default: THREADGATE_ROLE, else all)",
+    )
     serve.set_defaults(command=serve_command)
     migrate = sub.add_parser("migrate", help="apply database migrations and exit")
     migrate.set_defaults(command=migrate_command)
@@ -104,6 +111,7 @@ async def serve_command(settings: Settings, args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     port = settings.port if args.port is None else args.port
+    settings = with_role(settings, args.role)
     try:
         await serve_forever(settings, args.host, port, stop)
     except OSError as exc:
@@ -112,6 +120,11 @@ async def serve_command(settings: Settings, args: argparse.Namespace) -> int:
         print(f"threadgate: {bind_failure(exc, args.host, port)}", file=sys.stderr)
         return 1
     return 0
+
+
+def with_role(settings: Settings, role: str | None) -> Settings:
+    """The settings `serve` runs with: `--role`, when given, wins over THREADGATE_ROLE."""
+    return settings if role is None else settings.model_copy(update={"threadgate_role": role})
 
 
 # What binding the HTTP port can fail with: taken, privileged, or not an address of ours.

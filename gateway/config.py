@@ -54,6 +54,9 @@ _CLIENT_SECRET = re.compile(r"[0-9a-f]{32}")
 
 
 DEFAULT_METRICS_ADDRESS = "127.0.0.1:9090"
+# What `serve` may run as (THREADGATE_ROLE, `serve --role`); see `Settings.threadgate_role`.
+Role = Literal["ingress", "worker", "all"]
+ROLES: tuple[Role, ...] = ("ingress", "worker", "all")
 _HOSTNAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})")
 
 
@@ -133,6 +136,9 @@ class Settings(BaseSettings):
     # Files on messages (gateway/files.py): the most read of one file, and which kinds.
     threadgate_file_max_bytes: Annotated[int, Field(ge=1, le=100_000_000)] = 10_000_000
     threadgate_file_types: str = "image,text,pdf"
+    # Which parts `serve` runs (issue 16): `ingress` verifies, admits and acks Slack's events;
+    # `worker` answers the queued tasks; `all` both, in one process. `--role` wins over it.
+    threadgate_role: Role = "all"
 
     @field_validator("threadgate_file_types")
     @classmethod
@@ -213,6 +219,16 @@ class Settings(BaseSettings):
         return parse_address(self.threadgate_metrics_address)
 
     @property
+    def serves_events(self) -> bool:
+        """This process takes Slack's events (HTTP or Socket Mode): roles `ingress`, `all`."""
+        return self.threadgate_role != "worker"
+
+    @property
+    def runs_workers(self) -> bool:
+        """This process answers queued tasks (and prunes old rows): roles `worker`, `all`."""
+        return self.threadgate_role != "ingress"
+
+    @property
     def socket_mode(self) -> bool:
         return self.slack_app_token is not None
 
@@ -277,14 +293,17 @@ class Settings(BaseSettings):
                 raise ConfigError(
                     f"SLACK_BOT_TOKEN does not look like a bot token: put {_HINTS['SLACK_BOT_TOKEN']} there."
                 )
-        if self.socket_mode:
+        # An ingress calls no model; a worker takes no events, so needs neither the signing
+        # secret nor the app token.
+        if self.serves_events and self.socket_mode:
             if not self.require("SLACK_APP_TOKEN").startswith("xapp-"):
                 raise ConfigError(
                     f"SLACK_APP_TOKEN does not look like an app token: put {_HINTS['SLACK_APP_TOKEN']} there."
                 )
-        else:
+        elif self.serves_events:
             self.require("SLACK_SIGNING_SECRET")
-        self.require("THREADGATE_MODEL")
+        if self.runs_workers:
+            self.require("THREADGATE_MODEL")
 
     def require_oauth(self) -> None:
         """Check the OAuth mode's settings: both app credentials, well-formed, and no

@@ -19,7 +19,9 @@ the setting to fix:
   tools it offers the model. A server that does not connect is a problem to report, even
   though `serve` would start without it.
 
-A check whose input is missing is skipped (its cause is already reported as a problem).
+A check whose input is missing is skipped (its cause is already reported as a problem),
+and so is one the role (THREADGATE_ROLE) does not need: an ingress calls no model and
+connects no MCP server, a worker opens no Socket Mode connection.
 """
 
 from __future__ import annotations
@@ -151,18 +153,23 @@ def check_retention(settings: Settings) -> Finding:
 
 def mode(settings: Settings) -> str:
     transport = "Socket Mode (SLACK_APP_TOKEN is set)" if settings.socket_mode else "HTTP mode"
-    return f"{transport}, many workspaces (OAuth)" if settings.oauth_mode else transport
+    if not settings.serves_events:
+        transport = "no Slack events"
+    described = f"{transport}, many workspaces (OAuth)" if settings.oauth_mode else transport
+    role = settings.threadgate_role
+    return described if role == "all" else f"role {role} (THREADGATE_ROLE): {described}"
 
 
 def config_problems(settings: Settings) -> list[ConfigError]:
     """Every missing variable the mode requires; when none is missing, a malformed one."""
     transport = "SLACK_APP_TOKEN" if settings.socket_mode else "SLACK_SIGNING_SECRET"
     credentials = ("SLACK_CLIENT_ID", "SLACK_CLIENT_SECRET") if settings.oauth_mode else ()
+    # A worker takes no events (no transport secret); an ingress calls no model.
     checks: list[Callable[[], object]] = [
         *(functools.partial(settings.require, variable) for variable in credentials),
         *(() if credentials else (lambda: settings.require("SLACK_BOT_TOKEN"),)),
-        lambda: settings.require(transport),
-        lambda: settings.require("THREADGATE_MODEL"),
+        *((lambda: settings.require(transport),) if settings.serves_events else ()),
+        *((lambda: settings.require("THREADGATE_MODEL"),) if settings.runs_workers else ()),
     ]
     problems = [problem for check in checks if (problem := _config_error(check))]
     if not problems and (problem := _config_error(settings.require_serve)):
@@ -208,6 +215,8 @@ async def check_socket_mode(settings: Settings, limit: float) -> list[Finding]:
     token = settings.slack_app_token
     if token is None or not token.get_secret_value():
         return []  # HTTP mode: nothing to check
+    if not settings.serves_events:
+        return [Finding("socket mode", "skip", "not checked: a worker takes no events")]
     if any("SLACK_APP_TOKEN" in str(problem) for problem in config_problems(settings)):
         detail = "not checked: SLACK_APP_TOKEN is not usable (see settings)"
         return [Finding("socket mode", "skip", detail)]
@@ -342,6 +351,8 @@ def missing_scope(scope: str) -> str:
 
 
 async def check_models(settings: Settings, limit: float) -> list[Finding]:
+    if not settings.runs_workers:
+        return [Finding("model", "skip", "not checked: an ingress calls no model")]
     if not settings.threadgate_model:
         return [Finding("model", "skip", "not checked: THREADGATE_MODEL is not set")]
     slots = [("THREADGATE_MODEL", settings.threadgate_model)]
@@ -419,6 +430,8 @@ async def _pending(settings: Settings) -> list[str]:
 async def check_mcp(settings: Settings, limit: float) -> list[Finding]:
     if settings.threadgate_mcp_config is None:
         return []  # MCP is optional: nothing configured, nothing to check
+    if not settings.runs_workers:
+        return [Finding("mcp", "skip", "not checked: an ingress connects no MCP server")]
     try:
         config = settings.mcp_config()
     except ConfigError as exc:

@@ -26,6 +26,8 @@ install flow, in both modes: `GET /slack/install` (the "Add to Slack" page, whic
 one-use `state`) and `GET /slack/oauth_redirect` (where Slack sends the installer back with
 a code). bolt's `AsyncOAuthFlow` answers both; these routes only translate.
 
+A worker (`--role worker`, `build_health_app`) serves only `/healthz` and `/readyz`.
+
 In Socket Mode (`events=False`) events arrive over the WebSocket instead, there is no
 signing secret, and the server keeps only `/healthz` and `/readyz`; readiness then also
 means the WebSocket is up (the `ready` callable the composition root passes says so).
@@ -81,6 +83,11 @@ _NOT_READY = "not ready: the database is unreachable or migrations are pending"
 # In Socket Mode, readiness includes the WebSocket to Slack (gateway/socket_mode.py).
 _NOT_READY_SOCKET = (
     "not ready: the Socket Mode connection to Slack is down or reconnecting, "
+    "or the database is unreachable or migrations are pending"
+)
+# A worker (`--role worker`) takes no events: ready means its task workers run.
+_NOT_READY_WORKER = (
+    "not ready: the task workers have not started, "
     "or the database is unreachable or migrations are pending"
 )
 
@@ -151,24 +158,38 @@ def build_http_app(
         )
         return await to_aiohttp_response(await bolt.async_dispatch(bolt_request))
 
+    # The events route reads its body itself (`read_body`); the limit here guards any
+    # other route that ever reads one.
+    app = web.Application(client_max_size=MAX_BODY_BYTES)
+    if events:
+        app.router.add_post("/slack/events", slack_events)
+    add_health_routes(app, ready, _NOT_READY if events else _NOT_READY_SOCKET)
+    if oauth is not None:
+        add_install_routes(app, oauth)
+    return app
+
+
+def build_health_app(ready: Readiness) -> web.Application:
+    """A worker's server (`--role worker`): `/healthz` and `/readyz` for an orchestrator's
+    probes, and no events route: a request to `/slack/events` is 404."""
+    app = web.Application(client_max_size=1024)
+    add_health_routes(app, ready, _NOT_READY_WORKER)
+    return app
+
+
+def add_health_routes(app: web.Application, ready: Readiness, not_ready: str) -> None:
+    """`/healthz`: the process answers; `/readyz`: `ready()` says so, else 503 `not_ready`."""
+
     async def healthz(request: web.Request) -> web.Response:
         return web.Response(text="ok")
 
     async def readyz(request: web.Request) -> web.Response:
         if await ready():
             return web.Response(text="ready")
-        return web.Response(status=503, text=_NOT_READY if events else _NOT_READY_SOCKET)
+        return web.Response(status=503, text=not_ready)
 
-    # The events route reads its body itself (`read_body`); the limit here guards any
-    # other route that ever reads one.
-    app = web.Application(client_max_size=MAX_BODY_BYTES)
-    if events:
-        app.router.add_post("/slack/events", slack_events)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
-    if oauth is not None:
-        add_install_routes(app, oauth)
-    return app
 
 
 def add_install_routes(app: web.Application, flow: AsyncOAuthFlow) -> None:

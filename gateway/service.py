@@ -4,6 +4,12 @@ This is the only place that knows every part. It turns `Settings` into objects w
 explicit arguments, starts them in dependency order (database, migrations, model slots,
 MCP servers, workers, HTTP), and stops them in reverse.
 
+`THREADGATE_ROLE` (or `serve --role`) picks the parts: an `ingress` takes Slack's events
+(verify, admit, ack) and opens no model; a `worker` runs the task workers, the retention
+job and the MCP clients behind a port with only /healthz and /readyz; `all` is both. They
+meet in Postgres: admission queues a task, and any worker's lease claims it
+(storage/queue.py), so any number of each can run against one database.
+
 MCP servers are connected before the workers start, waiting at most
 `MCP_STARTUP_SECONDS` for each one's first attempt, so the first messages already see
 their tools. A server that does not connect does not stop `serve`: it is logged, its tools
@@ -59,7 +65,13 @@ from gateway.attachments import FileReader
 from gateway.config import Settings
 from gateway.files import FileDownloader
 from gateway.gatekeeper import LIMIT_NOTICES, Gatekeeper, Policy
-from gateway.http import SERVER_LOG, Readiness, build_http_app, build_metrics_app
+from gateway.http import (
+    SERVER_LOG,
+    Readiness,
+    build_health_app,
+    build_http_app,
+    build_metrics_app,
+)
 from gateway.live import StreamSettings
 from gateway.metrics import MeteredModel, Metrics, ToolCallCounter
 from gateway.oauth import INSTALL_PATH, InstalledIdentity, Uninstaller, oauth_flow
@@ -261,6 +273,7 @@ class Gateway:
     _stack: AsyncExitStack = field(default_factory=AsyncExitStack)
     _socket: SocketModeConnection | None = None
     _downloads: httpx.AsyncClient | None = None  # files people attach (gateway/files.py)
+    _workers_started: bool = False
 
     async def start(self, host: str, port: int) -> None:
         s = self.settings
@@ -268,9 +281,13 @@ class Gateway:
         s.mcp_config()  # a bad MCP config stops start-up before anything is opened
         # First: a wrong THREADGATE_METRICS_ADDRESS stops start-up before anything is opened.
         await self._start_metrics()
-        models: list[Model] = [
-            MeteredModel(m, self.metrics, n) for n, m in enumerate(open_models(s))
-        ]
+        log.info("threadgate role: %s (THREADGATE_ROLE or --role)", s.threadgate_role)
+        # An ingress calls no model: it opens none and needs no model settings.
+        models: list[Model] = (
+            [MeteredModel(m, self.metrics, n) for n, m in enumerate(open_models(s))]
+            if s.runs_workers
+            else []
+        )
         for model in models:
             self._stack.push_async_callback(model.aclose)
         db = Database(await database_dsn(s))
@@ -294,12 +311,16 @@ class Gateway:
             client = clients.single()
             identity = await identify(client, s.require("SLACK_BOT_TOKEN"))
             self.clients = SlackClients.single(client)
-        registries = default_registries()
-        self.mcp = await start_mcp(s, registries[0], self._stack)
-        self._start_runner(db, self.clients, models, identity, registries)
+        if s.runs_workers:
+            registries = default_registries()
+            self.mcp = await start_mcp(s, registries[0], self._stack)
+            self._start_runner(db, self.clients, models, identity, registries)
+            self._start_retention(db)
         self._start_queue_sampler(db)
-        self._start_retention(db)
-        await self._start_http(db, clients, host, port, identity)
+        if s.serves_events:
+            await self._start_http(db, clients, host, port, identity)
+        else:
+            await self._start_health(db, host, port)
 
     async def stop(self) -> None:
         await self._stack.aclose()
@@ -382,6 +403,7 @@ class Gateway:
         )
         runner.start()
         self._stack.push_async_callback(runner.stop)
+        self._workers_started = True
 
     def _start_queue_sampler(self, db: Database) -> None:
         sampler = asyncio.create_task(sample_queue(db, self.metrics), name="queue-sampler")
@@ -471,18 +493,35 @@ class Gateway:
             events=not socket_mode,
             oauth=factory.oauth_flow(db, clients) if installations else None,
         )
-        runner = web.AppRunner(app, access_log=None, logger=SERVER_LOG)
-        await runner.setup()
-        self._stack.push_async_callback(runner.cleanup)
-        site = web.TCPSite(runner, host, port)
-        await site.start()
-        self.port = runner.addresses[0][1]
+        self.port = await self._listen(app, host, port)
         if socket_mode:
             await self._start_socket_mode(bolt)
         else:
             log.info("threadgate listening on http://%s:%d/slack/events", host, self.port)
         if installations:
             log.info("install threadgate at http://%s:%d%s", host, self.port, INSTALL_PATH)
+
+    async def _start_health(self, db: Database, host: str, port: int) -> None:
+        """A worker's port: /healthz and /readyz only (ready: the database answers and the
+        task workers run), so an orchestrator can probe it; no events route."""
+
+        async def ready() -> bool:
+            return self._workers_started and await db.is_ready()
+
+        self.port = await self._listen(build_health_app(ready), host, port)
+        log.info(
+            "threadgate worker listening on http://%s:%d/readyz (health only: no events route)",
+            host,
+            self.port,
+        )
+
+    async def _listen(self, app: web.Application, host: str, port: int) -> int:
+        """Serve `app` on host:port until the gateway stops; the port it got."""
+        runner = web.AppRunner(app, access_log=None, logger=SERVER_LOG)
+        await runner.setup()
+        self._stack.push_async_callback(runner.cleanup)
+        await web.TCPSite(runner, host, port).start()
+        return int(runner.addresses[0][1])
 
     def _readiness(self, db: Database) -> Readiness:
         """Ready: the database answers with no migration pending and, in Socket Mode, the

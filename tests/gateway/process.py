@@ -12,7 +12,7 @@ import os
 import re
 import signal
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 # First on every child's PYTHONPATH: its `sitecustomize.py` installs the socket guard.
@@ -46,9 +46,10 @@ def child_cwd(cwd: Path, *, dotenv: bool = False) -> Path:
 class GatewayProcess:
     """`threadgate serve` on an ephemeral port; `start` returns once it listens."""
 
-    def __init__(self, env: Mapping[str, str], cwd: Path) -> None:
+    def __init__(self, env: Mapping[str, str], cwd: Path, args: Sequence[str] = ()) -> None:
         self._env = child_env(env)
         self._cwd = child_cwd(cwd)
+        self._args = list(args)  # more `serve` options, such as `--role worker`
         self.proc: asyncio.subprocess.Process | None = None
         self.port = 0
         self.log = bytearray()
@@ -64,6 +65,7 @@ class GatewayProcess:
             "127.0.0.1",
             "--port",
             "0",
+            *self._args,
             env=self._env,
             cwd=self._cwd,
             stdout=asyncio.subprocess.DEVNULL,

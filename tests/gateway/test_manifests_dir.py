@@ -12,9 +12,9 @@ import pytest
 import yaml
 from slack_bolt.async_app import AsyncApp
 
-from gateway.cli import parser
+from gateway.cli import parser, with_role
 from gateway.config import Settings, parse_address
-from gateway.http import build_http_app, build_metrics_app
+from gateway.http import build_health_app, build_http_app, build_metrics_app
 from gateway.manifest import app_manifest, render_manifest
 from gateway.metrics import Metrics
 from gateway.scopes import bot_events, bot_scopes
@@ -184,10 +184,12 @@ def test_dockerfile_serves_as_a_non_root_user_with_a_healthcheck() -> None:
     assert any(k == "RUN" and "useradd" in v and values["USER"] in v for k, v in instructions)
 
 
-def test_compose_wires_the_gateway_to_a_healthy_postgres() -> None:
-    """compose.yaml: postgres:16 with a healthcheck, the gateway waits for it and reads .env."""
+@pytest.mark.parametrize("name", ["ingress", "worker"])
+def test_compose_wires_the_gateway_to_a_healthy_postgres(name: str) -> None:
+    """compose.yaml: postgres:16 with a healthcheck, each gateway service waits for it and
+    reads .env."""
     services = load(MANIFESTS / "compose.yaml")["services"]
-    gateway, postgres = services["gateway"], services["postgres"]
+    gateway, postgres = services[name], services["postgres"]
     assert postgres["image"] == "postgres:16" and postgres["healthcheck"]["test"]
     assert gateway["depends_on"]["postgres"]["condition"] == "service_healthy"
     assert gateway["env_file"]
@@ -198,11 +200,64 @@ def test_compose_wires_the_gateway_to_a_healthy_postgres() -> None:
 
 
 def test_compose_publishes_metrics_on_the_host_loopback_only() -> None:
-    """The events port is published; the metrics port only on 127.0.0.1 of the host."""
-    gateway = load(MANIFESTS / "compose.yaml")["services"]["gateway"]
+    """The ingress's events port is published; the metrics port only on 127.0.0.1 of the
+    host."""
+    gateway = load(MANIFESTS / "compose.yaml")["services"]["ingress"]
     environment = gateway["environment"]
     metrics = metrics_port(environment["THREADGATE_METRICS_ADDRESS"])
     assert gateway["ports"] == [
         f"{environment['PORT']}:{environment['PORT']}",
         f"127.0.0.1:{metrics}:{metrics}",
     ]
+
+
+def serve_role(command: list[str]) -> str:
+    """The role a `threadgate serve …` command line runs as (the CLI's own parsing)."""
+    assert command[:2] == ["threadgate", "serve"]
+    args = parser().parse_args(command[1:])
+    return with_role(Settings(), args.role).threadgate_role
+
+
+def worker_container() -> dict[str, Any]:
+    [container] = load(K8S / "worker.yaml")["spec"]["template"]["spec"]["containers"]
+    return dict(container)
+
+
+def test_compose_runs_one_ingress_and_replicated_workers_that_publish_nothing() -> None:
+    """Scaled apart: the ingress takes the events; the workers, two of them, no port."""
+    services = load(MANIFESTS / "compose.yaml")["services"]
+    assert serve_role(services["ingress"]["command"]) == "ingress"
+    assert serve_role(services["worker"]["command"]) == "worker"
+    assert services["worker"]["deploy"]["replicas"] >= 2
+    assert "ports" not in services["worker"]
+
+
+async def test_k8s_splits_ingress_and_workers_and_the_service_reaches_only_the_ingress() -> None:
+    """deployment.yaml is the ingress (no model settings), worker.yaml the workers (no
+    signing secret, replicas, probes on the routes a worker serves); the Service selects
+    the ingress pods and not the workers'."""
+    ingress, worker = deployment_container(), worker_container()
+    assert serve_role(ingress["command"]) == "ingress"
+    assert serve_role(worker["command"]) == "worker"
+    ingress_env = {e["name"] for e in ingress["env"]}
+    worker_env = {e["name"] for e in worker["env"]}
+    assert not ingress_env & {"THREADGATE_MODEL", "OPENAI_API_KEY", "ANTHROPIC_API_KEY"}
+    assert "SLACK_SIGNING_SECRET" not in worker_env
+    assert {"THREADGATE_MODEL", "SLACK_BOT_TOKEN", "DATABASE_URL"} <= worker_env
+    assert {name.lower() for name in worker_env} <= set(Settings.model_fields)
+    secret = load(K8S / "secret.example.yaml")["stringData"]
+    refs = [e["valueFrom"]["secretKeyRef"]["key"] for e in worker["env"] if "valueFrom" in e]
+    assert set(refs) <= set(secret)
+
+    deployment = load(K8S / "worker.yaml")
+    assert deployment["spec"]["replicas"] >= 2
+    routes = {r.canonical for r in build_health_app(_ready).router.resources()}
+    assert routes == {"/healthz", "/readyz"}
+    assert worker["readinessProbe"]["httpGet"]["path"] in routes
+    assert worker["livenessProbe"]["httpGet"]["path"] in routes
+
+    selector = load(K8S / "service.yaml")["spec"]["selector"]
+    worker_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    ingress_labels = load(K8S / "deployment.yaml")["spec"]["template"]["metadata"]["labels"]
+    assert selector.items() <= ingress_labels.items()
+    assert not selector.items() <= worker_labels.items()

@@ -1,0 +1,102 @@
+"""Benchmark: one `serve` doing everything against 1 ingress + 2 workers, at one rate.
+
+The profile (BENCHMARKS.md) found the ack tail is the event loop: acks queue behind the
+workers' coroutines in the same process. Scaling apart (`serve --role`) moves the workers
+to processes of their own; this measures whether the ingress's acks and the replies gain
+from it, at the same open-loop rate, each shape on a fresh database with the default
+settings (so the split has 2 × THREADGATE_WORKERS workers to `all`'s one ×; the figures
+say so). Every event must be answered exactly once in both shapes.
+
+    .venv/bin/python -m bench.roles [--rate 100] [--seconds 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from bench import loadgen
+from bench.ack_latency import figures
+from bench.loadgen import TimedSlack
+from bench.stack import NO_GUARD_RAILS, fakes, stop
+from gateway.config import Settings
+from tests.fakes.openai_api import OpenAIServer
+from tests.gateway.process import GatewayProcess
+from tests.gateway.rig import gateway_env
+from tests.pg import create_database, server_dsn
+
+RATE = 100
+SECONDS = 30
+DRAIN = 10
+WORKERS = 2
+# (name, the roles of its processes): the first process takes the events.
+SHAPES = (("all", ("all",)), ("split", ("ingress", *("worker",) * WORKERS)))
+
+
+@contextlib.asynccontextmanager
+async def processes(
+    dsn: str, roles: tuple[str, ...], slack: TimedSlack, model: OpenAIServer, data: Path
+) -> AsyncIterator[list[GatewayProcess]]:
+    """`threadgate serve --role R` for each of `roles`, on one database; stopped on exit."""
+    env = {**gateway_env(slack, model, dsn), **NO_GUARD_RAILS}
+    started: list[GatewayProcess] = []
+    try:
+        for role in roles:
+            process = GatewayProcess(env, data, ["--role", role])
+            await process.start()
+            started.append(process)
+        yield started
+    finally:
+        for process in started:
+            await stop(process)
+
+
+async def measure(server: str, data: Path, shape: str, rate: int, seconds: int) -> dict[str, Any]:
+    roles = dict(SHAPES)[shape]
+    dsn = await create_database(server, f"bench_roles_{shape}_{rate}")
+    async with fakes() as (slack, model), processes(dsn, roles, slack, model, data) as running:
+        url = running[0].events_url
+        # Warm-up, answered before measuring, so that every process of either shape has
+        # served and answered (imports, pools, first plans) before the clock starts.
+        warm = await loadgen.open_loop(url, 20, 20)
+        await loadgen.wait_answered(slack, warm, deadline=DRAIN)
+        samples = await loadgen.open_loop(url, rate, rate * seconds)
+        answered = await loadgen.wait_answered(slack, samples, deadline=DRAIN)
+        workers = Settings.model_fields["threadgate_workers"].default
+        result = {
+            "shape": shape,
+            "roles": list(roles),
+            "task_workers": workers * sum(role != "ingress" for role in roles),
+            "rate": rate,
+            **figures(samples, slack, answered),
+            "unanswered": sum(s.thread_ts not in slack.first_post for s in samples),
+        }
+    print(f"  roles {shape} at {rate}/s: {result}", flush=True)
+    return result
+
+
+async def run_all(dsn: str, data: Path, rate: int = RATE, seconds: int = SECONDS) -> dict[str, Any]:
+    runs = [await measure(dsn, data, shape, rate, seconds) for shape, _ in SHAPES]
+    return {"rate": rate, "seconds": seconds, "drain": DRAIN, "runs": runs}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(prog="python -m bench.roles", description=__doc__)
+    p.add_argument("--rate", type=int, default=RATE, help=f"events/s (default {RATE})")
+    p.add_argument("--seconds", type=int, default=SECONDS, help=f"default {SECONDS}")
+    args = p.parse_args()
+
+    async def run() -> dict[str, Any]:
+        with tempfile.TemporaryDirectory() as tmp:
+            return await run_all(await server_dsn(Path(tmp)), Path(tmp), args.rate, args.seconds)
+
+    print(asyncio.run(run()))
+
+
+if __name__ == "__main__":
+    main()
