@@ -168,10 +168,12 @@ class FileReader:
     def __init__(
         self,
         downloader: FileDownloader,
+        token: str,
         kinds: frozenset[str],
         on_read: Callable[[str, str], None] = lambda kind, outcome: None,
     ) -> None:
         self._downloader = downloader
+        self._token = token  # the bot token of the message's workspace
         self._kinds = kinds
         self._on_read = on_read
 
@@ -193,7 +195,7 @@ class FileReader:
             return FileContent(shared, problem=NO_URL)
         try:
             data = await self._downloader.download(
-                shared.url, declared_size=shared.size, deadline=deadline
+                shared.url, self._token, declared_size=shared.size, deadline=deadline
             )
             async with asyncio.timeout_at(deadline):
                 return await asyncio.to_thread(_extract, shared, kind, data)

@@ -67,32 +67,34 @@ class FileLimits:
 
 
 class FileDownloader:
-    """Fetches Slack files with the bot token; one per process, sharing `client`."""
+    """Fetches Slack files with a bot token (each workspace has its own); one per process,
+    so `_CONCURRENT_DOWNLOADS` holds across workspaces."""
 
-    def __init__(self, client: httpx.AsyncClient, token: str, *, max_bytes: int) -> None:
+    def __init__(self, client: httpx.AsyncClient, *, max_bytes: int) -> None:
         self._client = client
-        self._token = token
         self._max_bytes = max_bytes
         self._slots = asyncio.Semaphore(_CONCURRENT_DOWNLOADS)
 
-    async def download(self, url: str, *, declared_size: int | None, deadline: float) -> bytes:
+    async def download(
+        self, url: str, token: str, *, declared_size: int | None, deadline: float
+    ) -> bytes:
         """The file's bytes, or `NotRead` saying why not (by `deadline`, event-loop time)."""
         if declared_size is not None and declared_size > self._max_bytes:
             raise NotRead(TOO_LARGE)
         host = _token_host(url)
         try:
             async with asyncio.timeout_at(deadline), self._slots:
-                return await self._follow(url, host)
+                return await self._follow(url, host, token)
         except TimeoutError:
             raise NotRead(OUT_OF_TIME) from None
         except (httpx.HTTPError, OSError) as exc:
             raise NotRead(DOWNLOAD_FAILED) from exc
 
-    async def _follow(self, url: str, token_host: str) -> bytes:
+    async def _follow(self, url: str, token_host: str, token: str) -> bytes:
         for _ in range(_MAX_REDIRECTS + 1):
             _check_scheme(url)
             same_host = urlsplit(url).hostname == token_host
-            headers = {"Authorization": f"Bearer {self._token}"} if same_host else {}
+            headers = {"Authorization": f"Bearer {token}"} if same_host else {}
             async with self._client.stream("GET", url, headers=headers) as response:
                 if response.is_redirect and "location" in response.headers:
                     url = urljoin(url, response.headers["location"])

@@ -272,7 +272,7 @@ class Gateway:
     clients: SlackClients | None = None
     _stack: AsyncExitStack = field(default_factory=AsyncExitStack)
     _socket: SocketModeConnection | None = None
-    _downloads: httpx.AsyncClient | None = None  # files people attach (gateway/files.py)
+    _downloads: FileDownloader | None = None  # files people attach (gateway/files.py)
     _workers_started: bool = False
 
     async def start(self, host: str, port: int) -> None:
@@ -537,16 +537,16 @@ class Gateway:
         return ready
 
     def _file_reader(self, token: str | None) -> FileReader | None:
-        """Downloads of message files with the workspace's bot token, on one HTTP client of
-        their own (closed with the gateway); None without a token."""
+        """Reads message files with the workspace's bot token through the process's one
+        downloader (its own HTTP client, closed with the gateway); None without a token."""
         s = self.settings
         if token is None:
             return None
         if self._downloads is None:
-            self._downloads = httpx.AsyncClient(timeout=s.threadgate_lookup_budget_seconds)
-            self._stack.push_async_callback(self._downloads.aclose)
-        downloader = FileDownloader(self._downloads, token, max_bytes=s.threadgate_file_max_bytes)
-        return FileReader(downloader, s.file_kinds, on_read=self.metrics.file_read)
+            client = httpx.AsyncClient(timeout=s.threadgate_lookup_budget_seconds)
+            self._stack.push_async_callback(client.aclose)
+            self._downloads = FileDownloader(client, max_bytes=s.threadgate_file_max_bytes)
+        return FileReader(self._downloads, token, s.file_kinds, on_read=self.metrics.file_read)
 
     async def _start_socket_mode(self, bolt: AsyncApp) -> None:
         s = self.settings

@@ -71,7 +71,7 @@ async def hosts() -> AsyncIterator[tuple[Host, Host]]:
 @pytest.fixture
 async def downloader() -> AsyncIterator[FileDownloader]:
     async with httpx.AsyncClient() as client:
-        yield FileDownloader(client, TOKEN, max_bytes=1000)
+        yield FileDownloader(client, max_bytes=1000)
 
 
 def deadline(seconds: float = 5.0) -> float:
@@ -92,7 +92,9 @@ async def test_a_redirect_on_the_same_host_keeps_the_token(
     """Slack's own redirect (same host): the token goes along; the bytes come back."""
     slack, _ = hosts
     slack.routes = {"/a": redirect("/b"), "/b": body(b"hello")}
-    data = await downloader.download(f"{slack.origin}/a", declared_size=5, deadline=deadline())
+    data = await downloader.download(
+        f"{slack.origin}/a", TOKEN, declared_size=5, deadline=deadline()
+    )
     assert data == b"hello" and slack.seen == [f"Bearer {TOKEN}"] * 2
 
 
@@ -103,7 +105,9 @@ async def test_a_redirect_to_another_host_does_not_carry_the_token(
     slack, other = hosts
     other.routes = {"/f": body(b"cdn bytes")}
     slack.routes = {"/a": redirect(f"{other.origin}/f")}
-    data = await downloader.download(f"{slack.origin}/a", declared_size=None, deadline=deadline())
+    data = await downloader.download(
+        f"{slack.origin}/a", TOKEN, declared_size=None, deadline=deadline()
+    )
     assert data == b"cdn bytes" and other.seen == [None]
 
 
@@ -121,7 +125,7 @@ async def test_urls_that_are_not_slack_over_https_are_refused(
 ) -> None:
     """Plain http off loopback, or a host that is not Slack's: refused before any request."""
     with pytest.raises(NotRead, match=reason):
-        await downloader.download(url, declared_size=None, deadline=deadline())
+        await downloader.download(url, TOKEN, declared_size=None, deadline=deadline())
 
 
 async def test_a_redirect_loop_fails(hosts: tuple[Host, Host], downloader: FileDownloader) -> None:
@@ -129,7 +133,9 @@ async def test_a_redirect_loop_fails(hosts: tuple[Host, Host], downloader: FileD
     slack, _ = hosts
     slack.routes = {"/a": redirect("/a")}
     with pytest.raises(NotRead, match=DOWNLOAD_FAILED):
-        await downloader.download(f"{slack.origin}/a", declared_size=None, deadline=deadline())
+        await downloader.download(
+            f"{slack.origin}/a", TOKEN, declared_size=None, deadline=deadline()
+        )
     assert len(slack.seen) == 4
 
 
@@ -140,7 +146,9 @@ async def test_a_redirect_to_plain_http_elsewhere_is_refused(
     slack, _ = hosts
     slack.routes = {"/a": redirect("http://files.example.com/x")}
     with pytest.raises(NotRead, match=DOWNLOAD_FAILED):
-        await downloader.download(f"{slack.origin}/a", declared_size=None, deadline=deadline())
+        await downloader.download(
+            f"{slack.origin}/a", TOKEN, declared_size=None, deadline=deadline()
+        )
 
 
 async def test_a_download_past_the_deadline_is_not_read_in_time(
@@ -150,7 +158,7 @@ async def test_a_download_past_the_deadline_is_not_read_in_time(
     slack, _ = hosts
     with pytest.raises(NotRead, match=OUT_OF_TIME):
         await downloader.download(
-            f"{slack.origin}/hang", declared_size=None, deadline=deadline(0.2)
+            f"{slack.origin}/hang", TOKEN, declared_size=None, deadline=deadline(0.2)
         )
 
 
@@ -161,9 +169,13 @@ async def test_an_error_status_or_a_content_length_over_the_cap_is_not_content(
     slack, _ = hosts
     slack.routes = {"/big": body(b"x" * 2000)}
     with pytest.raises(NotRead, match=DOWNLOAD_FAILED):
-        await downloader.download(f"{slack.origin}/none", declared_size=None, deadline=deadline())
+        await downloader.download(
+            f"{slack.origin}/none", TOKEN, declared_size=None, deadline=deadline()
+        )
     with pytest.raises(NotRead, match="too large"):
-        await downloader.download(f"{slack.origin}/big", declared_size=None, deadline=deadline())
+        await downloader.download(
+            f"{slack.origin}/big", TOKEN, declared_size=None, deadline=deadline()
+        )
 
 
 async def test_an_unexpected_failure_is_a_failed_download_and_is_counted() -> None:
@@ -176,7 +188,8 @@ async def test_an_unexpected_failure_is_a_failed_download_and_is_counted() -> No
     counted: list[tuple[str, str]] = []
     async with httpx.AsyncClient(transport=httpx.MockTransport(explode)) as client:
         reader = FileReader(
-            FileDownloader(client, TOKEN, max_bytes=1000),
+            FileDownloader(client, max_bytes=1000),
+            TOKEN,
             frozenset({"text"}),
             on_read=lambda kind, outcome: counted.append((kind, outcome)),
         )
