@@ -319,7 +319,7 @@ async def stored_for(db: Database, outcome: Outcome) -> int:
     )
 
 
-def forged_turns(model: OpenAIServer, users: dict[str, set[Any]]) -> list[str]:
+def forged_turns(model: OpenAIServer, users: dict[str, set[str]]) -> list[str]:
     """User messages sent to the model that do not hold exactly one genuine turn: one
     whose user is among those of the accepted events sent in its channel (a field change
     can send several payloads into one channel, e.g. `"4"`)."""
@@ -373,10 +373,12 @@ async def test_hostile_payloads_never_5xx_store_nothing_when_refused_and_forge_n
         finally:
             await processes.stop_all()
     assert not leaked, [(o.status, o.payload.body[:200]) for o in leaked[:5]]
-    users: dict[str, set[Any]] = defaultdict(set)
+    users: dict[str, set[str]] = defaultdict(set)
     for o in outcomes:
-        if 200 <= o.status < 300 and isinstance(o.payload.sent_channel, str):
-            users[o.payload.sent_channel].add(o.payload.user)
+        # A user that is not a string (an object, a list) was never admitted as a turn.
+        user, channel = o.payload.user, o.payload.sent_channel
+        if 200 <= o.status < 300 and isinstance(channel, str) and isinstance(user, str):
+            users[channel].add(user)
     users[last.channel].add(last.event["user"])
     assert not (problems := forged_turns(model, users)), "\n".join(problems[:10])
     assert [p.text for p in slack.posts if last.marker in p.text] == [
