@@ -166,9 +166,11 @@ class SlackPublisher:
 
     async def tool_call(self, task: Task, record: ToolCallRecord) -> None:
         """`agent.ToolObserver`: a work tool's call shown while it runs — a card on the
-        reply's timeline when the reply streams, else the status line names the tool."""
+        reply's timeline when the reply streams, else the status line names the tool. A
+        sub-agent's call is never the reply's: it may run while the round that delegated
+        still holds the reply's draft, which would start a stream for it."""
         draft = self._drafts.get((task.id, task.reply_id))
-        if draft is not None and not draft.silent:
+        if draft is not None and not draft.silent and record.subtask_type is None:
             draft.tool(record.call_id, record.name, _TOOL_STATES[record.state])
             return
         if record.state == "running" and task.id not in self._visible:

@@ -82,6 +82,9 @@ class ToolCallRecord:
     arguments: str  # the raw JSON the model wrote
     state: ToolCallState
     output: str = ""  # the result the model read (capped), or the error text; "" while running
+    # The subtask type whose sub-agent made the call; None in the task's own rounds. A
+    # sub-agent's calls are not the reply's: they never go on its timeline.
+    subtask_type: str | None = None
 
 
 class ToolObserver(Protocol):

@@ -181,7 +181,9 @@ class Toolbox:
         observer = self.context.observer
         if observer is None:
             return
-        record = ToolCallRecord(call.id, call.name, call.raw_arguments, state, output)
+        record = ToolCallRecord(
+            call.id, call.name, call.raw_arguments, state, output, self.context.subtask_type
+        )
         try:
             await observer.tool_call(self.context.task, record)
         except Exception:

@@ -64,7 +64,8 @@ async def test_an_observer_that_fails_does_not_fail_the_tool() -> None:
 
 
 async def test_the_responder_hands_its_observer_to_rounds_and_sub_agents() -> None:
-    """A round's call and a sub-agent's call both reach the observer, for the task."""
+    """A round's call and a sub-agent's call both reach the observer, for the task; the
+    sub-agent's says which subtask type made it (the thread keeps it off the reply)."""
     recorder = Recorder()
     model = scripted(
         tool_response("current_time", {}, call_id="round-call"),
@@ -82,9 +83,9 @@ async def test_the_responder_hands_its_observer_to_rounds_and_sub_agents() -> No
     await responder(RoundInput(TASK, WINDOW))
     subtask = Subtask(TASK.id, 0, 0, SubtaskRequest("agent", {"instructions": "look"}, ()))
     assert await responder.run_subtask(subtask, TASK) == "sub done"
-    assert [(task, r.call_id, r.state) for task, r in recorder.seen] == [
-        (TASK.id, "round-call", "running"),
-        (TASK.id, "round-call", "ok"),
-        (TASK.id, "sub-call", "running"),
-        (TASK.id, "sub-call", "ok"),
+    assert [(task, r.call_id, r.state, r.subtask_type) for task, r in recorder.seen] == [
+        (TASK.id, "round-call", "running", None),
+        (TASK.id, "round-call", "ok", None),
+        (TASK.id, "sub-call", "running", "agent"),
+        (TASK.id, "sub-call", "ok", "agent"),
     ]
