@@ -38,7 +38,7 @@ from agent import (
 )
 from storage.database import TASKS_CHANNEL, Database
 from storage.errors import translate_errors
-from storage.queue import task_from_row
+from storage.queue import RECOVERY_SECONDS, task_from_row
 
 _LOAD = """
 SELECT r.number, r.call_id, r.raw_arguments, r.acknowledgment,
@@ -92,15 +92,25 @@ WHERE state IN ('queued', 'running') AND deadline < now()
 RETURNING task_id
 """
 
+# As the task claim (storage/queue.py): queued subtasks first; a dead lease is looked for,
+# with one pg_locks read, only when none is queued or the periodic recovery look is due.
 _CLAIM = """
-WITH candidate AS (
+WITH queued AS (
     SELECT s.task_id, s.round, s.index FROM subtasks s
-    WHERE s.state IN ('queued', 'running') AND s.run_after <= now()
-      AND CASE WHEN s.state = 'queued' OR s.lease_expires < now() THEN true
-               ELSE NOT lease_owner_alive(s.lease_owner) END
+    WHERE s.state = 'queued' AND s.run_after <= now()
     ORDER BY s.created_at, s.index
     LIMIT 1
     FOR UPDATE OF s SKIP LOCKED
+), stale AS (
+    SELECT s.task_id, s.round, s.index FROM subtasks s
+    WHERE ($3 OR NOT EXISTS (SELECT 1 FROM queued))
+      AND s.state = 'running' AND s.run_after <= now()
+      AND (s.lease_expires < now() OR s.lease_owner::oid NOT IN (SELECT live_lease_owners()))
+    ORDER BY s.created_at, s.index
+    LIMIT 1
+    FOR UPDATE OF s SKIP LOCKED
+), candidate AS (
+    SELECT * FROM stale UNION ALL SELECT * FROM queued LIMIT 1
 )
 UPDATE subtasks SET state = 'running', attempts = subtasks.attempts + 1,
        lease_owner = $1, lease_expires = now() + make_interval(secs => $2)
@@ -146,6 +156,7 @@ class PostgresDelegations:
         self._lease = lease_seconds
         self._clock = clock
         self._next_sweep = 0.0
+        self._next_recovery = 0.0
 
     @translate_errors("The delegation store could not be reached")
     async def load(self, task: Task) -> RoundState:
@@ -196,7 +207,10 @@ class PostgresDelegations:
             self._next_sweep = self._clock() + 1.0
             await self._expire_overdue()
         me = await self._db.lease_owner()
-        row = await self._db.pool.fetchrow(_CLAIM, me, self._lease)
+        recover = self._clock() >= self._next_recovery
+        if recover:
+            self._next_recovery = self._clock() + RECOVERY_SECONDS
+        row = await self._db.pool.fetchrow(_CLAIM, me, self._lease, recover)
         if row is None:
             return None
         task_row = await self._db.pool.fetchrow(

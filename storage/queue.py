@@ -37,26 +37,41 @@ from storage.database import TASKS_CHANNEL, Database
 from storage.errors import StorageError, translate_errors
 from storage.migrations import Connection
 
+# Queued tasks first, through `tasks_queued`. Each is checked to be the oldest open task of
+# its session by one look into `tasks_open`: a min() subquery, not NOT EXISTS, which the
+# planner may turn into a scan of every older open task, quadratic in a backlog. The
+# recovery arm (a lease whose time ran out or whose owner is gone, a waiting task whose
+# wake-up was lost) runs only when nothing is queued or when the caller asks for it ($3,
+# the periodic look below), and reads pg_locks once for the statement. Both arms lock their
+# row with SKIP LOCKED, so workers and replicas never wait on each other; the recovery arm
+# wins when both found one.
 _CLAIM = """
-WITH candidate AS (
+WITH queued AS (
     SELECT t.id FROM tasks t
-    WHERE t.state IN ('queued', 'running', 'waiting')
-      AND t.run_after <= now()
+    WHERE t.state = 'queued' AND t.run_after <= now()
+      AND t.seq = (SELECT min(o.seq) FROM tasks o
+                   WHERE o.session_id = t.session_id AND o.state IN ('queued', 'running', 'waiting'))
+    ORDER BY t.seq
+    LIMIT 1
+    FOR UPDATE OF t SKIP LOCKED
+), stale AS (
+    SELECT t.id FROM tasks t
+    WHERE ($3 OR NOT EXISTS (SELECT 1 FROM queued))
+      AND t.state IN ('running', 'waiting') AND t.run_after <= now()
       AND CASE t.state
-          WHEN 'queued' THEN true
-          -- CASE, not OR: pg_locks is looked at only for a lease that has not expired.
-          WHEN 'running' THEN CASE WHEN t.lease_expires < now() THEN true
-                                   ELSE NOT lease_owner_alive(t.lease_owner) END
+          WHEN 'running' THEN t.lease_expires < now()
+                              OR t.lease_owner::oid NOT IN (SELECT live_lease_owners())
           -- A waiting task whose subtasks all ended is runnable, even if the wake-up was lost.
           ELSE NOT EXISTS (SELECT 1 FROM subtasks s
                            WHERE s.task_id = t.id AND s.state IN ('queued', 'running'))
           END
-      AND NOT EXISTS (SELECT 1 FROM tasks o
-                      WHERE o.session_id = t.session_id AND o.seq < t.seq
-                        AND o.state IN ('queued', 'running', 'waiting'))
+      AND t.seq = (SELECT min(o.seq) FROM tasks o
+                   WHERE o.session_id = t.session_id AND o.state IN ('queued', 'running', 'waiting'))
     ORDER BY t.seq
     LIMIT 1
     FOR UPDATE OF t SKIP LOCKED
+), candidate AS (
+    SELECT id FROM stale UNION ALL SELECT id FROM queued LIMIT 1
 )
 UPDATE tasks SET state = 'running', attempts = tasks.attempts + 1,
        lease_owner = $1, lease_expires = now() + make_interval(secs => $2)
@@ -65,6 +80,10 @@ FROM candidate WHERE tasks.id = candidate.id
 RETURNING tasks.id, tasks.session_id, tasks.address, tasks.attempts,
           coalesce(tasks.restarted_at, tasks.created_at) AS created_at
 """
+
+# How often a busy process looks for dead leases even though queued work keeps it busy:
+# a crashed replica's tasks wait at most this long (plus a free worker) to be taken over.
+RECOVERY_SECONDS = 1.0
 
 # Only extends: a lease taken under an owner this process no longer holds stays lost.
 _HEARTBEAT = """
@@ -107,11 +126,16 @@ class PostgresTaskQueue:
         self._db = db
         self._lease = lease_seconds
         self._poll = poll_seconds
+        self._next_recovery = 0.0
 
     @translate_errors("The task queue could not be reached")
     async def claim(self) -> Task | None:
         me = await self._db.lease_owner()
-        row = await self._db.pool.fetchrow(_CLAIM, me, self._lease)
+        now = asyncio.get_running_loop().time()
+        recover = now >= self._next_recovery
+        if recover:
+            self._next_recovery = now + RECOVERY_SECONDS
+        row = await self._db.pool.fetchrow(_CLAIM, me, self._lease, recover)
         return None if row is None else task_from_row(row)
 
     @translate_errors("The task queue could not be reached")

@@ -68,6 +68,37 @@ async def test_task_of_a_dead_process_is_taken_over_at_once(
     assert resumed is not None and resumed.id == task_id and resumed.attempts == 2
 
 
+async def test_a_dead_lease_is_taken_over_while_queued_work_keeps_workers_busy(
+    fresh_db: Database,
+) -> None:
+    """Claims take queued tasks first; a dead lease is looked for when nothing is queued and
+    by each process's periodic recovery look, so a busy queue cannot starve a take-over."""
+    crashed = await enqueue(fresh_db, "6.0", "6.0")
+    async with Database(fresh_db._dsn) as doomed:
+        assert (await PostgresTaskQueue(doomed).claim()) is not None
+    queued = [await enqueue(fresh_db, f"6.{n}", f"6.{n}") for n in range(1, 4)]
+    survivor = PostgresTaskQueue(fresh_db)  # a fresh process: its recovery look is due
+    first = await survivor.claim()
+    assert first is not None and first.id == crashed and first.attempts == 2
+    # The next claims, before the next look is due, take the queued tasks in order.
+    rest = [await survivor.claim() for _ in queued]
+    assert [t.id for t in rest if t is not None] == queued
+
+
+async def test_a_claim_finds_the_one_runnable_task_behind_a_backlog(fresh_db: Database) -> None:
+    """Many queued tasks wait behind running ones in the same threads: a claim still finds
+    the one runnable task among them (each thread's oldest open task, one look each)."""
+    queue = PostgresTaskQueue(fresh_db)
+    for thread in range(20):
+        for n in range(5):
+            await enqueue(fresh_db, f"7.{thread}", f"7.{thread}{n}")
+    running = [await queue.claim() for _ in range(19)]
+    assert len({t.id for t in running if t is not None}) == 19
+    last = await queue.claim()
+    assert last is not None and last.id == "T1:C1:7.190"  # thread 19's first message
+    assert await queue.claim() is None  # everything else waits behind its thread
+
+
 async def test_heartbeat_reports_a_lost_lease(fresh_db: Database) -> None:
     """A worker whose task was taken over learns it on its next heartbeat."""
     queue = PostgresTaskQueue(fresh_db)
