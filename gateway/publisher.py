@@ -98,6 +98,8 @@ class SlackPublisher:
         self._outbox = outbox
         self._sources = SourceLinks(outbox, call_seconds=outbox.call_seconds)
         self._visible: set[str] = set()  # tasks whose thread shows streamed text
+        self._working: set[str] = set()  # tasks inside `working`
+        self._posted: set[str] = set()  # those of them that posted in their thread
         self._drafts: dict[tuple[str, str], SlackDraft] = {}
         self._live = (
             None
@@ -148,6 +150,7 @@ class SlackPublisher:
                 await self._post_once(task, message_id, part, streamed=streamed, steps=steps)
             else:
                 await self._post_once(task, f"{message_id}#{n}", part)
+        self._did_post(task)
 
     # The agent's LiveView (with streaming on)
 
@@ -163,6 +166,11 @@ class SlackPublisher:
 
     def _shown(self, task: Task) -> None:
         self._visible.add(task.id)
+        self._did_post(task)
+
+    def _did_post(self, task: Task) -> None:
+        if task.id in self._working:
+            self._posted.add(task.id)
 
     async def tool_call(self, task: Task, record: ToolCallRecord) -> None:
         """`agent.ToolObserver`: a work tool's call shown while it runs — a card on the
@@ -179,16 +187,22 @@ class SlackPublisher:
     @contextlib.asynccontextmanager
     async def working(self, task: Task) -> AsyncIterator[None]:
         """ "is thinking…" in the thread, refreshed before Slack's two-minute expiry, then
-        cleared (Slack also clears it when we post)."""
+        cleared. Slack clears it itself when we post in the thread, so the clearing call is
+        made only when nothing was posted meanwhile (a lost lease, a cancel, a deferral): it
+        was a third of the Slack calls of a one-round task."""
         refresher = asyncio.create_task(self._keep_status(task), name=f"status-{task.id}")
+        self._working.add(task.id)
         try:
             yield
         finally:
+            self._working.discard(task.id)
             await stop_task(refresher)
             for key in [key for key in self._drafts if key[0] == task.id]:
                 await self._drafts.pop(key).close()
             self._visible.discard(task.id)
-            await self._set_status(task, "")
+            if task.id not in self._posted:
+                await self._set_status(task, "")
+            self._posted.discard(task.id)
 
     async def _keep_status(self, task: Task) -> None:
         while True:

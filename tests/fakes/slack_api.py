@@ -199,6 +199,9 @@ class FakeSlack:
         self.posts: list[Post] = []
         self.calls: list[Call] = []
         self.statuses: list[Status] = []
+        # What each thread shows now, (channel, thread_ts) → status: as in Slack, a message
+        # the bot posts in the thread (or a stream it starts there) clears it.
+        self.thread_status: dict[tuple[str, str], str] = {}
         self.users: dict[str, dict[str, Any]] = {}
         self.messages: dict[str, list[dict[str, Any]]] = defaultdict(list)
         self.stream_expiry = stream_expiry
@@ -582,6 +585,8 @@ class FakeSlack:
         thread_ts = str(params.get("thread_ts") or "") or None
         message = self._bot_message(params, ts, thread_ts, channel)
         self.messages[channel].append(message)
+        if thread_ts is not None:
+            self.thread_status.pop((channel, thread_ts), None)
         self.posts.append(
             Post(
                 channel=channel,
@@ -668,6 +673,7 @@ class FakeSlack:
         ts, thread_ts, now = CLOCK.next(), str(params["thread_ts"]), self._clock()
         message = self._bot_message({}, ts, thread_ts, channel)
         self.messages[channel].append(message)
+        self.thread_status.pop((channel, thread_ts), None)
         stream = Stream(
             message=message,
             channel=channel,
@@ -806,6 +812,7 @@ class FakeSlack:
             missing = "channel_id" if not channel_id else "thread_ts" if not thread_ts else "status"
             return _invalid_arguments(missing)
         self.statuses.append(Status(str(channel_id), str(thread_ts), str(params["status"])))
+        self.thread_status[(str(channel_id), str(thread_ts))] = str(params["status"])
         return {"ok": True}
 
     def _apps_connections_open(self, params: Params) -> Body:

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp import web
 
+from storage.queue import cancel_task
 from tests.fakes.openai_api import Held, JSONReply, reply_with_tool
 from tests.fakes.slack_events import (
     DEFAULT_CHANNEL,
@@ -48,13 +49,25 @@ async def test_status_is_set_refreshed_while_working_and_cleared(rig: Rig) -> No
     await rig.slack.wait_until(lambda: len(thinking()) >= 3, what="status refreshed")
     release.set()
     await rig.slack.wait_for_posts(1)
-    await rig.slack.wait_until(
-        lambda: (
-            rig.slack.statuses[-1].status == "" and rig.slack.statuses[-1].thread_ts == event["ts"]
-        ),
-        what="status cleared",
-    )
+    # The reply cleared it, as Slack does: no call was spent on clearing it again.
+    assert rig.slack.thread_status.get((event["channel"], event["ts"]), "") == ""
+    assert [s.status for s in rig.slack.statuses if s.thread_ts == event["ts"]][-1] != ""
     assert thinking()[0].status == "is thinking…"
+
+
+async def test_status_is_cleared_when_work_ends_without_a_post(rig: Rig) -> None:
+    """A task that ends without posting (cancelled here) clears "is thinking…" itself."""
+    release = asyncio.Event()
+    rig.model.script(Held(release, reply_with_tool("final_reply", {"text": "too late"})))
+    event = app_mention_event(text="<@UBOT> never mind")
+    await rig.send(event_callback(event))
+    key = (event["channel"], event["ts"])
+    await rig.slack.wait_until(lambda: rig.slack.thread_status.get(key), what="status set")
+    task_id = await rig.db.pool.fetchval("SELECT id FROM tasks ORDER BY seq DESC LIMIT 1")
+    await cancel_task(rig.db, task_id, actor="test")
+    release.set()
+    await rig.slack.wait_until(lambda: rig.slack.thread_status.get(key) == "", what="cleared")
+    assert not [p for p in rig.slack.posts if p.thread_ts == event["ts"]]
 
 
 async def test_first_mention_in_an_existing_thread_backfills_it(rig: Rig) -> None:
