@@ -15,6 +15,7 @@ from typing import Any
 
 from bench import (
     ack_latency,
+    cpu,
     first_text,
     flat_cost,
     report,
@@ -35,6 +36,7 @@ async def measure() -> dict[str, Any]:
         results["postgres"] = await report.postgres_version(dsn)
         for name, step in (
             ("ack", ack_latency.run_all),
+            ("cpu", cpu.run_all),
             ("flat", flat_cost.run_all),
             ("rss", rss.run_all),
             ("throughput", throughput.run_all),

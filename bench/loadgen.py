@@ -142,3 +142,14 @@ def exactly_once(slack: TimedSlack, samples: list[Sample], posts_per_answer: int
 
 def median(values: list[float]) -> float:
     return statistics.median(values)
+
+
+async def wait_answered_count(slack: TimedSlack, count: int, deadline: float) -> bool:
+    """Wait until the fake has `count` thread posts in all; False if `deadline` passes first."""
+    try:
+        await slack.wait_until(
+            lambda: sum(slack.post_count.values()) >= count, deadline, what=f"{count} posts"
+        )
+    except AssertionError:
+        return False
+    return True

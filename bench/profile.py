@@ -39,10 +39,12 @@ def py_spy() -> str:
     return str(venv) if venv.exists() else shutil.which("py-spy") or "py-spy"
 
 
-async def start(pid: int, out: Path, seconds: float) -> asyncio.subprocess.Process:
+async def start(
+    pid: int, out: Path, seconds: float, kind: str = "raw"
+) -> asyncio.subprocess.Process:
     """Record `pid` for `seconds` at 200 Hz. Blocking mode: each sample pauses the process,
     which costs it latency but gives whole stacks (`--nonblocking` tears ~40% of them)."""
-    args = ["record", "--pid", str(pid), "--format", "raw", "--rate", "200"]
+    args = ["record", "--pid", str(pid), "--format", kind, "--rate", "200"]
     args += ["--duration", str(round(seconds)), "--output", str(out)]
     return await asyncio.create_subprocess_exec(
         py_spy(), *args, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
@@ -108,3 +110,30 @@ def summarize(raw: Path, top: int = 15) -> dict[str, Any]:
         "self": pct(leaf),
         "areas": pct(areas),
     }
+
+
+def by_caller(raw: Path, top: int = 20) -> dict[str, float]:
+    """Each sample charged to its innermost threadgate frame and the library call it made
+    there (`our function → library entry`): where our code spends, callees included.
+    Samples with no threadgate frame (the event loop, servers' protocol callbacks) are
+    grouped by the library that was running."""
+    if not raw.exists():
+        return {}
+    stacks = read_stacks(raw)
+    total = sum(count for _, count in stacks)
+    charged: Counter[str] = Counter()
+    for frames, count in stacks:
+        charged[_charge(frames)] += count
+    return {k: v / max(total, 1) for k, v in charged.most_common(top)}
+
+
+_OURS = ("gateway/", "agent/", "storage/")
+
+
+def _charge(frames: list[tuple[str, str]]) -> str:
+    for i in range(len(frames) - 1, -1, -1):
+        func, path = frames[i]
+        if path.startswith(_OURS) and not path.endswith("cli.py"):
+            below = label(*frames[i + 1]) if i + 1 < len(frames) else "itself"
+            return f"{label(func, path)} → {below}"
+    return f"(no threadgate frame: {area(frames[-1][1])})"
