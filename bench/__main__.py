@@ -15,6 +15,7 @@ from typing import Any
 
 from bench import (
     ack_latency,
+    admissions,
     cpu,
     first_text,
     flat_cost,
@@ -42,6 +43,7 @@ async def measure() -> dict[str, Any]:
             ("throughput", throughput.run_all),
             ("first_text", first_text.run_all),
             ("roles", roles.run_all),
+            ("admissions", admissions.run_all),
         ):
             print(f"bench: {name}", flush=True)
             results[name] = await step(dsn, data)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import sys
 import tempfile
 import time
@@ -31,6 +32,7 @@ from typing import Any
 from aiohttp import web
 
 from bench import loadgen, profile
+from bench.cpu import postgres_cpu, process_cpu
 from bench.loadgen import TimedSlack
 from bench.stack import gateway
 from tests.fakes.openai_api import Completion, OpenAIServer, RecordedRequest, reply_with_tool
@@ -44,11 +46,9 @@ WARMUP = 20
 TTFT = 0.5
 TOKENS_PER_SECOND = 100.0
 ANSWER = "Streaming works: these words show while the model is still writing the rest. " * 4
-STREAMING = {
-    "THREADGATE_STREAMING": "true",
-    "THREADGATE_STREAM_INTERVAL_SECONDS": "0.25",
-    "THREADGATE_WORKERS": "200",
-}
+# Streaming as deployed (appends at most once a second per message, the default), with
+# enough workers for every reply streaming at once (a stream holds its worker ~1.5 s).
+STREAMING = {"THREADGATE_STREAMING": "true", "THREADGATE_WORKERS": "200"}
 
 
 class Paced:
@@ -112,14 +112,22 @@ async def measure(
         async with gateway(dsn, f"first{run}", slack, model, data, STREAMING) as gw:
             await loadgen.open_loop(gw.events_url, WARMUP, WARMUP)
             spy = None
-            if profile_to is not None and gw.proc is not None:
+            assert gw.proc is not None
+            if profile_to is not None:
                 spy = await profile.start(gw.proc.pid, profile_to, SECONDS)
+            # Which process was busy: the gateway, Postgres, or this one (the fake model
+            # streaming every reply, the fake Slack, the load generator), in cores.
+            cpu0 = (process_cpu(gw.proc.pid), postgres_cpu(), process_cpu(os.getpid()))
+            started = time.perf_counter()
             samples = await loadgen.open_loop(gw.events_url, rate, rate * SECONDS)
             if spy is not None:
                 await spy.wait()
             threads = {s.thread_ts for s in samples}
             with contextlib.suppress(AssertionError):  # counted below, not required
                 await slack.wait_until(lambda: threads <= slack.stopped.keys(), 90)
+            elapsed = time.perf_counter() - started
+            cpu1 = (process_cpu(gw.proc.pid), postgres_cpu(), process_cpu(os.getpid()))
+            cores = [(b - a) / elapsed for a, b in zip(cpu0, cpu1, strict=True)]
     first = [
         (slack.first_text[s.thread_ts] - s.sent) * 1000
         for s in samples
@@ -144,6 +152,7 @@ async def measure(
         "whole_p50": loadgen.percentile(whole, 0.5) if whole else float("nan"),
         "ack_p99": loadgen.percentile([s.ack_ms for s in samples], 0.99),
         "sender_lag_ms": loadgen.sender_lag_ms(samples),
+        "cores": dict(zip(("gateway", "postgres", "bench"), cores, strict=True)),
     }
 
 

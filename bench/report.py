@@ -65,7 +65,7 @@ def write(results: dict[str, Any]) -> None:
 def render(r: dict[str, Any]) -> str:
     sections = [_header(r), _summary(r), _cpu(r), _ack(r), _throughput(r), _first_text(r)]
     sections += [_flat(r), _sql(r)]
-    sections += [_roles(r), _rss(r), _profile(r), FINDINGS]
+    sections += [_roles(r), _scale(r), _rss(r), _profile(r), FINDINGS]
     return "\n\n".join(sections) + "\n"
 
 
@@ -309,16 +309,24 @@ def _first_text(r: dict[str, Any]) -> str:
         f"at {f['tokens_per_second']:.0f} SSE events/s; overhead = event sent → first",
         "`chat.startStream` with text at Slack, minus that time. Target: overhead ≤ 300 ms.",
         "",
-        "| events/s | events | shown | completed | overhead p50 | p95 | p99 | whole reply p50 | ack p99 |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| events/s | events | shown | completed | overhead p50 | p95 | p99 | whole reply p50 | ack p99 | cores: gateway, Postgres, fakes |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for run in f["runs"]:
+        cores = run.get("cores") or {}
+        busy = (
+            ", ".join(f"{cores[k]:.2f}" for k in ("gateway", "postgres", "bench")) if cores else "—"
+        )
         lines.append(
             f"| {run['rate']} | {run['events']} | {run['shown']} | {run['completed']} |"
             f" {run['overhead_p50']:.0f} | {run['overhead_p95']:.0f} | {run['overhead_p99']:.0f} |"
-            f" {run['whole_p50']:.0f} | {run['ack_p99']:.0f} |"
+            f" {run['whole_p50']:.0f} | {run['ack_p99']:.0f} | {busy} |"
         )
-    lines.append("\nAll times in ms.")
+    lines.append(
+        "\nAll times in ms. Cores: CPU seconds per second of the run, for the gateway process,"
+        " Postgres, and the benchmark process (the fake model streaming every reply, the fake"
+        " Slack, the load generator); the machine has 2."
+    )
     return "\n".join(lines)
 
 
@@ -431,6 +439,50 @@ def _profile(r: dict[str, Any]) -> str:
 if __name__ == "__main__":
     write(json.loads(RESULTS_JSON.read_text()))
     print(f"wrote {ROOT / 'BENCHMARKS.md'} at {time.strftime('%H:%M')}")
+
+
+def _scale(r: dict[str, Any]) -> str:
+    a = r.get("admissions")
+    if not a:
+        return "## Going past one machine\n\n(not measured in this run)"
+    best = max(a["runs"], key=lambda run: run["per_second"])
+    c = r["cpu"]["runs"]
+    pg_event = med(c, "ours", "postgres_ms")
+    lines = [
+        "## Going past one machine (bench/admissions.py)",
+        "",
+        "Ingress and worker processes meet only in Postgres (`serve --role`, the compose file and",
+        "`manifests/k8s/`), so either kind scales by adding processes, on this host or others,",
+        "until Postgres stops keeping up. What Postgres takes, measured without Slack or HTTP:",
+        f"connections each running the real admission statement back to back for {a['seconds']} s,",
+        "every admission a new thread:",
+        "",
+        "| connections | admissions/s | Postgres CPU per admission | Postgres cores busy | client CPU per admission |",
+        "|---|---|---|---|---|",
+    ]
+    for run in a["runs"]:
+        lines.append(
+            f"| {run['concurrency']} | {run['per_second']:,.0f} | {run['postgres_ms']:.2f} ms |"
+            f" {run['postgres_cores']:.2f} | {run['client_ms']:.2f} ms |"
+        )
+    lines += [
+        "",
+        f"**What saturates first.** Admission alone peaks at {best['per_second']:,.0f}/s here, but an",
+        f"answered event costs Postgres {pg_event:.1f} ms of CPU in all (admission, claim, window,",
+        "reply, outbox, finish: bench/cpu.py), so one Postgres core carries about",
+        f"{1000 / pg_event:,.0f} answered events/s, and this 2-core machine runs out of CPU for the",
+        "gateway processes long before that. On a dedicated database host the order reverses:",
+        "gateway processes scale out freely, and Postgres's CPU per answered event (commits and",
+        "their WAL flushes first) is the ceiling.",
+        "",
+        "**The next steps**, in order: (1) a connection pooler (PgBouncer in transaction mode) once",
+        "processes × pool size nears `max_connections` — the worker's LISTEN connection stays",
+        "direct; (2) read replicas for what only reads (the window, `threadgate tasks`), since",
+        "every write must stay on the primary for the leases and the outbox fence; (3)",
+        "partitioning by team — a Postgres per group of workspaces, the OAuth installation saying",
+        "which — since a conversation's rows never refer to another team's.",
+    ]
+    return "\n".join(lines)
 
 
 def _roles(r: dict[str, Any]) -> str:
