@@ -1,0 +1,201 @@
+"""The model providers' httpx transport: requests go over one aiohttp `ClientSession`.
+
+Why: httpx's default transport (httpcore over anyio and h11) was about a third of the
+gateway's CPU in the profile (bench/cpu.py), charged per request and per streamed chunk.
+aiohttp, already our dependency for the Slack side, parses HTTP in C. We keep httpx's API
+above the transport — `httpx.Response`, `aiter_text`, httpx-sse's `EventSource`, and httpx
+exception types, which `classify.py` and its messages are written against.
+
+Why built on `httpx_aiohttp.AiohttpTransport` (the transport the OpenAI SDK offers for
+speed) rather than written from scratch: it already translates a request (headers, body,
+timeouts, proxy, TLS context) and wraps aiohttp's response as an httpx byte stream. What
+it gets wrong for us is corrected here, and nothing more:
+
+- Its exception map turns every `aiohttp.ClientConnectionError` into `httpx.ConnectTimeout`
+  (a refused connection, a server that hung up mid-stream). We map each error again from
+  its aiohttp cause (`_httpx_error`), so the type our messages name stays truthful: refused
+  is `ConnectError`, a body cut short `RemoteProtocolError`, a read timeout `ReadTimeout`.
+  Messages are ours, fixed per kind, so nothing of a request (URL, headers) is repeated.
+- aiohttp's `connect` timeout counts waiting for a free connection and connecting as one,
+  so a pool timeout could not be told from a connect timeout. The pool limit is therefore
+  ours (a semaphore held from request to response close, `PoolTimeout` after httpx's
+  `pool` timeout); aiohttp's connector is unlimited and its `sock_connect` is httpx's
+  `connect`, `sock_read` httpx's `read`. aiohttp has no write timeout (request bodies are
+  small, and `HTTPModel.request`'s whole-request deadline still bounds everything).
+- The session is made on the first request, inside the running loop, never at
+  construction: a Provider a test never uses leaves nothing to warn about, and `aclose`
+  (through `httpx.AsyncClient.aclose`) closes the session it did make.
+- The environment's proxy (`HTTPS_PROXY`/`HTTP_PROXY`, `NO_PROXY`), which httpx honoured
+  by itself, is looked up once for the provider's base URL. The session does not
+  `trust_env`: that would look the proxy and `.netrc` up again on a thread per request.
+- Cookies are httpx's to keep (the session gets a `DummyCookieJar`), so none is sent twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
+
+import aiohttp
+import httpx
+from aiohttp.helpers import get_env_proxy_for_url
+from httpx_aiohttp import AiohttpTransport
+from yarl import URL
+
+# httpx's own defaults, which the provider's client had before this transport.
+DEFAULT_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=20)
+
+
+class ModelTransport(AiohttpTransport):
+    """An httpx transport over one lazily made aiohttp session, for one provider."""
+
+    def __init__(self, *, base_url: str, limits: httpx.Limits = DEFAULT_LIMITS) -> None:
+        super().__init__(limits=limits, proxy=_env_proxy(base_url))
+        slots = limits.max_connections
+        self._slots = asyncio.Semaphore(slots) if slots is not None else None
+
+    def get_client(self) -> aiohttp.ClientSession:
+        """The session, made on the first request (called by `handle_async_request`)."""
+        connector = aiohttp.TCPConnector(
+            limit=0,  # the pool limit is `_slots`, so a pool timeout can be told apart
+            keepalive_timeout=self.limits.keepalive_expiry,
+            ssl=self.ssl_context,
+        )
+        return aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar())
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        timeouts = request.extensions.get("timeout", {})
+        await self._acquire(timeouts.get("pool"))
+        release = _once(self._release)
+        try:
+            # The pool wait is over; aiohttp's `connect` (pool wait + connect) is not wanted.
+            request.extensions = {**request.extensions, "timeout": {**timeouts, "pool": None}}
+            with _remapped():
+                response = await super().handle_async_request(request)
+        except BaseException:
+            release()  # a failed or cancelled request: aiohttp closed its connection
+            raise
+        assert isinstance(response.stream, httpx.AsyncByteStream)  # httpx_aiohttp's stream
+        response.stream = _ReleasingStream(response.stream, release)
+        return response
+
+    async def _acquire(self, seconds: float | None) -> None:
+        slots = self._slots
+        if slots is None:
+            return
+        if not slots.locked() or seconds is None:
+            await slots.acquire()  # a free slot is taken without suspending
+            return
+        try:
+            async with asyncio.timeout(seconds):
+                await slots.acquire()
+        except TimeoutError:
+            raise httpx.PoolTimeout(
+                f"no connection free within {seconds:g} s "
+                f"(all {self.limits.max_connections} in use)"
+            ) from None
+
+    def _release(self) -> None:
+        if self._slots is not None:
+            self._slots.release()
+
+
+class _ReleasingStream(httpx.AsyncByteStream):
+    """The response body: errors mapped like the request's, and the pool slot given back
+    when httpx closes the response (read to the end, or closed early)."""
+
+    def __init__(self, inner: httpx.AsyncByteStream, release: Callable[[], None]) -> None:
+        self._inner = inner
+        self._release = release
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        with _remapped():
+            async for chunk in self._inner:
+                yield chunk
+
+    async def aclose(self) -> None:
+        # aiohttp keeps the connection only if the body was read to its end; a response
+        # closed early (a cancelled stream) closes its connection instead of reusing it.
+        try:
+            with _remapped():
+                await self._inner.aclose()
+        finally:
+            self._release()
+
+
+def _once(action: Callable[[], None]) -> Callable[[], None]:
+    done = False
+
+    def run() -> None:
+        nonlocal done
+        if not done:
+            done = True
+            action()
+
+    return run
+
+
+@contextmanager
+def _remapped() -> Iterator[None]:
+    """Re-raise an httpx error from `httpx_aiohttp` (or an aiohttp error it let through)
+    as the httpx type its aiohttp cause stands for."""
+    try:
+        yield
+    except httpx.TransportError as exc:
+        cause = exc.__cause__
+        if not isinstance(cause, aiohttp.ClientError):
+            raise
+        raise _httpx_error(cause) from cause
+    except aiohttp.ClientError as exc:
+        raise _httpx_error(exc) from exc
+
+
+def _httpx_error(cause: aiohttp.ClientError) -> httpx.TransportError:
+    """The httpx exception httpx's own transport raises for the same failure. Most
+    specific aiohttp class first: the classes inherit from one another."""
+    match cause:
+        case aiohttp.ClientProxyConnectionError() | aiohttp.ClientHttpProxyError():
+            return httpx.ProxyError("the proxy could not be reached or refused the request")
+        case aiohttp.ClientConnectorError():
+            # The OS's reason ("Connection refused", a DNS failure, a TLS error) is safe to
+            # repeat; aiohttp's own message would name the host.
+            return httpx.ConnectError(f"could not connect: {_os_reason(cause.os_error)}")
+        case aiohttp.ServerFingerprintMismatch():
+            return httpx.ConnectError("could not connect: the TLS certificate did not match")
+        case aiohttp.ConnectionTimeoutError():
+            return httpx.ConnectTimeout("timed out connecting")
+        case aiohttp.SocketTimeoutError():
+            return httpx.ReadTimeout("timed out waiting for the server to send data")
+        case aiohttp.ServerTimeoutError():
+            return httpx.ReadTimeout("timed out waiting for the server")
+        case aiohttp.ServerDisconnectedError():
+            return httpx.RemoteProtocolError("the server disconnected without a complete answer")
+        case aiohttp.ClientPayloadError():
+            return httpx.RemoteProtocolError("the server closed the response before its end")
+        case aiohttp.ClientConnectionResetError():
+            return httpx.WriteError("the connection was closed while sending the request")
+        case aiohttp.ClientOSError():
+            return httpx.ReadError(f"the connection failed: {_os_reason(cause)}")
+        case aiohttp.ClientConnectionError():
+            return httpx.NetworkError("the connection failed")
+        case aiohttp.InvalidURL() | aiohttp.NonHttpUrlClientError():
+            return httpx.UnsupportedProtocol("the URL is not an http(s) URL aiohttp can call")
+        case aiohttp.ClientResponseError():
+            return httpx.RemoteProtocolError("the server sent a malformed HTTP response")
+        case _:
+            return httpx.TransportError(f"the request failed ({type(cause).__name__})")
+
+
+def _os_reason(error: OSError) -> str:
+    return error.strerror or type(error).__name__
+
+
+def _env_proxy(base_url: str) -> httpx.Proxy | None:
+    """The proxy the environment sets for `base_url`, as httpx would have used it."""
+    try:
+        proxy, auth = get_env_proxy_for_url(URL(base_url))
+    except LookupError:
+        return None
+    credentials = (auth.login, auth.password) if auth is not None else None
+    return httpx.Proxy(str(proxy), auth=credentials)
