@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
+import aiohttp
 import httpx
 import pytest
 from aiohttp import web
@@ -22,7 +23,7 @@ from pydantic import SecretStr
 
 from agent.core.errors import Route, TransientModelError
 from agent.models.providers.provider import OpenAIProvider
-from agent.models.providers.transport import ModelTransport
+from agent.models.providers.transport import AIOHTTP_ERRORS, ModelTransport, httpx_error
 from tests.fakes.openai_api import (
     Completion,
     Gated,
@@ -34,6 +35,7 @@ from tests.fakes.openai_api import (
     StreamReply,
     sse,
 )
+from tests.netguard.loopback_guard import NonLoopbackConnection
 
 ROUTE = Route("openai", "gpt-test")
 API_KEY = "sk-transport-secret-4242"
@@ -293,3 +295,43 @@ async def test_the_environment_proxy_is_used(monkeypatch: pytest.MonkeyPatch) ->
             response = await http.post("/chat/completions", json={})
     assert response.json() == {"via": "proxy"}
     assert proxy.requests[0].headers["host"] == "model.invalid"
+
+
+# Never raised to us: the base class, and redirect errors (the transport follows no redirect).
+UNRAISED = {aiohttp.ClientError, aiohttp.RedirectClientError}
+
+
+def test_every_public_aiohttp_error_maps_to_a_specific_httpx_error() -> None:
+    public = [getattr(aiohttp, name) for name in aiohttp.__all__]
+    errors = [e for e in public if isinstance(e, type) and issubclass(e, aiohttp.ClientError)]
+    unmapped = [
+        error.__name__
+        for error in errors
+        if error not in UNRAISED and not any(issubclass(error, a) for a, _, _ in AIOHTTP_ERRORS)
+    ]
+    assert errors and unmapped == []
+
+
+def test_no_entry_of_the_error_map_hides_a_later_one() -> None:
+    for n, (earlier, _, _) in enumerate(AIOHTTP_ERRORS):
+        hidden = [later for later, _, _ in AIOHTTP_ERRORS[n + 1 :] if issubclass(later, earlier)]
+        assert hidden == [], f"{earlier.__name__} comes before its subclasses {hidden}"
+
+
+def test_the_error_message_is_ours_and_keeps_the_os_reason() -> None:
+    """aiohttp's message names the URL (which may carry a gateway's account path); ours
+    says what happened and, for an OS error, the OS's reason."""
+    cause = aiohttp.ServerDisconnectedError("http://user:pw@example.invalid/v1 said no")
+    error = httpx_error(cause)
+    assert type(error) is httpx.RemoteProtocolError and "example.invalid" not in str(error)
+    reset = httpx_error(aiohttp.ClientOSError(104, "Connection reset by peer"))
+    assert type(reset) is httpx.ReadError and str(reset).endswith(": Connection reset by peer")
+
+
+@pytest.mark.parametrize("url", ["http://192.0.2.7/v1", "http://model.example/v1"])
+async def test_the_loopback_guard_sees_every_connection_and_lookup(url: str) -> None:
+    """aiohttp connects and resolves through the socket module, so the suite's guard stops
+    a request beyond loopback — and the error is not mistaken for an unreachable model."""
+    async with client(url) as (http, _):
+        with pytest.raises(NonLoopbackConnection):
+            await http.post("/chat/completions", json={})

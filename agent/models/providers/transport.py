@@ -13,7 +13,7 @@ it gets wrong for us is corrected here, and nothing more:
 
 - Its exception map turns every `aiohttp.ClientConnectionError` into `httpx.ConnectTimeout`
   (a refused connection, a server that hung up mid-stream). We map each error again from
-  its aiohttp cause (`_httpx_error`), so the type our messages name stays truthful: refused
+  its aiohttp cause (`AIOHTTP_ERRORS`), so the type our messages name stays truthful: refused
   is `ConnectError`, a body cut short `RemoteProtocolError`, a read timeout `ReadTimeout`.
   Messages are ours, fixed per kind, so nothing of a request (URL, headers) is repeated.
 - aiohttp's `connect` timeout counts waiting for a free connection and connecting as one,
@@ -146,49 +146,44 @@ def _remapped() -> Iterator[None]:
         cause = exc.__cause__
         if not isinstance(cause, aiohttp.ClientError):
             raise
-        raise _httpx_error(cause) from cause
+        raise httpx_error(cause) from cause
     except aiohttp.ClientError as exc:
-        raise _httpx_error(exc) from exc
+        raise httpx_error(exc) from exc
 
 
-def _httpx_error(cause: aiohttp.ClientError) -> httpx.TransportError:
-    """The httpx exception httpx's own transport raises for the same failure. Most
-    specific aiohttp class first: the classes inherit from one another."""
-    match cause:
-        case aiohttp.ClientProxyConnectionError() | aiohttp.ClientHttpProxyError():
-            return httpx.ProxyError("the proxy could not be reached or refused the request")
-        case aiohttp.ClientConnectorError():
-            # The OS's reason ("Connection refused", a DNS failure, a TLS error) is safe to
-            # repeat; aiohttp's own message would name the host.
-            return httpx.ConnectError(f"could not connect: {_os_reason(cause.os_error)}")
-        case aiohttp.ServerFingerprintMismatch():
-            return httpx.ConnectError("could not connect: the TLS certificate did not match")
-        case aiohttp.ConnectionTimeoutError():
-            return httpx.ConnectTimeout("timed out connecting")
-        case aiohttp.SocketTimeoutError():
-            return httpx.ReadTimeout("timed out waiting for the server to send data")
-        case aiohttp.ServerTimeoutError():
-            return httpx.ReadTimeout("timed out waiting for the server")
-        case aiohttp.ServerDisconnectedError():
-            return httpx.RemoteProtocolError("the server disconnected without a complete answer")
-        case aiohttp.ClientPayloadError():
-            return httpx.RemoteProtocolError("the server closed the response before its end")
-        case aiohttp.ClientConnectionResetError():
-            return httpx.WriteError("the connection was closed while sending the request")
-        case aiohttp.ClientOSError():
-            return httpx.ReadError(f"the connection failed: {_os_reason(cause)}")
-        case aiohttp.ClientConnectionError():
-            return httpx.NetworkError("the connection failed")
-        case aiohttp.InvalidURL() | aiohttp.NonHttpUrlClientError():
-            return httpx.UnsupportedProtocol("the URL is not an http(s) URL aiohttp can call")
-        case aiohttp.ClientResponseError():
-            return httpx.RemoteProtocolError("the server sent a malformed HTTP response")
-        case _:
-            return httpx.TransportError(f"the request failed ({type(cause).__name__})")
+# Each aiohttp failure and the httpx exception httpx's own transport raises for the same
+# failure, with what happened in our words (aiohttp's messages name the URL). Most specific
+# class first, because the aiohttp classes inherit from one another; a test checks that no
+# entry hides a later one and that every public aiohttp error lands on a specific type.
+AIOHTTP_ERRORS: tuple[tuple[type[aiohttp.ClientError], type[httpx.TransportError], str], ...] = (
+    (aiohttp.ClientProxyConnectionError, httpx.ProxyError, "could not connect to the proxy"),
+    (aiohttp.ClientHttpProxyError, httpx.ProxyError, "the proxy refused the request"),
+    (aiohttp.ClientConnectorError, httpx.ConnectError, "could not connect"),
+    (aiohttp.ServerFingerprintMismatch, httpx.ConnectError, "the TLS certificate did not match"),
+    (aiohttp.ConnectionTimeoutError, httpx.ConnectTimeout, "timed out connecting"),
+    (aiohttp.SocketTimeoutError, httpx.ReadTimeout, "timed out waiting for the server's data"),
+    (aiohttp.ServerTimeoutError, httpx.ReadTimeout, "timed out waiting for the server"),
+    (aiohttp.ServerDisconnectedError, httpx.RemoteProtocolError, "the server hung up early"),
+    (aiohttp.ClientPayloadError, httpx.RemoteProtocolError, "the response body was cut short"),
+    (aiohttp.UploadAbortedError, httpx.WriteError, "the request body was not fully sent"),
+    (aiohttp.ClientConnectionResetError, httpx.WriteError, "the connection closed mid-send"),
+    (aiohttp.ClientOSError, httpx.ReadError, "the connection failed"),
+    (aiohttp.ClientConnectionError, httpx.ReadError, "the connection failed"),
+    (aiohttp.InvalidURL, httpx.UnsupportedProtocol, "not a URL aiohttp can call"),
+    (aiohttp.NonHttpUrlClientError, httpx.UnsupportedProtocol, "not an http(s) URL"),
+    (aiohttp.ClientResponseError, httpx.RemoteProtocolError, "a malformed HTTP response"),
+)
 
 
-def _os_reason(error: OSError) -> str:
-    return error.strerror or type(error).__name__
+def httpx_error(cause: aiohttp.ClientError) -> httpx.TransportError:
+    """The httpx exception for an aiohttp failure."""
+    for aiohttp_type, httpx_type, what in AIOHTTP_ERRORS:
+        if isinstance(cause, aiohttp_type):
+            # The OS's reason (connection refused, a DNS or TLS failure) helps an operator
+            # and holds no secret: it names at most an address.
+            reason = f": {cause.strerror}" if isinstance(cause, OSError) and cause.strerror else ""
+            return httpx_type(what + reason)
+    return httpx.TransportError(f"the request failed ({type(cause).__name__})")
 
 
 def _env_proxy(base_url: str) -> httpx.Proxy | None:
