@@ -95,6 +95,25 @@ class HangUp:
         return web.Response(status=500)
 
 
+@asynccontextmanager
+async def one_connection_in_use(
+    *, pool_timeout: float
+) -> AsyncIterator[tuple[httpx.AsyncClient, asyncio.Task[httpx.Response], asyncio.Event]]:
+    """A client allowed one connection, in use by a request the server holds until the
+    event is set (then answers `{"ok": 1}`); the request after it is answered `{"ok": 2}`."""
+    release, arrived = asyncio.Event(), asyncio.Event()
+    async with OpenAIServer() as server:
+        server.script(Arrived(arrived, release, JSONReply({"ok": 1})), JSONReply({"ok": 2}))
+        timeouts = httpx.Timeout(5.0, pool=pool_timeout)
+        try:
+            async with client(server.url, timeouts=timeouts, connections=1) as (http, _):
+                first = asyncio.create_task(http.post("/chat/completions", json={}))
+                await asyncio.wait_for(arrived.wait(), DEADLINE)
+                yield http, first, release
+        finally:
+            release.set()
+
+
 async def test_a_refused_connection_is_connect_error() -> None:
     """Nothing listening: `ConnectError` (httpx_aiohttp alone says `ConnectTimeout`), and
     the provider's message names it, with no credential in the chain."""
@@ -169,19 +188,12 @@ async def test_the_provider_classifies_a_cut_stream_as_transient() -> None:
 
 async def test_a_full_pool_is_pool_timeout() -> None:
     """Waiting for a free connection is httpx's `pool` timeout, told apart from connecting."""
-    release = asyncio.Event()
-    async with OpenAIServer() as server:
-        arrived = asyncio.Event()
-        server.script(Arrived(arrived, release, JSONReply({"ok": 1})), JSONReply({"ok": 2}))
-        timeout = httpx.Timeout(5.0, pool=0.05)
-        async with client(server.url, timeouts=timeout, connections=1) as (http, _):
-            first = asyncio.create_task(http.post("/chat/completions", json={}))
-            await asyncio.wait_for(arrived.wait(), DEADLINE)
-            with pytest.raises(httpx.PoolTimeout, match="all 1 in use"):
-                await http.post("/chat/completions", json={})
-            release.set()
-            assert (await first).json() == {"ok": 1}
-            assert (await http.post("/chat/completions", json={})).json() == {"ok": 2}
+    async with one_connection_in_use(pool_timeout=0.05) as (http, first, release):
+        with pytest.raises(httpx.PoolTimeout, match="all 1 in use"):
+            await http.post("/chat/completions", json={})
+        release.set()
+        assert (await first).json() == {"ok": 1}
+        assert (await http.post("/chat/completions", json={})).json() == {"ok": 2}
 
 
 async def test_streaming_is_incremental() -> None:
@@ -215,35 +227,12 @@ async def test_closing_a_stream_early_gives_the_connection_back() -> None:
         release.set()
 
 
-async def test_the_provider_stream_context_gives_the_connection_back() -> None:
-    """`Provider.stream` closes its response on the way out, even when the body is unread."""
-    release = asyncio.Event()
-    async with OpenAIServer() as server:
-        server.script(Gated(Completion(text="abcdefgh"), release, before=1))
-        model = provider(server.url)
-        async with model.stream("/chat/completions", {"stream": True}, ROUTE) as response:
-            assert response.status_code == 200
-        release.set()
-        server.script(JSONReply({"ok": 2}))
-        response = await model.post("/chat/completions", {}, ROUTE)
-        assert response.json() == {"ok": 2}
-        await model.aclose()
-
-
 async def test_a_cancelled_request_gives_the_connection_back() -> None:
-    release = asyncio.Event()
-    async with OpenAIServer() as server:
-        arrived = asyncio.Event()
-        server.script(Arrived(arrived, release, JSONReply({"ok": 1})), JSONReply({"ok": 2}))
-        timeout = httpx.Timeout(5.0, pool=1.0)
-        async with client(server.url, timeouts=timeout, connections=1) as (http, _):
-            waiting = asyncio.create_task(http.post("/chat/completions", json={}))
-            await asyncio.wait_for(arrived.wait(), DEADLINE)
-            waiting.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await waiting
-            assert (await http.post("/chat/completions", json={})).json() == {"ok": 2}
-        release.set()
+    async with one_connection_in_use(pool_timeout=1.0) as (http, first, _):
+        first.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        assert (await http.post("/chat/completions", json={})).json() == {"ok": 2}
 
 
 async def test_the_session_is_made_by_the_first_request_and_closed_by_aclose() -> None:
