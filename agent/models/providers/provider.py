@@ -1,7 +1,8 @@
 """The provider object: one `httpx.AsyncClient` and the credentials that go with it.
 
-The client's transport is `transport.ModelTransport` (aiohttp underneath, made on the first
-request); `aclose` closes it.
+The client's transport is `transport.ModelTransport`: aiohttp underneath (httpx's own
+transport cost a third of the gateway's CPU), httpx the API the wire formats and `classify`
+are written to. Its session is made on the first request; `aclose` closes it.
 
 A wire-format module (`openai`, `anthropic`) maps requests and responses; the provider
 owns the connection pool and authentication, so several models on one vendor can share it
@@ -53,8 +54,6 @@ class Provider(ABC):
         # bounds the whole request, streams included, in `HTTPModel.request`: a stream that
         # sends keep-alive comments forever never trips a read timeout.
         self.deadline = timeout
-        # Requests go over aiohttp (see transport.py: httpx's own transport cost a third of
-        # the gateway's CPU); httpx stays the API the wire formats and `classify` are written to.
         self._client = httpx.AsyncClient(
             base_url=self.base_url,
             timeout=timeout,
