@@ -272,6 +272,36 @@ async def test_requests_carry_the_credentials() -> None:
     assert [first.body, second.body] == [{"a": 1}, {"a": 2}]
 
 
+@pytest.mark.parametrize("userinfo", ["", "modeluser:base-password@"])
+async def test_the_server_sees_the_headers_httpx_own_transport_sends(userinfo: str) -> None:
+    """The same request through httpx's own transport and through ours reaches the server
+    with the same headers, credentials in the base URL included (httpx makes them a Basic
+    `Authorization` header; aiohttp must not see them again in the URL)."""
+    async with OpenAIServer() as server:
+        server.script(JSONReply({"ok": 1}), JSONReply({"ok": 2}))
+        url = server.url.replace("http://", f"http://{userinfo}")
+        headers = {"authorization": f"Bearer {API_KEY}", "x-gateway": GATEWAY_TOKEN}
+        async with httpx.AsyncClient(base_url=url) as plain, client(url) as (ours, _):
+            for http in (plain, ours):
+                response = await http.post("/chat/completions", json={"a": 1}, headers=headers)
+                assert response.status_code == 200
+    theirs, mine = server.requests
+    assert mine.headers == theirs.headers and mine.raw == theirs.raw
+    if userinfo:
+        assert mine.headers["authorization"].startswith("Basic ")
+
+
+async def test_a_header_that_is_not_http_is_local_protocol_error() -> None:
+    """A key with a line break in it is refused before it is sent, as httpx's own transport
+    refuses it (`LocalProtocolError`: not transient), and the key is not repeated."""
+    async with OpenAIServer() as server, client(server.url) as (http, _):
+        headers = {"authorization": f"Bearer {API_KEY}\r\nx-injected: 1"}
+        with pytest.raises(httpx.LocalProtocolError) as raised:
+            await http.post("/chat/completions", json={}, headers=headers)
+    assert server.requests == []
+    assert_no_secret(raised.value)
+
+
 async def test_the_environment_proxy_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
     """`HTTP_PROXY` is honoured as httpx honoured it: the request goes to the proxy (here the
     fake, on loopback), naming the model's host in its request line."""

@@ -34,6 +34,7 @@ it gets wrong for us is corrected here, and nothing more:
 from __future__ import annotations
 
 import asyncio
+import copy
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 
@@ -69,10 +70,17 @@ class ModelTransport(AiohttpTransport):
         await self._acquire(timeouts.get("pool"))
         release = _once(self._release)
         try:
+            # What aiohttp is given; the caller's request (httpx logs its URL) is left alone.
+            sent = copy.copy(request)
             # The pool wait is over; aiohttp's `connect` (pool wait + connect) is not wanted.
-            request.extensions = {**request.extensions, "timeout": {**timeouts, "pool": None}}
+            sent.extensions = {**request.extensions, "timeout": {**timeouts, "pool": None}}
+            if request.url.userinfo:
+                # httpx has made the URL's credentials a Basic `Authorization` header already
+                # (httpcore never sends them); aiohttp would refuse a URL with credentials
+                # beside that header, so it gets the URL without them.
+                sent.url = request.url.copy_with(userinfo=b"")
             with _remapped():
-                response = await super().handle_async_request(request)
+                response = await super().handle_async_request(sent)
         except BaseException:
             release()  # a failed or cancelled request: aiohttp closed its connection
             raise
@@ -139,7 +147,7 @@ def _once(action: Callable[[], None]) -> Callable[[], None]:
 @contextmanager
 def _remapped() -> Iterator[None]:
     """Re-raise an httpx error from `httpx_aiohttp` (or an aiohttp error it let through)
-    as the httpx type its aiohttp cause stands for."""
+    as the httpx type its aiohttp cause stands for, and a refused header as httpx would."""
     try:
         yield
     except httpx.TransportError as exc:
@@ -149,6 +157,11 @@ def _remapped() -> Iterator[None]:
         raise httpx_error(cause) from cause
     except aiohttp.ClientError as exc:
         raise httpx_error(exc) from exc
+    except ValueError as exc:
+        # aiohttp refuses to send a header with a control character (a key with a line
+        # break in it) where httpx's own transport raises `LocalProtocolError`; neither
+        # message is repeated, as both quote the header's value.
+        raise httpx.LocalProtocolError("a request header is not valid HTTP") from exc
 
 
 # Each aiohttp failure and the httpx exception httpx's own transport raises for the same
