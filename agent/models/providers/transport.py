@@ -29,6 +29,9 @@ it gets wrong for us is corrected here, and nothing more:
   by itself, is looked up once for the provider's base URL. The session does not
   `trust_env`: that would look the proxy and `.netrc` up again on a thread per request.
 - Cookies are httpx's to keep (the session gets a `DummyCookieJar`), so none is sent twice.
+- Credentials in the base URL are sent as httpx sends them (its Basic header), never again
+  in the URL, which aiohttp would refuse; a header aiohttp will not send (a key with a line
+  break) is `LocalProtocolError`, as with httpx's own transport.
 """
 
 from __future__ import annotations
