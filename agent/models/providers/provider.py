@@ -1,5 +1,9 @@
 """The provider object: one `httpx.AsyncClient` and the credentials that go with it.
 
+The client's transport is `transport.ModelTransport`: aiohttp underneath (httpx's own
+transport cost a third of the gateway's CPU), httpx the API the wire formats and `classify`
+are written to. Its session is made on the first request; `aclose` closes it.
+
 A wire-format module (`openai`, `anthropic`) maps requests and responses; the provider
 owns the connection pool and authentication, so several models on one vendor can share it
 and secrets live in exactly one object. Secrets are `SecretStr` and are turned into header
@@ -23,6 +27,7 @@ from pydantic import SecretStr
 
 from agent.core.errors import Route
 from agent.models.providers.classify import classify_exception, classify_status
+from agent.models.providers.transport import ModelTransport
 from agent.models.providers.vendors import DEFAULT_MODEL_TIMEOUT
 
 
@@ -49,7 +54,11 @@ class Provider(ABC):
         # bounds the whole request, streams included, in `HTTPModel.request`: a stream that
         # sends keep-alive comments forever never trips a read timeout.
         self.deadline = timeout
-        self._client = httpx.AsyncClient(base_url=self.base_url, timeout=timeout)
+        self._client = httpx.AsyncClient(
+            base_url=self.base_url,
+            timeout=timeout,
+            transport=ModelTransport(base_url=self.base_url),
+        )
 
     @abstractmethod
     def auth_headers(self, api_key: str) -> dict[str, str]:

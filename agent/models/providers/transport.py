@@ -1,0 +1,212 @@
+"""The model providers' httpx transport: requests go over one aiohttp `ClientSession`.
+
+Why: httpx's default transport (httpcore over anyio and h11) was about a third of the
+gateway's CPU in the profile (bench/cpu.py), charged per request and per streamed chunk.
+aiohttp, already our dependency for the Slack side, parses HTTP in C. We keep httpx's API
+above the transport — `httpx.Response`, `aiter_text`, httpx-sse's `EventSource`, and httpx
+exception types, which `classify.py` and its messages are written against.
+
+Why built on `httpx_aiohttp.AiohttpTransport` (the transport the OpenAI SDK offers for
+speed) rather than written from scratch: it already translates a request (headers, body,
+timeouts, proxy, TLS context) and wraps aiohttp's response as an httpx byte stream. What
+it gets wrong for us is corrected here, and nothing more:
+
+- Its exception map turns every `aiohttp.ClientConnectionError` into `httpx.ConnectTimeout`
+  (a refused connection, a server that hung up mid-stream). We map each error again from
+  its aiohttp cause (`AIOHTTP_ERRORS`), so the type our messages name stays truthful: refused
+  is `ConnectError`, a body cut short `RemoteProtocolError`, a read timeout `ReadTimeout`.
+  Messages are ours, fixed per kind, so nothing of a request (URL, headers) is repeated.
+- aiohttp's `connect` timeout counts waiting for a free connection and connecting as one,
+  so a pool timeout could not be told from a connect timeout. The pool limit is therefore
+  ours (a semaphore held from request to response close, `PoolTimeout` after httpx's
+  `pool` timeout); aiohttp's connector is unlimited and its `sock_connect` is httpx's
+  `connect`, `sock_read` httpx's `read`. aiohttp has no write timeout (request bodies are
+  small, and `HTTPModel.request`'s whole-request deadline still bounds everything).
+- The session is made on the first request, inside the running loop, never at
+  construction: a Provider a test never uses leaves nothing to warn about, and `aclose`
+  (through `httpx.AsyncClient.aclose`) closes the session it did make.
+- The environment's proxy (`HTTPS_PROXY`/`HTTP_PROXY`, `NO_PROXY`), which httpx honoured
+  by itself, is looked up once for the provider's base URL. The session does not
+  `trust_env`: that would look the proxy and `.netrc` up again on a thread per request.
+- Cookies are httpx's to keep (the session gets a `DummyCookieJar`), so none is sent twice.
+- Credentials in the base URL are sent as httpx sends them (its Basic header), never again
+  in the URL, which aiohttp would refuse; a header aiohttp will not send (a key with a line
+  break) is `LocalProtocolError`, as with httpx's own transport.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
+
+import aiohttp
+import httpx
+from aiohttp.helpers import get_env_proxy_for_url
+from httpx_aiohttp import AiohttpTransport
+from yarl import URL
+
+# httpx's own defaults, which the provider's client had before this transport.
+DEFAULT_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=20)
+
+
+class ModelTransport(AiohttpTransport):
+    """An httpx transport over one lazily made aiohttp session, for one provider."""
+
+    def __init__(self, *, base_url: str, limits: httpx.Limits = DEFAULT_LIMITS) -> None:
+        super().__init__(limits=limits, proxy=_env_proxy(base_url))
+        slots = limits.max_connections
+        self._slots = asyncio.Semaphore(slots) if slots is not None else None
+
+    def get_client(self) -> aiohttp.ClientSession:
+        """The session, made on the first request (called by `handle_async_request`)."""
+        connector = aiohttp.TCPConnector(
+            limit=0,  # the pool limit is `_slots`, so a pool timeout can be told apart
+            keepalive_timeout=self.limits.keepalive_expiry,
+            ssl=self.ssl_context,
+        )
+        return aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar())
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        timeouts = request.extensions.get("timeout", {})
+        await self._acquire(timeouts.get("pool"))
+        release = _once(self._release)
+        try:
+            # What aiohttp is given; the caller's request (httpx logs its URL) is left alone.
+            sent = copy.copy(request)
+            # The pool wait is over; aiohttp's `connect` (pool wait + connect) is not wanted.
+            sent.extensions = {**request.extensions, "timeout": {**timeouts, "pool": None}}
+            if request.url.userinfo:
+                # httpx has made the URL's credentials a Basic `Authorization` header already
+                # (httpcore never sends them); aiohttp would refuse a URL with credentials
+                # beside that header, so it gets the URL without them.
+                sent.url = request.url.copy_with(userinfo=b"")
+            with _remapped():
+                response = await super().handle_async_request(sent)
+        except BaseException:
+            release()  # a failed or cancelled request: aiohttp closed its connection
+            raise
+        assert isinstance(response.stream, httpx.AsyncByteStream)  # httpx_aiohttp's stream
+        response.stream = _ReleasingStream(response.stream, release)
+        return response
+
+    async def _acquire(self, seconds: float | None) -> None:
+        slots = self._slots
+        if slots is None:
+            return
+        if not slots.locked() or seconds is None:
+            await slots.acquire()  # a free slot is taken without suspending
+            return
+        try:
+            async with asyncio.timeout(seconds):
+                await slots.acquire()
+        except TimeoutError:
+            raise httpx.PoolTimeout(
+                f"no connection free within {seconds:g} s "
+                f"(all {self.limits.max_connections} in use)"
+            ) from None
+
+    def _release(self) -> None:
+        if self._slots is not None:
+            self._slots.release()
+
+
+class _ReleasingStream(httpx.AsyncByteStream):
+    """The response body: errors mapped like the request's, and the pool slot given back
+    when httpx closes the response (read to the end, or closed early)."""
+
+    def __init__(self, inner: httpx.AsyncByteStream, release: Callable[[], None]) -> None:
+        self._inner = inner
+        self._release = release
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        with _remapped():
+            async for chunk in self._inner:
+                yield chunk
+
+    async def aclose(self) -> None:
+        # aiohttp keeps the connection only if the body was read to its end; a response
+        # closed early (a cancelled stream) closes its connection instead of reusing it.
+        try:
+            with _remapped():
+                await self._inner.aclose()
+        finally:
+            self._release()
+
+
+def _once(action: Callable[[], None]) -> Callable[[], None]:
+    done = False
+
+    def run() -> None:
+        nonlocal done
+        if not done:
+            done = True
+            action()
+
+    return run
+
+
+@contextmanager
+def _remapped() -> Iterator[None]:
+    """Re-raise an httpx error from `httpx_aiohttp` (or an aiohttp error it let through)
+    as the httpx type its aiohttp cause stands for, and a refused header as httpx would."""
+    try:
+        yield
+    except httpx.TransportError as exc:
+        cause = exc.__cause__
+        if not isinstance(cause, aiohttp.ClientError):
+            raise
+        raise httpx_error(cause) from cause
+    except aiohttp.ClientError as exc:
+        raise httpx_error(exc) from exc
+    except ValueError as exc:
+        # aiohttp refuses to send a header with a control character (a key with a line
+        # break in it) where httpx's own transport raises `LocalProtocolError`; neither
+        # message is repeated, as both quote the header's value.
+        raise httpx.LocalProtocolError("a request header is not valid HTTP") from exc
+
+
+# Each aiohttp failure and the httpx exception httpx's own transport raises for the same
+# failure, with what happened in our words (aiohttp's messages name the URL). Most specific
+# class first, because the aiohttp classes inherit from one another; a test checks that no
+# entry hides a later one and that every public aiohttp error lands on a specific type.
+AIOHTTP_ERRORS: tuple[tuple[type[aiohttp.ClientError], type[httpx.TransportError], str], ...] = (
+    (aiohttp.ClientProxyConnectionError, httpx.ProxyError, "could not connect to the proxy"),
+    (aiohttp.ClientHttpProxyError, httpx.ProxyError, "the proxy refused the request"),
+    (aiohttp.ClientConnectorError, httpx.ConnectError, "could not connect"),
+    (aiohttp.ServerFingerprintMismatch, httpx.ConnectError, "the TLS certificate did not match"),
+    (aiohttp.ConnectionTimeoutError, httpx.ConnectTimeout, "timed out connecting"),
+    (aiohttp.SocketTimeoutError, httpx.ReadTimeout, "timed out waiting for the server's data"),
+    (aiohttp.ServerTimeoutError, httpx.ReadTimeout, "timed out waiting for the server"),
+    (aiohttp.ServerDisconnectedError, httpx.RemoteProtocolError, "the server hung up early"),
+    (aiohttp.ClientPayloadError, httpx.RemoteProtocolError, "the response body was cut short"),
+    (aiohttp.UploadAbortedError, httpx.WriteError, "the request body was not fully sent"),
+    (aiohttp.ClientConnectionResetError, httpx.WriteError, "the connection closed mid-send"),
+    (aiohttp.ClientOSError, httpx.ReadError, "the connection failed"),
+    (aiohttp.ClientConnectionError, httpx.ReadError, "the connection failed"),
+    (aiohttp.InvalidURL, httpx.UnsupportedProtocol, "not a URL aiohttp can call"),
+    (aiohttp.NonHttpUrlClientError, httpx.UnsupportedProtocol, "not an http(s) URL"),
+    (aiohttp.ClientResponseError, httpx.RemoteProtocolError, "a malformed HTTP response"),
+)
+
+
+def httpx_error(cause: aiohttp.ClientError) -> httpx.TransportError:
+    """The httpx exception for an aiohttp failure."""
+    for aiohttp_type, httpx_type, what in AIOHTTP_ERRORS:
+        if isinstance(cause, aiohttp_type):
+            # The OS's reason (connection refused, a DNS or TLS failure) helps an operator
+            # and holds no secret: it names at most an address.
+            reason = f": {cause.strerror}" if isinstance(cause, OSError) and cause.strerror else ""
+            return httpx_type(what + reason)
+    return httpx.TransportError(f"the request failed ({type(cause).__name__})")
+
+
+def _env_proxy(base_url: str) -> httpx.Proxy | None:
+    """The proxy the environment sets for `base_url`, as httpx would have used it."""
+    try:
+        proxy, auth = get_env_proxy_for_url(URL(base_url))
+    except LookupError:
+        return None
+    credentials = (auth.login, auth.password) if auth is not None else None
+    return httpx.Proxy(str(proxy), auth=credentials)
