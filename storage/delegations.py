@@ -35,10 +35,17 @@ from agent import (
     SubtaskRequest,
     SubtaskState,
     Task,
+    TaskQueue,
 )
 from storage.database import TASKS_CHANNEL, Database
 from storage.errors import translate_errors
-from storage.queue import RECOVERY_SECONDS, task_from_row
+from storage.queue import (
+    RECOVERY_SECONDS,
+    TASK_CANDIDATE,
+    TASK_LEASE,
+    PostgresTaskQueue,
+    task_from_row,
+)
 
 _LOAD = """
 SELECT r.number, r.call_id, r.raw_arguments, r.acknowledgment,
@@ -94,33 +101,64 @@ RETURNING task_id
 
 # As the task claim (storage/queue.py): queued subtasks first; a dead lease is looked for,
 # with one pg_locks read, only when none is queued or the periodic recovery look is due.
-_CLAIM = """
-WITH queued AS (
+# `{p}` prefixes the CTE names, `{recover}` is the parameter asking for the recovery arm.
+_SUBTASK_CANDIDATE = """
+{p}queued AS (
     SELECT s.task_id, s.round, s.index FROM subtasks s
     WHERE s.state = 'queued' AND s.run_after <= now()
     ORDER BY s.created_at, s.index
     LIMIT 1
     FOR UPDATE OF s SKIP LOCKED
-), stale AS (
+), {p}stale AS (
     SELECT s.task_id, s.round, s.index FROM subtasks s
-    WHERE ($3 OR NOT EXISTS (SELECT 1 FROM queued))
+    WHERE ({recover} OR NOT EXISTS (SELECT 1 FROM {p}queued))
       AND s.state = 'running' AND s.run_after <= now()
       AND (s.lease_expires < now() OR s.lease_owner::oid NOT IN (SELECT live_lease_owners()))
     ORDER BY s.created_at, s.index
     LIMIT 1
     FOR UPDATE OF s SKIP LOCKED
-), candidate AS (
-    SELECT * FROM stale UNION ALL SELECT * FROM queued LIMIT 1
+), {p}candidate AS (
+    SELECT * FROM {p}stale UNION ALL SELECT * FROM {p}queued LIMIT 1
 )
+"""
+
+_SUBTASK_LEASE = """
 UPDATE subtasks SET state = 'running', attempts = subtasks.attempts + 1,
        lease_owner = $1, lease_expires = now() + make_interval(secs => $2)
-FROM candidate
+FROM {p}candidate
 WHERE (subtasks.task_id, subtasks.round, subtasks.index)
-    = (candidate.task_id, candidate.round, candidate.index)
+    = ({p}candidate.task_id, {p}candidate.round, {p}candidate.index)
 RETURNING subtasks.task_id, subtasks.round, subtasks.index, subtasks.type, subtasks.params,
           subtasks.refs, subtasks.attempts,
           greatest(0, extract(epoch FROM subtasks.deadline - now()))::float8 AS remaining
 """
+
+_CLAIM = "WITH " + _SUBTASK_CANDIDATE.format(p="", recover="$3") + _SUBTASK_LEASE.format(p="")
+
+# A subtask, else a task, in one round trip (a worker's every look for work). The task
+# arm runs only when no subtask was found (its gate is a one-time filter: the tasks are
+# not even scanned, nor locked, then); subtasks go first because they unblock waiting
+# tasks. A subtask comes with its task's row. $1 the owner; $2, $3 the subtask lease and
+# recovery look; $4, $5 the task's.
+_CLAIM_NEXT = (
+    "WITH "
+    + _SUBTASK_CANDIDATE.format(p="s_", recover="$3")
+    + ", s_leased AS ("
+    + _SUBTASK_LEASE.format(p="s_")
+    + "), "
+    + TASK_CANDIDATE.format(p="t_", gate="NOT EXISTS (SELECT 1 FROM s_candidate)", recover="$5")
+    + ", t_leased AS ("
+    + TASK_LEASE.format(p="t_", owner="$1", lease="$4")
+    + """)
+SELECT s.task_id AS id, t.session_id, t.address, t.attempts, NULL::timestamptz AS created_at,
+       s.round, s.index, s.type, s.params, s.refs, s.attempts AS subtask_attempts, s.remaining
+FROM s_leased s JOIN tasks t ON t.id = s.task_id
+UNION ALL
+SELECT id, session_id, address, attempts, created_at,
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL
+FROM t_leased
+"""
+)
 
 _FENCE = "task_id = $1 AND round = $2 AND index = $3 AND attempts = $4 AND state = 'running'"
 
@@ -202,22 +240,38 @@ class PostgresDelegations:
             await self._wake(conn, [task.id])
 
     @translate_errors("The delegation store could not be reached")
-    async def claim_subtask(self) -> tuple[Subtask, Task] | None:
-        if self._clock() >= self._next_sweep:  # deadlines are seconds apart: sweep at most 1/s
-            self._next_sweep = self._clock() + 1.0
-            await self._expire_overdue()
+    async def claim_next(self, tasks: TaskQueue) -> tuple[Subtask, Task] | Task | None:
+        if not isinstance(tasks, PostgresTaskQueue):  # another store's tasks: one, then the other
+            return await self.claim_subtask() or await tasks.claim()
+        await self._sweep()
         me = await self._db.lease_owner()
-        recover = self._clock() >= self._next_recovery
-        if recover:
-            self._next_recovery = self._clock() + RECOVERY_SECONDS
-        row = await self._db.pool.fetchrow(_CLAIM, me, self._lease, recover)
+        row = await self._db.pool.fetchrow(
+            _CLAIM_NEXT,
+            me,
+            self._lease,
+            self._recovery_due(),
+            tasks.lease_seconds,
+            tasks.recovery_due(),
+        )
+        if row is None:
+            return None
+        task = task_from_row(row)
+        if row["round"] is None:
+            return task
+        return _subtask(row, task.id, row["subtask_attempts"]), task
+
+    @translate_errors("The delegation store could not be reached")
+    async def claim_subtask(self) -> tuple[Subtask, Task] | None:
+        await self._sweep()
+        me = await self._db.lease_owner()
+        row = await self._db.pool.fetchrow(_CLAIM, me, self._lease, self._recovery_due())
         if row is None:
             return None
         task_row = await self._db.pool.fetchrow(
             "SELECT id, session_id, address, attempts FROM tasks WHERE id = $1", row["task_id"]
         )
         assert task_row is not None
-        return _subtask(row), task_from_row(task_row)
+        return _subtask(row, row["task_id"], row["attempts"]), task_from_row(task_row)
 
     @translate_errors("The delegation store could not be reached")
     async def heartbeat_subtask(self, subtask: Subtask) -> bool:
@@ -239,6 +293,17 @@ class PostgresDelegations:
         me = await self._db.lease_owner()
         await self._db.pool.execute(_RETRY, *_key(subtask), me, delay)
         asyncio.get_running_loop().call_later(delay, self._db.wake)
+
+    async def _sweep(self) -> None:
+        if self._clock() >= self._next_sweep:  # deadlines are seconds apart: sweep at most 1/s
+            self._next_sweep = self._clock() + 1.0
+            await self._expire_overdue()
+
+    def _recovery_due(self) -> bool:
+        due = self._clock() >= self._next_recovery
+        if due:
+            self._next_recovery = self._clock() + RECOVERY_SECONDS
+        return due
 
     async def _round(self, task: Task, number: int) -> Delegation:
         rows = await self._db.pool.fetch(_LOAD, task.id)
@@ -288,11 +353,9 @@ def _columns(requests: Sequence[SubtaskRequest]) -> tuple[list[str], list[str], 
     )
 
 
-def _subtask(row: asyncpg.Record) -> Subtask:
+def _subtask(row: asyncpg.Record, task_id: str, attempts: int) -> Subtask:
     request = SubtaskRequest(row["type"], _json_object(row["params"]), tuple(_json(row["refs"])))
-    return Subtask(
-        row["task_id"], row["round"], row["index"], request, row["attempts"], row["remaining"]
-    )
+    return Subtask(task_id, row["round"], row["index"], request, attempts, row["remaining"])
 
 
 def _json_object(value: Any) -> dict[str, Any]:

@@ -201,14 +201,14 @@ class TaskRunner:
                 await self._queue.wait_for_work(self._settings.heartbeat_seconds * 6)
 
     async def _run_next(self) -> bool:
-        claimed = await self._delegations.claim_subtask()
-        if claimed is not None:
+        claimed = await self._delegations.claim_next(self._queue)
+        if claimed is None:
+            return False
+        if isinstance(claimed, Task):
+            await self.run_task(claimed)
+        else:
             await self.run_subtask(*claimed)
-            return True
-        task = await self._queue.claim()
-        if task is not None:
-            await self.run_task(task)
-        return task is not None
+        return True
 
     # Tasks
 

@@ -17,7 +17,7 @@ from agent.core.delegation import (
     SubtaskOutcome,
     SubtaskState,
 )
-from agent.core.ports import Step, StoredMessage, Task
+from agent.core.ports import Step, StoredMessage, Task, TaskQueue
 from storage.history import trim_to_budget
 
 
@@ -201,6 +201,9 @@ class MemoryDelegations:
                 ) not in self.outcomes and f"{task_id}:{number}:{index}" not in self.retried:
                     return Subtask(task_id, number, index, request), self.tasks[task_id]
         return None
+
+    async def claim_next(self, tasks: TaskQueue) -> tuple[Subtask, Task] | Task | None:
+        return await self.claim_subtask() or await tasks.claim()
 
     async def heartbeat_subtask(self, subtask: Subtask) -> bool:
         return True
