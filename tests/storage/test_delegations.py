@@ -112,3 +112,36 @@ async def test_a_waiting_task_blocks_later_tasks_of_its_thread(fresh_db: Databas
     await rounds.record(task, 0, delegation(count=1), timeout_seconds=60)
     await rounds.await_subtasks(task)
     assert await queue.claim() is None
+
+
+async def test_a_look_for_work_takes_a_subtask_before_a_task(fresh_db: Database) -> None:
+    """`claim_next` leases a runnable subtask (with its task) while a task is queued too,
+    and the queued task once no subtask is left; each under its own lease."""
+    rounds, queue, task = (
+        PostgresDelegations(fresh_db),
+        PostgresTaskQueue(fresh_db),
+        await running_task(fresh_db),
+    )
+    await admit(
+        fresh_db,
+        Admission(None, "T1:C2:2.0", "T1:C2:2.0", {"channel": "C2", "thread_ts": "2.0"}, "other"),
+    )
+    await rounds.record(task, 0, delegation(count=1), timeout_seconds=60)
+    await rounds.await_subtasks(task)
+    claimed = await rounds.claim_next(queue)
+    assert isinstance(claimed, tuple)
+    subtask, parent = claimed
+    assert (subtask.task_id, subtask.round, subtask.index, subtask.attempts) == (task.id, 0, 0, 1)
+    assert parent.id == task.id and parent.address == task.address
+    assert subtask.request == delegation(count=1).subtasks[0] and subtask.timeout_seconds > 0
+    assert await fresh_db.pool.fetchval("SELECT state FROM tasks WHERE id = 'T1:C2:2.0'") == (
+        "queued"
+    )
+    following = await rounds.claim_next(queue)
+    assert isinstance(following, Task) and following.id == "T1:C2:2.0"
+    assert following.attempts == 1 and following.created_at is not None
+    assert await rounds.claim_next(queue) is None
+    assert await rounds.heartbeat_subtask(subtask) and await queue.heartbeat(following)
+    await rounds.settle_subtask(subtask, "done", "found it")
+    resumed = await rounds.claim_next(queue)
+    assert isinstance(resumed, Task) and resumed.id == task.id and resumed.attempts == 2
