@@ -175,7 +175,9 @@ async def test_a_finish_wakes_a_worker_only_when_its_thread_has_queued_work(
     assert second is not None and second.id == "T1:C1:3.1"
     assert other is not None and other.id == "T1:C1:4.0"
     assert await finish_notifications(fresh_db, second) == []
-    assert await fresh_db.pool.fetchval("SELECT state FROM tasks WHERE id = $1", second.id) == "done"
+    assert (
+        await fresh_db.pool.fetchval("SELECT state FROM tasks WHERE id = $1", second.id) == "done"
+    )
 
 
 async def test_a_superseded_finish_changes_nothing_and_wakes_nobody(fresh_db: Database) -> None:
