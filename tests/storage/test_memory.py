@@ -3,6 +3,8 @@ an operator's reset re-pins at the next task."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from agent import AnswerOrigin, PromptEpoch, Route, prompt_epoch
@@ -34,6 +36,24 @@ async def test_an_epoch_is_stored_once_per_hash(fresh_db: Database) -> None:
         task = await new_task(fresh_db, f"72.{n}", f"72.{n}", "q")
         await memory.pin_prompt(task.session_id, OLD)
     assert await fresh_db.pool.fetchval("SELECT count(*) FROM prompt_epochs") == 1
+
+
+async def test_replicas_pinning_a_new_session_at_once_agree_on_one_epoch(
+    fresh_db: Database,
+) -> None:
+    """Two first tasks of one session on different deployments: one epoch wins, both
+    are told it; a session that does not exist gets the current prompt, stored."""
+    memory = PostgresMemory(fresh_db)
+    task = await new_task(fresh_db, "73.0", "73.0", "q")
+    first, second = await asyncio.gather(
+        memory.pin_prompt(task.session_id, OLD), memory.pin_prompt(task.session_id, NEW)
+    )
+    pinned = await fresh_db.pool.fetchval(
+        "SELECT prompt_epoch FROM sessions WHERE id = $1", task.session_id
+    )
+    assert first == second and first.hash == pinned and first in (OLD, NEW)
+    assert await memory.pin_prompt("no-such-session", NEW) == NEW
+    assert await fresh_db.pool.fetchval("SELECT count(*) FROM prompt_epochs") == 2
 
 
 async def test_reset_re_pins_the_session_at_its_next_task_and_is_audited(db: Database) -> None:
