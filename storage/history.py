@@ -26,19 +26,24 @@ from collections.abc import Sequence
 
 import asyncpg
 
-from agent import MAX_IMAGES_PER_REQUEST, Citation, Image, StoredMessage, Task
+from agent import MAX_IMAGES_PER_REQUEST, AnswerOrigin, Citation, Image, StoredMessage, Task
 from storage.database import Database
 from storage.errors import translate_errors
+from storage.memory import slot_name
 
 _COLUMNS = "id, session_id, role, kind, text, pinned, citations"
 
 _HAS_IMAGES = """(role = 'user' AND EXISTS (
     SELECT 1 FROM message_attachments a WHERE a.message_id = m.id)) AS has_images"""
 
+# The answer's origin is stored with it ($8-$11; storage/memory.py `stamp`), in the same
+# statement: only when this call stored it, as a stamp of a stored answer would be.
 _APPEND = f"""
 WITH inserted AS (
-    INSERT INTO messages (id, session_id, anchor, role, kind, text, citations)
-    SELECT $1, $2, q.seq, $3, $4, $5, $7::jsonb FROM messages q WHERE q.id = $6
+    INSERT INTO messages (id, session_id, anchor, role, kind, text, citations,
+                          prompt_epoch, route_provider, route_model, route_slot)
+    SELECT $1, $2, q.seq, $3, $4, $5, $7::jsonb, $8, $9, $10, $11
+    FROM messages q WHERE q.id = $6
     ON CONFLICT (id) DO NOTHING
     RETURNING {_COLUMNS}
 )
@@ -128,8 +133,11 @@ class PostgresHistory:
         return None if row is None else message_from_row(row)
 
     @translate_errors("The conversation history could not be reached")
-    async def append(self, message: StoredMessage, *, answers: str) -> StoredMessage:
+    async def append(
+        self, message: StoredMessage, *, answers: str, origin: AnswerOrigin | None = None
+    ) -> StoredMessage:
         m = message
+        route = origin.route if origin else None
         row = await self._db.pool.fetchrow(
             _APPEND,
             m.id,
@@ -139,6 +147,10 @@ class PostgresHistory:
             m.text,
             answers,
             citations_to_json(m.citations),
+            origin.prompt_epoch if origin else None,
+            route.provider if route else None,
+            route.model if route else None,
+            slot_name(route.slot) if route else None,
         )
         if row is None:
             raise LookupError(

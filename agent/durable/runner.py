@@ -319,8 +319,10 @@ class TaskRunner:
                 decision.text,
                 citations=decision.citations,
             )
-            reply = await self._history.append(draft, answers=task.user_message_id)
-            await self._stamp(reply.id, reply.text == decision.text, decision.origin)
+            # Stored with where it came from, in the same statement (`History.append`).
+            reply = await self._history.append(
+                draft, answers=task.user_message_id, origin=decision.origin
+            )
             return await self._deliver_reply(task, reply)
         if number >= self._settings.max_rounds - 1:
             raise RoundFailed(

@@ -44,7 +44,7 @@ async def test_replicas_pinning_a_new_session_at_once_agree_on_one_epoch(
     """Two first tasks of one session on different deployments: one epoch wins, both
     are told it; a session that does not exist gets the current prompt, stored."""
     memory = PostgresMemory(fresh_db)
-    task = await new_task(fresh_db, "73.0", "73.0", "q")
+    task = await new_task(fresh_db, "75.0", "75.0", "q")
     first, second = await asyncio.gather(
         memory.pin_prompt(task.session_id, OLD), memory.pin_prompt(task.session_id, NEW)
     )
@@ -100,6 +100,26 @@ async def test_an_answer_records_its_epoch_and_route_once(db: Database) -> None:
     )
     turn = next(m for m in detail.messages if m.kind == "turn")
     assert turn.route_provider is None
+
+
+async def test_an_answer_stored_with_its_origin_keeps_the_first(db: Database) -> None:
+    """`append` stores the origin with the answer it stores; an append that finds the
+    answer stored (a re-run) changes neither its text nor its origin."""
+    history = PostgresHistory(db)
+    task = await new_task(db, "76.0", "76.0", "q1")
+    first = AnswerOrigin(OLD.hash, Route("openai", "gpt-x", 0))
+    await history.append(reply(task, "a1"), answers=task.user_message_id, origin=first)
+    again = AnswerOrigin(NEW.hash, Route("anthropic", "c", 1))
+    stored = await history.append(reply(task, "a2"), answers=task.user_message_id, origin=again)
+    assert stored.text == "a1"
+    detail = await inspect_task(db, task.id)
+    answer = next(m for m in detail.messages if m.kind == "reply")
+    assert (answer.prompt_epoch, answer.route_provider, answer.route_model, answer.route_slot) == (
+        OLD.hash,
+        "openai",
+        "gpt-x",
+        "primary",
+    )
 
 
 def test_an_epoch_is_the_hash_of_the_text() -> None:
