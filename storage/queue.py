@@ -33,7 +33,7 @@ from typing import Literal, TypeAlias
 import asyncpg
 
 from agent import Task
-from storage.database import TASKS_CHANNEL, Database
+from storage.database import NOTHING_RUNNABLE, TASKS_CHANNEL, Database
 from storage.errors import StorageError, translate_errors
 from storage.migrations import Connection
 
@@ -106,7 +106,8 @@ WHERE id = $1 AND attempts = $2 AND state = 'running' AND lease_owner = $3
 
 # Ending a lease and waking a worker for the thread's next task, in one statement (one
 # transaction: the NOTIFY is delivered when the finish commits). Only a thread with a
-# queued task has anything that became runnable; nothing else is woken. A task admitted
+# queued task has anything that became runnable: otherwise the NOTIFY says so ($7,
+# `NOTHING_RUNNABLE`) and wakes no worker, only observers. A task admitted
 # while this statement runs (after its snapshot) is not seen here, and needs no wake-up:
 # the finishing worker looks for work again right after this commits (agent/durable/
 # runner.py), and a task admitted after that look began was notified by its admission,
@@ -118,8 +119,9 @@ WITH done AS (
     WHERE id = $1 AND attempts = $2 AND state = 'running' AND lease_owner = $3
     RETURNING session_id
 )
-SELECT count(pg_notify($6, '')) FROM done
-WHERE EXISTS (SELECT 1 FROM tasks n WHERE n.session_id = done.session_id AND n.state = 'queued')
+SELECT count(pg_notify($6, CASE WHEN EXISTS (
+    SELECT 1 FROM tasks n WHERE n.session_id = done.session_id AND n.state = 'queued'
+) THEN '' ELSE $7 END)) FROM done
 """
 
 _RETRY = """
@@ -211,7 +213,7 @@ class PostgresTaskQueue:
     async def _close(self, task: Task, state: str, reason: str | None) -> None:
         me = await self._db.lease_owner()
         await self._db.pool.fetchval(
-            _FINISH, task.id, task.attempts, me, state, reason, TASKS_CHANNEL
+            _FINISH, task.id, task.attempts, me, state, reason, TASKS_CHANNEL, NOTHING_RUNNABLE
         )
 
 

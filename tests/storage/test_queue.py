@@ -9,7 +9,7 @@ import asyncpg
 
 from agent.core.ports import Task
 from storage.admission import Admission, admit
-from storage.database import TASKS_CHANNEL, Database
+from storage.database import NOTHING_RUNNABLE, TASKS_CHANNEL, Database
 from storage.queue import PostgresTaskQueue
 
 
@@ -162,8 +162,8 @@ async def finish_notifications(db: Database, task: Task) -> list[str]:
 async def test_a_finish_wakes_a_worker_only_when_its_thread_has_queued_work(
     fresh_db: Database,
 ) -> None:
-    """Finishing a thread's last task wakes nobody; finishing one with a task queued
-    behind it wakes a worker for that task."""
+    """Finishing a thread's last task wakes no worker (its NOTIFY says nothing became
+    runnable); finishing one with a task queued behind it wakes a worker for that task."""
     queue = PostgresTaskQueue(fresh_db)
     await enqueue(fresh_db, "3.0", "3.0")
     await enqueue(fresh_db, "3.0", "3.1")
@@ -174,7 +174,7 @@ async def test_a_finish_wakes_a_worker_only_when_its_thread_has_queued_work(
     second, other = await queue.claim(), await queue.claim()
     assert second is not None and second.id == "T1:C1:3.1"
     assert other is not None and other.id == "T1:C1:4.0"
-    assert await finish_notifications(fresh_db, second) == []
+    assert await finish_notifications(fresh_db, second) == [NOTHING_RUNNABLE]
     assert (
         await fresh_db.pool.fetchval("SELECT state FROM tasks WHERE id = $1", second.id) == "done"
     )
@@ -191,3 +191,17 @@ async def test_a_superseded_finish_changes_nothing_and_wakes_nobody(fresh_db: Da
     assert await fresh_db.pool.fetchval("SELECT state FROM tasks WHERE id = $1", task.id) == (
         "running"
     )
+
+
+async def test_a_notice_that_nothing_became_runnable_wakes_no_worker(fresh_db: Database) -> None:
+    """Observers hear every NOTIFY; only one that may bring work leaves a worker's ticket."""
+
+    async def tickets_after(payload: str) -> int:
+        fresh_db.wakeup.clear()
+        await fresh_db.pool.execute("SELECT pg_notify($1, $2)", TASKS_CHANNEL, payload)
+        await asyncio.wait_for(fresh_db.wakeup.wait(), timeout=10)
+        return fresh_db._pending_tickets
+
+    before = fresh_db._pending_tickets
+    assert await tickets_after(NOTHING_RUNNABLE) == before
+    assert await tickets_after("") == before + 1
