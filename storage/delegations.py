@@ -8,7 +8,7 @@ stored and goes on with it instead of asking the model again.
 The hand-back from subtasks to their task is the delicate part: the task must become
 runnable exactly when its last subtask ends, whichever of "task starts waiting" and "last
 subtask ends" happens first. Both sides lock the task row before looking, so they
-serialise; and the claim query also treats a waiting task whose subtasks all ended as
+serialise (each side is one call of a function, storage/migrations/013_handback.sql); and the claim query also treats a waiting task whose subtasks all ended as
 runnable, so even a lost wake-up cannot strand a task.
 
 Subtask leases work as task leases do (storage/queue.py): (attempt, owner), taken over at
@@ -80,11 +80,6 @@ ON CONFLICT DO NOTHING
 _UNFINISHED = (
     "SELECT 1 FROM subtasks s WHERE s.task_id = tasks.id AND s.state IN ('queued', 'running')"
 )
-
-_WAIT = """
-UPDATE tasks SET state = 'waiting', lease_owner = NULL, lease_expires = NULL
-WHERE id = $1 AND attempts = $2 AND state = 'running' AND lease_owner = $3
-"""
 
 _WAKE = f"""
 UPDATE tasks SET state = 'queued', run_after = now()
@@ -162,12 +157,6 @@ FROM t_leased
 
 _FENCE = "task_id = $1 AND round = $2 AND index = $3 AND attempts = $4 AND state = 'running'"
 
-_SETTLE = f"""
-UPDATE subtasks SET state = $6, result = $7, finished_at = now(),
-       lease_owner = NULL, lease_expires = NULL
-WHERE {_FENCE} AND lease_owner = $5
-"""
-
 _HEARTBEAT = f"""
 UPDATE subtasks SET lease_expires = now() + make_interval(secs => $6)
 WHERE {_FENCE} AND lease_owner = $5
@@ -234,10 +223,11 @@ class PostgresDelegations:
     @translate_errors("The delegation store could not be reached")
     async def await_subtasks(self, task: Task) -> None:
         me = await self._db.lease_owner()
-        async with self._db.pool.acquire() as conn:
-            await conn.execute(_WAIT, task.id, task.attempts, me)
-            # A fresh statement, after the task row changed: sees every subtask that ended.
-            await self._wake(conn, [task.id])
+        # One call (storage/migrations/013_handback.sql): wait, then wake at once if every
+        # subtask ended already.
+        await self._db.pool.execute(
+            "SELECT await_subtasks($1, $2, $3, $4)", task.id, task.attempts, me, TASKS_CHANNEL
+        )
 
     @translate_errors("The delegation store could not be reached")
     async def claim_next(self, tasks: TaskQueue) -> tuple[Subtask, Task] | Task | None:
@@ -282,11 +272,16 @@ class PostgresDelegations:
     @translate_errors("The delegation store could not be reached")
     async def settle_subtask(self, subtask: Subtask, state: SubtaskState, text: str) -> None:
         me = await self._db.lease_owner()
-        async with self._db.pool.acquire() as conn, conn.transaction():
-            # Lock the task row first: `await_subtasks` changes it, so the two serialise.
-            await conn.execute("SELECT 1 FROM tasks WHERE id = $1 FOR UPDATE", subtask.task_id)
-            await conn.execute(_SETTLE, *_key(subtask), me, state, text)
-            await self._wake(conn, [subtask.task_id])
+        # One call (storage/migrations/013_handback.sql): lock the task row, settle, wake
+        # the task if this was its last subtask.
+        await self._db.pool.execute(
+            "SELECT settle_subtask($1, $2, $3, $4, $5, $6, $7, $8)",
+            *_key(subtask),
+            me,
+            state,
+            text,
+            TASKS_CHANNEL,
+        )
 
     @translate_errors("The delegation store could not be reached")
     async def retry_subtask_later(self, subtask: Subtask, delay: float) -> None:

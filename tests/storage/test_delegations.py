@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+
 from agent.core.delegation import Delegation, SubtaskRequest
 from agent.core.ports import Task
 from storage.admission import Admission, admit
@@ -145,3 +148,28 @@ async def test_a_look_for_work_takes_a_subtask_before_a_task(fresh_db: Database)
     await rounds.settle_subtask(subtask, "done", "found it")
     resumed = await rounds.claim_next(queue)
     assert isinstance(resumed, Task) and resumed.id == task.id and resumed.attempts == 2
+
+
+async def test_the_last_two_subtasks_ending_at_once_wake_their_task(fresh_db: Database) -> None:
+    """Settles of one task's subtasks serialise on the task row: whichever ends last sees
+    the other's outcome and wakes the task; a settle by a superseded attempt changes
+    nothing."""
+    rounds, queue, task = (
+        PostgresDelegations(fresh_db),
+        PostgresTaskQueue(fresh_db),
+        await running_task(fresh_db),
+    )
+    await rounds.record(task, 0, delegation(), timeout_seconds=60)
+    await rounds.await_subtasks(task)
+    first, second = await rounds.claim_subtask(), await rounds.claim_subtask()
+    assert first is not None and second is not None
+    stale = dataclasses.replace(first[0], attempts=first[0].attempts - 1)
+    await rounds.settle_subtask(stale, "done", "from a superseded attempt")
+    assert await queue.claim() is None
+    await asyncio.gather(
+        rounds.settle_subtask(first[0], "done", "A"), rounds.settle_subtask(second[0], "done", "B")
+    )
+    resumed = await queue.claim()
+    assert resumed is not None and resumed.id == task.id
+    outcomes = (await rounds.load(resumed)).finished[0].outcomes
+    assert [(o.state, o.text) for o in outcomes] == [("done", "A"), ("done", "B")]
