@@ -101,36 +101,33 @@ async def test_overdue_subtasks_time_out_and_wake_the_task(fresh_db: Database) -
     assert outcome.state == "timed_out" and "deadline" in outcome.text
 
 
+async def waiting_beside(
+    db: Database, other: Admission
+) -> tuple[PostgresDelegations, PostgresTaskQueue, Task]:
+    """A task waiting for its one subtask, with `other` admitted after it."""
+    rounds, queue, task = PostgresDelegations(db), PostgresTaskQueue(db), await running_task(db)
+    await admit(db, other)
+    await rounds.record(task, 0, delegation(count=1), timeout_seconds=60)
+    await rounds.await_subtasks(task)
+    return rounds, queue, task
+
+
 async def test_a_waiting_task_blocks_later_tasks_of_its_thread(fresh_db: Database) -> None:
     """Per-thread order holds across delegation: the next message waits for the whole task."""
-    rounds, queue, task = (
-        PostgresDelegations(fresh_db),
-        PostgresTaskQueue(fresh_db),
-        await running_task(fresh_db),
-    )
-    await admit(
+    _, queue, _ = await waiting_beside(
         fresh_db,
         Admission(None, "T1:C1:1.1", "T1:C1:1.0", {"channel": "C1", "thread_ts": "1.0"}, "next"),
     )
-    await rounds.record(task, 0, delegation(count=1), timeout_seconds=60)
-    await rounds.await_subtasks(task)
     assert await queue.claim() is None
 
 
 async def test_a_look_for_work_takes_a_subtask_before_a_task(fresh_db: Database) -> None:
     """`claim_next` leases a runnable subtask (with its task) while a task is queued too,
     and the queued task once no subtask is left; each under its own lease."""
-    rounds, queue, task = (
-        PostgresDelegations(fresh_db),
-        PostgresTaskQueue(fresh_db),
-        await running_task(fresh_db),
-    )
-    await admit(
+    rounds, queue, task = await waiting_beside(
         fresh_db,
         Admission(None, "T1:C2:2.0", "T1:C2:2.0", {"channel": "C2", "thread_ts": "2.0"}, "other"),
     )
-    await rounds.record(task, 0, delegation(count=1), timeout_seconds=60)
-    await rounds.await_subtasks(task)
     claimed = await rounds.claim_next(queue)
     assert isinstance(claimed, tuple)
     subtask, parent = claimed

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from agent import AnswerOrigin, PromptEpoch, Route, prompt_epoch
+from agent import AnswerOrigin, PromptEpoch, Route, Task, prompt_epoch
 from storage import PostgresHistory, PostgresMemory, UnknownSession, inspect_task, reset_session
 from storage.database import Database
 from tests.storage.test_history import new_task, reply
@@ -82,6 +82,13 @@ async def test_reset_of_an_unknown_session_says_so(db: Database) -> None:
         await reset_session(db, "T1:nope", actor="ops", reason=None)
 
 
+async def reply_origin(db: Database, task: Task) -> tuple[str | None, ...]:
+    """The task's stored reply's origin as `inspect_task` shows it."""
+    detail = await inspect_task(db, task.id)
+    answer = next(m for m in detail.messages if m.kind == "reply")
+    return (answer.prompt_epoch, answer.route_provider, answer.route_model, answer.route_slot)
+
+
 async def test_an_answer_records_its_epoch_and_route_once(db: Database) -> None:
     """The first stamp wins (a re-run finds the stored answer and does not re-stamp it), and
     `inspect_task` shows it."""
@@ -90,14 +97,8 @@ async def test_an_answer_records_its_epoch_and_route_once(db: Database) -> None:
     await PostgresHistory(db).append(reply(task, "a1"), answers=task.user_message_id)
     await memory.stamp(task.reply_id, AnswerOrigin(OLD.hash, Route("openai", "gpt-x", 1)))
     await memory.stamp(task.reply_id, AnswerOrigin(NEW.hash, Route("anthropic", "c", 0)))
+    assert await reply_origin(db, task) == (OLD.hash, "openai", "gpt-x", "fallback")
     detail = await inspect_task(db, task.id)
-    answer = next(m for m in detail.messages if m.kind == "reply")
-    assert (answer.prompt_epoch, answer.route_provider, answer.route_model, answer.route_slot) == (
-        OLD.hash,
-        "openai",
-        "gpt-x",
-        "fallback",
-    )
     turn = next(m for m in detail.messages if m.kind == "turn")
     assert turn.route_provider is None
 
@@ -112,14 +113,7 @@ async def test_an_answer_stored_with_its_origin_keeps_the_first(db: Database) ->
     again = AnswerOrigin(NEW.hash, Route("anthropic", "c", 1))
     stored = await history.append(reply(task, "a2"), answers=task.user_message_id, origin=again)
     assert stored.text == "a1"
-    detail = await inspect_task(db, task.id)
-    answer = next(m for m in detail.messages if m.kind == "reply")
-    assert (answer.prompt_epoch, answer.route_provider, answer.route_model, answer.route_slot) == (
-        OLD.hash,
-        "openai",
-        "gpt-x",
-        "primary",
-    )
+    assert await reply_origin(db, task) == (OLD.hash, "openai", "gpt-x", "primary")
 
 
 def test_an_epoch_is_the_hash_of_the_text() -> None:
