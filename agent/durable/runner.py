@@ -50,6 +50,7 @@ from agent.core.delegation import (
     DelegationStore,
     RoundInput,
     RoundRecord,
+    RoundState,
     Subtask,
     SubtaskRequest,
     SubtaskState,
@@ -282,7 +283,8 @@ class TaskRunner:
         reply = await self._history.get(task.reply_id)
         if reply is not None:
             return await self._deliver_reply(task, reply)
-        state = await self._delegations.load(task)
+        # Only a lease ever stores a delegation: a task's first attempt has none to find.
+        state = await self._delegations.load(task) if task.attempts > 1 else RoundState()
         # A crash between storing a delegation and posting its ack can leave the ack unsent
         # while the subtasks went on; the outbox makes these re-posts free when it was sent.
         for record in state.finished:

@@ -199,6 +199,6 @@ async def test_the_runner_stamps_each_answer_it_stored_with_its_origin() -> None
     await runner.run_task(RUN)
     while (claimed := await delegations.claim_subtask()) is not None:
         await runner.run_subtask(*claimed)
-    await runner.run_task(RUN)
+    await runner.run_task(replace(RUN, attempts=2))  # claimed again once its subtasks ended
     assert memory.stamps == [(RUN.ack_id(0), first)]
     assert history.origins == {RUN.reply_id: second}
