@@ -41,10 +41,11 @@ from storage.migrations import Connection
 # its session by one look into `tasks_open`: a min() subquery, not NOT EXISTS, which the
 # planner may turn into a scan of every older open task, quadratic in a backlog. The
 # recovery arm (a lease whose time ran out or whose owner is gone, a waiting task whose
-# wake-up was lost) runs only when nothing is queued or when the caller asks for it ($3,
-# the periodic look below), and reads pg_locks once for the statement. Both arms lock their
-# row with SKIP LOCKED, so workers and replicas never wait on each other; the recovery arm
-# wins when both found one.
+# wake-up was lost) runs only when nothing is queued or when the caller asks for it
+# (`{recover}`, the periodic look below), and reads pg_locks once for the statement. Both
+# arms lock their row with SKIP LOCKED, so workers and replicas never wait on each other;
+# the recovery arm wins when both found one.
+#
 # `{p}` prefixes the CTE names and `{gate}` is a condition for claiming at all, so that
 # the claim of work (storage/delegations.py `claim_next`) can run this after its subtask
 # arm, in the same statement; `{recover}` is the parameter asking for the recovery arm.
@@ -107,11 +108,12 @@ WHERE id = $1 AND attempts = $2 AND state = 'running' AND lease_owner = $3
 # Ending a lease and waking a worker for the thread's next task, in one statement (one
 # transaction: the NOTIFY is delivered when the finish commits). Only a thread with a
 # queued task has anything that became runnable: otherwise the NOTIFY says so ($7,
-# `NOTHING_RUNNABLE`) and wakes no worker, only observers. A task admitted
-# while this statement runs (after its snapshot) is not seen here, and needs no wake-up:
-# the finishing worker looks for work again right after this commits (agent/durable/
-# runner.py), and a task admitted after that look began was notified by its admission,
-# whose claim then sees this finish.
+# `NOTHING_RUNNABLE`) and wakes no worker, only observers. A task admitted while this
+# statement runs (after its snapshot) is not seen here: the finishing worker looks for
+# work again right after this commits (agent/durable/runner.py) and finds it, unless
+# older work comes first — then it waits for the next look of any worker (at most the
+# queue's poll interval, when every other worker is idle). A task admitted after that
+# look began was notified by its admission, whose claim sees this finish.
 _FINISH = """
 WITH done AS (
     UPDATE tasks SET state = $4, last_error = $5, finished_at = now(),
