@@ -8,7 +8,7 @@ stored and goes on with it instead of asking the model again.
 The hand-back from subtasks to their task is the delicate part: the task must become
 runnable exactly when its last subtask ends, whichever of "task starts waiting" and "last
 subtask ends" happens first. Both sides lock the task row before looking, so they
-serialise; and the claim query also treats a waiting task whose subtasks all ended as
+serialise (each side is one call of a function, storage/migrations/013_handback.sql); and the claim query also treats a waiting task whose subtasks all ended as
 runnable, so even a lost wake-up cannot strand a task.
 
 Subtask leases work as task leases do (storage/queue.py): (attempt, owner), taken over at
@@ -35,10 +35,17 @@ from agent import (
     SubtaskRequest,
     SubtaskState,
     Task,
+    TaskQueue,
 )
 from storage.database import TASKS_CHANNEL, Database
 from storage.errors import translate_errors
-from storage.queue import RECOVERY_SECONDS, task_from_row
+from storage.queue import (
+    RECOVERY_SECONDS,
+    TASK_CANDIDATE,
+    TASK_LEASE,
+    PostgresTaskQueue,
+    task_from_row,
+)
 
 _LOAD = """
 SELECT r.number, r.call_id, r.raw_arguments, r.acknowledgment,
@@ -74,11 +81,6 @@ _UNFINISHED = (
     "SELECT 1 FROM subtasks s WHERE s.task_id = tasks.id AND s.state IN ('queued', 'running')"
 )
 
-_WAIT = """
-UPDATE tasks SET state = 'waiting', lease_owner = NULL, lease_expires = NULL
-WHERE id = $1 AND attempts = $2 AND state = 'running' AND lease_owner = $3
-"""
-
 _WAKE = f"""
 UPDATE tasks SET state = 'queued', run_after = now()
 WHERE id = ANY($1::text[]) AND state = 'waiting' AND NOT EXISTS ({_UNFINISHED})
@@ -94,41 +96,66 @@ RETURNING task_id
 
 # As the task claim (storage/queue.py): queued subtasks first; a dead lease is looked for,
 # with one pg_locks read, only when none is queued or the periodic recovery look is due.
-_CLAIM = """
-WITH queued AS (
+# `{p}` prefixes the CTE names, `{recover}` is the parameter asking for the recovery arm.
+_SUBTASK_CANDIDATE = """
+{p}queued AS (
     SELECT s.task_id, s.round, s.index FROM subtasks s
     WHERE s.state = 'queued' AND s.run_after <= now()
     ORDER BY s.created_at, s.index
     LIMIT 1
     FOR UPDATE OF s SKIP LOCKED
-), stale AS (
+), {p}stale AS (
     SELECT s.task_id, s.round, s.index FROM subtasks s
-    WHERE ($3 OR NOT EXISTS (SELECT 1 FROM queued))
+    WHERE ({recover} OR NOT EXISTS (SELECT 1 FROM {p}queued))
       AND s.state = 'running' AND s.run_after <= now()
       AND (s.lease_expires < now() OR s.lease_owner::oid NOT IN (SELECT live_lease_owners()))
     ORDER BY s.created_at, s.index
     LIMIT 1
     FOR UPDATE OF s SKIP LOCKED
-), candidate AS (
-    SELECT * FROM stale UNION ALL SELECT * FROM queued LIMIT 1
+), {p}candidate AS (
+    SELECT * FROM {p}stale UNION ALL SELECT * FROM {p}queued LIMIT 1
 )
+"""
+
+_SUBTASK_LEASE = """
 UPDATE subtasks SET state = 'running', attempts = subtasks.attempts + 1,
        lease_owner = $1, lease_expires = now() + make_interval(secs => $2)
-FROM candidate
+FROM {p}candidate
 WHERE (subtasks.task_id, subtasks.round, subtasks.index)
-    = (candidate.task_id, candidate.round, candidate.index)
+    = ({p}candidate.task_id, {p}candidate.round, {p}candidate.index)
 RETURNING subtasks.task_id, subtasks.round, subtasks.index, subtasks.type, subtasks.params,
           subtasks.refs, subtasks.attempts,
           greatest(0, extract(epoch FROM subtasks.deadline - now()))::float8 AS remaining
 """
 
-_FENCE = "task_id = $1 AND round = $2 AND index = $3 AND attempts = $4 AND state = 'running'"
+_CLAIM = "WITH " + _SUBTASK_CANDIDATE.format(p="", recover="$3") + _SUBTASK_LEASE.format(p="")
 
-_SETTLE = f"""
-UPDATE subtasks SET state = $6, result = $7, finished_at = now(),
-       lease_owner = NULL, lease_expires = NULL
-WHERE {_FENCE} AND lease_owner = $5
+# A subtask, else a task, in one round trip (a worker's every look for work). The task
+# arm runs only when no subtask was found (its gate is a one-time filter: the tasks are
+# not even scanned, nor locked, then); subtasks go first because they unblock waiting
+# tasks. A subtask comes with its task's row. $1 the owner; $2, $3 the subtask lease and
+# recovery look; $4, $5 the task's.
+_CLAIM_NEXT = (
+    "WITH "
+    + _SUBTASK_CANDIDATE.format(p="s_", recover="$3")
+    + ", s_leased AS ("
+    + _SUBTASK_LEASE.format(p="s_")
+    + "), "
+    + TASK_CANDIDATE.format(p="t_", gate="NOT EXISTS (SELECT 1 FROM s_candidate)", recover="$5")
+    + ", t_leased AS ("
+    + TASK_LEASE.format(p="t_", owner="$1", lease="$4")
+    + """)
+SELECT s.task_id AS id, t.session_id, t.address, t.attempts, NULL::timestamptz AS created_at,
+       s.round, s.index, s.type, s.params, s.refs, s.attempts AS subtask_attempts, s.remaining
+FROM s_leased s JOIN tasks t ON t.id = s.task_id
+UNION ALL
+SELECT id, session_id, address, attempts, created_at,
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL
+FROM t_leased
 """
+)
+
+_FENCE = "task_id = $1 AND round = $2 AND index = $3 AND attempts = $4 AND state = 'running'"
 
 _HEARTBEAT = f"""
 UPDATE subtasks SET lease_expires = now() + make_interval(secs => $6)
@@ -196,28 +223,45 @@ class PostgresDelegations:
     @translate_errors("The delegation store could not be reached")
     async def await_subtasks(self, task: Task) -> None:
         me = await self._db.lease_owner()
-        async with self._db.pool.acquire() as conn:
-            await conn.execute(_WAIT, task.id, task.attempts, me)
-            # A fresh statement, after the task row changed: sees every subtask that ended.
-            await self._wake(conn, [task.id])
+        # One call (storage/migrations/013_handback.sql): wait, then wake at once if every
+        # subtask ended already.
+        await self._db.pool.execute(
+            "SELECT await_subtasks($1, $2, $3, $4)", task.id, task.attempts, me, TASKS_CHANNEL
+        )
+
+    @translate_errors("The delegation store could not be reached")
+    async def claim_next(self, tasks: TaskQueue) -> tuple[Subtask, Task] | Task | None:
+        if not isinstance(tasks, PostgresTaskQueue):  # another store's tasks: one, then the other
+            return await self.claim_subtask() or await tasks.claim()
+        await self._sweep()
+        me = await self._db.lease_owner()
+        row = await self._db.pool.fetchrow(
+            _CLAIM_NEXT,
+            me,
+            self._lease,
+            self._recovery_due(),
+            tasks.lease_seconds,
+            tasks.recovery_due(),
+        )
+        if row is None:
+            return None
+        task = task_from_row(row)
+        if row["round"] is None:
+            return task
+        return _subtask(row, task.id, row["subtask_attempts"]), task
 
     @translate_errors("The delegation store could not be reached")
     async def claim_subtask(self) -> tuple[Subtask, Task] | None:
-        if self._clock() >= self._next_sweep:  # deadlines are seconds apart: sweep at most 1/s
-            self._next_sweep = self._clock() + 1.0
-            await self._expire_overdue()
+        await self._sweep()
         me = await self._db.lease_owner()
-        recover = self._clock() >= self._next_recovery
-        if recover:
-            self._next_recovery = self._clock() + RECOVERY_SECONDS
-        row = await self._db.pool.fetchrow(_CLAIM, me, self._lease, recover)
+        row = await self._db.pool.fetchrow(_CLAIM, me, self._lease, self._recovery_due())
         if row is None:
             return None
         task_row = await self._db.pool.fetchrow(
             "SELECT id, session_id, address, attempts FROM tasks WHERE id = $1", row["task_id"]
         )
         assert task_row is not None
-        return _subtask(row), task_from_row(task_row)
+        return _subtask(row, row["task_id"], row["attempts"]), task_from_row(task_row)
 
     @translate_errors("The delegation store could not be reached")
     async def heartbeat_subtask(self, subtask: Subtask) -> bool:
@@ -228,17 +272,33 @@ class PostgresDelegations:
     @translate_errors("The delegation store could not be reached")
     async def settle_subtask(self, subtask: Subtask, state: SubtaskState, text: str) -> None:
         me = await self._db.lease_owner()
-        async with self._db.pool.acquire() as conn, conn.transaction():
-            # Lock the task row first: `await_subtasks` changes it, so the two serialise.
-            await conn.execute("SELECT 1 FROM tasks WHERE id = $1 FOR UPDATE", subtask.task_id)
-            await conn.execute(_SETTLE, *_key(subtask), me, state, text)
-            await self._wake(conn, [subtask.task_id])
+        # One call (storage/migrations/013_handback.sql): lock the task row, settle, wake
+        # the task if this was its last subtask.
+        await self._db.pool.execute(
+            "SELECT settle_subtask($1, $2, $3, $4, $5, $6, $7, $8)",
+            *_key(subtask),
+            me,
+            state,
+            text,
+            TASKS_CHANNEL,
+        )
 
     @translate_errors("The delegation store could not be reached")
     async def retry_subtask_later(self, subtask: Subtask, delay: float) -> None:
         me = await self._db.lease_owner()
         await self._db.pool.execute(_RETRY, *_key(subtask), me, delay)
         asyncio.get_running_loop().call_later(delay, self._db.wake)
+
+    async def _sweep(self) -> None:
+        if self._clock() >= self._next_sweep:  # deadlines are seconds apart: sweep at most 1/s
+            self._next_sweep = self._clock() + 1.0
+            await self._expire_overdue()
+
+    def _recovery_due(self) -> bool:
+        due = self._clock() >= self._next_recovery
+        if due:
+            self._next_recovery = self._clock() + RECOVERY_SECONDS
+        return due
 
     async def _round(self, task: Task, number: int) -> Delegation:
         rows = await self._db.pool.fetch(_LOAD, task.id)
@@ -288,11 +348,9 @@ def _columns(requests: Sequence[SubtaskRequest]) -> tuple[list[str], list[str], 
     )
 
 
-def _subtask(row: asyncpg.Record) -> Subtask:
+def _subtask(row: asyncpg.Record, task_id: str, attempts: int) -> Subtask:
     request = SubtaskRequest(row["type"], _json_object(row["params"]), tuple(_json(row["refs"])))
-    return Subtask(
-        row["task_id"], row["round"], row["index"], request, row["attempts"], row["remaining"]
-    )
+    return Subtask(task_id, row["round"], row["index"], request, attempts, row["remaining"])
 
 
 def _json_object(value: Any) -> dict[str, Any]:

@@ -5,17 +5,16 @@ so an answer sits right after its question even when the next question arrived f
 The window is one index scan bounded by `max_messages`; the character budget is applied
 to those rows, newest first. The cost of a round does not grow with the conversation.
 
-Pictures shown with user turns (`message_attachments`) come with the window from one
-more query, bounded like the prompt that uses them: the newest `MAX_IMAGES_PER_REQUEST`
-of the messages the window kept. A turn whose pictures are older than those carries none
-here; its text still names them.
+What the session remembers beyond that comes with it, in the same statement: its pinned
+messages (at most `max_pinned`, storage/pins.py), shown wherever they are and marked, and
+the latest summary of its older turns (storage/summaries.py), shown first; the recent
+messages are then those after what the summary covers. Pinned messages and the summary
+are paid for first out of the character budget; the task's turn is always shown.
 
-What the session remembers beyond that comes from one more bounded query (`_MEMORY`): its
-pinned messages (at most `max_pinned`, storage/pins.py), shown wherever they are and
-marked, and the latest summary of its older turns (storage/summaries.py), shown first;
-the recent messages are then those after what the summary covers. Pinned messages and
-the summary are paid for first out of the character budget; the task's turn is always
-shown.
+Pictures shown with user turns (`message_attachments`) come from one more query, made
+only when a kept turn has any (the window's rows say so), bounded like the prompt that
+uses them: the newest `MAX_IMAGES_PER_REQUEST` of the messages the window kept. A turn
+whose pictures are older than those carries none here; its text still names them.
 """
 
 from __future__ import annotations
@@ -27,16 +26,24 @@ from collections.abc import Sequence
 
 import asyncpg
 
-from agent import MAX_IMAGES_PER_REQUEST, Citation, Image, StoredMessage, Task
+from agent import MAX_IMAGES_PER_REQUEST, AnswerOrigin, Citation, Image, StoredMessage, Task
 from storage.database import Database
 from storage.errors import translate_errors
+from storage.memory import slot_name
 
 _COLUMNS = "id, session_id, role, kind, text, pinned, citations"
 
+_HAS_IMAGES = """(role = 'user' AND EXISTS (
+    SELECT 1 FROM message_attachments a WHERE a.message_id = m.id)) AS has_images"""
+
+# The answer's origin is stored with it ($8-$11; storage/memory.py `stamp`), in the same
+# statement: only when this call stored it, as a stamp of a stored answer would be.
 _APPEND = f"""
 WITH inserted AS (
-    INSERT INTO messages (id, session_id, anchor, role, kind, text, citations)
-    SELECT $1, $2, q.seq, $3, $4, $5, $7::jsonb FROM messages q WHERE q.id = $6
+    INSERT INTO messages (id, session_id, anchor, role, kind, text, citations,
+                          prompt_epoch, route_provider, route_model, route_slot)
+    SELECT $1, $2, q.seq, $3, $4, $5, $7::jsonb, $8, $9, $10, $11
+    FROM messages q WHERE q.id = $6
     ON CONFLICT (id) DO NOTHING
     RETURNING {_COLUMNS}
 )
@@ -44,14 +51,6 @@ SELECT {_COLUMNS} FROM inserted
 UNION ALL
 SELECT {_COLUMNS} FROM messages WHERE id = $1
 LIMIT 1
-"""
-
-_WINDOW = f"""
-SELECT {_COLUMNS}, anchor, seq FROM messages
-WHERE session_id = $1 AND anchor <= (SELECT seq FROM messages WHERE id = $2)
-  AND anchor > $4
-ORDER BY anchor DESC, seq DESC
-LIMIT $3
 """
 
 # $1 the window's message ids, oldest first; $2 how many pictures at most.
@@ -63,17 +62,30 @@ ORDER BY w.position DESC, a.ordinal
 LIMIT $2
 """
 
-# The pinned messages (newest pins, bounded) and the latest summary before the task's turn.
-_MEMORY = """
-WITH target AS (SELECT seq FROM messages WHERE id = $2)
-(SELECT id, session_id, role, kind, text, pinned, citations, anchor, seq FROM messages
+# The window in one statement: the pinned messages (newest pins, bounded), the latest
+# summary before the task's turn, and the recent messages after what that summary covers
+# (one index scan bounded by $4), each row marked with its `part`. `has_images` says
+# whether a user turn has pictures, so that the pictures are read only when one has.
+_WINDOW = f"""
+WITH target AS (SELECT seq FROM messages WHERE id = $2),
+summary AS (
+    SELECT covers_to_seq, text FROM summaries
+    WHERE session_id = $1 AND covers_to_seq < (SELECT seq FROM target)
+    ORDER BY covers_to_seq DESC LIMIT 1
+)
+(SELECT 'pinned' AS part, {_COLUMNS}, anchor, seq, {_HAS_IMAGES} FROM messages m
  WHERE session_id = $1 AND pinned AND anchor <= (SELECT seq FROM target)
  ORDER BY pinned_at DESC LIMIT $3)
 UNION ALL
-(SELECT 'summary:' || session_id || ':' || covers_to_seq, session_id, 'user', 'summary', text,
-        false, NULL::jsonb, covers_to_seq, 0
- FROM summaries WHERE session_id = $1 AND covers_to_seq < (SELECT seq FROM target)
- ORDER BY covers_to_seq DESC LIMIT 1)
+(SELECT 'summary', 'summary:' || $1 || ':' || covers_to_seq, $1, 'user', 'summary', text,
+        false, NULL::jsonb, covers_to_seq, 0, false
+ FROM summary)
+UNION ALL
+(SELECT 'recent', {_COLUMNS}, anchor, seq, {_HAS_IMAGES} FROM messages m
+ WHERE session_id = $1 AND anchor <= (SELECT seq FROM target)
+   AND anchor > coalesce((SELECT covers_to_seq FROM summary), 0)
+ ORDER BY anchor DESC, seq DESC
+ LIMIT $4)
 """
 
 
@@ -121,8 +133,11 @@ class PostgresHistory:
         return None if row is None else message_from_row(row)
 
     @translate_errors("The conversation history could not be reached")
-    async def append(self, message: StoredMessage, *, answers: str) -> StoredMessage:
+    async def append(
+        self, message: StoredMessage, *, answers: str, origin: AnswerOrigin | None = None
+    ) -> StoredMessage:
         m = message
+        route = origin.route if origin else None
         row = await self._db.pool.fetchrow(
             _APPEND,
             m.id,
@@ -132,6 +147,10 @@ class PostgresHistory:
             m.text,
             answers,
             citations_to_json(m.citations),
+            origin.prompt_epoch if origin else None,
+            route.provider if route else None,
+            route.model if route else None,
+            slot_name(route.slot) if route else None,
         )
         if row is None:
             raise LookupError(
@@ -143,24 +162,21 @@ class PostgresHistory:
     async def window(
         self, task: Task, *, max_chars: int, max_messages: int
     ) -> Sequence[StoredMessage]:
-        remembered = await self._db.pool.fetch(
-            _MEMORY, task.session_id, task.user_message_id, self._max_pinned
-        )
-        summary = next((r for r in remembered if r["kind"] == "summary"), None)
-        pinned = [r for r in remembered if r["kind"] != "summary"]
         rows = await self._db.pool.fetch(
-            _WINDOW,
-            task.session_id,
-            task.user_message_id,
-            max_messages,
-            summary["anchor"] if summary else 0,
+            _WINDOW, task.session_id, task.user_message_id, self._max_pinned, max_messages
         )
-        window = remembered_window(summary, pinned, rows, task.user_message_id, max_chars)
-        return await self._with_images(window)
+        summary = next((r for r in rows if r["part"] == "summary"), None)
+        pinned = [r for r in rows if r["part"] == "pinned"]
+        recent = [r for r in rows if r["part"] == "recent"]
+        window = remembered_window(summary, pinned, recent, task.user_message_id, max_chars)
+        return await self._with_images(window, {r["id"] for r in rows if r["has_images"]})
 
-    async def _with_images(self, window: list[StoredMessage]) -> list[StoredMessage]:
-        """The window with the newest pictures of its user turns attached."""
-        turns = [m.id for m in window if m.role == "user"]
+    async def _with_images(
+        self, window: list[StoredMessage], with_images: set[str]
+    ) -> list[StoredMessage]:
+        """The window with the newest pictures of its user turns attached (those in
+        `with_images` have some: the others add none, and no read when none has)."""
+        turns = [m.id for m in window if m.id in with_images]
         if not turns:
             return window
         rows = await self._db.pool.fetch(_IMAGES, turns, MAX_IMAGES_PER_REQUEST)

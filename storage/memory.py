@@ -3,7 +3,7 @@
 A session is pinned to the system prompt of its first task: the prompt's text is stored
 once under its hash (`prompt_epochs`), and `sessions.prompt_epoch` names it. The common
 case — a session already pinned — is one indexed read; pinning is an insert and an update
-in one transaction, so two replicas pinning a new session at once agree on the first.
+in one statement, so two replicas pinning a new session at once agree on the first.
 `reset_session` (the operators' `threadgate sessions reset`) clears the pin, so the
 session's next task pins the prompt of the deployment that runs it; it is audited in
 `session_interventions`, like task interventions.
@@ -25,11 +25,28 @@ SELECT e.hash, e.version, e.text FROM sessions s JOIN prompt_epochs e ON e.hash 
 WHERE s.id = $1
 """
 
+# Pinning a session that is not pinned yet, in one statement (one transaction): the
+# epoch stored unless it is, the session pinned unless another pinned it first, and the
+# stored epoch returned when this pinned it. Nothing comes back when the session was
+# pinned meanwhile (the update found it pinned once its lock was free) or does not exist:
+# a fresh read then tells which.
+_PIN_NEW = """
+WITH stored AS (
+    INSERT INTO prompt_epochs (hash, version, text) VALUES ($2, $3, $4)
+    ON CONFLICT (hash) DO NOTHING
+    RETURNING hash, version, text
+), pinned AS (
+    UPDATE sessions SET prompt_epoch = $2 WHERE id = $1 AND prompt_epoch IS NULL RETURNING id
+)
+SELECT hash, version, text FROM stored, pinned
+UNION ALL
+SELECT e.hash, e.version, e.text FROM prompt_epochs e, pinned
+WHERE e.hash = $2 AND NOT EXISTS (SELECT 1 FROM stored)
+"""
+
 _STORE_EPOCH = """
 INSERT INTO prompt_epochs (hash, version, text) VALUES ($1, $2, $3) ON CONFLICT (hash) DO NOTHING
 """
-
-_PIN = "UPDATE sessions SET prompt_epoch = $2 WHERE id = $1 AND prompt_epoch IS NULL"
 
 _REPIN = "UPDATE sessions SET prompt_epoch = $2 WHERE id = $1"
 
@@ -77,10 +94,11 @@ class PostgresMemory:
     async def pin_prompt(self, session_id: str, current: PromptEpoch) -> PromptEpoch:
         row = await self._db.pool.fetchrow(_PINNED, session_id)
         if row is None:
-            async with self._db.pool.acquire() as conn, conn.transaction():
-                await conn.execute(_STORE_EPOCH, current.hash, current.version, current.text)
-                await conn.execute(_PIN, session_id, current.hash)
-                row = await conn.fetchrow(_PINNED, session_id)
+            row = await self._db.pool.fetchrow(
+                _PIN_NEW, session_id, current.hash, current.version, current.text
+            )
+        if row is None:
+            row = await self._db.pool.fetchrow(_PINNED, session_id)
         if row is None:  # no such session (a console or test task): the current prompt
             return current
         return PromptEpoch(row["hash"], row["version"], row["text"])

@@ -70,6 +70,25 @@ WHERE id = $1 AND attempts = $2 AND state = 'running' AND lease_owner = $3
 FOR SHARE
 """
 
+# A post's first claim, the common case, in one round trip: the fence and the insert in
+# one statement (one transaction). The fence's row lock is held until the statement's
+# transaction commits, as in `_fenced`; the insert runs only when the fence holds.
+# `fenced` false: the attempt is superseded. `inserted` false: the row exists already,
+# and the claim goes on through `_fenced` (a re-claim after a crash, a retried post).
+_FIRST_CLAIM = """
+WITH fence AS (
+    SELECT true FROM tasks
+    WHERE id = $4 AND attempts = $2 AND state = 'running' AND lease_owner = $5
+    FOR SHARE
+), inserted AS (
+    INSERT INTO outbox (id, state, claimed_by, claimed_at, first_claimed_at, settle_after)
+    SELECT $1, 'sending', $2, now(), now(), now() + make_interval(secs => $3) FROM fence
+    ON CONFLICT (id) DO NOTHING
+    RETURNING true
+)
+SELECT EXISTS (SELECT 1 FROM fence) AS fenced, EXISTS (SELECT 1 FROM inserted) AS inserted
+"""
+
 _INSERT = """
 INSERT INTO outbox (id, state, claimed_by, claimed_at, first_claimed_at, settle_after)
 VALUES ($1, 'sending', $2, now(), now(), now() + make_interval(secs => $3))
@@ -154,8 +173,15 @@ class Outbox:
         """Claim the row for attempt `attempt` of task `task_id`; `Superseded` if that is
         not the task's current lease."""
         armed = self.call_seconds + self.settle_seconds
+        owner = await self._db.lease_owner()
+        first = await self._db.pool.fetchrow(_FIRST_CLAIM, post_id, attempt, armed, task_id, owner)
+        assert first is not None
+        if not first["fenced"]:
+            raise _superseded(task_id, attempt)
+        if first["inserted"]:
+            return Claim("new")
         async with self._fenced(task_id, attempt) as conn:
-            if await conn.fetchval(_INSERT, post_id, attempt, armed):
+            if await conn.fetchval(_INSERT, post_id, attempt, armed):  # deleted meanwhile
                 return Claim("new")
             row = await conn.fetchrow(_EXISTING, post_id)
             assert row is not None
@@ -236,5 +262,9 @@ class Outbox:
         owner = await self._db.lease_owner()
         async with self._db.pool.acquire() as conn, conn.transaction():
             if not await conn.fetchval(_FENCE, task_id, attempt, owner):
-                raise Superseded(f"attempt {attempt} of task {task_id} is no longer its lease")
+                raise _superseded(task_id, attempt)
             yield conn
+
+
+def _superseded(task_id: str, attempt: int) -> Superseded:
+    return Superseded(f"attempt {attempt} of task {task_id} is no longer its lease")

@@ -33,7 +33,7 @@ from typing import Literal, TypeAlias
 import asyncpg
 
 from agent import Task
-from storage.database import TASKS_CHANNEL, Database
+from storage.database import NOTHING_RUNNABLE, TASKS_CHANNEL, Database
 from storage.errors import StorageError, translate_errors
 from storage.migrations import Connection
 
@@ -41,22 +41,26 @@ from storage.migrations import Connection
 # its session by one look into `tasks_open`: a min() subquery, not NOT EXISTS, which the
 # planner may turn into a scan of every older open task, quadratic in a backlog. The
 # recovery arm (a lease whose time ran out or whose owner is gone, a waiting task whose
-# wake-up was lost) runs only when nothing is queued or when the caller asks for it ($3,
-# the periodic look below), and reads pg_locks once for the statement. Both arms lock their
-# row with SKIP LOCKED, so workers and replicas never wait on each other; the recovery arm
-# wins when both found one.
-_CLAIM = """
-WITH queued AS (
+# wake-up was lost) runs only when nothing is queued or when the caller asks for it
+# (`{recover}`, the periodic look below), and reads pg_locks once for the statement. Both
+# arms lock their row with SKIP LOCKED, so workers and replicas never wait on each other;
+# the recovery arm wins when both found one.
+#
+# `{p}` prefixes the CTE names and `{gate}` is a condition for claiming at all, so that
+# the claim of work (storage/delegations.py `claim_next`) can run this after its subtask
+# arm, in the same statement; `{recover}` is the parameter asking for the recovery arm.
+TASK_CANDIDATE = """
+{p}queued AS (
     SELECT t.id FROM tasks t
-    WHERE t.state = 'queued' AND t.run_after <= now()
+    WHERE {gate} AND t.state = 'queued' AND t.run_after <= now()
       AND t.seq = (SELECT min(o.seq) FROM tasks o
                    WHERE o.session_id = t.session_id AND o.state IN ('queued', 'running', 'waiting'))
     ORDER BY t.seq
     LIMIT 1
     FOR UPDATE OF t SKIP LOCKED
-), stale AS (
+), {p}stale AS (
     SELECT t.id FROM tasks t
-    WHERE ($3 OR NOT EXISTS (SELECT 1 FROM queued))
+    WHERE {gate} AND ({recover} OR NOT EXISTS (SELECT 1 FROM {p}queued))
       AND t.state IN ('running', 'waiting') AND t.run_after <= now()
       AND CASE t.state
           WHEN 'running' THEN t.lease_expires < now()
@@ -70,16 +74,26 @@ WITH queued AS (
     ORDER BY t.seq
     LIMIT 1
     FOR UPDATE OF t SKIP LOCKED
-), candidate AS (
-    SELECT id FROM stale UNION ALL SELECT id FROM queued LIMIT 1
+), {p}candidate AS (
+    SELECT id FROM {p}stale UNION ALL SELECT id FROM {p}queued LIMIT 1
 )
+"""
+
+# `{p}candidate` leased to owner `{owner}` for `{lease}` seconds.
+TASK_LEASE = """
 UPDATE tasks SET state = 'running', attempts = tasks.attempts + 1,
-       lease_owner = $1, lease_expires = now() + make_interval(secs => $2)
-FROM candidate WHERE tasks.id = candidate.id
+       lease_owner = {owner}, lease_expires = now() + make_interval(secs => {lease})
+FROM {p}candidate WHERE tasks.id = {p}candidate.id
 -- A retried task's time limits count from its retry (storage/migrations/006_operators.sql).
 RETURNING tasks.id, tasks.session_id, tasks.address, tasks.attempts,
           coalesce(tasks.restarted_at, tasks.created_at) AS created_at
 """
+
+_CLAIM = (
+    "WITH "
+    + TASK_CANDIDATE.format(p="", gate="true", recover="$3")
+    + TASK_LEASE.format(p="", owner="$1", lease="$2")
+)
 
 # How often a busy process looks for dead leases even though queued work keeps it busy:
 # a crashed replica's tasks wait at most this long (plus a free worker) to be taken over.
@@ -91,10 +105,25 @@ UPDATE tasks SET lease_expires = now() + make_interval(secs => $4)
 WHERE id = $1 AND attempts = $2 AND state = 'running' AND lease_owner = $3
 """
 
+# Ending a lease and waking a worker for the thread's next task, in one statement (one
+# transaction: the NOTIFY is delivered when the finish commits). Only a thread with a
+# queued task has anything that became runnable: otherwise the NOTIFY says so ($7,
+# `NOTHING_RUNNABLE`) and wakes no worker, only observers. A task admitted while this
+# statement runs (after its snapshot) is not seen here: the finishing worker looks for
+# work again right after this commits (agent/durable/runner.py) and finds it, unless
+# older work comes first — then it waits for the next look of any worker (at most the
+# queue's poll interval, when every other worker is idle). A task admitted after that
+# look began was notified by its admission, whose claim sees this finish.
 _FINISH = """
-UPDATE tasks SET state = $4, last_error = $5, finished_at = now(),
-       lease_owner = NULL, lease_expires = NULL
-WHERE id = $1 AND attempts = $2 AND state = 'running' AND lease_owner = $3
+WITH done AS (
+    UPDATE tasks SET state = $4, last_error = $5, finished_at = now(),
+           lease_owner = NULL, lease_expires = NULL
+    WHERE id = $1 AND attempts = $2 AND state = 'running' AND lease_owner = $3
+    RETURNING session_id
+)
+SELECT count(pg_notify($6, CASE WHEN EXISTS (
+    SELECT 1 FROM tasks n WHERE n.session_id = done.session_id AND n.state = 'queued'
+) THEN '' ELSE $7 END)) FROM done
 """
 
 _RETRY = """
@@ -128,14 +157,23 @@ class PostgresTaskQueue:
         self._poll = poll_seconds
         self._next_recovery = 0.0
 
+    @property
+    def lease_seconds(self) -> float:
+        return self._lease
+
+    def recovery_due(self) -> bool:
+        """Whether this claim should look for dead leases even if a task is queued (at
+        most once every `RECOVERY_SECONDS`); True starts the next period."""
+        now = asyncio.get_running_loop().time()
+        due = now >= self._next_recovery
+        if due:
+            self._next_recovery = now + RECOVERY_SECONDS
+        return due
+
     @translate_errors("The task queue could not be reached")
     async def claim(self) -> Task | None:
         me = await self._db.lease_owner()
-        now = asyncio.get_running_loop().time()
-        recover = now >= self._next_recovery
-        if recover:
-            self._next_recovery = now + RECOVERY_SECONDS
-        row = await self._db.pool.fetchrow(_CLAIM, me, self._lease, recover)
+        row = await self._db.pool.fetchrow(_CLAIM, me, self._lease, self.recovery_due())
         return None if row is None else task_from_row(row)
 
     @translate_errors("The task queue could not be reached")
@@ -176,10 +214,9 @@ class PostgresTaskQueue:
 
     async def _close(self, task: Task, state: str, reason: str | None) -> None:
         me = await self._db.lease_owner()
-        # The session's next task becomes runnable now: wake the workers that wait for it.
-        async with self._db.pool.acquire() as conn, conn.transaction():
-            await conn.execute(_FINISH, task.id, task.attempts, me, state, reason)
-            await conn.execute("SELECT pg_notify($1, '')", TASKS_CHANNEL)
+        await self._db.pool.fetchval(
+            _FINISH, task.id, task.attempts, me, state, reason, TASKS_CHANNEL, NOTHING_RUNNABLE
+        )
 
 
 # -- operators ------------------------------------------------------------------------------

@@ -15,18 +15,26 @@ from storage.database import Database
 from storage.errors import translate_errors
 from storage.history import message_from_row
 
-_LATEST = """
-SELECT covers_from_seq, covers_to_seq, text FROM summaries
-WHERE session_id = $1 AND covers_to_seq < (SELECT seq FROM messages WHERE id = $2)
-ORDER BY covers_to_seq DESC LIMIT 1
-"""
-
-_DROPPED = """
-SELECT id, session_id, role, kind, text, pinned, citations, anchor FROM messages
-WHERE session_id = $1 AND anchor > $2 AND anchor < (SELECT anchor FROM messages WHERE id = $3)
-  AND NOT pinned
-ORDER BY anchor, seq
-LIMIT $4
+# The latest summary before the task's turn (the row marked `latest`) and the messages
+# after it that the window no longer shows, in one statement.
+_OVERFLOW = """
+WITH latest AS (
+    SELECT covers_from_seq, covers_to_seq, text FROM summaries
+    WHERE session_id = $1 AND covers_to_seq < (SELECT seq FROM messages WHERE id = $2)
+    ORDER BY covers_to_seq DESC LIMIT 1
+)
+(SELECT true AS latest, covers_from_seq, covers_to_seq, NULL AS id, NULL AS session_id,
+        NULL AS role, NULL AS kind, text, NULL::boolean AS pinned, NULL::jsonb AS citations,
+        NULL::bigint AS anchor
+ FROM latest)
+UNION ALL
+(SELECT false, NULL, NULL, id, session_id, role, kind, text, pinned, citations, anchor
+ FROM messages
+ WHERE session_id = $1 AND anchor > coalesce((SELECT covers_to_seq FROM latest), 0)
+   AND anchor < (SELECT anchor FROM messages WHERE id = $3)
+   AND NOT pinned
+ ORDER BY anchor, seq
+ LIMIT $4)
 """
 
 _STORE = """
@@ -46,9 +54,11 @@ class PostgresSummaries:
     async def overflow(
         self, task: Task, *, edge_id: str, max_chars: int, max_messages: int
     ) -> Overflow | None:
-        latest = await self._db.pool.fetchrow(_LATEST, task.session_id, task.user_message_id)
-        after = latest["covers_to_seq"] if latest else 0
-        rows = await self._db.pool.fetch(_DROPPED, task.session_id, after, edge_id, max_messages)
+        read = await self._db.pool.fetch(
+            _OVERFLOW, task.session_id, task.user_message_id, edge_id, max_messages
+        )
+        latest = next((r for r in read if r["latest"]), None)
+        rows = [r for r in read if not r["latest"]]
         rows_read = [(r["anchor"], message_from_row(r)) for r in rows]
         taken = whole_turns(rows_read, max_chars, limited=len(rows) == max_messages)
         if not taken:

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeAlias
 
-from agent.core.ports import AnswerOrigin, StoredMessage, Task
+from agent.core.ports import AnswerOrigin, StoredMessage, Task, TaskQueue
 
 _TITLE_CHARS = 80
 
@@ -153,6 +153,11 @@ class DelegationStore(Protocol):
 
     async def claim_subtask(self) -> tuple[Subtask, Task] | None:
         """Lease the oldest runnable subtask (and time out overdue ones)."""
+
+    async def claim_next(self, tasks: TaskQueue) -> tuple[Subtask, Task] | Task | None:
+        """Lease the oldest runnable subtask (as `claim_subtask`), else the next runnable
+        task of `tasks` (as its `claim`): a worker's look for work, in one round trip
+        where the store can."""
 
     async def heartbeat_subtask(self, subtask: Subtask) -> bool: ...
 

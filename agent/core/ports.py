@@ -132,9 +132,12 @@ class History(Protocol):
 
     async def get(self, message_id: str) -> StoredMessage | None: ...
 
-    async def append(self, message: StoredMessage, *, answers: str) -> StoredMessage:
-        """Store `message` (answering the user message `answers`) unless its id exists;
-        return the stored row either way, so a retry reuses what was stored first."""
+    async def append(
+        self, message: StoredMessage, *, answers: str, origin: AnswerOrigin | None = None
+    ) -> StoredMessage:
+        """Store `message` (answering the user message `answers`) unless its id exists,
+        with where it came from (`origin`, as `Memory.stamp` records it); return the
+        stored row either way, so a retry reuses what was stored first (and its origin)."""
 
     async def window(
         self, task: Task, *, max_chars: int, max_messages: int

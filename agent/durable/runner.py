@@ -50,6 +50,7 @@ from agent.core.delegation import (
     DelegationStore,
     RoundInput,
     RoundRecord,
+    RoundState,
     Subtask,
     SubtaskRequest,
     SubtaskState,
@@ -201,14 +202,14 @@ class TaskRunner:
                 await self._queue.wait_for_work(self._settings.heartbeat_seconds * 6)
 
     async def _run_next(self) -> bool:
-        claimed = await self._delegations.claim_subtask()
-        if claimed is not None:
+        claimed = await self._delegations.claim_next(self._queue)
+        if claimed is None:
+            return False
+        if isinstance(claimed, Task):
+            await self.run_task(claimed)
+        else:
             await self.run_subtask(*claimed)
-            return True
-        task = await self._queue.claim()
-        if task is not None:
-            await self.run_task(task)
-        return task is not None
+        return True
 
     # Tasks
 
@@ -282,7 +283,8 @@ class TaskRunner:
         reply = await self._history.get(task.reply_id)
         if reply is not None:
             return await self._deliver_reply(task, reply)
-        state = await self._delegations.load(task)
+        # Only a lease ever stores a delegation: a task's first attempt has none to find.
+        state = await self._delegations.load(task) if task.attempts > 1 else RoundState()
         # A crash between storing a delegation and posting its ack can leave the ack unsent
         # while the subtasks went on; the outbox makes these re-posts free when it was sent.
         for record in state.finished:
@@ -319,8 +321,10 @@ class TaskRunner:
                 decision.text,
                 citations=decision.citations,
             )
-            reply = await self._history.append(draft, answers=task.user_message_id)
-            await self._stamp(reply.id, reply.text == decision.text, decision.origin)
+            # Stored with where it came from, in the same statement (`History.append`).
+            reply = await self._history.append(
+                draft, answers=task.user_message_id, origin=decision.origin
+            )
             return await self._deliver_reply(task, reply)
         if number >= self._settings.max_rounds - 1:
             raise RoundFailed(

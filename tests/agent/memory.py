@@ -17,7 +17,7 @@ from agent.core.delegation import (
     SubtaskOutcome,
     SubtaskState,
 )
-from agent.core.ports import Step, StoredMessage, Task
+from agent.core.ports import AnswerOrigin, Step, StoredMessage, Task, TaskQueue
 from storage.history import trim_to_budget
 
 
@@ -67,11 +67,17 @@ class MemoryHistory:
     async def get(self, message_id: str) -> StoredMessage | None:
         return next((m for _, m in self.messages if m.id == message_id), None)
 
-    async def append(self, message: StoredMessage, *, answers: str) -> StoredMessage:
+    origins: dict[str, AnswerOrigin] = field(default_factory=dict)
+
+    async def append(
+        self, message: StoredMessage, *, answers: str, origin: AnswerOrigin | None = None
+    ) -> StoredMessage:
         existing = await self.get(message.id)
         if existing is not None:
             return existing
         self.messages.append((answers, message))
+        if origin is not None:
+            self.origins[message.id] = origin
         return message
 
     async def window(
@@ -201,6 +207,9 @@ class MemoryDelegations:
                 ) not in self.outcomes and f"{task_id}:{number}:{index}" not in self.retried:
                     return Subtask(task_id, number, index, request), self.tasks[task_id]
         return None
+
+    async def claim_next(self, tasks: TaskQueue) -> tuple[Subtask, Task] | Task | None:
+        return await self.claim_subtask() or await tasks.claim()
 
     async def heartbeat_subtask(self, subtask: Subtask) -> bool:
         return True

@@ -175,8 +175,8 @@ class Stamps(PinnedMemory):
 
 
 async def test_the_runner_stamps_each_answer_it_stored_with_its_origin() -> None:
-    """The acknowledgment of a delegation and the reply are stamped with the origin their
-    round reported."""
+    """The acknowledgment of a delegation is stamped, and the reply stored, with the origin
+    their round reported."""
     first = AnswerOrigin(OLD.hash, Route("openai", "m", 0))
     second = AnswerOrigin(OLD.hash, Route("anthropic", "c", 1))
 
@@ -185,12 +185,12 @@ async def test_the_runner_stamps_each_answer_it_stored_with_its_origin() -> None
             return replace(delegate("agent"), origin=first)
         return Reply("done", origin=second)
 
-    memory = Stamps()
+    memory, history = Stamps(), MemoryHistory([(RUN.user_message_id, TURN)])
     delegations = MemoryDelegations()
     runner = TaskRunner(
         queue=MemoryQueue([RUN]),
         delegations=delegations,
-        history=MemoryHistory([(RUN.user_message_id, TURN)]),
+        history=history,
         publisher=MemoryPublisher(),
         alerts=MemoryAlerts(),
         respond=Agent(decide),
@@ -199,5 +199,6 @@ async def test_the_runner_stamps_each_answer_it_stored_with_its_origin() -> None
     await runner.run_task(RUN)
     while (claimed := await delegations.claim_subtask()) is not None:
         await runner.run_subtask(*claimed)
-    await runner.run_task(RUN)
-    assert memory.stamps == [(RUN.ack_id(0), first), (RUN.reply_id, second)]
+    await runner.run_task(replace(RUN, attempts=2))  # claimed again once its subtasks ended
+    assert memory.stamps == [(RUN.ack_id(0), first)]
+    assert history.origins == {RUN.reply_id: second}

@@ -39,6 +39,8 @@ from tests.agent.memory import (
 )
 
 TASK = Task("T1:C1:1.0", "T1:C1:1.0", {"channel": "C1", "thread_ts": "1.0"})
+# The task claimed again (after its subtasks ended, or after a crash): a later attempt.
+RERUN = dataclasses.replace(TASK, attempts=2)
 TURN = StoredMessage(TASK.user_message_id, TASK.session_id, "user", "turn", "question")
 
 
@@ -142,7 +144,7 @@ async def test_delegation_posts_the_ack_runs_subtasks_then_the_next_round_replie
         (TASK.ack_id(0), "Working on it")
     ] and rig.delegations.waiting == [TASK.id]
     await rig.run_subtasks()
-    await rig.runner.run_task(TASK)
+    await rig.runner.run_task(RERUN)
     assert rig.publisher.posts[-1] == (TASK.reply_id, "2 results")
     last = agent.rounds[-1]
     assert last.number == 1 and [o.state for o in last.rounds[0].outcomes] == ["done", "done"]
@@ -153,7 +155,7 @@ async def test_a_crash_after_recording_the_delegation_does_not_ask_again() -> No
     agent = Agent(lambda r: delegate("agent"))
     rig = Rig(agent)
     await rig.delegations.record(TASK, 0, delegate("agent"), timeout_seconds=60)
-    await rig.runner.run_task(TASK)
+    await rig.runner.run_task(RERUN)
     assert agent.rounds == [] and rig.publisher.posts == [(TASK.ack_id(0), "Working on it")]
 
 
@@ -167,7 +169,7 @@ async def test_the_final_round_gets_final_and_own_acks_are_not_history() -> None
         answers=TASK.user_message_id,
     )
     await rig.run_subtasks()
-    await rig.runner.run_task(TASK)
+    await rig.runner.run_task(RERUN)
     assert [r.final for r in agent.rounds] == [False, True]
     assert [m.id for m in agent.rounds[1].window] == [TASK.user_message_id]
 
@@ -398,7 +400,7 @@ async def test_an_acknowledgment_announces_its_subtasks_and_shows_them_settle() 
         (ack, f"{TASK.id}:0:1", "in_progress"),
         (ack, f"{TASK.id}:0:1", "error"),
     ]
-    await rig.runner.run_task(TASK)
+    await rig.runner.run_task(RERUN)
     final = rig.publisher.steps[-1]
     assert final[0] == ack and [(s.title, s.state) for s in final[1]] == [
         ("agent: do agent", "complete"),

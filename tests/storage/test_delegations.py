@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+
 from agent.core.delegation import Delegation, SubtaskRequest
 from agent.core.ports import Task
 from storage.admission import Admission, admit
@@ -98,17 +101,72 @@ async def test_overdue_subtasks_time_out_and_wake_the_task(fresh_db: Database) -
     assert outcome.state == "timed_out" and "deadline" in outcome.text
 
 
+async def waiting_beside(
+    db: Database, other: Admission
+) -> tuple[PostgresDelegations, PostgresTaskQueue, Task]:
+    """A task waiting for its one subtask, with `other` admitted after it."""
+    rounds, queue, task = PostgresDelegations(db), PostgresTaskQueue(db), await running_task(db)
+    await admit(db, other)
+    await rounds.record(task, 0, delegation(count=1), timeout_seconds=60)
+    await rounds.await_subtasks(task)
+    return rounds, queue, task
+
+
 async def test_a_waiting_task_blocks_later_tasks_of_its_thread(fresh_db: Database) -> None:
     """Per-thread order holds across delegation: the next message waits for the whole task."""
+    _, queue, _ = await waiting_beside(
+        fresh_db,
+        Admission(None, "T1:C1:1.1", "T1:C1:1.0", {"channel": "C1", "thread_ts": "1.0"}, "next"),
+    )
+    assert await queue.claim() is None
+
+
+async def test_a_look_for_work_takes_a_subtask_before_a_task(fresh_db: Database) -> None:
+    """`claim_next` leases a runnable subtask (with its task) while a task is queued too,
+    and the queued task once no subtask is left; each under its own lease."""
+    rounds, queue, task = await waiting_beside(
+        fresh_db,
+        Admission(None, "T1:C2:2.0", "T1:C2:2.0", {"channel": "C2", "thread_ts": "2.0"}, "other"),
+    )
+    claimed = await rounds.claim_next(queue)
+    assert isinstance(claimed, tuple)
+    subtask, parent = claimed
+    assert (subtask.task_id, subtask.round, subtask.index, subtask.attempts) == (task.id, 0, 0, 1)
+    assert parent.id == task.id and parent.address == task.address
+    assert subtask.request == delegation(count=1).subtasks[0] and subtask.timeout_seconds > 0
+    assert await fresh_db.pool.fetchval("SELECT state FROM tasks WHERE id = 'T1:C2:2.0'") == (
+        "queued"
+    )
+    following = await rounds.claim_next(queue)
+    assert isinstance(following, Task) and following.id == "T1:C2:2.0"
+    assert following.attempts == 1 and following.created_at is not None
+    assert await rounds.claim_next(queue) is None
+    assert await rounds.heartbeat_subtask(subtask) and await queue.heartbeat(following)
+    await rounds.settle_subtask(subtask, "done", "found it")
+    resumed = await rounds.claim_next(queue)
+    assert isinstance(resumed, Task) and resumed.id == task.id and resumed.attempts == 2
+
+
+async def test_the_last_two_subtasks_ending_at_once_wake_their_task(fresh_db: Database) -> None:
+    """Settles of one task's subtasks serialise on the task row: whichever ends last sees
+    the other's outcome and wakes the task; a settle by a superseded attempt changes
+    nothing."""
     rounds, queue, task = (
         PostgresDelegations(fresh_db),
         PostgresTaskQueue(fresh_db),
         await running_task(fresh_db),
     )
-    await admit(
-        fresh_db,
-        Admission(None, "T1:C1:1.1", "T1:C1:1.0", {"channel": "C1", "thread_ts": "1.0"}, "next"),
-    )
-    await rounds.record(task, 0, delegation(count=1), timeout_seconds=60)
+    await rounds.record(task, 0, delegation(), timeout_seconds=60)
     await rounds.await_subtasks(task)
+    first, second = await rounds.claim_subtask(), await rounds.claim_subtask()
+    assert first is not None and second is not None
+    stale = dataclasses.replace(first[0], attempts=first[0].attempts - 1)
+    await rounds.settle_subtask(stale, "done", "from a superseded attempt")
     assert await queue.claim() is None
+    await asyncio.gather(
+        rounds.settle_subtask(first[0], "done", "A"), rounds.settle_subtask(second[0], "done", "B")
+    )
+    resumed = await queue.claim()
+    assert resumed is not None and resumed.id == task.id
+    outcomes = (await rounds.load(resumed)).finished[0].outcomes
+    assert [(o.state, o.text) for o in outcomes] == [("done", "A"), ("done", "B")]

@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
+import asyncpg
+
 from agent.core.ports import Task
 from storage.admission import Admission, admit
-from storage.database import Database
+from storage.database import NOTHING_RUNNABLE, TASKS_CHANNEL, Database
 from storage.queue import PostgresTaskQueue
 
 
@@ -132,3 +134,74 @@ async def test_a_queued_task_wakes_a_waiting_worker(fresh_db: Database) -> None:
     await asyncio.wait_for(waiter, timeout=10)
     claimed = await queue.claim()
     assert isinstance(claimed, Task) and claimed.id == "T1:C1:8.0"
+
+
+async def finish_notifications(db: Database, task: Task) -> list[str]:
+    """The payloads of the task-channel notifications sent by finishing `task`: a marker
+    notified after the finish committed arrives after them (NOTIFYs are delivered in
+    commit order), so waiting for it is enough to have seen them all."""
+    listener = await asyncpg.connect(db._dsn)
+    heard: list[str] = []
+    marker = asyncio.Event()
+
+    def hear(conn: object, pid: int, channel: str, payload: str) -> None:
+        heard.append(payload)
+        if payload == "marker":
+            marker.set()
+
+    try:
+        await listener.add_listener(TASKS_CHANNEL, hear)
+        await PostgresTaskQueue(db).finish(task)
+        await db.pool.execute("SELECT pg_notify($1, 'marker')", TASKS_CHANNEL)
+        await asyncio.wait_for(marker.wait(), timeout=10)
+    finally:
+        await listener.close()
+    return heard[:-1]
+
+
+async def test_a_finish_wakes_a_worker_only_when_its_thread_has_queued_work(
+    fresh_db: Database,
+) -> None:
+    """Finishing a thread's last task wakes no worker (its NOTIFY says nothing became
+    runnable); finishing one with a task queued behind it wakes a worker for that task."""
+    queue = PostgresTaskQueue(fresh_db)
+    await enqueue(fresh_db, "3.0", "3.0")
+    await enqueue(fresh_db, "3.0", "3.1")
+    await enqueue(fresh_db, "4.0", "4.0")  # another thread's work does not count
+    first = await queue.claim()
+    assert first is not None and first.id == "T1:C1:3.0"
+    assert await finish_notifications(fresh_db, first) == [""]
+    second, other = await queue.claim(), await queue.claim()
+    assert second is not None and second.id == "T1:C1:3.1"
+    assert other is not None and other.id == "T1:C1:4.0"
+    assert await finish_notifications(fresh_db, second) == [NOTHING_RUNNABLE]
+    assert (
+        await fresh_db.pool.fetchval("SELECT state FROM tasks WHERE id = $1", second.id) == "done"
+    )
+
+
+async def test_a_superseded_finish_changes_nothing_and_wakes_nobody(fresh_db: Database) -> None:
+    queue = PostgresTaskQueue(fresh_db)
+    await enqueue(fresh_db, "5.0", "5.0")
+    await enqueue(fresh_db, "5.0", "5.1")
+    task = await queue.claim()
+    assert task is not None
+    stale = dataclasses.replace(task, attempts=task.attempts - 1)
+    assert await finish_notifications(fresh_db, stale) == []
+    assert await fresh_db.pool.fetchval("SELECT state FROM tasks WHERE id = $1", task.id) == (
+        "running"
+    )
+
+
+async def test_a_notice_that_nothing_became_runnable_wakes_no_worker(fresh_db: Database) -> None:
+    """Observers hear every NOTIFY; only one that may bring work leaves a worker's ticket."""
+
+    async def tickets_after(payload: str) -> int:
+        fresh_db.wakeup.clear()
+        await fresh_db.pool.execute("SELECT pg_notify($1, $2)", TASKS_CHANNEL, payload)
+        await asyncio.wait_for(fresh_db.wakeup.wait(), timeout=10)
+        return fresh_db._pending_tickets
+
+    before = fresh_db._pending_tickets
+    assert await tickets_after(NOTHING_RUNNABLE) == before
+    assert await tickets_after("") == before + 1
