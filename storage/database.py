@@ -32,9 +32,6 @@ from storage.errors import DatabaseUnavailable
 from storage.migrations import migrate, pending_migrations
 
 TASKS_CHANNEL = "threadgate_tasks"
-# The payload of a NOTIFY that wakes no worker: a task ended and nothing became runnable.
-# Observers (`wakeup`: tests waiting for a task's end) still hear it.
-NOTHING_RUNNABLE = "ended"
 
 # The advisory lock key space of lease owners ("tgls"); `lease_owner_alive` in
 # migrations/003_fencing.sql looks for the same number. The owner is the second key.
@@ -160,10 +157,7 @@ class Database:
         self._pending_tickets -= 1
 
     def _on_notify(self, conn: object, pid: int, channel: str, payload: object) -> None:
-        if payload == NOTHING_RUNNABLE:
-            self.wakeup.set()
-        else:
-            self.wake()
+        self.wake()
 
     def _on_terminated(self, conn: object) -> None:
         if conn is not self._signals:

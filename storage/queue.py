@@ -33,7 +33,7 @@ from typing import Literal, TypeAlias
 import asyncpg
 
 from agent import Task
-from storage.database import NOTHING_RUNNABLE, TASKS_CHANNEL, Database
+from storage.database import TASKS_CHANNEL, Database
 from storage.errors import StorageError, translate_errors
 from storage.migrations import Connection
 
@@ -105,15 +105,11 @@ UPDATE tasks SET lease_expires = now() + make_interval(secs => $4)
 WHERE id = $1 AND attempts = $2 AND state = 'running' AND lease_owner = $3
 """
 
-# Ending a lease and waking a worker for the thread's next task, in one statement (one
-# transaction: the NOTIFY is delivered when the finish commits). Only a thread with a
-# queued task has anything that became runnable: otherwise the NOTIFY says so ($7,
-# `NOTHING_RUNNABLE`) and wakes no worker, only observers. A task admitted while this
-# statement runs (after its snapshot) is not seen here: the finishing worker looks for
-# work again right after this commits (agent/durable/runner.py) and finds it, unless
-# older work comes first — then it waits for the next look of any worker (at most the
-# queue's poll interval, when every other worker is idle). A task admitted after that
-# look began was notified by its admission, whose claim sees this finish.
+# Ending a lease and waking a worker, in one statement (one transaction: the NOTIFY is
+# delivered when the finish commits). It wakes a worker even when this statement sees
+# nothing queued in the thread: a message admitted while it ran is invisible to its
+# snapshot, and its admission's own wake-up was spent by a worker that found it blocked
+# behind this very task. The woken worker's claim, after the commit, sees it.
 _FINISH = """
 WITH done AS (
     UPDATE tasks SET state = $4, last_error = $5, finished_at = now(),
@@ -121,9 +117,7 @@ WITH done AS (
     WHERE id = $1 AND attempts = $2 AND state = 'running' AND lease_owner = $3
     RETURNING session_id
 )
-SELECT count(pg_notify($6, CASE WHEN EXISTS (
-    SELECT 1 FROM tasks n WHERE n.session_id = done.session_id AND n.state = 'queued'
-) THEN '' ELSE $7 END)) FROM done
+SELECT count(pg_notify($6, '')) FROM done
 """
 
 _RETRY = """
@@ -215,7 +209,7 @@ class PostgresTaskQueue:
     async def _close(self, task: Task, state: str, reason: str | None) -> None:
         me = await self._db.lease_owner()
         await self._db.pool.fetchval(
-            _FINISH, task.id, task.attempts, me, state, reason, TASKS_CHANNEL, NOTHING_RUNNABLE
+            _FINISH, task.id, task.attempts, me, state, reason, TASKS_CHANNEL
         )
 
 
