@@ -14,6 +14,8 @@ and the sub-agent's MCP call is stored in `tool_calls`.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
 from pathlib import Path
 
@@ -22,7 +24,7 @@ import aiohttp
 from agent.rounds.subagent import SUBAGENT_PROMPT
 from storage import Database, tool_calls_of
 from tests.fakes.mcp_server import stdio_entry
-from tests.fakes.openai_api import OpenAIServer, RecordedRequest, Reply, reply_with_tool
+from tests.fakes.openai_api import Held, OpenAIServer, RecordedRequest, Reply, reply_with_tool
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.slack_events import app_mention_event, deliver, event_callback
 from tests.gateway.process import GatewayProcess
@@ -32,13 +34,17 @@ from tests.pg import create_database, wait_for_task
 STREAM_CALLS = ("chat.startStream", "chat.appendStream", "chat.stopStream", "chat.postMessage")
 
 
-def model(seen: RecordedRequest) -> Reply:
+def model(seen: RecordedRequest, shown: asyncio.Event) -> Reply:
+    """The delegating agent, and its sub-agent, whose first answer waits until the plan
+    shows its card in progress: a fast subtask could otherwise finish before the card's
+    update is sent, and the stream would rightly skip to "complete"."""
     messages = seen.body["messages"]
     last = messages[-1]
     if str(messages[0]["content"]) == SUBAGENT_PROMPT:
         if last["role"] == "tool":
             return reply_with_tool("final_reply", {"text": f"found: {last['content'][-60:]}"})
-        return reply_with_tool("fake__echo", {"text": "the subagent's query"}, call_id="sub_1")
+        call = reply_with_tool("fake__echo", {"text": "the subagent's query"}, call_id="sub_1")
+        return Held(shown, call)
     if last["role"] == "tool":
         return reply_with_tool("final_reply", {"text": "Here is what the research found."})
     subtasks = [{"type": "agent", "params": {"instructions": "look it up with echo"}}]
@@ -59,7 +65,8 @@ async def test_a_delegated_task_streams_its_plan_then_its_answer(
         OpenAIServer() as fake_model,
         aiohttp.ClientSession() as http,
     ):
-        fake_model.default = model
+        card_shown = asyncio.Event()
+        fake_model.default = functools.partial(model, shown=card_shown)
         env = {
             **gateway_env(slack, fake_model, dsn),
             **STREAMING,
@@ -72,6 +79,15 @@ async def test_a_delegated_task_streams_its_plan_then_its_answer(
             assert (await deliver(http, gateway.events_url, event_callback(event), SECRET))[
                 0
             ] == 200
+            await slack.wait_until(
+                lambda: any(
+                    "in_progress" in card.history
+                    for s in slack.streams
+                    for card in s.tasks.values()
+                ),
+                what="the card in progress",
+            )
+            card_shown.set()
             task_id = f"T1:{event['channel']}:{event['ts']}"
             async with Database(dsn, min_size=1, max_size=1) as db:
                 await wait_for_task(db, task_id, "done", deadline=60)
