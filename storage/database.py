@@ -48,6 +48,14 @@ async def _nothing_to_reset(conn: object) -> None:
     per-connection state and aborts an unfinished transaction."""
 
 
+# Generic plans for every prepared statement: our statements are the same few dozen,
+# prepared once per pooled connection, and Postgres's default planned many of them again
+# on every execution (a custom plan each time the generic one looked no cheaper), about
+# a fifth of Postgres's CPU per answered event (BENCHMARKS.md). Their filters name states
+# literally, so a generic plan uses the same partial indexes a custom one would.
+_SESSION = {"plan_cache_mode": "force_generic_plan"}
+
+
 class Database:
     """The pool, the signal connection, and the wake-up event fed by NOTIFY."""
 
@@ -77,7 +85,11 @@ class Database:
     async def open(self) -> None:
         try:
             self._pool = await asyncpg.create_pool(
-                self._dsn, min_size=self._min_size, max_size=self._max_size, reset=_nothing_to_reset
+                self._dsn,
+                min_size=self._min_size,
+                max_size=self._max_size,
+                reset=_nothing_to_reset,
+                server_settings=_SESSION,
             )
             await self._connect_signals()
         except (TimeoutError, OSError, asyncpg.PostgresError) as exc:
