@@ -131,10 +131,11 @@ What still stands in the way:
   (overhead p50 96 ms, p95 264 ms, p99 318 ms), not at 100/s, where the one gateway process
   is saturated (0.90 cores) carrying 150 streams at 100 SSE events/s each. The same remedy:
   worker processes on more cores.
-- **Flat cost** (10,000 vs 10 messages) reads 1.5× in bytes since compaction landed: the
-  summary of the dropped messages is sent on top of the 24,000-character window, and the
+- **Flat cost** (10,000 vs 10 messages) reads 1.5× in bytes since compaction landed. The
   seeded 10,000-message thread pays a summary request per message until its backlog is
-  summarized. Paying the summary out of the window's budget would bring it back to 1.0×.
+  summarized (the latency); where the extra bytes come from is not traced yet — the
+  summary is paid out of the window's budget (storage/history.py), so look at its framing
+  in the prompt and at the short thread's window next.
 """
 
 
