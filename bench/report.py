@@ -89,7 +89,7 @@ longer held at that commit. Found and fixed, in the order the profile ranked the
 - **httpx's default transport** (httpcore, anyio, h11) was about a third of the gateway's
   CPU, and httpcore retried a failed `import sniffio` on every request (5%, file-system
   look-ups). Model requests now go over aiohttp through httpx's API
-  (`agent/models/providers/transport.py`), and sniffio is installed.
+  (`gateway/model_transport.py`, given to the providers by the gateway), and sniffio is installed.
 - **SQL round trips**: 32.3 → 14.3 statements per one-round task and 82.3 → 45 per
   delegating task (see the table above: one statement for claiming a subtask or else a task,
   for the fenced outbox claim, for a finish with its NOTIFY, for the window, for compaction's

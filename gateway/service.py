@@ -74,6 +74,7 @@ from gateway.http import (
 )
 from gateway.live import StreamSettings
 from gateway.metrics import MeteredModel, Metrics, ToolCallCounter
+from gateway.model_transport import model_transport
 from gateway.oauth import INSTALL_PATH, InstalledIdentity, Uninstaller, oauth_flow
 from gateway.pins import Pins
 from gateway.publisher import SlackPublisher
@@ -126,6 +127,7 @@ def provider_settings(settings: Settings) -> ProviderSettings:
         gateway_header=settings.threadgate_gateway_header,
         gateway_token=settings.threadgate_gateway_token,
         timeout=settings.threadgate_model_timeout_seconds,
+        transport=model_transport,
     )
 
 

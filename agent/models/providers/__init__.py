@@ -11,10 +11,12 @@ the key itself) the key is optional and, when absent, no vendor auth header is s
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 from urllib.parse import urlsplit
 
+import httpx
 from pydantic import SecretStr
 
 from agent.core.errors import ConfigError
@@ -61,6 +63,8 @@ class ProviderSettings:
     gateway_token: SecretStr | None = None
     timeout: float = DEFAULT_MODEL_TIMEOUT
     stream: bool = True
+    # Makes each provider's HTTP transport from its base URL; None: httpx's own.
+    transport: Callable[[str], httpx.AsyncBaseTransport] | None = None
 
 
 def parse_spec(spec: str, *, variable: str = "THREADGATE_MODEL") -> tuple[str, str]:
@@ -107,6 +111,7 @@ def _provider(kind: type[P], url: str, key: SecretStr | None, settings: Provider
         gateway_header=settings.gateway_header,
         gateway_token=settings.gateway_token,
         timeout=settings.timeout,
+        transport=settings.transport(url) if settings.transport is not None else None,
     )
 
 

@@ -1,8 +1,9 @@
 """The provider object: one `httpx.AsyncClient` and the credentials that go with it.
 
-The client's transport is `transport.ModelTransport`: aiohttp underneath (httpx's own
-transport cost a third of the gateway's CPU), httpx the API the wire formats and `classify`
-are written to. Its session is made on the first request; `aclose` closes it.
+The client's transport is the caller's (`ProviderSettings.transport`), httpx's own when
+none is given: the gateway passes one over aiohttp (`gateway/model_transport.py`, httpx's
+own cost a third of its CPU), and httpx stays the API the wire formats and `classify` are
+written to. `aclose` closes the client, and with it the transport.
 
 A wire-format module (`openai`, `anthropic`) maps requests and responses; the provider
 owns the connection pool and authentication, so several models on one vendor can share it
@@ -27,7 +28,6 @@ from pydantic import SecretStr
 
 from agent.core.errors import Route
 from agent.models.providers.classify import classify_exception, classify_status
-from agent.models.providers.transport import ModelTransport
 from agent.models.providers.vendors import DEFAULT_MODEL_TIMEOUT
 
 
@@ -44,6 +44,7 @@ class Provider(ABC):
         gateway_header: str | None = None,
         gateway_token: SecretStr | None = None,
         timeout: float = DEFAULT_MODEL_TIMEOUT,
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self._api_key = api_key
@@ -57,7 +58,7 @@ class Provider(ABC):
         self._client = httpx.AsyncClient(
             base_url=self.base_url,
             timeout=timeout,
-            transport=ModelTransport(base_url=self.base_url),
+            transport=transport,
         )
 
     @abstractmethod

@@ -1,5 +1,4 @@
-"""The model providers' aiohttp transport behind httpx's API (`agent/models/providers/
-transport.py`): each failure surfaces as the httpx exception httpx's own transport raises
+"""The model providers' aiohttp transport behind httpx's API (`gateway/model_transport.py`): each failure surfaces as the httpx exception httpx's own transport raises
 for it, a stream arrives chunk by chunk, and no connection or session outlives its use.
 
 Everything runs against the loopback OpenAI fake through the real httpx client; nothing of
@@ -23,7 +22,7 @@ from pydantic import SecretStr
 
 from agent.core.errors import Route, TransientModelError
 from agent.models.providers.provider import OpenAIProvider
-from agent.models.providers.transport import AIOHTTP_ERRORS, ModelTransport, httpx_error
+from gateway.model_transport import AIOHTTP_ERRORS, ModelTransport, httpx_error
 from tests.fakes.openai_api import (
     Completion,
     Gated,
@@ -60,6 +59,7 @@ def provider(url: str) -> OpenAIProvider:
         gateway_header="cf-aig-authorization",
         gateway_token=SecretStr(GATEWAY_TOKEN),
         timeout=5.0,
+        transport=ModelTransport(base_url=url),
     )
 
 

@@ -51,6 +51,11 @@ from yarl import URL
 DEFAULT_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=20)
 
 
+def model_transport(base_url: str) -> httpx.AsyncBaseTransport:
+    """The transport for a provider at `base_url` (`ProviderSettings.transport`)."""
+    return ModelTransport(base_url=base_url)
+
+
 class ModelTransport(AiohttpTransport):
     """An httpx transport over one lazily made aiohttp session, for one provider."""
 
