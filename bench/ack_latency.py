@@ -18,14 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
-from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
-from slack_bolt.async_app import AsyncApp
-from slack_sdk.web.async_client import AsyncWebClient
 
 from bench import loadgen, profile
+from bench.bare_bolt import app as bare_bolt_app
 from bench.loadgen import Sample, TimedSlack
 from bench.stack import fakes, gateway
-from tests.gateway.rig import BOT_TOKEN, SECRET
 from tests.pg import server_dsn
 
 RATE = 100
@@ -37,22 +34,7 @@ RESULTS = Path(__file__).parent / "results"
 
 async def bare_bolt(slack_url: str) -> tuple[web.AppRunner, str]:
     """The baseline: bolt's own defaults (ack first, then work), no storage, same reply."""
-    from gateway.slack_client import slack_client
-
-    app = AsyncApp(client=slack_client(BOT_TOKEN, slack_url), signing_secret=SECRET)
-
-    @app.event("app_mention")
-    async def on_mention(event: dict[str, str], client: AsyncWebClient) -> None:
-        thread = event.get("thread_ts") or event["ts"]
-        await client.chat_postMessage(
-            channel=event["channel"], thread_ts=thread, text=f"re: {event['text']}"
-        )
-
-    async def handle(request: web.Request) -> web.Response:
-        return await to_aiohttp_response(await app.async_dispatch(await to_bolt_request(request)))
-
-    web_app = web.Application()
-    web_app.router.add_post("/slack/events", handle)
+    web_app = bare_bolt_app(slack_url)
     runner = web.AppRunner(web_app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
