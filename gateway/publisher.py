@@ -206,8 +206,9 @@ class SlackPublisher:
 
     async def _keep_status(self, task: Task) -> None:
         while True:
-            # Until the first streamed text: the text itself shows that the bot works.
-            if task.id not in self._visible:
+            # Until the first streamed text (the text itself shows that the bot works) or
+            # post: a status set after our post would outlive the work, uncleared.
+            if task.id not in self._visible and task.id not in self._posted:
                 await self._set_status(task, self._status)
             await asyncio.sleep(self._refresh_seconds)
 
