@@ -9,12 +9,16 @@ size only, where the first words must show at once and later ones at a bounded r
 its `ts` appears only after the first flush, where the outbox must record it the moment
 Slack returns it.
 
-**A draft** (`SlackDraft`, the agent's `Draft`) is one reply being written. Its text is
-rendered as it arrives (`gateway.live_render`), and a background flusher sends it: the
-first settled text starts the stream at once, later text goes in one `appendStream` per
-`interval` at most (Slack rate-limits the method), and no message takes more than
+**A draft** (`SlackDraft`, the agent's `Draft`) is one reply being written. A background
+flusher sends its text: the first settled text starts the stream at once, later text goes
+in one `appendStream` per `interval` at most (Slack rate-limits the method), and no
+message takes more than
 `BLOCK_LIMIT` characters — the rest of a long reply waits for the publish, which posts
-it as the reply's next parts. Starting a stream claims the reply's outbox row (fenced by
+it as the reply's next parts. Text is rendered (`gateway.live_render`) when it can be
+sent: as it arrives while the flusher waits for text, else kept raw until the flusher's
+next send. A model streams a delta every few characters, and rendering each one on
+arrival cost more CPU than reading it (bench/first_text.py's profile); what is sent is
+the same either way. Starting a stream claims the reply's outbox row (fenced by
 the task's lease, like any post); the row turns 'open' with the `ts` as soon as Slack
 answers. The agent may `discard` a draft (the step was not the reply): the message is
 deleted, then the row released.
@@ -286,6 +290,7 @@ class SlackDraft:
 
     def _reset(self) -> None:
         self._renderer = LiveRenderer()
+        self._raw = ""  # arrived while the flusher was not waiting for text: not rendered yet
         self._unsent = ""
         self._cards: dict[str, dict[str, Any]] = {}  # task cards not sent yet, by id
         self._streamed = ""
@@ -294,6 +299,7 @@ class SlackDraft:
         self._flusher: asyncio.Task[None] | None = None
         self._calling = False  # a call to Slack is under way: let it end, never cut it
         self._closing = False
+        self._waiting = True  # the flusher (or its absence) waits for text: render on arrival
 
     @property
     def silent(self) -> bool:
@@ -303,10 +309,14 @@ class SlackDraft:
     async def append(self, text: str) -> None:
         if self._silent:
             return
+        if not self._waiting:
+            self._raw += text  # the flusher renders it when it next sends
+            return
         rendered = self._renderer.feed(text)
         if not rendered:
             return
         self._unsent += rendered
+        self._waiting = False
         self._wake.set()
         if self._flusher is None:
             self._flusher = asyncio.create_task(self._flush(), name=f"draft-{self._post_id}")
@@ -346,7 +356,7 @@ class SlackDraft:
         await self._stop_flusher()
         if self.ts is None:
             return None
-        unsent = self._unsent + self._renderer.flush()
+        unsent = self._unsent + self._render_raw() + self._renderer.flush()
         return Streamed(self._streamed, unsent, tuple(self._cards.values()))
 
     async def _stop_flusher(self) -> None:
@@ -369,16 +379,25 @@ class SlackDraft:
             log.info("draft %s stopped showing: %s", self._post_id, exc)
             self._silent = True
 
+    def _render_raw(self) -> str:
+        raw, self._raw = self._raw, ""
+        return self._renderer.feed(raw) if raw else ""
+
     async def _send(self) -> None:
         while True:
             await self._wake.wait()
             self._wake.clear()
+            self._waiting = False
+            self._unsent += self._render_raw()
             room = BLOCK_LIMIT - len(self._streamed)
             chunk, self._unsent = self._unsent[:room], self._unsent[room:]
             chunks = list(self._cards.values()) + ([markdown_chunk(chunk)] if chunk else [])
             self._cards.clear()
             if not chunks:
-                continue  # this message is full: the publish posts the rest
+                # Nothing settled yet, or this message is full (the publish posts the
+                # rest): wait for text again, rendering it as it arrives.
+                self._waiting = True
+                continue
             self._calling = True
             try:
                 sent = await (self._append(chunks) if self.ts else self._start(chunks))
@@ -393,8 +412,11 @@ class SlackDraft:
                 return
             self._streamed += chunk
             await asyncio.sleep(self._live.settings.interval_seconds)
+            self._unsent += self._render_raw()
             if self._unsent or self._cards:
                 self._wake.set()
+            else:
+                self._waiting = True  # nothing settled yet: render the next text on arrival
 
     async def _start(self, chunks: list[dict[str, Any]]) -> bool:
         task, live = self._task, self._live

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from aiohttp import web
 
 from agent.rounds.subagent import SUBAGENT_PROMPT
 from tests.fakes.openai_api import (
@@ -82,6 +84,65 @@ async def test_a_reply_streams_while_it_is_written_then_ends_with_our_metadata(r
     assert "<!here>" not in rig.slack.stream(live.channel, live.ts).text  # neutralized
     assert rig.slack.posts == []
     assert await streams_counted(rig, "reply", "completed") == 1
+
+
+@dataclass(frozen=True)
+class TwoPauses:
+    """A streamed completion that stops twice: after its first `first` SSE events until
+    `go_on`, and before its last `last` events until `finish`."""
+
+    completion: Completion
+    first: int
+    last: int
+    go_on: asyncio.Event
+    finish: asyncio.Event
+
+    async def send(self, request: web.Request, seen: RecordedRequest) -> web.StreamResponse:
+        response = web.StreamResponse(status=200)
+        response.content_type = "text/event-stream"
+        await response.prepare(request)
+        chunks = self.completion.chunks()
+        for n, chunk in enumerate(chunks):
+            if n == self.first:
+                await self.go_on.wait()
+            if n == len(chunks) - self.last:
+                await self.finish.wait()
+            await response.write(chunk)
+        await response.write_eof()
+        return response
+
+
+async def test_text_that_arrives_between_appends_is_sent_before_the_reply_ends(
+    fresh_dsn: str,
+) -> None:
+    """Text that comes while the draft waits out its append interval is rendered and sent
+    at the next append, not kept for the end: the whole answer shows, over a start and an
+    append, while the model has yet to say it is finished."""
+    go_on, finish = asyncio.Event(), asyncio.Event()
+    answer = reply_with_tool("final_reply", {"text": ANSWER})
+    # A whole second between calls: what comes after the first words arrives inside it.
+    overrides = {**STREAMING, "THREADGATE_STREAM_INTERVAL_SECONDS": "1"}
+    async with Rig(fresh_dsn, overrides=overrides) as rig:
+        rig.model.script(TwoPauses(answer, first=8, last=2, go_on=go_on, finish=finish))
+        event = app_mention_event(text="<@UBOT> explain")
+        await send(rig, event)
+        [live] = await rig.slack.wait_for_streams(1)
+
+        def shown() -> str:
+            return rig.slack.stream(live.channel, live.ts).text.replace("\u200d", "")
+
+        await rig.slack.wait_until(lambda: shown() != "", 10, what="the first words")
+        assert shown() != ANSWER
+        go_on.set()
+        await rig.slack.wait_until(lambda: shown() == ANSWER, 10, what="the rest, appended")
+        held = rig.slack.stream(live.channel, live.ts)
+        assert held.state == "streaming"
+        assert len([c for c in held.chunks if c.get("type") == "markdown_text"]) == 2
+        finish.set()
+        [done] = await rig.slack.wait_for_streams(1, stopped=True)
+        assert done.ts == live.ts and rig.slack.posts == []
+        await wait_for_task(rig.db, f"{DEFAULT_TEAM}:{event['channel']}:{event['ts']}", "done")
+        assert await streams_counted(rig, "reply", "completed") == 1
 
 
 async def test_a_dm_streams_without_a_recipient(rig: Rig) -> None:
