@@ -54,12 +54,12 @@ async def measure(server: str, concurrency: int, seconds: float = SECONDS) -> di
             return done
 
         await asyncio.gather(*(loop(time.perf_counter() + 1) for _ in range(concurrency)))
-        pg0, me0, t0 = postgres_cpu(), process_cpu(os.getpid()), time.perf_counter()
+        pg0, me0, t0 = postgres_cpu(server), process_cpu(os.getpid()), time.perf_counter()
         counts = await asyncio.gather(
             *(loop(time.perf_counter() + seconds) for _ in range(concurrency))
         )
         elapsed = time.perf_counter() - t0
-        pg1, me1 = postgres_cpu(), process_cpu(os.getpid())
+        pg1, me1 = postgres_cpu(server), process_cpu(os.getpid())
     total = sum(counts)
     return {
         "concurrency": concurrency,

@@ -14,9 +14,11 @@ fakes and the load generator) is measured too, to show it is not what limits the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 import tempfile
+import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -50,19 +52,38 @@ def process_cpu(pid: int, *, children: bool = False) -> float:
     return ticks / _TICK
 
 
-def postgres_cpu() -> float:
-    """Every postgres process on this machine: postmasters with their reaped backends,
-    and live backends. The benchmark's own embedded server is the only one while it runs."""
+def postmaster(dsn: str) -> int | None:
+    """The pid of the server at `dsn` when it is the embedded one on this machine: its
+    socket directory is its data directory, which holds `postmaster.pid`."""
+    query = urllib.parse.parse_qs(urllib.parse.urlsplit(dsn).query)
+    for host in query.get("host", []):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            return int((Path(host) / "postmaster.pid").read_text().split()[0])
+    return None
+
+
+def postgres_cpu(dsn: str) -> float:
+    """The Postgres server at `dsn`: its postmaster with its reaped backends, and its live
+    backends. Only that server: an earlier run's server can still be running here (it
+    stops itself up to a minute after its data directory is deleted), and its time
+    vanishing mid-run would read as negative CPU. For a server this machine cannot tell
+    (DATABASE_URL), every postgres process on it."""
+    root = postmaster(dsn)
     total = 0.0
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
+        pid = int(entry.name)
         try:
             if (entry / "comm").read_text().strip() != "postgres":
                 continue
-            parent = int(_stat(int(entry.name))[1])
+            parent = int(_stat(pid)[1])
+            if root is not None:
+                if pid == root or parent == root:
+                    total += process_cpu(pid, children=pid == root)
+                continue
             is_postmaster = Path(f"/proc/{parent}/comm").read_text().strip() != "postgres"
-            total += process_cpu(int(entry.name), children=is_postmaster)
+            total += process_cpu(pid, children=is_postmaster)
         except (FileNotFoundError, ProcessLookupError, ValueError):
             continue  # exited while we looked: its time is in its postmaster's children
     return total
@@ -83,12 +104,13 @@ def events(count: int = THREADS * PER_THREAD) -> Callable[[int], dict[str, Any]]
 
 
 async def measure(
-    url: str, pid: int, slack: TimedSlack, pg: bool, spy: Path | None = None
+    url: str, pid: int, slack: TimedSlack, pg: str | None, spy: Path | None = None
 ) -> dict[str, Any]:
+    """CPU per answered event of `pid`, and of the Postgres server at `pg` if given."""
     await loadgen.open_loop(url, 20, 20, loadgen.mention)  # warm-up, own threads
     await loadgen.wait_answered_count(slack, 20, deadline=60)
     answered_before = sum(slack.post_count.values())
-    cpu0, pg0, me0 = process_cpu(pid), postgres_cpu() if pg else 0.0, process_cpu(os.getpid())
+    cpu0, pg0, me0 = process_cpu(pid), postgres_cpu(pg) if pg else 0.0, process_cpu(os.getpid())
     recorder = None
     if spy is not None:
         kind = "flamegraph" if spy.suffix == ".svg" else "raw"
@@ -97,7 +119,7 @@ async def measure(
     ok = await loadgen.wait_answered_count(slack, answered_before + len(samples), deadline=120)
     if recorder is not None:
         await recorder.wait()
-    cpu1, pg1, me1 = process_cpu(pid), postgres_cpu() if pg else 0.0, process_cpu(os.getpid())
+    cpu1, pg1, me1 = process_cpu(pid), postgres_cpu(pg) if pg else 0.0, process_cpu(os.getpid())
     answered = sum(slack.post_count.values()) - answered_before
     per = 1000 / max(answered, 1)
     return {
@@ -114,12 +136,12 @@ async def measure(
 async def ours(dsn: str, data: Path, run: int, spy: Path | None = None) -> dict[str, Any]:
     async with fakes() as (slack, model), gateway(dsn, f"cpu{run}", slack, model, data) as gw:
         assert gw.proc is not None
-        return await measure(gw.events_url, gw.proc.pid, slack, pg=True, spy=spy)
+        return await measure(gw.events_url, gw.proc.pid, slack, pg=dsn, spy=spy)
 
 
 async def baseline() -> dict[str, Any]:
     async with fakes() as (slack, _), bare_bolt(slack.url) as bolt:
-        return await measure(bolt.events_url, bolt.pid, slack, pg=False)
+        return await measure(bolt.events_url, bolt.pid, slack, pg=None)
 
 
 async def run_all(dsn: str, data: Path, count: int = RUNS, *, spy: bool = True) -> dict[str, Any]:

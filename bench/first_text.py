@@ -14,16 +14,24 @@ the stream, decoding the reply's text, rendering, the call to Slack. Reported as
 over every event, with the time the whole reply took to stream as a check that the model
 pace held.
 
-    .venv/bin/python -m bench.first_text
+Each rate runs in one of two shapes: `all` (one `threadgate serve`, the default
+deployment) or `split` (an ingress and `WORKERS` worker processes, `serve --role`), whose
+streams are spread over processes and so over cores. Every run reports the CPU each
+part used per answered event (the gateway processes together, Postgres, and this
+process: the fake model, the fake Slack and the load generator), which says what a rate
+needs: rate × the sum of the three, in cores.
+
+    .venv/bin/python -m bench.first_text [RATE ...] [--shape all|split]
+    .venv/bin/python -m bench.first_text --profile RATE
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import json
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -34,11 +42,11 @@ from aiohttp import web
 from bench import loadgen, profile
 from bench.cpu import postgres_cpu, process_cpu
 from bench.loadgen import TimedSlack
-from bench.stack import gateway
+from bench.roles import processes
 from tests.fakes.openai_api import Completion, OpenAIServer, RecordedRequest, reply_with_tool
 from tests.fakes.slack_api import Body, Params
 from tests.gateway.rig import BOT_TOKEN
-from tests.pg import server_dsn
+from tests.pg import create_database, server_dsn
 
 RATE = 100
 SECONDS = 10
@@ -49,6 +57,9 @@ ANSWER = "Streaming works: these words show while the model is still writing the
 # Streaming as deployed (appends at most once a second per message, the default), with
 # enough workers for every reply streaming at once (a stream holds its worker ~1.5 s).
 STREAMING = {"THREADGATE_STREAMING": "true", "THREADGATE_WORKERS": "200"}
+WORKERS = 2
+# (name, the roles of its processes): the first process takes the events.
+SHAPES = {"all": ("all",), "split": ("ingress", *("worker",) * WORKERS)}
 
 
 class Paced:
@@ -104,30 +115,44 @@ class StreamTimedSlack(TimedSlack):
 
 
 async def measure(
-    dsn: str, data: Path, run: int, rate: int = RATE, profile_to: Path | None = None
+    server: str,
+    data: Path,
+    run: int,
+    rate: int = RATE,
+    profile_to: Path | None = None,
+    shape: str = "all",
 ) -> dict[str, Any]:
+    dsn = await create_database(server, f"bench_first{run}_{shape}")
     async with StreamTimedSlack(bot_token=BOT_TOKEN) as slack, OpenAIServer() as model:
         slack.add_user("U0A1B2C3D4E", name="ada", display_name="Ada")
         model.default = paced
-        async with gateway(dsn, f"first{run}", slack, model, data, STREAMING) as gw:
-            await loadgen.open_loop(gw.events_url, WARMUP, WARMUP)
+        async with processes(dsn, SHAPES[shape], slack, model, data, STREAMING) as running:
+            url = running[0].events_url
+            pids = [p.proc.pid for p in running if p.proc is not None]
+            warm = await loadgen.open_loop(url, WARMUP, WARMUP)
+            warm_threads = {s.thread_ts for s in warm}
+            with contextlib.suppress(AssertionError):  # the run's own figures tell
+                await slack.wait_until(lambda: warm_threads <= slack.stopped.keys(), 30)
             spy = None
-            assert gw.proc is not None
             if profile_to is not None:
-                spy = await profile.start(gw.proc.pid, profile_to, SECONDS)
-            # Which process was busy: the gateway, Postgres, or this one (the fake model
-            # streaming every reply, the fake Slack, the load generator), in cores.
-            cpu0 = (process_cpu(gw.proc.pid), postgres_cpu(), process_cpu(os.getpid()))
+                spy = await profile.start(pids[-1], profile_to, SECONDS)
+
+            def cpu() -> tuple[float, float, float]:
+                # Which process was busy: the gateway's, Postgres, or this one (the fake
+                # model streaming every reply, the fake Slack, the load generator).
+                ours = sum(process_cpu(pid) for pid in pids)
+                return ours, postgres_cpu(server), process_cpu(os.getpid())
+
+            cpu0 = cpu()
             started = time.perf_counter()
-            samples = await loadgen.open_loop(gw.events_url, rate, rate * SECONDS)
+            samples = await loadgen.open_loop(url, rate, rate * SECONDS)
             if spy is not None:
                 await spy.wait()
             threads = {s.thread_ts for s in samples}
             with contextlib.suppress(AssertionError):  # counted below, not required
                 await slack.wait_until(lambda: threads <= slack.stopped.keys(), 90)
             elapsed = time.perf_counter() - started
-            cpu1 = (process_cpu(gw.proc.pid), postgres_cpu(), process_cpu(os.getpid()))
-            cores = [(b - a) / elapsed for a, b in zip(cpu0, cpu1, strict=True)]
+            cores = [(b - a) / elapsed for a, b in zip(cpu0, cpu(), strict=True)]
     first = [
         (slack.first_text[s.thread_ts] - s.sent) * 1000
         for s in samples
@@ -141,6 +166,8 @@ async def measure(
     overhead = [ms - TTFT * 1000 for ms in first]
     return {
         "rate": rate,
+        "shape": shape,
+        "processes": len(SHAPES[shape]),
         "events": len(samples),
         "shown": len(first),
         "completed": len(whole),
@@ -153,15 +180,22 @@ async def measure(
         "ack_p99": loadgen.percentile([s.ack_ms for s in samples], 0.99),
         "sender_lag_ms": loadgen.sender_lag_ms(samples),
         "cores": dict(zip(("gateway", "postgres", "bench"), cores, strict=True)),
+        # CPU per answered event, in ms: what says whether a rate fits on the machine.
+        "cpu_ms_per_event": {
+            name: round(share * elapsed * 1000 / max(len(samples), 1), 2)
+            for name, share in zip(("gateway", "postgres", "bench"), cores, strict=True)
+        },
     }
 
 
-async def run_all(
-    dsn: str, data: Path, rates: tuple[int, ...] = (1, 10, 25, RATE)
-) -> dict[str, Any]:
+# The rates `make bench` runs in one process, then the split shape at the target's rate.
+RUNS = (*(("all", r) for r in (1, 10, 25, 50, RATE)), ("split", RATE))
+
+
+async def run_all(dsn: str, data: Path, runs: tuple[tuple[str, int], ...] = RUNS) -> dict[str, Any]:
     results = []
-    for run, rate in enumerate(rates):
-        figures = await measure(dsn, data, run, rate)
+    for run, (shape, rate) in enumerate(runs):
+        figures = await measure(dsn, data, run, rate, shape=shape)
         print(f"  first-text run {run}: {figures}", flush=True)
         results.append(figures)
     return {
@@ -169,21 +203,33 @@ async def run_all(
         "seconds": SECONDS,
         "ttft_ms": TTFT * 1000,
         "tokens_per_second": TOKENS_PER_SECOND,
+        "workers": WORKERS,
         "runs": results,
     }
 
 
-async def main() -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        if sys.argv[1:2] == ["--profile"]:
-            out = Path(tmp) / "first_text.raw"
-            rate = int(sys.argv[2])
-            print(await measure(await server_dsn(Path(tmp)), Path(tmp), 0, rate, out))
-            print(json.dumps(profile.summarize(out), indent=1))
-            return
-        rates = tuple(int(r) for r in sys.argv[1:]) or (1, 10, 25, RATE)
-        await run_all(await server_dsn(Path(tmp)), Path(tmp), rates)
+def main() -> None:
+    p = argparse.ArgumentParser(prog="python -m bench.first_text", description=__doc__)
+    p.add_argument("rates", nargs="*", type=int, help="events/s (default: make bench's runs)")
+    p.add_argument("--shape", choices=sorted(SHAPES), default="all")
+    p.add_argument("--profile", action="store_true", help="py-spy the last process (one rate)")
+    args = p.parse_args()
+
+    async def run() -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            server = await server_dsn(Path(tmp))
+            if args.profile:
+                out = Path(tmp) / "first_text.raw"
+                rate = args.rates[0] if args.rates else RATE
+                print(await measure(server, Path(tmp), 0, rate, out, args.shape))
+                print(json.dumps(profile.summarize(out), indent=1))
+                print(json.dumps(profile.by_caller(out), indent=1))
+                return
+            runs = tuple((args.shape, r) for r in args.rates) or RUNS
+            await run_all(server, Path(tmp), runs)
+
+    asyncio.run(run())
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    main()

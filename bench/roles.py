@@ -16,7 +16,7 @@ import argparse
 import asyncio
 import contextlib
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -40,10 +40,15 @@ SHAPES = (("all", ("all",)), ("split", ("ingress", *("worker",) * WORKERS)))
 
 @contextlib.asynccontextmanager
 async def processes(
-    dsn: str, roles: tuple[str, ...], slack: TimedSlack, model: OpenAIServer, data: Path
+    dsn: str,
+    roles: tuple[str, ...],
+    slack: TimedSlack,
+    model: OpenAIServer,
+    data: Path,
+    overrides: Mapping[str, str] | None = None,
 ) -> AsyncIterator[list[GatewayProcess]]:
     """`threadgate serve --role R` for each of `roles`, on one database; stopped on exit."""
-    env = {**gateway_env(slack, model, dsn), **NO_GUARD_RAILS}
+    env = {**gateway_env(slack, model, dsn), **NO_GUARD_RAILS, **(overrides or {})}
     started: list[GatewayProcess] = []
     try:
         for role in roles:
