@@ -193,6 +193,7 @@ class LiveMessages:
         self._steps: dict[str, list[Step]] = {}
         self._senders: set[asyncio.Task[None]] = set()
         self._sending: set[str] = set()  # acknowledgments with a sender running
+        self._opening: dict[str, asyncio.Event] = {}  # senders waiting for their row to open
 
     async def client_for(self, address: Mapping[str, str]) -> AsyncWebClient:
         """The client of the workspace `address` is in (gateway/workspaces.py)."""
@@ -209,6 +210,12 @@ class LiveMessages:
         log.info("Slack refused a stream in %s (%s): replies post whole", address["channel"], error)
         if error in _NOT_HERE:
             self._refused[address["channel"]] = time.monotonic() + self.settings.refusal_seconds
+
+    def opened(self, message_id: str) -> None:
+        """This process opened the row of `message_id`: its card updates go out now."""
+        wake = self._opening.get(message_id)
+        if wake is not None:
+            wake.set()
 
     async def step(self, task: Task, message_id: str, step: Step) -> None:
         """Update a card of the acknowledgment `message_id` (display only, never waits).
@@ -248,18 +255,29 @@ class LiveMessages:
 
     async def _open_ts(self, message_id: str) -> str | None:
         """The ts of the acknowledgment once its row is open; None if it does not open
-        within the call limit (posted whole, completed, or its start failed)."""
+        within the call limit (posted whole, completed, or its start failed).
+
+        The row is looked at again when this process opens it (`opened`: at once, so a
+        subtask that ends quickly still shows "in progress" first), and otherwise at
+        growing intervals, up to a second: another process may be the one opening it."""
+        wake = self._opening.setdefault(message_id, asyncio.Event())
         pause = 0.05
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(self.outbox.call_seconds):
-                while True:
-                    shown = await self.outbox.shown_at(message_id)
-                    if shown is not None and shown[0] == "open" and shown[1] is not None:
-                        return shown[1]
-                    if shown is not None and shown[0] == "sent":
-                        return None
-                    await asyncio.sleep(pause)  # polling a row that is being written now
-                    pause = min(pause * 2, 1.0)
+        try:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.outbox.call_seconds):
+                    while True:
+                        wake.clear()
+                        shown = await self.outbox.shown_at(message_id)
+                        if shown is not None and shown[0] == "open" and shown[1] is not None:
+                            return shown[1]
+                        if shown is not None and shown[0] == "sent":
+                            return None
+                        with contextlib.suppress(TimeoutError):
+                            async with asyncio.timeout(pause):
+                                await wake.wait()
+                        pause = min(pause * 2, 1.0)
+        finally:
+            self._opening.pop(message_id, None)
         return None
 
     async def aclose(self) -> None:
@@ -452,6 +470,7 @@ class SlackDraft:
             return False
         self.ts = ts
         await live.outbox.opened(self._post_id, task.attempts, self.ts)
+        live.opened(self._post_id)
         live.on_visible(task)
         return True
 

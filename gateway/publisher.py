@@ -296,6 +296,8 @@ class SlackPublisher:
             await self._outbox.call_ended(post_id, task.attempts, posted=None)
             raise _Unsettled from exc
         await self._outbox.opened(post_id, task.attempts, ts)
+        assert self._live is not None
+        self._live.opened(post_id)  # card updates waiting for this ts go out now
         self._shown(task)
         return True
 
