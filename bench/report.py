@@ -206,6 +206,7 @@ def _summary(r: dict[str, Any]) -> str:
             rep99 <= 50,
         ),
         ("sustained throughput (30 s)", f"{best}/s", "—", "—", "≥ 300/s", best >= 300),
+        *_first_text_rows(r),
         (
             "round latency, 10k vs 10 msgs",
             f"{long['reply_ms']:.1f} ms",
@@ -266,6 +267,23 @@ def _summary(r: dict[str, Any]) -> str:
         for a, b, c, d, e, ok in rows
     ]
     return "\n".join(lines)
+
+
+def _first_text_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str, str, bool]]:
+    """Summary rows: first-text overhead at the target's rate, one row per shape."""
+    f = r.get("first_text") or {}
+    return [
+        (
+            f"first text − TTFT, p99 @{run['rate']}/s ({run.get('shape', 'all')})",
+            f"{run['overhead_p99']:,.0f} ms",
+            "—",
+            "—",
+            "≤ 300 ms",
+            run["overhead_p99"] <= 300,
+        )
+        for run in f.get("runs", [])
+        if run["rate"] == f.get("rate")
+    ]
 
 
 def _cpu(r: dict[str, Any]) -> str:
@@ -345,26 +363,41 @@ def _first_text(r: dict[str, Any]) -> str:
         "",
         f"The fake model answers after {f['ttft_ms']:.0f} ms (time to first token), then streams",
         f"at {f['tokens_per_second']:.0f} SSE events/s; overhead = event sent → first",
-        "`chat.startStream` with text at Slack, minus that time. Target: overhead ≤ 300 ms.",
+        "`chat.startStream` with text at Slack, minus that time. Target: overhead ≤ 300 ms at",
+        f"{f['rate']} events/s. Shape `all` is one `threadgate serve`; `split` is an ingress and",
+        f"{f.get('workers', 2)} worker processes (`serve --role`).",
         "",
-        "| events/s | events | shown | completed | overhead p50 | p95 | p99 | whole reply p50 | ack p99 | cores: gateway, Postgres, fakes |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| shape | events/s | events | shown | completed | overhead p50 | p95 | p99 | whole reply p50 | ack p99 | cores: gateway, Postgres, fakes | CPU ms per event: gateway, Postgres, fakes |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for run in f["runs"]:
         cores = run.get("cores") or {}
-        busy = (
-            ", ".join(f"{cores[k]:.2f}" for k in ("gateway", "postgres", "bench")) if cores else "—"
-        )
+        per = run.get("cpu_ms_per_event") or {}
+        parts = ("gateway", "postgres", "bench")
+        busy = ", ".join(f"{cores[k]:.2f}" for k in parts) if cores else "—"
+        cost = ", ".join(f"{per[k]:.1f}" for k in parts) if per else "—"
         lines.append(
-            f"| {run['rate']} | {run['events']} | {run['shown']} | {run['completed']} |"
-            f" {run['overhead_p50']:.0f} | {run['overhead_p95']:.0f} | {run['overhead_p99']:.0f} |"
-            f" {run['whole_p50']:.0f} | {run['ack_p99']:.0f} | {busy} |"
+            f"| {run.get('shape', 'all')} | {run['rate']} | {run['events']} | {run['shown']} |"
+            f" {run['completed']} | {run['overhead_p50']:.0f} | {run['overhead_p95']:.0f} |"
+            f" {run['overhead_p99']:.0f} | {run['whole_p50']:.0f} | {run['ack_p99']:.0f} |"
+            f" {busy} | {cost} |"
         )
     lines.append(
-        "\nAll times in ms. Cores: CPU seconds per second of the run, for the gateway process,"
-        " Postgres, and the benchmark process (the fake model streaming every reply, the fake"
-        " Slack, the load generator); the machine has 2."
+        "\nAll times in ms. Cores: CPU seconds per second of the run, for the gateway's"
+        " processes, Postgres, and the benchmark process (the fake model streaming every reply,"
+        " the fake Slack, the load generator); the machine has"
+        f" {r.get('machine', {}).get('cores', '?')}."
     )
+    met = [run["rate"] for run in f["runs"] if run["overhead_p99"] <= 300]
+    need = [run for run in f["runs"] if run["rate"] == f["rate"] and run.get("cpu_ms_per_event")]
+    if met:
+        lines.append(f"\nThe target holds (p99 ≤ 300 ms) up to {max(met)} events/s in this run.")
+    for run in need:
+        total = sum(run["cpu_ms_per_event"].values())
+        lines.append(
+            f"At {run['rate']} events/s in shape `{run.get('shape', 'all')}` the parts together"
+            f" need {total:.1f} ms of CPU per event, {run['rate'] * total / 1000:.1f} cores."
+        )
     return "\n".join(lines)
 
 
