@@ -32,6 +32,19 @@ it gets wrong for us is corrected here, and nothing more:
 - Credentials in the base URL are sent as httpx sends them (its Basic header), never again
   in the URL, which aiohttp would refuse; a header aiohttp will not send (a key with a line
   break) is `LocalProtocolError`, as with httpx's own transport.
+
+Two choices are ours, for streams:
+
+- **An event stream is read at most every `STREAM_PACE` seconds.** A model sends an SSE
+  event every few characters, and waking the whole reading pipeline (httpx's decoders,
+  httpx-sse, the provider's reader, the task) for each one was most of the CPU a streamed
+  reply cost (bench/first_text.py's profile). Between reads aiohttp buffers what arrives,
+  and the next read takes all of it. What reaches Slack does not change (a reply is
+  appended at most once a second); its first words can show up to `STREAM_PACE` later.
+- **The pool holds as many connections as the process may hold model requests**: at least
+  httpx's default of 100, and twice `THREADGATE_WORKERS` when that is more (a worker holds
+  one model request at a time; compaction's summaries come on top). With more workers
+  than connections, a stream waited for another to end before its first token.
 """
 
 from __future__ import annotations
@@ -49,20 +62,28 @@ from yarl import URL
 
 # httpx's own defaults, which the provider's client had before this transport.
 DEFAULT_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=20)
+# Seconds between two reads of an event stream (module docstring): 20 reads a second.
+STREAM_PACE = 0.05
 
 
-def model_transport(base_url: str) -> httpx.AsyncBaseTransport:
-    """The transport for a provider at `base_url` (`ProviderSettings.transport`)."""
-    return ModelTransport(base_url=base_url)
+def model_transport(base_url: str, workers: int = 0) -> httpx.AsyncBaseTransport:
+    """The transport for a provider at `base_url` (`ProviderSettings.transport`), for a
+    process running `workers` tasks at once."""
+    most = max(DEFAULT_LIMITS.max_connections or 0, 2 * workers)
+    limits = httpx.Limits(max_connections=most, max_keepalive_connections=most)
+    return ModelTransport(base_url=base_url, limits=limits, stream_pace=STREAM_PACE)
 
 
 class ModelTransport(AiohttpTransport):
     """An httpx transport over one lazily made aiohttp session, for one provider."""
 
-    def __init__(self, *, base_url: str, limits: httpx.Limits = DEFAULT_LIMITS) -> None:
+    def __init__(
+        self, *, base_url: str, limits: httpx.Limits = DEFAULT_LIMITS, stream_pace: float = 0.0
+    ) -> None:
         super().__init__(limits=limits, proxy=_env_proxy(base_url))
         slots = limits.max_connections
         self._slots = asyncio.Semaphore(slots) if slots is not None else None
+        self._stream_pace = stream_pace
 
     def get_client(self) -> aiohttp.ClientSession:
         """The session, made on the first request (called by `handle_async_request`)."""
@@ -93,7 +114,9 @@ class ModelTransport(AiohttpTransport):
             release()  # a failed or cancelled request: aiohttp closed its connection
             raise
         assert isinstance(response.stream, httpx.AsyncByteStream)  # httpx_aiohttp's stream
-        response.stream = _ReleasingStream(response.stream, release)
+        events = response.headers.get("content-type", "").startswith("text/event-stream")
+        pace = self._stream_pace if events else 0.0
+        response.stream = _ReleasingStream(response.stream, release, pace)
         return response
 
     async def _acquire(self, seconds: float | None) -> None:
@@ -118,17 +141,23 @@ class ModelTransport(AiohttpTransport):
 
 
 class _ReleasingStream(httpx.AsyncByteStream):
-    """The response body: errors mapped like the request's, and the pool slot given back
-    when httpx closes the response (read to the end, or closed early)."""
+    """The response body: errors mapped like the request's, the pool slot given back when
+    httpx closes the response (read to the end, or closed early), and with `pace`, a
+    pause after each chunk so that the next read takes everything that came meanwhile."""
 
-    def __init__(self, inner: httpx.AsyncByteStream, release: Callable[[], None]) -> None:
+    def __init__(
+        self, inner: httpx.AsyncByteStream, release: Callable[[], None], pace: float = 0.0
+    ) -> None:
         self._inner = inner
         self._release = release
+        self._pace = pace
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         with _remapped():
             async for chunk in self._inner:
                 yield chunk
+                if self._pace:
+                    await asyncio.sleep(self._pace)
 
     async def aclose(self) -> None:
         # aiohttp keeps the connection only if the body was read to its end; a response

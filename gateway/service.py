@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
@@ -127,7 +128,7 @@ def provider_settings(settings: Settings) -> ProviderSettings:
         gateway_header=settings.threadgate_gateway_header,
         gateway_token=settings.threadgate_gateway_token,
         timeout=settings.threadgate_model_timeout_seconds,
-        transport=model_transport,
+        transport=functools.partial(model_transport, workers=settings.threadgate_workers),
     )
 
 

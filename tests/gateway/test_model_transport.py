@@ -22,7 +22,7 @@ from pydantic import SecretStr
 
 from agent.core.errors import Route, TransientModelError
 from agent.models.providers.provider import OpenAIProvider
-from gateway.model_transport import AIOHTTP_ERRORS, ModelTransport, httpx_error
+from gateway.model_transport import AIOHTTP_ERRORS, ModelTransport, httpx_error, model_transport
 from tests.fakes.openai_api import (
     Completion,
     Gated,
@@ -211,6 +211,59 @@ async def test_streaming_is_incremental() -> None:
                 release.set()
                 rest = [event async for event in events]
     assert [e.data for e in first + rest] == [c.decode()[6:-2] for c in completion.chunks()]
+
+
+@dataclass(frozen=True)
+class AfterTheFirstRead:
+    """Stream the first SSE event; once `read` is set (the reader has it), the rest, in one
+    write each."""
+
+    completion: Completion
+    read: asyncio.Event
+
+    async def send(self, request: web.Request, seen: RecordedRequest) -> web.StreamResponse:
+        response = web.StreamResponse(status=200)
+        response.content_type = "text/event-stream"
+        await response.prepare(request)
+        first, *rest = self.completion.chunks()
+        await response.write(first)
+        await self.read.wait()
+        for chunk in rest:
+            await response.write(chunk)
+        await response.write_eof()
+        return response
+
+
+async def test_an_event_stream_is_read_in_paced_batches() -> None:
+    """With a pace, what arrives while the reader pauses is taken in one read: the events
+    the server writes one by one after the first read reach the reader as one chunk."""
+    read = asyncio.Event()
+    completion = Completion(text="one two three four five six seven")
+    async with OpenAIServer() as server:
+        server.script(AfterTheFirstRead(completion, read))
+        # A whole second of pause: far more than the server needs to write the rest.
+        transport = ModelTransport(base_url=server.url, stream_pace=1.0)
+        async with httpx.AsyncClient(base_url=server.url, transport=transport) as http:
+            async with asyncio.timeout(DEADLINE):
+                async with http.stream("POST", "/chat/completions", json={"stream": True}) as r:
+                    chunks = []
+                    async for chunk in r.aiter_raw():
+                        chunks.append(chunk)
+                        read.set()
+    assert len(completion.chunks()) > 2
+    assert b"".join(chunks) == b"".join(completion.chunks())
+    assert len(chunks) == 2
+
+
+def test_the_pool_holds_a_model_request_for_every_worker() -> None:
+    """At least httpx's default of 100 connections, and two per worker beyond that."""
+    few, many = (
+        model_transport("http://127.0.0.1:9", 16),
+        model_transport("http://127.0.0.1:9", 300),
+    )
+    assert isinstance(few, ModelTransport) and isinstance(many, ModelTransport)
+    assert few.limits.max_connections == 100
+    assert many.limits.max_connections == 600
 
 
 async def test_closing_a_stream_early_gives_the_connection_back() -> None:
