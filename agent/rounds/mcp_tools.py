@@ -26,17 +26,20 @@ data like every other tool result.
 Nothing a server does can crash a round: a tool error (`isError`), a protocol error, a
 dead connection and a timeout all become failed tool results. The secrets of a server's
 config (its `${VAR}` values, headers and env) are replaced in every error text before it
-reaches a log line or the model.
+reaches a log line or the model, and in what a stdio server writes on its stderr: that
+goes through a pipe into our log, a line at a time and named after the server, never
+straight to the gateway's own stderr, where a server printing its token would show it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
+import os
 import re
-import sys
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass
@@ -57,6 +60,7 @@ from agent.rounds.tools import ToolContext, ToolRegistry, WorkTool
 log = logging.getLogger(__name__)
 
 REDACTED = "[redacted]"
+_STDERR_CHUNK = 65536  # bytes read from a stdio server's stderr at once
 _TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 _NOT_IN_NAME = re.compile(r"[^a-zA-Z0-9_-]")
 # One SSE event carries one whole tool result; the SDK's default (1 MiB) would fail a
@@ -185,13 +189,58 @@ class McpConnection:
         if not self._stopping:
             log.warning("MCP server %s: the connection was lost; reconnecting", self.name)
 
+    def _stderr_relay(self, stack: AsyncExitStack) -> TextIO:
+        """The write end of a pipe for the server's stderr, whose lines `_relay` logs. On
+        `stack`'s exit — after the server's, which was entered later — the write end is
+        closed and the last lines read; a grandchild still holding the pipe (a server
+        started through `npx`) is not waited for past a second."""
+        read_end, write_end = os.pipe()
+        errlog = os.fdopen(write_end, "w")
+        relay = asyncio.create_task(self._relay(read_end), name=f"mcp-stderr-{self.name}")
+
+        async def close() -> None:
+            errlog.close()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(1.0):
+                    await asyncio.shield(relay)
+            relay.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await relay
+
+        stack.push_async_callback(close)
+        return errlog
+
+    async def _relay(self, read_end: int) -> None:
+        reader = asyncio.StreamReader()
+        pipe = os.fdopen(read_end, "rb", buffering=0)
+        loop = asyncio.get_running_loop()
+        transport, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader), pipe
+        )
+        try:
+            pending = b""
+            while chunk := await reader.read(_STDERR_CHUNK):
+                *lines, pending = (pending + chunk).split(b"\n")
+                if len(pending) > _STDERR_CHUNK:  # a line without end: logged in pieces
+                    lines, pending = [*lines, pending], b""
+                for line in lines:
+                    self._say(line)
+            self._say(pending)
+        finally:
+            transport.close()
+
+    def _say(self, line: bytes) -> None:
+        text = line.decode(errors="replace").rstrip()
+        if text:
+            log.info("MCP server %s: %s", self.name, self.redact(text))
+
     def _transport(self, stack: AsyncExitStack) -> AbstractAsyncContextManager[Any]:
         c = self.config
         if c.command is not None:
             params = StdioServerParameters(
                 command=c.command, args=list(c.args), env=dict(c.env) or None, cwd=c.cwd
             )
-            return stdio_client(params, errlog=self._errlog or sys.stderr)
+            return stdio_client(params, errlog=self._errlog or self._stderr_relay(stack))
         assert c.url is not None  # the config has one or the other
         client = httpx2.AsyncClient(
             headers=c.headers, timeout=httpx2.Timeout(self._connect_seconds, read=300.0)

@@ -222,6 +222,27 @@ async def test_a_secret_from_the_environment_is_used_but_never_shown(
     assert TOKEN not in caplog.text
 
 
+async def test_a_stdio_servers_stderr_is_logged_with_its_secrets_replaced(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """What a stdio server writes on stderr reaches our log, named after the server and
+    with the config's secrets replaced, and never the process's own stderr."""
+    caplog.set_level(logging.INFO)
+    env = {"FAKE_MCP_GOT_TOKEN": "${FAKE_TOKEN}", "FAKE_MCP_SAY": "up; my token: {token}"}
+    entry = stdio_entry(tmp_path / "pid", env=env, allowedTools=ALLOWED)
+    config = parse_mcp_config({"mcpServers": {"fake": entry}}, {"FAKE_TOKEN": TOKEN})
+    clients = McpClients(config, builtin_tools(), Connecting(Backoff(0.05, 0.5)))
+    clients.start()
+    try:
+        await clients.wait_settled(60)
+        await eventually(lambda: "up; my token" in caplog.text)
+    finally:
+        await clients.aclose()
+    assert "MCP server fake: up; my token: [redacted]" in caplog.text
+    assert TOKEN not in caplog.text
+    assert TOKEN not in capfd.readouterr().err
+
+
 async def test_sub_agents_get_the_servers_their_type_is_given(tmp_path: Path) -> None:
     """With `"subtasks": {"research": {"servers": ["fake"]}}` a research sub-agent is
     offered the server's tools; another subtask type and the task's rounds differ."""

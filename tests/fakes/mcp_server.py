@@ -13,7 +13,9 @@ Tools: `echo` (returns its text), `slow` (sleeps `seconds`, then answers), `huge
 the server received the token the test configured — never the token itself) and `hidden`
 (a tool tests leave out of the allowlist).
 
-Environment: `FAKE_MCP_PIDFILE` — the server writes its pid there at start, so a test can
+Environment: `FAKE_MCP_SAY` — a line the server writes on its stderr at start, `{token}`
+in it replaced by the token it got (a server careless with its credential).
+`FAKE_MCP_PIDFILE` — the server writes its pid there at start, so a test can
 kill it (the stdio client spawns a new one on reconnect; an HTTP server is started again
 by the test). `FAKE_MCP_TOKEN` — over stdio, the value `token_is_set` checks the env var
 `FAKE_MCP_GOT_TOKEN` against; over HTTP, the bearer token every request must carry (401
@@ -101,6 +103,9 @@ def main() -> None:
     args = parser.parse_args()
     if pidfile := os.environ.get("FAKE_MCP_PIDFILE"):
         Path(pidfile).write_text(str(os.getpid()))
+    if say := os.environ.get("FAKE_MCP_SAY"):
+        token = os.environ.get("FAKE_MCP_GOT_TOKEN", "")
+        print(say.replace("{token}", token), file=sys.stderr, flush=True)
     if args.http is not None:
         asyncio.run(serve_http(args.http))
     else:
