@@ -1,22 +1,23 @@
 """Benchmark: a round in a 10,000-message thread costs what it costs in a 10-message thread.
 
-Two threads are seeded directly in Postgres (SQL, as the storage layer stores them: user
-turns and replies, each reply anchored to its turn), then mentions are sent into each
-thread in turn, waiting for each reply. Measured: event → reply latency and the bytes of
-the request the model received. Seeded messages are `TEXT_CHARS` long so that the
-10-message thread already fills the history window (`THREADGATE_HISTORY_CHARS`, 24,000 by
-default): the comparison isolates what the *length of the table* costs, not the window
-size. (With short messages the small thread would simply send fewer bytes — the window
-is a cap, not a constant.)
+Threads are seeded directly in Postgres (SQL, as the storage layer stores them: user turns
+and replies, each reply anchored to its turn), then mentions are sent into each thread in
+turn, waiting for each reply. Measured: event → reply latency, the bytes of the request
+the model received, and the bytes of any summary request the round needed.
 
-Compaction is on (the default): what outgrows the window is summarized before a round,
-so each thread also costs summary requests. The model answers them with a summary of a
-fixed size; their bytes are reported as `summary_bytes` (the largest per thread), and
-must not grow with the thread either: a summary request holds at most the history budget
-of dropped messages and the previous summary. The seeded 10,000-message thread has a
-backlog no summary ever covered: each message summarizes the next budget's worth of it,
-oldest first (one extra bounded request per message until it has caught up); a thread that
-grows message by message is compacted once per half a window of new conversation.
+Compaction is on (the default), so a thread's window is its latest summary and the
+messages after it, and what it shows depends on where the thread is in its compaction
+cycle: right after a summary, half a window; just before the next, a whole one. Comparing
+a thread just compacted with one about to be would measure that cycle, not the length of
+the table. So the two threads of the target are seeded in the same state, the one every
+thread that grew through the gateway is in: a summary (of the size the fake model writes)
+covering all but the last `RECENT` messages, each `TEXT_CHARS` long. Their windows then
+hold the same text, and the 10,000-message thread differs only in the rows behind it.
+
+A third thread, `10000-backlog`, has 10,000 messages and no summary, as a thread stored
+before compaction existed would: each round summarizes the next window's worth of its
+backlog, oldest first (one extra bounded request per message until it has caught up). Its
+figures say what that catching up costs; they are not the target's.
 
     .venv/bin/python -m bench.flat_cost
 """
@@ -45,10 +46,13 @@ from tests.fakes.slack_events import (
 from tests.gateway.rig import SECRET, echo
 from tests.pg import server_dsn
 
-SIZES = (10, 10_000)
+# (name, messages, seeded with a summary of all but the last RECENT messages)
+THREADS = (("10", 10, True), ("10000", 10_000, True), ("10000-backlog", 10_000, False))
 TEXT_CHARS = 2_500
+RECENT = 6
 ROUNDS = 5
 SUMMARY_PROMPT = b"You keep the memory of a long conversation"
+SUMMARY = "The conversation so far: " + "y" * 2_000
 
 _SEED = """
 INSERT INTO messages (id, session_id, anchor, role, kind, text)
@@ -64,8 +68,19 @@ WHERE session_id = $1
 """
 
 
-async def seed(dsn: str, size: int) -> str:
-    """A thread of `size` messages stored as if answered turn by turn; returns its root ts."""
+# A summary of all but the last $2 messages, as compaction stores one.
+_SUMMARIZE = """
+INSERT INTO summaries (session_id, covers_from_seq, covers_to_seq, text)
+SELECT $1, min(seq), max(seq), $3 FROM (
+    SELECT seq FROM messages WHERE session_id = $1 ORDER BY seq
+    LIMIT (SELECT count(*) FROM messages WHERE session_id = $1) - $2
+) AS covered
+"""
+
+
+async def seed(dsn: str, size: int, summarized: bool) -> str:
+    """A thread of `size` messages stored as if answered turn by turn, with a summary of
+    all but the last `RECENT` if `summarized`; returns its root ts."""
     root = new_ts()
     session = f"T1:{DEFAULT_CHANNEL}:{root}"
     conn = await asyncpg.connect(dsn)
@@ -74,6 +89,8 @@ async def seed(dsn: str, size: int) -> str:
             await conn.execute("INSERT INTO sessions (id) VALUES ($1)", session)
             await conn.execute(_SEED, session, size, TEXT_CHARS)
             await conn.execute(_ANCHOR, session)
+            if summarized:
+                await conn.execute(_SUMMARIZE, session, RECENT, SUMMARY)
         await conn.execute("ANALYZE messages")
     finally:
         await conn.close()
@@ -103,29 +120,31 @@ async def one_round(
 def summarizing(seen: RecordedRequest) -> Reply:
     """Echo, and a summary of a fixed size for compaction's requests."""
     if SUMMARY_PROMPT in seen.raw:
-        return Completion(text="The conversation so far: " + "y" * 2_000)
+        return Completion(text=SUMMARY)
     return echo(seen)
 
 
 async def run_all(dsn: str, data: Path) -> dict[str, Any]:
     async with fakes() as (slack, model), gateway(dsn, "flat", slack, model, data) as gw:
         model.default = summarizing
-        roots = {size: await seed(database_url(gw), size) for size in SIZES}
-        seen: dict[int, list[tuple[float, int, int]]] = {size: [] for size in SIZES}
-        await one_round(gw.events_url, slack, model, roots[SIZES[0]], -1)  # warm-up
+        roots = {name: await seed(database_url(gw), n, sm) for name, n, sm in THREADS}
+        seen: dict[str, list[tuple[float, int, int]]] = {name: [] for name, _, _ in THREADS}
+        await one_round(gw.events_url, slack, model, roots[THREADS[0][0]], -1)  # warm-up
         for n in range(ROUNDS):
-            for size in SIZES if n % 2 == 0 else reversed(SIZES):
-                seen[size].append(await one_round(gw.events_url, slack, model, roots[size], n))
+            for name, _, _ in THREADS if n % 2 == 0 else reversed(THREADS):
+                seen[name].append(await one_round(gw.events_url, slack, model, roots[name], n))
     figures = {
-        size: {
-            "reply_ms": loadgen.median([lat for lat, _, _ in rounds]),
-            "bytes": loadgen.median([float(b) for _, b, _ in rounds]),
-            "max_bytes": max(b for _, b, _ in rounds),
-            "summary_bytes": max(b for _, _, b in rounds),
+        name: {
+            "messages": size,
+            "summarized": summarized,
+            "reply_ms": loadgen.median([lat for lat, _, _ in seen[name]]),
+            "bytes": loadgen.median([float(b) for _, b, _ in seen[name]]),
+            "max_bytes": max(b for _, b, _ in seen[name]),
+            "summary_bytes": max(b for _, _, b in seen[name]),
         }
-        for size, rounds in seen.items()
+        for name, size, summarized in THREADS
     }
-    return {"text_chars": TEXT_CHARS, "rounds": ROUNDS, "threads": figures}
+    return {"text_chars": TEXT_CHARS, "recent": RECENT, "rounds": ROUNDS, "threads": figures}
 
 
 async def main() -> None:
