@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from itertools import groupby
 from typing import Any, Literal, TypeAlias
 
 from agent.core.images import Image
@@ -196,6 +197,38 @@ def events_of(response: ModelResponse) -> Iterator[StreamEvent]:
         yield ToolCallDelta(index, call.raw_arguments)
         yield ToolCallEnd(index)
     yield Finish(response.finish_reason, response.usage)
+
+
+def join_deltas(events: Iterable[StreamEvent]) -> list[StreamEvent]:
+    """`events` with each run of adjacent `TextDelta`s, and each run of adjacent
+    `ToolCallDelta`s of one call, joined into one event. Nothing is reordered, so the
+    joined events fold (and tap) to exactly what `events` do. A reader joins what one read
+    of the wire brought: a model sends a delta every few characters, and every event handed
+    on costs the same however short it is."""
+    return [_joined(list(run)) for _, run in groupby(events, _run)]
+
+
+def _run(event: StreamEvent) -> tuple[object, ...]:
+    """Equal for the adjacent events that join; any other event is a run of its own."""
+    match event:
+        case TextDelta():
+            return ("text",)
+        case ToolCallDelta(index=index):
+            return ("arguments", index)
+        case _:
+            return ("alone", id(event))
+
+
+def _joined(run: list[StreamEvent]) -> StreamEvent:
+    first = run[0]
+    if len(run) == 1:
+        return first
+    # A run holds one kind of event (`_run`); the isinstance filters only tell mypy so.
+    if isinstance(first, TextDelta):
+        return TextDelta("".join(e.text for e in run if isinstance(e, TextDelta)))
+    assert isinstance(first, ToolCallDelta)
+    pieces = (e.arguments for e in run if isinstance(e, ToolCallDelta))
+    return ToolCallDelta(first.index, "".join(pieces))
 
 
 @dataclass(slots=True)

@@ -4,11 +4,13 @@ as start, fragments, end per call — whatever order the server sent the pieces 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import httpx
 import pytest
 from httpx_sse import ServerSentEvent
 from hypothesis import given
@@ -23,22 +25,28 @@ from agent.core.errors import (
     Route,
 )
 from agent.models.contract import (
+    MessageStart,
     Model,
     ModelRequest,
     ModelResponse,
     StreamAccumulator,
     StreamEvent,
+    TextDelta,
     ToolCall,
     ToolCallDelta,
     ToolCallEnd,
     ToolCallStart,
     UserMessage,
+    join_deltas,
 )
 from agent.models.ladder import AttemptLadder, Outcome
 from agent.models.providers.anthropic import AnthropicModel, AnthropicProvider
 from agent.models.providers.anthropic_wire import EventReader
+from agent.models.providers.http_model import read_stream
 from agent.models.providers.openai import OpenAIModel, OpenAIProvider
 from agent.models.providers.openai_wire import ChunkReader
+from agent.rounds.live_reply import ReplyTap
+from tests.agent.memory import MemoryDraft
 from tests.fakes.anthropic_api import AnthropicServer, events
 from tests.fakes.anthropic_api import Message as AnthropicMessage
 from tests.fakes.anthropic_api import reply_with_tool as anthropic_reply_with_tool
@@ -53,6 +61,7 @@ from tests.fakes.openai_api import (
 
 T = TypeVar("T")
 REQUEST = ModelRequest((UserMessage("hello"),))
+ROUTE = Route("openai", "m", 0)
 
 
 @dataclass(frozen=True)
@@ -119,6 +128,85 @@ def test_any_interleaving_folds_to_the_in_order_calls(
         streams.append([*own, ToolCallEnd(index)])
     assert fold(interleave(data, streams)) == fold(in_order(all_calls))
     assert fold(in_order(all_calls)) == tuple(c.expected() for c in all_calls)
+
+
+def stream_events() -> st.SearchStrategy[list[StreamEvent]]:
+    """Any mix of text, tool-call events of a few calls, and the rest, in any order."""
+    index = st.integers(0, 2)
+    return st.lists(
+        st.one_of(
+            st.builds(TextDelta, st.text(max_size=5)),
+            st.builds(ToolCallDelta, index, st.text(max_size=5)),
+            st.builds(ToolCallStart, index, st.just("call"), st.sampled_from(["final_reply", "x"])),
+            st.builds(ToolCallEnd, index),
+            st.builds(MessageStart, st.just("m")),
+        ),
+        max_size=30,
+    )
+
+
+def joinable(a: StreamEvent, b: StreamEvent) -> bool:
+    if isinstance(a, TextDelta) and isinstance(b, TextDelta):
+        return True
+    return isinstance(a, ToolCallDelta) and isinstance(b, ToolCallDelta) and a.index == b.index
+
+
+@given(stream_events())
+async def test_joined_deltas_fold_and_show_what_the_events_do(events: list[StreamEvent]) -> None:
+    """Joining adjacent deltas changes neither the folded answer nor what a reply's live
+    tap shows, and leaves no two adjacent events that could have been joined."""
+    joined = join_deltas(events)
+
+    def folded(stream: list[StreamEvent]) -> ModelResponse:
+        accumulator = StreamAccumulator()
+        for event in stream:
+            accumulator.feed(event)
+        return accumulator.result()
+
+    async def shown(stream: list[StreamEvent]) -> str:
+        draft = MemoryDraft()
+        tap = ReplyTap(draft)
+        for event in stream:
+            await tap(event)
+        return draft.visible
+
+    assert folded(joined) == folded(events)
+    assert await shown(joined) == await shown(events)
+    assert not any(joinable(a, b) for a, b in itertools.pairwise(joined))
+    assert [e for e in joined if not joinable(e, e)] == [e for e in events if not joinable(e, e)]
+
+
+async def test_what_one_read_brings_is_passed_on_joined() -> None:
+    """A call's argument fragments in one read of the wire are one delta; a
+    fragment in the next read is one more."""
+    head = [{"index": 0, "id": "call_1", "function": {"name": "final_reply", "arguments": ""}}]
+    pieces = [{"index": 0, "function": {"arguments": p}} for p in '{"text": "one two three"}']
+    first = sse(
+        *({"choices": [{"delta": {"tool_calls": [c]}}]} for c in head + pieces[:-1]), done=False
+    )
+    last = sse(
+        {"choices": [{"delta": {"tool_calls": [pieces[-1]]}}]},
+        {"choices": [{"delta": {}, "finish_reason": "tool_calls"}]},
+    )
+    response = httpx.Response(
+        200,
+        headers={"content-type": "text/event-stream"},
+        stream=Reads([b"".join(first), b"".join(last)]),
+    )
+    events = [e async for e in read_stream(ChunkReader("m"), response, ROUTE)]
+    deltas = [e for e in events if isinstance(e, ToolCallDelta)]
+    assert deltas == [ToolCallDelta(0, '{"text": "one two three"'), ToolCallDelta(0, "}")]
+
+
+class Reads(httpx.AsyncByteStream):
+    """A body that arrives in the given reads."""
+
+    def __init__(self, reads: list[bytes]) -> None:
+        self._reads = reads
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for read in self._reads:
+            yield read
 
 
 def test_a_late_start_names_fragments_that_came_before_it() -> None:

@@ -13,15 +13,10 @@ from __future__ import annotations
 import asyncio
 from abc import abstractmethod
 from collections.abc import AsyncIterator, Iterator
-from contextlib import aclosing
 from typing import Any, Protocol
 
 import httpx
-
-# The SSE framing is httpx-sse's. It replaced a decoder of our own: measured in one run
-# (bench/stream_parse.py) it is no slower, and a maintained library beats our own copy of
-# the WHATWG rules. What it leaves to the caller is in `read_stream`.
-from httpx_sse import EventSource, ServerSentEvent, SSEError
+from httpx_sse import ServerSentEvent
 
 from agent.core.errors import Route
 from agent.models.contract import (
@@ -32,6 +27,7 @@ from agent.models.contract import (
     StreamEvent,
     Watch,
     events_of,
+    join_deltas,
 )
 from agent.models.providers.classify import (
     StreamFailed,
@@ -42,6 +38,7 @@ from agent.models.providers.classify import (
     stream_failure,
 )
 from agent.models.providers.provider import Provider
+from agent.models.providers.sse_frames import SSEFrames, is_event_stream
 
 
 class StreamReader(Protocol):
@@ -132,34 +129,39 @@ async def read_stream(
     """The `StreamEvent`s of a 2xx streaming `response`, read by `reader`, until the reader
     is done (a server that keeps the connection open after its last event is not waited for).
 
+    Everything one read of the body brought is framed and read at once, and its deltas are
+    passed on joined (`SSEFrames`, `join_deltas`): the same answer in fewer, longer events.
+
     A cut connection, or a vendor error event that is transient (overloaded, a server
     error) or unrecognised, is a `StreamInterrupted` keeping the partial text; any other
-    error event is classified as its HTTP answer would be (`stream_failure`); a response that is not an event stream, or an event the reader cannot read, is
-    a malformed answer.
+    error event is classified as its HTTP answer would be (`stream_failure`); a response
+    that is not an event stream, or an event the reader cannot read, is a malformed answer.
+    The events read before a failure are passed on before it is raised.
     """
+    # A server that answered without streaming (a gateway's JSON error sent with status
+    # 200) will do so again: malformed, not a cut stream to retry.
+    if not is_event_stream(response):
+        raise not_an_event_stream(route, response.headers.get("content-type"))
     # SSE is always UTF-8, whatever charset the header names (WHATWG; browsers ignore it
     # too), and a leading byte-order mark is not part of the first field: `utf-8-sig`
     # decodes exactly that way, even when the mark is split across reads.
     response.encoding = "utf-8-sig"
+    frames = SSEFrames()
     try:
-        # aclosing: leaving early (done, or an error) closes httpx-sse's generators now,
-        # not whenever the garbage collector gets to them.
-        async with aclosing(EventSource(response).aiter_sse()) as events:
-            async for sse in events:
-                # httpx-sse dispatches at a blank line even when no `data` came, e.g. after
-                # every keep-alive comment once an `id` has been seen (the spec dispatches
-                # nothing then). An event without data carries nothing either format reads.
-                if not sse.data:
-                    continue
-                for event in reader.feed(sse):
-                    yield event
-                if reader.done:
-                    break
-    # Before httpx.HTTPError: httpx-sse's SSEError (the content type is not
-    # text/event-stream) is an httpx.TransportError, which would read as a cut stream and be
-    # retried; a server that answered without streaming will do so again.
-    except SSEError as exc:
-        raise not_an_event_stream(route, response.headers.get("content-type")) from exc
+        async for text in response.aiter_text():
+            events, failure = _read(reader, frames.feed(text))
+            for event in events:
+                yield event
+            if failure is not None:
+                raise failure
+            if reader.done:
+                break
+        else:
+            events, failure = _read(reader, frames.flush())
+            for event in events:
+                yield event
+            if failure is not None:
+                raise failure
     except httpx.HTTPError as exc:
         raise cut_stream(route, reader.partial_text, type(exc).__name__) from exc
     except StreamFailed as exc:
@@ -170,6 +172,29 @@ async def read_stream(
         raise cut_stream(route, reader.partial_text, "closed before the finish")
     for event in reader.end():
         yield event
+
+
+def _read(
+    reader: StreamReader, events: list[ServerSentEvent]
+) -> tuple[list[StreamEvent], StreamFailed | ValueError | None]:
+    """What `reader` makes of `events`, joined, up to its end or the failure that stopped
+    it (returned, for the caller to raise once it has passed on what came before)."""
+    read: list[StreamEvent] = []
+    failure: StreamFailed | ValueError | None = None
+    for sse in events:
+        # httpx-sse's decoder dispatches at a blank line even when no `data` came, e.g.
+        # after every keep-alive comment once an `id` has been seen (the spec dispatches
+        # nothing then). An event without data carries nothing either format reads.
+        if not sse.data:
+            continue
+        try:
+            read.extend(reader.feed(sse))
+        except (StreamFailed, ValueError) as exc:
+            failure = exc
+            break
+        if reader.done:
+            break
+    return join_deltas(read), failure
 
 
 async def fold(
