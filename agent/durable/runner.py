@@ -280,11 +280,13 @@ class TaskRunner:
         log.warning("task %s: attempt %d lost its lease; stopped", task.id, task.attempts)
 
     async def _advance(self, task: Task) -> None:
-        reply = await self._history.get(task.reply_id)
+        # Only a lease ever stores a reply or a delegation (attempts counts leases, and is
+        # never reset): a task's first attempt has neither to find, and skips both reads.
+        again = task.attempts > 1
+        reply = await self._history.get(task.reply_id) if again else None
         if reply is not None:
             return await self._deliver_reply(task, reply)
-        # Only a lease ever stores a delegation: a task's first attempt has none to find.
-        state = await self._delegations.load(task) if task.attempts > 1 else RoundState()
+        state = await self._delegations.load(task) if again else RoundState()
         # A crash between storing a delegation and posting its ack can leave the ack unsent
         # while the subtasks went on; the outbox makes these re-posts free when it was sent.
         for record in state.finished:
