@@ -2,8 +2,9 @@
 
 A session is pinned to the system prompt of its first task: the prompt's text is stored
 once under its hash (`prompt_epochs`), and `sessions.prompt_epoch` names it. The common
-case — a session already pinned — is one indexed read; pinning is an insert and an update
-in one statement, so two replicas pinning a new session at once agree on the first.
+case — a session already pinned — is one indexed read, and pinning a new one comes in the
+same statement (an insert and an update), so two replicas pinning a new session at once
+agree on the first.
 `reset_session` (the operators' `threadgate sessions reset`) clears the pin, so the
 session's next task pins the prompt of the deployment that runs it; it is audited in
 `session_interventions`, like task interventions.
@@ -25,22 +26,32 @@ SELECT e.hash, e.version, e.text FROM sessions s JOIN prompt_epochs e ON e.hash 
 WHERE s.id = $1
 """
 
-# Pinning a session that is not pinned yet, in one statement (one transaction): the
-# epoch stored unless it is, the session pinned unless another pinned it first, and the
-# stored epoch returned when this pinned it. Nothing comes back when the session was
-# pinned meanwhile (the update found it pinned once its lock was free) or does not exist:
-# a fresh read then tells which.
-_PIN_NEW = """
-WITH stored AS (
-    INSERT INTO prompt_epochs (hash, version, text) VALUES ($2, $3, $4)
+# The session's epoch, pinning it first when it has none, in one statement (one round
+# trip: a new thread's first task waits for it before its first model request). A pinned
+# session reads its epoch and writes nothing. An unpinned one gets the epoch stored unless
+# it is, and is pinned unless another pinned it first; the stored epoch comes back when
+# this pinned it. Nothing comes back when the session was pinned meanwhile (the update
+# found it pinned once its lock was free) or does not exist: a fresh read then tells which.
+_PIN = """
+WITH pinned AS (
+    SELECT e.hash, e.version, e.text
+    FROM sessions s JOIN prompt_epochs e ON e.hash = s.prompt_epoch
+    WHERE s.id = $1
+), stored AS (
+    INSERT INTO prompt_epochs (hash, version, text)
+    SELECT $2, $3, $4 WHERE NOT EXISTS (SELECT 1 FROM pinned)
     ON CONFLICT (hash) DO NOTHING
     RETURNING hash, version, text
-), pinned AS (
-    UPDATE sessions SET prompt_epoch = $2 WHERE id = $1 AND prompt_epoch IS NULL RETURNING id
+), pinning AS (
+    UPDATE sessions SET prompt_epoch = $2
+    WHERE id = $1 AND prompt_epoch IS NULL AND NOT EXISTS (SELECT 1 FROM pinned)
+    RETURNING id
 )
-SELECT hash, version, text FROM stored, pinned
+SELECT hash, version, text FROM pinned
 UNION ALL
-SELECT e.hash, e.version, e.text FROM prompt_epochs e, pinned
+SELECT hash, version, text FROM stored, pinning
+UNION ALL
+SELECT e.hash, e.version, e.text FROM prompt_epochs e, pinning
 WHERE e.hash = $2 AND NOT EXISTS (SELECT 1 FROM stored)
 """
 
@@ -92,11 +103,9 @@ class PostgresMemory:
 
     @translate_errors("The session's prompt epoch could not be read")
     async def pin_prompt(self, session_id: str, current: PromptEpoch) -> PromptEpoch:
-        row = await self._db.pool.fetchrow(_PINNED, session_id)
-        if row is None:
-            row = await self._db.pool.fetchrow(
-                _PIN_NEW, session_id, current.hash, current.version, current.text
-            )
+        row = await self._db.pool.fetchrow(
+            _PIN, session_id, current.hash, current.version, current.text
+        )
         if row is None:
             row = await self._db.pool.fetchrow(_PINNED, session_id)
         if row is None:  # no such session (a console or test task): the current prompt
