@@ -66,6 +66,7 @@ from agent.core.ports import (
     ToolCallState,
     ToolObserver,
     UsageMeter,
+    Window,
 )
 from agent.core.text import (
     INVISIBLE_CHARACTERS,
@@ -243,6 +244,7 @@ __all__ = [
     "UserMessage",
     "Vendor",
     "Watch",
+    "Window",
     "WorkTool",
     "answering_route",
     "bind_log_fields",

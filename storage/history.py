@@ -9,7 +9,9 @@ What the session remembers beyond that comes with it, in the same statement: its
 messages (at most `max_pinned`, storage/pins.py), shown wherever they are and marked, and
 the latest summary of its older turns (storage/summaries.py), shown first; the recent
 messages are then those after what the summary covers. Pinned messages and the summary
-are paid for first out of the character budget; the task's turn is always shown.
+are paid for first out of the character budget; the task's turn is always shown. The
+window says whether the budget left anything out (`Window.complete`): when it did not,
+compaction has nothing to read.
 
 Pictures shown with user turns (`message_attachments`) come from one more query, made
 only when a kept turn has any (the window's rows say so), bounded like the prompt that
@@ -26,7 +28,15 @@ from collections.abc import Sequence
 
 import asyncpg
 
-from agent import MAX_IMAGES_PER_REQUEST, AnswerOrigin, Citation, Image, StoredMessage, Task
+from agent import (
+    MAX_IMAGES_PER_REQUEST,
+    AnswerOrigin,
+    Citation,
+    Image,
+    StoredMessage,
+    Task,
+    Window,
+)
 from storage.database import Database
 from storage.errors import translate_errors
 from storage.memory import slot_name
@@ -159,9 +169,7 @@ class PostgresHistory:
         return message_from_row(row)
 
     @translate_errors("The conversation history could not be reached")
-    async def window(
-        self, task: Task, *, max_chars: int, max_messages: int
-    ) -> Sequence[StoredMessage]:
+    async def window(self, task: Task, *, max_chars: int, max_messages: int) -> Window:
         rows = await self._db.pool.fetch(
             _WINDOW, task.session_id, task.user_message_id, self._max_pinned, max_messages
         )
@@ -169,7 +177,12 @@ class PostgresHistory:
         pinned = [r for r in rows if r["part"] == "pinned"]
         recent = [r for r in rows if r["part"] == "recent"]
         window = remembered_window(summary, pinned, recent, task.user_message_id, max_chars)
-        return await self._with_images(window, {r["id"] for r in rows if r["has_images"]})
+        # Nothing was left out when the scan ended before its limit and the budget kept
+        # every recent message (a pinned one is shown anyway).
+        shown = {m.id for m in window}
+        complete = len(recent) < max_messages and all(r["id"] in shown for r in recent)
+        messages = await self._with_images(window, {r["id"] for r in rows if r["has_images"]})
+        return Window(tuple(messages), complete)
 
     async def _with_images(
         self, window: list[StoredMessage], with_images: set[str]

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal, Protocol, TypeAlias
+from typing import Literal, Protocol, TypeAlias, overload
 
 from agent.core import ids
 from agent.core.citations import Citation
@@ -71,6 +71,32 @@ class StoredMessage:
     images: tuple[Image, ...] = ()
     pinned: bool = field(default=False, compare=False)  # pinned in the conversation
     citations: tuple[Citation, ...] = ()  # a reply's sources (agent/core/citations.py)
+
+
+@dataclass(frozen=True, slots=True)
+class Window(Sequence[StoredMessage]):
+    """A task's view of its conversation (`History.window`): messages oldest first.
+
+    `complete` says that the budget left nothing out: every message up to the task's turn
+    is shown, or covered by the summary shown first. A complete window has nothing to
+    compact, so the runner does not ask (`agent.durable.compaction`); False is always a
+    safe answer (compaction then reads what the window dropped, and finds it or not).
+    """
+
+    messages: tuple[StoredMessage, ...]
+    complete: bool = False
+
+    @overload
+    def __getitem__(self, index: int) -> StoredMessage: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[StoredMessage]: ...
+
+    def __getitem__(self, index: int | slice) -> StoredMessage | Sequence[StoredMessage]:
+        return self.messages[index]
+
+    def __len__(self) -> int:
+        return len(self.messages)
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,11 +165,10 @@ class History(Protocol):
         with where it came from (`origin`, as `Memory.stamp` records it); return the
         stored row either way, so a retry reuses what was stored first (and its origin)."""
 
-    async def window(
-        self, task: Task, *, max_chars: int, max_messages: int
-    ) -> Sequence[StoredMessage]:
+    async def window(self, task: Task, *, max_chars: int, max_messages: int) -> Window:
         """The latest messages up to and including the task's own turn, oldest first,
-        within the budget. The task's turn is always included."""
+        within the budget, and whether the budget left anything out. The task's turn is
+        always included."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,8 @@
 """Compaction: what outgrows a thread's window is summarized, not dropped (issue 12).
 
-Before a task's first round, the runner hands its window to `Compaction`. If the session
-has messages the window no longer shows (older than its oldest message, newer than the
+Before a task's first round, the runner hands its window to `Compaction`, unless the
+window is complete (`agent.Window`: the budget left nothing out, as in most threads, and
+there is nothing to read). If the session has messages the window no longer shows (older than its oldest message, newer than the
 latest summary; `agent.SummaryStore.overflow`), the model is asked once, through the same
 attempt ladder and usage meter as rounds (`ModelResponder.ask_text`), to summarize them
 together with the previous summary and the older part of the window itself (all but the

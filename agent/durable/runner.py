@@ -78,6 +78,7 @@ from agent.core.ports import (
     StoredMessage,
     Task,
     TaskQueue,
+    Window,
 )
 from agent.durable.background import stop_task
 from agent.durable.compaction import Compaction
@@ -300,14 +301,16 @@ class TaskRunner:
             return await self._wait_for(task, len(state.finished), state.pending)
         number = len(state.finished)
         window = await self._window(task)
-        # Before the first round only: a task compacts its thread at most once.
-        if number == 0 and self._compaction is not None and await self._compaction(task, window):
+        # Before the first round only: a task compacts its thread at most once, and a
+        # window the budget left nothing out of has nothing to compact.
+        compaction = self._compaction if number == 0 and not window.complete else None
+        if compaction is not None and await compaction(task, window):
             window = await self._window(task)
         decision = await self._within_time_limit(
             task,
             RoundInput(
                 task,
-                window,
+                list(window),
                 state.finished,
                 number,
                 number >= self._settings.max_rounds - 1,
@@ -375,7 +378,7 @@ class TaskRunner:
         self._observer.task_settled("deferred")
         await self._queue.retry_later(task, delay, str(error))
 
-    async def _window(self, task: Task) -> list[StoredMessage]:
+    async def _window(self, task: Task) -> Window:
         s = self._settings
         window = await self._history.window(
             task, max_chars=s.history_chars, max_messages=s.history_messages
@@ -389,7 +392,9 @@ class TaskRunner:
         first_turn = next(
             (i for i, m in enumerate(kept) if m.role == "user" or m.pinned), len(kept)
         )
-        return kept[first_turn:]
+        shown = tuple(kept[first_turn:])
+        # Complete only if nothing was dropped here either.
+        return Window(shown, window.complete and len(shown) == len(window))
 
     async def _deliver_reply(self, task: Task, reply: StoredMessage) -> None:
         await self._publisher.publish(task, reply.id, reply.text, citations=reply.citations)

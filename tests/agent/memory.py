@@ -17,7 +17,7 @@ from agent.core.delegation import (
     SubtaskOutcome,
     SubtaskState,
 )
-from agent.core.ports import AnswerOrigin, Step, StoredMessage, Task, TaskQueue
+from agent.core.ports import AnswerOrigin, Step, StoredMessage, Task, TaskQueue, Window
 from storage.history import trim_to_budget
 
 
@@ -80,11 +80,10 @@ class MemoryHistory:
             self.origins[message.id] = origin
         return message
 
-    async def window(
-        self, task: Task, *, max_chars: int, max_messages: int
-    ) -> Sequence[StoredMessage]:
+    async def window(self, task: Task, *, max_chars: int, max_messages: int) -> Window:
         mine = [m for _, m in self.messages if m.session_id == task.session_id]
-        return trim_to_budget(list(reversed(mine))[:max_messages], task.user_message_id, max_chars)
+        kept = trim_to_budget(list(reversed(mine))[:max_messages], task.user_message_id, max_chars)
+        return Window(tuple(kept), complete=len(kept) == len(mine))
 
 
 @dataclass

@@ -10,7 +10,7 @@ from agent.core.errors import NonTransientModelError, Route
 from agent.core.ports import AnswerOrigin, Overflow, PromptEpoch, StoredMessage, Summary, Task
 from agent.durable.compaction import Compaction
 from agent.durable.responder import ModelResponder
-from agent.durable.runner import TaskRunner
+from agent.durable.runner import RunnerSettings, TaskRunner
 from agent.models.contract import (
     AssistantMessage,
     ModelRequest,
@@ -161,6 +161,49 @@ async def test_a_summary_covers_the_overflow_and_re_pins_the_prompt() -> None:
     compaction = Compaction(store, responder.ask_text, epoch=OLD, memory=Repin())
     assert await compaction(TASK, WINDOW)
     assert store.stored == [Summary(1, 7, "S")] and repinned == [OLD]
+
+
+class CountingSummaries(Summaries):
+    """Counts the reads of what the window dropped."""
+
+    reads = 0
+
+    async def overflow(
+        self, task: Task, *, edge_id: str, max_chars: int, max_messages: int
+    ) -> Overflow | None:
+        self.reads += 1
+        return await super().overflow(
+            task, edge_id=edge_id, max_chars=max_chars, max_messages=max_messages
+        )
+
+
+async def test_the_runner_compacts_only_a_window_the_budget_cut() -> None:
+    """A thread whose window shows everything is not read again for what it dropped (the
+    common case: one statement less per task); a thread the budget cut is."""
+
+    async def ask(task: Task, messages: object, *, max_output_tokens: int) -> str:
+        return "the summary"
+
+    earlier = [
+        StoredMessage(f"old{n}", RUN.session_id, "user", "turn", "x" * 100) for n in range(3)
+    ]
+    for history, reads in (
+        (MemoryHistory([(RUN.user_message_id, TURN)]), 0),
+        (MemoryHistory([(m.id, m) for m in earlier] + [(RUN.user_message_id, TURN)]), 1),
+    ):
+        store = CountingSummaries(None)
+        runner = TaskRunner(
+            queue=MemoryQueue([RUN]),
+            delegations=MemoryDelegations(),
+            history=history,
+            publisher=MemoryPublisher(),
+            alerts=MemoryAlerts(),
+            respond=Agent(lambda r: Reply("done")),
+            settings=RunnerSettings(history_chars=150),
+            compaction=Compaction(store, ask, epoch=OLD),
+        )
+        await runner.run_task(RUN)
+        assert store.reads == reads
 
 
 class Stamps(PinnedMemory):

@@ -62,3 +62,38 @@ async def test_a_summary_is_shown_first_and_the_next_one_rolls_forward(db: Datab
         tasks[3], edge_id=tasks[0].user_message_id, max_chars=1_000, max_messages=50
     )
     assert nothing is None
+
+
+async def test_a_complete_window_leaves_nothing_for_compaction_to_read(db: Database) -> None:
+    """Whatever the budget, a window that says it is complete shows every message before
+    the task's turn that no summary covers; one with room for everything says so, with a
+    summary shown first too."""
+    history = PostgresHistory(db)
+    summaries = PostgresSummaries(db)
+    tasks = [await new_task(db, "92.0", f"92.{n}", f"question {n}") for n in range(6)]
+    for t in tasks[:5]:
+        await history.append(reply(t, f"answer {t.id[-1]}"), answers=t.user_message_id)
+    last = tasks[5]
+
+    async def check(max_chars: int, max_messages: int) -> bool:
+        window = await history.window(last, max_chars=max_chars, max_messages=max_messages)
+        before = await summaries.overflow(
+            last, edge_id=last.user_message_id, max_chars=100_000, max_messages=1_000
+        )
+        shown = {m.id for m in window}
+        left_out = before is not None and any(m.id not in shown for m in before.messages)
+        assert not (window.complete and left_out), (max_chars, max_messages)
+        return window.complete
+
+    budgets = [(c, n) for c in (10, 30, 60, 100_000) for n in (2, 5, 11, 50)]
+    assert [await check(c, n) for c, n in budgets].count(True) == 1  # (100_000, 50)
+    assert await check(100_000, 50)
+    first = await summaries.overflow(
+        last, edge_id=tasks[2].user_message_id, max_chars=1_000, max_messages=50
+    )
+    assert first is not None
+    await summaries.store_summary(
+        last.session_id, Summary(first.covers_from, first.covers_to, "S1"), "epoch"
+    )
+    assert await check(100_000, 50) and await check(100_000, 8)
+    assert not await check(100_000, 3) and not await check(30, 50)
