@@ -85,8 +85,11 @@ UPDATE tasks SET state = 'running', attempts = tasks.attempts + 1,
        lease_owner = {owner}, lease_expires = now() + make_interval(secs => {lease})
 FROM {p}candidate WHERE tasks.id = {p}candidate.id
 -- A retried task's time limits count from its retry (storage/migrations/006_operators.sql).
+-- Whether its reply is stored (agent.reply_id's spelling) saves the runner a read.
 RETURNING tasks.id, tasks.session_id, tasks.address, tasks.attempts,
-          coalesce(tasks.restarted_at, tasks.created_at) AS created_at
+          coalesce(tasks.restarted_at, tasks.created_at) AS created_at,
+          EXISTS (SELECT 1 FROM messages m WHERE m.id = 'task:' || tasks.id || ':reply')
+              AS stored_reply
 """
 
 _CLAIM = (
@@ -129,9 +132,10 @@ WHERE id = $1 AND attempts = $2 AND state = 'running' AND lease_owner = $3
 
 
 def task_from_row(row: asyncpg.Record) -> Task:
-    # Subtask claims return the task without its creation time: nothing there needs it.
-    created = row.get("created_at")
-    return Task(row["id"], row["session_id"], address_of(row), row["attempts"], created)
+    # Subtask claims return the task without its creation time or whether its reply is
+    # stored: nothing there needs them.
+    created, stored = row.get("created_at"), row.get("stored_reply")
+    return Task(row["id"], row["session_id"], address_of(row), row["attempts"], created, stored)
 
 
 def address_of(row: asyncpg.Record) -> dict[str, str]:

@@ -37,6 +37,8 @@ class Task:
     address: Mapping[str, str]
     attempts: int = 1
     created_at: datetime | None = None  # when the message was admitted; None if unknown
+    # Whether the task's reply was stored when it was claimed (None: not known, look).
+    stored_reply: bool | None = None
 
     @property
     def user_message_id(self) -> str:

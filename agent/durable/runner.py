@@ -281,13 +281,14 @@ class TaskRunner:
         log.warning("task %s: attempt %d lost its lease; stopped", task.id, task.attempts)
 
     async def _advance(self, task: Task) -> None:
-        # Only a lease ever stores a reply or a delegation (attempts counts leases, and is
-        # never reset): a task's first attempt has neither to find, and skips both reads.
-        again = task.attempts > 1
-        reply = await self._history.get(task.reply_id) if again else None
+        # The claim says whether a reply is stored (a crash before its post, or a limit
+        # notice stored at admission); a task claimed without saying is looked up.
+        may_be_stored = task.stored_reply is not False
+        reply = await self._history.get(task.reply_id) if may_be_stored else None
         if reply is not None:
             return await self._deliver_reply(task, reply)
-        state = await self._delegations.load(task) if again else RoundState()
+        # Only a lease ever stores a delegation: a task's first attempt has none to find.
+        state = await self._delegations.load(task) if task.attempts > 1 else RoundState()
         # A crash between storing a delegation and posting its ack can leave the ack unsent
         # while the subtasks went on; the outbox makes these re-posts free when it was sent.
         for record in state.finished:

@@ -119,26 +119,25 @@ async def test_answered_task_is_stored_published_and_finished() -> None:
 
 
 async def test_a_rerun_publishes_the_stored_reply_without_asking_the_model() -> None:
-    """After a crash between storing and posting, the re-run (the task's next attempt)
-    posts the stored text."""
-    rig = Rig(Agent(lambda r: Reply("fresh inference")))
-    await rig.history.append(
-        StoredMessage(TASK.reply_id, TASK.session_id, "assistant", "reply", "stored"),
-        answers=TASK.user_message_id,
-    )
-    await rig.runner.run_task(RERUN)
-    assert rig.agent.rounds == [] and rig.publisher.posts == [(TASK.reply_id, "stored")]
-
-
-async def test_a_first_attempt_does_not_look_for_a_stored_reply() -> None:
-    """Only a lease stores a reply, so a task's first attempt (attempts 1) goes straight to
-    its round: the read that finds a stored reply is made by later attempts only."""
+    """After a crash between storing and posting, the re-run posts the stored text."""
     rig = Rig(Agent(lambda r: Reply("fresh inference")))
     await rig.history.append(
         StoredMessage(TASK.reply_id, TASK.session_id, "assistant", "reply", "stored"),
         answers=TASK.user_message_id,
     )
     await rig.runner.run_task(TASK)
+    assert rig.agent.rounds == [] and rig.publisher.posts == [(TASK.reply_id, "stored")]
+
+
+async def test_a_task_claimed_without_a_stored_reply_does_not_look_for_one() -> None:
+    """The claim says whether the task's reply is stored; one that said no goes straight
+    to its round (the read that finds a stored reply is made only when it may find one)."""
+    rig = Rig(Agent(lambda r: Reply("fresh inference")))
+    await rig.history.append(
+        StoredMessage(TASK.reply_id, TASK.session_id, "assistant", "reply", "stored"),
+        answers=TASK.user_message_id,
+    )
+    await rig.runner.run_task(dataclasses.replace(TASK, stored_reply=False))
     assert len(rig.agent.rounds) == 1
 
 

@@ -7,9 +7,11 @@ import dataclasses
 
 import asyncpg
 
-from agent.core.ports import Task
+from agent.core.ids import reply_id, user_message_id
+from agent.core.ports import StoredMessage, Task
 from storage.admission import Admission, admit
 from storage.database import TASKS_CHANNEL, Database
+from storage.history import PostgresHistory
 from storage.queue import PostgresTaskQueue
 
 
@@ -182,3 +184,17 @@ async def test_a_superseded_finish_changes_nothing_and_wakes_nobody(fresh_db: Da
     assert await fresh_db.pool.fetchval("SELECT state FROM tasks WHERE id = $1", task.id) == (
         "running"
     )
+
+
+async def test_a_claim_says_whether_the_tasks_reply_is_stored(fresh_db: Database) -> None:
+    """A claimed task knows whether its reply (spelled by `agent.reply_id`) is stored: a
+    crash after storing it, or a limit notice stored at admission, leaves one to post."""
+    queue, history = PostgresTaskQueue(fresh_db), PostgresHistory(fresh_db)
+    answered = await enqueue(fresh_db, "9.0", "9.0")
+    await history.append(
+        StoredMessage(reply_id(answered), "T1:C1:9.0", "assistant", "reply", "stored"),
+        answers=user_message_id(answered),
+    )
+    await enqueue(fresh_db, "9.5", "9.5")
+    claims = {t.id: t.stored_reply for t in await asyncio.gather(queue.claim(), queue.claim()) if t}
+    assert claims == {answered: True, "T1:C1:9.5": False}
