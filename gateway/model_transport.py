@@ -35,12 +35,16 @@ it gets wrong for us is corrected here, and nothing more:
 
 Two choices are ours, for streams:
 
-- **An event stream is read at most every `STREAM_PACE` seconds.** A model sends an SSE
-  event every few characters, and waking the whole reading pipeline (httpx's decoders,
-  httpx-sse, the provider's reader, the task) for each one was most of the CPU a streamed
-  reply cost (bench/first_text.py's profile). Between reads aiohttp buffers what arrives,
-  and the next read takes all of it. What reaches Slack does not change (a reply is
-  appended at most once a second); its first words can show up to `STREAM_PACE` later.
+- **An event stream is read at a pace** (`StreamPace`): at most every 50 ms for its first
+  half second, then every 250 ms. A model sends an SSE event every few characters, and
+  waking the whole reading pipeline (httpx's decoders, the framing, the provider's reader,
+  the task) for each one was most of the CPU a streamed reply cost (bench/first_text.py's
+  profile). Between reads the socket itself is not read (aiohttp's protocol is paused, as
+  its own flow control does): the kernel keeps what arrives, and the next read takes all
+  of it at once, where aiohttp would otherwise wake for every event the model sent. The
+  first words of a reply show within 50 ms of arriving; later ones within 250 ms (Slack is
+  appended at most once a second anyway), and the end of a longer answer is seen up to
+  250 ms late.
 - **The pool holds as many connections as the process may hold model requests**: at least
   httpx's default of 100, and twice `THREADGATE_WORKERS` when that is more (a worker holds
   one model request at a time; compaction's summaries come on top). With more workers
@@ -51,8 +55,10 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import aiohttp
 import httpx
@@ -62,8 +68,23 @@ from yarl import URL
 
 # httpx's own defaults, which the provider's client had before this transport.
 DEFAULT_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=20)
-# Seconds between two reads of an event stream (module docstring): 20 reads a second.
-STREAM_PACE = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class StreamPace:
+    """How often an event stream is read (module docstring): every `first` seconds until
+    `until` seconds after its first read, every `later` seconds after that."""
+
+    first: float = 0.05
+    later: float = 0.25
+    until: float = 0.5
+
+    def pause(self, since_first_read: float) -> float:
+        """The seconds to wait before the next read."""
+        return self.first if since_first_read < self.until else self.later
+
+
+STREAM_PACE = StreamPace()
 
 
 def model_transport(base_url: str, workers: int = 0) -> httpx.AsyncBaseTransport:
@@ -78,7 +99,11 @@ class ModelTransport(AiohttpTransport):
     """An httpx transport over one lazily made aiohttp session, for one provider."""
 
     def __init__(
-        self, *, base_url: str, limits: httpx.Limits = DEFAULT_LIMITS, stream_pace: float = 0.0
+        self,
+        *,
+        base_url: str,
+        limits: httpx.Limits = DEFAULT_LIMITS,
+        stream_pace: StreamPace | None = None,
     ) -> None:
         super().__init__(limits=limits, proxy=_env_proxy(base_url))
         slots = limits.max_connections
@@ -115,8 +140,10 @@ class ModelTransport(AiohttpTransport):
             raise
         assert isinstance(response.stream, httpx.AsyncByteStream)  # httpx_aiohttp's stream
         events = response.headers.get("content-type", "").startswith("text/event-stream")
-        pace = self._stream_pace if events else 0.0
-        response.stream = _ReleasingStream(response.stream, release, pace)
+        pace = self._stream_pace if events else None
+        response.stream = _ReleasingStream(
+            response.stream, release, pace, _aiohttp_response(response)
+        )
         return response
 
     async def _acquire(self, seconds: float | None) -> None:
@@ -142,22 +169,52 @@ class ModelTransport(AiohttpTransport):
 
 class _ReleasingStream(httpx.AsyncByteStream):
     """The response body: errors mapped like the request's, the pool slot given back when
-    httpx closes the response (read to the end, or closed early), and with `pace`, a
-    pause after each chunk so that the next read takes everything that came meanwhile."""
+    httpx closes the response (read to the end, or closed early), and with a `pace`, a
+    pause after each chunk with the socket not read, so that the next read takes
+    everything that came meanwhile."""
 
     def __init__(
-        self, inner: httpx.AsyncByteStream, release: Callable[[], None], pace: float = 0.0
+        self,
+        inner: httpx.AsyncByteStream,
+        release: Callable[[], None],
+        pace: StreamPace | None = None,
+        source: aiohttp.ClientResponse | None = None,
     ) -> None:
         self._inner = inner
         self._release = release
         self._pace = pace
+        self._source = source
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
+        first_read: float | None = None
         with _remapped():
             async for chunk in self._inner:
                 yield chunk
-                if self._pace:
-                    await asyncio.sleep(self._pace)
+                if self._pace is not None:
+                    now = time.monotonic()
+                    first_read = now if first_read is None else first_read
+                    await self._unread(self._pace.pause(now - first_read))
+
+    async def _unread(self, seconds: float) -> None:
+        """Wait `seconds` without reading the socket: what arrives meanwhile stays in the
+        kernel's buffer. aiohttp's protocol pauses and resumes as its own flow control does
+        (its read timeout stops meanwhile); a transport already paused by it is left so. A
+        body that has all arrived is read on at once."""
+        source = self._source
+        if source is not None and source.content.is_eof():
+            return
+        connection = source.connection if source is not None else None
+        protocol = connection.protocol if connection is not None else None
+        transport = protocol.transport if protocol is not None else None
+        if protocol is None or transport is None or not transport.is_reading():
+            await asyncio.sleep(seconds)
+            return
+        protocol.pause_reading()
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            if protocol.transport is not None:  # not closed meanwhile
+                protocol.resume_reading()
 
     async def aclose(self) -> None:
         # aiohttp keeps the connection only if the body was read to its end; a response
@@ -167,6 +224,14 @@ class _ReleasingStream(httpx.AsyncByteStream):
                 await self._inner.aclose()
         finally:
             self._release()
+
+
+def _aiohttp_response(response: httpx.Response) -> aiohttp.ClientResponse | None:
+    """aiohttp's response behind `response`, whose connection a paced stream pauses.
+    httpx_aiohttp keeps it in its stream, under a private name: without it (another
+    version), streams are still paced, only their sockets are read meanwhile."""
+    source = getattr(response.stream, "_aiohttp_response", None)
+    return source if isinstance(source, aiohttp.ClientResponse) else None
 
 
 def _once(action: Callable[[], None]) -> Callable[[], None]:

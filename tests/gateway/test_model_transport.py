@@ -22,7 +22,13 @@ from pydantic import SecretStr
 
 from agent.core.errors import Route, TransientModelError
 from agent.models.providers.provider import OpenAIProvider
-from gateway.model_transport import AIOHTTP_ERRORS, ModelTransport, httpx_error, model_transport
+from gateway.model_transport import (
+    AIOHTTP_ERRORS,
+    ModelTransport,
+    StreamPace,
+    httpx_error,
+    model_transport,
+)
 from tests.fakes.openai_api import (
     Completion,
     Gated,
@@ -242,7 +248,7 @@ async def test_an_event_stream_is_read_in_paced_batches() -> None:
     async with OpenAIServer() as server:
         server.script(AfterTheFirstRead(completion, read))
         # A whole second of pause: far more than the server needs to write the rest.
-        transport = ModelTransport(base_url=server.url, stream_pace=1.0)
+        transport = ModelTransport(base_url=server.url, stream_pace=StreamPace(1.0, 1.0))
         async with httpx.AsyncClient(base_url=server.url, transport=transport) as http:
             async with asyncio.timeout(DEADLINE):
                 async with http.stream("POST", "/chat/completions", json={"stream": True}) as r:
@@ -253,6 +259,59 @@ async def test_an_event_stream_is_read_in_paced_batches() -> None:
     assert len(completion.chunks()) > 2
     assert b"".join(chunks) == b"".join(completion.chunks())
     assert len(chunks) == 2
+
+
+@dataclass(frozen=True)
+class SilentAfterTheFirstRead:
+    """Stream the first SSE event; once `read` is set, stay silent for `silence` seconds
+    (the server's own pause, longer than the client's read timeout), then the rest."""
+
+    completion: Completion
+    read: asyncio.Event
+    silence: float
+
+    async def send(self, request: web.Request, seen: RecordedRequest) -> web.StreamResponse:
+        response = web.StreamResponse(status=200)
+        response.content_type = "text/event-stream"
+        await response.prepare(request)
+        first, *rest = self.completion.chunks()
+        await response.write(first)
+        await self.read.wait()
+        await asyncio.sleep(self.silence)  # what is tested: a server that says nothing a while
+        await response.write(b"".join(rest))
+        await response.write_eof()
+        return response
+
+
+async def test_a_paced_stream_leaves_its_socket_unread_between_reads() -> None:
+    """While the transport waits out its pace it does not read the socket at all (the
+    kernel keeps what comes), so aiohttp's read timeout, which counts the server's
+    silences only while the socket is read, does not run: a server silent for longer than
+    the read timeout during the pause does not cut the stream. Read all the while, it
+    would be a `ReadTimeout`."""
+    read = asyncio.Event()
+    completion = Completion(text="one two three")
+    async with OpenAIServer() as server:
+        server.script(SilentAfterTheFirstRead(completion, read, silence=0.5))
+        transport = ModelTransport(base_url=server.url, stream_pace=StreamPace(1.0, 1.0))
+        timeout = httpx.Timeout(5.0, read=0.1)
+        async with httpx.AsyncClient(
+            base_url=server.url, transport=transport, timeout=timeout
+        ) as http:
+            async with asyncio.timeout(DEADLINE):
+                async with http.stream("POST", "/chat/completions", json={"stream": True}) as r:
+                    chunks = []
+                    async for chunk in r.aiter_raw():
+                        chunks.append(chunk)
+                        read.set()
+    assert b"".join(chunks) == b"".join(completion.chunks())
+
+
+def test_a_stream_is_read_quickly_at_first_then_less_often() -> None:
+    """Every 50 ms for the first half second after the first read (a reply's first words),
+    every 250 ms after that."""
+    pace = StreamPace()
+    assert [pace.pause(t) for t in (0.0, 0.49, 0.5, 30.0)] == [0.05, 0.05, 0.25, 0.25]
 
 
 def test_the_pool_holds_a_model_request_for_every_worker() -> None:
