@@ -43,7 +43,7 @@ from bench import loadgen, profile
 from bench.cpu import postgres_cpu, process_cpu
 from bench.loadgen import TimedSlack
 from bench.roles import processes
-from tests.fakes.openai_api import Completion, OpenAIServer, RecordedRequest, reply_with_tool
+from tests.fakes.openai_api import OpenAIServer, RecordedRequest, reply_with_tool
 from tests.fakes.slack_api import Body, Params
 from tests.gateway.rig import BOT_TOKEN
 from tests.pg import create_database, server_dsn
@@ -65,8 +65,8 @@ SHAPES = {"all": ("all",), "split": ("ingress", *("worker",) * WORKERS)}
 class Paced:
     """A streamed completion: `ttft` seconds of silence, then one event per `1/rate` s."""
 
-    def __init__(self, completion: Completion, ttft: float, rate: float) -> None:
-        self._completion, self._ttft, self._pause = completion, ttft, 1 / rate
+    def __init__(self, chunks: list[bytes], ttft: float, rate: float) -> None:
+        self._chunks, self._ttft, self._pause = chunks, ttft, 1 / rate
 
     async def send(self, request: web.Request, seen: RecordedRequest) -> web.StreamResponse:
         response = web.StreamResponse(status=200)
@@ -75,15 +75,21 @@ class Paced:
         await asyncio.sleep(self._ttft)  # the model "thinking": what is being simulated
         # The gateway stops reading at the finish event and may close first.
         with contextlib.suppress(ConnectionError):
-            for chunk in self._completion.chunks():
+            for chunk in self._chunks:
                 await response.write(chunk)
                 await asyncio.sleep(self._pause)
             await response.write_eof()
         return response
 
 
+# Every answer is the same, so its SSE events are encoded once: encoding them again for
+# each request was a third of the fake model's CPU, which here shares the machine's two
+# cores with the gateway (a real model's CPU is somebody else's).
+CHUNKS = reply_with_tool("final_reply", {"text": ANSWER}).chunks()
+
+
 def paced(seen: RecordedRequest) -> Paced:
-    return Paced(reply_with_tool("final_reply", {"text": ANSWER}), TTFT, TOKENS_PER_SECOND)
+    return Paced(CHUNKS, TTFT, TOKENS_PER_SECOND)
 
 
 class StreamTimedSlack(TimedSlack):
