@@ -11,6 +11,7 @@ from agent.core.ids import reply_id, user_message_id
 from agent.core.ports import StoredMessage, Task
 from storage.admission import Admission, admit
 from storage.database import TASKS_CHANNEL, Database
+from storage.delegations import PostgresDelegations
 from storage.history import PostgresHistory
 from storage.queue import PostgresTaskQueue
 
@@ -198,3 +199,7 @@ async def test_a_claim_says_whether_the_tasks_reply_is_stored(fresh_db: Database
     await enqueue(fresh_db, "9.5", "9.5")
     claims = {t.id: t.stored_reply for t in await asyncio.gather(queue.claim(), queue.claim()) if t}
     assert claims == {answered: True, "T1:C1:9.5": False}
+    # The workers' own claim (a subtask, else a task) says the same.
+    again = await enqueue(fresh_db, "9.9", "9.9")
+    claimed = await PostgresDelegations(fresh_db).claim_next(queue)
+    assert isinstance(claimed, Task) and (claimed.id, claimed.stored_reply) == (again, False)
