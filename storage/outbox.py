@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal, TypeAlias
 
+import asyncpg
+
 from storage.database import Database
 from storage.errors import StorageError, translate_errors
 from storage.migrations import Connection
@@ -70,12 +72,15 @@ WHERE id = $1 AND attempts = $2 AND state = 'running' AND lease_owner = $3
 FOR SHARE
 """
 
-# A post's first claim, the common case, in one round trip: the fence and the insert in
-# one statement (one transaction). The fence's row lock is held until the statement's
-# transaction commits, as in `_fenced`; the insert runs only when the fence holds.
-# `fenced` false: the attempt is superseded. `inserted` false: the row exists already,
-# and the claim goes on through `_fenced` (a re-claim after a crash, a retried post).
-_FIRST_CLAIM = """
+# A claim in one round trip, whatever the row's state: the fence, the row's insert, and
+# when it exists already, its lock and its take-over (as `_EXISTING` then `_ARM` or
+# `_TAKE_OVER` do in `_fenced`), in one statement (one transaction). The fence's row lock
+# is held until the statement's transaction commits, as in `_fenced`; nothing is written
+# unless the fence holds. `fenced` false: the attempt is superseded. `inserted`: a new
+# row. Else `state` is what the row was (its latest version, once its lock was ours), or
+# NULL when the statement could not see it (inserted by another claim after this one
+# began, or deleted): the claim is then made again through `_fenced`.
+_CLAIM = """
 WITH fence AS (
     SELECT true FROM tasks
     WHERE id = $4 AND attempts = $2 AND state = 'running' AND lease_owner = $5
@@ -85,8 +90,22 @@ WITH fence AS (
     SELECT $1, 'sending', $2, now(), now(), now() + make_interval(secs => $3) FROM fence
     ON CONFLICT (id) DO NOTHING
     RETURNING true
+), existing AS (
+    SELECT id, state, first_claimed_at, remote_ref,
+           greatest(0, extract(epoch FROM settle_after - now()))::float8 AS wait
+    FROM outbox WHERE id = $1 AND EXISTS (SELECT 1 FROM fence)
+    FOR UPDATE
+), taken AS (
+    UPDATE outbox o
+    SET attempts = o.attempts + 1, claimed_by = $2, claimed_at = now(), updated_at = now(),
+        state = CASE WHEN e.state = 'unsent' THEN 'sending' ELSE o.state END,
+        settle_after = CASE WHEN e.state = 'unsent' THEN now() + make_interval(secs => $3)
+                            ELSE o.settle_after END
+    FROM existing e WHERE o.id = e.id AND e.state <> 'sent'
 )
-SELECT EXISTS (SELECT 1 FROM fence) AS fenced, EXISTS (SELECT 1 FROM inserted) AS inserted
+SELECT EXISTS (SELECT 1 FROM fence) AS fenced, EXISTS (SELECT 1 FROM inserted) AS inserted,
+       e.state, e.first_claimed_at, e.remote_ref, e.wait
+FROM (VALUES (true)) AS one (x) LEFT JOIN existing e ON true
 """
 
 _INSERT = """
@@ -174,26 +193,24 @@ class Outbox:
         not the task's current lease."""
         armed = self.call_seconds + self.settle_seconds
         owner = await self._db.lease_owner()
-        first = await self._db.pool.fetchrow(_FIRST_CLAIM, post_id, attempt, armed, task_id, owner)
-        assert first is not None
-        if not first["fenced"]:
+        row = await self._db.pool.fetchrow(_CLAIM, post_id, attempt, armed, task_id, owner)
+        assert row is not None
+        if not row["fenced"]:
             raise _superseded(task_id, attempt)
-        if first["inserted"]:
+        if row["inserted"]:
             return Claim("new")
+        if row["state"] is not None:
+            return _claimed(row["state"], row)
         async with self._fenced(task_id, attempt) as conn:
             if await conn.fetchval(_INSERT, post_id, attempt, armed):  # deleted meanwhile
                 return Claim("new")
             row = await conn.fetchrow(_EXISTING, post_id)
             assert row is not None
-            if row["state"] == "sent":
-                return Claim("sent")
             if row["state"] == "unsent":
                 await conn.execute(_ARM, post_id, attempt, armed)
-                return Claim("new")
-            await conn.execute(_TAKE_OVER, post_id, attempt)
-            if row["state"] == "open":
-                return Claim("open", since=row["first_claimed_at"], ts=row["remote_ref"])
-            return Claim("unknown", row["wait"], row["first_claimed_at"])
+            elif row["state"] != "sent":
+                await conn.execute(_TAKE_OVER, post_id, attempt)
+            return _claimed(row["state"], row)
 
     @translate_errors("The outbox could not be reached")
     async def arm(self, post_id: str, task_id: str, attempt: int) -> bool:
@@ -264,6 +281,17 @@ class Outbox:
             if not await conn.fetchval(_FENCE, task_id, attempt, owner):
                 raise _superseded(task_id, attempt)
             yield conn
+
+
+def _claimed(state: str, row: asyncpg.Record) -> Claim:
+    """What a claim that found the row in `state` (and took it over) answers."""
+    if state == "sent":
+        return Claim("sent")
+    if state == "unsent":  # armed again: post now
+        return Claim("new")
+    if state == "open":
+        return Claim("open", since=row["first_claimed_at"], ts=row["remote_ref"])
+    return Claim("unknown", row["wait"], row["first_claimed_at"])
 
 
 def _superseded(task_id: str, attempt: int) -> Superseded:

@@ -148,3 +148,36 @@ async def test_only_the_attempt_that_armed_the_row_records_its_stream(fresh_db: 
     assert (await outbox.claim(POST, current.id, current.attempts)).state == "unknown"
     await outbox.opened(POST, task.attempts, "1.000900")
     assert await outbox.shown_at(POST) == ("sending", None)
+
+
+async def test_a_claim_racing_another_claims_insert_takes_the_row_over_after_it(
+    fresh_db: Database,
+) -> None:
+    """A claim that meets the row's insert by another, uncommitted claim waits for it, then
+    finds the row as that claim left it (its call's outcome unknown), like any later claim:
+    never "new", which would post a second time."""
+    outbox = Outbox(fresh_db, call_seconds=CALL, settle_seconds=SETTLE)
+    task = await leased_task(fresh_db)
+    other = await asyncpg.connect(fresh_db._dsn)
+    try:
+        transaction = other.transaction()
+        await transaction.start()
+        await other.execute(
+            "INSERT INTO outbox (id, state, claimed_by, claimed_at, first_claimed_at,"
+            " settle_after) VALUES ($1, 'sending', $2, now(), now(), now() + interval '35 s')",
+            POST,
+            task.attempts,
+        )
+        claim = asyncio.create_task(outbox.claim(POST, task.id, task.attempts))
+        async with asyncio.timeout(10):  # until the claim waits on the other's insert
+            while not await fresh_db.pool.fetchval(  # noqa: ASYNC110 - another session's lock wait, polled
+                "SELECT EXISTS (SELECT 1 FROM pg_stat_activity"
+                " WHERE datname = current_database() AND wait_event_type = 'Lock')"
+            ):
+                await asyncio.sleep(0.01)
+        await transaction.commit()
+        found = await asyncio.wait_for(claim, 10)
+    finally:
+        await other.close()
+    assert found.state == "unknown" and found.wait_seconds > CALL
+    assert await fresh_db.pool.fetchval("SELECT attempts FROM outbox WHERE id = $1", POST) == 2
