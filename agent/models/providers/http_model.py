@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from abc import abstractmethod
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Any, Protocol
 
 import httpx
@@ -55,7 +55,7 @@ class StreamReader(Protocol):
     @property
     def partial_text(self) -> str: ...
 
-    def feed(self, event: ServerSentEvent) -> Iterator[StreamEvent]:
+    def feed(self, event: ServerSentEvent) -> Iterable[StreamEvent]:
         """Events for one SSE event; `ValueError` if malformed, `StreamFailed` on an error."""
 
     def end(self) -> Iterator[StreamEvent]: ...

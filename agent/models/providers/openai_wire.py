@@ -13,7 +13,10 @@ from collections.abc import Iterator
 from typing import Any
 
 from httpx_sse import ServerSentEvent
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, TypeAdapter
+
+# pydantic reads TypedDicts from typing_extensions only, before Python 3.12.
+from typing_extensions import TypedDict
 
 from agent.core.images import Image
 from agent.models.contract import (
@@ -222,29 +225,49 @@ def _tool_call(position: int, call: _ToolCall) -> ToolCall:
     return ToolCall.from_raw(call_id, call.function.name or "", call.function.arguments or "")
 
 
-class _Delta(_Wire):
-    content: str | None = None
-    tool_calls: list[_ToolCall] | None = None
-
-
-class _ChunkChoice(_Wire):
-    delta: _Delta = _Delta()
-    finish_reason: str | None = None
-
-
 class _ErrorBody(_Wire):
     message: str | None = None
     type: str | None = None
     code: str | int | None = None
 
 
-class _Chunk(_Wire):
-    model: str = ""
-    choices: list[_ChunkChoice] = []
-    usage: _Usage | None = None
+# A streamed chunk, validated into plain dicts: one arrives every few characters of an
+# answer, and building a model object for each of its parts cost about as much as
+# everything else done per chunk (bench/first_text.py's profile). Unknown keys are
+# ignored, as by the models above; absent ones are absent.
+
+
+class _FunctionDelta(TypedDict, total=False):
+    name: str | None
+    arguments: str | None
+
+
+class _ToolCallDelta(TypedDict, total=False):
+    index: int | None
+    id: str | None
+    function: _FunctionDelta
+
+
+class _Delta(TypedDict, total=False):
+    content: str | None
+    tool_calls: list[_ToolCallDelta] | None
+
+
+class _ChunkChoice(TypedDict, total=False):
+    delta: _Delta
+    finish_reason: str | None
+
+
+class _Chunk(TypedDict, total=False):
+    model: str | None
+    choices: list[_ChunkChoice]
+    usage: _Usage | None
     # OpenAI-compatible servers put an error object in the stream (OpenRouter, LiteLLM,
     # vLLM — whose `code` is the HTTP status); a bare string has been seen too.
-    error: _ErrorBody | str | None = None
+    error: _ErrorBody | str | None
+
+
+_CHUNK: TypeAdapter[_Chunk] = TypeAdapter(_Chunk)
 
 
 def _failure(error: _ErrorBody | str) -> StreamFailed:
@@ -282,37 +305,46 @@ class ChunkReader:
     def partial_text(self) -> str:
         return "".join(self.text)
 
-    def feed(self, event: ServerSentEvent) -> Iterator[StreamEvent]:
+    def feed(self, event: ServerSentEvent) -> list[StreamEvent]:
         """Events for one chunk; `ValueError` if it is malformed, `StreamFailed` on an error."""
         if event.data.strip() == "[DONE]":
             self.done = True
-            return
-        chunk = _Chunk.model_validate_json(event.data)
-        if chunk.error is not None:
-            raise _failure(chunk.error)
+            return []
+        chunk = _CHUNK.validate_json(event.data)
+        error = chunk.get("error")
+        if error is not None:
+            raise _failure(error)
+        events: list[StreamEvent] = []
         if not self._started:
             self._started = True
-            yield MessageStart(chunk.model or self.model)
-        if chunk.usage is not None:
-            self.usage = chunk.usage.usage()
-        for choice in chunk.choices[:1]:
-            yield from self._choice(choice)
+            events.append(MessageStart(chunk.get("model") or self.model))
+        usage = chunk.get("usage")
+        if usage is not None:
+            self.usage = usage.usage()
+        for choice in chunk.get("choices", [])[:1]:
+            self._choice(choice, events)
+        return events
 
-    def _choice(self, choice: _ChunkChoice) -> Iterator[StreamEvent]:
-        if choice.delta.content:
-            self.text.append(choice.delta.content)
-            yield TextDelta(choice.delta.content)
-        for position, call in enumerate(choice.delta.tool_calls or ()):
-            yield from self._call(position, call)
-        if choice.finish_reason:
-            self.finish = finish_reason(choice.finish_reason)
-
-    def _call(self, position: int, call: _ToolCall) -> Iterator[StreamEvent]:
-        index = call.index if call.index is not None else position
-        function = call.function
-        yield from self._calls.fragment(
-            index, call_id=call.id, name=function.name, arguments=function.arguments or ""
-        )
+    def _choice(self, choice: _ChunkChoice, events: list[StreamEvent]) -> None:
+        delta = choice.get("delta") or {}
+        content = delta.get("content")
+        if content:
+            self.text.append(content)
+            events.append(TextDelta(content))
+        for position, call in enumerate(delta.get("tool_calls") or ()):
+            index = call.get("index")
+            function = call.get("function") or {}
+            events.extend(
+                self._calls.fragment(
+                    position if index is None else index,
+                    call_id=call.get("id"),
+                    name=function.get("name"),
+                    arguments=function.get("arguments") or "",
+                )
+            )
+        reason = choice.get("finish_reason")
+        if reason:
+            self.finish = finish_reason(reason)
 
     def end(self) -> Iterator[StreamEvent]:
         """The closing events, once the stream finished properly."""
