@@ -270,20 +270,34 @@ def _summary(r: dict[str, Any]) -> str:
 
 
 def _first_text_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str, str, bool]]:
-    """Summary rows: first-text overhead at the target's rate, one row per shape."""
+    """Summary rows: first-text overhead at the target's rate, one row per shape (the
+    median of its runs there)."""
     f = r.get("first_text") or {}
-    return [
-        (
-            f"first text − TTFT, p99 @{run['rate']}/s ({run.get('shape', 'all')})",
-            f"{run['overhead_p99']:,.0f} ms",
-            "—",
-            "—",
-            "≤ 300 ms",
-            run["overhead_p99"] <= 300,
+    rows = []
+    for shape, rate, runs in _first_text_groups(f):
+        if rate != f.get("rate"):
+            continue
+        p99 = statistics.median(run["overhead_p99"] for run in runs)
+        of = f", median of {len(runs)}" if len(runs) > 1 else ""
+        rows.append(
+            (
+                f"first text − TTFT, p99 @{rate}/s ({shape}{of})",
+                f"{p99:,.0f} ms",
+                "—",
+                "—",
+                "≤ 300 ms",
+                p99 <= 300,
+            )
         )
-        for run in f.get("runs", [])
-        if run["rate"] == f.get("rate")
-    ]
+    return rows
+
+
+def _first_text_groups(f: dict[str, Any]) -> list[tuple[str, int, list[dict[str, Any]]]]:
+    """The first-text runs grouped by shape and rate, in the order they ran."""
+    groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for run in f.get("runs", []):
+        groups.setdefault((run.get("shape", "all"), run["rate"]), []).append(run)
+    return [(shape, rate, runs) for (shape, rate), runs in groups.items()]
 
 
 def _cpu(r: dict[str, Any]) -> str:
@@ -388,15 +402,25 @@ def _first_text(r: dict[str, Any]) -> str:
         " the fake Slack, the load generator); the machine has"
         f" {r.get('machine', {}).get('cores', '?')}."
     )
-    met = [run["rate"] for run in f["runs"] if run["overhead_p99"] <= 300]
-    need = [run for run in f["runs"] if run["rate"] == f["rate"] and run.get("cpu_ms_per_event")]
+    groups = _first_text_groups(f)
+    median = statistics.median
+    met = [
+        rate
+        for shape, rate, runs in groups
+        if shape == "all" and median(run["overhead_p99"] for run in runs) <= 300
+    ]
     if met:
-        lines.append(f"\nThe target holds (p99 ≤ 300 ms) up to {max(met)} events/s in this run.")
-    for run in need:
-        total = sum(run["cpu_ms_per_event"].values())
         lines.append(
-            f"At {run['rate']} events/s in shape `{run.get('shape', 'all')}` the parts together"
-            f" need {total:.1f} ms of CPU per event, {run['rate'] * total / 1000:.1f} cores."
+            f"\nThe target holds (p99 ≤ 300 ms; the median run where a rate ran more than"
+            f" once) up to {max(met)} events/s in one process in this run."
+        )
+    for shape, rate, runs in groups:
+        if rate != f["rate"] or not all(run.get("cpu_ms_per_event") for run in runs):
+            continue
+        total = median(sum(run["cpu_ms_per_event"].values()) for run in runs)
+        lines.append(
+            f"At {rate} events/s in shape `{shape}` the parts together need {total:.1f} ms"
+            f" of CPU per event, {rate * total / 1000:.1f} cores."
         )
     return "\n".join(lines)
 
