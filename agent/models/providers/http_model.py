@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 from abc import abstractmethod
 from collections.abc import AsyncIterator, Iterable, Iterator
+from contextlib import aclosing
 from typing import Any, Protocol
 
 import httpx
@@ -38,7 +39,7 @@ from agent.models.providers.classify import (
     stream_failure,
 )
 from agent.models.providers.provider import Provider
-from agent.models.providers.sse_frames import SSEFrames, is_event_stream
+from agent.models.providers.sse_frames import is_event_stream, reads
 
 
 class StreamReader(Protocol):
@@ -130,7 +131,7 @@ async def read_stream(
     is done (a server that keeps the connection open after its last event is not waited for).
 
     Everything one read of the body brought is framed and read at once, and its deltas are
-    passed on joined (`SSEFrames`, `join_deltas`): the same answer in fewer, longer events.
+    passed on joined (`reads`, `join_deltas`): the same answer in fewer, longer events.
 
     A cut connection, or a vendor error event that is transient (overloaded, a server
     error) or unrecognised, is a `StreamInterrupted` keeping the partial text; any other
@@ -146,22 +147,18 @@ async def read_stream(
     # too), and a leading byte-order mark is not part of the first field: `utf-8-sig`
     # decodes exactly that way, even when the mark is split across reads.
     response.encoding = "utf-8-sig"
-    frames = SSEFrames()
     try:
-        async for text in response.aiter_text():
-            events, failure = _read(reader, frames.feed(text))
-            for event in events:
-                yield event
-            if failure is not None:
-                raise failure
-            if reader.done:
-                break
-        else:
-            events, failure = _read(reader, frames.flush())
-            for event in events:
-                yield event
-            if failure is not None:
-                raise failure
+        # aclosing: leaving early (done, or an error) closes the reads now, not whenever
+        # the garbage collector gets to them.
+        async with aclosing(reads(response)) as sse_reads:
+            async for sse_events in sse_reads:
+                events, failure = _read(reader, sse_events)
+                for event in events:
+                    yield event
+                if failure is not None:
+                    raise failure
+                if reader.done:
+                    break
     except httpx.HTTPError as exc:
         raise cut_stream(route, reader.partial_text, type(exc).__name__) from exc
     except StreamFailed as exc:

@@ -5,8 +5,8 @@ async generators (one for lines, one for events), and a model sends an event eve
 characters. With a hundred replies streaming at once, those hand-offs and ours after them
 (the wire reader, the fold, the reply's live tap), once per event, were the largest share
 of the CPU a streamed reply cost (bench/first_text.py's profile). Framing everything one
-read brought in one synchronous pass lets `read_stream` join what the read carried into a
-few events (`agent.models.contract.join_deltas`) and pass those on.
+read brought in one synchronous pass (`reads`) lets `read_stream` join what the read
+carried into a few events (`agent.models.contract.join_deltas`) and pass those on.
 
 The framing rules stay httpx-sse's: `SSELineDecoder` (CR, LF and CRLF, a line or a CRLF
 split across reads) and `SSEDecoder` (the WHATWG event-stream interpretation: fields,
@@ -19,9 +19,20 @@ answer.
 
 from __future__ import annotations
 
+from collections.abc import AsyncGenerator
+
 import httpx
 from httpx_sse import ServerSentEvent
 from httpx_sse._decoders import SSEDecoder, SSELineDecoder
+
+
+async def reads(response: httpx.Response) -> AsyncGenerator[list[ServerSentEvent], None]:
+    """For each read of `response`'s text, the events it completed; then those the end of
+    the body completes."""
+    frames = SSEFrames()
+    async for text in response.aiter_text():
+        yield frames.feed(text)
+    yield frames.flush()
 
 
 def is_event_stream(response: httpx.Response) -> bool:
