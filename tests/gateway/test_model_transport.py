@@ -221,11 +221,12 @@ async def test_streaming_is_incremental() -> None:
 
 @dataclass(frozen=True)
 class AfterTheFirstRead:
-    """Stream the first SSE event; once `read` is set (the reader has it), the rest, in one
-    write each."""
+    """Stream the first SSE event; once `read` is set (the reader has it), and `silence`
+    seconds later, the rest, in one write each."""
 
     completion: Completion
     read: asyncio.Event
+    silence: float = 0.0
 
     async def send(self, request: web.Request, seen: RecordedRequest) -> web.StreamResponse:
         response = web.StreamResponse(status=200)
@@ -234,53 +235,43 @@ class AfterTheFirstRead:
         first, *rest = self.completion.chunks()
         await response.write(first)
         await self.read.wait()
+        if self.silence:
+            await asyncio.sleep(self.silence)  # what is tested: a server silent a while
         for chunk in rest:
             await response.write(chunk)
         await response.write_eof()
         return response
 
 
+async def paced_reads(
+    server: OpenAIServer, first: asyncio.Event, read_timeout: float = 5.0
+) -> list[bytes]:
+    """The chunks a transport pacing its reads a second apart reads of a streamed
+    answer, setting `first` once it has the first."""
+    transport = ModelTransport(base_url=server.url, stream_pace=StreamPace(1.0, 1.0))
+    timeout = httpx.Timeout(5.0, read=read_timeout)
+    async with httpx.AsyncClient(base_url=server.url, transport=transport, timeout=timeout) as http:
+        async with asyncio.timeout(DEADLINE):
+            async with http.stream("POST", "/chat/completions", json={"stream": True}) as r:
+                chunks = []
+                async for chunk in r.aiter_raw():
+                    chunks.append(chunk)
+                    first.set()
+    return chunks
+
+
 async def test_an_event_stream_is_read_in_paced_batches() -> None:
     """With a pace, what arrives while the reader pauses is taken in one read: the events
-    the server writes one by one after the first read reach the reader as one chunk."""
+    the server writes one by one after the first read reach the reader as one chunk (a
+    pause of a second: far more than the server needs to write the rest)."""
     read = asyncio.Event()
     completion = Completion(text="one two three four five six seven")
     async with OpenAIServer() as server:
         server.script(AfterTheFirstRead(completion, read))
-        # A whole second of pause: far more than the server needs to write the rest.
-        transport = ModelTransport(base_url=server.url, stream_pace=StreamPace(1.0, 1.0))
-        async with httpx.AsyncClient(base_url=server.url, transport=transport) as http:
-            async with asyncio.timeout(DEADLINE):
-                async with http.stream("POST", "/chat/completions", json={"stream": True}) as r:
-                    chunks = []
-                    async for chunk in r.aiter_raw():
-                        chunks.append(chunk)
-                        read.set()
+        chunks = await paced_reads(server, read)
     assert len(completion.chunks()) > 2
     assert b"".join(chunks) == b"".join(completion.chunks())
     assert len(chunks) == 2
-
-
-@dataclass(frozen=True)
-class SilentAfterTheFirstRead:
-    """Stream the first SSE event; once `read` is set, stay silent for `silence` seconds
-    (the server's own pause, longer than the client's read timeout), then the rest."""
-
-    completion: Completion
-    read: asyncio.Event
-    silence: float
-
-    async def send(self, request: web.Request, seen: RecordedRequest) -> web.StreamResponse:
-        response = web.StreamResponse(status=200)
-        response.content_type = "text/event-stream"
-        await response.prepare(request)
-        first, *rest = self.completion.chunks()
-        await response.write(first)
-        await self.read.wait()
-        await asyncio.sleep(self.silence)  # what is tested: a server that says nothing a while
-        await response.write(b"".join(rest))
-        await response.write_eof()
-        return response
 
 
 async def test_a_paced_stream_leaves_its_socket_unread_between_reads() -> None:
@@ -292,18 +283,8 @@ async def test_a_paced_stream_leaves_its_socket_unread_between_reads() -> None:
     read = asyncio.Event()
     completion = Completion(text="one two three")
     async with OpenAIServer() as server:
-        server.script(SilentAfterTheFirstRead(completion, read, silence=0.5))
-        transport = ModelTransport(base_url=server.url, stream_pace=StreamPace(1.0, 1.0))
-        timeout = httpx.Timeout(5.0, read=0.1)
-        async with httpx.AsyncClient(
-            base_url=server.url, transport=transport, timeout=timeout
-        ) as http:
-            async with asyncio.timeout(DEADLINE):
-                async with http.stream("POST", "/chat/completions", json={"stream": True}) as r:
-                    chunks = []
-                    async for chunk in r.aiter_raw():
-                        chunks.append(chunk)
-                        read.set()
+        server.script(AfterTheFirstRead(completion, read, silence=0.5))
+        chunks = await paced_reads(server, read, read_timeout=0.1)
     assert b"".join(chunks) == b"".join(completion.chunks())
 
 
