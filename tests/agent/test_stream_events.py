@@ -10,7 +10,6 @@ from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import httpx
 import pytest
 from httpx_sse import ServerSentEvent
 from hypothesis import given
@@ -47,6 +46,7 @@ from agent.models.providers.openai import OpenAIModel, OpenAIProvider
 from agent.models.providers.openai_wire import ChunkReader
 from agent.rounds.live_reply import ReplyTap
 from tests.agent.memory import MemoryDraft
+from tests.agent.test_sse_streams import response
 from tests.fakes.anthropic_api import AnthropicServer, events
 from tests.fakes.anthropic_api import Message as AnthropicMessage
 from tests.fakes.anthropic_api import reply_with_tool as anthropic_reply_with_tool
@@ -188,25 +188,10 @@ async def test_what_one_read_brings_is_passed_on_joined() -> None:
         {"choices": [{"delta": {"tool_calls": [pieces[-1]]}}]},
         {"choices": [{"delta": {}, "finish_reason": "tool_calls"}]},
     )
-    response = httpx.Response(
-        200,
-        headers={"content-type": "text/event-stream"},
-        stream=Reads([b"".join(first), b"".join(last)]),
-    )
-    events = [e async for e in read_stream(ChunkReader("m"), response, ROUTE)]
+    body = response([b"".join(first), b"".join(last)])  # two reads of the wire
+    events = [e async for e in read_stream(ChunkReader("m"), body, ROUTE)]
     deltas = [e for e in events if isinstance(e, ToolCallDelta)]
     assert deltas == [ToolCallDelta(0, '{"text": "one two three"'), ToolCallDelta(0, "}")]
-
-
-class Reads(httpx.AsyncByteStream):
-    """A body that arrives in the given reads."""
-
-    def __init__(self, reads: list[bytes]) -> None:
-        self._reads = reads
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        for read in self._reads:
-            yield read
 
 
 def test_a_late_start_names_fragments_that_came_before_it() -> None:
