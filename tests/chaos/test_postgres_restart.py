@@ -20,6 +20,7 @@ import aiohttp
 from storage.database import Database
 from storage.embedded import start_embedded_postgres
 from tests.chaos.harness import (
+    NO_MESSAGE_LIMITS,
     REDELIVERY_PAUSE,
     Conversation,
     Processes,
@@ -126,7 +127,9 @@ async def test_postgres_restart_under_load_loses_nothing(tmp_path: Path) -> None
     ):
         dsn = await create_database(server_dsn, "chaos_pg_restart")
         model.default = echo
-        env = gateway_env(slack, model, dsn) | {"THREADGATE_LEASE_SECONDS": "3"}
+        # One test user keeps six threads busy for as long as the database is away, past
+        # the 60 messages an hour a user may send (over them, a message is not answered).
+        env = gateway_env(slack, model, dsn) | NO_MESSAGE_LIMITS | {"THREADGATE_LEASE_SECONDS": "3"}
         refused: list[SentEvent] = []
         try:
             web = await processes.start(env)
