@@ -44,7 +44,8 @@ Two choices are ours, for streams:
   of it at once, where aiohttp would otherwise wake for every event the model sent. The
   first words of a reply show within 50 ms of arriving; later ones within 250 ms (Slack is
   appended at most once a second anyway), and the end of a longer answer is seen up to
-  250 ms late.
+  250 ms late. A read that fills httpx_aiohttp's whole read size is not followed by a
+  pause: the stream comes faster than its pace, and pausing would only throttle it.
 - **The pool holds as many connections as the process may hold model requests**: at least
   httpx's default of 100, and twice `THREADGATE_WORKERS` when that is more (a worker holds
   one model request at a time; compaction's summaries come on top). With more workers
@@ -64,6 +65,7 @@ import aiohttp
 import httpx
 from aiohttp.helpers import get_env_proxy_for_url
 from httpx_aiohttp import AiohttpTransport
+from httpx_aiohttp.transport import AiohttpResponseStream
 from yarl import URL
 
 # httpx's own defaults, which the provider's client had before this transport.
@@ -190,7 +192,9 @@ class _ReleasingStream(httpx.AsyncByteStream):
         with _remapped():
             async for chunk in self._inner:
                 yield chunk
-                if self._pace is not None:
+                # A whole read's worth came: the stream is flowing faster than its pace
+                # (a long answer, a fast model), and waiting would only throttle it.
+                if self._pace is not None and len(chunk) < AiohttpResponseStream.CHUNK_SIZE:
                     now = time.monotonic()
                     first_read = now if first_read is None else first_read
                     await self._unread(self._pace.pause(now - first_read))

@@ -17,6 +17,7 @@ import aiohttp
 import httpx
 import pytest
 from aiohttp import web
+from httpx_aiohttp.transport import AiohttpResponseStream
 from httpx_sse import EventSource
 from pydantic import SecretStr
 
@@ -36,6 +37,7 @@ from tests.fakes.openai_api import (
     Held,
     JSONReply,
     OpenAIServer,
+    RawReply,
     RecordedRequest,
     StreamReply,
     sse,
@@ -286,6 +288,22 @@ async def test_a_paced_stream_leaves_its_socket_unread_between_reads() -> None:
         server.script(AfterTheFirstRead(completion, read, silence=0.5))
         chunks = await paced_reads(server, read, read_timeout=0.1)
     assert b"".join(chunks) == b"".join(completion.chunks())
+
+
+async def test_a_stream_faster_than_its_pace_is_not_throttled() -> None:
+    """A read that fills the whole read size is followed by the next at once: with a pause
+    of a second after each, this answer (forty reads' worth, written as fast as the
+    connection takes it) would not be read within the test's deadline."""
+    event = sse({"choices": [{"delta": {"content": "x" * 200}}]}, done=False)[0]
+    body = event * (40 * AiohttpResponseStream.CHUNK_SIZE // len(event)) + b"data: [DONE]\n\n"
+    async with OpenAIServer() as server:
+        server.script(RawReply(body, content_type="text/event-stream"))
+        transport = ModelTransport(base_url=server.url, stream_pace=StreamPace(1.0, 1.0))
+        async with httpx.AsyncClient(base_url=server.url, transport=transport) as http:
+            async with asyncio.timeout(DEADLINE):
+                async with http.stream("POST", "/chat/completions", json={"stream": True}) as r:
+                    read = b"".join([chunk async for chunk in r.aiter_raw()])
+    assert read == body
 
 
 def test_a_stream_is_read_quickly_at_first_then_less_often() -> None:
