@@ -69,73 +69,61 @@ def render(r: dict[str, Any]) -> str:
     return "\n\n".join(sections) + "\n"
 
 
-# Written by hand from the figures of the 2026-12-01 run; re-read it against the tables
-# above after any change to the hot path.
-FINDINGS = """## What the profile showed, what was fixed, and what stands in the way
+# Written by hand from the figures of the 2026-12-01 22:35 run and the same-run comparisons
+# below; re-read it against the tables above after any change to the hot path.
+FINDINGS = """## What was measured and changed, and what stands in the way
 
-At the start of this work (commit 66c992c, the same machine, quiet) bench/cpu.py measured
-25–30 ms of gateway CPU and 16–20 ms of Postgres CPU per answered event against 3.8–4.4 ms
-for bare bolt (about 11×); 32.3 SQL statements per one-round task and 82.3 per delegating
-one; at 100 events/s ack p50 108–124 ms, ack p99 418–626 ms and event → reply p50 14–27 s.
-The 2026-11-29 figures this file showed before (ack p99 10.6 ms, 100/s sustained) no
-longer held at that commit. Found and fixed, in the order the profile ranked them:
+Since the morning run (07:59, commit 587d796) the tables above changed: ack p99 at
+100 events/s 350 → 71 ms, event → reply p50 6.6 s → 63 ms, sustained throughput 50/s →
+200/s, SQL statements per one-round task 14.3 → 11.3, CPU per answered event 26.7 → 12.0 ms
+(bare bolt measured 4.3 ms then and 2.0 ms now: the host itself was faster in this run, so
+the ratio, 6.2× → 6.1×, is the fairer figure). Found with py-spy (GIL samples), yappi, per
+statement timings in the gateway and `pg_stat_statements`, and changed:
 
-- **The task claim** was most of Postgres's CPU (13 of 16–20 ms per event): it asked
-  `pg_locks` once per running task (a function per row), and its NOT EXISTS became a scan
-  of every older open task behind a backlog (~1,000 buffer reads per claim). Claims now take
-  queued tasks first (a partial index), check a task's turn in its thread with one index
-  look, and look for dead leases, with one `pg_locks` read per statement, only when nothing
-  is queued or once a second per process (migration 012).
-- **httpx's default transport** (httpcore, anyio, h11) was about a third of the gateway's
-  CPU, and httpcore retried a failed `import sniffio` on every request (5%, file-system
-  look-ups). Model requests now go over aiohttp through httpx's API
-  (`gateway/model_transport.py`, given to the providers by the gateway), and sniffio is installed.
-- **SQL round trips**: 32.3 → 14.3 statements per one-round task and 82.3 → 45 per
-  delegating task (see the table above: one statement for claiming a subtask or else a task,
-  for the fenced outbox claim, for a finish with its NOTIFY, for the window, for compaction's
-  look, for pinning a new session's prompt; the reply stored with its origin).
-- **Planning**: Postgres planned many prepared statements again on every execution (2.6 of
-  its 10 ms per event); the pool's connections now use generic plans.
-- **Slack calls**: the "is thinking…" status was cleared by a call after every reply,
-  although a post clears it; one Slack call of three per one-round task is gone.
+- **Round trips before the model request.** A new task waited for six statements in a
+  row before its model request (claim, the reply read, the window, compaction's look,
+  and two for pinning a new thread's prompt), each 5-15 ms at p50 and 40-100 ms at p95 on
+  a busy event loop. The claim now says whether the reply is stored, the pin is one
+  statement, and a window the budget left nothing out of (`agent.Window.complete`) is not
+  read again for compaction: claim, window, pin.
+- **The outbox claim of an existing row** (every streamed reply's publish finds its row
+  open) was a transaction of six round trips; it is one statement. Postgres CPU per
+  streamed reply 4.6 → 4.0 ms; first-text p50/p95/p99 at 100/s, same run, 220/434/508 →
+  89/241/353 ms.
+- **Model streams**: framed a read at a time (httpx-sse's decoders), deltas joined per
+  read, read every 50 ms for the first half second and every 250 ms after with the socket
+  paused between reads (a fast stream is not paced), OpenAI chunks validated into
+  TypedDicts (5.7 → 3.2 µs each). The gateway's CPU per streamed reply in isolation
+  (bench-like load, 100 streams at once) 3.5 → 2.5-2.7 ms.
+- **Garbage collection**: a full collection stopped the loop for 63-100 ms every few
+  seconds at 100 events/s; the start-up heap is frozen (33-53 ms now).
+- **The benchmark's own fake model** encoded every answer's events again per request, a
+  third of its CPU on the machine it shares with the gateway; it encodes them once.
 
-After: 17–18 ms of gateway CPU and 9 ms of Postgres CPU per answered event (6.2× bare
-bolt, from about 11×).
+The start of this work (25a5185) against the code after its round-trip and stream
+changes (before the outbox, chunk and GC ones), in one run, median of 4 pairs at
+100 events/s: first-text overhead p50 552 → 248 ms, p95 1,156 → 518 ms, p99 1,364 → 683 ms.
 
 What still stands in the way:
 
-- **CPU per answered event ≤ 1.5× bare bolt.** Bare bolt acks and makes one Slack call;
-  an answered event here also commits the turn before the ack, claims, reads the window,
-  streams a model response, posts through the outbox and finishes: 14 statements and
-  three HTTP requests where bolt has one. The biggest rows left in the profile are
-  slack_sdk's client (12% of the gateway: two calls per task), the event loop itself (13%),
-  the model request and its stream (about 15% together) and asyncpg's statements (about
-  15% together). Each is a library doing its job once per event; 1.5× would need the
-  process to do barely more than bolt does, which durability rules out. The next cuts:
-  uvloop (not taken: its sockets bypass the test suite's loopback guard, which wraps
-  Python's socket module), one Slack call less (post the reply with the status update it
-  implies), and fewer statements (below).
-- **≤ 12 statements per one-round task** (14.3): left are the admission's session check
-  (for a thread reply), the usage record per model request, the epoch read, the reply's
-  read-back, marking a post sent. Folding the usage record into the append, and the epoch
-  read into the window statement, would reach 12.
-- **≥ 300 events/s and ack p99 ≤ 2× bare bolt at 100/s.** At 17.7 ms per event one gateway
-  process saturates a core at about 55 events/s (50/s is sustained, 100/s is not), and
-  this machine's second core is shared by Postgres (9 ms per event), the fakes and the load
-  generator. Acks queue behind the workers' work on the same event loop. Scaling apart
-  does not help on 2 cores: three gateway processes, Postgres and the benchmark compete
-  for the same two, and the ingress is starved (the roles table). 300 events/s needs about
-  5.3 cores of gateway CPU and 2.7 of Postgres at today's cost — the split shape on more
-  cores, which is what it is for.
-- **First visible text ≤ TTFT + 300 ms at 100 events/s** (issue 11): met at 25 events/s
-  (overhead p50 96 ms, p95 264 ms, p99 318 ms), not at 100/s, where the one gateway process
-  is saturated (0.90 cores) carrying 150 streams at 100 SSE events/s each. The same remedy:
-  worker processes on more cores.
-- **Flat cost** (10,000 vs 10 messages) reads 1.5× in bytes since compaction landed. The
-  seeded 10,000-message thread pays a summary request per message until its backlog is
-  summarized (the latency); where the extra bytes come from is not traced yet — the
-  summary is paid out of the window's budget (storage/history.py), so look at its framing
-  in the prompt and at the short thread's window next.
+- **First visible text ≤ TTFT + 300 ms at 100 events/s** (issue 11): met up to 50/s in
+  this run (p99 137 ms). At 100/s it holds when the host is quiet and not when it is busy:
+  the same code measured p99 225-353 ms (p50 89-140) in the afternoon and 719-1,128 ms
+  (p50 347-522) in this run, when a plain Python loop ran 10% slower than it had. The
+  parts need 18 ms of CPU per event together (gateway 9.5, Postgres 4.5, the fakes 4.2),
+  1.8 of the machine's 2 cores at 100/s, and the tail of a queue that close to full moves
+  with every percent. More cores (the split shape is for them), or the gateway's CPU per
+  event cut by a further quarter, would give it room; the largest rows left are slack_sdk's
+  client (three calls per reply), httpx's request building and sending, asyncpg's
+  statements and the event loop itself, each a library doing its job once per event.
+- **CPU per answered event ≤ 1.5× bare bolt** (6.1×): an answered event here commits the
+  turn before the ack, claims, reads the window, streams a model response, posts through
+  the outbox and finishes, eleven statements and three HTTP requests where bolt has one.
+  uvloop was measured (5% less gateway CPU at 100 events/s) and not taken: its sockets
+  bypass the suite's loopback guard.
+- **≥ 300 events/s** (200/s sustained): one gateway process saturates its core between
+  200 and 300 events/s on this machine, with Postgres and the benchmark on the other.
+- **ack p99 ≤ 2× bare bolt**: acks share the event loop with the workers' streams.
 """
 
 
