@@ -108,7 +108,7 @@ What still stands in the way:
 
 - **First visible text ≤ TTFT + 300 ms at 100 events/s** (issue 11): met up to 50/s in
   this run (p99 137 ms). At 100/s it holds when the host is quiet and not when it is busy:
-  the same code measured p99 225-353 ms (p50 89-140) in the afternoon and 719-1,128 ms
+  the same code measured p99 167-458 ms (p50 72-164) in the afternoon and 719-1,128 ms
   (p50 347-522) in this run, when a plain Python loop ran 10% slower than it had. The
   parts need 18 ms of CPU per event together (gateway 9.5, Postgres 4.5, the fakes 4.2),
   1.8 of the machine's 2 cores at 100/s, and the tail of a queue that close to full moves
