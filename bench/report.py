@@ -108,8 +108,9 @@ What still stands in the way:
 
 - **First visible text ≤ TTFT + 300 ms at 100 events/s** (issue 11): met up to 50/s in
   this run (p99 137 ms). At 100/s it holds when the host is quiet and not when it is busy:
-  the same code measured p99 167-458 ms (p50 72-164) in the afternoon and 719-1,128 ms
-  (p50 347-522) in this run, when a plain Python loop ran 10% slower than it had. The
+  in the afternoon, before the last three changes (which measured no worse against it in
+  one run), p99 167-458 ms (p50 72-164); in this run 719-1,128 ms (p50 347-522), when a
+  plain Python loop ran 10% slower than it had. The
   parts need 18 ms of CPU per event together (gateway 9.5, Postgres 4.5, the fakes 4.2),
   1.8 of the machine's 2 cores at 100/s, and the tail of a queue that close to full moves
   with every percent. More cores (the split shape is for them), or the gateway's CPU per
