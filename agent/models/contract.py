@@ -14,7 +14,6 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from itertools import groupby
 from typing import Any, Literal, TypeAlias
 
 from agent.core.images import Image
@@ -205,25 +204,35 @@ def join_deltas(events: Iterable[StreamEvent]) -> list[StreamEvent]:
     joined events fold (and tap) to exactly what `events` do. A reader joins what one read
     of the wire brought: a model sends a delta every few characters, and every event handed
     on costs the same however short it is."""
-    return [_joined(list(run)) for _, run in groupby(events, _run)]
+    joined: list[StreamEvent] = []
+    run: list[StreamEvent] = []
+    for event in events:
+        if run and not _joins(run[-1], event):
+            joined.append(_joined(run))
+            run = []
+        run.append(event)
+    if run:
+        joined.append(_joined(run))
+    return joined
 
 
-def _run(event: StreamEvent) -> tuple[object, ...]:
-    """Equal for the adjacent events that join; any other event is a run of its own."""
-    match event:
-        case TextDelta():
-            return ("text",)
-        case ToolCallDelta(index=index):
-            return ("arguments", index)
-        case _:
-            return ("alone", id(event))
+def _joins(last: StreamEvent, event: StreamEvent) -> bool:
+    """Whether `event` joins the run that `last` ends: text to text, arguments to the
+    same call's. Any other event is a run of its own."""
+    if isinstance(last, TextDelta):
+        return isinstance(event, TextDelta)
+    return (
+        isinstance(last, ToolCallDelta)
+        and isinstance(event, ToolCallDelta)
+        and last.index == event.index
+    )
 
 
 def _joined(run: list[StreamEvent]) -> StreamEvent:
     first = run[0]
     if len(run) == 1:
         return first
-    # A run holds one kind of event (`_run`); the isinstance filters only tell mypy so.
+    # A run holds one kind of event (`_joins`); the isinstance filters only tell mypy so.
     if isinstance(first, TextDelta):
         return TextDelta("".join(e.text for e in run if isinstance(e, TextDelta)))
     assert isinstance(first, ToolCallDelta)

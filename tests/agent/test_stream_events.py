@@ -176,6 +176,22 @@ async def test_joined_deltas_fold_and_show_what_the_events_do(events: list[Strea
     assert [e for e in joined if not joinable(e, e)] == [e for e in events if not joinable(e, e)]
 
 
+def test_only_deltas_join() -> None:
+    """Two of any other event stay two, even one object twice; a call's arguments do not
+    join another call's, nor text."""
+    start = MessageStart("m")
+    events: list[StreamEvent] = [start, start, ToolCallDelta(0, "a"), ToolCallDelta(1, "b")]
+    events += [TextDelta("c"), TextDelta("d"), ToolCallDelta(1, "e")]
+    assert join_deltas(events) == [
+        start,
+        start,
+        ToolCallDelta(0, "a"),
+        ToolCallDelta(1, "b"),
+        TextDelta("cd"),
+        ToolCallDelta(1, "e"),
+    ]
+
+
 async def test_what_one_read_brings_is_passed_on_joined() -> None:
     """A call's argument fragments in one read of the wire are one delta; a
     fragment in the next read is one more."""
