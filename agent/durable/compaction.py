@@ -2,13 +2,14 @@
 
 Before a task's first round, the runner hands its window to `Compaction`, unless the
 window is complete (`agent.Window`: the budget left nothing out, as in most threads, and
-there is nothing to read). If the session has messages the window no longer shows (older than its oldest message, newer than the
-latest summary; `agent.SummaryStore.overflow`), the model is asked once, through the same
-attempt ladder and usage meter as rounds (`ModelResponder.ask_text`), to summarize them
-together with the previous summary and the older part of the window itself (all but the
-newest `keep_chars`, so that the next compaction is due only once that much more has been
-said, not at every message); the new summary is stored covering all of it, and the next
-windows show it first, then pinned messages, then the newest messages after it.
+there is nothing to read). If the session has messages the window no longer shows (older
+than its oldest message, newer than the latest summary; `agent.SummaryStore.overflow`),
+the model is asked once, through the same attempt ladder and usage meter as rounds
+(`ModelResponder.ask_text`), to summarize them together with the previous summary and the
+older part of the window itself (all but the newest `keep_chars`, so that the next
+compaction is due only once that much more has been said, not at every message); the new
+summary is stored covering all of it, and the next windows show it first, then pinned
+messages, then the newest messages after it.
 
 The request is bounded whatever the thread's length: at most the history's character
 budget of dropped messages (whole turns, oldest first; what does not fit is summarized by
