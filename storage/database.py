@@ -40,6 +40,12 @@ LEASE_LOCK_SPACE = 0x7467_6C73
 SIGNALS_APPLICATION = "threadgate-signals"
 
 
+def finished_by(owner: int) -> str:
+    """The payload of the NOTIFY a finish under lease owner `owner` sends (storage/queue.py):
+    the process holding that owner number does not wake a worker for it, every other does."""
+    return f"finished:{owner}"
+
+
 async def _nothing_to_reset(conn: object) -> None:
     """Pool connections are returned as they were taken: nothing here SETs, LISTENs or
     holds a session-level lock on them (NOTIFYs are sent, and LISTEN happens on the
@@ -169,6 +175,10 @@ class Database:
         self._pending_tickets -= 1
 
     def _on_notify(self, conn: object, pid: int, channel: str, payload: object) -> None:
+        if self._owner is not None and payload == finished_by(self._owner):
+            # Our own finish: the worker that finished looks for work again itself.
+            self.wakeup.set()
+            return
         self.wake()
 
     def _on_terminated(self, conn: object) -> None:

@@ -33,7 +33,7 @@ from typing import Literal, TypeAlias
 import asyncpg
 
 from agent import Task
-from storage.database import TASKS_CHANNEL, Database
+from storage.database import TASKS_CHANNEL, Database, finished_by
 from storage.errors import StorageError, translate_errors
 from storage.migrations import Connection
 
@@ -112,7 +112,11 @@ WHERE id = $1 AND attempts = $2 AND state = 'running' AND lease_owner = $3
 # delivered when the finish commits). It wakes a worker even when this statement sees
 # nothing queued in the thread: a message admitted while it ran is invisible to its
 # snapshot, and its admission's own wake-up was spent by a worker that found it blocked
-# behind this very task. The woken worker's claim, after the commit, sees it.
+# behind this very task. A claim after the commit sees it. The payload names the
+# finishing process (`Database.finished_payload`): there the finishing worker itself
+# looks for work right after this returns (`TaskQueue.finish`), so the NOTIFY wakes a
+# worker in every other process only, where a second look found nothing at one task in
+# three or so and was one of the three claims per task.
 _FINISH = """
 WITH done AS (
     UPDATE tasks SET state = $4, last_error = $5, finished_at = now(),
@@ -120,7 +124,7 @@ WITH done AS (
     WHERE id = $1 AND attempts = $2 AND state = 'running' AND lease_owner = $3
     RETURNING session_id
 )
-SELECT count(pg_notify($6, '')) FROM done
+SELECT count(pg_notify($6, $7)) FROM done
 """
 
 _RETRY = """
@@ -213,7 +217,7 @@ class PostgresTaskQueue:
     async def _close(self, task: Task, state: str, reason: str | None) -> None:
         me = await self._db.lease_owner()
         await self._db.pool.fetchval(
-            _FINISH, task.id, task.attempts, me, state, reason, TASKS_CHANNEL
+            _FINISH, task.id, task.attempts, me, state, reason, TASKS_CHANNEL, finished_by(me)
         )
 
 

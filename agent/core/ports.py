@@ -145,9 +145,13 @@ class TaskQueue(Protocol):
     async def cancelled(self, task: Task) -> bool:
         """Whether an operator cancelled the task (asked once its lease is found lost)."""
 
-    async def finish(self, task: Task) -> None: ...
+    async def finish(self, task: Task) -> None:
+        """End the task's lease as done. What this makes runnable (the thread's next
+        message) is the caller's to look for next: a worker looks for work again right
+        after its task ends, so a queue wakes the workers of other processes only."""
 
-    async def fail(self, task: Task, reason: str) -> None: ...
+    async def fail(self, task: Task, reason: str) -> None:
+        """End the task's lease as failed; what it makes runnable, as with `finish`."""
 
     async def retry_later(self, task: Task, delay: float, reason: str) -> None: ...
 

@@ -199,6 +199,8 @@ class TaskRunner:
             except Exception:  # the database may be restarting: wait, then try again
                 log.exception("claiming work failed")
                 found = False
+            # After work, look again at once: what a task's end made runnable is this
+            # worker's to find (`TaskQueue.finish`), and more may be queued behind it.
             if not found:
                 await self._queue.wait_for_work(self._settings.heartbeat_seconds * 6)
 

@@ -10,7 +10,7 @@ import asyncpg
 from agent.core.ids import reply_id, user_message_id
 from agent.core.ports import StoredMessage, Task
 from storage.admission import Admission, admit
-from storage.database import TASKS_CHANNEL, Database
+from storage.database import TASKS_CHANNEL, Database, finished_by
 from storage.delegations import PostgresDelegations
 from storage.history import PostgresHistory
 from storage.queue import PostgresTaskQueue
@@ -165,13 +165,41 @@ async def finish_notifications(db: Database, task: Task) -> list[str]:
 async def test_a_finish_commits_with_one_wake_up(fresh_db: Database) -> None:
     """A finish is one statement that ends the lease and sends one NOTIFY with its commit,
     also when nothing is queued in its thread (a message admitted while the finish ran is
-    not visible to it, and must still find a worker)."""
+    not visible to it, and must still find a worker). The NOTIFY names the process."""
     queue = PostgresTaskQueue(fresh_db)
     await enqueue(fresh_db, "3.0", "3.0")
     first = await queue.claim()
     assert first is not None and first.id == "T1:C1:3.0"
-    assert await finish_notifications(fresh_db, first) == [""]
+    owner = await fresh_db.lease_owner()
+    assert await finish_notifications(fresh_db, first) == [finished_by(owner)]
     assert await fresh_db.pool.fetchval("SELECT state FROM tasks WHERE id = $1", first.id) == "done"
+
+
+async def test_a_finish_wakes_a_worker_of_every_other_process_not_its_own(
+    fresh_db: Database,
+) -> None:
+    """The worker that finished looks for work again itself (`TaskQueue.finish`), so its
+    own process keeps no wake-up for the finish; another process's waiting worker wakes."""
+    other = Database(fresh_db._dsn)
+    await other.open()
+    try:
+        queue = PostgresTaskQueue(fresh_db)
+        fresh_db.wakeup.clear()
+        await enqueue(fresh_db, "6.0", "6.0")
+        await asyncio.wait_for(fresh_db.wakeup.wait(), timeout=10)  # the admission's
+        task = await queue.claim()
+        assert task is not None
+        kept = fresh_db._pending_tickets
+        fresh_db.wakeup.clear()
+        waiting = asyncio.create_task(
+            PostgresTaskQueue(other, poll_seconds=3600).wait_for_work(3600)
+        )
+        await queue.finish(task)
+        await asyncio.wait_for(waiting, timeout=10)
+        await asyncio.wait_for(fresh_db.wakeup.wait(), timeout=10)  # heard by observers
+        assert fresh_db._pending_tickets == kept
+    finally:
+        await other.close()
 
 
 async def test_a_superseded_finish_changes_nothing_and_wakes_nobody(fresh_db: Database) -> None:
