@@ -59,6 +59,7 @@ from gateway.live import (
     task_update,
     why,
 )
+from gateway.model_transport import ShownReplies, counting_shown
 from gateway.rendering import BLOCK_LIMIT, SlackMessage, render_reply
 from gateway.sources import SourceLinks
 from gateway.workspaces import NotInstalled, SlackClients
@@ -98,6 +99,7 @@ class SlackPublisher:
         self._outbox = outbox
         self._sources = SourceLinks(outbox, call_seconds=outbox.call_seconds)
         self._visible: set[str] = set()  # tasks whose thread shows streamed text
+        self._shown: dict[str, ShownReplies] = {}  # tasks inside `working`: streams' pace
         self._working: set[str] = set()  # tasks inside `working`
         self._posted: set[str] = set()  # those of them that posted in their thread
         self._drafts: dict[tuple[str, str], SlackDraft] = {}
@@ -108,7 +110,7 @@ class SlackPublisher:
                 self._clients,
                 outbox,
                 streams,
-                on_visible=self._shown,
+                on_visible=self._on_visible,
                 on_ended=on_stream_ended,
             )
         )
@@ -164,8 +166,11 @@ class SlackPublisher:
         if self._live is not None:
             await self._live.step(task, message_id, step)
 
-    def _shown(self, task: Task) -> None:
+    def _on_visible(self, task: Task) -> None:
         self._visible.add(task.id)
+        replies = self._shown.get(task.id)
+        if replies is not None:
+            replies.shown()  # its stream may slow now (gateway/model_transport.py)
         self._did_post(task)
 
     def _did_post(self, task: Task) -> None:
@@ -192,10 +197,14 @@ class SlackPublisher:
         was a third of the Slack calls of a one-round task."""
         refresher = asyncio.create_task(self._keep_status(task), name=f"status-{task.id}")
         self._working.add(task.id)
+        replies = self._shown[task.id] = ShownReplies()
         try:
-            yield
+            with counting_shown(replies):
+                yield
         finally:
             self._working.discard(task.id)
+            if self._shown.get(task.id) is replies:
+                del self._shown[task.id]
             await stop_task(refresher)
             for key in [key for key in self._drafts if key[0] == task.id]:
                 await self._drafts.pop(key).close()
@@ -298,7 +307,7 @@ class SlackPublisher:
         await self._outbox.opened(post_id, task.attempts, ts)
         assert self._live is not None
         self._live.opened(post_id)  # card updates waiting for this ts go out now
-        self._shown(task)
+        self._on_visible(task)
         return True
 
     async def _complete(

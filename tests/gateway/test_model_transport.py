@@ -26,7 +26,9 @@ from agent.models.providers.provider import OpenAIProvider
 from gateway.model_transport import (
     AIOHTTP_ERRORS,
     ModelTransport,
+    ShownReplies,
     StreamPace,
+    counting_shown,
     httpx_error,
     model_transport,
 )
@@ -308,9 +310,58 @@ async def test_a_stream_faster_than_its_pace_is_not_throttled() -> None:
 
 def test_a_stream_is_read_quickly_at_first_then_less_often() -> None:
     """Every 50 ms for the first half second after the first read (a reply's first words),
-    every 250 ms after that."""
+    every 250 ms after that, and from the moment the reply shows."""
     pace = StreamPace()
     assert [pace.pause(t) for t in (0.0, 0.49, 0.5, 30.0)] == [0.05, 0.05, 0.25, 0.25]
+    assert pace.pause(0.0, shown=True) == 0.25
+
+
+async def read_watching(
+    server: OpenAIServer,
+    pace: StreamPace,
+    replies: ShownReplies,
+    first: asyncio.Event,
+    *,
+    shows: bool,
+) -> bytes:
+    """A streamed answer read under `counting_shown(replies)`, setting `first` once it has
+    the first chunk; `shows`: a reply is shown (counted) then."""
+    transport = ModelTransport(base_url=server.url, stream_pace=pace)
+    async with httpx.AsyncClient(base_url=server.url, transport=transport) as http:
+        async with asyncio.timeout(DEADLINE):
+            with counting_shown(replies):
+                async with http.stream("POST", "/chat/completions", json={"stream": True}) as r:
+                    chunks = []
+                    async for chunk in r.aiter_raw():
+                        if shows and not chunks:
+                            replies.shown()
+                        chunks.append(chunk)
+                        first.set()
+    return b"".join(chunks)
+
+
+async def test_a_stream_slows_to_the_later_pace_once_its_reply_shows() -> None:
+    """Shown after its first read, the stream waits the later pace (none here), not the
+    first one (an hour, which the test's deadline would not outlast)."""
+    completion, read = Completion(text="one two three four"), asyncio.Event()
+    async with OpenAIServer() as server:
+        server.script(AfterTheFirstRead(completion, read))
+        pace = StreamPace(3600.0, 0.0, until=3600.0)
+        body = await read_watching(server, pace, ShownReplies(), read, shows=True)
+    assert body == b"".join(completion.chunks())
+
+
+async def test_a_reply_shown_before_the_stream_was_requested_leaves_it_at_the_first_pace() -> None:
+    """A task's later round (its acknowledgment shows already) streams its answer's first
+    words at the first pace (none here), not the later one (an hour)."""
+    completion, read = Completion(text="one two three four"), asyncio.Event()
+    replies = ShownReplies()
+    replies.shown()
+    async with OpenAIServer() as server:
+        server.script(AfterTheFirstRead(completion, read))
+        pace = StreamPace(0.0, 3600.0, until=3600.0)
+        body = await read_watching(server, pace, replies, read, shows=False)
+    assert body == b"".join(completion.chunks())
 
 
 def test_the_pool_holds_a_model_request_for_every_worker() -> None:
