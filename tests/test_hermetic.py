@@ -36,6 +36,10 @@ from tests.netguard.loopback_guard import (
     NonLoopbackConnection,
     guard_connect,
     guard_lookup,
+    guard_loop_connection,
+    guard_loop_datagrams,
+    guard_loop_lookup,
+    guard_loop_sock_connect,
     guard_sendto,
     is_allowed_address,
     is_allowed_lookup,
@@ -323,6 +327,47 @@ def test_lookups_of_names_never_reach_the_resolver() -> None:
     assert real.calls == [("127.0.0.1", 80, 0, socket.SOCK_STREAM)]
 
 
+class AsyncRecorder(Recorder):
+    """A stand-in for one of the loop's own (async) methods."""
+
+    async def method(self, loop: object, *args: Any, **kwargs: Any) -> Any:
+        return self(*args, *kwargs.items())
+
+
+async def test_uvloops_own_lookups_and_connections_are_judged_as_the_socket_librarys() -> None:
+    """uvloop resolves and connects in libuv: its loop methods are wrapped, and refuse what
+    `connect` and `getaddrinfo` refuse before the real method (a stand-in here) is called."""
+    real = AsyncRecorder(result="real")
+    lookup = guard_loop_lookup(real.method)
+    connection = guard_loop_connection(real.method)
+    sock_connect = guard_loop_sock_connect(real.method)
+    datagrams = guard_loop_datagrams(real.method)
+    refused = [
+        lookup(None, "api.openai.com", 443),
+        connection(None, asyncio.Protocol, "slack.com", 443),
+        connection(None, asyncio.Protocol, "192.0.2.1", 443),
+        connection(None, asyncio.Protocol, host="10.0.0.1", port=5432),
+        sock_connect(None, ipv4(), ("192.0.2.1", 443)),
+        datagrams(None, asyncio.DatagramProtocol, remote_addr=("192.0.2.1", 53)),
+        datagrams(None, asyncio.DatagramProtocol, None, ("192.0.2.1", 53)),
+    ]
+    for attempt in refused:
+        with pytest.raises(NonLoopbackConnection):
+            await attempt
+    assert real.calls == []
+    allowed = [
+        lookup(None, "localhost", 443),
+        lookup(None, "192.0.2.1", 443),  # a literal is converted locally, judged at connect
+        connection(None, asyncio.Protocol, "127.0.0.1", 5432),
+        connection(None, asyncio.Protocol, sock=object()),  # connected through `connect`
+        sock_connect(None, ipv4(), ("127.0.0.1", 443)),
+        datagrams(None, asyncio.DatagramProtocol, local_addr=("127.0.0.1", 0)),
+    ]
+    for attempt in allowed:
+        assert await attempt == "real"
+    assert len(real.calls) == len(allowed)
+
+
 # --- The guard is installed, here and in children ---------------------------------------
 
 
@@ -365,11 +410,16 @@ async def test_loopback_passes_through_the_guard_blocking_or_not(
 
 CHILD_REPORT = """
 import json, socket, sys
+import uvloop
 entries = {
     "connect": socket.socket.connect,
     "connect_ex": socket.socket.connect_ex,
     "sendto": socket.socket.sendto,
     "getaddrinfo": socket.getaddrinfo,
+    "uvloop getaddrinfo": uvloop.Loop.getaddrinfo,
+    "uvloop create_connection": uvloop.Loop.create_connection,
+    "uvloop sock_connect": uvloop.Loop.sock_connect,
+    "uvloop create_datagram_endpoint": uvloop.Loop.create_datagram_endpoint,
 }
 site = sys.modules.get("sitecustomize")
 print(json.dumps({
@@ -395,15 +445,21 @@ async def test_a_child_started_with_child_env_runs_under_the_guard(tmp_path: Pat
     assert err == b""  # a failing sitecustomize only warns, on stderr
     report = json.loads(out)
     assert report["guarded"] == dict.fromkeys(
-        ("connect", "connect_ex", "sendto", "getaddrinfo"), True
+        ("connect", "connect_ex", "sendto", "getaddrinfo", *(f"uvloop {m}" for m in UVLOOP)),
+        True,
     )
     assert report["sitecustomize"] == str(NETGUARD / "sitecustomize.py")
 
 
+UVLOOP = ("getaddrinfo", "create_connection", "sock_connect", "create_datagram_endpoint")
+
+
 async def test_names_and_connections_go_where_the_guard_sees_them() -> None:
     """The Slack SDK's HTTP client is aiohttp; with aiodns installed it would resolve
-    through c-ares, whose DNS queries no Python-level guard sees. And the loop is asyncio's
-    own, whose connections are `socket.socket.connect` calls (uvloop's are libuv's)."""
+    through c-ares, whose DNS queries no Python-level guard sees. And the test process's
+    loop is asyncio's own, whose connections are `socket.socket.connect` calls (gateway
+    children run on uvloop, whose libuv lookups and connections go through the loop
+    methods the guard wraps there)."""
     assert aiohttp.resolver.DefaultResolver is aiohttp.resolver.ThreadedResolver
     assert isinstance(asyncio.get_running_loop(), asyncio.SelectorEventLoop)
 
@@ -422,9 +478,12 @@ sys.exit(main(["doctor", "--timeout", "10"]))
 
 async def test_a_gateway_child_reaching_beyond_loopback_fails_loudly(tmp_path: Path) -> None:
     """`threadgate doctor` in a child, pointed at Slack and a model by name: both checks
-    fail on the guard, and its stderr names what was refused and why."""
+    fail on the guard, and its stderr names what was refused and why. On asyncio's loop,
+    whose lookups are `socket.getaddrinfo`'s, replaced first: uvloop's are libuv's, which
+    nothing in Python can replace (its wrappers are tested on stand-ins above)."""
     env = {
         **SERVE,
+        "THREADGATE_EVENT_LOOP": "asyncio",
         "SLACK_API_URL": "https://slack.invalid/api/",
         "OPENAI_BASE_URL": "https://model.invalid/v1",
     }

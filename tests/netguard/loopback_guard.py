@@ -10,6 +10,11 @@ before a packet leaves the machine.
 `socket.socket.connect`/`connect_ex` and resolves names through `socket.getaddrinfo`.
 Unix sockets and 127.0.0.0/8, ::1 and `localhost` pass through untouched.
 
+uvloop, the loop gateway children run on (gateway/event_loop.py), resolves names and
+connects in libuv, where no socket-library wrapper sees it: where it is installed, the
+loop methods that do (`getaddrinfo`, `create_connection`, `sock_connect`,
+`create_datagram_endpoint`) are wrapped too, on `uvloop.Loop`, with the same judgement.
+
 This module is stdlib-only and imported two ways: as `tests.netguard.loopback_guard` by the
 suite's conftest, and as the top-level `loopback_guard` by `sitecustomize.py` in child
 processes, whose PYTHONPATH starts with this directory (see `tests/gateway/process.py`).
@@ -153,14 +158,98 @@ def guard_lookup(original: Callable[..., T]) -> Callable[..., T]:
     return getaddrinfo
 
 
+def guard_loop_lookup(original: Callable[..., Any]) -> Callable[..., Any]:
+    """An event loop's `getaddrinfo`, refusing what `guard_lookup` refuses."""
+
+    @functools.wraps(original)
+    async def getaddrinfo(loop: Any, host: Any, *args: Any, **kwargs: Any) -> Any:
+        if not is_allowed_lookup(host):
+            raise _refuse("a name lookup of", host)
+        return await original(loop, host, *args, **kwargs)
+
+    setattr(getaddrinfo, MARK, True)
+    return getaddrinfo
+
+
+def guard_loop_connection(original: Callable[..., Any]) -> Callable[..., Any]:
+    """An event loop's `create_connection`: a host that is not loopback is refused before
+    the loop resolves it (a socket passed in instead was connected through `connect`)."""
+
+    @functools.wraps(original)
+    async def create_connection(
+        loop: Any, protocol_factory: Any, host: Any = None, port: Any = None, *args: Any, **kw: Any
+    ) -> Any:
+        if host is not None and not is_loopback_host(host):
+            raise _refuse("a connection to", (host, port))
+        return await original(loop, protocol_factory, host, port, *args, **kw)
+
+    setattr(create_connection, MARK, True)
+    return create_connection
+
+
+def guard_loop_sock_connect(original: Callable[..., Any]) -> Callable[..., Any]:
+    """An event loop's `sock_connect`, judged as `connect` is."""
+
+    @functools.wraps(original)
+    async def sock_connect(loop: Any, sock: socket.socket, address: Any) -> Any:
+        if not is_allowed_address(sock.family, address):
+            raise _refuse("a connection to", address)
+        return await original(loop, sock, address)
+
+    setattr(sock_connect, MARK, True)
+    return sock_connect
+
+
+def guard_loop_datagrams(original: Callable[..., Any]) -> Callable[..., Any]:
+    """An event loop's `create_datagram_endpoint`: its remote address must be loopback."""
+
+    @functools.wraps(original)
+    async def create_datagram_endpoint(
+        loop: Any, protocol_factory: Any, *args: Any, **kw: Any
+    ) -> Any:
+        # (protocol_factory, local_addr=None, remote_addr=None, ...): by keyword or position.
+        remote = kw.get("remote_addr", args[1] if len(args) > 1 else None)
+        if remote is not None and not (
+            isinstance(remote, tuple) and remote and is_loopback_host(remote[0])
+        ):
+            raise _refuse("a datagram to", remote)
+        return await original(loop, protocol_factory, *args, **kw)
+
+    setattr(create_datagram_endpoint, MARK, True)
+    return create_datagram_endpoint
+
+
+# uvloop's loop methods the guard wraps, and how.
+_LOOP_GUARDS: dict[str, Callable[[Callable[..., Any]], Callable[..., Any]]] = {
+    "getaddrinfo": guard_loop_lookup,
+    "create_connection": guard_loop_connection,
+    "sock_connect": guard_loop_sock_connect,
+    "create_datagram_endpoint": guard_loop_datagrams,
+}
+
+
+def _uvloop_class() -> type | None:
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    loop: type = uvloop.Loop
+    return loop
+
+
 def guarded() -> dict[str, object]:
     """The callables the guard replaces, as they are now."""
-    return {
+    entries: dict[str, object] = {
         "socket.socket.connect": socket.socket.connect,
         "socket.socket.connect_ex": socket.socket.connect_ex,
         "socket.socket.sendto": socket.socket.sendto,
         "socket.getaddrinfo": socket.getaddrinfo,
     }
+    uvloop_class = _uvloop_class()
+    if uvloop_class is not None:
+        for name in _LOOP_GUARDS:
+            entries[f"uvloop.Loop.{name}"] = getattr(uvloop_class, name)
+    return entries
 
 
 def installed() -> bool:
@@ -182,3 +271,9 @@ def install() -> None:
     # look it up at call time.
     if not getattr(socket.getaddrinfo, MARK, False):
         socket.getaddrinfo = guard_lookup(socket.getaddrinfo)
+    # `uvloop.Loop` is a Python subclass of the Cython loop: its attributes can be set.
+    uvloop_class = _uvloop_class()
+    if uvloop_class is not None:
+        for name, guard in _LOOP_GUARDS.items():
+            if not getattr(getattr(uvloop_class, name), MARK, False):
+                setattr(uvloop_class, name, guard(getattr(uvloop_class, name)))
