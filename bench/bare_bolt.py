@@ -1,7 +1,8 @@
 """The baseline app: bare slack-bolt on aiohttp, ack first, no storage, the same reply.
 
 It runs as a child process of its own (like the gateway), so its CPU per event can be read
-from /proc and compared with the gateway's. `python -m bench.bare_bolt SLACK_URL` prints
+from /proc and compared with the gateway's, on the loop the gateway runs on by default
+(uvloop where it is installed: gateway/event_loop.py), so the two compare like with like. `python -m bench.bare_bolt SLACK_URL` prints
 `listening on http://127.0.0.1:PORT/slack/events` to stderr once it listens.
 """
 
@@ -89,4 +90,7 @@ async def bare_bolt(slack_url: str) -> AsyncIterator[BareBolt]:
 
 
 if __name__ == "__main__":
-    asyncio.run(serve(sys.argv[1]))
+    from gateway.event_loop import loop_factory
+
+    with asyncio.Runner(loop_factory=loop_factory("auto")) as runner:
+        runner.run(serve(sys.argv[1]))

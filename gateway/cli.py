@@ -19,6 +19,7 @@ from agent import ConfigError
 from gateway.config import ROLES, Settings, load_settings
 from gateway.console import run_console
 from gateway.doctor import Limits, diagnose, report
+from gateway.event_loop import loop_factory
 from gateway.logs import configure_logging
 from gateway.manifest import events_url, render_manifest
 from gateway.service import database_dsn, serve_forever
@@ -38,7 +39,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             settings.threadgate_log_format,
             secrets=settings.secret_values(),
         )
-        return int(asyncio.run(args.command(settings, args)) or 0)
+        with asyncio.Runner(loop_factory=loop_factory(settings.threadgate_event_loop)) as run:
+            return int(run.run(args.command(settings, args)) or 0)
     except ConfigError as exc:
         print(f"threadgate: {exc}", file=sys.stderr)
         return 2

@@ -92,6 +92,7 @@ class Settings(BaseSettings):
     threadgate_history_chars: Annotated[int, Field(ge=1000)] = 24_000
     threadgate_log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
     threadgate_log_format: Literal["text", "json"] = "text"
+    threadgate_event_loop: Literal["auto", "uvloop", "asyncio"] = "auto"
     threadgate_allowed_channels: str = ""
     threadgate_allowed_users: str = ""
     threadgate_continue_threads: bool = True

@@ -65,6 +65,7 @@ from agent import (
 from gateway.alerts import OperatorAlerts, TokenAlarm
 from gateway.attachments import FileReader
 from gateway.config import Settings
+from gateway.event_loop import loop_name
 from gateway.files import FileDownloader
 from gateway.gatekeeper import LIMIT_NOTICES, Gatekeeper, Policy
 from gateway.http import (
@@ -285,7 +286,12 @@ class Gateway:
         s.mcp_config()  # a bad MCP config stops start-up before anything is opened
         # First: a wrong THREADGATE_METRICS_ADDRESS stops start-up before anything is opened.
         await self._start_metrics()
-        log.info("threadgate role: %s (THREADGATE_ROLE or --role)", s.threadgate_role)
+        log.info(
+            "threadgate role: %s (THREADGATE_ROLE or --role), event loop: %s"
+            " (THREADGATE_EVENT_LOOP)",
+            s.threadgate_role,
+            loop_name(asyncio.get_running_loop()),
+        )
         # An ingress calls no model: it opens none and needs no model settings.
         models: list[Model] = (
             [MeteredModel(m, self.metrics, n) for n, m in enumerate(open_models(s))]
