@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeAlias
 
-from agent.core.ports import AnswerOrigin, StoredMessage, Task, TaskQueue
+from agent.core.ports import AnswerOrigin, PromptEpoch, StoredMessage, Task, TaskQueue
 
 _TITLE_CHARS = 80
 
@@ -115,7 +115,8 @@ class RoundInput:
 
     `window` is the conversation (this task's own acknowledgments excluded: they appear as
     the delegate calls in `rounds`); `number` == len(rounds); `final` rounds may not
-    delegate.
+    delegate. `prompt`: the system prompt the task's session is pinned to, when the
+    runner read it beside the window (None: the responder reads it).
     """
 
     task: Task
@@ -123,6 +124,7 @@ class RoundInput:
     rounds: Sequence[RoundRecord] = field(default_factory=tuple)
     number: int = 0
     final: bool = False
+    prompt: PromptEpoch | None = None
 
 
 @dataclass(frozen=True, slots=True)

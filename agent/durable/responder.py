@@ -125,7 +125,7 @@ class ModelResponder:
     async def __call__(self, round_input: RoundInput) -> Decision:
         """Run one round of the task and return how it ended."""
         catalog = ReferenceCatalog.from_window(round_input.window)
-        epoch = await self._session_epoch(round_input.task)
+        epoch = round_input.prompt or await self.pin_prompt(round_input.task)
         messages = transcript(round_input, catalog, self._subtasks, system=epoch.text)
         citable = Citable(catalog)
         controls = round_controls(
@@ -168,7 +168,7 @@ class ModelResponder:
 
         return await self._metered(task).run(attempt)
 
-    async def _session_epoch(self, task: Task) -> PromptEpoch:
+    async def pin_prompt(self, task: Task) -> PromptEpoch:
         """The prompt the task's session is pinned to (pinning it to this deployment's
         prompt on its first task); this deployment's prompt without a memory."""
         if self._memory is None:

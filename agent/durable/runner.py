@@ -72,6 +72,7 @@ from agent.core.ports import (
     History,
     LiveView,
     Memory,
+    PromptEpoch,
     Publisher,
     Step,
     StepState,
@@ -104,6 +105,10 @@ class Responder(Protocol):
     """What the runner needs from the agent: run a round, run a subtask."""
 
     async def __call__(self, round_input: RoundInput) -> Decision: ...
+
+    async def pin_prompt(self, task: Task) -> PromptEpoch:
+        """The system prompt the task's session is pinned to (pinned now if it is new)."""
+        ...
 
     async def run_subtask(self, subtask: Subtask, task: Task) -> str: ...
 
@@ -303,12 +308,13 @@ class TaskRunner:
         if state.pending is not None:
             return await self._wait_for(task, len(state.finished), state.pending)
         number = len(state.finished)
-        window = await self._window(task)
+        window, prompt = await self._window_and_prompt(task)
         # Before the first round only: a task compacts its thread at most once, and a
         # window the budget left nothing out of has nothing to compact.
         compaction = self._compaction if number == 0 and not window.complete else None
         if compaction is not None and await compaction(task, window):
             window = await self._window(task)
+            prompt = None  # compaction re-pins the session's prompt: the round reads it anew
         decision = await self._within_time_limit(
             task,
             RoundInput(
@@ -317,6 +323,7 @@ class TaskRunner:
                 state.finished,
                 number,
                 number >= self._settings.max_rounds - 1,
+                prompt,
             ),
         )
         self._observer.round_decided(type(decision).__name__.lower())
@@ -380,6 +387,20 @@ class TaskRunner:
             return await self._give_up(task, error, "unavailable")
         self._observer.task_settled("deferred")
         await self._queue.retry_later(task, delay, str(error))
+
+    async def _window_and_prompt(self, task: Task) -> tuple[Window, PromptEpoch | None]:
+        """The window and the session's pinned prompt, read side by side: two round trips
+        to the database that the model request waits for, one after the other until
+        they were read at once (under load, each waits its turn for a connection)."""
+        pinning = asyncio.create_task(self._respond.pin_prompt(task), name=f"pin-{task.id}")
+        try:
+            window = await self._window(task)
+        except BaseException:
+            await stop_task(pinning)
+            if not pinning.cancelled():
+                pinning.exception()  # retrieved: the window's error is the one raised
+            raise
+        return window, await pinning
 
     async def _window(self, task: Task) -> Window:
         s = self._settings

@@ -32,8 +32,8 @@ from tests.agent.memory import (
     MemoryQueue,
 )
 from tests.agent.test_responder import TASK, WINDOW, _no_sleep, scripted
+from tests.agent.test_runner import PROMPT, TURN, Agent, delegate
 from tests.agent.test_runner import TASK as RUN
-from tests.agent.test_runner import TURN, Agent, delegate
 
 OLD = prompt_epoch("You are the prompt this thread started with.")
 
@@ -73,6 +73,25 @@ async def test_a_round_is_asked_under_the_sessions_pinned_prompt() -> None:
     decision = await responder(RoundInput(TASK, WINDOW))
     assert seen[0].messages[0] == SystemMessage(OLD.text)
     assert memory.asked == [prompt_epoch(system_prompt(SubtaskRegistry(), "Be brief."))]
+    assert decision.origin is not None and decision.origin.prompt_epoch == OLD.hash
+
+
+async def test_a_round_handed_its_sessions_prompt_does_not_read_it_again() -> None:
+    """The runner reads the pinned prompt beside the window (`RoundInput.prompt`): the
+    round is asked under it, with no second read of the memory."""
+    seen: list[ModelRequest] = []
+
+    def answer(request: ModelRequest) -> ModelResponse:
+        seen.append(request)
+        return tool_response("final_reply", {"text": "hi"})
+
+    memory = PinnedMemory()
+    responder = ModelResponder(
+        AttemptLadder([FunctionModel(answer)], sleep=_no_sleep), memory=memory
+    )
+    assert await responder.pin_prompt(TASK) == OLD and len(memory.asked) == 1
+    decision = await responder(RoundInput(TASK, WINDOW, prompt=OLD))
+    assert seen[0].messages[0] == SystemMessage(OLD.text) and len(memory.asked) == 1
     assert decision.origin is not None and decision.origin.prompt_epoch == OLD.hash
 
 
@@ -192,18 +211,48 @@ async def test_the_runner_compacts_only_a_window_the_budget_cut() -> None:
         (MemoryHistory([(m.id, m) for m in earlier] + [(RUN.user_message_id, TURN)]), 1),
     ):
         store = CountingSummaries(None)
+        agent = Agent(lambda r: Reply("done"))
         runner = TaskRunner(
             queue=MemoryQueue([RUN]),
             delegations=MemoryDelegations(),
             history=history,
             publisher=MemoryPublisher(),
             alerts=MemoryAlerts(),
-            respond=Agent(lambda r: Reply("done")),
+            respond=agent,
             settings=RunnerSettings(history_chars=150),
             compaction=Compaction(store, ask, epoch=OLD),
         )
         await runner.run_task(RUN)
         assert store.reads == reads
+        [round_input] = agent.rounds
+        assert round_input.prompt == PROMPT  # read beside the window; nothing compacted
+
+
+async def test_after_a_compaction_the_round_reads_the_sessions_prompt_anew() -> None:
+    """A compaction re-pins the session's prompt: the round is not handed the one read
+    beside the window before it (None: the responder reads it)."""
+
+    async def ask(task: Task, messages: object, *, max_output_tokens: int) -> str:
+        return "the summary"
+
+    earlier = [
+        StoredMessage(f"old{n}", RUN.session_id, "user", "turn", "x" * 100) for n in range(3)
+    ]
+    store, agent = Summaries(DROPPED), Agent(lambda r: Reply("done"))
+    runner = TaskRunner(
+        queue=MemoryQueue([RUN]),
+        delegations=MemoryDelegations(),
+        history=MemoryHistory([(m.id, m) for m in earlier] + [(RUN.user_message_id, TURN)]),
+        publisher=MemoryPublisher(),
+        alerts=MemoryAlerts(),
+        respond=agent,
+        settings=RunnerSettings(history_chars=150),
+        compaction=Compaction(store, ask, epoch=OLD),
+    )
+    await runner.run_task(RUN)
+    assert store.stored != []  # it did compact
+    [round_input] = agent.rounds
+    assert round_input.prompt is None
 
 
 class Stamps(PinnedMemory):

@@ -19,7 +19,7 @@ from agent.core.errors import (
     Route,
     SubtaskFailed,
 )
-from agent.core.ports import Step, StoredMessage, Task
+from agent.core.ports import PromptEpoch, Step, StoredMessage, Task, Window
 from agent.durable.notices import DEFAULT_NOTICES, FailureNotices
 from agent.durable.runner import (
     DEFAULT_RUNNER,
@@ -53,6 +53,9 @@ def delegate(*kinds: str) -> Delegation:
     return Delegation("Working on it", requests, "call_d", json.dumps(raw))
 
 
+PROMPT = PromptEpoch("hash-of-the-sessions-prompt", "v-test", "You are the test agent.")
+
+
 class Agent:
     """A scripted agent: rounds answer from `decide`, subtasks from `subtask`."""
 
@@ -67,6 +70,9 @@ class Agent:
     async def __call__(self, round_input: RoundInput) -> Decision:
         self.rounds.append(round_input)
         return self.decide(round_input)
+
+    async def pin_prompt(self, task: Task) -> PromptEpoch:
+        return PROMPT
 
     async def run_subtask(self, subtask: Subtask, task: Task) -> str:
         return self.subtask(subtask)
@@ -116,6 +122,45 @@ async def test_answered_task_is_stored_published_and_finished() -> None:
     await rig.runner.run_task(TASK)
     assert rig.publisher.posts == [(TASK.reply_id, "answer to question")]
     assert rig.queue.finished == [TASK.id] and (await rig.history.get(TASK.reply_id)) is not None
+
+
+async def test_the_round_gets_the_sessions_prompt_read_beside_its_window() -> None:
+    """The runner reads the window and the session's pinned prompt side by side (both
+    are waited for before the model is asked) and hands the prompt to the round."""
+    rig = Rig(Agent(lambda r: Reply("done")))
+    await rig.runner.run_task(TASK)
+    [round_input] = rig.agent.rounds
+    assert round_input.prompt == PROMPT and round_input.window[-1].text == "question"
+
+
+async def test_a_failed_window_read_leaves_no_prompt_read_running() -> None:
+    """The pin read beside a window that could not be read is stopped with it (the task
+    is retried as after any failure), and no round is asked."""
+
+    class Unreadable(MemoryHistory):
+        async def window(self, task: Task, *, max_chars: int, max_messages: int) -> Window:
+            await pinning.wait()  # the pin read is under way
+            raise RuntimeError("the history could not be read")
+
+    class SlowPin(Agent):
+        async def pin_prompt(self, task: Task) -> PromptEpoch:
+            pinning.set()
+            await asyncio.Event().wait()
+            raise AssertionError("never reached: stopped with the window")
+
+    pinning = asyncio.Event()
+    agent, queue = SlowPin(lambda r: Reply("never")), MemoryQueue([TASK])
+    runner = TaskRunner(
+        queue=queue,
+        delegations=MemoryDelegations(),
+        history=Unreadable([(TASK.user_message_id, TURN)]),
+        publisher=MemoryPublisher(),
+        alerts=MemoryAlerts(),
+        respond=agent,
+    )
+    await runner.run_task(TASK)
+    assert agent.rounds == [] and queue.finished == []
+    assert not [t for t in asyncio.all_tasks() if t.get_name() == f"pin-{TASK.id}"]
 
 
 async def test_a_rerun_publishes_the_stored_reply_without_asking_the_model() -> None:
