@@ -6,7 +6,6 @@ re-rendered (`python -m bench.report`) without measuring again.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import tempfile
 import time
@@ -26,6 +25,7 @@ from bench import (
     stream_parse,
     throughput,
 )
+from bench import run as bench_run
 from tests.pg import server_dsn
 
 
@@ -56,7 +56,7 @@ async def measure() -> dict[str, Any]:
 
 if __name__ == "__main__":
     stream_parse.main()
-    figures = asyncio.run(measure())
+    figures = bench_run(measure())
     report.RESULTS.mkdir(exist_ok=True)
     report.RESULTS_JSON.write_text(json.dumps(figures, indent=2))
     report.write(json.loads(report.RESULTS_JSON.read_text()))

@@ -20,6 +20,7 @@ from typing import Any
 from aiohttp import web
 
 from bench import loadgen, profile
+from bench import run as bench_run
 from bench.bare_bolt import app as bare_bolt_app
 from bench.loadgen import Sample, TimedSlack
 from bench.stack import fakes, gateway
@@ -116,4 +117,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    bench_run(main())

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench import run as bench_run
 from bench.cpu import postgres_cpu, process_cpu
 from storage.admission import Admission, admit
 from storage.database import Database
@@ -85,4 +86,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    bench_run(main())

@@ -13,7 +13,6 @@ fakes and the load generator) is measured too, to show it is not what limits the
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import sys
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import loadgen, profile
+from bench import run as bench_run
 from bench.bare_bolt import bare_bolt
 from bench.loadgen import TimedSlack
 from bench.stack import fakes, gateway
@@ -184,4 +184,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    bench_run(main())

@@ -40,6 +40,7 @@ from typing import Any
 from aiohttp import web
 
 from bench import loadgen, profile
+from bench import run as bench_run
 from bench.cpu import postgres_cpu, process_cpu
 from bench.loadgen import TimedSlack
 from bench.roles import processes
@@ -237,7 +238,7 @@ def main() -> None:
             runs = tuple((args.shape, r) for r in args.rates) or RUNS
             await run_all(server, Path(tmp), runs)
 
-    asyncio.run(run())
+    bench_run(run())
 
 
 if __name__ == "__main__":

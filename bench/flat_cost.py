@@ -24,7 +24,6 @@ figures say what that catching up costs; they are not the target's.
 
 from __future__ import annotations
 
-import asyncio
 import tempfile
 import time
 from pathlib import Path
@@ -33,6 +32,7 @@ from typing import Any
 import asyncpg
 
 from bench import loadgen
+from bench import run as bench_run
 from bench.loadgen import TimedSlack
 from bench.stack import database_url, fakes, gateway
 from tests.fakes.openai_api import Completion, OpenAIServer, RecordedRequest, Reply
@@ -153,4 +153,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    bench_run(main())

@@ -13,7 +13,6 @@ say so). Every event must be answered exactly once in both shapes.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import tempfile
 from collections.abc import AsyncIterator, Mapping
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import loadgen
+from bench import run as bench_run
 from bench.ack_latency import figures
 from bench.loadgen import TimedSlack
 from bench.stack import NO_GUARD_RAILS, fakes, stop
@@ -100,7 +100,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             return await run_all(await server_dsn(Path(tmp)), Path(tmp), args.rate, args.seconds)
 
-    print(asyncio.run(run()))
+    print(bench_run(run()))
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import loadgen
+from bench import run as bench_run
 from bench.stack import fakes, gateway, rss_kib
 from tests.fakes.openai_api import Hang, RecordedRequest, Reply
 from tests.gateway.rig import echo
@@ -57,4 +58,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    bench_run(main())

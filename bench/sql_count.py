@@ -26,6 +26,7 @@ import asyncpg
 
 from agent.rounds.subagent import SUBAGENT_PROMPT
 from bench import loadgen
+from bench import run as bench_run
 from bench.stack import Model, database_url, fakes, gateway
 from storage.embedded import start_embedded_postgres
 from tests.fakes.openai_api import RecordedRequest, Reply, reply_with_tool
@@ -138,4 +139,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    bench_run(main())

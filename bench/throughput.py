@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import loadgen
+from bench import run as bench_run
 from bench.stack import fakes, gateway
 from tests.pg import server_dsn
 
@@ -90,4 +91,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    bench_run(main())
