@@ -46,8 +46,9 @@ async def bare_bolt(slack_url: str) -> tuple[web.AppRunner, str]:
 async def load(url: str, slack: TimedSlack, rate: float, seconds: float) -> dict[str, Any]:
     """Warm up, then send `rate`/s for `seconds`; the figures of that one load."""
     await loadgen.open_loop(url, WARMUP, WARMUP)
-    samples = await loadgen.open_loop(url, rate, int(rate * seconds))
-    answered = await loadgen.wait_answered(slack, samples, deadline=60)
+    with loadgen.no_pauses():
+        samples = await loadgen.open_loop(url, rate, int(rate * seconds))
+        answered = await loadgen.wait_answered(slack, samples, deadline=60)
     await asyncio.sleep(0.5)  # a duplicate post would land now
     return figures(samples, slack, answered)
 

@@ -150,16 +150,17 @@ async def measure(
                 ours = sum(process_cpu(pid) for pid in pids)
                 return ours, postgres_cpu(server), process_cpu(os.getpid())
 
-            cpu0 = cpu()
-            started = time.perf_counter()
-            samples = await loadgen.open_loop(url, rate, rate * SECONDS)
-            if spy is not None:
-                await spy.wait()
-            threads = {s.thread_ts for s in samples}
-            with contextlib.suppress(AssertionError):  # counted below, not required
-                await slack.wait_until(lambda: threads <= slack.stopped.keys(), 90)
-            elapsed = time.perf_counter() - started
-            cores = [(b - a) / elapsed for a, b in zip(cpu0, cpu(), strict=True)]
+            with loadgen.no_pauses():
+                cpu0 = cpu()
+                started = time.perf_counter()
+                samples = await loadgen.open_loop(url, rate, rate * SECONDS)
+                if spy is not None:
+                    await spy.wait()
+                threads = {s.thread_ts for s in samples}
+                with contextlib.suppress(AssertionError):  # counted below, not required
+                    await slack.wait_until(lambda: threads <= slack.stopped.keys(), 90)
+                elapsed = time.perf_counter() - started
+                cores = [(b - a) / elapsed for a, b in zip(cpu0, cpu(), strict=True)]
     first = [
         (slack.first_text[s.thread_ts] - s.sent) * 1000
         for s in samples

@@ -10,11 +10,13 @@ same `perf_counter` clock as the sender.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import statistics
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,6 +90,23 @@ async def _send(http: aiohttp.ClientSession, url: str, event: dict[str, Any], du
 def session() -> aiohttp.ClientSession:
     """An HTTP client without a connection cap (an open loop must never queue in the client)."""
     return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+
+
+@contextmanager
+def no_pauses() -> Iterator[None]:
+    """No garbage collection in this process while a load is measured. It holds the fake
+    Slack, the fake model and the sender: a full collection here stopped all three for
+    100-160 ms in the middle of bench/first_text.py's runs, and every answer and every
+    timestamp the fakes took in flight came that much late, charged to the gateway. The
+    gateway's own collections are part of what is measured and stay on; what the load
+    leaves here is collected after it."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+        gc.collect()
 
 
 async def open_loop(

@@ -70,8 +70,9 @@ async def measure(server: str, data: Path, shape: str, rate: int, seconds: int) 
         # served and answered (imports, pools, first plans) before the clock starts.
         warm = await loadgen.open_loop(url, 20, 20)
         await loadgen.wait_answered(slack, warm, deadline=DRAIN)
-        samples = await loadgen.open_loop(url, rate, rate * seconds)
-        answered = await loadgen.wait_answered(slack, samples, deadline=DRAIN)
+        with loadgen.no_pauses():
+            samples = await loadgen.open_loop(url, rate, rate * seconds)
+            answered = await loadgen.wait_answered(slack, samples, deadline=DRAIN)
         workers = Settings.model_fields["threadgate_workers"].default
         result = {
             "shape": shape,

@@ -36,8 +36,9 @@ async def attempt(
     label = f"tp{rate}"
     async with fakes() as (slack, model), gateway(dsn, label, slack, model, data, overrides) as gw:
         await loadgen.open_loop(gw.events_url, 20, 20)
-        samples = await loadgen.open_loop(gw.events_url, rate, rate * SECONDS)
-        answered = await loadgen.wait_answered(slack, samples, deadline=DRAIN)
+        with loadgen.no_pauses():
+            samples = await loadgen.open_loop(gw.events_url, rate, rate * SECONDS)
+            answered = await loadgen.wait_answered(slack, samples, deadline=DRAIN)
         await asyncio.sleep(0.5)
         acks = [s.ack_ms for s in samples]
         replies = loadgen.reply_ms(samples, slack)
