@@ -69,62 +69,59 @@ def render(r: dict[str, Any]) -> str:
     return "\n\n".join(sections) + "\n"
 
 
-# Written by hand from the figures of the 2026-12-01 22:35 run and the same-run comparisons
+# Written by hand from the figures of the 2026-12-02 00:31 run and the same-run comparisons
 # below; re-read it against the tables above after any change to the hot path.
 FINDINGS = """## What was measured and changed, and what stands in the way
 
-Since the morning run (07:59, commit 587d796) the tables above changed: ack p99 at
-100 events/s 350 → 71 ms, event → reply p50 6.6 s → 63 ms, sustained throughput 50/s →
-200/s, SQL statements per one-round task 14.3 → 11.3, CPU per answered event 26.7 → 12.0 ms
-(bare bolt measured 4.3 ms then and 2.0 ms now: the host itself was faster in this run, so
-the ratio, 6.2× → 6.1×, is the fairer figure). Found with py-spy (GIL samples), yappi, per
-statement timings in the gateway and `pg_stat_statements`, and changed:
+Since the previous run (2026-12-01 22:35, commit 81d2218) the tables above changed: ack p99
+at 100 events/s 71 → 12 ms, event → reply p99 221 → 80 ms, first text past the model's
+first token at 100 events/s p99 944 → 391 ms (p50 347-522 → 112-169 ms), statements per
+one-round task 11.3 → 10.3, CPU per answered event 12.0 → 10.5 ms (ratio to bare bolt
+6.1× → 5.7×). Sustained throughput reads 100/s where it read 200/s: 200/s is at the edge
+here, and flips between runs for the code before and after alike: in same-run tries,
+81d2218 sustained it in 2 of 3 and this code in 1 of 3; in another run, the code before
+the window-and-prompt change in 1 of 2 and this code in 2 of 2.
+Changed, each measured against the code before it in one run, alternating sides:
 
-- **Round trips before the model request.** A new task waited for six statements in a
-  row before its model request (claim, the reply read, the window, compaction's look,
-  and two for pinning a new thread's prompt), each 5-15 ms at p50 and 40-100 ms at p95 on
-  a busy event loop. The claim now says whether the reply is stored, the pin is one
-  statement, and a window the budget left nothing out of (`agent.Window.complete`) is not
-  read again for compaction: claim, window, pin.
-- **The outbox claim of an existing row** (every streamed reply's publish finds its row
-  open) was a transaction of six round trips; it is one statement. Postgres CPU per
-  streamed reply 4.6 → 4.0 ms; first-text p50/p95/p99 at 100/s, same run, 220/434/508 →
-  89/241/353 ms.
-- **Model streams**: framed a read at a time (httpx-sse's decoders), deltas joined per
-  read, read every 50 ms for the first half second and every 250 ms after with the socket
-  paused between reads (a fast stream is not paced), OpenAI chunks validated into
-  TypedDicts (5.7 → 3.2 µs each). The gateway's CPU per streamed reply in isolation
-  (bench-like load, 100 streams at once) 3.5 → 2.5-2.7 ms.
-- **Garbage collection**: a full collection stopped the loop for 63-100 ms every few
-  seconds at 100 events/s; the start-up heap is frozen (33-53 ms now).
-- **The benchmark's own fake model** encoded every answer's events again per request, a
-  third of its CPU on the machine it shares with the gateway; it encodes them once.
-
-The start of this work (25a5185) against the code after its round-trip and stream
-changes (before the outbox, chunk and GC ones), in one run, median of 4 pairs at
-100 events/s: first-text overhead p50 552 → 248 ms, p95 1,156 → 518 ms, p99 1,364 → 683 ms.
+- **The benchmark process no longer collects garbage while a load is measured**
+  (`loadgen.no_pauses`). It holds the fake Slack, the fake model and the sender, and a
+  full collection there stopped all three for 100-160 ms mid-run: every answer and every
+  timestamp in flight was late by that much, and charged to the gateway. The sender's
+  worst lag at 100/s went 97-165 → 31-56 ms, and much of the old ack p99 was this.
+- **uvloop** (`THREADGATE_EVENT_LOOP`, default `auto`: uvloop where it is installed):
+  gateway CPU per event 8.74 → 8.26 ms; first text p50/p95/p99 104/312/436 →
+  79/181/250 ms (median of 3 pairs). The suite's loopback guard wraps uvloop's own
+  lookups and connections, which is what had kept it out before. The bare-bolt baseline
+  and the benchmark process run on it too (the fakes then take about a tenth less CPU).
+- **A model stream slows as soon as its reply shows**, not after half a second: the
+  publisher counts a task's visible replies where the transport reads them. A short
+  streamed reply takes 6 reads instead of 13; gateway CPU per event 9.18 → 8.79 ms,
+  first text p50/p95/p99 302/543/669 → 199/388/474 ms (median of 3 pairs).
+- **A finish no longer wakes a worker of its own process**: the worker that finished
+  looks for work itself. Claims per streamed task 2.17 → 2.00; statements per one-round
+  task 11.3 → 10.3.
+- **A round's window and its session's pinned prompt are read side by side**, one round
+  trip less in a row before the model request; within the host's noise in its pairs.
 
 What still stands in the way:
 
-- **First visible text ≤ TTFT + 300 ms at 100 events/s** (issue 11): met up to 50/s in
-  this run (p99 137 ms). At 100/s it holds when the host is quiet and not when it is busy:
-  in the afternoon, before the last three changes (which measured no worse against it in
-  one run), p99 167-458 ms (p50 72-164); in this run 719-1,128 ms (p50 347-522), when a
-  plain Python loop ran 10% slower than it had. The
-  parts need 18 ms of CPU per event together (gateway 9.5, Postgres 4.5, the fakes 4.2),
-  1.8 of the machine's 2 cores at 100/s, and the tail of a queue that close to full moves
-  with every percent. More cores (the split shape is for them), or the gateway's CPU per
-  event cut by a further quarter, would give it room; the largest rows left are slack_sdk's
-  client (three calls per reply), httpx's request building and sending, asyncpg's
-  statements and the event loop itself, each a library doing its job once per event.
-- **CPU per answered event ≤ 1.5× bare bolt** (6.1×): an answered event here commits the
-  turn before the ack, claims, reads the window, streams a model response, posts through
-  the outbox and finishes, eleven statements and three HTTP requests where bolt has one.
-  uvloop was measured (5% less gateway CPU at 100 events/s) and not taken: its sockets
-  bypass the suite's loopback guard.
-- **≥ 300 events/s** (200/s sustained): one gateway process saturates its core between
-  200 and 300 events/s on this machine, with Postgres and the benchmark on the other.
-- **ack p99 ≤ 2× bare bolt**: acks share the event loop with the workers' streams.
+- **First visible text ≤ TTFT + 300 ms at 100 events/s** (issue 11): p99 382-489 ms in
+  this run (p95 281-324, p50 112-169), 324 ms in the split shape; met up to 50/s (p99
+  79 ms). The parts need 16.7 ms of CPU per event together (gateway 8.6, Postgres 4.4,
+  the fakes 3.7): 1.7 of the machine's 2 cores at 100/s, with the one gateway process at
+  about 0.86 of its core, so a queue forms behind every await of a task's path to its
+  first words whenever the host slows (a plain Python loop took 0.57-0.71 s here in one
+  evening). The largest rows left are aiohttp's client under slack_sdk (three calls per
+  reply), httpx's request building, asyncpg's pool (a task per release) and statements,
+  each a library doing its job once per event. More cores (the split shape is for them)
+  or a fifth less gateway CPU per event would give it room.
+- **CPU per answered event ≤ 1.5× bare bolt** (5.7×): an answered event here commits the
+  turn before the ack, claims, reads the window and the prompt, streams a model
+  response, posts through the outbox and finishes, ten statements and three HTTP
+  requests where bolt has one.
+- **≥ 300 events/s** (100-200/s sustained): one gateway process saturates its core
+  near 200 events/s on this machine, with Postgres and the benchmark on the other.
+- **ack p99 ≤ 2× bare bolt** (7×): acks share the event loop with the workers' streams.
 """
 
 
