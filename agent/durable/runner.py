@@ -389,9 +389,9 @@ class TaskRunner:
         await self._queue.retry_later(task, delay, str(error))
 
     async def _window_and_prompt(self, task: Task) -> tuple[Window, PromptEpoch | None]:
-        """The window and the session's pinned prompt, read side by side: two round trips
-        to the database that the model request waits for, one after the other until
-        they were read at once (under load, each waits its turn for a connection)."""
+        """The window and the session's pinned prompt, read side by side: both are round
+        trips to the database that the model request waits for, and under load each
+        waits its turn for a connection, so one after the other cost two such waits."""
         pinning = asyncio.create_task(self._respond.pin_prompt(task), name=f"pin-{task.id}")
         try:
             window = await self._window(task)
