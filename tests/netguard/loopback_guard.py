@@ -15,10 +15,10 @@ connects in libuv, where no socket-library wrapper sees it: where it is installe
 loop methods that do (`getaddrinfo`, `create_connection`, `sock_connect`,
 `create_datagram_endpoint`) are wrapped too, on `uvloop.Loop`, with the same judgement.
 
-This module needs only the standard library (uvloop is wrapped where it is installed) and is
-imported two ways: as `tests.netguard.loopback_guard` by the
-suite's conftest, and as the top-level `loopback_guard` by `sitecustomize.py` in child
-processes, whose PYTHONPATH starts with this directory (see `tests/gateway/process.py`).
+This module needs only the standard library (uvloop is wrapped where it is installed) and
+is imported two ways: as `tests.netguard.loopback_guard` by the suite's conftest, and as
+the top-level `loopback_guard` by `sitecustomize.py` in child processes, whose PYTHONPATH
+starts with this directory (see `tests/gateway/process.py`).
 """
 
 from __future__ import annotations
