@@ -3,6 +3,7 @@ says which prompt and route produced it, and pinned messages are marked for the 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from agent.core.delegation import RoundInput
@@ -55,18 +56,23 @@ class PinnedMemory:
         raise AssertionError("the responder stores nothing")
 
 
-async def test_a_round_is_asked_under_the_sessions_pinned_prompt() -> None:
-    """The system prompt is the session's (OLD), not this deployment's; the deployment's is
-    what a new session would be pinned to."""
-    seen: list[ModelRequest] = []
+def replying_hi(seen: list[ModelRequest]) -> Callable[[ModelRequest], ModelResponse]:
+    """A model that answers every request with a `final_reply`, noting it in `seen`."""
 
     def answer(request: ModelRequest) -> ModelResponse:
         seen.append(request)
         return tool_response("final_reply", {"text": "hi"})
 
+    return answer
+
+
+async def test_a_round_is_asked_under_the_sessions_pinned_prompt() -> None:
+    """The system prompt is the session's (OLD), not this deployment's; the deployment's is
+    what a new session would be pinned to."""
+    seen: list[ModelRequest] = []
     memory = PinnedMemory()
     responder = ModelResponder(
-        AttemptLadder([FunctionModel(answer)], sleep=_no_sleep),
+        AttemptLadder([FunctionModel(replying_hi(seen))], sleep=_no_sleep),
         memory=memory,
         instructions="Be brief.",
     )
@@ -80,14 +86,9 @@ async def test_a_round_handed_its_sessions_prompt_does_not_read_it_again() -> No
     """The runner reads the pinned prompt beside the window (`RoundInput.prompt`): the
     round is asked under it, with no second read of the memory."""
     seen: list[ModelRequest] = []
-
-    def answer(request: ModelRequest) -> ModelResponse:
-        seen.append(request)
-        return tool_response("final_reply", {"text": "hi"})
-
     memory = PinnedMemory()
     responder = ModelResponder(
-        AttemptLadder([FunctionModel(answer)], sleep=_no_sleep), memory=memory
+        AttemptLadder([FunctionModel(replying_hi(seen))], sleep=_no_sleep), memory=memory
     )
     assert await responder.pin_prompt(TASK) == OLD and len(memory.asked) == 1
     decision = await responder(RoundInput(TASK, WINDOW, prompt=OLD))
@@ -196,33 +197,38 @@ class CountingSummaries(Summaries):
         )
 
 
+# Three older turns: with `history_chars=150`, a window of RUN's thread leaves them out.
+EARLIER = [StoredMessage(f"old{n}", RUN.session_id, "user", "turn", "x" * 100) for n in range(3)]
+
+
+async def summarize(task: Task, messages: object, *, max_output_tokens: int) -> str:
+    return "the summary"
+
+
+def compacting_runner(history: MemoryHistory, store: Summaries, agent: Agent) -> TaskRunner:
+    """A runner for RUN whose window budget cuts EARLIER, compacting into `store`."""
+    return TaskRunner(
+        queue=MemoryQueue([RUN]),
+        delegations=MemoryDelegations(),
+        history=history,
+        publisher=MemoryPublisher(),
+        alerts=MemoryAlerts(),
+        respond=agent,
+        settings=RunnerSettings(history_chars=150),
+        compaction=Compaction(store, summarize, epoch=OLD),
+    )
+
+
 async def test_the_runner_compacts_only_a_window_the_budget_cut() -> None:
     """A thread whose window shows everything is not read again for what it dropped (the
     common case: one statement less per task); a thread the budget cut is."""
-
-    async def ask(task: Task, messages: object, *, max_output_tokens: int) -> str:
-        return "the summary"
-
-    earlier = [
-        StoredMessage(f"old{n}", RUN.session_id, "user", "turn", "x" * 100) for n in range(3)
-    ]
     for history, reads in (
         (MemoryHistory([(RUN.user_message_id, TURN)]), 0),
-        (MemoryHistory([(m.id, m) for m in earlier] + [(RUN.user_message_id, TURN)]), 1),
+        (MemoryHistory([(m.id, m) for m in EARLIER] + [(RUN.user_message_id, TURN)]), 1),
     ):
         store = CountingSummaries(None)
         agent = Agent(lambda r: Reply("done"))
-        runner = TaskRunner(
-            queue=MemoryQueue([RUN]),
-            delegations=MemoryDelegations(),
-            history=history,
-            publisher=MemoryPublisher(),
-            alerts=MemoryAlerts(),
-            respond=agent,
-            settings=RunnerSettings(history_chars=150),
-            compaction=Compaction(store, ask, epoch=OLD),
-        )
-        await runner.run_task(RUN)
+        await compacting_runner(history, store, agent).run_task(RUN)
         assert store.reads == reads
         [round_input] = agent.rounds
         assert round_input.prompt == PROMPT  # read beside the window; nothing compacted
@@ -231,25 +237,9 @@ async def test_the_runner_compacts_only_a_window_the_budget_cut() -> None:
 async def test_after_a_compaction_the_round_reads_the_sessions_prompt_anew() -> None:
     """A compaction re-pins the session's prompt: the round is not handed the one read
     beside the window before it (None: the responder reads it)."""
-
-    async def ask(task: Task, messages: object, *, max_output_tokens: int) -> str:
-        return "the summary"
-
-    earlier = [
-        StoredMessage(f"old{n}", RUN.session_id, "user", "turn", "x" * 100) for n in range(3)
-    ]
     store, agent = Summaries(DROPPED), Agent(lambda r: Reply("done"))
-    runner = TaskRunner(
-        queue=MemoryQueue([RUN]),
-        delegations=MemoryDelegations(),
-        history=MemoryHistory([(m.id, m) for m in earlier] + [(RUN.user_message_id, TURN)]),
-        publisher=MemoryPublisher(),
-        alerts=MemoryAlerts(),
-        respond=agent,
-        settings=RunnerSettings(history_chars=150),
-        compaction=Compaction(store, ask, epoch=OLD),
-    )
-    await runner.run_task(RUN)
+    history = MemoryHistory([(m.id, m) for m in EARLIER] + [(RUN.user_message_id, TURN)])
+    await compacting_runner(history, store, agent).run_task(RUN)
     assert store.stored != []  # it did compact
     [round_input] = agent.rounds
     assert round_input.prompt is None
