@@ -99,8 +99,8 @@ class SlackPublisher:
         self._outbox = outbox
         self._sources = SourceLinks(outbox, call_seconds=outbox.call_seconds)
         self._visible: set[str] = set()  # tasks whose thread shows streamed text
-        self._shown: dict[str, ShownReplies] = {}  # tasks inside `working`: streams' pace
-        self._working: set[str] = set()  # tasks inside `working`
+        # Tasks inside `working`, each with how many of its replies show (its streams' pace).
+        self._working: dict[str, ShownReplies] = {}
         self._posted: set[str] = set()  # those of them that posted in their thread
         self._drafts: dict[tuple[str, str], SlackDraft] = {}
         self._live = (
@@ -168,7 +168,7 @@ class SlackPublisher:
 
     def _on_visible(self, task: Task) -> None:
         self._visible.add(task.id)
-        replies = self._shown.get(task.id)
+        replies = self._working.get(task.id)
         if replies is not None:
             replies.shown()  # its stream may slow now (gateway/model_transport.py)
         self._did_post(task)
@@ -196,15 +196,12 @@ class SlackPublisher:
         made only when nothing was posted meanwhile (a lost lease, a cancel, a deferral): it
         was a third of the Slack calls of a one-round task."""
         refresher = asyncio.create_task(self._keep_status(task), name=f"status-{task.id}")
-        self._working.add(task.id)
-        replies = self._shown[task.id] = ShownReplies()
+        replies = self._working[task.id] = ShownReplies()
         try:
             with counting_shown(replies):
                 yield
         finally:
-            self._working.discard(task.id)
-            if self._shown.get(task.id) is replies:
-                del self._shown[task.id]
+            self._working.pop(task.id, None)
             await stop_task(refresher)
             for key in [key for key in self._drafts if key[0] == task.id]:
                 await self._drafts.pop(key).close()
