@@ -113,10 +113,10 @@ WHERE id = $1 AND attempts = $2 AND state = 'running' AND lease_owner = $3
 # nothing queued in the thread: a message admitted while it ran is invisible to its
 # snapshot, and its admission's own wake-up was spent by a worker that found it blocked
 # behind this very task. A claim after the commit sees it. The payload names the
-# finishing process (`Database.finished_payload`): there the finishing worker itself
-# looks for work right after this returns (`TaskQueue.finish`), so the NOTIFY wakes a
-# worker in every other process only, where a second look found nothing at one task in
-# three or so and was one of the three claims per task.
+# finishing process (`finished_by`, storage/database.py), which wakes no worker for it:
+# there the worker that finished looks for work itself right after this returns
+# (`TaskQueue.finish`). Every other process wakes one. Waking one here as well was a
+# second look after every finish, most often finding nothing.
 _FINISH = """
 WITH done AS (
     UPDATE tasks SET state = $4, last_error = $5, finished_at = now(),
