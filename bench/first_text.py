@@ -34,6 +34,7 @@ import json
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -64,10 +65,12 @@ SHAPES = {"all": ("all",), "split": ("ingress", *("worker",) * WORKERS)}
 
 
 class Paced:
-    """A streamed completion: `ttft` seconds of silence, then one event per `1/rate` s."""
+    """A streamed completion: `ttft` seconds of silence, then one event per `1/rate` s.
 
-    def __init__(self, chunks: list[bytes], ttft: float, rate: float) -> None:
-        self._chunks, self._ttft, self._pause = chunks, ttft, 1 / rate
+    The events after the first are written by a `Pacer`, shared by every stream."""
+
+    def __init__(self, chunks: list[bytes], ttft: float, pacer: Pacer) -> None:
+        self._chunks, self._ttft, self._pacer = chunks, ttft, pacer
 
     async def send(self, request: web.Request, seen: RecordedRequest) -> web.StreamResponse:
         response = web.StreamResponse(status=200)
@@ -76,11 +79,81 @@ class Paced:
         await asyncio.sleep(self._ttft)  # the model "thinking": what is being simulated
         # The gateway stops reading at the finish event and may close first.
         with contextlib.suppress(ConnectionError):
-            for chunk in self._chunks:
-                await response.write(chunk)
-                await asyncio.sleep(self._pause)
+            await response.write(self._chunks[0])
+            await self._pacer.stream(response, self._chunks[1:])
             await response.write_eof()
         return response
+
+
+class _Stream:
+    __slots__ = ("done", "due", "pending", "response")
+
+    def __init__(self, response: web.StreamResponse, chunks: list[bytes], due: float) -> None:
+        self.response, self.pending, self.due = response, list(reversed(chunks)), due
+        self.done = asyncio.get_running_loop().create_future()
+
+
+class Pacer:
+    """Writes each stream's next event when it is due, one event per `pause` seconds.
+
+    Why not a sleep per event per stream: at 100 events/s some 150 replies stream at once,
+    and a wake-up of each one's task for each of its events (9,000 a second) was the most
+    of this process's CPU, which shares the machine's two cores with the gateway and
+    Postgres (a real model's CPU is somebody else's). Streams are grouped by the phase of
+    their events within a pause (`PHASES` groups), each group woken by one timer: an
+    event goes out at most `pause / PHASES` after its time, never before it, and the
+    pace does not drift (each event is due one pause after the last one's due time)."""
+
+    PHASES = 10
+
+    def __init__(self, rate: float) -> None:
+        self._pause = 1 / rate
+        self._groups: list[list[_Stream]] = [[] for _ in range(self.PHASES)]
+        self._tickers: list[asyncio.Task[None] | None] = [None] * self.PHASES
+
+    async def stream(self, response: web.StreamResponse, chunks: list[bytes]) -> None:
+        """Write `chunks` to `response`, the first one pause from now; raises the
+        `ConnectionError` a write met (the reader went away)."""
+        if not chunks:
+            return
+        loop = asyncio.get_running_loop()
+        due = loop.time() + self._pause
+        width = self._pause / self.PHASES
+        phase = int(due % self._pause // width)
+        stream = _Stream(response, chunks, due)
+        self._groups[phase].append(stream)
+        if self._tickers[phase] is None:
+            self._tickers[phase] = asyncio.create_task(self._tick(phase, width))
+        try:
+            await stream.done
+        finally:
+            if stream.pending:  # cancelled (the server is closing): write no more of it
+                self._groups[phase].remove(stream)
+
+    async def _tick(self, phase: int, width: float) -> None:
+        loop = asyncio.get_running_loop()
+        group = self._groups[phase]
+        try:
+            while group:
+                # The group's streams are due within `width` of one another: wake for
+                # the last of them due in this pause, so none is written early.
+                soonest = min(s.due for s in group)
+                await asyncio.sleep(max(0.0, soonest + width - loop.time()))
+                now = loop.time()
+                for stream in [s for s in group if s.due <= now]:
+                    try:
+                        await stream.response.write(stream.pending.pop())
+                    except ConnectionError as exc:
+                        stream.pending.clear()
+                        stream.done.set_exception(exc)
+                    else:
+                        stream.due += self._pause
+                        if not stream.pending:
+                            stream.done.set_result(None)
+                    if not stream.pending:
+                        group.remove(stream)
+        finally:
+            self._tickers[phase] = None
 
 
 # Every answer is the same, so its SSE events are encoded once: encoding them again for
@@ -89,8 +162,8 @@ class Paced:
 CHUNKS = reply_with_tool("final_reply", {"text": ANSWER}).chunks()
 
 
-def paced(seen: RecordedRequest) -> Paced:
-    return Paced(CHUNKS, TTFT, TOKENS_PER_SECOND)
+def paced(pacer: Pacer) -> Callable[[RecordedRequest], Paced]:
+    return lambda seen: Paced(CHUNKS, TTFT, pacer)
 
 
 class StreamTimedSlack(TimedSlack):
@@ -132,7 +205,7 @@ async def measure(
     dsn = await create_database(server, f"bench_first{run}_{shape}")
     async with StreamTimedSlack(bot_token=BOT_TOKEN) as slack, OpenAIServer() as model:
         slack.add_user("U0A1B2C3D4E", name="ada", display_name="Ada")
-        model.default = paced
+        model.default = paced(Pacer(TOKENS_PER_SECOND))
         async with processes(dsn, SHAPES[shape], slack, model, data, STREAMING) as running:
             url = running[0].events_url
             pids = [p.proc.pid for p in running if p.proc is not None]
