@@ -69,59 +69,64 @@ def render(r: dict[str, Any]) -> str:
     return "\n\n".join(sections) + "\n"
 
 
-# Written by hand from the figures of the 2026-12-02 00:31 run and the same-run comparisons
+# Written by hand from the figures of the 2026-12-02 02:21 run and the same-run comparisons
 # below; re-read it against the tables above after any change to the hot path.
 FINDINGS = """## What was measured and changed, and what stands in the way
 
-Since the previous run (2026-12-01 22:35, commit 81d2218) the tables above changed: ack p99
-at 100 events/s 71 → 12 ms, event → reply p99 221 → 80 ms, first text past the model's
-first token at 100 events/s p99 944 → 391 ms (p50 347-522 → 112-169 ms), statements per
-one-round task 11.3 → 10.3, CPU per answered event 12.0 → 10.5 ms (ratio to bare bolt
-6.1× → 5.7×). Sustained throughput reads 100/s where it read 200/s: 200/s is at the edge
-here, and flips between runs for the code before and after alike: in same-run tries,
-81d2218 sustained it in 2 of 3 and this code in 1 of 3; in another run, the code before
-the window-and-prompt change in 1 of 2 and this code in 2 of 2.
-Changed, each measured against the code before it in one run, alternating sides:
+Since the previous run (2026-12-02 00:31, commit 5f81a0a) the tables above changed: first
+text past the model's first token at 100 events/s p99 391 → 120 ms (the three runs 444,
+91 and 120; p50 112-169 → 60-70 ms), 323 → 97 ms in the split shape; ack p99 at 100/s
+12 → 9.7 ms; sustained throughput 100/s → 200/s. CPU per answered event (bench/cpu.py, no
+streaming, untouched by this change) reads 11.6 ms where it read 10.5: its three runs
+spread 11.2-12.5 ms, the host's own variation.
 
-- **The benchmark process no longer collects garbage while a load is measured**
-  (`loadgen.no_pauses`). It holds the fake Slack, the fake model and the sender, and a
-  full collection there stopped all three for 100-160 ms mid-run: every answer and every
-  timestamp in flight was late by that much, and charged to the gateway. The sender's
-  worst lag at 100/s went 97-165 → 31-56 ms, and much of the old ack p99 was this.
-- **uvloop** (`THREADGATE_EVENT_LOOP`, default `auto`: uvloop where it is installed):
-  gateway CPU per event 8.74 → 8.26 ms; first text p50/p95/p99 104/312/436 →
-  79/181/250 ms (median of 3 pairs). The suite's loopback guard wraps uvloop's own
-  lookups and connections, which is what had kept it out before. The bare-bolt baseline
-  and the benchmark process run on it too (the fakes then take about a tenth less CPU).
-- **A model stream slows as soon as its reply shows**, not after half a second: the
-  publisher counts a task's visible replies where the transport reads them. A short
-  streamed reply takes 6 reads instead of 13; gateway CPU per event 9.18 → 8.79 ms,
-  first text p50/p95/p99 302/543/669 → 199/388/474 ms (median of 3 pairs).
-- **A finish no longer wakes a worker of its own process**: the worker that finished
-  looks for work itself. Claims per streamed task 2.17 → 2.00; statements per one-round
-  task 11.3 → 10.3.
-- **A round's window and its session's pinned prompt are read side by side**, one round
-  trip less in a row before the model request; within the host's noise in its pairs.
+- **The fake model keeps its token rate.** It slept after every event it wrote, and each
+  sleep overshot by about 3 ms: a reply that should stream in 1.35 s (TTFT 0.5 s, 85
+  events at 100/s) took 1.65 s, so the "whole reply p50" check read 1,620-1,670 ms. Each
+  event is now due one pause after the last one's due time, written by one timer per
+  group of streams whose events fall in the same tenth of a pause (`Pacer`): whole reply
+  p50 reads 1,365-1,388 ms. In one run, alternating sides, 8 pairs at 100/s: the benchmark
+  process 3.38-3.59 → 3.04-3.16 ms of CPU per event, the gateway 8.1-8.6 → 7.7-8.1 (its
+  streams end on time, so fewer of its reads come at the slow pace); first text p99
+  medians 149 → 211 ms in the first four pairs and 205 → 137 ms in the next four.
+- **The host decides most of the first-text figure.** The same code, in the same hour:
+  an earlier `make bench` read p99 346, 157 and 473 ms (median 346, missed; split 111);
+  this one 444, 91 and 120. In between, the unchanged side of two A/B scripts measured
+  p99 88-244 ms in each of its 12 runs; an hour before, the same gateway code measured
+  347-1,600 ms. Each part's CPU per event moved with it: the gateway 7.2-9.8 ms, Postgres
+  3.5-5.1 ms, the fakes 2.8-4.4 ms.
+  At the high end the three need about 1.9 of the 2 cores at 100/s, the gateway's event
+  loop saturates, and a queue forms behind every await on a task's way to its first
+  words. The first 100/s run of this run came right after the 300/s throughput run had
+  left 2,944 tasks unanswered in its database, and Postgres used 4.7 ms per event there
+  against 3.5-3.8 ms in the two after it.
+
+Tried this session and not kept (same-run A/B pairs at 100/s): claiming the reply's
+outbox row when `final_reply` starts instead of when its first words are ready (p99
+median 143 → 136 ms in 6 pairs, within the noise, for a claim that may go unused); a
+pool opened at its full 20 connections (152 → 160 ms); GC thresholds (700, 10, 1000)
+(p99 933 → 860 ms in a slow hour, 5 of 6 pairs better, p50 unchanged); a warm-up at the
+measured rate (better in 7 of 7 pairs, by 24-695 ms at p99: it measures a gateway already
+at 100/s, with its model connections open and its heap grown; not adopted, so the figure
+above still includes the jump from idle to 100/s).
 
 What still stands in the way:
 
-- **First visible text ≤ TTFT + 300 ms at 100 events/s** (issue 11): p99 382-489 ms in
-  this run (p95 281-324, p50 112-169), 324 ms in the split shape; met up to 50/s (p99
-  79 ms). The parts need 16.7 ms of CPU per event together (gateway 8.6, Postgres 4.4,
-  the fakes 3.7): 1.7 of the machine's 2 cores at 100/s, with the one gateway process at
-  about 0.86 of its core, so a queue forms behind every await of a task's path to its
-  first words whenever the host slows (a plain Python loop took 0.57-0.71 s here in one
-  evening). The largest rows left are aiohttp's client under slack_sdk (three calls per
-  reply), httpx's request building, asyncpg's pool (a task per release) and statements,
-  each a library doing its job once per event. More cores (the split shape is for them)
-  or a fifth less gateway CPU per event would give it room.
-- **CPU per answered event ≤ 1.5× bare bolt** (5.7×): an answered event here commits the
-  turn before the ack, claims, reads the window and the prompt, streams a model
-  response, posts through the outbox and finishes, ten statements and three HTTP
-  requests where bolt has one.
-- **≥ 300 events/s** (100-200/s sustained): one gateway process saturates its core
-  near 200 events/s on this machine, with Postgres and the benchmark on the other.
-- **ack p99 ≤ 2× bare bolt** (7×): acks share the event loop with the workers' streams.
+- **First visible text ≤ TTFT + 300 ms at 100 events/s** (issue 11): met in this run
+  (p99 120 ms, split 97 ms) and missed in the one before it (346 ms) on the same code. A
+  margin that holds when the host is slow needs less CPU per event. The largest rows left
+  are aiohttp's client under slack_sdk (four calls per reply), httpx's request building,
+  asyncpg's pool and statements. asyncpg's pool alone costs about 45 µs of client CPU per
+  statement over a bare connection (115 against 70 µs, measured), a new task per release
+  among it, at about eleven statements per streamed reply: some 0.5 ms of the gateway's
+  7-8 ms per event.
+- **CPU per answered event ≤ 1.5× bare bolt** (6.5×): an answered event here commits the
+  turn before the ack, claims, reads the window and the prompt, asks the model, posts
+  through the outbox and finishes, ten statements and three HTTP requests where bolt has
+  one.
+- **≥ 300 events/s** (200/s sustained): one gateway process saturates its core between
+  200 and 300 events/s on this machine, with Postgres and the benchmark on the other.
+- **ack p99 ≤ 2× bare bolt** (4.6×): acks share the event loop with the workers' streams.
 """
 
 
