@@ -30,6 +30,7 @@ import asyncpg
 
 from storage.errors import DatabaseUnavailable
 from storage.migrations import migrate, pending_migrations
+from storage.pool import ConnectionPool
 
 TASKS_CHANNEL = "threadgate_tasks"
 
@@ -44,14 +45,6 @@ def finished_by(owner: int) -> str:
     """The payload of the NOTIFY a finish under lease owner `owner` sends (storage/queue.py):
     the process holding that owner number does not wake a worker for it, every other does."""
     return f"finished:{owner}"
-
-
-async def _nothing_to_reset(conn: object) -> None:
-    """Pool connections are returned as they were taken: nothing here SETs, LISTENs or
-    holds a session-level lock on them (NOTIFYs are sent, and LISTEN happens on the
-    signal connection). So the default reset — four statements on every release, the
-    largest share of our statements per task — is skipped; asyncpg still clears its own
-    per-connection state and aborts an unfinished transaction."""
 
 
 # Generic plans for every prepared statement: our statements are the same few dozen,
@@ -69,7 +62,7 @@ class Database:
         self._dsn = dsn
         self._min_size = min_size
         self._max_size = max_size
-        self._pool: asyncpg.Pool | None = None
+        self._pool: ConnectionPool | None = None
         self._signals: asyncpg.Connection | None = None
         self._owner: int | None = None
         self._in_doubt = asyncio.Event()
@@ -90,13 +83,14 @@ class Database:
 
     async def open(self) -> None:
         try:
-            self._pool = await asyncpg.create_pool(
+            pool = ConnectionPool(
                 self._dsn,
                 min_size=self._min_size,
                 max_size=self._max_size,
-                reset=_nothing_to_reset,
                 server_settings=_SESSION,
             )
+            await pool.open()
+            self._pool = pool
             await self._connect_signals()
         except (TimeoutError, OSError, asyncpg.PostgresError) as exc:
             await self.close()
@@ -113,7 +107,7 @@ class Database:
         self._pool = None
 
     @property
-    def pool(self) -> asyncpg.Pool:
+    def pool(self) -> ConnectionPool:
         if self._pool is None:
             raise DatabaseUnavailable("The database is not open.")
         return self._pool
@@ -139,7 +133,7 @@ class Database:
     async def is_ready(self) -> bool:
         """True when the database answers and no migration is pending."""
         try:
-            async with self.pool.acquire(timeout=2) as conn:
+            async with asyncio.timeout(2), self.pool.acquire() as conn:
                 return not await pending_migrations(conn)
         except (TimeoutError, OSError, asyncpg.PostgresError):
             return False
