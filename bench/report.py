@@ -69,64 +69,69 @@ def render(r: dict[str, Any]) -> str:
     return "\n\n".join(sections) + "\n"
 
 
-# Written by hand from the figures of the 2026-12-02 02:21 run and the same-run comparisons
-# below; re-read it against the tables above after any change to the hot path.
+# Written by hand from the figures of the 2026-12-02 03:08 run (the first full run at its
+# commit; a later one is quoted below) and the same-run comparisons below; re-read it
+# against the tables above after any change to the hot path.
 FINDINGS = """## What was measured and changed, and what stands in the way
 
-Since the previous run (2026-12-02 00:31, commit 5f81a0a) the tables above changed: first
-text past the model's first token at 100 events/s p99 391 → 120 ms (the three runs 444,
-91 and 120; p50 112-169 → 60-70 ms), 323 → 97 ms in the split shape; ack p99 at 100/s
-12 → 9.7 ms; sustained throughput 100/s → 200/s. CPU per answered event (bench/cpu.py, no
-streaming, untouched by this change) reads 11.6 ms where it read 10.5: its three runs
-spread 11.2-12.5 ms, the host's own variation.
+Four full runs of `make bench` on this host within two hours, the first two at 9b39244
+(the fake model's pace fixed), the last two at 359125b (the connection pool below). First
+text past the model's first token at 100 events/s, p99 of each of the three runs, in ms:
 
-- **The fake model keeps its token rate.** It slept after every event it wrote, and each
-  sleep overshot by about 3 ms: a reply that should stream in 1.35 s (TTFT 0.5 s, 85
-  events at 100/s) took 1.65 s, so the "whole reply p50" check read 1,620-1,670 ms. Each
-  event is now due one pause after the last one's due time, written by one timer per
-  group of streams whose events fall in the same tenth of a pause (`Pacer`): whole reply
-  p50 reads 1,365-1,388 ms. In one run, alternating sides, 8 pairs at 100/s: the benchmark
-  process 3.38-3.59 → 3.04-3.16 ms of CPU per event, the gateway 8.1-8.6 → 7.7-8.1 (its
-  streams end on time, so fewer of its reads come at the slow pace); first text p99
-  medians 149 → 211 ms in the first four pairs and 205 → 137 ms in the next four.
-- **The host decides most of the first-text figure.** The same code, in the same hour:
-  an earlier `make bench` read p99 346, 157 and 473 ms (median 346, missed; split 111);
-  this one 444, 91 and 120. In between, the unchanged side of two A/B scripts measured
-  p99 88-244 ms in each of its 12 runs; an hour before, the same gateway code measured
-  347-1,600 ms. Each part's CPU per event moved with it: the gateway 7.2-9.8 ms, Postgres
-  3.5-5.1 ms, the fakes 2.8-4.4 ms.
-  At the high end the three need about 1.9 of the 2 cores at 100/s, the gateway's event
-  loop saturates, and a queue forms behind every await on a task's way to its first
-  words. The first 100/s run of this run came right after the 300/s throughput run had
-  left 2,944 tasks unanswered in its database, and Postgres used 4.7 ms per event there
-  against 3.5-3.8 ms in the two after it.
+| run | commit | p99 of the three runs | median | split shape | CPU per event: gateway, Postgres |
+|---|---|---|---|---|---|
+| 02:00 | 9b39244 | 346, 157, 473 | 346 | 111 | 8.0-8.2, 4.0-4.3 |
+| 02:21 | 9b39244 | 444, 91, 120 | 120 (met) | 97 | 7.2-7.9, 3.5-4.7 |
+| 03:08 | 359125b | 398, 525, 480 | 480 | 203 | 8.0-8.6, 5.0-6.4 |
+| 03:35 | 359125b | 1,112, 1,282, 2,319 | 1,282 | 1,281 | 9.4-10.4, 4.9-6.7 |
 
-Tried this session and not kept (same-run A/B pairs at 100/s): claiming the reply's
-outbox row when `final_reply` starts instead of when its first words are ready (p99
-median 143 → 136 ms in 6 pairs, within the noise, for a claim that may go unused); a
-pool opened at its full 20 connections (152 → 160 ms); GC thresholds (700, 10, 1000)
-(p99 933 → 860 ms in a slow hour, 5 of 6 pairs better, p50 unchanged); a warm-up at the
-measured rate (better in 7 of 7 pairs, by 24-695 ms at p99: it measures a gateway already
-at 100/s, with its model connections open and its heap grown; not adopted, so the figure
-above still includes the jump from idle to 100/s).
+The tables above are the 03:08 run. The host decides most of this figure: the same code
+reads p99 91 ms in one run and 473 ms in another, and when every part's CPU per event
+rises by a fifth (the 03:35 run: even the split shape and the fakes) the three parts need
+about 1.9 of the 2 cores at 100/s, the gateway's event loop saturates and a queue forms
+behind every await on a task's way to its first words. Same-run A/B pairs are what tell a
+change apart; these two were measured that way, at 100 events/s:
+
+- **A connection pool of our own** (`storage/pool.py`) instead of asyncpg's: a one-row
+  query costs 19-21 µs of client CPU through it, 64-66 µs through asyncpg's pool (which
+  runs every release in a task of its own). 4 pairs: the gateway's CPU per event 8.03 →
+  7.50 ms, first text p99 median 254 → 140 ms. CPU per answered event in bench/cpu.py
+  reads 10.8 ms (5.1× bare bolt) where the run before read 11.6 (6.5×).
+- **The fake model keeps its token rate.** It slept after every event it wrote, each sleep
+  overshot by about 3 ms, and a reply that should stream in 1.35 s took 1.65 s. Each event
+  is now due one pause after the last one's due time, written by one timer per group of
+  streams (`Pacer`): whole reply p50 1,365-1,388 ms. 8 pairs: the benchmark process
+  3.38-3.59 → 3.04-3.16 ms of CPU per event, the gateway 8.1-8.6 → 7.7-8.1 (its streams
+  end on time, so fewer of its reads come at the slow pace).
+
+Tried and not kept (same-run A/B pairs at 100/s): claiming the reply's outbox row when
+`final_reply` starts instead of when its first words are ready (p99 median 143 → 136 ms
+in 6 pairs, within the noise, for a claim that may go unused); a pool opened at its full
+20 connections (152 → 160 ms); GC thresholds (700, 10, 1000) (p99 933 → 860 ms in a slow
+hour, 5 of 6 pairs better, p50 unchanged); a warm-up at the measured rate (better in 7 of
+7 pairs, by 24-695 ms at p99: it measures a gateway already at 100/s, with its model
+connections open and its heap grown; not adopted, so the figure above still includes the
+jump from idle to 100/s). The first 100/s run of a bench follows the 300/s throughput run,
+which leaves thousands of tasks unanswered in its database; in two of the four benches
+Postgres used more CPU per event in that first run than in the two after it (4.7 against
+3.5-3.8 ms, 6.4 against 5.0-5.1 ms).
 
 What still stands in the way:
 
-- **First visible text ≤ TTFT + 300 ms at 100 events/s** (issue 11): met in this run
-  (p99 120 ms, split 97 ms) and missed in the one before it (346 ms) on the same code. A
-  margin that holds when the host is slow needs less CPU per event. The largest rows left
-  are aiohttp's client under slack_sdk (four calls per reply), httpx's request building,
-  asyncpg's pool and statements. asyncpg's pool alone costs about 45 µs of client CPU per
-  statement over a bare connection (115 against 70 µs, measured), a new task per release
-  among it, at about eleven statements per streamed reply: some 0.5 ms of the gateway's
-  7-8 ms per event.
-- **CPU per answered event ≤ 1.5× bare bolt** (6.5×): an answered event here commits the
+- **First visible text ≤ TTFT + 300 ms at 100 events/s** (issue 11): met in one of the
+  four runs, and in every one of 12 runs of two A/B scripts in a calm hour (p99 88-244
+  ms); missed whenever the host slows. A margin that holds then needs the machine's CPU
+  per event down by another fifth, or more cores (the split shape spreads the gateway
+  over them). The largest rows left in the gateway are aiohttp's client under slack_sdk
+  (four calls per reply), httpx's request building and the statements themselves.
+- **CPU per answered event ≤ 1.5× bare bolt** (5.1×): an answered event here commits the
   turn before the ack, claims, reads the window and the prompt, asks the model, posts
   through the outbox and finishes, ten statements and three HTTP requests where bolt has
   one.
-- **≥ 300 events/s** (200/s sustained): one gateway process saturates its core between
-  200 and 300 events/s on this machine, with Postgres and the benchmark on the other.
-- **ack p99 ≤ 2× bare bolt** (4.6×): acks share the event loop with the workers' streams.
+- **≥ 300 events/s** (100-200/s sustained): one gateway process saturates its core
+  between 200 and 300 events/s on this machine, with Postgres and the benchmark on the
+  other.
+- **ack p99 ≤ 2× bare bolt** (5.1×): acks share the event loop with the workers' streams.
 """
 
 
