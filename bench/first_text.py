@@ -124,11 +124,7 @@ class Pacer:
         self._groups[phase].append(stream)
         if self._tickers[phase] is None:
             self._tickers[phase] = asyncio.create_task(self._tick(phase, width))
-        try:
-            await stream.done
-        finally:
-            if stream.pending:  # cancelled (the server is closing): write no more of it
-                self._groups[phase].remove(stream)
+        await stream.done  # cancelled (the server is closing): the ticker drops it
 
     async def _tick(self, phase: int, width: float) -> None:
         loop = asyncio.get_running_loop()
@@ -141,6 +137,9 @@ class Pacer:
                 await asyncio.sleep(max(0.0, soonest + width - loop.time()))
                 now = loop.time()
                 for stream in [s for s in group if s.due <= now]:
+                    if stream.done.done():  # its request was cancelled: write no more
+                        group.remove(stream)
+                        continue
                     try:
                         await stream.response.write(stream.pending.pop())
                     except ConnectionError as exc:
