@@ -41,7 +41,7 @@ import contextlib
 import time
 from collections import deque
 from types import TracebackType
-from typing import Any, TypeAlias
+from typing import Any, Self, TypeAlias
 
 import asyncpg
 
@@ -171,7 +171,7 @@ class ConnectionPool:
         if self._closers:
             await asyncio.gather(*self._closers, return_exceptions=True)
 
-    async def __aenter__(self) -> ConnectionPool:
+    async def __aenter__(self) -> Self:
         await self.open()
         return self
 
