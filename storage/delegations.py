@@ -40,10 +40,10 @@ from agent import (
 from storage.database import TASKS_CHANNEL, Database
 from storage.errors import translate_errors
 from storage.queue import (
-    RECOVERY_SECONDS,
     TASK_CANDIDATE,
     TASK_LEASE,
     PostgresTaskQueue,
+    RecoveryLooks,
     task_from_row,
 )
 
@@ -95,7 +95,7 @@ RETURNING task_id
 """
 
 # As the task claim (storage/queue.py): queued subtasks first; a dead lease is looked for,
-# with one pg_locks read, only when none is queued or the periodic recovery look is due.
+# with one pg_locks read, only when the recovery look is due (`RecoveryLooks`).
 # `{p}` prefixes the CTE names, `{recover}` is the parameter asking for the recovery arm.
 _SUBTASK_CANDIDATE = """
 {p}queued AS (
@@ -106,14 +106,16 @@ _SUBTASK_CANDIDATE = """
     FOR UPDATE OF s SKIP LOCKED
 ), {p}stale AS (
     SELECT s.task_id, s.round, s.index FROM subtasks s
-    WHERE ({recover} OR NOT EXISTS (SELECT 1 FROM {p}queued))
+    WHERE {recover}
       AND s.state = 'running' AND s.run_after <= now()
       AND (s.lease_expires < now() OR s.lease_owner::oid NOT IN (SELECT live_lease_owners()))
     ORDER BY s.created_at, s.index
     LIMIT 1
     FOR UPDATE OF s SKIP LOCKED
 ), {p}candidate AS (
-    SELECT * FROM {p}stale UNION ALL SELECT * FROM {p}queued LIMIT 1
+    SELECT *, true AS recovered FROM {p}stale
+    UNION ALL SELECT *, false FROM {p}queued
+    LIMIT 1
 )
 """
 
@@ -125,7 +127,8 @@ WHERE (subtasks.task_id, subtasks.round, subtasks.index)
     = ({p}candidate.task_id, {p}candidate.round, {p}candidate.index)
 RETURNING subtasks.task_id, subtasks.round, subtasks.index, subtasks.type, subtasks.params,
           subtasks.refs, subtasks.attempts,
-          greatest(0, extract(epoch FROM subtasks.deadline - now()))::float8 AS remaining
+          greatest(0, extract(epoch FROM subtasks.deadline - now()))::float8 AS remaining,
+          {p}candidate.recovered
 """
 
 _CLAIM = "WITH " + _SUBTASK_CANDIDATE.format(p="", recover="$3") + _SUBTASK_LEASE.format(p="")
@@ -147,11 +150,12 @@ _CLAIM_NEXT = (
     + """)
 SELECT s.task_id AS id, t.session_id, t.address, t.attempts, NULL::timestamptz AS created_at,
        NULL::boolean AS stored_reply,
-       s.round, s.index, s.type, s.params, s.refs, s.attempts AS subtask_attempts, s.remaining
+       s.round, s.index, s.type, s.params, s.refs, s.attempts AS subtask_attempts, s.remaining,
+       s.recovered
 FROM s_leased s JOIN tasks t ON t.id = s.task_id
 UNION ALL
 SELECT id, session_id, address, attempts, created_at, stored_reply,
-       NULL, NULL, NULL, NULL, NULL, NULL, NULL
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL, recovered
 FROM t_leased
 """
 )
@@ -184,7 +188,7 @@ class PostgresDelegations:
         self._lease = lease_seconds
         self._clock = clock
         self._next_sweep = 0.0
-        self._next_recovery = 0.0
+        self._recovery = RecoveryLooks(clock)
 
     @translate_errors("The delegation store could not be reached")
     async def load(self, task: Task) -> RoundState:
@@ -240,24 +244,30 @@ class PostgresDelegations:
             _CLAIM_NEXT,
             me,
             self._lease,
-            self._recovery_due(),
+            self._recovery.due(me),
             tasks.lease_seconds,
-            tasks.recovery_due(),
+            tasks.recovery.due(me),
         )
         if row is None:
             return None
         task = task_from_row(row)
         if row["round"] is None:
+            if row["recovered"]:
+                tasks.recovered()
             return task
+        if row["recovered"]:
+            self._recovered()
         return _subtask(row, task.id, row["subtask_attempts"]), task
 
     @translate_errors("The delegation store could not be reached")
     async def claim_subtask(self) -> tuple[Subtask, Task] | None:
         await self._sweep()
         me = await self._db.lease_owner()
-        row = await self._db.pool.fetchrow(_CLAIM, me, self._lease, self._recovery_due())
+        row = await self._db.pool.fetchrow(_CLAIM, me, self._lease, self._recovery.due(me))
         if row is None:
             return None
+        if row["recovered"]:
+            self._recovered()
         task_row = await self._db.pool.fetchrow(
             "SELECT id, session_id, address, attempts FROM tasks WHERE id = $1", row["task_id"]
         )
@@ -295,11 +305,10 @@ class PostgresDelegations:
             self._next_sweep = self._clock() + 1.0
             await self._expire_overdue()
 
-    def _recovery_due(self) -> bool:
-        due = self._clock() >= self._next_recovery
-        if due:
-            self._next_recovery = self._clock() + RECOVERY_SECONDS
-        return due
+    def _recovered(self) -> None:
+        """A claim took over a dead subtask lease: look again, and wake a worker for it."""
+        self._recovery.found()
+        self._db.wake()
 
     async def _round(self, task: Task, number: int) -> Delegation:
         rows = await self._db.pool.fetch(_LOAD, task.id)

@@ -26,7 +26,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
@@ -41,10 +42,13 @@ from storage.migrations import Connection
 # its session by one look into `tasks_open`: a min() subquery, not NOT EXISTS, which the
 # planner may turn into a scan of every older open task, quadratic in a backlog. The
 # recovery arm (a lease whose time ran out or whose owner is gone, a waiting task whose
-# wake-up was lost) runs only when nothing is queued or when the caller asks for it
-# (`{recover}`, the periodic look below), and reads pg_locks once for the statement. Both
-# arms lock their row with SKIP LOCKED, so workers and replicas never wait on each other;
-# the recovery arm wins when both found one.
+# wake-up was lost) runs only when the caller asks for it (`{recover}`: the look is due,
+# `RecoveryLooks` below), and reads pg_locks once for the statement. It used to run also
+# whenever nothing was queued: that was most claims under load (the look a worker takes
+# after each finish, the idle workers' polls), and with 150 tasks running each such look
+# cost 0.5 ms of Postgres's time, scanning them all (bench/first_text.py). Both arms lock
+# their row with SKIP LOCKED, so workers and replicas never wait on each other; the
+# recovery arm wins when both found one, and says so (`recovered`).
 #
 # `{p}` prefixes the CTE names and `{gate}` is a condition for claiming at all, so that
 # the claim of work (storage/delegations.py `claim_next`) can run this after its subtask
@@ -60,7 +64,7 @@ TASK_CANDIDATE = """
     FOR UPDATE OF t SKIP LOCKED
 ), {p}stale AS (
     SELECT t.id FROM tasks t
-    WHERE {gate} AND ({recover} OR NOT EXISTS (SELECT 1 FROM {p}queued))
+    WHERE {gate} AND {recover}
       AND t.state IN ('running', 'waiting') AND t.run_after <= now()
       AND CASE t.state
           WHEN 'running' THEN t.lease_expires < now()
@@ -75,7 +79,9 @@ TASK_CANDIDATE = """
     LIMIT 1
     FOR UPDATE OF t SKIP LOCKED
 ), {p}candidate AS (
-    SELECT id FROM {p}stale UNION ALL SELECT id FROM {p}queued LIMIT 1
+    SELECT id, true AS recovered FROM {p}stale
+    UNION ALL SELECT id, false FROM {p}queued
+    LIMIT 1
 )
 """
 
@@ -89,7 +95,8 @@ FROM {p}candidate WHERE tasks.id = {p}candidate.id
 RETURNING tasks.id, tasks.session_id, tasks.address, tasks.attempts,
           coalesce(tasks.restarted_at, tasks.created_at) AS created_at,
           EXISTS (SELECT 1 FROM messages m WHERE m.id = 'task:' || tasks.id || ':reply')
-              AS stored_reply
+              AS stored_reply,
+          {p}candidate.recovered
 """
 
 _CLAIM = (
@@ -98,9 +105,36 @@ _CLAIM = (
     + TASK_LEASE.format(p="", owner="$1", lease="$2")
 )
 
-# How often a busy process looks for dead leases even though queued work keeps it busy:
-# a crashed replica's tasks wait at most this long (plus a free worker) to be taken over.
+# How often a process looks for dead leases: a crashed replica's tasks wait at most this
+# long (plus a free worker, and a claim: workers claim when woken and when their poll
+# times out) to be taken over.
 RECOVERY_SECONDS = 1.0
+
+
+class RecoveryLooks:
+    """When a claim looks for dead leases: once every `RECOVERY_SECONDS`, and at once
+    - on the first claim of a process (a restarted gateway resumes its tasks),
+    - when the process's lease owner changed (its signal connection was replaced, so its
+      own leases under the old owner are dead: storage/database.py),
+    - after a look that found one (a crash leaves several; each look takes one)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._next = 0.0
+        self._owner: int | None = None
+
+    def due(self, owner: int) -> bool:
+        """Whether this claim, by `owner`, looks; True starts the next period."""
+        now = self._clock()
+        due = now >= self._next or owner != self._owner
+        if due:
+            self._next, self._owner = now + RECOVERY_SECONDS, owner
+        return due
+
+    def found(self) -> None:
+        """A look took over a dead lease: the next claim looks again."""
+        self._next = 0.0
+
 
 # Only extends: a lease taken under an owner this process no longer holds stays lost.
 _HEARTBEAT = """
@@ -152,31 +186,37 @@ class PostgresTaskQueue:
     """`agent.ports.TaskQueue` on Postgres."""
 
     def __init__(
-        self, db: Database, *, lease_seconds: float = 60.0, poll_seconds: float = 5.0
+        self,
+        db: Database,
+        *,
+        lease_seconds: float = 60.0,
+        poll_seconds: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._db = db
         self._lease = lease_seconds
         self._poll = poll_seconds
-        self._next_recovery = 0.0
+        self.recovery = RecoveryLooks(clock)
 
     @property
     def lease_seconds(self) -> float:
         return self._lease
 
-    def recovery_due(self) -> bool:
-        """Whether this claim should look for dead leases even if a task is queued (at
-        most once every `RECOVERY_SECONDS`); True starts the next period."""
-        now = asyncio.get_running_loop().time()
-        due = now >= self._next_recovery
-        if due:
-            self._next_recovery = now + RECOVERY_SECONDS
-        return due
+    def recovered(self) -> None:
+        """A claim took over a dead lease: look again on the next claim, and wake a worker
+        for it (a crash leaves several)."""
+        self.recovery.found()
+        self._db.wake()
 
     @translate_errors("The task queue could not be reached")
     async def claim(self) -> Task | None:
         me = await self._db.lease_owner()
-        row = await self._db.pool.fetchrow(_CLAIM, me, self._lease, self.recovery_due())
-        return None if row is None else task_from_row(row)
+        row = await self._db.pool.fetchrow(_CLAIM, me, self._lease, self.recovery.due(me))
+        if row is None:
+            return None
+        if row["recovered"]:
+            self.recovered()
+        return task_from_row(row)
 
     @translate_errors("The task queue could not be reached")
     async def heartbeat(self, task: Task) -> bool:

@@ -13,7 +13,7 @@ from storage.admission import Admission, admit
 from storage.database import TASKS_CHANNEL, Database, finished_by
 from storage.delegations import PostgresDelegations
 from storage.history import PostgresHistory
-from storage.queue import PostgresTaskQueue
+from storage.queue import RECOVERY_SECONDS, PostgresTaskQueue
 
 
 async def enqueue(db: Database, thread: str, ts: str) -> str:
@@ -76,8 +76,8 @@ async def test_task_of_a_dead_process_is_taken_over_at_once(
 async def test_a_dead_lease_is_taken_over_while_queued_work_keeps_workers_busy(
     fresh_db: Database,
 ) -> None:
-    """Claims take queued tasks first; a dead lease is looked for when nothing is queued and
-    by each process's periodic recovery look, so a busy queue cannot starve a take-over."""
+    """Claims take queued tasks first; a dead lease is looked for by each process's
+    periodic recovery look, so a busy queue cannot starve a take-over."""
     crashed = await enqueue(fresh_db, "6.0", "6.0")
     async with Database(fresh_db._dsn) as doomed:
         assert (await PostgresTaskQueue(doomed).claim()) is not None
@@ -88,6 +88,50 @@ async def test_a_dead_lease_is_taken_over_while_queued_work_keeps_workers_busy(
     # The next claims, before the next look is due, take the queued tasks in order.
     rest = [await survivor.claim() for _ in queued]
     assert [t.id for t in rest if t is not None] == queued
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_an_idle_claim_looks_for_dead_leases_once_a_period(fresh_db: Database) -> None:
+    """With nothing queued, a claim does not look for dead leases again before the look is
+    due (that look scans every running task), and finds the dead one once it is."""
+    clock = Clock()
+    survivor = PostgresTaskQueue(fresh_db, clock=clock)
+    assert await survivor.claim() is None  # the process's first look: nothing dead yet
+    crashed = await enqueue(fresh_db, "6.5", "6.5")
+    async with Database(fresh_db._dsn) as doomed:
+        assert (await PostgresTaskQueue(doomed).claim()) is not None
+    assert await survivor.claim() is None  # dead now, but the next look is not due
+    clock.now += RECOVERY_SECONDS
+    resumed = await survivor.claim()
+    assert resumed is not None and resumed.id == crashed and resumed.attempts == 2
+
+
+async def test_every_task_of_a_crash_is_taken_over_without_waiting_a_period(
+    fresh_db: Database,
+) -> None:
+    """A look that took over a dead lease is followed by another at once, and wakes a
+    worker for it: a crashed replica's tasks all resume, not one per period."""
+    crashed = [await enqueue(fresh_db, f"6.6{n}", f"6.6{n}") for n in range(3)]
+    async with Database(fresh_db._dsn) as doomed:
+        doomed_queue = PostgresTaskQueue(doomed)
+        assert len([await doomed_queue.claim() for _ in crashed]) == 3
+    # A process that starts listening now hears none of the admissions' wake-ups.
+    async with Database(fresh_db._dsn) as process:
+        survivor = PostgresTaskQueue(process, clock=Clock())  # the clock never moves
+        await process.lease_owner()
+        process.wakeup.clear()
+        resumed = [await survivor.claim() for _ in crashed]
+        assert sorted(t.id for t in resumed if t is not None) == sorted(crashed)
+        assert process.wakeup.is_set()  # each take-over woke a worker to look for the next
+        assert await survivor.claim() is None  # the look that found nothing ends the chain
+        assert not survivor.recovery.due(await process.lease_owner())
 
 
 async def test_a_claim_finds_the_one_runnable_task_behind_a_backlog(fresh_db: Database) -> None:
