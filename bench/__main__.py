@@ -18,6 +18,7 @@ from bench import (
     cpu,
     first_text,
     flat_cost,
+    host,
     report,
     roles,
     rss,
@@ -31,6 +32,7 @@ from tests.pg import server_dsn
 
 async def measure() -> dict[str, Any]:
     results: dict[str, Any] = {"machine": report.machine(), "started": time.time()}
+    results["host_start"] = host.measure()
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp)
         dsn = await server_dsn(data)
@@ -49,6 +51,7 @@ async def measure() -> dict[str, Any]:
             results[name] = await step(dsn, data)
         print("bench: sql", flush=True)
         results["sql"] = await sql_count.run_all(data)
+    results["host_end"] = host.measure()
     results["finished"] = time.time()
     results["loadavg_end"] = report.loadavg()
     return results

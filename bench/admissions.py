@@ -24,18 +24,21 @@ from typing import Any
 
 from bench import run as bench_run
 from bench.cpu import postgres_cpu, process_cpu
+from bench.stack import scratch_database
 from storage.admission import Admission, admit
 from storage.database import Database
-from tests.pg import create_database, server_dsn
+from tests.pg import server_dsn
 
 SECONDS = 10
 CONCURRENCY = (4, 16, 32)
 
 
 async def measure(server: str, concurrency: int, seconds: float = SECONDS) -> dict[str, Any]:
-    dsn = await create_database(server, f"bench_admissions_{concurrency}")
     counter = itertools.count()
-    async with Database(dsn, min_size=concurrency, max_size=concurrency) as db:
+    async with (
+        scratch_database(server, f"bench_admissions_{concurrency}") as dsn,
+        Database(dsn, min_size=concurrency, max_size=concurrency) as db,
+    ):
         await db.migrate()
 
         async def one() -> None:

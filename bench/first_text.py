@@ -45,10 +45,11 @@ from bench import run as bench_run
 from bench.cpu import postgres_cpu, process_cpu
 from bench.loadgen import TimedSlack
 from bench.roles import processes
+from bench.stack import scratch_database
 from tests.fakes.openai_api import OpenAIServer, RecordedRequest, reply_with_tool
 from tests.fakes.slack_api import Body, Params
 from tests.gateway.rig import BOT_TOKEN
-from tests.pg import create_database, server_dsn
+from tests.pg import server_dsn
 
 RATE = 100
 SECONDS = 10
@@ -201,8 +202,11 @@ async def measure(
     profile_to: Path | None = None,
     shape: str = "all",
 ) -> dict[str, Any]:
-    dsn = await create_database(server, f"bench_first{run}_{shape}")
-    async with StreamTimedSlack(bot_token=BOT_TOKEN) as slack, OpenAIServer() as model:
+    async with (
+        scratch_database(server, f"bench_first{run}_{shape}") as dsn,
+        StreamTimedSlack(bot_token=BOT_TOKEN) as slack,
+        OpenAIServer() as model,
+    ):
         slack.add_user("U0A1B2C3D4E", name="ada", display_name="Ada")
         model.default = paced(Pacer(TOKENS_PER_SECOND))
         async with processes(dsn, SHAPES[shape], slack, model, data, STREAMING) as running:

@@ -155,7 +155,20 @@ ended, on 2 cores. The gateway, Postgres, the load generator and both fakes shar
 2 cores. Every latency figure is the median of {len(r["ack"]["runs"])} runs, and the
 baseline (a bare slack-bolt `AsyncApp` on the same fakes: ack first, no storage, the same
 reply) is measured inside each run, alternating which side goes first, so the ratio is
-more trustworthy than either absolute number. Expect ±30% between runs on this machine."""
+more trustworthy than either absolute number. Expect ±30% between runs on this machine.{_host(r)}"""
+
+
+def _host(r: dict[str, Any]) -> str:
+    start, end = r.get("host_start"), r.get("host_end")
+    if start is None or end is None:
+        return ""
+    return f"""
+
+**Host speed.** A fixed pure-Python workload on one core (`bench/host.py`) took
+{start["best_ms"]:.0f} ms (best of {len(start["times_ms"])}; median {start["median_ms"]:.0f}) when the run
+started and {end["best_ms"]:.0f} ms (median {end["median_ms"]:.0f}) when it ended. Every CPU figure
+here moves with it, and so does every latency measured near the machine's capacity:
+compare runs by it."""
 
 
 def _verdict(ok: bool) -> str:

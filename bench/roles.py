@@ -23,12 +23,12 @@ from bench import loadgen
 from bench import run as bench_run
 from bench.ack_latency import figures
 from bench.loadgen import TimedSlack
-from bench.stack import NO_GUARD_RAILS, fakes, stop
+from bench.stack import NO_GUARD_RAILS, fakes, scratch_database, stop
 from gateway.config import Settings
 from tests.fakes.openai_api import OpenAIServer
 from tests.gateway.process import GatewayProcess
 from tests.gateway.rig import gateway_env
-from tests.pg import create_database, server_dsn
+from tests.pg import server_dsn
 
 RATE = 100
 SECONDS = 30
@@ -63,8 +63,11 @@ async def processes(
 
 async def measure(server: str, data: Path, shape: str, rate: int, seconds: int) -> dict[str, Any]:
     roles = dict(SHAPES)[shape]
-    dsn = await create_database(server, f"bench_roles_{shape}_{rate}")
-    async with fakes() as (slack, model), processes(dsn, roles, slack, model, data) as running:
+    async with (
+        scratch_database(server, f"bench_roles_{shape}_{rate}") as dsn,
+        fakes() as (slack, model),
+        processes(dsn, roles, slack, model, data) as running,
+    ):
         url = running[0].events_url
         # Warm-up, answered before measuring, so that every process of either shape has
         # served and answered (imports, pools, first plans) before the clock starts.
