@@ -12,12 +12,14 @@ that waited longest.
 What this keeps from asyncpg's pool, because our code relies on it:
 
 - At most `max_size` connections, `min_size` of them opened with the pool; more are
-  opened when every one is lent out, by the task that needs one.
+  opened when every one is lent out, by the task that needs one. A connection being
+  closed counts until it is: the server's `max_connections` is shared by every replica,
+  and a burst of cut-off statements must not make one process hold more than its share.
 - A connection is never lent again if it may be unusable: closed (the server went away,
   `pg_terminate_backend`), still in a transaction, or given back by a block that was
   cancelled or timed out, or met a connection-level error (a statement cut off mid-way
   leaves asyncpg cancelling it in the background). It is closed (the cancel sent first),
-  and its place goes to the next task that needs one. A server-side error (`asyncpg.PostgresError`) leaves
+  and once it is, its place goes to the next task that needs one. A server-side error (`asyncpg.PostgresError`) leaves
   the connection as it was: its statement failed, the connection did not.
 - Connections idle for `idle_seconds` beyond the first `min_size` are closed (looked at
   when a connection is given back, so a pool that grew for a burst shrinks after it).
@@ -85,14 +87,14 @@ class ConnectionPool:
         # Tasks waiting for a connection, longest first. A waiter is given a connection,
         # or None: a place is free, open one.
         self._waiters: deque[asyncio.Future[PgConnection | None]] = deque()
-        self._closers: set[asyncio.Task[None]] = set()
+        self._closers: set[asyncio.Task[None]] = set()  # each holds its place until closed
         self._closing = False
         self._all_back = asyncio.Event()
 
     @property
     def size(self) -> int:
-        """Connections open or being opened."""
-        return len(self._idle) + len(self._lent) + self._opening
+        """Connections open, being opened, or being closed."""
+        return len(self._idle) + len(self._lent) + self._opening + len(self._closers)
 
     @property
     def lent(self) -> int:
@@ -237,9 +239,8 @@ class ConnectionPool:
         if broken or conn.is_closed() or conn.is_in_transaction():
             # Closed politely in the background: asyncpg first sends the cancel of a
             # statement cut off mid-way, which `terminate` would drop, leaving the
-            # statement running on the server.
+            # statement running on the server. Its place is free once it is closed.
             self._close_later(conn)
-            self._pass_on(None)
         elif self._closing:
             self._close_later(conn)
         else:
@@ -279,7 +280,11 @@ class ConnectionPool:
     def _close_later(self, conn: PgConnection) -> None:
         closer = asyncio.get_running_loop().create_task(_close(conn))
         self._closers.add(closer)
-        closer.add_done_callback(self._closers.discard)
+        closer.add_done_callback(self._closed)
+
+    def _closed(self, closer: asyncio.Task[None]) -> None:
+        self._closers.discard(closer)
+        self._pass_on(None)  # its place is free: a waiter may open a connection in it
 
 
 class _Lending:

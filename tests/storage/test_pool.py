@@ -97,6 +97,21 @@ async def test_a_statement_cut_off_by_a_timeout_leaves_the_pool_working(
         await gone(database_dsn, cut)  # terminated, not left sleeping on the server
 
 
+async def test_a_connection_being_closed_holds_its_place_until_it_is(database_dsn: str) -> None:
+    """The server's connection limit is shared by every replica: a connection the pool is
+    closing (its statement cut off, the cancel on its way) still counts toward the size,
+    and the task waiting for a place opens a new one only once it is closed."""
+    async with pool_of(database_dsn, 1) as pool:
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.1), pool.acquire() as cut:
+                await cut.fetchval("SELECT pg_sleep(30)")
+        assert pool.size == 1  # being closed, in the background
+        async with pool.acquire() as conn:
+            assert cut.is_closed()
+            assert conn is not cut
+        assert pool.size == 1
+
+
 async def test_a_connection_the_server_ended_is_replaced(database_dsn: str) -> None:
     async with pool_of(database_dsn, 1) as pool:
         ended = await pool.fetchval(PID)
@@ -138,7 +153,7 @@ async def test_connections_idle_past_their_time_are_closed(database_dsn: str) ->
         query = "SELECT pg_backend_pid() FROM pg_sleep(0.05)"
         await asyncio.gather(*(pool.fetchval(query) for _ in range(3)))
         # Each connection given back after the first finds an older one idle: closed.
-        assert pool.size == 1
+        await until(lambda: pool.size == 1)
 
 
 async def test_close_waits_for_what_is_lent_then_lends_nothing(database_dsn: str) -> None:
