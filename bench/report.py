@@ -74,9 +74,21 @@ def render(r: dict[str, Any]) -> str:
 # against the tables above after any change to the hot path.
 FINDINGS = """## What was measured and changed, and what stands in the way
 
-Four full runs of `make bench` on this host within two hours, the first two at 9b39244
-(the fake model's pace fixed), the last two at 359125b (the connection pool below). First
-text past the model's first token at 100 events/s, p99 of each of the three runs, in ms:
+**This run's machine is not the one the runs before it had.** It reports an AMD EPYC (the
+runs before: an Intel Xeon), and every part needs about twice the CPU per event: the bare
+slack-bolt baseline 4.4 ms per answered event (2.1 at 03:08), threadgate's gateway and
+Postgres 20.1 ms (10.8), the benchmark process of bench/first_text.py 11.2 ms at 50
+events/s (4.2). `bench/host.py`, new in this run, read 129-217 ms on it and varied by half
+within minutes; it was not measured on the earlier machine. At that cost 100 events/s
+needs about 3.8 of the 2 cores, so every 100/s figure above measures a queue (first text
+p99 9.9-14.8 s): on this machine the first-text target holds up to 25 events/s. What the
+same run compares held or improved: CPU per answered event 5.1× → 4.6× bare bolt, flat
+cost 1.05× → 0.92×.
+
+Four earlier runs of `make bench`, on the Intel machine within two hours, the first two
+at 9b39244 (the fake model's pace fixed), the last two at 359125b (the connection pool
+below). First text past the model's first token at 100 events/s, p99 of each of the three
+runs, in ms:
 
 | run | commit | p99 of the three runs | median | split shape | CPU per event: gateway, Postgres |
 |---|---|---|---|---|---|
@@ -85,14 +97,22 @@ text past the model's first token at 100 events/s, p99 of each of the three runs
 | 03:08 | 359125b | 398, 525, 480 | 480 | 203 | 8.0-8.6, 5.0-6.4 |
 | 03:35 | 359125b | 1,112, 1,282, 2,319 | 1,282 | 1,281 | 9.4-10.4, 4.9-6.7 |
 
-The tables above are the 03:08 run. The host decides most of this figure: the same code
+There too the host decided most of this figure: the same code
 reads p99 91 ms in one run and 473 ms in another, and when every part's CPU per event
 rises by a fifth (the 03:35 run: even the split shape and the fakes) the three parts need
 about 1.9 of the 2 cores at 100/s, the gateway's event loop saturates and a queue forms
 behind every await on a task's way to its first words. Same-run A/B pairs are what tell a
-change apart; these two were measured that way, at 100 events/s:
+change apart; these were measured that way:
 
-- **A connection pool of our own** (`storage/pool.py`) instead of asyncpg's: a one-row
+- **Claims look for dead leases only when the look is due** (`RecoveryLooks`,
+  storage/queue.py): once a second per process, at its first claim, after its lease owner
+  changed, and at once again after a look that took one over. The look (every running
+  task against `pg_locks`) used to run whenever nothing was queued, which under load was
+  most claims. 6 pairs at 30 events/s on the AMD machine: Postgres CPU per event 11.77 →
+  10.16 ms, first text p99 median 276 → 167 ms (lower in 5 of 6 pairs); Postgres time per
+  claim 391 → 184 µs (pg_stat_statements).
+- At 100 events/s on the Intel machine: **a connection pool of our own**
+  (`storage/pool.py`) instead of asyncpg's: a one-row
   query costs 19-21 µs of client CPU through it, 64-66 µs through asyncpg's pool (which
   runs every release in a task of its own). 4 pairs: the gateway's CPU per event 8.03 →
   7.50 ms, first text p99 median 254 → 140 ms. CPU per answered event in bench/cpu.py
@@ -111,18 +131,20 @@ in 6 pairs, within the noise, for a claim that may go unused); a pool opened at 
 hour, 5 of 6 pairs better, p50 unchanged); a warm-up at the measured rate (better in 7 of
 7 pairs, by 24-695 ms at p99: it measures a gateway already at 100/s, with its model
 connections open and its heap grown; not adopted, so the figure above still includes the
-jump from idle to 100/s). The first 100/s run of a bench follows the 300/s throughput run,
-which leaves thousands of tasks unanswered in its database; in two of the four benches
+jump from idle to 100/s). On the AMD machine, 4 pairs at 30/s: GC thresholds (20000, 20,
+10) on top of the start-up freeze, gateway CPU per event 22.3 → 21.4 ms, better in 2 of 4
+pairs (noise). The first 100/s run of a bench followed the 300/s throughput run, which
+left thousands of tasks unanswered in its database, and in two of the four benches
 Postgres used more CPU per event in that first run than in the two after it (4.7 against
-3.5-3.8 ms, 6.4 against 5.0-5.1 ms).
+3.5-3.8 ms, 6.4 against 5.0-5.1 ms): every run's database is now dropped when it ends.
 
 What still stands in the way:
 
-- **First visible text ≤ TTFT + 300 ms at 100 events/s** (issue 11): met in one of the
-  four runs, and in every one of 12 runs of two A/B scripts in a calm hour (p99 88-244
-  ms); missed whenever the host slows. A margin that holds then needs the machine's CPU
-  per event down by another fifth, or more cores (the split shape spreads the gateway
-  over them). The largest rows left in the gateway are aiohttp's client under slack_sdk
+- **First visible text ≤ TTFT + 300 ms at 100 events/s** (issue 11): on the Intel
+  machine met in one of four runs, and in every one of 12 runs of two A/B scripts in a
+  calm hour (p99 88-244 ms), missed whenever the host slowed; a margin that holds there
+  needs the CPU per event down by another fifth, or more cores (the split shape spreads
+  the gateway over them). On the AMD machine it needs half the CPU per event. The largest rows left in the gateway are aiohttp's client under slack_sdk
   (four calls per reply), httpx's request building and the statements themselves.
 - **CPU per answered event ≤ 1.5× bare bolt** (5.1×): an answered event here commits the
   turn before the ack, claims, reads the window and the prompt, asks the model, posts
