@@ -25,6 +25,7 @@ from agent import (
     Watch,
 )
 from storage import LIMIT_SCOPES
+from storage.pool import ConnectionPool
 
 _LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
@@ -134,6 +135,26 @@ class Metrics:
         self.oldest_task_seconds = Gauge(
             "threadgate_oldest_task_age_seconds", "Age of the oldest unfinished task.", registry=r
         )
+        self.db_pool_wait_seconds = Histogram(
+            "threadgate_db_pool_wait_seconds",
+            "How long a statement waited for a database connection because every one of the"
+            " pool's was lent out (a free connection is taken without waiting: not counted).",
+            buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5),
+            registry=r,
+        )
+        self.db_pool_connections = Gauge(
+            "threadgate_db_pool_connections",
+            "This process's database connections: lent (running a statement or a"
+            " transaction now), open (open, being opened or being closed), max (the pool's"
+            " size; every replica's max counts against the server's max_connections).",
+            ["state"],
+            registry=r,
+        )
+        self.db_pool_waiting = Gauge(
+            "threadgate_db_pool_waiting",
+            "Statements waiting for a database connection now.",
+            registry=r,
+        )
         self.pins = Counter(
             "threadgate_pins_total",
             "Pin events by outcome: pinned, retained (a message we never stored, kept for its"
@@ -150,6 +171,13 @@ class Metrics:
         )
         for outcome in ("summarized", "failed"):  # both show, at 0 until the first
             self.compactions.labels(outcome)
+
+    def watch_pool(self, pool: ConnectionPool) -> None:
+        """The pool gauges read `pool` when scraped."""
+        self.db_pool_connections.labels("lent").set_function(lambda: pool.lent)
+        self.db_pool_connections.labels("open").set_function(lambda: pool.size)
+        self.db_pool_connections.labels("max").set_function(lambda: pool.max_size)
+        self.db_pool_waiting.set_function(lambda: pool.waiting)
 
     def on_attempt(self, route: Route, outcome: str) -> None:
         self.model_calls.labels(str(route.slot), f"{route.provider}:{route.model}", outcome).inc()

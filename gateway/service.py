@@ -300,9 +300,10 @@ class Gateway:
         )
         for model in models:
             self._stack.push_async_callback(model.aclose)
-        db = Database(await database_dsn(s))
+        db = Database(await database_dsn(s), on_pool_wait=self.metrics.db_pool_wait_seconds.observe)
         await db.open()
         self._stack.push_async_callback(db.close)
+        self.metrics.watch_pool(db.pool)
         await db.migrate()
         webhook = s.threadgate_alert_webhook_url
         supervisor = Supervisor()

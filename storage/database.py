@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+from collections.abc import Callable
 from types import TracebackType
 from typing import Self
 
@@ -58,10 +59,18 @@ _SESSION = {"plan_cache_mode": "force_generic_plan"}
 class Database:
     """The pool, the signal connection, and the wake-up event fed by NOTIFY."""
 
-    def __init__(self, dsn: str, *, min_size: int = 2, max_size: int = 20) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        min_size: int = 2,
+        max_size: int = 20,
+        on_pool_wait: Callable[[float], None] | None = None,
+    ) -> None:
         self._dsn = dsn
         self._min_size = min_size
         self._max_size = max_size
+        self._on_pool_wait = on_pool_wait  # seconds a statement waited for a connection
         self._pool: ConnectionPool | None = None
         self._signals: asyncpg.Connection | None = None
         self._owner: int | None = None
@@ -88,6 +97,7 @@ class Database:
                 min_size=self._min_size,
                 max_size=self._max_size,
                 server_settings=_SESSION,
+                on_wait=self._on_pool_wait,
             )
             await pool.open()
             self._pool = pool

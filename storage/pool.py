@@ -42,6 +42,7 @@ import asyncio
 import contextlib
 import time
 from collections import deque
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any, Self, TypeAlias
 
@@ -69,6 +70,7 @@ class ConnectionPool:
         server_settings: dict[str, str] | None = None,
         idle_seconds: float = 300.0,
         close_seconds: float = 10.0,
+        on_wait: Callable[[float], None] | None = None,
     ) -> None:
         if not 0 <= min_size <= max_size or max_size < 1:
             raise ValueError(
@@ -80,6 +82,9 @@ class ConnectionPool:
         self._settings = dict(server_settings or {})
         self._idle_seconds = idle_seconds
         self._close_seconds = close_seconds
+        # Told how long each wait for a connection took (a metric): only a task that found
+        # every connection lent out waits, so the path of a free connection stays as it was.
+        self._on_wait = on_wait
         # Idle connections, most recently returned last, each with when it came back.
         self._idle: deque[tuple[PgConnection, float]] = deque()
         self._lent: set[PgConnection] = set()
@@ -95,6 +100,10 @@ class ConnectionPool:
     def size(self) -> int:
         """Connections open, being opened, or being closed."""
         return len(self._idle) + len(self._lent) + self._opening + len(self._closers)
+
+    @property
+    def max_size(self) -> int:
+        return self._max
 
     @property
     def lent(self) -> int:
@@ -196,6 +205,7 @@ class ConnectionPool:
             return await self._open_one()
         waiter: asyncio.Future[PgConnection | None] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
+        began = time.monotonic()
         try:
             handed_here = await waiter
         except BaseException:  # cancelled (a caller's timeout, a shutdown), or closing
@@ -209,6 +219,9 @@ class ConnectionPool:
                     self._lent.discard(handed)
                 self._pass_on(handed)
             raise
+        finally:
+            if self._on_wait is not None:
+                self._on_wait(time.monotonic() - began)
         if handed_here is None:  # a place came free: `_pass_on` reserved it for this task
             self._opening -= 1
             return await self._open_one()

@@ -96,7 +96,12 @@ async def test_serve_logs_where_metrics_are_served(postgres_dsn: str, tmp_path: 
         try:
             assert gateway.metrics_url is not None, gateway.log.decode()
             async with http.get(gateway.metrics_url) as private:
-                assert private.status == 200 and "threadgate_events_total" in await private.text()
+                text = await private.text()
+                assert private.status == 200 and "threadgate_events_total" in text
+            # The pool's gauges read it when scraped: its size, and nobody waiting at rest.
+            assert 'threadgate_db_pool_connections{state="max"} 20.0' in text
+            assert "threadgate_db_pool_waiting 0.0" in text
+            assert "threadgate_db_pool_wait_seconds_count 0.0" in text
             async with http.get(f"http://127.0.0.1:{gateway.port}/metrics") as public:
                 assert public.status == 404
         finally:

@@ -66,6 +66,21 @@ async def test_a_connection_given_back_goes_to_the_task_waiting(database_dsn: st
         assert pool.waiting == 0
 
 
+async def test_each_wait_for_a_connection_is_reported(database_dsn: str) -> None:
+    """`on_wait` hears how long a task waited because every connection was lent out; a
+    task that found one free did not wait and is not reported."""
+    waits: list[float] = []
+    async with ConnectionPool(database_dsn, min_size=0, max_size=1, on_wait=waits.append) as pool:
+        assert await pool.fetchval("SELECT 1") == 1
+        assert waits == []
+        async with pool.acquire():
+            waiting = asyncio.ensure_future(pool.fetchval("SELECT 2"))
+            await until(lambda: pool.waiting == 1)
+            await asyncio.sleep(0.05)  # the wait being measured, not a synchronisation
+        assert await waiting == 2
+        assert len(waits) == 1 and waits[0] >= 0.05
+
+
 async def test_a_server_error_keeps_the_connection(database_dsn: str) -> None:
     async with pool_of(database_dsn, 1) as pool:
         before = await pool.fetchval(PID)
