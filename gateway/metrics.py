@@ -24,8 +24,7 @@ from agent import (
     ToolCallRecord,
     Watch,
 )
-from storage import LIMIT_SCOPES
-from storage.pool import ConnectionPool
+from storage import LIMIT_SCOPES, ConnectionPool
 
 _LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 

@@ -47,6 +47,7 @@ from storage.memory import PostgresMemory, SessionReset, UnknownSession, reset_s
 from storage.migrations import pending_migrations
 from storage.outbox import Claim, Outbox, Superseded
 from storage.pins import PinnedMessage, clear_pin, flag_pin, retain_pin, session_known
+from storage.pool import ConnectionPool
 from storage.queue import (
     Intervention,
     InterventionRefused,
@@ -70,6 +71,7 @@ __all__ = [
     "Admission",
     "Admitted",
     "Claim",
+    "ConnectionPool",
     "Database",
     "DatabaseUnavailable",
     "Deleted",
