@@ -240,13 +240,14 @@ class PostgresDelegations:
             return await self.claim_subtask() or await tasks.claim()
         await self._sweep()
         me = await self._db.lease_owner()
+        look_for_tasks = tasks.recovery.due(me)
         row = await self._db.pool.fetchrow(
             _CLAIM_NEXT,
             me,
             self._lease,
             self._recovery.due(me),
             tasks.lease_seconds,
-            tasks.recovery.due(me),
+            look_for_tasks,
         )
         if row is None:
             return None
@@ -255,6 +256,10 @@ class PostgresDelegations:
             if row["recovered"]:
                 tasks.recovered()
             return task
+        if look_for_tasks:
+            # A subtask was found first, so the task arm did not run, its look with it: the
+            # next claim looks, or a steady flow of subtasks would starve a take-over.
+            tasks.recovery.again()
         if row["recovered"]:
             self._recovered()
         return _subtask(row, task.id, row["subtask_attempts"]), task
@@ -307,7 +312,7 @@ class PostgresDelegations:
 
     def _recovered(self) -> None:
         """A claim took over a dead subtask lease: look again, and wake a worker for it."""
-        self._recovery.found()
+        self._recovery.again()
         self._db.wake()
 
     async def _round(self, task: Task, number: int) -> Delegation:

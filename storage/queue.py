@@ -116,7 +116,8 @@ class RecoveryLooks:
     - on the first claim of a process (a restarted gateway resumes its tasks),
     - when the process's lease owner changed (its signal connection was replaced, so its
       own leases under the old owner are dead: storage/database.py),
-    - after a look that found one (a crash leaves several; each look takes one)."""
+    - after a look that found one (a crash leaves several; each look takes one),
+    - after a claim that was due to look but did not (`again`)."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
@@ -131,8 +132,9 @@ class RecoveryLooks:
             self._next, self._owner = now + RECOVERY_SECONDS, owner
         return due
 
-    def found(self) -> None:
-        """A look took over a dead lease: the next claim looks again."""
+    def again(self) -> None:
+        """The next claim looks: this one took over a dead lease (there may be more), or
+        its look did not run (a claim of work that found a subtask first)."""
         self._next = 0.0
 
 
@@ -205,7 +207,7 @@ class PostgresTaskQueue:
     def recovered(self) -> None:
         """A claim took over a dead lease: look again on the next claim, and wake a worker
         for it (a crash leaves several)."""
-        self.recovery.found()
+        self.recovery.again()
         self._db.wake()
 
     @translate_errors("The task queue could not be reached")

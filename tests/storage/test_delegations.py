@@ -170,3 +170,28 @@ async def test_the_last_two_subtasks_ending_at_once_wake_their_task(fresh_db: Da
     assert resumed is not None and resumed.id == task.id
     outcomes = (await rounds.load(resumed)).finished[0].outcomes
     assert [(o.state, o.text) for o in outcomes] == [("done", "A"), ("done", "B")]
+
+
+async def test_a_subtask_found_first_leaves_the_look_for_dead_tasks_due(
+    fresh_db: Database,
+) -> None:
+    """A claim of work that found a subtask never ran its task arm, so its look for dead
+    task leases did not happen either: the next claim looks, with the clock unmoved (a
+    steady flow of subtasks would otherwise starve the take-over of a crashed task)."""
+    rounds, task = PostgresDelegations(fresh_db), await running_task(fresh_db)
+    await rounds.record(task, 0, delegation(count=1), timeout_seconds=60)
+    await rounds.await_subtasks(task)
+    await admit(
+        fresh_db,
+        Admission(None, "T1:C1:2.0", "T1:C1:2.0", {"channel": "C1", "thread_ts": "2.0"}, "q"),
+    )
+    async with Database(fresh_db._dsn) as doomed:
+        crashed = await PostgresTaskQueue(doomed).claim()
+        assert crashed is not None and crashed.id == "T1:C1:2.0"
+    frozen = 1000.0
+    tasks = PostgresTaskQueue(fresh_db, clock=lambda: frozen)
+    work = PostgresDelegations(fresh_db, clock=lambda: frozen)
+    first = await work.claim_next(tasks)
+    assert isinstance(first, tuple)  # the subtask, found before any task
+    second = await work.claim_next(tasks)
+    assert isinstance(second, Task) and second.id == crashed.id and second.attempts == 2
