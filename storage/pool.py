@@ -19,8 +19,9 @@ What this keeps from asyncpg's pool, because our code relies on it:
   `pg_terminate_backend`), still in a transaction, or given back by a block that was
   cancelled or timed out, or met a connection-level error (a statement cut off mid-way
   leaves asyncpg cancelling it in the background). It is closed (the cancel sent first),
-  and once it is, its place goes to the next task that needs one. A server-side error (`asyncpg.PostgresError`) leaves
-  the connection as it was: its statement failed, the connection did not.
+  and once it is, its place goes to the next task that needs one. A server-side error
+  (`asyncpg.PostgresError`) leaves the connection as it was: its statement failed, the
+  connection did not.
 - Connections idle for `idle_seconds` beyond the first `min_size` are closed (looked at
   when a connection is given back, so a pool that grew for a burst shrinks after it).
 - `close()` waits (up to `close_seconds`) for lent connections to come back, then closes
