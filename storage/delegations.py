@@ -188,7 +188,7 @@ class PostgresDelegations:
         self._lease = lease_seconds
         self._clock = clock
         self._next_sweep = 0.0
-        self._recovery = RecoveryLooks(clock)
+        self._recovery = RecoveryLooks(db.wake, clock)
 
     @translate_errors("The delegation store could not be reached")
     async def load(self, task: Task) -> RoundState:
@@ -254,14 +254,14 @@ class PostgresDelegations:
         task = task_from_row(row)
         if row["round"] is None:
             if row["recovered"]:
-                tasks.recovered()
+                tasks.recovery.found()
             return task
         if look_for_tasks:
             # A subtask was found first, so the task arm did not run, its look with it: the
             # next claim looks, or a steady flow of subtasks would starve a take-over.
             tasks.recovery.again()
         if row["recovered"]:
-            self._recovered()
+            self._recovery.found()
         return _subtask(row, task.id, row["subtask_attempts"]), task
 
     @translate_errors("The delegation store could not be reached")
@@ -272,7 +272,7 @@ class PostgresDelegations:
         if row is None:
             return None
         if row["recovered"]:
-            self._recovered()
+            self._recovery.found()
         task_row = await self._db.pool.fetchrow(
             "SELECT id, session_id, address, attempts FROM tasks WHERE id = $1", row["task_id"]
         )
@@ -309,11 +309,6 @@ class PostgresDelegations:
         if self._clock() >= self._next_sweep:  # deadlines are seconds apart: sweep at most 1/s
             self._next_sweep = self._clock() + 1.0
             await self._expire_overdue()
-
-    def _recovered(self) -> None:
-        """A claim took over a dead subtask lease: look again, and wake a worker for it."""
-        self._recovery.again()
-        self._db.wake()
 
     async def _round(self, task: Task, number: int) -> Delegation:
         rows = await self._db.pool.fetch(_LOAD, task.id)

@@ -116,10 +116,13 @@ class RecoveryLooks:
     - on the first claim of a process (a restarted gateway resumes its tasks),
     - when the process's lease owner changed (its signal connection was replaced, so its
       own leases under the old owner are dead: storage/database.py),
-    - after a look that found one (a crash leaves several; each look takes one),
+    - after a look that found one (`found`: a crash leaves several, each look takes one),
     - after a claim that was due to look but did not (`again`)."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, wake: Callable[[], None], clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._wake = wake  # a waiting worker of this process (`Database.wake`)
         self._clock = clock
         self._next = 0.0
         self._owner: int | None = None
@@ -132,9 +135,15 @@ class RecoveryLooks:
             self._next, self._owner = now + RECOVERY_SECONDS, owner
         return due
 
+    def found(self) -> None:
+        """A look took over a dead lease: the next claim looks again, and a worker is woken
+        to make it (a crash leaves several)."""
+        self.again()
+        self._wake()
+
     def again(self) -> None:
-        """The next claim looks: this one took over a dead lease (there may be more), or
-        its look did not run (a claim of work that found a subtask first)."""
+        """The next claim looks: this one's look did not run (a claim of work that found a
+        subtask first), or it found a lease (`found`)."""
         self._next = 0.0
 
 
@@ -198,17 +207,11 @@ class PostgresTaskQueue:
         self._db = db
         self._lease = lease_seconds
         self._poll = poll_seconds
-        self.recovery = RecoveryLooks(clock)
+        self.recovery = RecoveryLooks(db.wake, clock)
 
     @property
     def lease_seconds(self) -> float:
         return self._lease
-
-    def recovered(self) -> None:
-        """A claim took over a dead lease: look again on the next claim, and wake a worker
-        for it (a crash leaves several)."""
-        self.recovery.again()
-        self._db.wake()
 
     @translate_errors("The task queue could not be reached")
     async def claim(self) -> Task | None:
@@ -217,7 +220,7 @@ class PostgresTaskQueue:
         if row is None:
             return None
         if row["recovered"]:
-            self.recovered()
+            self.recovery.found()
         return task_from_row(row)
 
     @translate_errors("The task queue could not be reached")
