@@ -13,17 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import urllib.parse
 from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
-
-import asyncpg
 
 from bench.loadgen import TimedSlack
 from tests.fakes.openai_api import OpenAIServer, RecordedRequest, Reply
 from tests.gateway.process import GatewayProcess
 from tests.gateway.rig import BOT_TOKEN, echo, gateway_env
-from tests.pg import create_database, with_database
+from tests.pg import create_database, drop_database
 
 Model = Callable[[RecordedRequest], Reply]
 
@@ -54,12 +51,7 @@ async def scratch_database(server_dsn: str, label: str) -> AsyncIterator[str]:
     try:
         yield dsn
     finally:
-        name = urllib.parse.urlsplit(dsn).path.lstrip("/")
-        conn = await asyncpg.connect(with_database(dsn, "postgres"))
-        try:
-            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        finally:
-            await conn.close()
+        await drop_database(dsn)
 
 
 @contextlib.asynccontextmanager

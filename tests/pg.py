@@ -42,6 +42,16 @@ async def create_database(dsn: str, label: str) -> str:
     return with_database(dsn, name)
 
 
+async def drop_database(dsn: str) -> None:
+    """Drop the database `dsn` names, with whatever connections are still open on it."""
+    name = urllib.parse.urlsplit(dsn).path.lstrip("/")
+    conn = await asyncpg.connect(with_database(dsn, "postgres"))
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await conn.close()
+
+
 async def wait_for_value(
     db: Database, query: str, expected: object, *args: object, deadline: float = 30
 ) -> None:
