@@ -74,16 +74,16 @@ def render(r: dict[str, Any]) -> str:
 # against the tables above after any change to the hot path.
 FINDINGS = """## What was measured and changed, and what stands in the way
 
-**This run's machine is not the one the runs before it had.** It reports an AMD EPYC (the
-runs before: an Intel Xeon), and every part needs about twice the CPU per event: the bare
-slack-bolt baseline 4.4 ms per answered event (2.1 at 03:08), threadgate's gateway and
-Postgres 20.1 ms (10.8), the benchmark process of bench/first_text.py 11.2 ms at 50
-events/s (4.2). `bench/host.py`, new in this run, read 129-217 ms on it and varied by half
-within minutes; it was not measured on the earlier machine. At that cost 100 events/s
-needs about 3.8 of the 2 cores, so every 100/s figure above measures a queue (first text
-p99 9.9-14.8 s): on this machine the first-text target holds up to 25 events/s. What the
-same run compares held or improved: CPU per answered event 5.1× → 4.6× bare bolt, flat
-cost 1.05× → 0.92×.
+**This run and the one before it.** Both ran on an AMD EPYC, whose speed moved by more than
+half within an hour: `bench/host.py` read 129-217 ms in the run before (06:38, at
+bab8e86), 78-96 ms in this one (at 023a921), and 76-127 ms in the hour before this one. At 06:38 every
+part needed about twice the CPU per event it needs here (the bare slack-bolt baseline 4.4
+ms per answered event against 2.3; threadgate's gateway and Postgres 20.1 ms against
+11.1), 100 events/s needed about 3.8 of the 2 cores and every 100/s figure measured a
+queue (first text p99 9.9-14.8 s). In this run the first-text target is met in both
+shapes (p99 269 ms, the median of 205, 269 and 331; split 289 ms), with the garbage
+collector's new thresholds (below). The ratios within one run held: CPU per answered event
+4.6× → 4.7× bare bolt, flat cost 0.92× → 0.98×.
 
 Four earlier runs of `make bench`, on the Intel machine within two hours, the first two
 at 9b39244 (the fake model's pace fixed), the last two at 359125b (the connection pool
@@ -104,6 +104,15 @@ about 1.9 of the 2 cores at 100/s, the gateway's event loop saturates and a queu
 behind every await on a task's way to its first words. Same-run A/B pairs are what tell a
 change apart; these were measured that way:
 
+- **The collector's thresholds** (`gc.set_threshold(10000, 20, 10)` after the start-up
+  freeze, gateway/service.py). Frozen, full collections still came every 3-4 s at 100
+  events/s, each stopping the event loop for 25-110 ms: at Python's thresholds (700, 10,
+  10) a reply's objects reached the old generation within a fifth of a second of their
+  1.5 s life. Now a 10 s run at 100/s makes 32-36 young collections, one middle one and
+  no full one, against 600-720, 54-65 and 4-5 (timed with `gc.callbacks` in the gateway).
+  5 pairs at 100 events/s on this machine: the collector's time per run 1.0-1.4 → 0.3-0.5
+  s, the gateway's CPU per event lower in 5 of 5 (by 0.1-1.9 ms), first text p99 lower in
+  5 of 5 (median 1,809 → 820 ms, in a slow hour).
 - **Claims look for dead leases only when the look is due** (`RecoveryLooks`,
   storage/queue.py): once a second per process, at its first claim, after its lease owner
   changed, and at once again after a look that took one over. The look (every running
@@ -140,20 +149,20 @@ Postgres used more CPU per event in that first run than in the two after it (4.7
 
 What still stands in the way:
 
-- **First visible text ≤ TTFT + 300 ms at 100 events/s** (issue 11): on the Intel
-  machine met in one of four runs, and in every one of 12 runs of two A/B scripts in a
-  calm hour (p99 88-244 ms), missed whenever the host slowed; a margin that holds there
-  needs the CPU per event down by another fifth, or more cores (the split shape spreads
-  the gateway over them). On the AMD machine it needs half the CPU per event. The largest rows left in the gateway are aiohttp's client under slack_sdk
-  (four calls per reply), httpx's request building and the statements themselves.
-- **CPU per answered event ≤ 1.5× bare bolt** (5.1×): an answered event here commits the
+- **The margin of the first-text target** (issue 11, met in this run): at 100 events/s
+  the gateway's one process uses about 0.7 of its core and the three parts about 1.6 of
+  the machine's 2, so a host a fifth slower (as in the hour before this run) brings back
+  the queue: p99 0.4-2.8 s in those A/B runs. The largest rows left in the gateway are
+  aiohttp's client under slack_sdk (three calls per reply), the model request through
+  httpx, and the statements themselves, none above an eighth.
+- **CPU per answered event ≤ 1.5× bare bolt** (4.7×): an answered event here commits the
   turn before the ack, claims, reads the window and the prompt, asks the model, posts
   through the outbox and finishes, ten statements and three HTTP requests where bolt has
   one.
 - **≥ 300 events/s** (100-200/s sustained): one gateway process saturates its core
   between 200 and 300 events/s on this machine, with Postgres and the benchmark on the
   other.
-- **ack p99 ≤ 2× bare bolt** (5.1×): acks share the event loop with the workers' streams.
+- **ack p99 ≤ 2× bare bolt** (20×): acks share the event loop with the workers' streams.
 """
 
 
