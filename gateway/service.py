@@ -720,7 +720,9 @@ def tune_garbage_collector() -> None:
     objects die young: in a 10 s run at 100 events/s (and its warm-up), 32-36 young
     collections, one middle one and no full one after start-up, against 600-720, 54-65
     and 4-5. Garbage the reference counts do not free (cycles) waits longer, a few hundred
-    milliseconds in the young generation instead of twenty. In 5 same-run pairs at 100 events/s the collector's time fell from 1.0-1.4 s to
+    milliseconds in the young generation instead of twenty.
+
+    In 5 same-run pairs at 100 events/s the collector's time fell from 1.0-1.4 s to
     0.3-0.5 s, the gateway's CPU per event by 0.1-1.9 ms, and the first words' p99 was
     lower in all 5 (median 1,809 → 820 ms, on a machine near its capacity). Over 120 s at
     100 events/s: 16.5 s of the collector's time against 5.2 s, no full collection against
