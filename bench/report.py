@@ -76,8 +76,8 @@ FINDINGS = """## What was measured and changed, and what stands in the way
 
 **This run and the one before it.** Both ran on an AMD EPYC, whose speed moved by more than
 half within an hour: `bench/host.py` read 129-217 ms in the run before (06:38, at
-bab8e86), 78-96 ms in this one (at 023a921), and 76-127 ms in the hour before this one. At 06:38 every
-part needed about twice the CPU per event it needs here (the bare slack-bolt baseline 4.4
+bab8e86), 78-96 ms in this one (at 023a921), and 76-127 ms in the hour before this one.
+At 06:38 every part needed about twice the CPU per event it needs here (the bare slack-bolt baseline 4.4
 ms per answered event against 2.3; threadgate's gateway and Postgres 20.1 ms against
 11.1), 100 events/s needed about 3.8 of the 2 cores and every 100/s figure measured a
 queue (first text p99 9.9-14.8 s). In this run the first-text target is met in both
@@ -153,8 +153,8 @@ What still stands in the way:
 
 - **The margin of the first-text target** (issue 11, met in this run): at 100 events/s
   the gateway's one process uses about 0.7 of its core and the three parts about 1.6 of
-  the machine's 2, so a host a fifth slower (as in the hour before this run) brings back
-  the queue: p99 0.4-2.8 s in those A/B runs. The largest rows left in the gateway are
+  the machine's 2, so a slower host brings back the queue: 20 minutes after this run, with
+  `bench/host.py` at a median of 109 ms, the same code read p99 925, 1,017 and 1,164 ms. The largest rows left in the gateway are
   aiohttp's client under slack_sdk (three calls per reply), the model request through
   httpx, and the statements themselves, none above an eighth.
 - **CPU per answered event ≤ 1.5× bare bolt** (4.7×): an answered event here commits the
