@@ -111,6 +111,7 @@ from agent.models.providers import (
     Vendor,
     open_model,
 )
+from agent.models.providers.transport import ShownReplies, counting_shown, model_transport
 from agent.rounds.control import ControlTool, Decision, Delegate, FinalReply, Reply, round_controls
 from agent.rounds.loop import run_round
 from agent.rounds.mcp_config import McpConfig, McpServerConfig, load_mcp_config, parse_mcp_config
@@ -206,6 +207,7 @@ __all__ = [
     "Route",
     "RunnerObserver",
     "RunnerSettings",
+    "ShownReplies",
     "Step",
     "StepState",
     "StoredMessage",
@@ -248,11 +250,13 @@ __all__ = [
     "WorkTool",
     "answering_route",
     "bind_log_fields",
+    "counting_shown",
     "default_registries",
     "load_mcp_config",
     "load_subtask_types",
     "load_tools",
     "log_fields",
+    "model_transport",
     "open_model",
     "parse_mcp_config",
     "probe_model",

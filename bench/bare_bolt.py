@@ -2,7 +2,7 @@
 
 It runs as a child process of its own (like the gateway), so its CPU per event can be read
 from /proc and compared with the gateway's, on the loop the gateway runs on by default
-(uvloop where it is installed: gateway/event_loop.py), so the two compare like with like. `python -m bench.bare_bolt SLACK_URL` prints
+(uvloop where it is installed: gateway/process/event_loop.py), so the two compare like with like. `python -m bench.bare_bolt SLACK_URL` prints
 `listening on http://127.0.0.1:PORT/slack/events` to stderr once it listens.
 """
 
@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def app(slack_url: str) -> web.Application:
-    from gateway.slack_client import slack_client
+    from gateway.slack.client import slack_client
 
     bolt = AsyncApp(client=slack_client(BOT_TOKEN, slack_url), signing_secret=SECRET)
 
@@ -90,7 +90,7 @@ async def bare_bolt(slack_url: str) -> AsyncIterator[BareBolt]:
 
 
 if __name__ == "__main__":
-    from gateway.event_loop import loop_factory
+    from gateway.process.event_loop import loop_factory
 
     with asyncio.Runner(loop_factory=loop_factory("auto")) as runner:
         runner.run(serve(sys.argv[1]))

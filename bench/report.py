@@ -105,7 +105,7 @@ behind every await on a task's way to its first words. Same-run A/B pairs are wh
 change apart; these were measured that way:
 
 - **The collector's thresholds** (`gc.set_threshold(10000, 20, 10)` after the start-up
-  freeze, gateway/service.py). Frozen, full collections still came every 3-4 s at 100
+  freeze, gateway/process/service.py). Frozen, full collections still came every 3-4 s at 100
   events/s, each stopping the event loop for 25-110 ms: at Python's thresholds (700, 10,
   10) a reply's objects reached the old generation within a fifth of a second of their
   1.5 s life. Now a 10 s run at 100/s makes 32-36 young collections, one middle one and

@@ -24,7 +24,7 @@ from bench import run as bench_run
 from bench.ack_latency import figures
 from bench.loadgen import TimedSlack
 from bench.stack import NO_GUARD_RAILS, fakes, scratch_database, stop
-from gateway.config import Settings
+from gateway.process.config import Settings
 from tests.fakes.openai_api import OpenAIServer
 from tests.gateway.process import GatewayProcess
 from tests.gateway.rig import gateway_env

@@ -4,7 +4,7 @@ Everything about one task lives in several tables — the task row (state, attem
 last error, model requests), its messages in the history (the person's turn, the
 acknowledgments, the reply), its delegating rounds and their subtasks, its outbox rows
 (one per post, with the `ts` Slack gave it), and what operators did to it. This module
-gathers them into plain records for `gateway/task_commands.py` to render; the changes
+gathers them into plain records for `gateway/process/task_commands.py` to render; the changes
 (cancel, retry) are next to the queue's, in storage/queue.py.
 
 Nothing here is secret: tasks hold Slack ids and the conversation's text, never a token.

@@ -5,7 +5,7 @@ org-wide install on Enterprise Grid); the gateway keeps them here, one row per c
 install. The semantics are slack_sdk's installation stores' (its SQLAlchemy one is the
 reference): a workspace is (client id, enterprise id, team id) with NULLs compared as
 equal, an org-wide install has no team, and the latest install of a workspace wins — a
-reinstall with more scopes simply adds a newer row. `gateway.workspaces` adapts this to
+reinstall with more scopes simply adds a newer row. `gateway.slack.workspaces` adapts this to
 slack_sdk's `AsyncInstallationStore`; storage/ stays free of Slack types.
 
 The bot token is a secret. Only `find` reads it; `installations` — what `doctor` and

@@ -9,6 +9,18 @@ functions count: a cycle that only type checkers see is still two modules owning
 - `storage/` imports no Slack and no `gateway`; it uses `agent` only through the names the
   package declares public (`from agent import …`).
 - `gateway/` uses `agent` and `storage` only through their public surfaces.
+- Inside `gateway/` every module sits in one of six layers, and imports only its own layer
+  and those `GATEWAY_LAYERS` lists for it:
+
+      text        pure text: Slack markup in, Markdown out, links, provenance
+      telemetry   metrics and logs: what the process says about itself
+      slack       the Slack boundary (clients, errors, workspaces, OAuth, payloads): text, telemetry
+      inbound     a Slack event becomes an admitted task: slack, text, telemetry
+      delivery    the agent's messages reach Slack exactly once: slack, text, telemetry
+      process     wiring, CLI, config, console, doctor, the HTTP server: all of the above
+
+  `inbound` and `delivery` never import each other; `text` imports no Slack SDK, no
+  network library and no storage.
 - No import cycle among the modules of the three packages.
 
 The checker is tested on a small tree of its own too, so a rule that silently stopped
@@ -27,6 +39,22 @@ PACKAGES = ("agent", "gateway", "storage")
 AGENT_LAYERS = ("agent.core", "agent.models", "agent.rounds", "agent.durable")
 SLACK = ("slack_sdk", "slack_bolt")
 SQL = ("asyncpg", "psycopg", "psycopg2", "sqlalchemy")
+NETWORK = ("aiohttp", "httpx", "storage")
+# Each gateway layer and the layers it may import besides itself.
+GATEWAY_LAYERS: dict[str, tuple[str, ...]] = {
+    "gateway.text": (),
+    "gateway.telemetry": (),
+    "gateway.slack": ("gateway.text", "gateway.telemetry"),
+    "gateway.inbound": ("gateway.slack", "gateway.text", "gateway.telemetry"),
+    "gateway.delivery": ("gateway.slack", "gateway.text", "gateway.telemetry"),
+    "gateway.process": (
+        "gateway.delivery",
+        "gateway.inbound",
+        "gateway.slack",
+        "gateway.text",
+        "gateway.telemetry",
+    ),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +102,24 @@ def _layer(module: str) -> int | None:
     return None
 
 
+def gateway_layer(module: str) -> str | None:
+    return next((layer for layer in GATEWAY_LAYERS if _within(module, (layer,))), None)
+
+
+def _gateway_violation(source: str, target: str) -> str | None:
+    mine = gateway_layer(source)
+    if mine == "gateway.text" and _within(target, (*SLACK, *NETWORK)):
+        return "gateway.text is pure: no Slack SDK, no network, no storage"
+    if not _within(target, ("gateway",)) or mine is None:
+        return None
+    theirs = gateway_layer(target)
+    if theirs is None:
+        return "gateway's layers import each other's modules, never the package root"
+    if theirs != mine and theirs not in GATEWAY_LAYERS[mine]:
+        return f"{mine} may not import {theirs}"
+    return None
+
+
 def violation(imp: Import) -> str | None:
     """Why this import breaks a rule, or None."""
     source, target = imp.module, imp.target
@@ -95,6 +141,7 @@ def violation(imp: Import) -> str | None:
             return "gateway/ uses agent only through `from agent import …`"
         if _within(target, ("storage",)) and target != "storage":
             return "gateway/ uses storage only through `from storage import …`"
+        return _gateway_violation(source, target)
     return None
 
 
@@ -184,6 +231,19 @@ def test_every_agent_module_sits_in_a_layer() -> None:
     assert loose == []
 
 
+def test_every_gateway_module_sits_in_a_layer() -> None:
+    """gateway/ has no loose modules beside its layers, and every layer is a package."""
+    loose = [
+        module_name(ROOT, path)
+        for path in (ROOT / "gateway").rglob("*.py")
+        if gateway_layer(module_name(ROOT, path)) is None and module_name(ROOT, path) != "gateway"
+    ]
+    assert loose == []
+    assert all(
+        (ROOT / layer.replace(".", "/") / "__init__.py").exists() for layer in GATEWAY_LAYERS
+    )
+
+
 # The checker, on trees made for it
 
 
@@ -206,7 +266,16 @@ CLEAN = {
     "agent/durable/__init__.py": "",
     "agent/durable/run.py": "from agent.rounds import loop\n",
     "storage/__init__.py": "from agent import Task\nimport asyncpg\n",
-    "gateway/__init__.py": "from agent import Task\nfrom storage import Database\nimport slack_sdk\n",
+    "gateway/__init__.py": "",
+    "gateway/text/__init__.py": "",
+    "gateway/text/markup.py": "import re\n",
+    "gateway/telemetry/metrics.py": "import prometheus_client\n",
+    "gateway/slack/client.py": "import slack_sdk\nfrom gateway.telemetry.metrics import M\n",
+    "gateway/inbound/gatekeeper.py": "from gateway.slack.client import C\nfrom storage import Database\n",
+    "gateway/delivery/publisher.py": "from gateway.text.markup import m\nfrom agent import Task\n",
+    "gateway/process/service.py": (
+        "from gateway.inbound.gatekeeper import G\nfrom gateway.delivery.publisher import P\n"
+    ),
 }
 
 
@@ -228,6 +297,10 @@ def test_the_checker_finds_each_forbidden_import(tmp_path: Path) -> None:
             "agent/rounds/loop.py": "from agent import Task\n",
             "storage/__init__.py": "from agent.core.errors import X\nfrom gateway import y\n",
             "gateway/__init__.py": "from storage.queue import Q\nfrom agent.rounds import loop\n",
+            "gateway/text/markup.py": "import aiohttp\nfrom slack_sdk import WebClient\n",
+            "gateway/slack/client.py": "from gateway.inbound.gatekeeper import G\n",
+            "gateway/inbound/gatekeeper.py": "from gateway.delivery.publisher import P\n",
+            "gateway/delivery/publisher.py": "from gateway import process\n",
         },
     )
     found = violations(root, PACKAGES)
@@ -238,6 +311,11 @@ def test_the_checker_finds_each_forbidden_import(tmp_path: Path) -> None:
         "agent.rounds.loop:1 imports agent: a submodule of agent must not import the package root",
         "gateway:1 imports storage.queue: gateway/ uses storage only through `from storage import …`",
         "gateway:2 imports agent.rounds: gateway/ uses agent only through `from agent import …`",
+        "gateway.delivery.publisher:1 imports gateway: gateway's layers import each other's modules, never the package root",
+        "gateway.inbound.gatekeeper:1 imports gateway.delivery.publisher: gateway.inbound may not import gateway.delivery",
+        "gateway.slack.client:1 imports gateway.inbound.gatekeeper: gateway.slack may not import gateway.inbound",
+        "gateway.text.markup:1 imports aiohttp: gateway.text is pure: no Slack SDK, no network, no storage",
+        "gateway.text.markup:2 imports slack_sdk: gateway.text is pure: no Slack SDK, no network, no storage",
         "storage:1 imports agent.core.errors: storage/ uses agent only through `from agent import …`",
         "storage:2 imports gateway: storage/ imports no Slack and no gateway",
     ]

@@ -23,8 +23,8 @@ import asyncpg
 import pytest
 
 from agent import Task
-from gateway.publisher import SlackPublisher
-from gateway.slack_client import slack_client
+from gateway.delivery.publisher import SlackPublisher
+from gateway.slack.client import slack_client
 from storage import Superseded
 from storage.admission import Admission, admit
 from storage.database import LEASE_LOCK_SPACE, Database

@@ -2,7 +2,7 @@
 
 A 5xx is as ambiguous as a lost response. slack_sdk's server-error handler would send the
 post again blindly; threadgate's client sends no write twice, and the outbox settles the
-post by looking in the thread (gateway/slack_client.py, gateway/publisher.py).
+post by looking in the thread (gateway/slack/client.py, gateway/delivery/publisher.py).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 from slack_sdk.errors import SlackApiError
 
-from gateway.slack_client import slack_client
+from gateway.slack.client import slack_client
 from tests.chaos.harness import (
     Processes,
     assert_exactly_once_in_order,

@@ -3,7 +3,7 @@
 A streamed reply shows before it is complete, so a crash leaves a half-written message in
 the thread. After a new process takes the task over, the thread must show exactly one
 message for the reply — the half-written one, completed with the whole answer and our
-metadata — never the partial one plus a new one (gateway/live.py, storage/outbox.py).
+metadata — never the partial one plus a new one (gateway/delivery/streams.py, storage/outbox.py).
 
 Two moments, each cycle in a thread of its own:
 - `streaming`   the stream started and its ts is recorded; the model is held half way;

@@ -59,7 +59,7 @@ class GatewayProcess:
         self.proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "gateway.cli",
+            "gateway.process.cli",
             "serve",
             "--host",
             "127.0.0.1",
@@ -158,7 +158,7 @@ async def run_cli_output(
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "gateway.cli",
+        "gateway.process.cli",
         *args,
         env=child_env(env),
         cwd=child_cwd(cwd, dotenv=dotenv),

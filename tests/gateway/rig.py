@@ -1,6 +1,6 @@
 """A whole gateway on loopback: fake Slack, fake OpenAI, real Postgres, real HTTP.
 
-`Rig` starts the real composition root (`gateway.service.Gateway`) in this process with
+`Rig` starts the real composition root (`gateway.process.service.Gateway`) in this process with
 settings pointing at the fakes, and helps tests send signed events and read the outcome
 from the fake Slack's record and the database.
 
@@ -25,8 +25,8 @@ from typing import Any
 
 import aiohttp
 
-from gateway.config import Settings, load_settings
-from gateway.service import Gateway
+from gateway.process.config import Settings, load_settings
+from gateway.process.service import Gateway
 from storage.database import Database
 from tests.fakes.openai_api import OpenAIServer, RecordedRequest, Reply, reply_with_tool
 from tests.fakes.slack_api import FakeSlack

@@ -15,13 +15,13 @@ from hypothesis import strategies as st
 from PIL import Image as PILImage
 
 from agent import sanitize_text
-from gateway.attachments import (
+from gateway.inbound.attachments import (
     MAX_TEXT_CHARS,
     FileContent,
     files_text,
     kind_of,
 )
-from gateway.file_contents import (
+from gateway.inbound.file_contents import (
     MAX_SIDE,
     NO_TEXT_LAYER,
     NOT_AN_IMAGE,
@@ -30,10 +30,10 @@ from gateway.file_contents import (
     read_pdf,
     read_text,
 )
-from gateway.files import NotRead
-from gateway.gatekeeper import render_inbound
-from gateway.inbound import InboundTurn, SharedFile
-from gateway.provenance import parse_turn
+from gateway.inbound.files import NotRead
+from gateway.inbound.gatekeeper import render_inbound
+from gateway.slack.events import InboundTurn, SharedFile
+from gateway.text.provenance import parse_turn
 
 
 def shared(name: str = "a.txt", mimetype: str = "text/plain", filetype: str = "text") -> SharedFile:

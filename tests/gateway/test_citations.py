@@ -13,8 +13,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 from agent import Citation
 from agent.models.contract import UserMessage
 from agent.rounds.citations import Citable
-from gateway.rendering import render_reply
-from gateway.sources import SourceLinks
+from gateway.delivery.sources import SourceLinks
+from gateway.text.rendering import render_reply
 from storage import Database, Outbox
 from tests.fakes.openai_api import reply_with_tool
 from tests.fakes.slack_events import DEFAULT_CHANNEL, app_mention_event, event_callback

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from agent.core.errors import ConfigError
-from gateway.config import load_settings
-from gateway.service import provider_settings
+from gateway.process.config import load_settings
+from gateway.process.service import provider_settings
 from tests.gateway.process import run_cli
 
 COMPLETE = {

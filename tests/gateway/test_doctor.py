@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.scopes import SCOPE_REASONS, bot_scopes
+from gateway.slack.scopes import SCOPE_REASONS, bot_scopes
 from storage.database import Database
 from storage.migrations import available_migrations
 from tests.fakes.openai_api import (

@@ -8,8 +8,8 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.edits import Deletion, Edit, inbound_change
-from gateway.inbound import MalformedEvent
+from gateway.inbound.edits import Deletion, Edit, inbound_change
+from gateway.slack.events import MalformedEvent
 from tests.fakes.slack_events import (
     event_callback,
     message_changed_event,

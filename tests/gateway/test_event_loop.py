@@ -1,5 +1,5 @@
 """Which event loop `threadgate` runs on: uvloop by default where it is installed, asyncio's
-own when `THREADGATE_EVENT_LOOP=asyncio` (gateway/event_loop.py)."""
+own when `THREADGATE_EVENT_LOOP=asyncio` (gateway/process/event_loop.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import uvloop
 
-from gateway.event_loop import EventLoop, loop_factory, loop_name
+from gateway.process.event_loop import EventLoop, loop_factory, loop_name
 from tests.fakes.openai_api import OpenAIServer
 from tests.fakes.slack_api import FakeSlack
 from tests.gateway.process import GatewayProcess

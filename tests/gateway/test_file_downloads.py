@@ -15,15 +15,15 @@ import httpx
 import pytest
 from aiohttp import web
 
-from gateway.attachments import FileReader
-from gateway.files import (
+from gateway.inbound.attachments import FileReader
+from gateway.inbound.files import (
     DOWNLOAD_FAILED,
     NOT_FROM_SLACK,
     OUT_OF_TIME,
     FileDownloader,
     NotRead,
 )
-from gateway.inbound import SharedFile
+from gateway.slack.events import SharedFile
 
 TOKEN = "xoxb-download-test"
 

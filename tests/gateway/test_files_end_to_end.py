@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from PIL import Image as PILImage
 
-from gateway.provenance import parse_turn
+from gateway.text.provenance import parse_turn
 from tests.fakes.anthropic_api import AnthropicServer
 from tests.fakes.openai_api import RecordedRequest
 from tests.fakes.slack_events import (

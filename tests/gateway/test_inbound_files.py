@@ -15,11 +15,11 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from agent import sanitize_text
-from gateway.attachments import MAX_FILE_NAME
-from gateway.gatekeeper import render_inbound
-from gateway.inbound import InboundTurn, inbound_turn
-from gateway.markup import clean_text
-from gateway.provenance import parse_turn
+from gateway.inbound.attachments import MAX_FILE_NAME
+from gateway.inbound.gatekeeper import render_inbound
+from gateway.slack.events import InboundTurn, inbound_turn
+from gateway.text.markup import clean_text
+from gateway.text.provenance import parse_turn
 from tests.fakes.slack_events import (
     DEFAULT_USER,
     event_callback,

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Mapping
 
 import pytest
 
-from gateway.gatekeeper import LIMIT_NOTICES
+from gateway.inbound.gatekeeper import LIMIT_NOTICES
 from tests.fakes.openai_api import reply_with_tool
 from tests.fakes.slack_events import (
     DEFAULT_CHANNEL,

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.links import reveal_link_hosts
-from gateway.rendering import render_reply
+from gateway.text.links import reveal_link_hosts
+from gateway.text.rendering import render_reply
 
 CASES = [
     # A label that is an address for another host is dropped: the target shows itself.

@@ -8,7 +8,7 @@ import re
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from gateway.live_render import LiveRenderer, render_settled
+from gateway.text.live_render import LiveRenderer, render_settled
 
 JOINER = "\u200d"
 PING = re.compile(r"<[!@#]|(?<![\w@])@(?:here|channel|everyone|group)\b", re.IGNORECASE)

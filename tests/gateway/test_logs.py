@@ -16,8 +16,8 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from agent.core.log_context import bind_log_fields
-from gateway.config import load_settings
-from gateway.logs import (
+from gateway.process.config import load_settings
+from gateway.telemetry.logs import (
     MIN_SECRET,
     REDACTED,
     FieldsFilter,

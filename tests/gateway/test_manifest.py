@@ -15,11 +15,11 @@ import yaml
 from slack_sdk.web.async_client import AsyncWebClient
 
 import gateway
-from gateway.gatekeeper import Policy
-from gateway.inbound import inbound_turn
-from gateway.manifest import PLACEHOLDER_URL, app_manifest, events_url, render_manifest
-from gateway.pins import pin_change
-from gateway.scopes import SCOPE_REASONS, bot_events, bot_scopes
+from gateway.inbound.gatekeeper import Policy
+from gateway.inbound.pins import pin_change
+from gateway.slack.events import inbound_turn
+from gateway.slack.manifest import PLACEHOLDER_URL, app_manifest, events_url, render_manifest
+from gateway.slack.scopes import SCOPE_REASONS, bot_events, bot_scopes
 from tests.fakes.slack_events import (
     app_mention_event,
     bot_message_event,
@@ -142,7 +142,7 @@ NEVER_ANSWERED: dict[str, dict[str, Any]] = {
 
 def answered(payload: dict[str, Any], *, continue_threads: bool) -> bool:
     """Whether the gateway answers this event, in a thread the bot takes part in (a pin
-    event is answered by keeping the pin, gateway/pins.py)."""
+    event is answered by keeping the pin, gateway/inbound/pins.py)."""
     if pin_change(event_callback(payload)) is not None:
         return True
     turn = inbound_turn(event_callback(payload))
@@ -177,7 +177,7 @@ def test_required_scopes_are_exactly_what_the_code_needs(continue_threads: bool)
     needed |= set().union(*(EVENT_SCOPES[e] for e in events))
     if "include_all_metadata" in source:
         needed.add(METADATA_SCOPE)
-    if "url_private" in source:  # file downloads (gateway/files.py) are not Web API calls
+    if "url_private" in source:  # file downloads (gateway/inbound/files.py) are not Web API calls
         needed.add("files:read")
     assert needed == set(bot_scopes(continue_threads=continue_threads))
     assert set(SCOPE_REASONS) == set(bot_scopes(continue_threads=True))

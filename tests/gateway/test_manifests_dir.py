@@ -12,12 +12,12 @@ import pytest
 import yaml
 from slack_bolt.async_app import AsyncApp
 
-from gateway.cli import parser, with_role
-from gateway.config import Settings, parse_address
-from gateway.http import build_health_app, build_http_app, build_metrics_app
-from gateway.manifest import app_manifest, render_manifest
-from gateway.metrics import Metrics
-from gateway.scopes import bot_events, bot_scopes
+from gateway.process.cli import parser, with_role
+from gateway.process.config import Settings, parse_address
+from gateway.process.http import build_health_app, build_http_app, build_metrics_app
+from gateway.slack.manifest import app_manifest, render_manifest
+from gateway.slack.scopes import bot_events, bot_scopes
+from gateway.telemetry.metrics import Metrics
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
 K8S = MANIFESTS / "k8s"

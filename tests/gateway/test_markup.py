@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.markup import clean_text, mentioned_user_ids, slack_to_text
+from gateway.text.markup import clean_text, mentioned_user_ids, slack_to_text
 
 NAMES = {"U1": "Ada", "U2": "Grace"}
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from agent import prompt_epoch
-from gateway.task_commands import render_detail
+from gateway.process.task_commands import render_detail
 from storage import inspect_task
 from tests.fakes.openai_api import Completion, RecordedRequest, Reply
 from tests.fakes.slack_events import (

@@ -1,4 +1,4 @@
-"""The model providers' aiohttp transport behind httpx's API (`gateway/model_transport.py`): each failure surfaces as the httpx exception httpx's own transport raises
+"""The model providers' aiohttp transport behind httpx's API (`agent/models/providers/transport.py`): each failure surfaces as the httpx exception httpx's own transport raises
 for it, a stream arrives chunk by chunk, and no connection or session outlives its use.
 
 Everything runs against the loopback OpenAI fake through the real httpx client; nothing of
@@ -23,7 +23,7 @@ from pydantic import SecretStr
 
 from agent.core.errors import Route, TransientModelError
 from agent.models.providers.provider import OpenAIProvider
-from gateway.model_transport import (
+from agent.models.providers.transport import (
     AIOHTTP_ERRORS,
     ModelTransport,
     ShownReplies,

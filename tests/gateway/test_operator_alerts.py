@@ -7,7 +7,7 @@ import asyncio
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent import CredentialRejected, Route, Task
-from gateway.alerts import OperatorAlerts
+from gateway.delivery.alerts import OperatorAlerts
 from tests.fakes.slack_api import FakeSlack
 from tests.gateway.rig import BOT_TOKEN
 

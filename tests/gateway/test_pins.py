@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.inbound import MalformedEvent
-from gateway.pins import pin_change
+from gateway.inbound.pins import pin_change
+from gateway.slack.events import MalformedEvent
 from tests.fakes.slack_events import DEFAULT_DM, app_mention_event, event_callback
 from tests.fakes.slack_pins import file_pin_event, pin_event, pinned_message
 

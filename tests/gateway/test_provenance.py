@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from agent import INVISIBLE_CHARACTERS as INVISIBLE
 from agent import TAG_LOOKALIKES as LOOKALIKES
 from agent import sanitize_text as sanitize
-from gateway.provenance import Turn, parse_turn, render_turn
+from gateway.text.provenance import Turn, parse_turn, render_turn
 
 # What a hostile user reaches for: tag syntax, its look-alikes, invisible characters, and
 # the characters that are kept (ZWJ, ZWNJ, emoji) so the properties see them mixed in.

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from gateway.links import reveal_link_hosts
-from gateway.markup import escape_entities
-from gateway.rendering import (
+from gateway.text.links import reveal_link_hosts
+from gateway.text.markup import escape_entities
+from gateway.text.rendering import (
     BLOCK_LIMIT,
     EMPTY_REPLY,
     FALLBACK_LIMIT,

@@ -16,8 +16,8 @@ import aiohttp
 import pytest
 
 from agent import ConfigError
-from gateway.cli import with_role
-from gateway.doctor import check_models, check_settings, config_problems
+from gateway.process.cli import with_role
+from gateway.process.doctor import check_models, check_settings, config_problems
 from storage.database import Database
 from tests.fakes.openai_api import OpenAIServer
 from tests.fakes.slack_api import FakeSlack

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.http import MAX_BODY_BYTES
+from gateway.process.http import MAX_BODY_BYTES
 from tests.fakes.slack_events import app_mention_event, event_callback, sign
 from tests.gateway.rig import SECRET, Rig
 from tests.logged import errors_logged

@@ -21,7 +21,7 @@ from slack_bolt.async_app import AsyncApp
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent.core.errors import ConfigError
-from gateway.socket_mode import start_socket_mode
+from gateway.inbound.socket_mode import start_socket_mode
 from tests.fakes.openai_api import OpenAIServer
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.slack_events import DEFAULT_CHANNEL, app_mention_event, deliver, event_callback
@@ -88,7 +88,7 @@ async def test_failed_admission_is_not_acked_and_the_redelivery_is_answered(
     assert replica.port is not None
     event = event_callback(app_mention_event(text="<@UBOT> during the outage"))
     async with database_outage(postgres_dsn, dsn):
-        with log_watch("gateway.socket_mode", "not acked") as refused:
+        with log_watch("gateway.inbound.socket_mode", "not acked") as refused:
             first = await rig.sockets.deliver(event, to=link)
             await asyncio.wait_for(refused.wait(), 10)
     retry = await rig.sockets.deliver(event, to=link, retry_attempt=1, retry_reason="timeout")
@@ -197,7 +197,7 @@ async def test_listener_failure_is_not_acked() -> None:
     """When the bolt listener raises, bolt answers 500 and the envelope is not acked."""
     async with bare_socket_mode(fail=True) as (sockets, _):
         await sockets.wait_for_connections(1)
-        with log_watch("gateway.socket_mode", "not acked") as refused:
+        with log_watch("gateway.inbound.socket_mode", "not acked") as refused:
             envelope_id = await sockets.deliver(event_callback(app_mention_event(text="<@UBOT> x")))
             await asyncio.wait_for(refused.wait(), 10)
         assert not sockets.acked(envelope_id)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import gc
 
-from gateway.service import GC_THRESHOLDS, tune_garbage_collector
+from gateway.process.service import GC_THRESHOLDS, tune_garbage_collector
 
 
 def test_the_startup_heap_is_frozen_and_the_thresholds_raised() -> None:

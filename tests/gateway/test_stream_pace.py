@@ -1,5 +1,5 @@
 """A task's model streams slow down once its reply shows: the publisher counts the replies
-a task shows in Slack where the model transport reads them (gateway/model_transport.py).
+a task shows in Slack where the model transport reads them (agent/models/providers/transport.py).
 
 The publisher, its outbox on a real Postgres, and the loopback fake Slack; the count is
 read as a stream requested in the task's round would read it.
@@ -7,10 +7,10 @@ read as a stream requested in the task's round would read it.
 
 from __future__ import annotations
 
-from gateway.live import StreamSettings
-from gateway.model_transport import current_shown
-from gateway.publisher import SlackPublisher
-from gateway.slack_client import slack_client
+from agent.models.providers.transport import current_shown
+from gateway.delivery.publisher import SlackPublisher
+from gateway.delivery.streams import StreamSettings
+from gateway.slack.client import slack_client
 from storage.admission import Admission, admit
 from storage.database import Database
 from storage.outbox import Outbox

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.task_commands import one_line, parse_duration, printable, render_table
+from gateway.process.task_commands import one_line, parse_duration, printable, render_table
 from storage import TaskSummary
 from storage.database import Database
 from tests.fakes.openai_api import (

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp import web
 
-from gateway.alerts import TokenAlarm
+from gateway.delivery.alerts import TokenAlarm
 
 TOKEN_PATH = "/services/T0ALARM/B0ALARM/alarmWebhookToken"
 
@@ -48,7 +48,7 @@ async def test_a_webhook_answering_an_error_is_logged_without_its_url(
 ) -> None:
     """HTTP 500 from the webhook: one error line with the status, no URL, nothing raised."""
     async with webhook(500) as (url, received):
-        with caplog.at_level(logging.ERROR, logger="gateway.alerts"):
+        with caplog.at_level(logging.ERROR, logger="gateway.delivery.alerts"):
             await TokenAlarm(url)("chat.postMessage", "token_revoked")
     assert len(received) == 1 and "token_revoked" in received[0]
     assert "HTTP 500" in caplog.text and "THREADGATE_ALERT_WEBHOOK_URL" in caplog.text
@@ -60,7 +60,7 @@ async def test_an_unreachable_webhook_is_logged_without_its_url(
 ) -> None:
     """A webhook nobody answers: the exception's type is logged, never its URL-quoting text."""
     url = f"http://127.0.0.1:{closed_port()}{TOKEN_PATH}"
-    with caplog.at_level(logging.ERROR, logger="gateway.alerts"):
+    with caplog.at_level(logging.ERROR, logger="gateway.delivery.alerts"):
         await TokenAlarm(url)("users.info", "invalid_auth")
     assert "could not reach THREADGATE_ALERT_WEBHOOK_URL (ClientConnectorError)" in caplog.text
     assert "alarmWebhookToken" not in caplog.text

@@ -21,7 +21,7 @@ import pytest
 from aiohttp import web
 from cryptography.fernet import Fernet
 
-from gateway.slack_app import uninstalls
+from gateway.inbound.bolt_app import uninstalls
 from tests.fakes.openai_api import RecordedRequest, Reply
 from tests.fakes.slack_events import app_mention_event, event_callback
 from tests.gateway.process import run_cli_output

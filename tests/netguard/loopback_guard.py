@@ -10,7 +10,7 @@ before a packet leaves the machine.
 `socket.socket.connect`/`connect_ex` and resolves names through `socket.getaddrinfo`.
 Unix sockets and 127.0.0.0/8, ::1 and `localhost` pass through untouched.
 
-uvloop, the loop gateway children run on (gateway/event_loop.py), resolves names and
+uvloop, the loop gateway children run on (gateway/process/event_loop.py), resolves names and
 connects in libuv, where no socket-library wrapper sees it: where it is installed, the
 loop methods that do (`getaddrinfo`, `create_connection`, `sock_connect`,
 `create_datagram_endpoint`) are wrapped too, on `uvloop.Loop`, with the same judgement.

@@ -1,0 +1,279 @@
+"""The gatekeeper: from an inbound Slack message to a durable, provenance-tagged task.
+
+It decides whether the message is ours to answer (allowlists; a thread reply without a
+mention only where the bot already takes part), resolves display names, reads the files
+attached (`gateway.inbound.attachments`), turns Slack markup into plain text, wraps it with the
+files' text in a `<turn>` tag and admits it in one transaction, pictures included —
+together with the thread's earlier messages (and theirs) when the bot is first mentioned
+inside an existing thread. The caller acks Slack only after `admit` returns: an acked
+event is never lost.
+Everything before the ack shares one time budget (`lookup_budget_seconds`, well under
+Slack's 3 s): the names, the file downloads and the back-fill run at once, each ends at
+the budget's deadline, and what did not arrive by then is done without — a user id stands
+in for a name, a file is described as not read ("not downloaded in time"), and a
+back-fill keeps the newest messages it has. A slow Slack delays the ack by at most the
+budget, never into Slack's retry. A message that already has its task (Slack's second
+event for a mention, a redelivery) is known before any download starts.
+
+The guard rails against abuse and cost (`Limits`: messages per user and per thread per
+hour, tokens per user and per channel per day) are enforced in the admission statement
+itself, so every replica counts the same rows. An over-limit message is `limited`: acked,
+nothing queued; the first of its window is answered by one polite notice (posted by a
+worker after the ack, never here). The thread limit is also the loop breaker: an
+integration that answers every bot post in a thread runs into it, gets one notice and
+then no more posts to answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol, TypeAlias
+
+from agent import Image, bind_log_fields
+from gateway.inbound.attachments import FileContent, FileReader, files_text, images_of, unread
+from gateway.slack.events import InboundTurn, SharedFile
+from gateway.slack.threads import ThreadMessage, render_message, slack_time
+from gateway.slack.users import NameDirectory
+from gateway.text.markup import mentioned_user_ids
+from storage import (
+    UNLIMITED,
+    Admission,
+    Database,
+    EarlierMessage,
+    Limits,
+    LimitScope,
+    admit,
+    session_exists,
+    task_exists,
+)
+
+Outcome: TypeAlias = Literal["admitted", "duplicate", "ignored", "limited"]
+
+# What the first over-limit message of a window is answered with.
+LIMIT_NOTICES: Mapping[LimitScope, str] = {
+    "user": (
+        "Sorry, you've sent me more messages this hour than I can take from one person, "
+        "so I won't answer this one or the next ones until the hour is over."
+    ),
+    "thread": (
+        "Sorry, this thread has had more messages this hour than I answer in one thread, "
+        "so I'll stay quiet here until the hour is over."
+    ),
+    "user_tokens": (
+        "Sorry, you've used up today's allowance of AI usage, so I won't answer this "
+        "message or the next ones until tomorrow (UTC)."
+    ),
+    "channel_tokens": (
+        "Sorry, this channel has used up today's allowance of AI usage, so I won't answer "
+        "here until tomorrow (UTC)."
+    ),
+}
+
+
+class ThreadSource(Protocol):
+    async def messages(
+        self, channel: str, thread_ts: str, *, limit: int, deadline: float | None = None
+    ) -> list[ThreadMessage]:
+        """At most the latest `limit` messages, oldest first; at `deadline` (event-loop
+        time), what was read so far."""
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """Which messages are ours. Empty allowlists allow everyone."""
+
+    allowed_channels: frozenset[str] = frozenset()
+    allowed_users: frozenset[str] = frozenset()
+    continue_threads: bool = True
+    backfill_messages: int = 50
+
+    def allows(self, inbound: InboundTurn) -> bool:
+        if self.allowed_users and inbound.user not in self.allowed_users:
+            return False
+        # DMs are not channels anyone configures; the user allowlist covers them.
+        return (
+            inbound.direct or not self.allowed_channels or inbound.channel in self.allowed_channels
+        )
+
+    def addressed(self, inbound: InboundTurn, *, known: bool) -> bool:
+        """Whether the message asks the bot: a mention, a DM, or (continuing threads) a reply
+        in a thread the bot takes part in (`known`)."""
+        return inbound.mentioned or inbound.direct or (known and self.continue_threads)
+
+
+class Gatekeeper:
+    def __init__(
+        self,
+        db: Database,
+        users: NameDirectory,
+        *,
+        threads: ThreadSource | None = None,
+        policy: Policy = Policy(),
+        lookup_budget_seconds: float = 1.5,
+        limits: Limits = UNLIMITED,
+        on_limited: Callable[[LimitScope], None] | None = None,
+        files: FileReader | None = None,
+    ) -> None:
+        self._files = files
+        self._limits = limits
+        self._on_limited = on_limited or (lambda scope: None)
+        self._db = db
+        self._users = users
+        self._threads = threads
+        self._policy = policy
+        self._budget = lookup_budget_seconds
+
+    async def admit(
+        self, inbound: InboundTurn, *, bot_user_id: str | None, enterprise_id: str | None = None
+    ) -> Outcome:
+        """Store the turn and its task (durable when this returns), or say why not.
+        `enterprise_id` (Enterprise Grid) goes into the task's address beside its team."""
+        where = {
+            "team": inbound.team,
+            "channel": inbound.channel,
+            "thread_ts": inbound.reply_thread_ts,
+        }
+        with bind_log_fields(task=inbound.task_id, event=inbound.event_id, **where):
+            return await self._admit(inbound, bot_user_id, enterprise_id)
+
+    async def _admit(
+        self, inbound: InboundTurn, bot_user_id: str | None, enterprise_id: str | None = None
+    ) -> Outcome:
+        if not self._policy.allows(inbound):
+            return "ignored"
+        # Only a message inside a thread asks whether we know the conversation (to continue
+        # it without a mention, or to back-fill it); a top-level one saves the round trip.
+        known = bool(inbound.thread_ts) and await session_exists(self._db, inbound.session_id)
+        if not self._policy.addressed(inbound, known=known):
+            return "ignored"
+        backfill = not known and bool(inbound.thread_ts)
+        downloads = self._files is not None and (bool(inbound.files) or backfill)
+        if downloads and await task_exists(self._db, inbound.task_id):
+            return "duplicate"  # what admission would say, without fetching the files first
+        deadline = asyncio.get_running_loop().time() + self._budget
+        (turn_text, images), earlier = await asyncio.gather(
+            self._turn(inbound, bot_user_id, deadline),
+            self._backfill(inbound, bot_user_id, deadline) if backfill else _nothing(),
+        )
+        admission = Admission(
+            event_id=inbound.event_id,
+            task_id=inbound.task_id,
+            session_id=inbound.session_id,
+            address={
+                "team": inbound.team,
+                "channel": inbound.channel,
+                "thread_ts": inbound.reply_thread_ts,
+                # The recipient Slack requires for a streamed reply outside DMs.
+                "user": inbound.user,
+                # Which installation's token serves the task (gateway/slack/workspaces.py).
+                **({"enterprise": enterprise_id} if enterprise_id else {}),
+            },
+            turn_text=turn_text,
+            images=images,
+            earlier=earlier,
+            user=f"{inbound.team}:{inbound.user}",
+            channel=f"{inbound.team}:{inbound.channel}",
+        )
+        outcome = await admit(self._db, admission, self._limits)
+        if outcome.limited is not None:
+            self._on_limited(outcome.limited)
+            return "limited"
+        return "admitted" if outcome else "duplicate"
+
+    async def render(
+        self, inbound: InboundTurn, *, bot_user_id: str | None, deadline: float
+    ) -> str:
+        """The turn's text as admission stores it (an edit is stored again this way; the
+        pictures stored with the first version stay)."""
+        text, _ = await self._turn(inbound, bot_user_id, deadline)
+        return text
+
+    async def _turn(
+        self, inbound: InboundTurn, bot_user_id: str | None, deadline: float
+    ) -> tuple[str, tuple[Image, ...]]:
+        """The turn's text and its pictures: names and files looked up at once."""
+        names, contents = await asyncio.gather(
+            self._names([inbound.user, *mentioned_user_ids(inbound.text)], deadline),
+            self._read_files(inbound.files, deadline),
+        )
+        text = render_inbound(inbound, names, bot_user_id=bot_user_id, contents=contents)
+        return text, images_of(contents)
+
+    async def _read_files(
+        self, files: Sequence[SharedFile], deadline: float
+    ) -> tuple[FileContent, ...]:
+        if self._files is None or not files:
+            return unread(files)
+        return await self._files.read(files, deadline)
+
+    async def _backfill(
+        self, inbound: InboundTurn, bot_user_id: str | None, deadline: float
+    ) -> Sequence[EarlierMessage]:
+        """The thread's messages before this one, rendered as turns with ids from their ts."""
+        if self._threads is None or not inbound.thread_ts:
+            return ()
+        found = await self._threads.messages(
+            inbound.channel,
+            inbound.thread_ts,
+            limit=self._policy.backfill_messages + 1,
+            deadline=deadline,
+        )
+        before = [m for m in found if _ts_key(m.ts) < _ts_key(inbound.ts)][
+            -self._policy.backfill_messages :
+        ]
+        users = {m.user for m in before} | {u for m in before for u in mentioned_user_ids(m.text)}
+        names, contents = await asyncio.gather(
+            self._names(sorted(users), deadline),
+            asyncio.gather(*(self._read_files(m.files, deadline) for m in before)),
+        )
+        return tuple(
+            EarlierMessage(
+                earlier_message_id(inbound.team, inbound.channel, m.ts),
+                render_message(
+                    m, inbound.channel, names, bot_user_id=bot_user_id, note=files_text(read)
+                ),
+                images_of(read),
+            )
+            for m, read in zip(before, contents, strict=True)
+        )
+
+    async def _names(self, user_ids: list[str], deadline: float | None) -> dict[str, str]:
+        try:
+            async with asyncio.timeout_at(deadline):
+                return await self._users.names(user_ids)
+        except TimeoutError:
+            return {}  # the ids stand in: a name is decoration, the id is the identity
+
+
+def earlier_message_id(team: str, channel: str, ts: str) -> str:
+    """The stored id of a back-filled message (one that has no task of its own)."""
+    return f"slack:{team}:{channel}:{ts}"
+
+
+async def _nothing() -> Sequence[EarlierMessage]:
+    return ()
+
+
+def render_inbound(
+    inbound: InboundTurn,
+    names: dict[str, str],
+    *,
+    bot_user_id: str | None,
+    contents: Sequence[FileContent] | None = None,
+) -> str:
+    """The message as the model will read it: its text, then what came of its files
+    (`contents`; None: described, not read), in one provenance tag."""
+    message = ThreadMessage(inbound.user, inbound.text, inbound.ts)
+    read = unread(inbound.files) if contents is None else contents
+    note = files_text(read, inbound.files_not_described)
+    edited = slack_time(inbound.edited) if inbound.edited else None
+    return render_message(
+        message, inbound.channel, names, bot_user_id=bot_user_id, note=note, edited=edited
+    )
+
+
+def _ts_key(ts: str) -> tuple[int, int]:
+    seconds, _, fraction = ts.partition(".")
+    return int(seconds or 0), int(fraction.ljust(6, "0")[:6] or 0)

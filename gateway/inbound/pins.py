@@ -1,0 +1,166 @@
+"""Pins: a message pinned in a thread stays in the model's window (issue 12).
+
+Slack sends `pin_added` and `pin_removed` (scope `pins:read`) with the pinned item; for a
+message, `item.message` carries its ts, thread, author and text, and `channel_id` its
+channel. `pin_change` turns the payload into a `PinChange` (or None for anything else, a
+400 for a malformed one); `Pins.apply` stores it (storage/pins.py) before the listener
+returns, over HTTP and Socket Mode alike, so a redelivery finds the work done.
+
+A pin of a message we store (a person's turn, a back-filled message, our reply or
+acknowledgment) flags it. A pin of a person's message we never stored, in a conversation
+we keep, stores it as a retained turn, rendered as the gatekeeper renders back-filled
+messages (names looked up within `lookup_budget_seconds`; without them the ids stand in).
+Anything else — a file pinned, a thread the bot takes no part in, another bot's message
+we never stored — is ignored. A failure (the database away) is logged and the pin
+ignored: the event is acked all the same, a pin is never worth a Slack retry storm.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, TypeAlias
+
+from pydantic import BaseModel, Field, ValidationError
+
+from gateway.slack.events import MalformedEvent
+from gateway.slack.threads import ThreadMessage, render_message
+from gateway.slack.users import NameDirectory
+from gateway.text.markup import mentioned_user_ids
+from storage import Database, PinnedMessage, clear_pin, flag_pin, retain_pin, session_known
+
+log = logging.getLogger(__name__)
+
+PinOutcome: TypeAlias = Literal["pinned", "retained", "unpinned", "ignored", "failed"]
+_PIN_EVENTS = ("pin_added", "pin_removed")
+
+
+class _Message(BaseModel):
+    ts: str = Field(pattern=r"^[0-9]{1,12}\.[0-9]{1,9}$")
+    thread_ts: str | None = None
+    user: str | None = None
+    text: str = ""
+    bot_id: str | None = None
+    subtype: str | None = None
+
+
+class _Item(BaseModel):
+    type: str
+    message: _Message | None = None
+
+
+class _PinEvent(BaseModel):
+    type: Literal["pin_added", "pin_removed"]
+    channel_id: str
+    item: _Item
+
+
+class _Envelope(BaseModel):
+    team_id: str
+    event: _PinEvent
+
+
+@dataclass(frozen=True, slots=True)
+class PinChange:
+    """A message pinned (`added`) or unpinned in a channel."""
+
+    added: bool
+    team: str
+    channel: str
+    ts: str
+    thread_ts: str | None
+    author: ThreadMessage | None  # a person's message, as the gatekeeper would render it
+
+    @property
+    def session_id(self) -> str:
+        """The conversation the message belongs to (as `InboundTurn.session_id` spells it)."""
+        if self.thread_ts and self.thread_ts != self.ts:
+            return f"{self.team}:{self.channel}:{self.thread_ts}"
+        if self.channel.startswith("D"):  # a top-level DM continues the DM's conversation
+            return f"{self.team}:{self.channel}"
+        return f"{self.team}:{self.channel}:{self.ts}"
+
+    def stored_as(self) -> PinnedMessage:
+        where = f"{self.team}:{self.channel}:{self.ts}"
+        backfilled = f"slack:{where}"
+        return PinnedMessage(
+            self.session_id, self.ts, (f"task:{where}:user", backfilled), backfilled
+        )
+
+
+def pin_change(body: Mapping[str, Any]) -> PinChange | None:
+    """The pin this payload reports, None if it is not a pin of a message."""
+    event = body.get("event")
+    if body.get("type") != "event_callback" or not isinstance(event, Mapping):
+        return None
+    if event.get("type") not in _PIN_EVENTS:
+        return None
+    try:
+        envelope = _Envelope.model_validate(body)
+    except ValidationError as exc:
+        raise MalformedEvent(f"{event.get('type')} event: {exc.error_count()} problem(s)") from exc
+    pin = envelope.event
+    message = pin.item.message
+    if pin.item.type != "message" or message is None:
+        return None
+    author = None
+    if message.user and not (message.bot_id or message.subtype):
+        author = ThreadMessage(message.user, message.text, message.ts)
+    return PinChange(
+        added=pin.type == "pin_added",
+        team=envelope.team_id,
+        channel=pin.channel_id,
+        ts=message.ts,
+        thread_ts=message.thread_ts,
+        author=author,
+    )
+
+
+class Pins:
+    """Keeps pinned messages in their conversation's memory (storage/pins.py)."""
+
+    def __init__(
+        self,
+        db: Database,
+        users: NameDirectory,
+        *,
+        max_pinned: int = 10,
+        lookup_budget_seconds: float = 1.5,
+    ) -> None:
+        self._db = db
+        self._users = users
+        self._max = max_pinned
+        self._budget = lookup_budget_seconds
+
+    async def apply(self, change: PinChange, *, bot_user_id: str | None) -> PinOutcome:
+        """Store the pin or its removal; never raises (a failure is logged, and ignored)."""
+        if self._max == 0:
+            return "ignored"
+        try:
+            return await self._apply(change, bot_user_id)
+        except Exception:
+            log.exception("pin of %s in %s not kept", change.ts, change.channel)
+            return "failed"
+
+    async def _apply(self, change: PinChange, bot_user_id: str | None) -> PinOutcome:
+        pin = change.stored_as()
+        if not change.added:
+            return "unpinned" if await clear_pin(self._db, pin) else "ignored"
+        if await flag_pin(self._db, pin, max_pinned=self._max):
+            return "pinned"
+        if change.author is None or not await session_known(self._db, pin.session_id):
+            return "ignored"
+        text = await self._render(change.author, change.channel, bot_user_id)
+        stored = await retain_pin(self._db, pin, text, max_pinned=self._max)
+        return "retained" if stored else "ignored"
+
+    async def _render(self, message: ThreadMessage, channel: str, bot_user_id: str | None) -> str:
+        ids = sorted({message.user, *mentioned_user_ids(message.text)})
+        try:
+            async with asyncio.timeout(self._budget):
+                names = await self._users.names(ids)
+        except TimeoutError:
+            names = {}  # the ids stand in, as in the gatekeeper
+        return render_message(message, channel, names, bot_user_id=bot_user_id)

@@ -1,0 +1,180 @@
+"""The `threadgate` command line.
+
+Each subcommand reads the settings once, and any `ConfigError` or unreachable database
+ends the command with one sentence on stderr and a non-zero status — never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import errno
+import functools
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+
+from agent import ConfigError
+from gateway.process.config import ROLES, Settings, load_settings
+from gateway.process.console import run_console
+from gateway.process.doctor import Limits, diagnose, report
+from gateway.process.event_loop import loop_factory
+from gateway.process.service import database_dsn, serve_forever
+from gateway.process.task_commands import add_sessions_parser, add_tasks_parser
+from gateway.slack.manifest import events_url, render_manifest
+from gateway.telemetry.logs import configure_logging
+from storage import Database, StorageError
+
+log = logging.getLogger("threadgate")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        # The `.env` of the working directory, as documented; only the command line reads one.
+        settings = load_settings(env_file=".env")
+        configure_logging(
+            settings.threadgate_log_level,
+            settings.threadgate_log_format,
+            secrets=settings.secret_values(),
+        )
+        with asyncio.Runner(loop_factory=loop_factory(settings.threadgate_event_loop)) as run:
+            return int(run.run(args.command(settings, args)) or 0)
+    except ConfigError as exc:
+        print(f"threadgate: {exc}", file=sys.stderr)
+        return 2
+    except StorageError as exc:
+        print(f"threadgate: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="threadgate", description="A Slack gateway for an LLM agent.")
+    sub = p.add_subparsers(required=True, metavar="COMMAND")
+    serve = sub.add_parser(
+        "serve", help="serve Slack events (HTTP, or Socket Mode with SLACK_APP_TOKEN)"
+    )
+    serve.add_argument("--host", default="0.0.0.0", help="interface to listen on (default 0.0.0.0)")
+    serve.add_argument("--port", type=int, default=None, help="port (default: PORT, else 3000)")
+    serve.add_argument(
+        "--role",
+        choices=ROLES,
+        default=None,
+        help="ingress: take Slack's events; worker: answer queued tasks; all: both "
+        "(default: THREADGATE_ROLE, else all)",
+    )
+    serve.set_defaults(command=serve_command)
+    migrate = sub.add_parser("migrate", help="apply database migrations and exit")
+    migrate.set_defaults(command=migrate_command)
+    doctor = sub.add_parser(
+        "doctor", help="check the settings, the Slack token and scopes, the model and the database"
+    )
+    doctor.add_argument(
+        "--timeout",
+        type=float,
+        metavar="SECONDS",
+        help="bound every check by SECONDS (default: 10 for Slack, 30 for the model, 15 for the database)",
+    )
+    doctor.set_defaults(command=doctor_command)
+    console = sub.add_parser("console", help="chat with the agent in this terminal, without Slack")
+    console.set_defaults(command=console_command)
+    add_manifest_parser(sub)
+    add_tasks_parser(sub)
+    add_sessions_parser(sub)
+    return p
+
+
+def add_manifest_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    manifest = sub.add_parser("manifest", help="print the Slack app manifest (YAML)")
+    mode = manifest.add_mutually_exclusive_group()
+    mode.add_argument("--socket", action="store_true", help="an app for Socket Mode")
+    mode.add_argument(
+        "--http",
+        metavar="URL",
+        type=_events_url,
+        help="an app receiving events at URL (https; default: a placeholder to edit)",
+    )
+    manifest.set_defaults(command=manifest_command)
+
+
+def _events_url(url: str) -> str:
+    try:
+        return events_url(url)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+async def serve_command(settings: Settings, args: argparse.Namespace) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    port = settings.port if args.port is None else args.port
+    settings = with_role(settings, args.role)
+    try:
+        await serve_forever(settings, args.host, port, stop)
+    except OSError as exc:
+        if exc.errno not in _BIND_ERRORS:
+            raise
+        print(f"threadgate: {bind_failure(exc, args.host, port)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def with_role(settings: Settings, role: str | None) -> Settings:
+    """The settings `serve` runs with: `--role`, when given, wins over THREADGATE_ROLE."""
+    return settings if role is None else settings.model_copy(update={"threadgate_role": role})
+
+
+# What binding the HTTP port can fail with: taken, privileged, or not an address of ours.
+_BIND_ERRORS = (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL)
+
+
+def bind_failure(exc: OSError, host: str, port: int) -> str:
+    if exc.errno == errno.EADDRINUSE:
+        return (
+            f"PORT {port} is already in use: stop the process listening there, "
+            "or set PORT (or --port) to a free port."
+        )
+    reason = exc.strerror or type(exc).__name__
+    return f"Cannot listen on {host}:{port} ({reason}): check --host and PORT (or --port)."
+
+
+async def migrate_command(settings: Settings, args: argparse.Namespace) -> int:
+    async with Database(await database_dsn(settings), min_size=1, max_size=1) as db:
+        applied = await db.migrate()
+    print(f"applied migrations: {applied}" if applied else "the schema is up to date")
+    return 0
+
+
+async def doctor_command(settings: Settings, args: argparse.Namespace) -> int:
+    limits = Limits.uniform(args.timeout) if args.timeout else Limits()
+    findings = await diagnose(settings, limits)
+    print(report(findings), flush=True)
+    return 1 if any(finding.failed for finding in findings) else 0
+
+
+async def console_command(settings: Settings, args: argparse.Namespace) -> int:
+    return await run_console(settings)
+
+
+async def manifest_command(settings: Settings, args: argparse.Namespace) -> int:
+    manifest = functools.partial(
+        render_manifest,
+        continue_threads=settings.threadgate_continue_threads,
+        oauth=settings.oauth_mode,
+        redirect_url=settings.threadgate_oauth_redirect_url,
+    )
+    if args.socket:
+        print(manifest(socket_mode=True), end="")
+    else:
+        options = {"request_url": args.http} if args.http else {}
+        print(manifest(socket_mode=False, **options), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

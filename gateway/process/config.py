@@ -1,0 +1,381 @@
+"""Settings: the one place the environment (and a `.env` file) is read.
+
+Everything else takes explicit arguments. A missing or malformed setting becomes a
+`ConfigError` whose message is one sentence naming the variable and what to put there;
+the CLI prints that sentence and exits, never a traceback. Secret values are `SecretStr`
+and are never echoed back, not even in an error about them.
+
+Which `.env`, if any, is the caller's choice: the `threadgate` command passes the one in
+its working directory; everything else (the tests above all) passes none, so a developer's
+local file cannot configure a gateway that did not ask for it.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import ipaddress
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Literal
+from urllib.parse import SplitResult, unquote, urlsplit
+
+from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from agent import (
+    DEFAULT_GATEWAY_HEADER,
+    DEFAULT_MODEL_TIMEOUT,
+    VENDORS,
+    ConfigError,
+    McpConfig,
+    load_mcp_config,
+)
+from storage import is_token_key
+
+# The kinds of files THREADGATE_FILE_TYPES may name (gateway/inbound/file_contents.py reads them).
+FILE_KINDS = ("image", "text", "pdf")
+OPENAI_BASE_URL = VENDORS["openai"].base_url
+ANTHROPIC_BASE_URL = VENDORS["anthropic"].base_url
+
+_HINTS = {
+    "SLACK_BOT_TOKEN": "the bot token (xoxb-…) from your Slack app's OAuth & Permissions page",
+    "SLACK_SIGNING_SECRET": "the signing secret from your Slack app's Basic Information page",
+    "SLACK_APP_TOKEN": "an app-level token (xapp-…) with the connections:write scope",
+    "THREADGATE_MODEL": "the model as provider:model, e.g. openai:gpt-4.1-mini",
+    "SLACK_CLIENT_ID": "the client id (digits.digits) from your Slack app's Basic Information page",
+    "SLACK_CLIENT_SECRET": "the client secret from your Slack app's Basic Information page",
+}
+# Slack's app credentials: the client id is two numbers joined by a dot, the secret 32 hex
+# digits. Checked so a value pasted into the wrong variable is caught before the first install.
+_CLIENT_ID = re.compile(r"[0-9]{1,20}\.[0-9]{1,20}")
+_CLIENT_SECRET = re.compile(r"[0-9a-f]{32}")
+
+
+DEFAULT_METRICS_ADDRESS = "127.0.0.1:9090"
+# What `serve` may run as (THREADGATE_ROLE, `serve --role`); see `Settings.threadgate_role`.
+Role = Literal["ingress", "worker", "all"]
+ROLES: tuple[Role, ...] = ("ingress", "worker", "all")
+_HOSTNAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})")
+
+
+class Settings(BaseSettings):
+    """Every setting threadgate reads, by its environment variable name."""
+
+    # No `env_file` here: reading one is `load_settings`'s explicit parameter, not a default.
+    model_config = SettingsConfigDict(extra="ignore", case_sensitive=False)
+
+    slack_bot_token: SecretStr | None = None
+    slack_signing_secret: SecretStr | None = None
+    slack_app_token: SecretStr | None = None
+    slack_api_url: str = "https://slack.com/api/"
+    database_url: SecretStr | None = None
+    threadgate_data_dir: Path = Path(".threadgate")
+    threadgate_model: str | None = None
+    threadgate_fallback_model: str | None = None
+    openai_api_key: SecretStr | None = None
+    openai_base_url: str = OPENAI_BASE_URL
+    anthropic_api_key: SecretStr | None = None
+    anthropic_base_url: str = ANTHROPIC_BASE_URL
+    threadgate_gateway_token: SecretStr | None = None
+    threadgate_gateway_header: str = DEFAULT_GATEWAY_HEADER
+    threadgate_operator_channel: str | None = None
+    port: Annotated[int, Field(ge=1, le=65535)] = 3000
+    # Metrics name models, Slack error codes and queue depth: not for the events port,
+    # which faces the internet. Loopback by default; a container sets 0.0.0.0:9090.
+    threadgate_metrics_address: str = DEFAULT_METRICS_ADDRESS
+    # Workers mostly wait (on the model, on Slack), so many are cheap; 4 capped a gateway
+    # at ~50 tasks/s against an instant model, and at 4 conversations with a real one.
+    threadgate_workers: Annotated[int, Field(ge=1, le=256)] = 16
+    threadgate_lease_seconds: Annotated[float, Field(gt=0)] = 60.0
+    threadgate_history_chars: Annotated[int, Field(ge=1000)] = 24_000
+    threadgate_log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
+    threadgate_log_format: Literal["text", "json"] = "text"
+    threadgate_event_loop: Literal["auto", "uvloop", "asyncio"] = "auto"
+    threadgate_allowed_channels: str = ""
+    threadgate_allowed_users: str = ""
+    threadgate_continue_threads: bool = True
+    threadgate_backfill_messages: Annotated[int, Field(ge=0, le=1000)] = 50
+    # Everything before the ack must fit well inside Slack's 3 s, admission included.
+    threadgate_lookup_budget_seconds: Annotated[float, Field(gt=0, le=2.5)] = 1.5
+    threadgate_max_rounds: Annotated[int, Field(ge=1, le=20)] = 4
+    threadgate_subtask_timeout_seconds: Annotated[float, Field(gt=0)] = 300.0
+    # Unset: a notice per kind of failure (agent.FailureNotices); set: this text for all.
+    threadgate_failure_notice: str | None = None
+    threadgate_alert_webhook_url: SecretStr | None = None
+    threadgate_model_timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = DEFAULT_MODEL_TIMEOUT
+    threadgate_model_attempts: Annotated[int, Field(ge=1, le=10)] = 3
+    threadgate_max_output_tokens: Annotated[int, Field(ge=64, le=200_000)] = 4096
+    threadgate_max_deferrals: Annotated[int, Field(ge=1, le=1000)] = 10
+    threadgate_max_deferral_seconds: Annotated[float, Field(gt=0, le=7 * 24 * 3600)] = 1800.0
+    threadgate_task_timeout_seconds: Annotated[float, Field(gt=0, le=24 * 3600)] = 900.0
+    threadgate_tool_timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = 30.0
+    threadgate_tool_output_chars: Annotated[int, Field(ge=100, le=1_000_000)] = 20_000
+    threadgate_status_refresh_seconds: Annotated[float, Field(gt=0, le=110)] = 90.0
+    threadgate_streaming: bool = True
+    threadgate_stream_interval_seconds: Annotated[float, Field(ge=0.05, le=30)] = 1.0
+    threadgate_alert_window_seconds: Annotated[float, Field(ge=0)] = 900.0
+    # Guard rails against abuse and cost; 0 turns one off. Checked at admission, in Postgres.
+    threadgate_user_messages_per_hour: Annotated[int, Field(ge=0)] = 60
+    threadgate_thread_messages_per_hour: Annotated[int, Field(ge=0)] = 40
+    threadgate_user_daily_tokens: Annotated[int, Field(ge=0)] = 2_000_000
+    threadgate_channel_daily_tokens: Annotated[int, Field(ge=0)] = 10_000_000
+    # A round asks the model a few times (tool steps, repairs); rounds × subtasks × retries
+    # could reach ~190 requests for one message without this.
+    threadgate_max_model_requests_per_task: Annotated[int, Field(ge=0)] = 60
+
+    # One Slack call's time limit, its waits after 429s included. A post whose call went
+    # unanswered is looked for in its thread only once the call must be over: this long
+    # after it started plus the settle margin (how long Slack may take to show it).
+    threadgate_slack_timeout_seconds: Annotated[float, Field(gt=0, le=300)] = 15.0
+    threadgate_slack_settle_seconds: Annotated[float, Field(ge=0, le=300)] = 5.0
+    # Seconds `serve` waits for the Socket Mode connection's hello before it gives up.
+    threadgate_socket_connect_timeout: Annotated[float, Field(gt=0, le=600)] = 30.0
+    # MCP servers whose tools the agent may call (a JSON file in the `mcpServers` shape).
+    threadgate_mcp_config: Path | None = None
+    # Files on messages (gateway/inbound/files.py): the most read of one file, and which kinds.
+    threadgate_file_max_bytes: Annotated[int, Field(ge=1, le=100_000_000)] = 10_000_000
+    threadgate_file_types: str = "image,text,pdf"
+    # Which parts `serve` runs (issue 16): `ingress` verifies, admits and acks Slack's events;
+    # `worker` answers the queued tasks; `all` both, in one process. `--role` wins over it.
+    threadgate_role: Role = "all"
+
+    @field_validator("threadgate_file_types")
+    @classmethod
+    def _file_kinds(cls, value: str) -> str:
+        unknown = {k.lower() for k in _id_list(value)} - set(FILE_KINDS)
+        if unknown:
+            raise ValueError(
+                f"expected a list of {', '.join(FILE_KINDS)}, not {sorted(unknown)[0]}"
+            )
+        return value
+
+    @property
+    def file_kinds(self) -> frozenset[str]:
+        """The kinds of files read for the model (none when THREADGATE_FILE_TYPES is empty)."""
+        return frozenset(k.lower() for k in _id_list(self.threadgate_file_types))
+
+    # What the bot remembers (issue 12): the operator's instructions after the built-in
+    # system prompt (a change starts a new prompt epoch for new threads), the pinned
+    # messages kept per thread (the newest pins win), and summaries of what outgrows the
+    # window instead of dropping it.
+    threadgate_instructions: Annotated[str, Field(max_length=20_000)] = ""
+    threadgate_pinned_max: Annotated[int, Field(ge=0, le=100)] = 10
+    threadgate_compaction: bool = True
+    # Days conversations and finished tasks are kept (0: forever), and how often the
+    # retention job runs (storage/retention.py).
+    threadgate_retention_days: Annotated[int, Field(ge=0, le=36_500)] = 0
+    threadgate_retention_interval_seconds: Annotated[float, Field(ge=10, le=7 * 24 * 3600)] = 3600.0
+    # Many workspaces (Slack's OAuth install flow) instead of one SLACK_BOT_TOKEN.
+    slack_client_id: str | None = None
+    slack_client_secret: SecretStr | None = None
+    threadgate_oauth_redirect_url: str | None = None
+    # The workspace whose THREADGATE_OPERATOR_CHANNEL gets operator alerts (OAuth mode);
+    # unset: the workspace installed first.
+    threadgate_operator_team: str | None = None
+    # Seals the bot tokens in the database (storage/token_cipher.py); unset: stored as issued.
+    threadgate_token_key: SecretStr | None = None
+
+    @field_validator("threadgate_token_key")
+    @classmethod
+    def _token_key(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not is_token_key(value.get_secret_value()):
+            raise ValueError(
+                "expected a Fernet key (urlsafe base64 of 32 bytes), e.g. from "
+                "`python -c 'from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())'`"
+            )
+        return value
+
+    @field_validator("threadgate_oauth_redirect_url")
+    @classmethod
+    def _redirect_url(cls, value: str | None) -> str | None:
+        parts = _url_parts(value) if value else None
+        if value and (parts is None or parts.scheme not in ("https", "http")):
+            raise ValueError("expected the full https:// URL of /slack/oauth_redirect")
+        return value
+
+    @field_validator("threadgate_metrics_address")
+    @classmethod
+    def _listen_address(cls, value: str) -> str:
+        parse_address(value)
+        return value
+
+    @field_validator("threadgate_log_level", mode="before")
+    @classmethod
+    def _upper_level(cls, value: object) -> object:
+        return value.upper() if isinstance(value, str) else value
+
+    @property
+    def allowed_channels(self) -> frozenset[str]:
+        return _id_list(self.threadgate_allowed_channels)
+
+    @property
+    def allowed_users(self) -> frozenset[str]:
+        return _id_list(self.threadgate_allowed_users)
+
+    @property
+    def metrics_address(self) -> tuple[str, int] | None:
+        """Where /metrics is served (host, port), or None when it is off."""
+        return parse_address(self.threadgate_metrics_address)
+
+    @property
+    def serves_events(self) -> bool:
+        """This process takes Slack's events (HTTP or Socket Mode): roles `ingress`, `all`."""
+        return self.threadgate_role != "worker"
+
+    @property
+    def runs_workers(self) -> bool:
+        """This process answers queued tasks (and prunes old rows): roles `worker`, `all`."""
+        return self.threadgate_role != "ingress"
+
+    @property
+    def socket_mode(self) -> bool:
+        return self.slack_app_token is not None
+
+    @property
+    def oauth_mode(self) -> bool:
+        """Many workspaces through Slack's OAuth install flow (else one, SLACK_BOT_TOKEN)."""
+        return self.slack_client_id is not None or self.slack_client_secret is not None
+
+    def mcp_config(self) -> McpConfig:
+        """The MCP servers to connect (none when THREADGATE_MCP_CONFIG is unset); its
+        `${VAR}` references are read from the process environment, here, like every
+        other setting. A bad file is a ConfigError naming the variable."""
+        if self.threadgate_mcp_config is None:
+            return McpConfig()
+        return load_mcp_config(self.threadgate_mcp_config, os.environ)
+
+    def secret_values(self) -> list[str]:
+        """What the log must never show: every secret setting's value, and the parts of
+        URLs that carry one — a password in any URL setting (a database or proxy URL), the
+        path and query of the alert webhook (its token; the host is not secret) — and the
+        MCP servers' secrets (`${VAR}` values, headers, env)."""
+        values: list[str] = []
+        # A bad file is reported where it is used; one we cannot read holds no values.
+        with contextlib.suppress(ConfigError):
+            values += self.mcp_config().secrets()
+        for value in self.model_dump().values():
+            text = value.get_secret_value() if isinstance(value, SecretStr) else value
+            if not isinstance(text, str) or not text:
+                continue
+            if isinstance(value, SecretStr):
+                values.append(text)
+            parts = _url_parts(text)
+            if parts is not None and parts.password:
+                values += [parts.password, unquote(parts.password)]
+        if self.slack_client_id and self.slack_client_secret:
+            # oauth.v2.access sends them as HTTP basic auth, which slack_sdk's debug log shows.
+            pair = f"{self.slack_client_id}:{self.slack_client_secret.get_secret_value()}"
+            values.append(base64.b64encode(pair.encode()).decode("ascii"))
+        webhook = self.threadgate_alert_webhook_url
+        parts = _url_parts(webhook.get_secret_value()) if webhook else None
+        if parts is not None:
+            values += [parts.path, parts.query, f"{parts.path}?{parts.query}"]
+        return [v for v in dict.fromkeys(values) if v.strip("/?")]
+
+    def require(self, variable: str) -> str:
+        """The value of a required variable, or a ConfigError saying what to put there."""
+        value = getattr(self, variable.lower())
+        if isinstance(value, SecretStr):
+            value = value.get_secret_value()
+        if not value:
+            hint = _HINTS.get(variable, "a value")
+            raise ConfigError(f"{variable} is not set: put {hint} there.")
+        return str(value)
+
+    def require_serve(self) -> None:
+        """Check what `threadgate serve` cannot run without."""
+        if self.oauth_mode:
+            self.require_oauth()
+        else:
+            token = self.require("SLACK_BOT_TOKEN")
+            if not token.startswith("xoxb-"):
+                raise ConfigError(
+                    f"SLACK_BOT_TOKEN does not look like a bot token: put {_HINTS['SLACK_BOT_TOKEN']} there."
+                )
+        # An ingress calls no model; a worker takes no events, so needs neither the signing
+        # secret nor the app token.
+        if self.serves_events and self.socket_mode:
+            if not self.require("SLACK_APP_TOKEN").startswith("xapp-"):
+                raise ConfigError(
+                    f"SLACK_APP_TOKEN does not look like an app token: put {_HINTS['SLACK_APP_TOKEN']} there."
+                )
+        elif self.serves_events:
+            self.require("SLACK_SIGNING_SECRET")
+        if self.runs_workers:
+            self.require("THREADGATE_MODEL")
+
+    def require_oauth(self) -> None:
+        """Check the OAuth mode's settings: both app credentials, well-formed, and no
+        SLACK_BOT_TOKEN beside them (exactly one of the two modes)."""
+        if self.slack_bot_token is not None:
+            raise ConfigError(
+                "SLACK_BOT_TOKEN and SLACK_CLIENT_ID/SLACK_CLIENT_SECRET are both set: set "
+                "SLACK_BOT_TOKEN for one workspace, or the client id and secret for many, not both."
+            )
+        for variable, shape in (
+            ("SLACK_CLIENT_ID", _CLIENT_ID),
+            ("SLACK_CLIENT_SECRET", _CLIENT_SECRET),
+        ):
+            if not shape.fullmatch(self.require(variable)):
+                raise ConfigError(
+                    f"{variable} does not look like one: put {_HINTS[variable]} there."
+                )
+
+
+def load_settings(*, env_file: Path | str | None = None, **overrides: object) -> Settings:
+    """Read the environment once, and `env_file` if one is given and exists (a variable set
+    in the environment wins over the file); malformed values become one-sentence
+    ConfigErrors."""
+    try:
+        # `_env_file` is pydantic-settings' per-call choice of file (None: none); mypy sees
+        # only the fields in the synthesized signature.
+        return Settings(_env_file=env_file, **overrides)  # type: ignore[arg-type, call-arg]
+    except ValidationError as exc:
+        raise ConfigError(describe(exc)) from None
+
+
+def describe(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    variable = str(first["loc"][0]).upper() if first["loc"] else "a setting"
+    # The input is deliberately not repeated: it may be a secret put in the wrong variable.
+    return f"{variable} is invalid ({first['msg'].lower()}); fix or unset it."
+
+
+def _url_parts(text: str) -> SplitResult | None:
+    try:
+        parts = urlsplit(text)
+        parts.port  # noqa: B018 - a malformed port raises here, not later
+    except ValueError:
+        return None
+    return parts if parts.scheme and parts.netloc else None
+
+
+def _id_list(value: str) -> frozenset[str]:
+    """A comma- or space-separated list of Slack ids."""
+    return frozenset(part for part in value.replace(",", " ").split() if part)
+
+
+def parse_address(value: str) -> tuple[str, int] | None:
+    """`HOST:PORT` (`[v6]:PORT` for IPv6) as (host, port); empty or `off` is None.
+    Port 0 asks the system for a free one."""
+    text = value.strip()
+    if text.lower() in ("", "off"):
+        return None
+    host, _, port = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+        valid_host = _is_ip(host, version=6)
+    else:
+        valid_host = _is_ip(host, version=4) or bool(_HOSTNAME.fullmatch(host))
+    if not (valid_host and port.isascii() and port.isdigit() and int(port) <= 65535):
+        raise ValueError("expected HOST:PORT such as 127.0.0.1:9090 or [::1]:9090, or off")
+    return host, int(port)
+
+
+def _is_ip(text: str, *, version: int) -> bool:
+    try:
+        return ipaddress.ip_address(text).version == version
+    except ValueError:
+        return False

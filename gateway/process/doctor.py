@@ -1,0 +1,463 @@
+"""`threadgate doctor`: every reason the gateway would not work, found in one run.
+
+An operator fixing a deployment one error at a time — start, read the sentence, fix,
+start again — loses an afternoon. The doctor runs every check, each bounded in time and
+each independent of the others, and reports each problem on a line of its own that names
+the setting to fix:
+
+- settings: every variable the chosen mode requires (all missing ones, not the first);
+- Slack: `auth.test` with the bot token, then the granted scopes (Slack reports them in
+  the `x-oauth-scopes` header) against those `gateway.slack.scopes.bot_scopes` says the settings
+  need; with many workspaces (SLACK_CLIENT_ID), the client id and secret's shape, then
+  every installation in the database — its team id and name, never its token — and an
+  `auth.test` with each one's token;
+- Socket Mode (with `SLACK_APP_TOKEN`): a connection opened until Slack says hello, then
+  closed, so a refused or wrong-kind app token shows before `serve`;
+- the model: one tiny call per configured slot (`agent.probe_model`);
+- the database: reachable, and which migrations `serve` will apply at start (not a failure);
+- MCP servers (`THREADGATE_MCP_CONFIG`): each one connected or not (and why), with the
+  tools it offers the model. A server that does not connect is a problem to report, even
+  though `serve` would start without it.
+
+A check whose input is missing is skipped (its cause is already reported as a problem),
+and so is one the role (THREADGATE_ROLE) does not need: an ingress calls no model and
+connects no MCP server, a worker opens no Socket Mode connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Literal, TypeAlias
+
+import aiohttp
+from slack_sdk.errors import SlackApiError, SlackClientError
+from slack_sdk.web.async_slack_response import AsyncSlackResponse
+
+from agent import (
+    ConfigError,
+    McpClients,
+    McpServerState,
+    Model,
+    ToolRegistry,
+    open_model,
+    probe_model,
+)
+from gateway.inbound.socket_mode import probe_socket_mode
+from gateway.process.config import Settings
+from gateway.process.service import database_dsn, provider_settings, token_cipher
+from gateway.slack.client import slack_client
+from gateway.slack.scopes import SCOPE_REASONS, bot_scopes, missing_scopes, parse_granted
+from storage import (
+    Database,
+    InstallationSummary,
+    PostgresInstallations,
+    StorageError,
+    pending_migrations,
+)
+
+Status: TypeAlias = Literal["ok", "FAIL", "skip"]
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One line of the report: what was checked, and how it went."""
+
+    check: str
+    status: Status
+    detail: str
+
+    @property
+    def failed(self) -> bool:
+        return self.status == "FAIL"
+
+    def __str__(self) -> str:
+        return f"{self.status:<4} {self.check}: {self.detail}"
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """How long each check may take, in seconds."""
+
+    slack: float = 10.0
+    model: float = 30.0
+    database: float = 15.0
+    embedded_database: float = 120.0  # the first start of the embedded server runs initdb
+    mcp: float = 30.0  # a server started with `npx` may download itself first
+
+    @classmethod
+    def uniform(cls, seconds: float) -> Limits:
+        return cls(seconds, seconds, seconds, seconds, seconds)
+
+
+async def diagnose(settings: Settings, limits: Limits | None = None) -> list[Finding]:
+    """Run every check (the slow ones concurrently) and return the findings in order."""
+    limits = limits or Limits()
+    slack, sockets, models, database, mcp = await asyncio.gather(
+        _guarded("slack", check_slack(settings, limits.slack)),
+        _guarded("socket mode", check_socket_mode(settings, limits.slack)),
+        _guarded("model", check_models(settings, limits.model)),
+        _guarded("database", check_database(settings, limits)),
+        _guarded("mcp", check_mcp(settings, limits.mcp)),
+    )
+    return [
+        *check_settings(settings),
+        check_retention(settings),
+        *slack,
+        *sockets,
+        *models,
+        *database,
+        *mcp,
+    ]
+
+
+async def _guarded(check: str, findings: Awaitable[list[Finding]]) -> list[Finding]:
+    """A check that crashes must not hide the others: its crash becomes its finding.
+
+    Only the exception's type is reported, since a message may quote a secret (a DSN).
+    """
+    try:
+        return await findings
+    except Exception as exc:
+        return [Finding(check, "FAIL", f"the check itself failed ({type(exc).__name__})")]
+
+
+# -- settings -------------------------------------------------------------------------------
+
+
+def check_settings(settings: Settings) -> list[Finding]:
+    problems = config_problems(settings)
+    if problems:
+        return [Finding("settings", "FAIL", str(problem)) for problem in problems]
+    return [Finding("settings", "ok", f"complete for {mode(settings)}")]
+
+
+def check_retention(settings: Settings) -> Finding:
+    """What the retention job will delete (storage/retention.py); not a check, a reminder."""
+    days = settings.threadgate_retention_days
+    every = f"every {settings.threadgate_retention_interval_seconds:g} s"
+    if not days:
+        detail = (
+            "conversations and finished tasks are kept forever (THREADGATE_RETENTION_DAYS "
+            f"unset); delivery ids older than 24 h and expired limit counters are pruned {every}"
+        )
+    else:
+        detail = (
+            f"conversations and finished tasks older than {days} day(s) are deleted {every} "
+            "(THREADGATE_RETENTION_DAYS); queued and running tasks and their threads are kept"
+        )
+    return Finding("retention", "ok", detail)
+
+
+def mode(settings: Settings) -> str:
+    transport = "Socket Mode (SLACK_APP_TOKEN is set)" if settings.socket_mode else "HTTP mode"
+    if not settings.serves_events:
+        transport = "no Slack events"
+    described = f"{transport}, many workspaces (OAuth)" if settings.oauth_mode else transport
+    role = settings.threadgate_role
+    return described if role == "all" else f"role {role} (THREADGATE_ROLE): {described}"
+
+
+def config_problems(settings: Settings) -> list[ConfigError]:
+    """Every missing variable the mode requires; when none is missing, a malformed one."""
+    transport = "SLACK_APP_TOKEN" if settings.socket_mode else "SLACK_SIGNING_SECRET"
+    credentials = ("SLACK_CLIENT_ID", "SLACK_CLIENT_SECRET") if settings.oauth_mode else ()
+    # A worker takes no events (no transport secret); an ingress calls no model.
+    checks: list[Callable[[], object]] = [
+        *(functools.partial(settings.require, variable) for variable in credentials),
+        *(() if credentials else (lambda: settings.require("SLACK_BOT_TOKEN"),)),
+        *((lambda: settings.require(transport),) if settings.serves_events else ()),
+        *((lambda: settings.require("THREADGATE_MODEL"),) if settings.runs_workers else ()),
+    ]
+    problems = [problem for check in checks if (problem := _config_error(check))]
+    if not problems and (problem := _config_error(settings.require_serve)):
+        problems.append(problem)
+    return problems
+
+
+def _config_error(check: Callable[[], object]) -> ConfigError | None:
+    try:
+        check()
+    except ConfigError as exc:
+        return exc
+    return None
+
+
+# -- Slack ----------------------------------------------------------------------------------
+
+
+async def check_slack(settings: Settings, limit: float) -> list[Finding]:
+    if settings.oauth_mode:
+        return await check_installations(settings, limit)
+    token = settings.slack_bot_token
+    if token is None or not token.get_secret_value():
+        return [Finding("slack", "skip", "not checked: SLACK_BOT_TOKEN is not set")]
+    client = slack_client(token.get_secret_value(), settings.slack_api_url, timeout=int(limit))
+    try:
+        async with asyncio.timeout(limit):
+            response = await client.auth_test()
+    except SlackApiError as exc:
+        return [Finding("slack", "FAIL", slack_refusal(exc))]
+    except (SlackClientError, aiohttp.ClientError, OSError) as exc:
+        return [Finding("slack", "FAIL", unreachable_slack(type(exc).__name__))]
+    except TimeoutError:
+        return [Finding("slack", "FAIL", unreachable_slack(f"no answer within {limit:g} s"))]
+    continuing = settings.threadgate_continue_threads
+    scopes = check_scopes(response.headers, continue_threads=continuing)
+    return [Finding("slack", "ok", identity(response)), *scopes]
+
+
+async def check_socket_mode(settings: Settings, limit: float) -> list[Finding]:
+    """With SLACK_APP_TOKEN set, open a Socket Mode connection, wait for Slack's hello,
+    and close it again."""
+    token = settings.slack_app_token
+    if token is None or not token.get_secret_value():
+        return []  # HTTP mode: nothing to check
+    if not settings.serves_events:
+        return [Finding("socket mode", "skip", "not checked: a worker takes no events")]
+    if any("SLACK_APP_TOKEN" in str(problem) for problem in config_problems(settings)):
+        detail = "not checked: SLACK_APP_TOKEN is not usable (see settings)"
+        return [Finding("socket mode", "skip", detail)]
+    try:
+        async with asyncio.timeout(limit):
+            count = await probe_socket_mode(
+                app_token=token.get_secret_value(), api_url=settings.slack_api_url
+            )
+    except ConfigError as exc:
+        return [Finding("socket mode", "FAIL", str(exc))]
+    except SlackApiError as exc:
+        detail = (
+            f"apps.connections.open failed ({exc.response.get('error')}); check SLACK_APP_TOKEN."
+        )
+        return [Finding("socket mode", "FAIL", detail)]
+    except (SlackClientError, aiohttp.ClientError, OSError) as exc:
+        return [Finding("socket mode", "FAIL", unreachable_socket(type(exc).__name__))]
+    except TimeoutError:
+        return [Finding("socket mode", "FAIL", unreachable_socket(f"no hello within {limit:g} s"))]
+    detail = f"SLACK_APP_TOKEN works: Slack said hello ({count} connection(s) open, this check's included)"
+    return [Finding("socket mode", "ok", detail)]
+
+
+async def check_installations(settings: Settings, limit: float) -> list[Finding]:
+    """Many workspaces: every installation named (no token) and its token tried."""
+    if _config_error(settings.require_oauth):
+        return [Finding("slack", "skip", "not checked: the OAuth settings are not usable")]
+    async with (
+        asyncio.timeout(limit),
+        Database(await database_dsn(settings), min_size=1, max_size=1) as db,
+    ):
+        installations = PostgresInstallations(
+            db, settings.require("SLACK_CLIENT_ID"), cipher=token_cipher(settings)
+        )
+        try:
+            found = await installations.installations()
+        except StorageError as exc:
+            detail = f"the installations could not be read ({exc}); see the database check"
+            return [Finding("slack", "skip", detail)]
+        if not found:
+            detail = "no workspace has installed the app yet: open /slack/install on the gateway"
+            return [Finding("slack", "ok", detail)]
+        return [await _try_installation(settings, installations, s, limit) for s in found]
+
+
+async def _try_installation(
+    settings: Settings,
+    installations: PostgresInstallations,
+    summary: InstallationSummary,
+    limit: float,
+) -> Finding:
+    where = summary.team_id or summary.enterprise_id
+    named = f"workspace {where} ({summary.team_name or summary.enterprise_name})"
+    try:
+        found = await installations.find(
+            summary.enterprise_id,
+            summary.team_id,
+            is_enterprise_install=summary.is_enterprise_install,
+        )
+    except StorageError as exc:  # a sealed token and no (or another) THREADGATE_TOKEN_KEY
+        return Finding("slack", "FAIL", f"{named}: {exc}")
+    if found is None:
+        return Finding("slack", "skip", f"{named}: uninstalled while checked")
+    client = slack_client(found.bot_token, settings.slack_api_url, timeout=int(limit))
+    try:
+        response = await client.auth_test()
+    except SlackApiError as exc:
+        error = exc.response.get("error")
+        return Finding(
+            "slack",
+            "FAIL",
+            f"{named}: Slack refused its bot token ({error}); reinstall the app there.",
+        )
+    except (SlackClientError, aiohttp.ClientError, OSError) as exc:
+        return Finding("slack", "FAIL", unreachable_slack(type(exc).__name__))
+    return Finding(
+        "slack",
+        "ok",
+        f"{named}: its token works, bot @{response.get('user')} ({response.get('user_id')})",
+    )
+
+
+def unreachable_socket(why: str) -> str:
+    return (
+        f"the Socket Mode connection did not open ({why}); check SLACK_APP_TOKEN and that "
+        "this host reaches Slack's WebSocket hosts."
+    )
+
+
+def slack_refusal(exc: SlackApiError) -> str:
+    status = getattr(exc.response, "status_code", 200)
+    if status >= 500:
+        return f"the Slack Web API answered HTTP {status}; try again, or check SLACK_API_URL."
+    error = exc.response.get("error") or f"HTTP {status}"
+    return (
+        f"Slack refused SLACK_BOT_TOKEN ({error}): put the bot token (xoxb-…) from your Slack "
+        "app's OAuth & Permissions page there, reinstalling the app if it was revoked."
+    )
+
+
+def unreachable_slack(why: str) -> str:
+    return f"the Slack Web API could not be reached ({why}); check SLACK_API_URL and the network."
+
+
+def identity(response: AsyncSlackResponse) -> str:
+    team, team_id = response.get("team"), response.get("team_id")
+    bot, bot_id = response.get("user"), response.get("user_id")
+    return f"SLACK_BOT_TOKEN works: workspace {team} ({team_id}), bot @{bot} ({bot_id})"
+
+
+def check_scopes(headers: Mapping[str, str], *, continue_threads: bool) -> list[Finding]:
+    header = next((v for k, v in headers.items() if k.lower() == "x-oauth-scopes"), None)
+    if header is None:
+        detail = "not checked: Slack did not report the granted scopes (no x-oauth-scopes header)"
+        return [Finding("slack scopes", "skip", detail)]
+    missing = missing_scopes(parse_granted(header), continue_threads=continue_threads)
+    if not missing:
+        required = len(bot_scopes(continue_threads=continue_threads))
+        detail = f"all {required} required bot scopes are granted"
+        return [Finding("slack scopes", "ok", detail)]
+    return [Finding("slack scopes", "FAIL", missing_scope(scope)) for scope in missing]
+
+
+def missing_scope(scope: str) -> str:
+    return (
+        f"{scope} is not granted; the bot needs it to {SCOPE_REASONS[scope]}. Add it "
+        "under OAuth & Permissions (or apply `threadgate manifest`) and reinstall the app."
+    )
+
+
+# -- the model ------------------------------------------------------------------------------
+
+
+async def check_models(settings: Settings, limit: float) -> list[Finding]:
+    if not settings.runs_workers:
+        return [Finding("model", "skip", "not checked: an ingress calls no model")]
+    if not settings.threadgate_model:
+        return [Finding("model", "skip", "not checked: THREADGATE_MODEL is not set")]
+    slots = [("THREADGATE_MODEL", settings.threadgate_model)]
+    if settings.threadgate_fallback_model:
+        slots.append(("THREADGATE_FALLBACK_MODEL", settings.threadgate_fallback_model))
+    findings = await asyncio.gather(
+        *(
+            check_slot(settings, slot, variable, spec, limit)
+            for slot, (variable, spec) in enumerate(slots)
+        )
+    )
+    return list(findings)
+
+
+async def check_slot(
+    settings: Settings, slot: int, variable: str, spec: str, limit: float
+) -> Finding:
+    """One slot on its own, so a bad fallback does not hide how the primary is doing."""
+    try:
+        model = open_model(spec, slot=slot, settings=provider_settings(settings), variable=variable)
+    except ConfigError as exc:
+        return Finding("model", "FAIL", str(exc))
+    try:
+        return await probe(model, limit)
+    finally:
+        await model.aclose()
+
+
+async def probe(model: Model, limit: float) -> Finding:
+    try:
+        async with asyncio.timeout(limit):
+            result = await probe_model(model)
+    except TimeoutError:
+        return Finding("model", "FAIL", f"{model.name}: no answer within {limit:g} s")
+    return Finding("model", "ok" if result.ok else "FAIL", str(result))
+
+
+# -- the database ---------------------------------------------------------------------------
+
+
+async def check_database(settings: Settings, limits: Limits) -> list[Finding]:
+    embedded = settings.database_url is None
+    where = f"embedded PostgreSQL in {settings.threadgate_data_dir}" if embedded else "DATABASE_URL"
+    limit = limits.embedded_database if embedded else limits.database
+    try:
+        async with asyncio.timeout(limit):
+            pending = await _pending(settings)
+    except StorageError as exc:
+        return [Finding("database", "FAIL", str(exc))]
+    except TimeoutError:
+        detail = f"{where}: no answer within {limit:g} s; check DATABASE_URL and the network."
+        return [Finding("database", "FAIL", detail)]
+    if pending:
+        # Not a failure: `serve` applies pending migrations before it takes any work.
+        detail = (
+            f"{where} is reachable; `threadgate serve` will apply {len(pending)} pending "
+            f"migration(s) at start ({', '.join(pending)}), or apply them now with "
+            "`threadgate migrate`"
+        )
+        return [Finding("database", "ok", detail)]
+    return [Finding("database", "ok", f"{where} is reachable and the schema is up to date")]
+
+
+async def _pending(settings: Settings) -> list[str]:
+    async with (
+        Database(await database_dsn(settings), min_size=1, max_size=1) as db,
+        db.pool.acquire() as conn,
+    ):
+        return [migration.name for migration in await pending_migrations(conn)]
+
+
+# -- MCP servers ----------------------------------------------------------------------------
+
+
+async def check_mcp(settings: Settings, limit: float) -> list[Finding]:
+    if settings.threadgate_mcp_config is None:
+        return []  # MCP is optional: nothing configured, nothing to check
+    if not settings.runs_workers:
+        return [Finding("mcp", "skip", "not checked: an ingress connects no MCP server")]
+    try:
+        config = settings.mcp_config()
+    except ConfigError as exc:
+        return [Finding("mcp", "FAIL", str(exc))]
+    if not config.enabled:
+        return [Finding("mcp", "skip", "THREADGATE_MCP_CONFIG names no enabled server")]
+    clients = McpClients(config, ToolRegistry())
+    clients.start()
+    try:
+        await clients.wait_settled(limit)
+        return [mcp_finding(state, limit) for state in clients.states()]
+    finally:
+        await clients.aclose()
+
+
+def mcp_finding(state: McpServerState, limit: float) -> Finding:
+    check = f"mcp {state.name}"
+    if not state.connected:
+        why = state.error or f"no answer within {limit:g} s"
+        return Finding(check, "FAIL", f"not connected over {state.transport} ({why})")
+    tools = ", ".join(state.tools) if state.tools else "none (check allowedTools)"
+    return Finding(check, "ok", f"connected over {state.transport}; tools: {tools}")
+
+
+def report(findings: list[Finding]) -> str:
+    """The printed report: one line per finding, then a summary line."""
+    problems = sum(finding.failed for finding in findings)
+    summary = f"{problems} problem(s) found." if problems else "All checks passed."
+    return "\n".join([*map(str, findings), summary])

@@ -1,0 +1,734 @@
+"""The composition root: storage, agent and Slack wired into one running gateway.
+
+This is the only place that knows every part. It turns `Settings` into objects with
+explicit arguments, starts them in dependency order (database, migrations, model slots,
+MCP servers, workers, HTTP), and stops them in reverse.
+
+`THREADGATE_ROLE` (or `serve --role`) picks the parts: an `ingress` takes Slack's events
+(verify, admit, ack) and opens no model; a `worker` runs the task workers, the retention
+job and the MCP clients behind a port with only /healthz and /readyz; `all` is both. They
+meet in Postgres: admission queues a task, and any worker's lease claims it
+(storage/queue.py), so any number of each can run against one database.
+
+MCP servers are connected before the workers start, waiting at most
+`MCP_STARTUP_SECONDS` for each one's first attempt, so the first messages already see
+their tools. A server that does not connect does not stop `serve`: it is logged, its tools
+are not offered, and its connection keeps retrying in the background.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import gc
+import logging
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import httpx
+from aiohttp import web
+from slack_bolt.async_app import AsyncApp
+from slack_bolt.authorization import AuthorizeResult
+from slack_bolt.oauth.async_oauth_flow import AsyncOAuthFlow
+from slack_sdk.errors import SlackApiError, SlackClientError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from agent import (
+    AlertSink,
+    AttemptLadder,
+    Compaction,
+    CompactionSettings,
+    ConfigError,
+    FailureNotices,
+    LiveView,
+    McpClients,
+    Model,
+    ModelResponder,
+    ProviderSettings,
+    Publisher,
+    RetryPolicy,
+    RoundSettings,
+    RunnerSettings,
+    SubtaskRegistry,
+    Supervisor,
+    TaskRunner,
+    ThreadReader,
+    ToolObserver,
+    ToolRegistry,
+    default_registries,
+    model_transport,
+    open_model,
+    stop_task,
+)
+from gateway.delivery.alerts import OperatorAlerts, TokenAlarm
+from gateway.delivery.publisher import SlackPublisher
+from gateway.delivery.streams import StreamSettings
+from gateway.inbound.attachments import FileReader
+from gateway.inbound.bolt_app import build_bolt_app
+from gateway.inbound.files import FileDownloader
+from gateway.inbound.gatekeeper import LIMIT_NOTICES, Gatekeeper, Policy
+from gateway.inbound.pins import Pins
+from gateway.inbound.revisions import Revisions
+from gateway.inbound.socket_mode import SocketModeConnection, start_socket_mode
+from gateway.process.config import Settings
+from gateway.process.event_loop import loop_name
+from gateway.process.http import (
+    SERVER_LOG,
+    Readiness,
+    build_health_app,
+    build_http_app,
+    build_metrics_app,
+)
+from gateway.process.tool_observers import ToolObservers
+from gateway.slack.client import MeteredWebClient, slack_client
+from gateway.slack.oauth import INSTALL_PATH, InstalledIdentity, Uninstaller, oauth_flow
+from gateway.slack.scopes import bot_scopes
+from gateway.slack.workspaces import SlackClients, label
+from gateway.telemetry.metrics import MeteredModel, Metrics, ToolCallCounter
+from storage import (
+    Database,
+    Limits,
+    Outbox,
+    PostgresDelegations,
+    PostgresHistory,
+    PostgresInstallations,
+    PostgresMemory,
+    PostgresOAuthStates,
+    PostgresSummaries,
+    PostgresTaskQueue,
+    PostgresToolCalls,
+    PostgresUsageMeter,
+    Retention,
+    StoredInstallation,
+    TokenCipher,
+    start_embedded_postgres,
+    tokens_today,
+)
+
+log = logging.getLogger(__name__)
+
+# How long start-up waits for the MCP servers' first connection attempts (they go on
+# trying afterwards): a server launched with `npx` may download itself first.
+MCP_STARTUP_SECONDS = 30.0
+
+
+async def database_dsn(settings: Settings) -> str:
+    if settings.database_url is not None:
+        return settings.database_url.get_secret_value()
+    return await start_embedded_postgres(settings.threadgate_data_dir)
+
+
+def provider_settings(settings: Settings) -> ProviderSettings:
+    return ProviderSettings(
+        openai_api_key=settings.openai_api_key,
+        openai_base_url=settings.openai_base_url,
+        anthropic_api_key=settings.anthropic_api_key,
+        anthropic_base_url=settings.anthropic_base_url,
+        gateway_header=settings.threadgate_gateway_header,
+        gateway_token=settings.threadgate_gateway_token,
+        timeout=settings.threadgate_model_timeout_seconds,
+        transport=functools.partial(model_transport, workers=settings.threadgate_workers),
+    )
+
+
+def open_models(settings: Settings) -> list[Model]:
+    """The configured model slots; a bad spec or missing key is a ConfigError."""
+    providers = provider_settings(settings)
+    slots = [("THREADGATE_MODEL", settings.require("THREADGATE_MODEL"))]
+    if settings.threadgate_fallback_model:
+        slots.append(("THREADGATE_FALLBACK_MODEL", settings.threadgate_fallback_model))
+    return [
+        open_model(spec, slot=slot, settings=providers, variable=variable)
+        for slot, (variable, spec) in enumerate(slots)
+    ]
+
+
+def limits(settings: Settings) -> Limits:
+    """The guard rails admission enforces (0: that one is off)."""
+    return Limits(
+        user_messages_per_hour=settings.threadgate_user_messages_per_hour,
+        thread_messages_per_hour=settings.threadgate_thread_messages_per_hour,
+        user_daily_tokens=settings.threadgate_user_daily_tokens,
+        channel_daily_tokens=settings.threadgate_channel_daily_tokens,
+        notices=LIMIT_NOTICES,
+    )
+
+
+def build_runner(
+    settings: Settings,
+    db: Database,
+    models: list[Model],
+    *,
+    publisher: Publisher,
+    alerts: AlertSink,
+    thread_reader: ThreadReader | None = None,
+    metrics: Metrics | None = None,
+    live: LiveView | None = None,
+    registries: tuple[ToolRegistry, SubtaskRegistry] | None = None,
+    tool_observer: ToolObserver | None = None,
+) -> TaskRunner:
+    """The task runner on Postgres, answering through `models`, delivering to `publisher`;
+    `registries` are the tools (MCP ones included) and subtask types it offers."""
+    tools, subtask_types = registries or default_registries()
+    ladder = AttemptLadder(
+        models,
+        policy=RetryPolicy(attempts_per_slot=settings.threadgate_model_attempts),
+        on_attempt=metrics.on_attempt if metrics else None,
+    )
+    respond = ModelResponder(
+        ladder,
+        tools=tools,
+        subtasks=subtask_types,
+        thread_reader=thread_reader,
+        tool_observer=tool_observer,
+        meter=PostgresUsageMeter(db),
+        max_model_requests=settings.threadgate_max_model_requests_per_task,
+        live=live,
+        memory=PostgresMemory(db),
+        instructions=settings.threadgate_instructions,
+        settings=RoundSettings(
+            max_output_tokens=settings.threadgate_max_output_tokens,
+            tool_timeout_seconds=settings.threadgate_tool_timeout_seconds,
+            tool_output_chars=settings.threadgate_tool_output_chars,
+        ),
+    )
+    compaction = (
+        Compaction(
+            PostgresSummaries(db),
+            respond.ask_text,
+            epoch=respond.epoch,
+            memory=PostgresMemory(db),
+            settings=CompactionSettings(
+                max_chars=settings.threadgate_history_chars,
+                keep_chars=settings.threadgate_history_chars // 2,
+            ),
+            observe=metrics.compacted if metrics else lambda outcome: None,
+        )
+        if settings.threadgate_compaction
+        else None
+    )
+    lease = settings.threadgate_lease_seconds
+    return TaskRunner(
+        queue=PostgresTaskQueue(db, lease_seconds=lease),
+        delegations=PostgresDelegations(db, lease_seconds=lease),
+        history=PostgresHistory(db, max_pinned=settings.threadgate_pinned_max),
+        publisher=publisher,
+        alerts=alerts,
+        respond=respond,
+        settings=RunnerSettings(
+            workers=settings.threadgate_workers,
+            heartbeat_seconds=lease / 3,
+            history_chars=settings.threadgate_history_chars,
+            max_rounds=settings.threadgate_max_rounds,
+            subtask_timeout_seconds=settings.threadgate_subtask_timeout_seconds,
+            max_deferrals=settings.threadgate_max_deferrals,
+            max_deferral_seconds=settings.threadgate_max_deferral_seconds,
+            task_timeout_seconds=settings.threadgate_task_timeout_seconds,
+            notices=FailureNotices(override=settings.threadgate_failure_notice),
+        ),
+        observer=metrics,
+        live=live,
+        memory=PostgresMemory(db),
+        compaction=compaction,
+    )
+
+
+async def start_mcp(settings: Settings, tools: ToolRegistry, stack: AsyncExitStack) -> McpClients:
+    """Connect the configured MCP servers, their tools going into `tools`; closed by `stack`.
+
+    Waits for each server's first attempt (at most `MCP_STARTUP_SECONDS`); one that failed
+    is logged and retried in the background, never a reason not to serve."""
+    clients = McpClients(settings.mcp_config(), tools)
+    clients.start()
+    stack.push_async_callback(clients.aclose)
+    await clients.wait_settled(MCP_STARTUP_SECONDS)
+    for state in clients.states():
+        if not state.connected:
+            log.warning(
+                "MCP server %s is not connected yet (%s): its tools are not offered until "
+                "it is; retrying in the background",
+                state.name,
+                state.error or "still connecting",
+            )
+    return clients
+
+
+def tool_observer(
+    db: Database, metrics: Metrics, mcp: McpClients, shown: ToolObserver | None = None
+) -> ToolObservers:
+    """Every tool call stored (`tool_calls`), counted (`threadgate_tool_calls_total`) and,
+    with `shown`, shown in its thread while it runs."""
+    observers: list[ToolObserver] = [PostgresToolCalls(db), ToolCallCounter(metrics, mcp.origin)]
+    return ToolObservers([*observers, shown] if shown is not None else observers)
+
+
+@dataclass
+class Gateway:
+    """A running gateway; `start` it, then `stop` it (or use `async with`)."""
+
+    settings: Settings
+    metrics: Metrics = field(default_factory=Metrics)
+    port: int | None = None
+    metrics_port: int | None = None
+    mcp: McpClients | None = None
+    clients: SlackClients | None = None
+    _stack: AsyncExitStack = field(default_factory=AsyncExitStack)
+    _socket: SocketModeConnection | None = None
+    _downloads: FileDownloader | None = None  # files people attach (gateway/inbound/files.py)
+    _workers_started: bool = False
+
+    async def start(self, host: str, port: int) -> None:
+        s = self.settings
+        s.require_serve()
+        s.mcp_config()  # a bad MCP config stops start-up before anything is opened
+        # First: a wrong THREADGATE_METRICS_ADDRESS stops start-up before anything is opened.
+        await self._start_metrics()
+        log.info(
+            "threadgate role: %s (THREADGATE_ROLE or --role), event loop: %s"
+            " (THREADGATE_EVENT_LOOP)",
+            s.threadgate_role,
+            loop_name(asyncio.get_running_loop()),
+        )
+        # An ingress calls no model: it opens none and needs no model settings.
+        models: list[Model] = (
+            [MeteredModel(m, self.metrics, n) for n, m in enumerate(open_models(s))]
+            if s.runs_workers
+            else []
+        )
+        for model in models:
+            self._stack.push_async_callback(model.aclose)
+        db = Database(await database_dsn(s), on_pool_wait=self.metrics.db_pool_wait_seconds.observe)
+        await db.open()
+        self._stack.push_async_callback(db.close)
+        self.metrics.watch_pool(db.pool)
+        await db.migrate()
+        webhook = s.threadgate_alert_webhook_url
+        supervisor = Supervisor()
+        self._stack.push_async_callback(supervisor.aclose)
+        session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
+        self._stack.push_async_callback(session.close)
+        alarm = TokenAlarm(
+            webhook.get_secret_value() if webhook else None,
+            window_seconds=s.threadgate_alert_window_seconds,
+        )
+        clients = SlackClientFactory(s, self.metrics, supervisor, session, alarm)
+        if s.oauth_mode:
+            self.clients = clients.many(db)
+            identity = None
+        else:
+            client = clients.single()
+            identity = await identify(client, s.require("SLACK_BOT_TOKEN"))
+            self.clients = SlackClients.single(client)
+        if s.runs_workers:
+            registries = default_registries()
+            self.mcp = await start_mcp(s, registries[0], self._stack)
+            self._start_runner(db, self.clients, models, identity, registries)
+            self._start_retention(db)
+        self._start_queue_sampler(db)
+        if s.serves_events:
+            await self._start_http(db, clients, host, port, identity)
+        else:
+            await self._start_health(db, host, port)
+
+    async def stop(self) -> None:
+        await self._stack.aclose()
+
+    async def __aenter__(self) -> Gateway:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def _start_metrics(self) -> None:
+        address = self.settings.metrics_address
+        if address is None:
+            log.info("metrics are off (THREADGATE_METRICS_ADDRESS)")
+            return
+        host, port = address
+        runner = web.AppRunner(build_metrics_app(self.metrics), access_log=None, logger=SERVER_LOG)
+        await runner.setup()
+        self._stack.push_async_callback(runner.cleanup)
+        try:
+            await web.TCPSite(runner, host, port).start()
+        except OSError as exc:
+            reason = exc.strerror or type(exc).__name__
+            raise ConfigError(
+                f"THREADGATE_METRICS_ADDRESS {self.settings.threadgate_metrics_address.strip()} "
+                f"cannot be listened on ({reason}): put a free address of this host there, or off."
+            ) from None
+        self.metrics_port = runner.addresses[0][1]
+        shown = f"[{host}]" if ":" in host else host
+        log.info("metrics on http://%s:%d/metrics", shown, self.metrics_port)
+
+    def _start_runner(
+        self,
+        db: Database,
+        clients: SlackClients,
+        models: list[Model],
+        identity: AuthorizeResult | None,
+        registries: tuple[ToolRegistry, SubtaskRegistry],
+    ) -> None:
+        s = self.settings
+        assert self.mcp is not None  # started just before
+        outbox = Outbox(
+            db,
+            call_seconds=s.threadgate_slack_timeout_seconds,
+            settle_seconds=s.threadgate_slack_settle_seconds,
+        )
+        publisher = SlackPublisher(
+            clients,
+            outbox,
+            # With many workspaces, each installation says who our bot is there.
+            bot_user_id=identity.bot_user_id if identity else None,
+            bot_id=identity.bot_id if identity else None,
+            status_refresh_seconds=s.threadgate_status_refresh_seconds,
+            # Reads retried within a few call limits, then one outcome.
+            reconcile_seconds=4 * s.threadgate_slack_timeout_seconds,
+            streams=(
+                StreamSettings(interval_seconds=s.threadgate_stream_interval_seconds)
+                if s.threadgate_streaming
+                else None
+            ),
+            on_stream_ended=self.metrics.stream_ended,
+        )
+        self._stack.push_async_callback(publisher.aclose)
+        alerts = OperatorAlerts(
+            clients.operator,
+            s.threadgate_operator_channel,
+            window_seconds=s.threadgate_alert_window_seconds,
+        )
+        runner = build_runner(
+            self.settings,
+            db,
+            models,
+            publisher=publisher,
+            alerts=alerts,
+            thread_reader=clients,
+            metrics=self.metrics,
+            live=publisher if publisher.streaming else None,
+            registries=registries,
+            tool_observer=tool_observer(db, self.metrics, self.mcp, shown=publisher),
+        )
+        runner.start()
+        self._stack.push_async_callback(runner.stop)
+        self._workers_started = True
+
+    def _start_queue_sampler(self, db: Database) -> None:
+        sampler = asyncio.create_task(sample_queue(db, self.metrics), name="queue-sampler")
+
+        self._stack.push_async_callback(stop_task, sampler)
+
+    def _start_retention(self, db: Database) -> None:
+        s = self.settings
+        retention = Retention(
+            db, days=s.threadgate_retention_days, on_deleted=self.metrics.retention_deleted_rows
+        )
+        job = asyncio.create_task(
+            retention.run_every(s.threadgate_retention_interval_seconds), name="retention"
+        )
+        self._stack.push_async_callback(stop_task, job)
+
+    async def _start_http(
+        self,
+        db: Database,
+        factory: SlackClientFactory,
+        host: str,
+        port: int,
+        identity: AuthorizeResult | None,
+    ) -> None:
+        s = self.settings
+        secret = s.slack_signing_secret
+        signing_secret = secret.get_secret_value() if secret else None
+        policy = Policy(
+            allowed_channels=s.allowed_channels,
+            allowed_users=s.allowed_users,
+            continue_threads=s.threadgate_continue_threads,
+            backfill_messages=s.threadgate_backfill_messages,
+        )
+        clients = self.clients
+        assert clients is not None  # set by start
+
+        async def gatekeeper(team_id: str | None, enterprise_id: str | None) -> Gatekeeper:
+            # Names and back-fill read with the token of the event's workspace.
+            workspace = await clients.workspace(team_id, enterprise_id)
+            return Gatekeeper(
+                db,
+                workspace.users,
+                threads=workspace.threads,
+                policy=policy,
+                lookup_budget_seconds=self.settings.threadgate_lookup_budget_seconds,
+                limits=limits(s),
+                on_limited=self.metrics.message_limited,
+                files=self._file_reader(workspace.client.token),
+            )
+
+        async def pins(team_id: str | None, enterprise_id: str | None) -> Pins:
+            workspace = await clients.workspace(team_id, enterprise_id)
+            return Pins(
+                db,
+                workspace.users,
+                max_pinned=s.threadgate_pinned_max,
+                lookup_budget_seconds=s.threadgate_lookup_budget_seconds,
+            )
+
+        async def revisions(team_id: str | None, enterprise_id: str | None) -> Revisions:
+            return Revisions(
+                db,
+                await gatekeeper(team_id, enterprise_id),
+                lookup_budget_seconds=s.threadgate_lookup_budget_seconds,
+            )
+
+        installations = factory.installations(db)
+        bolt = build_bolt_app(
+            # With many workspaces bolt's client holds no token: bolt lends it each
+            # event's; we call Slack through our own clients anyway.
+            client=(await clients.for_team(None)) if identity else factory.tokenless(),
+            signing_secret=signing_secret,
+            gatekeeper=gatekeeper,
+            metrics=self.metrics,
+            identity=identity,
+            pins=pins,
+            revisions=revisions,
+            authorize=InstalledIdentity(clients) if installations else None,
+            on_uninstalled=Uninstaller(db, installations, clients) if installations else None,
+        )
+        socket_mode = self.settings.socket_mode
+        app = build_http_app(
+            bolt=bolt,
+            signing_secret=signing_secret,
+            ready=self._readiness(db),
+            metrics=self.metrics,
+            events=not socket_mode,
+            oauth=factory.oauth_flow(db, clients) if installations else None,
+        )
+        self.port = await self._listen(app, host, port)
+        if socket_mode:
+            await self._start_socket_mode(bolt)
+        else:
+            log.info("threadgate listening on http://%s:%d/slack/events", host, self.port)
+        if installations:
+            log.info("install threadgate at http://%s:%d%s", host, self.port, INSTALL_PATH)
+
+    async def _start_health(self, db: Database, host: str, port: int) -> None:
+        """A worker's port: /healthz and /readyz only (ready: the database answers and the
+        task workers run), so an orchestrator can probe it; no events route."""
+
+        async def ready() -> bool:
+            return self._workers_started and await db.is_ready()
+
+        self.port = await self._listen(build_health_app(ready), host, port)
+        log.info(
+            "threadgate worker listening on http://%s:%d/readyz (health only: no events route)",
+            host,
+            self.port,
+        )
+
+    async def _listen(self, app: web.Application, host: str, port: int) -> int:
+        """Serve `app` on host:port until the gateway stops; the port it got."""
+        runner = web.AppRunner(app, access_log=None, logger=SERVER_LOG)
+        await runner.setup()
+        self._stack.push_async_callback(runner.cleanup)
+        await web.TCPSite(runner, host, port).start()
+        return int(runner.addresses[0][1])
+
+    def _readiness(self, db: Database) -> Readiness:
+        """Ready: the database answers with no migration pending and, in Socket Mode, the
+        connection to Slack is up (not before it first is, not while it reconnects)."""
+
+        async def ready() -> bool:
+            if self.settings.socket_mode and (
+                self._socket is None or not await self._socket.is_connected()
+            ):
+                return False
+            return await db.is_ready()
+
+        return ready
+
+    def _file_reader(self, token: str | None) -> FileReader | None:
+        """Reads message files with the workspace's bot token through the process's one
+        downloader (its own HTTP client, closed with the gateway); None without a token."""
+        s = self.settings
+        if token is None:
+            return None
+        if self._downloads is None:
+            client = httpx.AsyncClient(timeout=s.threadgate_lookup_budget_seconds)
+            self._stack.push_async_callback(client.aclose)
+            self._downloads = FileDownloader(client, max_bytes=s.threadgate_file_max_bytes)
+        return FileReader(self._downloads, token, s.file_kinds, on_read=self.metrics.file_read)
+
+    async def _start_socket_mode(self, bolt: AsyncApp) -> None:
+        s = self.settings
+        connection = await start_socket_mode(
+            bolt,
+            app_token=s.require("SLACK_APP_TOKEN"),
+            api_url=s.slack_api_url,
+            metrics=self.metrics,
+            connect_timeout=s.threadgate_socket_connect_timeout,
+        )
+        self._socket = connection
+        self._stack.push_async_callback(connection.close)
+        log.info("threadgate connected in Socket Mode (health on port %d)", self.port)
+
+
+@dataclass(frozen=True)
+class SlackClientFactory:
+    """How the gateway's Slack clients are made: one kind of client (SLACK_API_URL, the call
+    time limit, metrics, the token alarm, one shared connection pool), for one workspace
+    (SLACK_BOT_TOKEN) or for each installation (OAuth mode)."""
+
+    settings: Settings
+    metrics: Metrics
+    supervisor: Supervisor
+    session: aiohttp.ClientSession
+    alarm: TokenAlarm
+
+    def _client(self, token: str | None, **options: Any) -> MeteredWebClient:
+        return slack_client(
+            token,
+            self.settings.slack_api_url,
+            timeout=self.settings.threadgate_slack_timeout_seconds,
+            metrics=self.metrics,
+            supervisor=self.supervisor,
+            session=self.session,
+            **options,
+        )
+
+    def single(self) -> MeteredWebClient:
+        return self._client(self.settings.require("SLACK_BOT_TOKEN"), on_token_refused=self.alarm)
+
+    def tokenless(self) -> MeteredWebClient:
+        """For bolt and the install flow: calls that bring their own token (or none)."""
+        return self._client(None)
+
+    def installations(self, db: Database) -> PostgresInstallations | None:
+        s = self.settings
+        if not s.oauth_mode:
+            return None
+        return PostgresInstallations(db, s.require("SLACK_CLIENT_ID"), cipher=token_cipher(s))
+
+    def many(self, db: Database) -> SlackClients:
+        installations = self.installations(db)
+        assert installations is not None  # OAuth mode
+
+        def for_installation(found: StoredInstallation) -> MeteredWebClient:
+            name = label(found)
+            on_refused = self.alarm.for_workspace(name)
+
+            async def refused(method: str, error: str) -> None:
+                # Dropped: a reinstall's new token is read at the next use.
+                clients.forget(found.team_id, found.enterprise_id)
+                await on_refused(method, error)
+
+            return self._client(found.bot_token, on_token_refused=refused, workspace=name)
+
+        clients = SlackClients(
+            installations=installations,
+            make_client=for_installation,
+            operator_team=self.settings.threadgate_operator_team,
+        )
+        return clients
+
+    def oauth_flow(self, db: Database, clients: SlackClients) -> AsyncOAuthFlow:
+        s = self.settings
+        installations = self.installations(db)
+        assert installations is not None and s.slack_client_secret is not None
+        return oauth_flow(
+            client=self.tokenless(),
+            client_id=s.require("SLACK_CLIENT_ID"),
+            client_secret=s.slack_client_secret.get_secret_value(),
+            redirect_uri=s.threadgate_oauth_redirect_url,
+            installations=installations,
+            states=PostgresOAuthStates(db),
+            clients=clients,
+            scopes=bot_scopes(continue_threads=s.threadgate_continue_threads),
+        )
+
+
+def token_cipher(settings: Settings) -> TokenCipher | None:
+    """What seals the stored bot tokens (THREADGATE_TOKEN_KEY), if anything."""
+    key = settings.threadgate_token_key
+    return TokenCipher(key.get_secret_value()) if key is not None else None
+
+
+async def identify(client: AsyncWebClient, token: str) -> AuthorizeResult:
+    """Who we are in Slack (`auth.test`); a refused token stops start-up in one sentence."""
+    try:
+        response = await client.auth_test()
+    except SlackApiError as exc:
+        error = exc.response.get("error")
+        raise ConfigError(
+            f"SLACK_BOT_TOKEN was refused by Slack ({error}): put a valid bot token (xoxb-…) there."
+        ) from None
+    except (SlackClientError, OSError) as exc:
+        raise ConfigError(
+            f"Slack could not be reached at SLACK_API_URL ({type(exc).__name__}); check the network "
+            "or the URL."
+        ) from None
+    return AuthorizeResult.from_auth_test_response(auth_test_response=response, bot_token=token)
+
+
+async def sample_queue(db: Database, metrics: Metrics, every_seconds: float = 15.0) -> None:
+    """Keep the queue depth, oldest-task age and today's token gauges fresh."""
+    while True:
+        with contextlib.suppress(Exception):
+            row = await db.pool.fetchrow(
+                "SELECT count(*) AS depth,"
+                " coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 AS age"
+                " FROM tasks WHERE state IN ('queued', 'running', 'waiting')"
+            )
+            if row is not None:
+                metrics.queue_depth.set(row["depth"])
+                metrics.oldest_task_seconds.set(row["age"])
+            used_input, used_output = await tokens_today(db)
+            metrics.tokens_today.labels("input").set(used_input)
+            metrics.tokens_today.labels("output").set(used_output)
+        await asyncio.sleep(every_seconds)
+
+
+async def serve_forever(settings: Settings, host: str, port: int, stop: asyncio.Event) -> None:
+    """Run until `stop` is set (by SIGTERM or SIGINT in the CLI)."""
+    async with Gateway(settings) as gateway:
+        await gateway.start(host, port)
+        tune_garbage_collector()
+        await stop.wait()
+        log.info("threadgate shutting down")
+
+
+# The collector's thresholds while serving (`gc.set_threshold`; Python's are 700, 10, 10).
+GC_THRESHOLDS = (10_000, 20, 10)
+
+
+def tune_garbage_collector() -> None:
+    """Freeze the heap start-up made, and collect the young generation less often.
+
+    Everything imported and built at start-up (the libraries' modules, pydantic's schemas,
+    bolt, the MCP SDK: about 140,000 objects) lives as long as the process, yet every full
+    collection walked all of it again, with the event loop stopped: 63-100 ms every few
+    seconds at 100 events/s, against 33-53 ms frozen, and every event in flight waits
+    that long (bench/first_text.py). `gc.freeze` moves them where collections do not
+    look; what is made later is collected as before.
+
+    Frozen, full collections still came every 3-4 s at 100 events/s and stopped the loop
+    for 25-110 ms each. What filled the old generation was the work in flight: a reply
+    lives about 1.5 s, and at Python's thresholds (a young collection every 700 new
+    objects, about 60 a second here) its objects had outlived two collections, and been
+    moved to the old generation, within a fifth of a second. Collecting the young
+    generation every 10,000 objects, and the middle one every 20 of those, lets a reply's
+    objects die young: in a 10 s run at 100 events/s (and its warm-up), 32-36 young
+    collections, one middle one and no full one after start-up, against 600-720, 54-65
+    and 4-5. Garbage the reference counts do not free (cycles) waits longer, a few hundred
+    milliseconds in the young generation instead of twenty.
+
+    In 5 same-run pairs at 100 events/s the collector's time fell from 1.0-1.4 s to
+    0.3-0.5 s, the gateway's CPU per event by 0.1-1.9 ms, and the first words' p99 was
+    lower in all 5 (median 1,809 → 820 ms, on a machine near its capacity). Over 120 s at
+    100 events/s: 16.5 s of the collector's time against 5.2 s, no full collection against
+    46 of 44-114 ms, and the process's memory 183 MB at the end against 145 MB, the price
+    of garbage that waits longer.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)

@@ -1,0 +1,367 @@
+"""`threadgate tasks`: operators see and steer every task, from any machine that reaches
+the database.
+
+`list` and `show` read (storage/inspection.py); `retry` and `cancel` change one task in one
+locked transaction (storage/queue.py), safe while replicas run: a cancelled task's worker
+finds its lease gone at its next heartbeat, stops, and posts nothing more. This module only
+parses the operator's words and renders what storage returns — a table, a sectioned page,
+or JSON (`--json`) for scripts.
+
+Everything rendered for a terminal passes through `printable`: task texts are what people
+wrote in Slack, and a message carrying terminal escape sequences must not repaint the
+operator's screen. Tasks hold no secrets (Slack ids and conversation text), so nothing is
+redacted; the database URL is never printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import getpass
+import json
+import re
+from collections.abc import AsyncIterator, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from gateway.process.config import Settings
+from gateway.process.service import database_dsn
+from storage import (
+    TASK_STATES,
+    Database,
+    Intervention,
+    InterventionRecord,
+    MessageRecord,
+    PostRecord,
+    RoundRecord,
+    StorageError,
+    StoredToolCall,
+    TaskDetail,
+    TaskFilter,
+    TaskSummary,
+    cancel_task,
+    inspect_task,
+    list_tasks,
+    reset_session,
+    retry_task,
+)
+
+ACTOR = "operator via threadgate tasks"
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_DURATION = re.compile(r"(?:\d+(?:\.\d+)?[smhdw])+|\d+(?:\.\d+)?")
+_PART = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+# Every control character but newline: C0, DEL and C1 (ESC and CSI start terminal escapes).
+_CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in `90s`, `15m`, `2h`, `1d`, `1w`, `1h30m`, or a bare number of seconds."""
+    cleaned = text.strip().lower()
+    if not _DURATION.fullmatch(cleaned):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a duration: write it like 90s, 15m, 2h, 1d or 1h30m."
+        )
+    parts = _PART.findall(cleaned)
+    if not parts:
+        return float(cleaned)
+    return float(sum(float(n) * _UNITS[unit] for n, unit in parts))
+
+
+def add_tasks_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    tasks = sub.add_parser("tasks", help="list, show, retry or cancel tasks (any replica's)")
+    actions = tasks.add_subparsers(required=True, metavar="ACTION")
+    listing = actions.add_parser("list", help="tasks, newest first, filtered")
+    listing.add_argument(
+        "--state",
+        action="append",
+        default=[],
+        type=_state,
+        help=f"only tasks in this state ({', '.join(TASK_STATES)}); repeat for several",
+    )
+    listing.add_argument("--team", help="only tasks of this workspace id (T…)")
+    listing.add_argument("--channel", help="only tasks of this channel id (C…, D…, G…)")
+    listing.add_argument(
+        "--older-than", type=parse_duration, metavar="AGE", help="created at least AGE ago (2h)"
+    )
+    listing.add_argument(
+        "--newer-than", type=parse_duration, metavar="AGE", help="created at most AGE ago (1d)"
+    )
+    listing.add_argument("--limit", type=_positive, default=50, help="at most N tasks (50)")
+    listing.add_argument("--json", action="store_true", help="JSON for scripts")
+    listing.set_defaults(command=list_command)
+    show = actions.add_parser("show", help="everything about one task")
+    show.add_argument("id")
+    show.add_argument("--json", action="store_true", help="JSON for scripts")
+    show.set_defaults(command=show_command)
+    for name, command, what in (
+        ("retry", retry_command, "run a failed or cancelled task again"),
+        ("cancel", cancel_command, "stop a queued, waiting or running task"),
+    ):
+        action = actions.add_parser(name, help=what)
+        action.add_argument("id")
+        action.add_argument("--reason", help="why, kept with the task for `tasks show`")
+        action.set_defaults(command=command)
+
+
+def add_sessions_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    sessions = sub.add_parser("sessions", help="steer a conversation (a thread, or a DM's)")
+    actions = sessions.add_subparsers(required=True, metavar="ACTION")
+    reset = actions.add_parser(
+        "reset", help="re-pin a session to the current system prompt at its next message"
+    )
+    reset.add_argument("id", help="the session id (`tasks show` prints a task's session)")
+    reset.add_argument("--reason", help="why, kept with the session")
+    reset.set_defaults(command=reset_command)
+
+
+def _state(text: str) -> str:
+    if text not in TASK_STATES:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a state: use one of {TASK_STATES}.")
+    return text
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a whole number of at least 1.")
+    return int(text)
+
+
+# -- commands -------------------------------------------------------------------------------
+
+
+async def list_command(settings: Settings, args: argparse.Namespace) -> int:
+    query = TaskFilter(
+        args.state, args.team, args.channel, args.older_than, args.newer_than, args.limit
+    )
+    async with _database(settings) as db:
+        found = await list_tasks(db, query)
+    print(as_json(found) if args.json else render_table(found, now=_now()))
+    return 0
+
+
+async def show_command(settings: Settings, args: argparse.Namespace) -> int:
+    async with _database(settings) as db:
+        detail = await inspect_task(db, args.id)
+    print(as_json(detail) if args.json else render_detail(detail))
+    return 0
+
+
+async def retry_command(settings: Settings, args: argparse.Namespace) -> int:
+    async with _database(settings) as db:
+        done = await retry_task(db, args.id, actor=actor(), reason=args.reason)
+    print(printable(f"Task {done.task_id} is queued again (it was {done.from_state})."))
+    return 0
+
+
+async def cancel_command(settings: Settings, args: argparse.Namespace) -> int:
+    async with _database(settings) as db:
+        done = await cancel_task(db, args.id, actor=actor(), reason=args.reason)
+    print(printable(cancelled_sentence(done)))
+    return 0
+
+
+async def reset_command(settings: Settings, args: argparse.Namespace) -> int:
+    """Unpin the session's prompt epoch: its next task pins the prompt of the deployment
+    that runs it (audited like task interventions)."""
+    async with _database(settings) as db:
+        done = await reset_session(db, args.id, actor=actor(), reason=args.reason)
+    was = done.from_epoch[:12] if done.from_epoch else "none yet"
+    print(
+        printable(
+            f"Session {done.session_id} was on prompt epoch {was}; its next message is "
+            "answered with the current system prompt."
+        )
+    )
+    return 0
+
+
+def cancelled_sentence(done: Intervention) -> str:
+    if done.from_state == "running":
+        return f"Task {done.task_id} is cancelled; its worker stops at its next heartbeat."
+    return f"Task {done.task_id} is cancelled (it was {done.from_state})."
+
+
+def actor() -> str:
+    """Who acts: the operator's login where the system knows it."""
+    try:
+        return f"{ACTOR} ({getpass.getuser()})"
+    except (KeyError, OSError):  # no login name (a container running as a bare uid)
+        return ACTOR
+
+
+@contextlib.asynccontextmanager
+async def _database(settings: Settings) -> AsyncIterator[Database]:
+    async with Database(await database_dsn(settings), min_size=1, max_size=2) as db:
+        if not await db.is_ready():
+            raise StorageError(
+                "The database schema is not up to date: run `threadgate migrate` first."
+            )
+        yield db
+
+
+def _now() -> datetime:
+    return datetime.now().astimezone()
+
+
+# -- rendering ------------------------------------------------------------------------------
+
+
+def printable(text: str) -> str:
+    """`text` with every control character but newline shown as `\\xNN`."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def one_line(text: str | None, width: int) -> str:
+    """`text` on one line, cut to `width` characters with an ellipsis."""
+    flat = printable(" ".join((text or "").split()))
+    return flat if len(flat) <= width else flat[: max(0, width - 1)] + "…"
+
+
+_COLUMNS = ("ID", "STATE", "CHANNEL", "AGE", "TRIES", "REQS", "LAST ERROR")
+
+
+def render_table(tasks: Sequence[TaskSummary], *, now: datetime) -> str:
+    """One line per task under a header; every cell on one line."""
+    if not tasks:
+        return "No tasks match."
+    rows = [
+        (
+            one_line(t.id, 60),
+            t.state,
+            one_line(f"{t.team}/{t.channel}", 30),
+            age(now - t.created_at),
+            str(t.attempts),
+            str(t.model_requests),
+            one_line(t.last_error, 60),
+        )
+        for t in tasks
+    ]
+    widths = [max(len(r[i]) for r in [_COLUMNS, *rows]) for i in range(len(_COLUMNS))]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in [_COLUMNS, *rows]
+    )
+
+
+def age(delta: timedelta) -> str:
+    """A short age: 42s, 7m, 3h, 2d."""
+    seconds = max(0, int(delta.total_seconds()))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def render_detail(d: TaskDetail) -> str:
+    """The sectioned page of `tasks show`."""
+    sections = [
+        _overview(d),
+        _section("Turn and answers", [_message(m) for m in d.messages]),
+        _section("Rounds", [_round(r) for r in d.rounds]),
+        _section("Tool calls", [_tool_call(c) for c in d.tool_calls]),
+        _section("Posts to Slack (outbox)", [_post(p) for p in d.posts]),
+        _section("Operator actions", [_intervention(i) for i in d.interventions]),
+    ]
+    return printable("\n\n".join(sections))
+
+
+def _overview(d: TaskDetail) -> str:
+    s = d.summary
+    lease = f"owner {d.lease_owner} until {_when(d.lease_expires)}" if d.lease_owner else "none"
+    fields = [
+        ("state", _state_line(d)),
+        ("where", f"team {s.team}, channel {s.channel}, thread {s.thread_ts}"),
+        ("user", s.user or "(not recorded)"),
+        ("session", d.session_id),
+        ("attempts", str(s.attempts)),
+        ("lease", lease),
+        ("model requests", str(s.model_requests)),
+        ("created", _when(s.created_at)),
+        ("restarted", _when(d.restarted_at)),
+        ("run after", _when(d.run_after)),
+        ("finished", _when(s.finished_at)),
+        ("last error", one_line(s.last_error, 200) or "none"),
+    ]
+    return "\n".join([f"Task {s.id}", *(f"  {k + ':':<16}{v}" for k, v in fields)])
+
+
+def _state_line(d: TaskDetail) -> str:
+    last = d.interventions[-1] if d.interventions else None
+    if last is None or (last.action == "cancel") != (d.summary.state == "cancelled"):
+        return d.summary.state
+    verb = "cancelled" if last.action == "cancel" else "retried"
+    why = f": {one_line(last.reason, 200)}" if last.reason else ""
+    return f"{d.summary.state} ({verb} by {last.actor} at {_when(last.at)}{why})"
+
+
+def _section(title: str, lines: Sequence[str]) -> str:
+    return "\n".join([title, *(lines or ["  (none)"])])
+
+
+def _message(m: MessageRecord) -> str:
+    body = "\n".join(f"    {line}" for line in m.text.splitlines() or [""])
+    return f"  {m.kind} {m.id} at {_when(m.created_at)}{_origin(m)}\n{body}"
+
+
+def _origin(m: MessageRecord) -> str:
+    """An answer's prompt epoch (hash prefix: enough to tell epochs apart) and route."""
+    if m.role != "assistant":
+        return ""
+    epoch = m.prompt_epoch[:12] if m.prompt_epoch else "unknown"
+    route = (
+        f"{m.route_provider}:{m.route_model} ({m.route_slot})" if m.route_provider else "unknown"
+    )
+    return f", prompt epoch {epoch}, route {route}"
+
+
+def _round(r: RoundRecord) -> str:
+    head = f"  round {r.number} at {_when(r.created_at)}: {one_line(r.acknowledgment, 200)}"
+    subtasks = [
+        f"    subtask {t.index} ({t.type}) {t.state}, {t.attempts} attempt(s), "
+        f"deadline {_when(t.deadline)}, finished {_when(t.finished_at)}\n"
+        f"      params: {one_line(json.dumps(t.params, ensure_ascii=False), 200)}\n"
+        f"      result: {one_line(t.result, 400) or '(none yet)'}"
+        for t in r.subtasks
+    ]
+    return "\n".join([head, *subtasks])
+
+
+def _tool_call(c: StoredToolCall) -> str:
+    return (
+        f"  round {c.round} {c.name} ({c.call_id}) {c.state}, started {_when(c.started_at)}, "
+        f"ended {_when(c.ended_at)}\n"
+        f"      arguments: {one_line(c.arguments, 200)}\n"
+        f"      output: {one_line(c.output, 400) or '(none yet)'}"
+    )
+
+
+def _post(p: PostRecord) -> str:
+    ts = p.remote_ref or "no ts"
+    return f"  {p.id}: {p.state}, {p.attempts} attempt(s), ts {ts}, updated {_when(p.updated_at)}"
+
+
+def _intervention(i: InterventionRecord) -> str:
+    why = f": {one_line(i.reason, 200)}" if i.reason else ""
+    verb = "cancelled" if i.action == "cancel" else "retried"
+    return f"  {_when(i.at)} {verb} by {i.actor} (was {i.from_state}){why}"
+
+
+def _when(at: datetime | None) -> str:
+    return "-" if at is None else at.astimezone().isoformat(timespec="seconds")
+
+
+def as_json(value: object) -> str:
+    """Records as JSON: dataclasses as objects, times in ISO 8601."""
+    return json.dumps(_plain(value), indent=2, ensure_ascii=False)
+
+
+def _plain(value: object) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return value

@@ -1,0 +1,179 @@
+"""The Slack Web API client every part of the gateway shares.
+
+`base_url` comes from `SLACK_API_URL`, so egress proxies and test doubles see every call.
+
+Retries: a 429 is retried by slack_sdk's handler, honoring Retry-After: Slack refused the
+call, so nothing happened and sending it again is safe. A 5xx is not like that: Slack may
+have stored the post and then failed to answer (it does), exactly as when a response is
+lost on the way. So a 5xx is retried only for reads (`is_read`); anything that creates
+or changes something — chat.postMessage, chat.update, chat.delete, the chat.*Stream
+calls — is never sent twice here, and neither is anything after a connection error. The
+outbox settles an unknown outcome instead: it looks in the thread, then posts if absent
+(gateway/delivery/publisher.py).
+
+Every call is bounded as a whole by `timeout`, its waits after 429s included (slack_sdk
+applies its own timeout per request only, and not at all to a shared session). The
+publisher bounds its posts the same way, because the outbox waits for that bound to pass
+before it looks for a post whose call never answered.
+
+Every call is counted by method and status, and a refusal of our own token
+(`invalid_auth`, `token_revoked`, `account_inactive`) is the one Slack error an operator
+must hear about at once: it is logged at CRITICAL and handed to `on_token_refused`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import math
+from collections.abc import Callable, Coroutine
+from typing import Any
+from urllib.parse import urlsplit
+
+import aiohttp
+from slack_sdk.errors import SlackApiError
+from slack_sdk.http_retry.builtin_async_handlers import (
+    AsyncRateLimitErrorRetryHandler,
+    AsyncServerErrorRetryHandler,
+)
+from slack_sdk.http_retry.request import HttpRequest
+from slack_sdk.http_retry.response import HttpResponse
+from slack_sdk.http_retry.state import RetryState
+from slack_sdk.web.async_client import AsyncWebClient
+from slack_sdk.web.async_slack_response import AsyncSlackResponse
+
+from agent import Supervisor
+from gateway.telemetry.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+TOKEN_REFUSALS = frozenset({"invalid_auth", "token_revoked", "account_inactive", "not_authed"})
+
+TokenRefused = Callable[[str, str], Coroutine[Any, Any, None]]
+
+# A Slack method reads when its last part is one of these verbs, or starts with "get" or
+# "lookup" (chat.getPermalink, users.lookupByEmail). Anything else is taken to write.
+_READ_VERBS = frozenset({"test", "info", "list", "history", "replies", "members"})
+
+
+def is_read(method: str) -> bool:
+    """Whether calling `method` twice is as harmless as calling it once (it only reads)."""
+    verb = method.rsplit(".", 1)[-1]
+    return verb in _READ_VERBS or verb.startswith(("get", "lookup"))
+
+
+class ReadServerErrorRetryHandler(AsyncServerErrorRetryHandler):
+    """slack_sdk's 5xx retry, for reads only: a write answered 5xx may have happened."""
+
+    async def _can_retry_async(
+        self,
+        *,
+        state: RetryState,
+        request: HttpRequest,
+        response: HttpResponse | None = None,
+        error: Exception | None = None,
+    ) -> bool:
+        method = urlsplit(request.url).path.rsplit("/", 1)[-1]
+        return is_read(method) and await super()._can_retry_async(
+            state=state, request=request, response=response, error=error
+        )
+
+
+class MeteredWebClient(AsyncWebClient):
+    """AsyncWebClient that counts calls and raises the alarm when our token is refused."""
+
+    def __init__(
+        self,
+        *args: Any,
+        metrics: Metrics | None = None,
+        on_token_refused: TokenRefused | None = None,
+        supervisor: Supervisor | None = None,
+        call_timeout: float = 30.0,
+        workspace: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.workspace = workspace  # which installation's token (OAuth mode), for the log
+        self._metrics = metrics
+        self._on_token_refused = on_token_refused
+        self._supervisor = supervisor or Supervisor()
+        self.call_timeout = call_timeout  # the bound of one call, its retries included
+
+    async def api_call(self, api_method: str, **kwargs: Any) -> AsyncSlackResponse:
+        auth = kwargs.pop("auth", None)
+        if isinstance(auth, dict):
+            # The app's credentials (oauth.v2.access): slack_sdk would wrap them in aiohttp's
+            # BasicAuth, deprecated (a DeprecationWarning per install). The same header.
+            kwargs["headers"] = {**(kwargs.get("headers") or {}), **basic_auth(auth)}
+        try:
+            async with asyncio.timeout(self.call_timeout):
+                response = await super().api_call(api_method, **kwargs)
+        except SlackApiError as exc:
+            error = str(exc.response.get("error") or "error")
+            self._count(api_method, error)
+            if error in TOKEN_REFUSALS:
+                await self._token_refused(api_method, error)
+            raise
+        except Exception as exc:
+            self._count(api_method, type(exc).__name__)
+            raise
+        self._count(api_method, "ok")
+        return response
+
+    def _count(self, method: str, status: str) -> None:
+        if self._metrics is not None:
+            self._metrics.slack_calls.labels(method, status).inc()
+
+    async def _token_refused(self, method: str, error: str) -> None:
+        if self.workspace is None:
+            log.critical(
+                "Slack refused the bot token (%s on %s): check SLACK_BOT_TOKEN", error, method
+            )
+        else:
+            log.critical(
+                "Slack refused the bot token of workspace %s (%s on %s): reinstall the app there",
+                self.workspace,
+                error,
+                method,
+            )
+        if self._on_token_refused is not None:
+            # In the background: the caller's own deadline must not cut the alert short.
+            self._supervisor.spawn(self._on_token_refused(method, error), name="token-alarm")
+
+
+def basic_auth(credentials: dict[str, str]) -> dict[str, str]:
+    """HTTP basic authentication with an app's client id and secret."""
+    pair = f"{credentials['client_id']}:{credentials['client_secret']}".encode()
+    return {"Authorization": "Basic " + base64.b64encode(pair).decode("ascii")}
+
+
+def slack_client(
+    token: str | None,
+    base_url: str,
+    *,
+    timeout: float = 15,
+    metrics: Metrics | None = None,
+    on_token_refused: TokenRefused | None = None,
+    supervisor: Supervisor | None = None,
+    session: aiohttp.ClientSession | None = None,
+    workspace: str | None = None,
+) -> MeteredWebClient:
+    """The client; pass a long-lived `session` to reuse connections (without one, slack_sdk
+    opens a connection per call). The caller closes the session. `timeout` bounds each
+    call as a whole, in seconds."""
+    return MeteredWebClient(
+        token=token,
+        base_url=base_url if base_url.endswith("/") else base_url + "/",
+        timeout=math.ceil(timeout),  # slack_sdk's own, per request: whole seconds
+        retry_handlers=[
+            AsyncRateLimitErrorRetryHandler(max_retry_count=5),
+            ReadServerErrorRetryHandler(max_retry_count=2),
+        ],
+        metrics=metrics,
+        on_token_refused=on_token_refused,
+        supervisor=supervisor,
+        session=session,
+        call_timeout=timeout,
+        workspace=workspace,
+    )

@@ -1,0 +1,253 @@
+"""Slack event payloads in, `InboundTurn`s out: which events become work, and which do not.
+
+This is the trust boundary for event payloads: pydantic checks the shape, and a payload
+that claims to be a message but lacks what a message must have is a `MalformedEvent`
+(the HTTP layer answers 400). Events we do not handle — bots, edits, deletions, hidden
+subtypes, channel chatter without a mention — translate to None and are acked quietly
+(edits and deletions have their own reading, gateway/inbound/edits.py). HTTP and Socket Mode both
+call `inbound_turn`, so both see the same rules.
+
+Two subtypes are people talking and are answered like plain messages: `file_share` (a
+message with files; a DM with only a file is one) and `thread_broadcast` (a thread reply
+also sent to the channel). What Slack says about the files (name, type, size, and the
+private URL the gatekeeper downloads them from, `gateway.inbound.files`) rides along as
+`SharedFile`s; a file that is not read is described, so the turn can say it was not.
+That description is user input like the text and is read leniently: an entry that is not
+an object, or a field of the wrong type, is described as unknown rather than refused. Its
+texts are sanitized here (`agent.sanitize_text`), before anyone quotes them: the gatekeeper
+shows a name as a JSON string, and a fullwidth `＂` folded only later, by the provenance
+tag, would end that string early and let one name pass for several files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from pydantic import BaseModel, StringConstraints, ValidationError
+
+from agent import sanitize_text
+
+# Slack ids and timestamps have fixed shapes; anything else is refused before it can reach
+# the database or a provenance tag.
+SlackId = Annotated[str, StringConstraints(pattern=r"^[A-Z0-9][A-Za-z0-9_-]{0,63}$")]
+SlackTs = Annotated[str, StringConstraints(pattern=r"^[0-9]{1,12}\.[0-9]{1,9}$")]
+EventId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,128}$")]
+
+
+class MalformedEvent(ValueError):
+    """The payload is not a Slack event we can make sense of."""
+
+
+class _Envelope(BaseModel):
+    type: str
+    team_id: SlackId
+    event_id: EventId | None = None
+    event: dict[str, Any]
+
+
+# Subtypes that are a person's message all the same; every other subtype is not one.
+ANSWERED_SUBTYPES = frozenset({"file_share", "thread_broadcast"})
+# Slack allows 10 files per message; more are described as a count.
+MAX_FILES_DESCRIBED = 20
+
+
+@dataclass(frozen=True, slots=True)
+class SharedFile:
+    """A file attached to a message, as Slack describes it (None: not said, or not usable)."""
+
+    name: str | None
+    kind: str | None
+    size: int | None
+    # For the download: where Slack serves it, and its type as Slack wrote it (lower case).
+    url: str | None = None
+    mimetype: str | None = None
+    filetype: str | None = None
+
+
+class _MessageEvent(BaseModel):
+    type: str
+    user: SlackId
+    ts: SlackTs
+    channel: SlackId
+    text: str = ""
+    thread_ts: SlackTs | None = None
+    channel_type: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class InboundTurn:
+    """One user message addressed to the bot."""
+
+    team: str
+    channel: str
+    user: str
+    text: str
+    ts: str
+    thread_ts: str | None
+    direct: bool
+    event_id: str | None
+    mentioned: bool = True
+    files: tuple[SharedFile, ...] = ()
+    files_not_described: int = 0
+    edited: str | None = None  # the Slack ts of the edit, for an edited message
+
+    @property
+    def task_id(self) -> str:
+        return f"{self.team}:{self.channel}:{self.ts}"
+
+    @property
+    def session_id(self) -> str:
+        """A thread is a conversation; a top-level DM continues the DM's running one."""
+        if self.thread_ts:
+            return f"{self.team}:{self.channel}:{self.thread_ts}"
+        if self.direct:
+            return f"{self.team}:{self.channel}"
+        return f"{self.team}:{self.channel}:{self.ts}"
+
+    @property
+    def reply_thread_ts(self) -> str:
+        return self.thread_ts or self.ts
+
+
+class _EventShape(BaseModel):
+    type: str
+    subtype: str | None = None
+    # bolt reads these as an id or an object with an id; anything else crashes it.
+    user: str | dict[str, Any] | None = None
+    channel: str | dict[str, Any] | None = None
+
+
+class _Shape(BaseModel):
+    """The fields bolt's own middleware reads before our listener runs. A wrong type in
+    any of them would crash bolt (a 500); here it is a 400."""
+
+    type: str
+    team_id: str | None = None
+    api_app_id: str | None = None
+    event_id: str | None = None
+    event: _EventShape | None = None
+    authorizations: list[dict[str, Any]] | None = None
+
+
+def check_shape(body: Mapping[str, Any]) -> None:
+    """Raise `MalformedEvent` unless bolt can safely read the payload."""
+    try:
+        shape = _Shape.model_validate(body)
+    except ValidationError as exc:
+        raise MalformedEvent(f"payload: {summary(exc)}") from exc
+    if shape.event is None and (shape.type == "event_callback" or "event" in body):
+        raise MalformedEvent("payload: event must be an object")
+
+
+def inbound_turn(body: Mapping[str, Any]) -> InboundTurn | None:
+    """The turn this payload asks us to answer, None if it asks nothing of us."""
+    if body.get("type") != "event_callback":
+        return None
+    try:
+        envelope = _Envelope.model_validate(body)
+    except ValidationError as exc:
+        raise MalformedEvent(f"event envelope: {summary(exc)}") from exc
+    event = envelope.event
+    if not _addressed_to_us(event):
+        return None
+    return message_turn(envelope.team_id, envelope.event_id, event)
+
+
+def message_turn(
+    team: str, event_id: str | None, event: Mapping[str, Any], *, edited: str | None = None
+) -> InboundTurn:
+    """A person's message event as a turn, addressed or not (the caller has decided);
+    `edited` is the time of an edit (gateway/inbound/edits.py). `MalformedEvent` if it is not one."""
+    try:
+        message = _MessageEvent.model_validate(event)
+    except ValidationError as exc:
+        raise MalformedEvent(f"{event.get('type')} event: {summary(exc)}") from exc
+    files = event.get("files")
+    entries: list[Any] = files if isinstance(files, list) else []
+    return InboundTurn(
+        team=team,
+        channel=message.channel,
+        user=message.user,
+        text=message.text,
+        ts=message.ts,
+        thread_ts=message.thread_ts if message.thread_ts != message.ts else None,
+        direct=message.channel_type == "im",
+        event_id=event_id,
+        mentioned=message.type == "app_mention",
+        files=shared_files(entries),
+        files_not_described=max(0, len(entries) - MAX_FILES_DESCRIBED),
+        edited=edited,
+    )
+
+
+def shared_files(entries: Any) -> tuple[SharedFile, ...]:
+    """The files of a message's `files` field (an event's or a thread read's), at most
+    `MAX_FILES_DESCRIBED`; anything that is not a list is no files."""
+    if not isinstance(entries, list):
+        return ()
+    return tuple(map(_shared_file, entries[:MAX_FILES_DESCRIBED]))
+
+
+def _addressed_to_us(event: Mapping[str, Any]) -> bool:
+    if event.get("bot_id") or event.get("bot_profile"):
+        return False  # bot posts (ours included)
+    subtype = event.get("subtype")
+    if subtype is not None and not (isinstance(subtype, str) and subtype in ANSWERED_SUBTYPES):
+        return False  # edits, deletions, joins, bot_message and the other system subtypes
+    kind = event.get("type")
+    if kind == "app_mention":
+        return True
+    if kind != "message":
+        return False
+    # A DM always; a channel message only as a reply in a thread (the gatekeeper then
+    # admits it only if the bot already takes part in that thread).
+    return event.get("channel_type") == "im" or bool(event.get("thread_ts"))
+
+
+def _shared_file(entry: Any) -> SharedFile:
+    """What Slack says about one file; a file hidden by plan limits has only an id."""
+    if not isinstance(entry, Mapping):
+        return SharedFile(None, None, None)
+    size = entry.get("size")
+    plausible = isinstance(size, int) and not isinstance(size, bool) and 0 <= size < 2**63
+    return SharedFile(
+        name=_first_text(entry, "name", "title"),
+        kind=_first_text(entry, "mimetype", "filetype", "pretty_type"),
+        size=size if plausible else None,
+        url=_download_url(entry),
+        mimetype=_lower(entry.get("mimetype")),
+        filetype=_lower(entry.get("filetype")),
+    )
+
+
+def _download_url(entry: Mapping[str, Any]) -> str | None:
+    """Where the bytes are: `url_private_download` (the file itself, never a preview page)
+    when Slack gives it, else `url_private`. An external file's URL is someone else's."""
+    if entry.get("is_external") is True:
+        return None
+    for key in ("url_private_download", "url_private"):
+        value = entry.get(key)
+        if isinstance(value, str) and value.startswith(("https://", "http://")):
+            return value
+    return None
+
+
+def _lower(value: Any) -> str | None:
+    return value.strip().lower()[:100] if isinstance(value, str) and value.strip() else None
+
+
+def _first_text(entry: Mapping[str, Any], *keys: str) -> str | None:
+    """The first of these fields that holds visible text, sanitized."""
+    for key in keys:
+        value = entry.get(key)
+        if isinstance(value, str) and (text := sanitize_text(value)).strip():
+            return text
+    return None
+
+
+def summary(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or "payload"
+    return f"{where}: {first['msg']}"

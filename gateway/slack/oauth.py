@@ -1,0 +1,247 @@
+"""Slack's OAuth v2 install flow on bolt, with installations and states in Postgres.
+
+bolt's `AsyncOAuthFlow` does the flow itself (the install page, the `state`, the code
+exchange with `oauth.v2.access`, the `auth.test` for the bot id); this module only gives it
+what it stores through: `InstallationStore` and `OAuthStateStore` adapt slack_sdk's store
+interfaces to `storage.installations` (storage/ knows no Slack types), and `InstalledIdentity`
+is bolt's authorization from those installations.
+
+bolt's own `InstallationStoreAuthorize` calls `auth.test` (with a client of its own, which
+bypasses our metrics and token alarm) for every event it has not cached; the installation
+already holds what it would learn, so `InstalledIdentity` answers from it, through the
+workspace cache of `SlackClients`.
+
+Only bot tokens are stored: threadgate asks for no user scopes (gateway/slack/scopes.py).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from slack_bolt.authorization import AuthorizeResult
+from slack_bolt.authorization.async_authorize import AsyncAuthorize
+from slack_bolt.oauth.async_oauth_flow import AsyncOAuthFlow
+from slack_bolt.oauth.async_oauth_settings import AsyncOAuthSettings
+from slack_sdk.oauth.installation_store import Bot, Installation
+from slack_sdk.oauth.installation_store.async_installation_store import AsyncInstallationStore
+from slack_sdk.oauth.state_store.async_state_store import AsyncOAuthStateStore
+from slack_sdk.web.async_client import AsyncWebClient
+
+from gateway.slack.workspaces import NotInstalled, SlackClients
+from storage import (
+    Database,
+    PostgresInstallations,
+    PostgresOAuthStates,
+    StoredInstallation,
+    cancel_workspace_tasks,
+)
+
+log = logging.getLogger(__name__)
+
+INSTALL_PATH = "/slack/install"
+REDIRECT_PATH = "/slack/oauth_redirect"
+
+
+class InstallationStore(AsyncInstallationStore):
+    """slack_sdk's installation store on `PostgresInstallations` (bot tokens only)."""
+
+    def __init__(self, installations: PostgresInstallations, clients: SlackClients) -> None:
+        self._installations = installations
+        self._clients = clients
+
+    @property
+    def logger(self) -> logging.Logger:
+        return log
+
+    async def async_save(self, installation: Installation) -> None:
+        if installation.bot_token is None:
+            raise ValueError("an installation without a bot token (threadgate asks for a bot)")
+        await self._installations.save(stored(installation))
+        # A reinstall replaces the token: the next call of that workspace reads it.
+        self._clients.forget(installation.team_id, installation.enterprise_id)
+        log.info(
+            "installed in Slack workspace %s", installation.team_id or installation.enterprise_id
+        )
+
+    async def async_find_bot(
+        self,
+        *,
+        enterprise_id: str | None,
+        team_id: str | None,
+        is_enterprise_install: bool | None = False,
+    ) -> Bot | None:
+        found = await self._clients.installation(
+            team_id, enterprise_id, is_enterprise_install=bool(is_enterprise_install)
+        )
+        return None if found is None else as_installation(found).to_bot()
+
+    async def async_find_installation(
+        self,
+        *,
+        enterprise_id: str | None,
+        team_id: str | None,
+        user_id: str | None = None,
+        is_enterprise_install: bool | None = False,
+    ) -> Installation | None:
+        found = await self._installations.find(
+            enterprise_id,
+            team_id,
+            is_enterprise_install=bool(is_enterprise_install),
+            user_id=user_id,
+        )
+        return None if found is None else as_installation(found)
+
+    async def async_delete_bot(self, *, enterprise_id: str | None, team_id: str | None) -> None:
+        await self._installations.delete_bot(enterprise_id, team_id)
+        self._clients.forget(team_id, enterprise_id)
+
+    async def async_delete_installation(
+        self, *, enterprise_id: str | None, team_id: str | None, user_id: str | None = None
+    ) -> None:
+        await self._installations.delete(enterprise_id, team_id, user_id=user_id)
+        self._clients.forget(team_id, enterprise_id)
+
+    async def async_delete_all(self, *, enterprise_id: str | None, team_id: str | None) -> None:
+        await self.async_delete_installation(enterprise_id=enterprise_id, team_id=team_id)
+
+
+class OAuthStateStore(AsyncOAuthStateStore):
+    """slack_sdk's OAuth state store on `PostgresOAuthStates` (one use, with expiry)."""
+
+    def __init__(self, states: PostgresOAuthStates) -> None:
+        self._states = states
+
+    @property
+    def logger(self) -> logging.Logger:
+        return log
+
+    async def async_issue(self, *args: Any, **kwargs: Any) -> str:
+        return await self._states.issue()
+
+    async def async_consume(self, state: str) -> bool:
+        return await self._states.consume(state)
+
+
+def stored(installation: Installation) -> StoredInstallation:
+    assert installation.bot_token is not None  # checked by the caller
+    return StoredInstallation(
+        client_id="",  # the store's own
+        enterprise_id=installation.enterprise_id,
+        team_id=installation.team_id,
+        bot_token=installation.bot_token,
+        bot_id=installation.bot_id,
+        bot_user_id=installation.bot_user_id,
+        bot_scopes=",".join(installation.bot_scopes or ()),
+        enterprise_name=installation.enterprise_name,
+        team_name=installation.team_name,
+        is_enterprise_install=bool(installation.is_enterprise_install),
+        app_id=installation.app_id,
+        installer_user_id=installation.user_id,
+    )
+
+
+def as_installation(found: StoredInstallation) -> Installation:
+    return Installation(
+        app_id=found.app_id,
+        enterprise_id=found.enterprise_id,
+        enterprise_name=found.enterprise_name,
+        team_id=found.team_id,
+        team_name=found.team_name,
+        bot_token=found.bot_token,
+        bot_id=found.bot_id,
+        bot_user_id=found.bot_user_id,
+        bot_scopes=found.bot_scopes,
+        user_id=found.installer_user_id or "",
+        is_enterprise_install=found.is_enterprise_install,
+        installed_at=found.installed_at.timestamp() if found.installed_at else None,
+    )
+
+
+class InstalledIdentity(AsyncAuthorize):
+    """bolt's authorization from the event's installation: its own team's, or (Enterprise
+    Grid) its enterprise's org-wide one. None (bolt refuses the event) when not installed."""
+
+    def __init__(self, clients: SlackClients) -> None:
+        self._clients = clients
+
+    async def __call__(self, **kwargs: Any) -> AuthorizeResult | None:
+        team_id, enterprise_id = kwargs.get("team_id"), kwargs.get("enterprise_id")
+        try:
+            workspace = await self._clients.workspace(team_id, enterprise_id)
+        except NotInstalled:
+            log.warning("event from Slack workspace %s, where threadgate is not installed", team_id)
+            return None
+        found = workspace.installation
+        assert found is not None  # OAuth mode
+        return AuthorizeResult(
+            enterprise_id=found.enterprise_id,
+            team_id=found.team_id or team_id,
+            team=found.team_name,
+            bot_user_id=found.bot_user_id,
+            bot_id=found.bot_id,
+            bot_token=found.bot_token,
+            bot_scopes=found.bot_scopes,
+        )
+
+
+def oauth_flow(
+    *,
+    client: AsyncWebClient,
+    client_id: str,
+    client_secret: str,
+    redirect_uri: str | None,
+    installations: PostgresInstallations,
+    states: PostgresOAuthStates,
+    clients: SlackClients,
+    scopes: Sequence[str],
+) -> AsyncOAuthFlow:
+    """bolt's install flow asking for `scopes` (gateway/slack/scopes.py), storing in Postgres;
+    `client` (no token, `SLACK_API_URL`) makes its `oauth.v2.access` and `auth.test`."""
+    settings = AsyncOAuthSettings(
+        client_id=client_id,
+        client_secret=client_secret,
+        scopes=list(scopes),
+        user_scopes=[],
+        redirect_uri=redirect_uri,
+        install_path=INSTALL_PATH,
+        redirect_uri_path=REDIRECT_PATH,
+        installation_store=InstallationStore(installations, clients),
+        installation_store_bot_only=True,
+        state_store=OAuthStateStore(states),
+        state_expiration_seconds=int(states.expiration_seconds),
+        logger=log,
+    )
+    return AsyncOAuthFlow(client=client, settings=settings)
+
+
+UNINSTALL_ACTOR = "slack:app_uninstalled"
+
+
+class Uninstaller:
+    """What an uninstall (or a revocation of the bot's tokens) does: the installation is
+    deleted, its cached client dropped, and the workspace's unfinished tasks cancelled
+    through the operators' cancel path — so nothing more is posted there (the token is
+    gone: a post could only fail and raise the alarm)."""
+
+    def __init__(self, db: Database, installations: PostgresInstallations, clients: SlackClients):
+        self._db = db
+        self._installations = installations
+        self._clients = clients
+
+    async def __call__(
+        self, team_id: str | None, enterprise_id: str | None, is_enterprise_install: bool
+    ) -> None:
+        team = None if is_enterprise_install else team_id
+        await self._installations.delete(enterprise_id, team)
+        self._clients.forget(team, enterprise_id)
+        cancelled = await cancel_workspace_tasks(
+            self._db, team, enterprise_id=enterprise_id, actor=UNINSTALL_ACTOR
+        )
+        log.warning(
+            "threadgate was uninstalled from Slack workspace %s: installation deleted, "
+            "%d unfinished task(s) cancelled",
+            team or enterprise_id,
+            len(cancelled),
+        )

@@ -1,0 +1,71 @@
+"""What the Slack app must be granted: its bot scopes and the events it subscribes to.
+
+Declared once, here, because three readers must agree on it: `threadgate manifest` puts it
+in the app manifest, `threadgate doctor` compares it with the scopes Slack reports for the
+installed token, and the tests compare it with what the code actually calls and handles.
+A scope added to the code but not here shows up as a `missing_scope` error in production;
+a scope listed here but not used is a permission nobody should have to approve.
+
+Both depend on the settings: answering replies in threads without a mention
+(`THREADGATE_CONTINUE_THREADS`) needs the channel message events — Slack sends a channel
+message to an app only if it subscribes to them — and their history scopes. Without it the
+app is not sent every message of its channels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+# Every bot scope the app may need, in manifest order, with the reason doctor gives.
+SCOPE_REASONS: Mapping[str, str] = MappingProxyType(
+    {
+        "app_mentions:read": "receive app_mention events when someone mentions the bot in a channel",
+        "channels:history": "back-fill a public channel thread the bot is mentioned in (conversations.replies) and, with THREADGATE_CONTINUE_THREADS, receive the replies in threads it takes part in (message.channels)",
+        "groups:history": "back-fill a private channel thread the bot is mentioned in (conversations.replies) and, with THREADGATE_CONTINUE_THREADS, receive the replies in threads it takes part in (message.groups)",
+        "mpim:history": "receive the replies in group DM threads the bot takes part in (message.mpim), for THREADGATE_CONTINUE_THREADS",
+        "im:history": "receive direct messages (message.im) and read DM threads",
+        "chat:write": "post acknowledgments, replies, failure notices and operator alerts",
+        "users:read": "show people's display names in the provenance tag (users.info)",
+        "assistant:write": "show 'is thinking…' in the thread while a task runs (assistant.threads.setStatus)",
+        "metadata.message:read": "read our posts' metadata back to settle a post whose outcome is unknown",
+        "files:read": "download the files people attach to messages, so the model can read them (THREADGATE_FILE_TYPES)",
+        "pins:read": "keep messages pinned in a thread in the model's view (pin_added, pin_removed)",
+    }
+)
+
+# The Events API subscriptions `gateway.slack.events.inbound_turn` turns into work: mentions and
+# DMs always; the channel kinds' messages only to continue threads without a mention.
+_ALWAYS = ("app_mention", "message.im")
+_CONTINUATION = ("message.channels", "message.groups", "message.mpim")
+# Scopes only the continuation events need (channels and groups history serve back-fill too).
+_CONTINUATION_ONLY = frozenset({"mpim:history"})
+# Pins keep a thread's pinned messages in the model's window (gateway/inbound/pins.py).
+_PINS = ("pin_added", "pin_removed")
+
+
+def bot_events(*, continue_threads: bool) -> tuple[str, ...]:
+    """The bot events to subscribe to with these settings."""
+    return (_ALWAYS + _CONTINUATION if continue_threads else _ALWAYS) + _PINS
+
+
+# With many workspaces (OAuth), an uninstall or a revoked token must reach us, to forget
+# the workspace and stop its tasks. Neither needs a scope.
+UNINSTALL_EVENTS = ("app_uninstalled", "tokens_revoked")
+
+
+def bot_scopes(*, continue_threads: bool) -> tuple[str, ...]:
+    """The bot scopes to request with these settings, in manifest order."""
+    return tuple(
+        scope for scope in SCOPE_REASONS if continue_threads or scope not in _CONTINUATION_ONLY
+    )
+
+
+def missing_scopes(granted: set[str], *, continue_threads: bool) -> list[str]:
+    """The required scopes not in `granted`, in declaration order."""
+    return [s for s in bot_scopes(continue_threads=continue_threads) if s not in granted]
+
+
+def parse_granted(header: str) -> set[str]:
+    """Slack's `x-oauth-scopes` header ("chat:write,users:read") as a set."""
+    return {scope.strip() for scope in header.split(",") if scope.strip()}

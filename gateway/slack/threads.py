@@ -1,0 +1,125 @@
+"""Reading a Slack thread: back-fill for the gatekeeper, and `read_thread` for the agent.
+
+When the bot is first mentioned inside an existing thread, the earlier messages of that
+thread become the start of the conversation ("summarize this thread" must work), so the
+gatekeeper asks for them here. The agent's `read_thread` tool reads the same way through
+the `agent.ThreadReader` port. Both render every person's message the way the gatekeeper
+renders a typed one (`render_message`): in a `<turn>` tag with the author's id, the
+channel and the time, so nothing a person wrote can pass for someone else's words.
+Reads are bounded in count and time; a failure to read is never a failure to answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from slack_sdk.errors import SlackApiError, SlackClientError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from agent import Task
+from gateway.slack.events import ANSWERED_SUBTYPES, MalformedEvent, SharedFile, shared_files
+from gateway.slack.users import NameDirectory
+from gateway.text.markup import mentioned_user_ids, slack_to_text
+from gateway.text.provenance import Turn, render_turn
+
+log = logging.getLogger(__name__)
+
+_SLACK_TS = re.compile(r"[0-9]{1,12}\.[0-9]{1,9}")
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadMessage:
+    """A person's message in a thread, as Slack returned it."""
+
+    user: str
+    text: str
+    ts: str
+    files: tuple[SharedFile, ...] = ()  # read by the gatekeeper's back-fill
+
+
+class SlackThreads:
+    def __init__(self, client: AsyncWebClient, users: NameDirectory) -> None:
+        self._client = client
+        self._users = users
+
+    async def messages(
+        self, channel: str, thread_ts: str, *, limit: int, deadline: float | None = None
+    ) -> list[ThreadMessage]:
+        """People's messages in the thread, oldest first: at most the latest `limit`. At
+        `deadline` (event-loop time) the pages read so far are what there is."""
+        collected: list[ThreadMessage] = []
+        cursor = None
+        try:
+            while True:
+                async with asyncio.timeout_at(deadline):
+                    page = await self._client.conversations_replies(
+                        channel=channel, ts=thread_ts, limit=200, cursor=cursor
+                    )
+                collected.extend(m for m in map(_person_message, page.get("messages") or []) if m)
+                cursor = (page.get("response_metadata") or {}).get("next_cursor")
+                if not cursor:
+                    return collected[-limit:]
+        except (SlackApiError, SlackClientError, OSError) as exc:
+            log.warning("conversations.replies failed for %s/%s: %s", channel, thread_ts, exc)
+            return collected[-limit:]
+        except TimeoutError:
+            log.warning(
+                "conversations.replies cut by the time budget for %s/%s", channel, thread_ts
+            )
+            return collected[-limit:]
+
+    async def read_thread(self, task: Task, *, limit: int) -> Sequence[str]:
+        """`agent.ThreadReader`: the task's thread, each message in its `<turn>` tag.
+
+        Not `Name: text` lines: a newline in one message would read as another speaker."""
+        channel = task.address["channel"]
+        found = await self.messages(channel, task.address["thread_ts"], limit=limit)
+        names = await self._users.names(
+            sorted({m.user for m in found} | {u for m in found for u in mentioned_user_ids(m.text)})
+        )
+        return [render_message(m, channel, names) for m in found]
+
+
+def render_message(
+    message: ThreadMessage,
+    channel: str,
+    names: Mapping[str, str],
+    *,
+    bot_user_id: str | None = None,
+    note: str = "",
+    edited: datetime | None = None,
+) -> str:
+    """A person's message as the model reads it: Slack markup as plain text, in a turn tag
+    with the author's id, the channel and the time (the bot's own mention dropped), and
+    `note` (what the gateway knows of attached files) after the text, inside the same tag."""
+    body = slack_to_text(message.text, user_names=names, bot_user_id=bot_user_id)
+    body = f"{body}\n\n{note}" if body and note else body or note
+    author = names.get(message.user, message.user)
+    return render_turn(Turn(author, message.user, channel, slack_time(message.ts), body, edited))
+
+
+def slack_time(ts: str) -> datetime:
+    """A Slack message ts ("1700000000.000100") as an aware UTC datetime."""
+    try:
+        return datetime.fromtimestamp(float(ts), UTC)
+    except (ValueError, OverflowError, OSError) as exc:
+        raise MalformedEvent(f"not a Slack timestamp: {ts[:40]!r}") from exc
+
+
+def _person_message(message: Mapping[str, Any]) -> ThreadMessage | None:
+    subtype = message.get("subtype")
+    if subtype and not (isinstance(subtype, str) and subtype in ANSWERED_SUBTYPES):
+        return None  # joins, bot messages and the other system subtypes
+    if message.get("bot_id") or not message.get("user"):
+        return None
+    ts = str(message.get("ts"))
+    if not _SLACK_TS.fullmatch(ts):
+        return None  # not a message we could place in time, nor order against others
+    text = str(message.get("text") or "")
+    return ThreadMessage(str(message["user"]), text, ts, shared_files(message.get("files")))

@@ -1,0 +1,182 @@
+"""Model text to Slack markdown while it is still being written.
+
+`gateway.text.rendering` renders a whole reply: it knows where code spans and fenced blocks are,
+and every link's target. A streamed reply is rendered piece by piece, and a piece must
+never show something the rest of the text would have changed: a mention that forms once
+its last character arrives, a link label whose host is revealed only once its URL is
+complete. So `LiveRenderer` holds back every span that could still become such a thing
+and renders only what is settled:
+
+- from `<`, `&` or `@` until the next whitespace (a mention, an entity spelling of `<`,
+  `@here`: none contains whitespace);
+- from `[` until the end of its line — or, while its `]` has not come, the end of its
+  paragraph — so that a link is rendered whole;
+- from a run of backticks that no later run has closed yet until it is closed or its
+  paragraph ends, because the run may open a code span (or, on a line of its own, a
+  fenced block) that turns what follows into code;
+- settled text gets the rendering's link check and the prose rule for mentions
+  everywhere (`neutralize_everywhere`: code spans are not known yet, so code may carry
+  an invisible joiner more than the final rendering gives it).
+
+Settled text is rendered in its context, not on its own: the paragraph it belongs to, or
+the fenced block it is in (`_Context`). A link after a fence line is code, and stays as
+written, even when the fence line was settled and shown in an earlier piece.
+
+What was streamed may thus differ from the final rendering by invisible characters, or
+where a construct spans lines; the publisher compares the two when the reply is complete
+and replaces the message's text with the final rendering when they differ.
+"""
+
+from __future__ import annotations
+
+import re
+
+from gateway.text.links import reveal_link_hosts
+from gateway.text.markdown import code_spans, fenced_blocks
+from gateway.text.rendering import neutralize_everywhere
+
+_HOLD_TO_SPACE = re.compile(r"[<&@]\S*$")
+_PARAGRAPH_END = "\n\n"
+_BLANK_LINE = re.compile(r"\n[ \t]*\n")
+_BACKTICKS = re.compile(r"`+")
+
+
+class LiveRenderer:
+    """Renders a reply's text as it arrives; `feed` returns what may be shown now."""
+
+    def __init__(self) -> None:
+        self._pending = ""
+        self._context = _Context()
+
+    def feed(self, text: str) -> str:
+        """Take more raw text; the rendered text now settled ("" when none)."""
+        self._pending += text
+        cut = _settled(self._context.raw, self._pending)
+        settled, self._pending = self._pending[:cut], self._pending[cut:]
+        return self._context.render(settled)
+
+    def flush(self) -> str:
+        """Everything held back, rendered (the reply is complete)."""
+        rest, self._pending = self._pending, ""
+        return self._context.render(rest)
+
+
+class _Context:
+    """The settled text that decides how the next settled piece renders: the current
+    paragraph, or the current fenced block's fence line and current line (inside a fence,
+    lines do not change each other; only a line can close it). With code in it, the
+    context is rendered again with each new piece and the piece's rendering is what the
+    longer rendering adds; without code (no backtick, no tilde) a piece renders the same
+    on its own, which is cheaper. Either way a piece costs one paragraph at most, not the
+    whole reply."""
+
+    def __init__(self) -> None:
+        self.raw = ""
+        self._shown: str | None = ""  # the rendering of `raw`, when known
+
+    def render(self, settled: str) -> str:
+        if not settled:
+            return ""
+        combined = self.raw + settled
+        if "`" in combined or "~" in combined:
+            shown = render_settled(self.raw) if self._shown is None else self._shown
+            whole = render_settled(combined)
+            # When the new text changed how earlier text reads, the piece renders on its own;
+            # the final update repairs the message.
+            piece = whole[len(shown) :] if whole.startswith(shown) else render_settled(settled)
+            self._shown = whole
+        else:
+            piece = render_settled(settled)
+            self._shown = None
+        self.raw = combined
+        if "\n" in settled:  # only a line's end can end a paragraph or open or close a fence
+            reduced = _reduced(self.raw)
+            if reduced != self.raw:
+                self.raw, self._shown = reduced, None
+        # Each append must be safe on its own too: `@here` after `0` is no broadcast in the
+        # whole text, but would be one in an append that starts with it.
+        return neutralize_everywhere(piece)
+
+
+def _reduced(raw: str) -> str:
+    """The part of `raw` that can still change how later text renders."""
+    start, fenced = _last_unit(raw)
+    if not fenced:
+        return raw[start:]
+    fence_line_end = raw.find("\n", start) + 1
+    if not fence_line_end:  # the fence line is the last line, not ended yet
+        return raw[start:]
+    return raw[start:fence_line_end] + raw[max(fence_line_end, raw.rfind("\n") + 1) :]
+
+
+def _last_unit(text: str) -> tuple[int, bool]:
+    """Where the last paragraph or fenced block of `text` starts, and whether it is fenced:
+    nothing before it changes how what follows renders."""
+    pieces = fenced_blocks(text)
+    if not pieces:
+        return 0, False
+    start, _, fenced = pieces[-1]
+    if fenced:
+        return start, True
+    breaks = list(_BLANK_LINE.finditer(text, start))
+    return (breaks[-1].end() if breaks else start), False
+
+
+def render_settled(text: str) -> str:
+    """Settled text as it is streamed to Slack."""
+    return neutralize_everywhere(reveal_link_hosts(text)) if text else ""
+
+
+def _settled(context: str, pending: str) -> int:
+    """How much of `pending` is settled: everything before the first held-back span."""
+    cut = len(pending)
+    bracket = _open_bracket(pending)
+    if bracket is not None:
+        cut = bracket
+    line_start = pending.rfind("\n") + 1
+    partial = pending[line_start:]
+    held = _HOLD_TO_SPACE.search(partial)
+    if held is not None:
+        cut = min(cut, line_start + held.start())
+    if "[" in partial:
+        cut = min(cut, line_start + partial.index("["))
+    # Last, on what is left: a run closed only by held-back text is still open. Cutting at
+    # the first open run leaves every earlier span whole, so one pass is enough.
+    backticks = _open_backticks(context, pending[:cut])
+    return cut if backticks is None else backticks
+
+
+def _open_backticks(context: str, pending: str) -> int | None:
+    """Where, in `pending`, a run of backticks starts that nothing has closed yet, in the
+    last paragraph outside fenced blocks (a fence's own lines are judged once complete)."""
+    text = context + pending
+    if "`" not in text:
+        return None
+    start, fenced = _last_unit(text)
+    if fenced:
+        return None
+    paragraph = text[start:]
+    spans = code_spans(paragraph)
+    for run in _BACKTICKS.finditer(paragraph):
+        if any(s <= run.start() < e for s, e in spans):
+            continue
+        if run.start() > 0 and paragraph[run.start() - 1] == "\\" and len(run.group()) == 1:
+            continue  # a literal backtick
+        return max(0, start + run.start() - len(context))
+    return None
+
+
+def _open_bracket(pending: str) -> int | None:
+    """Where a `[` whose `]` has not come yet starts, within the current paragraph."""
+    paragraph = pending.rfind(_PARAGRAPH_END)
+    start = 0 if paragraph < 0 else paragraph + len(_PARAGRAPH_END)
+    depth, opened = 0, None
+    for index in range(start, len(pending)):
+        char = pending[index]
+        if char == "[":
+            if depth == 0:
+                opened = index
+            depth += 1
+        elif char == "]" and depth:
+            depth -= 1
+    return opened if depth else None

@@ -1,0 +1,95 @@
+"""The provenance tag: who said what, where and when, in a form no user text can forge.
+
+Every user message reaches the model as
+`<turn from="NAME" id="USER_ID" channel="CHANNEL_ID" at="ISO-8601">body</turn>`, with
+`edited="ISO-8601"` after `at` once its author edited it.
+The body and attributes are escaped (`&`, `<`, `>`, and `"` in attributes), so whatever a
+user types can never close this turn or open another.
+
+Escaping ASCII is not enough for a reader that is a language model: `＜/turn＞` reads as a
+tag to it. So every field is first passed through `agent.sanitize_text`, which folds tag
+look-alikes (fullwidth, CJK, mathematical angle brackets and the like) to ASCII — they then
+end up as `&lt;`/`&gt;`/`&quot;` like the real thing — and removes invisible characters
+(Unicode tag characters, bidi controls, zero-width spaces; the zero-width joiner and
+non-joiner stay, as emoji and several scripts need them). `agent/core/text.py` says which
+characters and why; the round's frames around tool results use the same folding.
+
+`parse_turn(render_turn(t))` gives back `t` with each field sanitized: the turn as the
+model read it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+
+from agent import sanitize_text
+from gateway.text.markup import escape_entities
+
+__all__ = ["Turn", "TurnParseError", "parse_turn", "render_turn"]
+
+_TURN = re.compile(
+    r'<turn from="(?P<name>[^"<>]*)" id="(?P<id>[^"<>]*)" channel="(?P<channel>[^"<>]*)"'
+    r' at="(?P<at>[^"<>]*)"(?: edited="(?P<edited>[^"<>]*)")?>(?P<body>[^<>]*)</turn>',
+    re.DOTALL,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    name: str
+    user_id: str
+    channel: str
+    at: datetime
+    body: str
+    edited: datetime | None = None  # when its author last edited it (gateway/inbound/edits.py)
+
+
+class TurnParseError(ValueError):
+    """The text is not exactly one well-formed turn."""
+
+
+def escape_body(text: str) -> str:
+    return escape_entities(sanitize_text(text))
+
+
+def escape_attribute(text: str) -> str:
+    return escape_entities(sanitize_text(text)).replace('"', "&quot;")
+
+
+def unescape(text: str) -> str:
+    return (
+        text.replace("&quot;", '"').replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+    )
+
+
+def render_turn(turn: Turn) -> str:
+    return (
+        f'<turn from="{escape_attribute(turn.name)}" id="{escape_attribute(turn.user_id)}"'
+        f' channel="{escape_attribute(turn.channel)}" at="{turn.at.isoformat()}"'
+        f"{_edited(turn.edited)}>{escape_body(turn.body)}</turn>"
+    )
+
+
+def _edited(edited: datetime | None) -> str:
+    return "" if edited is None else f' edited="{edited.isoformat()}"'
+
+
+def parse_turn(text: str) -> Turn:
+    match = _TURN.fullmatch(text)
+    if match is None:
+        raise TurnParseError("not a single well-formed <turn> element")
+    try:
+        at = datetime.fromisoformat(match["at"])
+        edited = datetime.fromisoformat(match["edited"]) if match["edited"] else None
+    except ValueError as exc:
+        raise TurnParseError(f"bad `at` or `edited` timestamp in {text[:80]!r}") from exc
+    return Turn(
+        unescape(match["name"]),
+        unescape(match["id"]),
+        unescape(match["channel"]),
+        at,
+        unescape(match["body"]),
+        edited,
+    )
