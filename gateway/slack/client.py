@@ -16,7 +16,9 @@ applies its own timeout per request only, and not at all to a shared session). T
 publisher bounds its posts the same way, because the outbox waits for that bound to pass
 before it looks for a post whose call never answered.
 
-Every call is counted by method and status, and a refusal of our own token
+A call that fails raises one of `gateway.slack.errors`' three outcomes (refused, outcome
+unknown, unavailable), mapped there once from whatever slack_sdk, aiohttp or the clock
+raised. Every call is counted by method and status, and a refusal of our own token
 (`invalid_auth`, `token_revoked`, `account_inactive`) is the one Slack error an operator
 must hear about at once: it is logged at CRITICAL and handed to `on_token_refused`.
 """
@@ -32,7 +34,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
-from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import (
     AsyncRateLimitErrorRetryHandler,
     AsyncServerErrorRetryHandler,
@@ -44,6 +45,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from agent import Supervisor
+from gateway.slack.errors import SlackRefused, slack_failure
 from gateway.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -109,15 +111,14 @@ class MeteredWebClient(AsyncWebClient):
         try:
             async with asyncio.timeout(self.call_timeout):
                 response = await super().api_call(api_method, **kwargs)
-        except SlackApiError as exc:
-            error = str(exc.response.get("error") or "error")
-            self._count(api_method, error)
-            if error in TOKEN_REFUSALS:
-                await self._token_refused(api_method, error)
-            raise
         except Exception as exc:
-            self._count(api_method, type(exc).__name__)
-            raise
+            failure = slack_failure(exc, api_method)
+            self._count(api_method, type(exc).__name__ if failure is None else failure.reason)
+            if failure is None:
+                raise
+            if isinstance(failure, SlackRefused) and failure.error in TOKEN_REFUSALS:
+                await self._token_refused(api_method, failure.error)
+            raise failure from exc
         self._count(api_method, "ok")
         return response
 
