@@ -152,7 +152,7 @@ def answered(payload: dict[str, Any], *, continue_threads: bool) -> bool:
 
 def gateway_sources() -> str:
     folder = Path(gateway.__file__).parent
-    return "\n".join(path.read_text(encoding="utf-8") for path in sorted(folder.glob("*.py")))
+    return "\n".join(path.read_text(encoding="utf-8") for path in sorted(folder.rglob("*.py")))
 
 
 def web_api_methods(source: str) -> set[str]:
