@@ -109,6 +109,9 @@ _CLAIM = (
 # long (plus a free worker, and a claim: workers claim when woken and when their poll
 # times out) to be taken over.
 RECOVERY_SECONDS = 1.0
+# How long a claimed task or subtask stays its worker's without a heartbeat
+# (THREADGATE_LEASE_SECONDS).
+DEFAULT_LEASE_SECONDS = 60.0
 
 
 class RecoveryLooks:
@@ -200,7 +203,7 @@ class PostgresTaskQueue:
         self,
         db: Database,
         *,
-        lease_seconds: float = 60.0,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
         poll_seconds: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
