@@ -45,8 +45,8 @@ from storage.migrations import Connection
 # wake-up was lost) runs only when the caller asks for it (`{recover}`: the look is due,
 # `RecoveryLooks` below), and reads pg_locks once for the statement. It used to run also
 # whenever nothing was queued: that was most claims under load (the look a worker takes
-# after each finish, the idle workers' polls), and with 150 tasks running each such look
-# cost 0.5 ms of Postgres's time, scanning them all (bench/first_text.py). Both arms lock
+# after each finish, the idle workers' polls), and each such look scans every running task
+# (BENCHMARKS.md has what it cost). Both arms lock
 # their row with SKIP LOCKED, so workers and replicas never wait on each other; the
 # recovery arm wins when both found one, and says so (`recovered`).
 #
