@@ -147,9 +147,29 @@ change apart; these were measured that way:
   Postgres planned many of them again on every execution, 2.6 of its 10 ms of CPU per
   answered event.
 
-Earlier, before these runs: 4 task workers per process (`THREADGATE_WORKERS`, now 16 by
-default) capped a gateway at about 50 tasks/s against an instant model, and at 4
-conversations at once with a real one.
+Earlier, before these runs, as each change was measured when it was made (CHANGELOG.md
+says what changed):
+
+- 4 task workers per process (`THREADGATE_WORKERS`, now 16 by default) capped a gateway at
+  about 50 tasks/s against an instant model, and at 4 conversations at once with a real one.
+- httpx's own transport (httpcore, anyio, h11) was a third of the gateway's CPU per
+  answered event; model requests now go over aiohttp.
+- A task claim that looks at queued tasks first and at `pg_locks` once per statement:
+  Postgres's CPU per answered event 16-20 → about 10 ms at 50 events/s.
+- Statements per task (`bench.sql_count`, BEGIN/COMMIT included): 32.5 → 14.5 per
+  one-round task and 83.7 → 46.2 per delegating task (issue 16), then 14.3 → 11.45 per
+  one-round task (issue 11).
+- A model stream read at most every 50 ms: the first-text overhead at 50 events/s went
+  from p50 202 / p99 742 ms to p50 79 / p99 263 ms. Slowing to 250 ms once the reply
+  shows: a short streamed reply read in 6 reads instead of 13, the gateway's CPU per
+  streamed event at 100/s 9.18 → 8.79 ms (same run). Streamed OpenAI chunks validated into
+  TypedDicts: 5.7 → 3.2 µs each.
+- A finish's NOTIFY no longer waking its own process: claims per streamed task at 100/s
+  2.17 → 2.00.
+- The benchmark process on uvloop, collecting no garbage while a load is measured: a full
+  collection there had stopped the fakes for 100-160 ms mid-run, charged to the gateway
+  (ack p99 at 100/s 71 → 12 ms, most of it that). The fake model encoding its answer once,
+  not per request: that was a third of its CPU.
 
 Tried and not kept (same-run A/B pairs at 100/s): claiming the reply's outbox row when
 `final_reply` starts instead of when its first words are ready (p99 median 143 → 136 ms
