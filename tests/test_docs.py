@@ -122,7 +122,7 @@ def test_every_setting_is_in_the_readme_and_nothing_else() -> None:
     assert sorted(set(listed) - set(settings)) == []
 
 
-@pytest.mark.parametrize("cell", list(configuration_rows()))
+@pytest.mark.parametrize("cell", list(configuration_rows()), ids=lambda cell: _variables(cell)[0])
 def test_the_readme_states_each_default_settings_has(cell: str) -> None:
     """A row states one default per variable that has one, in the variables' order, each
     equal to the settings field's default; a variable unset by default states none."""
