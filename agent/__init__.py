@@ -79,7 +79,13 @@ from agent.durable.background import Supervisor, stop_task
 from agent.durable.compaction import Compaction, CompactionSettings
 from agent.durable.notices import FailureKind, FailureNotices
 from agent.durable.responder import ModelResponder
-from agent.durable.runner import Responder, RunnerObserver, RunnerSettings, TaskRunner
+from agent.durable.runner import (
+    DEFAULT_RUNNER,
+    Responder,
+    RunnerObserver,
+    RunnerSettings,
+    TaskRunner,
+)
 from agent.models.circuit import CircuitBreaker
 from agent.models.contract import (
     AssistantMessage,
@@ -119,7 +125,7 @@ from agent.rounds.mcp_tools import Backoff, Connecting, McpClients, McpServerSta
 from agent.rounds.plugins import default_registries, load_subtask_types, load_tools
 from agent.rounds.prompt import PROMPT_VERSION, prompt_epoch, system_prompt
 from agent.rounds.references import ReferenceCatalog
-from agent.rounds.settings import RoundSettings
+from agent.rounds.settings import DEFAULT_MAX_OUTPUT_TOKENS, DEFAULT_ROUND, RoundSettings
 from agent.rounds.subagent import AgentSubtask
 from agent.rounds.subtask_types import SubtaskContext, SubtaskRegistry, SubtaskType
 from agent.rounds.tools import (
@@ -133,7 +139,10 @@ from agent.rounds.tools import (
 
 __all__ = [
     "DEFAULT_GATEWAY_HEADER",
+    "DEFAULT_MAX_OUTPUT_TOKENS",
     "DEFAULT_MODEL_TIMEOUT",
+    "DEFAULT_ROUND",
+    "DEFAULT_RUNNER",
     "GATEWAY_HEADER_VARIABLE",
     "GATEWAY_TOKEN_VARIABLE",
     "INVISIBLE_CHARACTERS",

@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 def app(slack_url: str) -> web.Application:
     from gateway.slack.client import slack_client
 
-    bolt = AsyncApp(client=slack_client(BOT_TOKEN, slack_url), signing_secret=SECRET)
+    bolt = AsyncApp(client=slack_client(BOT_TOKEN, slack_url, timeout=15), signing_secret=SECRET)
 
     @bolt.event("app_mention")
     async def on_mention(event: dict[str, str], client: AsyncWebClient) -> None:

@@ -104,12 +104,20 @@ about 1.9 of the 2 cores at 100/s, the gateway's event loop saturates and a queu
 behind every await on a task's way to its first words. Same-run A/B pairs are what tell a
 change apart; these were measured that way:
 
+- **uvloop** (gateway/process/event_loop.py), whose C does the loop's own work (sockets,
+  timers, callbacks: about a third of the gateway's CPU in the profile). Same run, same
+  code, 100 events/s: the gateway's CPU per event 8.74 → 8.26 ms; first text past the
+  model's first token p50 104 → 79 ms, p95 312 → 181 ms, p99 436 → 250 ms.
+- **The start-up freeze** (`gc.freeze`, gateway/process/service.py): start-up leaves about
+  140,000 objects (the libraries' modules, pydantic's schemas, bolt, the MCP SDK) that
+  every full collection walked again with the event loop stopped, 63-100 ms every few
+  seconds at 100 events/s, against 33-53 ms frozen.
 - **The collector's thresholds** (`gc.set_threshold(10000, 20, 10)` after the start-up
   freeze, gateway/process/service.py). Frozen, full collections still came every 3-4 s at 100
   events/s, each stopping the event loop for 25-110 ms: at Python's thresholds (700, 10,
-  10) a reply's objects reached the old generation within a fifth of a second of their
-  1.5 s life. Now a 10 s run at 100/s makes 32-36 young collections, one middle one and
-  no full one, against 600-720, 54-65 and 4-5 (timed with `gc.callbacks` in the gateway).
+  10: a young collection every 700 new objects, about 60 a second here) a reply's objects
+  reached the old generation within a fifth of a second of their 1.5 s life. Now a 10 s
+  run at 100/s makes 32-36 young collections, one middle one and no full one, against 600-720, 54-65 and 4-5 (timed with `gc.callbacks` in the gateway).
   5 pairs at 100 events/s on this machine: the collector's time per run 1.0-1.4 → 0.3-0.5
   s, the gateway's CPU per event lower in 5 of 5 (by 0.1-1.9 ms), first text p99 lower in
   5 of 5 (median 1,809 → 820 ms, in a slow hour). Over 120 s at 100/s: the collector's
@@ -119,13 +127,14 @@ change apart; these were measured that way:
   storage/queue.py): once a second per process, at its first claim, after its lease owner
   changed, and at once again after a look that took one over. The look (every running
   task against `pg_locks`) used to run whenever nothing was queued, which under load was
-  most claims. 6 pairs at 30 events/s on the AMD machine: Postgres CPU per event 11.77 →
-  10.16 ms, first text p99 median 276 → 167 ms (lower in 5 of 6 pairs); Postgres time per
+  most claims, and with 150 tasks running each look cost 0.5 ms of Postgres's time. 6
+  pairs at 30 events/s on the AMD machine: Postgres CPU per event 11.77 → 10.16 ms, first text p99 median 276 → 167 ms (lower in 5 of 6 pairs); Postgres time per
   claim 391 → 184 µs (pg_stat_statements).
 - At 100 events/s on the Intel machine: **a connection pool of our own**
   (`storage/pool.py`) instead of asyncpg's: a one-row
   query costs 19-21 µs of client CPU through it, 64-66 µs through asyncpg's pool (which
-  runs every release in a task of its own). 4 pairs: the gateway's CPU per event 8.03 →
+  runs every release in a task of its own; both on uvloop, eight tasks sharing eight
+  connections), and an answered event runs about a dozen statements. 4 pairs: the gateway's CPU per event 8.03 →
   7.50 ms, first text p99 median 254 → 140 ms. CPU per answered event in bench/cpu.py
   reads 10.8 ms (5.1× bare bolt) where the run before read 11.6 (6.5×).
 - **The fake model keeps its token rate.** It slept after every event it wrote, each sleep
@@ -134,6 +143,33 @@ change apart; these were measured that way:
   streams (`Pacer`): whole reply p50 1,365-1,388 ms. 8 pairs: the benchmark process
   3.38-3.59 → 3.04-3.16 ms of CPU per event, the gateway 8.1-8.6 → 7.7-8.1 (its streams
   end on time, so fewer of its reads come at the slow pace).
+- **Generic plans for our prepared statements** (`plan_cache_mode`, storage/database.py):
+  Postgres planned many of them again on every execution, 2.6 of its 10 ms of CPU per
+  answered event.
+
+Earlier, before these runs, as each change was measured when it was made (CHANGELOG.md
+says what changed):
+
+- 4 task workers per process (`THREADGATE_WORKERS`, now 16 by default) capped a gateway at
+  about 50 tasks/s against an instant model, and at 4 conversations at once with a real one.
+- httpx's own transport (httpcore, anyio, h11) was a third of the gateway's CPU per
+  answered event; model requests now go over aiohttp.
+- A task claim that looks at queued tasks first and at `pg_locks` once per statement:
+  Postgres's CPU per answered event 16-20 → about 10 ms at 50 events/s.
+- Statements per task (`bench.sql_count`, BEGIN/COMMIT included): 32.5 → 14.5 per
+  one-round task and 83.7 → 46.2 per delegating task (issue 16), then 14.3 → 11.45 per
+  one-round task (issue 11).
+- A model stream read at most every 50 ms: the first-text overhead at 50 events/s went
+  from p50 202 / p99 742 ms to p50 79 / p99 263 ms. Slowing to 250 ms once the reply
+  shows: a short streamed reply read in 6 reads instead of 13, the gateway's CPU per
+  streamed event at 100/s 9.18 → 8.79 ms (same run). Streamed OpenAI chunks validated into
+  TypedDicts: 5.7 → 3.2 µs each.
+- A finish's NOTIFY no longer waking its own process: claims per streamed task at 100/s
+  2.17 → 2.00.
+- The benchmark process on uvloop, collecting no garbage while a load is measured: a full
+  collection there had stopped the fakes for 100-160 ms mid-run, charged to the gateway
+  (ack p99 at 100/s 71 → 12 ms, most of it that). The fake model encoding its answer once,
+  not per request: that was a third of its CPU.
 
 Tried and not kept (same-run A/B pairs at 100/s): claiming the reply's outbox row when
 `final_reply` starts instead of when its first words are ready (p99 median 143 → 136 ms

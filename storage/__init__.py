@@ -21,7 +21,7 @@ from storage.database import Database
 from storage.delegations import PostgresDelegations
 from storage.embedded import start_embedded_postgres
 from storage.errors import DatabaseUnavailable, MigrationError, StorageError
-from storage.history import PostgresHistory
+from storage.history import DEFAULT_PINNED_MAX, PostgresHistory
 from storage.inspection import (
     TASK_STATES,
     InterventionRecord,
@@ -49,6 +49,7 @@ from storage.outbox import Claim, Outbox, Superseded
 from storage.pins import PinnedMessage, clear_pin, flag_pin, retain_pin, session_known
 from storage.pool import ConnectionPool
 from storage.queue import (
+    DEFAULT_LEASE_SECONDS,
     Intervention,
     InterventionRefused,
     PostgresTaskQueue,
@@ -63,6 +64,8 @@ from storage.tool_calls import PostgresToolCalls, StoredToolCall, tool_calls_of
 from storage.usage import PostgresUsageMeter, tokens_today
 
 __all__ = [
+    "DEFAULT_LEASE_SECONDS",
+    "DEFAULT_PINNED_MAX",
     "LIMIT_SCOPES",
     "SEEN_EVENTS_KEPT",
     "TASK_STATES",

@@ -196,7 +196,8 @@ ON CONFLICT DO NOTHING
 """
 
 
-# The gate alone, for the back-filling admission that stores the rest statement by statement.
+# The gate alone, for the back-filling admission that stores the rest statement by statement:
+# the same rows `_ADMIT` writes, which tests/storage/test_admission.py holds it to.
 _GATE_ONLY = (
     _GATE
     + """

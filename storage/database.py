@@ -50,8 +50,8 @@ def finished_by(owner: int) -> str:
 
 # Generic plans for every prepared statement: our statements are the same few dozen,
 # prepared once per pooled connection, and Postgres's default planned many of them again
-# on every execution (a custom plan each time the generic one looked no cheaper), about
-# a fifth of Postgres's CPU per answered event (BENCHMARKS.md). Their filters name states
+# on every execution (a custom plan each time the generic one looked no cheaper), a large
+# share of Postgres's CPU per answered event (BENCHMARKS.md). Their filters name states
 # literally, so a generic plan uses the same partial indexes a custom one would.
 _SESSION = {"plan_cache_mode": "force_generic_plan"}
 

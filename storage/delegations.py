@@ -40,6 +40,7 @@ from agent import (
 from storage.database import TASKS_CHANNEL, Database
 from storage.errors import translate_errors
 from storage.queue import (
+    DEFAULT_LEASE_SECONDS,
     TASK_CANDIDATE,
     TASK_LEASE,
     PostgresTaskQueue,
@@ -181,7 +182,7 @@ class PostgresDelegations:
         self,
         db: Database,
         *,
-        lease_seconds: float = 60.0,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._db = db

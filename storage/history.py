@@ -128,10 +128,14 @@ def citations_from_json(stored: str | None) -> tuple[Citation, ...]:
     )
 
 
+# Pinned messages kept in view per thread; the newest pins win (THREADGATE_PINNED_MAX).
+DEFAULT_PINNED_MAX = 10
+
+
 class PostgresHistory:
     """`agent.History` on Postgres."""
 
-    def __init__(self, db: Database, *, max_pinned: int = 10) -> None:
+    def __init__(self, db: Database, *, max_pinned: int = DEFAULT_PINNED_MAX) -> None:
         self._db = db
         self._max_pinned = max_pinned
 

@@ -1,13 +1,11 @@
 """The work connections to Postgres: asyncpg connections kept in a list, lent and taken back.
 
-Why not asyncpg's own `Pool`: a one-row query through it cost 64-66 µs of client CPU,
-through this pool 19-21 µs (both on uvloop, eight tasks sharing eight connections). There
-every release runs in a task of its own (`asyncio.shield`), every acquire goes through an
-`asyncio.Queue` and a proxy object wrapping the connection, and every release re-arms an
-inactivity timer. An answered event runs about a dozen statements: in bench/first_text.py
-at 100 events/s the gateway's CPU per event went 8.0 → 7.5 ms. Here an idle connection is
-popped from a list, and a returned one is appended to it or handed straight to the task
-that waited longest.
+Why not asyncpg's own `Pool`: a statement through it costs several times the client
+CPU it costs through this one (BENCHMARKS.md), and every answered event runs many.
+There every release runs in a task of its own (`asyncio.shield`), every acquire goes
+through an `asyncio.Queue` and a proxy object wrapping the connection, and every release
+re-arms an inactivity timer. Here an idle connection is popped from a list, and a returned
+one is appended to it or handed straight to the task that waited longest.
 
 What this keeps from asyncpg's pool, because our code relies on it:
 

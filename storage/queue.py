@@ -45,8 +45,8 @@ from storage.migrations import Connection
 # wake-up was lost) runs only when the caller asks for it (`{recover}`: the look is due,
 # `RecoveryLooks` below), and reads pg_locks once for the statement. It used to run also
 # whenever nothing was queued: that was most claims under load (the look a worker takes
-# after each finish, the idle workers' polls), and with 150 tasks running each such look
-# cost 0.5 ms of Postgres's time, scanning them all (bench/first_text.py). Both arms lock
+# after each finish, the idle workers' polls), and each such look scans every running task
+# (BENCHMARKS.md has what it cost). Both arms lock
 # their row with SKIP LOCKED, so workers and replicas never wait on each other; the
 # recovery arm wins when both found one, and says so (`recovered`).
 #
@@ -109,6 +109,9 @@ _CLAIM = (
 # long (plus a free worker, and a claim: workers claim when woken and when their poll
 # times out) to be taken over.
 RECOVERY_SECONDS = 1.0
+# How long a claimed task or subtask stays its worker's without a heartbeat
+# (THREADGATE_LEASE_SECONDS).
+DEFAULT_LEASE_SECONDS = 60.0
 
 
 class RecoveryLooks:
@@ -200,7 +203,7 @@ class PostgresTaskQueue:
         self,
         db: Database,
         *,
-        lease_seconds: float = 60.0,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
         poll_seconds: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:

@@ -1,7 +1,8 @@
 """The documents in the repository say true things about it.
 
 docs/ARCHITECTURE.md names, for each invariant, the tests that prove it, and the modules
-to read first; a rename that leaves the map pointing at nothing fails here. Nothing in
+to read first; a rename that leaves the map pointing at nothing fails here. README.md's
+configuration table lists every setting with the default `Settings` has. Nothing in
 the repository may point outside it (a clone has nothing beside it).
 """
 
@@ -12,10 +13,19 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
+from gateway.process.config import Settings
+
 ROOT = Path(__file__).resolve().parent.parent
 ARCHITECTURE = ROOT / "docs" / "ARCHITECTURE.md"
 _PATH = re.compile(r"`((?:agent|gateway|storage|tests|bench)/[\w/]+\.py)(?:::(\w+))?`")
 _TEST = re.compile(r"`::(\w+)`")
+# A value as the README's configuration table writes one: `code`, a number (1,800 or 1.5),
+# or a truth value; and the three ways a row states a default: "default V", "V (default",
+# "V by default".
+_VALUE = r"`[^`]*`|\d+(?:,\d{3})*(?:\.\d+)?|true|false"
+_DEFAULT = re.compile(rf"\bdefault ({_VALUE})|({_VALUE}) \(default\b|({_VALUE}) by default")
 
 
 def _test_names(path: Path) -> set[str]:
@@ -67,3 +77,61 @@ def test_nothing_in_the_repository_points_outside_it() -> None:
         and re.search(r"\.\./shared|DESIGN\.md", (ROOT / name).read_text())
     ]
     assert outside == []
+
+
+def configuration_rows() -> dict[str, list[str]]:
+    """README.md's configuration table: each row's variables, mapped to the defaults the
+    row states, in the order it states them."""
+    text = (ROOT / "README.md").read_text()
+    lines = text.split("## Configuration", 1)[1].split("| variable | meaning |", 1)[1]
+    rows: dict[str, list[str]] = {}
+    for line in lines.splitlines()[2:]:  # after the header's rule
+        if not line.startswith("| `"):
+            break  # the table ends
+        cell, meaning = line.split(" | ", 1)
+        rows[cell] = ["".join(m.groups("")).strip("`") for m in _DEFAULT.finditer(meaning)]
+    return rows
+
+
+def _variables(cell: str) -> list[str]:
+    return re.findall(r"`([A-Z][A-Z0-9_]*)`", cell)
+
+
+def _has_default(name: str) -> bool:
+    """Whether a setting has a value when unset (None and empty mean it is off or absent)."""
+    default = Settings.model_fields[name.lower()].default
+    return default is not None and default != ""
+
+
+def _same(stated: str, default: object) -> bool:
+    if isinstance(default, bool):
+        return stated == str(default).lower()
+    if isinstance(default, int | float):
+        return float(stated.replace(",", "")) == default
+    if isinstance(default, Path):
+        return Path(stated) == default
+    return stated == default
+
+
+def test_every_setting_is_in_the_readme_and_nothing_else() -> None:
+    """Each variable Settings reads has a row in README.md's configuration table, and each
+    variable the table names is a setting."""
+    listed = [v for cell in configuration_rows() for v in _variables(cell)]
+    settings = [name.upper() for name in Settings.model_fields]
+    assert sorted(set(settings) - set(listed)) == []
+    assert sorted(set(listed) - set(settings)) == []
+
+
+@pytest.mark.parametrize("cell", list(configuration_rows()), ids=lambda cell: _variables(cell)[0])
+def test_the_readme_states_each_default_settings_has(cell: str) -> None:
+    """A row states one default per variable that has one, in the variables' order, each
+    equal to the settings field's default; a variable unset by default states none."""
+    defaults = [
+        (name, Settings.model_fields[name.lower()].default)
+        for name in _variables(cell)
+        if _has_default(name)
+    ]
+    stated = configuration_rows()[cell]
+    assert len(stated) == len(defaults), f"{cell} states {stated}, expected {defaults}"
+    wrong = [(n, s, d) for (n, d), s in zip(defaults, stated, strict=True) if not _same(s, d)]
+    assert wrong == []

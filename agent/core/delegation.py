@@ -28,6 +28,8 @@ from typing import Any, Literal, Protocol, TypeAlias
 from agent.core.ports import AnswerOrigin, PromptEpoch, StoredMessage, Task, TaskQueue
 
 _TITLE_CHARS = 80
+# A subtask's time limit unless the gateway says otherwise (THREADGATE_SUBTASK_TIMEOUT_SECONDS).
+DEFAULT_SUBTASK_TIMEOUT_SECONDS = 300.0
 
 SubtaskState: TypeAlias = Literal["done", "failed", "timed_out"]
 
@@ -76,7 +78,7 @@ class Subtask:
     index: int
     request: SubtaskRequest
     attempts: int = 1
-    timeout_seconds: float = 300.0
+    timeout_seconds: float = DEFAULT_SUBTASK_TIMEOUT_SECONDS
 
     @property
     def id(self) -> str:

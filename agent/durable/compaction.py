@@ -70,14 +70,19 @@ class TextAsker(Protocol):
     ) -> Awaitable[str]: ...
 
 
+# The history budget: the characters of a thread the model sees in a round (the runner's
+# window), and so the dropped characters one summary request reads.
+DEFAULT_HISTORY_CHARS = 24_000
+
+
 @dataclass(frozen=True, slots=True)
 class CompactionSettings:
-    max_chars: int = 24_000  # dropped messages per summary request (the history budget)
+    max_chars: int = DEFAULT_HISTORY_CHARS  # dropped messages per summary request
     max_messages: int = 200  # and their count
     summary_chars: int = 4_000  # the longest summary kept
     # What a compaction leaves in view: the newest turns within this many characters, so
     # the next one comes only once that much more has been said (not at every message).
-    keep_chars: int = 12_000
+    keep_chars: int = DEFAULT_HISTORY_CHARS // 2
     timeout_seconds: float = 120.0
 
 

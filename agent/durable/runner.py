@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from agent.core.delegation import (
+    DEFAULT_SUBTASK_TIMEOUT_SECONDS,
     Delegation,
     DelegationStore,
     RoundInput,
@@ -82,7 +83,7 @@ from agent.core.ports import (
     Window,
 )
 from agent.durable.background import stop_task
-from agent.durable.compaction import Compaction
+from agent.durable.compaction import DEFAULT_HISTORY_CHARS, Compaction
 from agent.durable.notices import DEFAULT_NOTICES, FailureKind, FailureNotices
 from agent.rounds.control import Decision, Reply
 from agent.rounds.tools import Clock, utc_now
@@ -136,12 +137,13 @@ class _Unobserved:
 
 @dataclass(frozen=True, slots=True)
 class RunnerSettings:
-    workers: int = 4
+    # Workers mostly wait (on the model, on Slack), so many are cheap.
+    workers: int = 16
     heartbeat_seconds: float = 10.0
-    history_chars: int = 24_000
+    history_chars: int = DEFAULT_HISTORY_CHARS
     history_messages: int = 100
     max_rounds: int = 4
-    subtask_timeout_seconds: float = 300.0
+    subtask_timeout_seconds: float = DEFAULT_SUBTASK_TIMEOUT_SECONDS
     max_attempts: int = 5
     retry_base_seconds: float = 2.0
     retry_max_seconds: float = 300.0

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 DEFAULT_MAX_SUBTASKS = 4
+DEFAULT_MAX_OUTPUT_TOKENS = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,7 +20,7 @@ class RoundSettings:
     max_repairs: int = 3
     max_steps: int = 8
     max_subtasks: int = DEFAULT_MAX_SUBTASKS
-    max_output_tokens: int | None = 4096
+    max_output_tokens: int | None = DEFAULT_MAX_OUTPUT_TOKENS
     temperature: float | None = None
     tool_timeout_seconds: float = 30.0
     tool_output_chars: int = 20_000

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-from dataclasses import dataclass
 from urllib.parse import urljoin, urlsplit
 
 import httpx
@@ -56,14 +55,6 @@ TOO_LARGE = "too large"
 DOWNLOAD_FAILED = "download failed"
 OUT_OF_TIME = "not downloaded in time"
 NOT_FROM_SLACK = "not stored in Slack"
-
-
-@dataclass(frozen=True, slots=True)
-class FileLimits:
-    """What the gateway reads of a file: at most `max_bytes`, of these kinds."""
-
-    max_bytes: int = 10_000_000
-    kinds: frozenset[str] = frozenset({"image", "text", "pdf"})
 
 
 class FileDownloader:

@@ -84,10 +84,10 @@ class ThreadSource(Protocol):
 class Policy:
     """Which messages are ours. Empty allowlists allow everyone."""
 
+    continue_threads: bool
+    backfill_messages: int
     allowed_channels: frozenset[str] = frozenset()
     allowed_users: frozenset[str] = frozenset()
-    continue_threads: bool = True
-    backfill_messages: int = 50
 
     def allows(self, inbound: InboundTurn) -> bool:
         if self.allowed_users and inbound.user not in self.allowed_users:
@@ -110,8 +110,8 @@ class Gatekeeper:
         users: NameDirectory,
         *,
         threads: ThreadSource | None = None,
-        policy: Policy = Policy(),
-        lookup_budget_seconds: float = 1.5,
+        policy: Policy,
+        lookup_budget_seconds: float,
         limits: Limits = UNLIMITED,
         on_limited: Callable[[LimitScope], None] | None = None,
         files: FileReader | None = None,

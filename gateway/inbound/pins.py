@@ -126,8 +126,8 @@ class Pins:
         db: Database,
         users: NameDirectory,
         *,
-        max_pinned: int = 10,
-        lookup_budget_seconds: float = 1.5,
+        max_pinned: int,
+        lookup_budget_seconds: float,
     ) -> None:
         self._db = db
         self._users = users

@@ -37,7 +37,7 @@ Revision: TypeAlias = Outcome | Literal["edited", "deleted"]
 
 class Revisions:
     def __init__(
-        self, db: Database, gatekeeper: Gatekeeper, *, lookup_budget_seconds: float = 1.5
+        self, db: Database, gatekeeper: Gatekeeper, *, lookup_budget_seconds: float
     ) -> None:
         self._db = db
         self._gatekeeper = gatekeeper

@@ -113,7 +113,7 @@ async def start_socket_mode(
     metrics: Metrics | None = None,
     ping_interval: float = 10,
     grace_seconds: float = 5,
-    connect_timeout: float = 30,
+    connect_timeout: float,
 ) -> SocketModeConnection:
     """Connect to Slack with `app_token` (`apps.connections.open` goes to `api_url`) and feed
     every envelope to `bolt`. A token Slack refuses, or a connection that has not said

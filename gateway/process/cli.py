@@ -58,7 +58,8 @@ def parser() -> argparse.ArgumentParser:
         "serve", help="serve Slack events (HTTP, or Socket Mode with SLACK_APP_TOKEN)"
     )
     serve.add_argument("--host", default="0.0.0.0", help="interface to listen on (default 0.0.0.0)")
-    serve.add_argument("--port", type=int, default=None, help="port (default: PORT, else 3000)")
+    port = Settings.model_fields["port"].default
+    serve.add_argument("--port", type=int, default=None, help=f"port (default: PORT, else {port})")
     serve.add_argument(
         "--role",
         choices=ROLES,

@@ -26,13 +26,17 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from agent import (
     DEFAULT_GATEWAY_HEADER,
+    DEFAULT_MAX_OUTPUT_TOKENS,
     DEFAULT_MODEL_TIMEOUT,
+    DEFAULT_ROUND,
+    DEFAULT_RUNNER,
     VENDORS,
     ConfigError,
     McpConfig,
+    RetryPolicy,
     load_mcp_config,
 )
-from storage import is_token_key
+from storage import DEFAULT_LEASE_SECONDS, DEFAULT_PINNED_MAX, is_token_key
 
 # The kinds of files THREADGATE_FILE_TYPES may name (gateway/inbound/file_contents.py reads them).
 FILE_KINDS = ("image", "text", "pdf")
@@ -85,11 +89,10 @@ class Settings(BaseSettings):
     # Metrics name models, Slack error codes and queue depth: not for the events port,
     # which faces the internet. Loopback by default; a container sets 0.0.0.0:9090.
     threadgate_metrics_address: str = DEFAULT_METRICS_ADDRESS
-    # Workers mostly wait (on the model, on Slack), so many are cheap; 4 capped a gateway
-    # at ~50 tasks/s against an instant model, and at 4 conversations with a real one.
-    threadgate_workers: Annotated[int, Field(ge=1, le=256)] = 16
-    threadgate_lease_seconds: Annotated[float, Field(gt=0)] = 60.0
-    threadgate_history_chars: Annotated[int, Field(ge=1000)] = 24_000
+    # The agent's and storage's own defaults, so each is written once (their modules say why).
+    threadgate_workers: Annotated[int, Field(ge=1, le=256)] = DEFAULT_RUNNER.workers
+    threadgate_lease_seconds: Annotated[float, Field(gt=0)] = DEFAULT_LEASE_SECONDS
+    threadgate_history_chars: Annotated[int, Field(ge=1000)] = DEFAULT_RUNNER.history_chars
     threadgate_log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
     threadgate_log_format: Literal["text", "json"] = "text"
     threadgate_event_loop: Literal["auto", "uvloop", "asyncio"] = "auto"
@@ -99,19 +102,31 @@ class Settings(BaseSettings):
     threadgate_backfill_messages: Annotated[int, Field(ge=0, le=1000)] = 50
     # Everything before the ack must fit well inside Slack's 3 s, admission included.
     threadgate_lookup_budget_seconds: Annotated[float, Field(gt=0, le=2.5)] = 1.5
-    threadgate_max_rounds: Annotated[int, Field(ge=1, le=20)] = 4
-    threadgate_subtask_timeout_seconds: Annotated[float, Field(gt=0)] = 300.0
+    threadgate_max_rounds: Annotated[int, Field(ge=1, le=20)] = DEFAULT_RUNNER.max_rounds
+    threadgate_subtask_timeout_seconds: Annotated[float, Field(gt=0)] = (
+        DEFAULT_RUNNER.subtask_timeout_seconds
+    )
     # Unset: a notice per kind of failure (agent.FailureNotices); set: this text for all.
     threadgate_failure_notice: str | None = None
     threadgate_alert_webhook_url: SecretStr | None = None
     threadgate_model_timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = DEFAULT_MODEL_TIMEOUT
-    threadgate_model_attempts: Annotated[int, Field(ge=1, le=10)] = 3
-    threadgate_max_output_tokens: Annotated[int, Field(ge=64, le=200_000)] = 4096
-    threadgate_max_deferrals: Annotated[int, Field(ge=1, le=1000)] = 10
-    threadgate_max_deferral_seconds: Annotated[float, Field(gt=0, le=7 * 24 * 3600)] = 1800.0
-    threadgate_task_timeout_seconds: Annotated[float, Field(gt=0, le=24 * 3600)] = 900.0
-    threadgate_tool_timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = 30.0
-    threadgate_tool_output_chars: Annotated[int, Field(ge=100, le=1_000_000)] = 20_000
+    threadgate_model_attempts: Annotated[int, Field(ge=1, le=10)] = RetryPolicy().attempts_per_slot
+    threadgate_max_output_tokens: Annotated[int, Field(ge=64, le=200_000)] = (
+        DEFAULT_MAX_OUTPUT_TOKENS
+    )
+    threadgate_max_deferrals: Annotated[int, Field(ge=1, le=1000)] = DEFAULT_RUNNER.max_deferrals
+    threadgate_max_deferral_seconds: Annotated[float, Field(gt=0, le=7 * 24 * 3600)] = (
+        DEFAULT_RUNNER.max_deferral_seconds
+    )
+    threadgate_task_timeout_seconds: Annotated[float, Field(gt=0, le=24 * 3600)] = (
+        DEFAULT_RUNNER.task_timeout_seconds
+    )
+    threadgate_tool_timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = (
+        DEFAULT_ROUND.tool_timeout_seconds
+    )
+    threadgate_tool_output_chars: Annotated[int, Field(ge=100, le=1_000_000)] = (
+        DEFAULT_ROUND.tool_output_chars
+    )
     threadgate_status_refresh_seconds: Annotated[float, Field(gt=0, le=110)] = 90.0
     threadgate_streaming: bool = True
     threadgate_stream_interval_seconds: Annotated[float, Field(ge=0.05, le=30)] = 1.0
@@ -136,7 +151,7 @@ class Settings(BaseSettings):
     threadgate_mcp_config: Path | None = None
     # Files on messages (gateway/inbound/files.py): the most read of one file, and which kinds.
     threadgate_file_max_bytes: Annotated[int, Field(ge=1, le=100_000_000)] = 10_000_000
-    threadgate_file_types: str = "image,text,pdf"
+    threadgate_file_types: str = ",".join(FILE_KINDS)
     # Which parts `serve` runs (issue 16): `ingress` verifies, admits and acks Slack's events;
     # `worker` answers the queued tasks; `all` both, in one process. `--role` wins over it.
     threadgate_role: Role = "all"
@@ -161,7 +176,7 @@ class Settings(BaseSettings):
     # messages kept per thread (the newest pins win), and summaries of what outgrows the
     # window instead of dropping it.
     threadgate_instructions: Annotated[str, Field(max_length=20_000)] = ""
-    threadgate_pinned_max: Annotated[int, Field(ge=0, le=100)] = 10
+    threadgate_pinned_max: Annotated[int, Field(ge=0, le=100)] = DEFAULT_PINNED_MAX
     threadgate_compaction: bool = True
     # Days conversations and finished tasks are kept (0: forever), and how often the
     # retention job runs (storage/retention.py).

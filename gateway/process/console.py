@@ -27,7 +27,7 @@ from typing import TextIO
 
 from agent import Citation, ModelError, Step, Task, default_registries
 from gateway.delivery.alerts import headline, what_to_check
-from gateway.inbound.gatekeeper import Gatekeeper
+from gateway.inbound.gatekeeper import Gatekeeper, Policy
 from gateway.process.config import Settings
 from gateway.process.service import build_runner, database_dsn, open_models, start_mcp
 from gateway.slack.events import InboundTurn
@@ -194,7 +194,17 @@ async def run_console(settings: Settings) -> int:
         )
         runner.start()
         stack.push_async_callback(runner.stop)
-        await chat(Gatekeeper(db, LocalNames(USER, local_name())), publisher)
+        gatekeeper = Gatekeeper(
+            db,
+            LocalNames(USER, local_name()),
+            # Everyone at the terminal may talk; there is no thread to read back.
+            policy=Policy(
+                continue_threads=settings.threadgate_continue_threads,
+                backfill_messages=settings.threadgate_backfill_messages,
+            ),
+            lookup_budget_seconds=settings.threadgate_lookup_budget_seconds,
+        )
+        await chat(gatekeeper, publisher)
     return 0
 
 

@@ -1,12 +1,10 @@
 """Which event loop a `threadgate` command runs on: uvloop where it is installed.
 
-Why: at 100 events/s one gateway process is most of a core busy, and every await in a
+Why: under load one gateway process keeps most of a core busy, and every await in a
 task's path to its first words waits behind everything else the loop has to do. uvloop
 (libuv, by asyncpg's authors; aiohttp and asyncpg are built to run on it) does the
-loop's own work — sockets, timers, callbacks, about a third of the gateway's CPU in the
-profile — in C. Same run, same code, 100 events/s (bench/first_text.py): gateway CPU per
-event 8.74 → 8.26 ms; first text past the model's first token p50 104 → 79 ms, p95 312 →
-181 ms, p99 436 → 250 ms.
+loop's own work — sockets, timers, callbacks, a large share of the gateway's CPU — in C,
+which lowers both the CPU per event and the time to the first words (BENCHMARKS.md).
 
 `THREADGATE_EVENT_LOOP`: `auto` (the default) is uvloop when it is installed and asyncio's
 own loop otherwise (uvloop is not built for Windows, so it is not installed there);

@@ -705,29 +705,18 @@ def tune_garbage_collector() -> None:
     """Freeze the heap start-up made, and collect the young generation less often.
 
     Everything imported and built at start-up (the libraries' modules, pydantic's schemas,
-    bolt, the MCP SDK: about 140,000 objects) lives as long as the process, yet every full
-    collection walked all of it again, with the event loop stopped: 63-100 ms every few
-    seconds at 100 events/s, against 33-53 ms frozen, and every event in flight waits
-    that long (bench/first_text.py). `gc.freeze` moves them where collections do not
-    look; what is made later is collected as before.
+    bolt, the MCP SDK) lives as long as the process, yet every full collection walked all
+    of it again, with the event loop stopped, and every event in flight waited that long.
+    `gc.freeze` moves them where collections do not look; what is made later is collected
+    as before.
 
-    Frozen, full collections still came every 3-4 s at 100 events/s and stopped the loop
-    for 25-110 ms each. What filled the old generation was the work in flight: a reply
-    lives about 1.5 s, and at Python's thresholds (a young collection every 700 new
-    objects, about 60 a second here) its objects had outlived two collections, and been
-    moved to the old generation, within a fifth of a second. Collecting the young
-    generation every 10,000 objects, and the middle one every 20 of those, lets a reply's
-    objects die young: in a 10 s run at 100 events/s (and its warm-up), 32-36 young
-    collections, one middle one and no full one after start-up, against 600-720, 54-65
-    and 4-5. Garbage the reference counts do not free (cycles) waits longer, a few hundred
-    milliseconds in the young generation instead of twenty.
-
-    In 5 same-run pairs at 100 events/s the collector's time fell from 1.0-1.4 s to
-    0.3-0.5 s, the gateway's CPU per event by 0.1-1.9 ms, and the first words' p99 was
-    lower in all 5 (median 1,809 → 820 ms, on a machine near its capacity). Over 120 s at
-    100 events/s: 16.5 s of the collector's time against 5.2 s, no full collection against
-    46 of 44-114 ms, and the process's memory 183 MB at the end against 145 MB, the price
-    of garbage that waits longer.
+    Frozen, full collections still came often under load. What filled the old generation
+    was the work in flight: at Python's thresholds a reply's objects outlived two young
+    collections, and moved to the old generation, long before the reply was done.
+    Collecting the young generation every 10,000 objects, and the middle one every 20 of
+    those, lets a reply's objects die young, so a full collection becomes rare. The price:
+    garbage the reference counts do not free (cycles) waits longer, and the process holds
+    more memory. BENCHMARKS.md has the measurements.
     """
     gc.collect()
     gc.freeze()

@@ -91,7 +91,7 @@ class MeteredWebClient(AsyncWebClient):
         metrics: Metrics | None = None,
         on_token_refused: TokenRefused | None = None,
         supervisor: Supervisor | None = None,
-        call_timeout: float = 30.0,
+        call_timeout: float,
         workspace: str | None = None,
         **kwargs: Any,
     ) -> None:
@@ -153,7 +153,7 @@ def slack_client(
     token: str | None,
     base_url: str,
     *,
-    timeout: float = 15,
+    timeout: float,
     metrics: Metrics | None = None,
     on_token_refused: TokenRefused | None = None,
     supervisor: Supervisor | None = None,

@@ -39,7 +39,7 @@ def app_manifest(
     *,
     socket_mode: bool,
     request_url: str = PLACEHOLDER_URL,
-    continue_threads: bool = True,
+    continue_threads: bool,
     oauth: bool = False,
     redirect_url: str | None = None,
 ) -> dict[str, Any]:
@@ -93,7 +93,7 @@ def render_manifest(
     *,
     socket_mode: bool,
     request_url: str = PLACEHOLDER_URL,
-    continue_threads: bool = True,
+    continue_threads: bool,
     oauth: bool = False,
     redirect_url: str | None = None,
 ) -> str:

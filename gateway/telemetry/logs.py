@@ -129,7 +129,7 @@ class JSONFormatter(logging.Formatter):
 
 
 def log_handler(
-    style: str = "text", *, secrets: Iterable[str] = (), stream: TextIO | None = None
+    style: str, *, secrets: Iterable[str] = (), stream: TextIO | None = None
 ) -> logging.Handler:
     """The one handler: secrets redacted, bound fields added, one line per record."""
     handler = logging.StreamHandler(sys.stderr if stream is None else stream)
@@ -142,7 +142,7 @@ def log_handler(
     return handler
 
 
-def configure_logging(level: str, style: str = "text", *, secrets: Iterable[str] = ()) -> None:
+def configure_logging(level: str, style: str, *, secrets: Iterable[str] = ()) -> None:
     """Send every record to stderr through `log_handler`; `secrets` are the values to redact."""
     handler = log_handler(style, secrets=secrets)
     root = logging.getLogger()

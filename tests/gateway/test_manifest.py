@@ -146,7 +146,7 @@ def answered(payload: dict[str, Any], *, continue_threads: bool) -> bool:
     if pin_change(event_callback(payload)) is not None:
         return True
     turn = inbound_turn(event_callback(payload))
-    policy = Policy(continue_threads=continue_threads)
+    policy = Policy(continue_threads=continue_threads, backfill_messages=50)
     return turn is not None and policy.allows(turn) and policy.addressed(turn, known=True)
 
 
@@ -213,8 +213,8 @@ def test_every_subscription_brings_a_feature(continue_threads: bool) -> None:
 @pytest.mark.parametrize("socket_mode", [False, True])
 def test_rendered_yaml_parses_to_the_manifest(socket_mode: bool) -> None:
     """The hand-written YAML parses back to exactly the manifest data."""
-    text = render_manifest(socket_mode=socket_mode)
-    assert yaml.safe_load(text) == app_manifest(socket_mode=socket_mode)
+    text = render_manifest(socket_mode=socket_mode, continue_threads=True)
+    assert yaml.safe_load(text) == app_manifest(socket_mode=socket_mode, continue_threads=True)
 
 
 @pytest.mark.parametrize("continue_threads", SETTINGS)
@@ -248,11 +248,15 @@ def test_events_url_adds_the_events_path_to_a_bare_host() -> None:
 async def test_manifest_command_prints_the_manifest_for_each_mode(tmp_path: Path) -> None:
     """`threadgate manifest`, `--socket` and `--http URL` print the matching YAML."""
     cases = [
-        ([], render_manifest(socket_mode=False)),
-        (["--socket"], render_manifest(socket_mode=True)),
+        ([], render_manifest(socket_mode=False, continue_threads=True)),
+        (["--socket"], render_manifest(socket_mode=True, continue_threads=True)),
         (
             ["--http", "https://bot.example.org"],
-            render_manifest(socket_mode=False, request_url="https://bot.example.org/slack/events"),
+            render_manifest(
+                socket_mode=False,
+                request_url="https://bot.example.org/slack/events",
+                continue_threads=True,
+            ),
         ),
     ]
     for flags, expected in cases:
@@ -266,7 +270,7 @@ async def test_manifest_command_follows_continue_threads(tmp_path: Path) -> None
     env = {"THREADGATE_CONTINUE_THREADS": "false"}
     status, out, _ = await run_cli_output(["manifest", "--socket"], env, tmp_path)
     assert status == 0 and out == render_manifest(socket_mode=True, continue_threads=False)
-    quiet, default = yaml.safe_load(out), app_manifest(socket_mode=True)
+    quiet, default = yaml.safe_load(out), app_manifest(socket_mode=True, continue_threads=True)
     assert "message.channels" not in quiet["settings"]["event_subscriptions"]["bot_events"]
     assert "message.channels" in default["settings"]["event_subscriptions"]["bot_events"]
     assert "mpim:history" in default["oauth_config"]["scopes"]["bot"]
@@ -283,16 +287,18 @@ def test_many_workspaces_add_the_redirect_url_uninstall_events_and_org_installs(
     """With OAuth the manifest lists the redirect URL, subscribes to app_uninstalled and
     tokens_revoked, and allows org-wide installs; without it, none of these."""
     url = "https://threadgate.example.com/slack/oauth_redirect"
-    many = app_manifest(socket_mode=False, oauth=True, redirect_url=url)
+    many = app_manifest(socket_mode=False, oauth=True, redirect_url=url, continue_threads=True)
     assert many["oauth_config"]["redirect_urls"] == [url]
     events = many["settings"]["event_subscriptions"]["bot_events"]
     assert {"app_uninstalled", "tokens_revoked"} <= set(events)
     assert many["settings"]["org_deploy_enabled"] is True
-    one = app_manifest(socket_mode=False)
+    one = app_manifest(socket_mode=False, continue_threads=True)
     assert "redirect_urls" not in one["oauth_config"]
     assert not {"app_uninstalled", "tokens_revoked"} & set(
         one["settings"]["event_subscriptions"]["bot_events"]
     )
     assert one["settings"]["org_deploy_enabled"] is False
-    rendered = yaml.safe_load(render_manifest(socket_mode=True, oauth=True, redirect_url=url))
+    rendered = yaml.safe_load(
+        render_manifest(socket_mode=True, oauth=True, redirect_url=url, continue_threads=True)
+    )
     assert rendered["oauth_config"]["redirect_urls"] == [url]

@@ -209,9 +209,13 @@ async def test_refused_app_token_is_a_config_error() -> None:
         client = AsyncWebClient(token=BOT_TOKEN, base_url=slack.url)
         bolt = AsyncApp(client=client, request_verification_enabled=False)
         with pytest.raises(ConfigError, match="SLACK_APP_TOKEN was refused by Slack"):
-            await start_socket_mode(bolt, app_token="xapp-wrong", api_url=slack.url)
+            await start_socket_mode(
+                bolt, app_token="xapp-wrong", api_url=slack.url, connect_timeout=30
+            )
         with pytest.raises(ConfigError, match="not_allowed_token_type"):
-            await start_socket_mode(bolt, app_token=BOT_TOKEN, api_url=slack.url)
+            await start_socket_mode(
+                bolt, app_token=BOT_TOKEN, api_url=slack.url, connect_timeout=30
+            )
 
 
 async def test_readyz_follows_the_connection_down_and_back_up(rig: Rig) -> None:
@@ -360,7 +364,7 @@ async def bare_socket_mode(
             seen.append(body)
 
         connection = await start_socket_mode(
-            bolt, app_token=APP_TOKEN, api_url=slack.url, ping_interval=1
+            bolt, app_token=APP_TOKEN, api_url=slack.url, ping_interval=1, connect_timeout=30
         )
         try:
             yield sockets, seen

@@ -31,7 +31,7 @@ async def test_a_task_counts_its_reply_as_shown_once_its_stream_starts(fresh_dsn
         assert await admit(db, Admission(None, task_id, task_id, address, "<@UBOT> pace"))
         task = await PostgresTaskQueue(db).claim()
         assert task is not None
-        client = slack_client(BOT_TOKEN, slack.url)
+        client = slack_client(BOT_TOKEN, slack.url, timeout=15)
         outbox = Outbox(db, call_seconds=5.0, settle_seconds=0.2)
         publisher = SlackPublisher(client, outbox, streams=StreamSettings())
         assert current_shown() is None

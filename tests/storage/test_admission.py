@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime
+from collections.abc import AsyncIterator
+from typing import Any
 
-from storage.admission import Admission, EarlierMessage, admit
+import pytest
+
+from agent import Image
+from storage.admission import Admission, EarlierMessage, Limits, admit
 from storage.database import Database
+from tests.pg import create_database
 
 
 def admission(event_id: str | None, ts: str, text: str = "hello") -> Admission:
@@ -50,3 +57,84 @@ async def test_earlier_thread_messages_are_stored_before_the_turn(db: Database) 
         "SELECT text FROM messages WHERE session_id = $1 ORDER BY seq", a.session_id
     )
     assert [r["text"] for r in rows] == ["first", "second", "summarize"]
+
+
+# What admission writes, table by table; the back-filled messages are left out, since
+# only the back-filling admission has them.
+_WRITTEN = {
+    "seen_events": "SELECT * FROM seen_events",
+    "sessions": "SELECT * FROM sessions",
+    "tasks": "SELECT * FROM tasks",
+    "messages": "SELECT m.*, a.id AS anchor_id FROM messages m"
+    " JOIN messages a ON a.seq = m.anchor WHERE m.id NOT LIKE 'slack:%'",
+    "message_attachments": "SELECT * FROM message_attachments WHERE message_id NOT LIKE 'slack:%'",
+    "admission_counts": "SELECT * FROM admission_counts",
+    "limit_notices": "SELECT * FROM limit_notices",
+}
+
+
+async def written_rows(db: Database) -> dict[str, list[dict[str, Any]]]:
+    """Every row admission wrote, without what differs by when (times) or by how many
+    messages came before (sequence numbers; a message's anchor is named by its id)."""
+    rows: dict[str, list[dict[str, Any]]] = {}
+    for table, query in _WRITTEN.items():
+        found = [
+            {
+                k: v
+                for k, v in dict(r).items()
+                if k not in ("seq", "anchor") and not isinstance(v, datetime.date)
+            }
+            for r in await db.pool.fetch(query)
+        ]
+        rows[table] = sorted(found, key=repr)
+    return rows
+
+
+@pytest.fixture
+async def twins(postgres_dsn: str, request: pytest.FixtureRequest) -> AsyncIterator[list[Database]]:
+    """Two migrated databases of this test's own."""
+    async with (
+        Database(await create_database(postgres_dsn, f"{request.node.name}_1")) as one,
+        Database(await create_database(postgres_dsn, f"{request.node.name}_2")) as two,
+    ):
+        await one.migrate()
+        await two.migrate()
+        yield [one, two]
+
+
+async def test_the_back_filling_admission_writes_what_the_one_statement_writes(
+    twins: list[Database],
+) -> None:
+    """Admitted with back-filled messages (statement by statement) or without (one
+    statement), the same messages give the same outcomes and the same rows: turns,
+    pictures, tasks, deliveries, counters and the limit notice."""
+    rule = Limits(user_messages_per_hour=2, notices={"user": "user notice"})
+    picture = (Image("image/png", b"png bytes", "a.png"),)
+    script = [
+        ("Ev1", "1.1", picture),  # admitted, with a picture
+        ("Ev1", "1.1", picture),  # the same delivery again: nothing
+        ("Ev1b", "1.1", ()),  # the other event for the same message: nothing
+        ("Ev2", "1.2", ()),  # admitted: the user's second message this hour
+        ("Ev3", "1.3", picture),  # over the limit, the first: the notice task
+        ("Ev4", "1.4", ()),  # over the limit again: nothing
+        (None, "1.5", ()),  # no event id, still over the limit: nothing
+    ]
+    fast, backfilled = twins
+    for event_id, ts, images in script:
+        a = Admission(
+            event_id=event_id,
+            task_id=f"T1:C1:{ts}",
+            session_id=f"T1:C1:{ts}",
+            address={"channel": "C1", "thread_ts": ts},
+            turn_text=f"turn {ts}",
+            user="T1:U1",
+            channel="T1:C1",
+            images=images,
+        )
+        earlier = (EarlierMessage(f"slack:C1:{ts}:0", "before", picture),)
+        one = await admit(fast, a, rule)
+        other = await admit(backfilled, dataclasses.replace(a, earlier=earlier), rule)
+        assert (one, one.limited, one.noticed) == (other, other.limited, other.noticed)
+    rows = await written_rows(fast)
+    assert len(rows["tasks"]) == 3 and rows["limit_notices"] != []  # every outcome came
+    assert rows == await written_rows(backfilled)

@@ -1,8 +1,8 @@
 """The provider object: one `httpx.AsyncClient` and the credentials that go with it.
 
 The client's transport is the caller's (`ProviderSettings.transport`), httpx's own when
-none is given: the gateway passes one over aiohttp (`agent/models/providers/transport.py`, httpx's
-own cost a third of its CPU), and httpx stays the API the wire formats and `classify` are
+none is given: the gateway passes one over aiohttp (`agent/models/providers/transport.py`; httpx's
+own was a large share of the gateway's CPU), and httpx stays the API the wire formats and `classify` are
 written to. `aclose` closes the client, and with it the transport.
 
 A wire-format module (`openai`, `anthropic`) maps requests and responses; the provider
