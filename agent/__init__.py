@@ -99,7 +99,7 @@ from agent.models.contract import (
     Watch,
 )
 from agent.models.function_model import FunctionModel, text_response, tool_response
-from agent.models.ladder import AttemptLadder, Attempts, RetryPolicy, answering_route
+from agent.models.ladder import Answered, AttemptLadder, Attempts, RetryPolicy
 from agent.models.probe import ProbeResult, probe_model
 from agent.models.providers import (
     DEFAULT_GATEWAY_HEADER,
@@ -145,6 +145,7 @@ __all__ = [
     "AgentSubtask",
     "AlertSink",
     "AnswerOrigin",
+    "Answered",
     "AssistantMessage",
     "AttemptLadder",
     "Attempts",
@@ -248,7 +249,6 @@ __all__ = [
     "Watch",
     "Window",
     "WorkTool",
-    "answering_route",
     "bind_log_fields",
     "counting_shown",
     "default_registries",
