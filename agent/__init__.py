@@ -54,6 +54,7 @@ from agent.core.ports import (
     Overflow,
     PromptEpoch,
     Publisher,
+    Showing,
     Step,
     StepState,
     StoredMessage,
@@ -111,7 +112,7 @@ from agent.models.providers import (
     Vendor,
     open_model,
 )
-from agent.models.providers.transport import ShownReplies, counting_shown, model_transport
+from agent.models.providers.transport import model_transport
 from agent.rounds.control import ControlTool, Decision, Delegate, FinalReply, Reply, round_controls
 from agent.rounds.loop import run_round
 from agent.rounds.mcp_config import McpConfig, McpServerConfig, load_mcp_config, parse_mcp_config
@@ -208,7 +209,7 @@ __all__ = [
     "Route",
     "RunnerObserver",
     "RunnerSettings",
-    "ShownReplies",
+    "Showing",
     "Step",
     "StepState",
     "StoredMessage",
@@ -250,7 +251,6 @@ __all__ = [
     "Window",
     "WorkTool",
     "bind_log_fields",
-    "counting_shown",
     "default_registries",
     "load_mcp_config",
     "load_subtask_types",

@@ -51,6 +51,7 @@ from agent.core.ports import (
     LiveView,
     Memory,
     PromptEpoch,
+    Showing,
     Task,
     ThreadReader,
     ToolObserver,
@@ -257,9 +258,15 @@ class _MeteredModel(Model):
         self._inner = inner
         self._allowance = allowance
 
-    async def request(self, request: ModelRequest, *, watch: Watch | None = None) -> ModelResponse:
+    async def request(
+        self,
+        request: ModelRequest,
+        *,
+        watch: Watch | None = None,
+        showing: Showing | None = None,
+    ) -> ModelResponse:
         self._allowance.check()
-        response = await self._inner.request(request, watch=watch)
+        response = await self._inner.request(request, watch=watch, showing=showing)
         await self._allowance.charge(response.usage)
         return response
 
