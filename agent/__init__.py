@@ -54,6 +54,7 @@ from agent.core.ports import (
     Overflow,
     PromptEpoch,
     Publisher,
+    Showing,
     Step,
     StepState,
     StoredMessage,
@@ -105,7 +106,7 @@ from agent.models.contract import (
     Watch,
 )
 from agent.models.function_model import FunctionModel, text_response, tool_response
-from agent.models.ladder import AttemptLadder, Attempts, RetryPolicy, answering_route
+from agent.models.ladder import Answered, AttemptLadder, Attempts, RetryPolicy
 from agent.models.probe import ProbeResult, probe_model
 from agent.models.providers import (
     DEFAULT_GATEWAY_HEADER,
@@ -117,7 +118,7 @@ from agent.models.providers import (
     Vendor,
     open_model,
 )
-from agent.models.providers.transport import ShownReplies, counting_shown, model_transport
+from agent.models.providers.transport import model_transport
 from agent.rounds.control import ControlTool, Decision, Delegate, FinalReply, Reply, round_controls
 from agent.rounds.loop import run_round
 from agent.rounds.mcp_config import McpConfig, McpServerConfig, load_mcp_config, parse_mcp_config
@@ -154,6 +155,7 @@ __all__ = [
     "AgentSubtask",
     "AlertSink",
     "AnswerOrigin",
+    "Answered",
     "AssistantMessage",
     "AttemptLadder",
     "Attempts",
@@ -216,7 +218,7 @@ __all__ = [
     "Route",
     "RunnerObserver",
     "RunnerSettings",
-    "ShownReplies",
+    "Showing",
     "Step",
     "StepState",
     "StoredMessage",
@@ -257,9 +259,7 @@ __all__ = [
     "Watch",
     "Window",
     "WorkTool",
-    "answering_route",
     "bind_log_fields",
-    "counting_shown",
     "default_registries",
     "load_mcp_config",
     "load_subtask_types",

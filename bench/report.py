@@ -171,6 +171,23 @@ says what changed):
   (ack p99 at 100/s 71 → 12 ms, most of it that). The fake model encoding its answer once,
   not per request: that was a third of its CPU.
 
+The model transport (`agent/models/providers/transport.py`), as measured when each part of
+it went in (issues 11 and 16; bench/cpu.py and bench/first_text.py, same-run where a pair
+is given):
+
+- **Model requests over aiohttp.** httpx's own transport (httpcore over anyio and h11) was
+  about a third of the gateway's CPU per answered event in bench/cpu.py's profile, charged
+  per request and per streamed chunk.
+- **An event stream read at a pace** (every 50 ms for its first half second, then every
+  250 ms, the socket unread in between). Waking the reading pipeline (httpx's decoders,
+  the framing, the provider's reader, the task) once per SSE event was most of the CPU a
+  streamed reply cost in bench/first_text.py's profile. With this and the draft rendering
+  text when it sends it (one change), the first-text overhead at 50 events/s went from
+  p50 202 / p99 742 ms to p50 79 / p99 263 ms.
+- **Slower once the reply shows** (every 250 ms from the moment the draft shows, not only
+  after the first half second): a short streamed reply is read in 6 reads instead of 13;
+  the gateway's CPU per streamed event at 100/s 9.18 → 8.79 ms, same run.
+
 Tried and not kept (same-run A/B pairs at 100/s): claiming the reply's outbox row when
 `final_reply` starts instead of when its first words are ready (p99 median 143 → 136 ms
 in 6 pairs, within the noise, for a claim that may go unused); a pool opened at its full

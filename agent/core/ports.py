@@ -214,11 +214,31 @@ class Publisher(Protocol):
         it after); failure to show it never fails the task."""
 
 
+class Showing:
+    """When a draft shows (`Draft.showing`): `count` goes up each time the draft starts
+    to show — its first text appears, and again after a `discard`. A model stream asked
+    for with it (`Model.request(showing=…)`) slows to its later pace once the count
+    passes what it was at the request (agent/models/providers/transport.py)."""
+
+    __slots__ = ("count",)
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def shown(self) -> None:
+        """The draft started to show (called by the draft)."""
+        self.count += 1
+
+
 class Draft(Protocol):
     """A reply as the model writes it, shown while it is written (for Slack: a streamed
     message). Display only: whatever goes wrong showing it, the reply is still published
     through `Publisher.publish` under the same message id, which completes the draft or
     posts the reply as if there had been none. Neither method raises."""
+
+    @property
+    def showing(self) -> Showing:
+        """Told each time this draft starts to show; the round's model requests watch it."""
 
     async def append(self, text: str) -> None:
         """Show `text` after what was shown so far."""

@@ -25,8 +25,8 @@ before learning the count.
 
 With a `Memory`, a round is asked under its session's pinned system prompt (the epoch of
 the session's first task, `agent.rounds.prompt`), and every decision carries its
-`AnswerOrigin`: that epoch and the route of the slot that answered (`answering_route`), for
-the runner to store with the reply or acknowledgment.
+`AnswerOrigin`: that epoch and the route of the slot that answered (the ladder returns it
+with the answer), for the runner to store with the reply or acknowledgment.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ from agent.core.ports import (
     LiveView,
     Memory,
     PromptEpoch,
+    Showing,
     Task,
     ThreadReader,
     ToolObserver,
@@ -66,7 +67,7 @@ from agent.models.contract import (
     Usage,
     Watch,
 )
-from agent.models.ladder import Attempts, answering_route
+from agent.models.ladder import Answered, Attempts
 from agent.rounds.citations import Citable
 from agent.rounds.control import Decision, round_controls
 from agent.rounds.loop import run_round
@@ -140,7 +141,7 @@ class ModelResponder:
         draft = self._live.draft(task, task.reply_id) if self._live is not None else None
 
         async def attempt(model: Model) -> Decision:
-            decision = await run_round(
+            return await run_round(
                 model,
                 messages,
                 controls,
@@ -149,9 +150,9 @@ class ModelResponder:
                 draft=draft,
                 citable=citable,
             )
-            return replace(decision, origin=AnswerOrigin(epoch.hash, answering_route()))
 
-        return await self._metered(round_input.task).run(attempt)
+        answered = await self._metered(round_input.task).run(attempt)
+        return replace(answered.value, origin=AnswerOrigin(epoch.hash, answered.route))
 
     async def ask_text(
         self, task: Task, messages: Sequence[ModelMessage], *, max_output_tokens: int
@@ -166,7 +167,7 @@ class ModelResponder:
                 raise RoundFailed(f"the model gave no usable text ({response.finish_reason})")
             return response.text
 
-        return await self._metered(task).run(attempt)
+        return (await self._metered(task).run(attempt)).value
 
     async def pin_prompt(self, task: Task) -> PromptEpoch:
         """The prompt the task's session is pinned to (pinning it to this deployment's
@@ -242,7 +243,7 @@ class _MeteredAttempts:
         self._inner = inner
         self._allowance = allowance
 
-    async def run(self, attempt: Callable[[Model], Awaitable[T]]) -> T:
+    async def run(self, attempt: Callable[[Model], Awaitable[T]]) -> Answered[T]:
         async def metered(model: Model) -> T:
             return await attempt(_MeteredModel(model, self._allowance))
 
@@ -257,9 +258,15 @@ class _MeteredModel(Model):
         self._inner = inner
         self._allowance = allowance
 
-    async def request(self, request: ModelRequest, *, watch: Watch | None = None) -> ModelResponse:
+    async def request(
+        self,
+        request: ModelRequest,
+        *,
+        watch: Watch | None = None,
+        showing: Showing | None = None,
+    ) -> ModelResponse:
         self._allowance.check()
-        response = await self._inner.request(request, watch=watch)
+        response = await self._inner.request(request, watch=watch, showing=showing)
         await self._allowance.charge(response.usage)
         return response
 

@@ -14,9 +14,12 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from agent.core.images import Image
+
+if TYPE_CHECKING:
+    from agent.core.ports import Showing
 
 FinishReason: TypeAlias = Literal[
     "stop", "length", "tool_calls", "content_filter", "error", "other"
@@ -307,13 +310,23 @@ class Model(ABC):
     name: str
 
     @abstractmethod
-    async def request(self, request: ModelRequest, *, watch: Watch | None = None) -> ModelResponse:
+    async def request(
+        self,
+        request: ModelRequest,
+        *,
+        watch: Watch | None = None,
+        showing: Showing | None = None,
+    ) -> ModelResponse:
         """Answer one request, raising a `ModelError` subclass on any failure.
 
         With `watch`, each stream event of the answer is awaited by it as it arrives, within
         the request's deadline (so `watch` must not wait on anything slow); a model that
         does not stream tells the whole answer at the end, as `events_of` spells it. Events
         of an answer that then fails were told all the same: the caller owns undoing them.
+
+        With `showing` (the draft the answer is shown in), a streamed answer is read less
+        often once the draft shows (agent/models/providers/transport.py); a model that does
+        not stream over that transport ignores it.
         """
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import inspect
 import json
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from agent.models.contract import (
     Model,
@@ -27,6 +27,9 @@ from agent.models.contract import (
     Watch,
     events_of,
 )
+
+if TYPE_CHECKING:
+    from agent.core.ports import Showing
 
 ModelFunction: TypeAlias = Callable[[ModelRequest], ModelResponse | Awaitable[ModelResponse]]
 
@@ -39,7 +42,13 @@ class FunctionModel(Model):
         self.requests: list[ModelRequest] = []
         self._fn = fn
 
-    async def request(self, request: ModelRequest, *, watch: Watch | None = None) -> ModelResponse:
+    async def request(
+        self,
+        request: ModelRequest,
+        *,
+        watch: Watch | None = None,
+        showing: Showing | None = None,
+    ) -> ModelResponse:
         self.requests.append(request)
         result = self._fn(request)
         response = await result if inspect.isawaitable(result) else result

@@ -17,8 +17,9 @@ so `ModelsUnavailable(retry_after=…)` is raised (the runner re-queues the task
 slot failed for good, the last error is re-raised. Sleep, random jitter and the circuit's
 clock are injected, so tests record delays instead of waiting.
 
-While an attempt runs, `answering_route()` says which route (provider, model, slot) it runs
-on, so whoever stores the answer can record which model wrote it (`tasks show`).
+`run` returns what the attempt returned together with the route (provider, model, slot)
+it ran on (`Answered`), so whoever stores the answer can record which model wrote it
+(`tasks show`).
 """
 
 from __future__ import annotations
@@ -26,9 +27,8 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Awaitable, Callable, Sequence
-from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Literal, Protocol, TypeAlias, TypeVar
+from typing import Generic, Literal, Protocol, TypeAlias, TypeVar
 
 from agent.core.errors import (
     CredentialRejected,
@@ -47,20 +47,19 @@ T = TypeVar("T")
 Outcome: TypeAlias = Literal["ok", "transient", "failed", "credential", "quota", "circuit_open"]
 AttemptObserver: TypeAlias = Callable[[Route, Outcome], None]
 
-# The route of the attempt running in this context (a context variable: an attempt runs in
-# the task that called `run`, and parallel tasks each see their own).
-_answering: ContextVar[Route | None] = ContextVar("threadgate_answering_route", default=None)
 
+@dataclass(frozen=True, slots=True)
+class Answered(Generic[T]):
+    """What an attempt returned, and the route (provider, model, slot) it ran on."""
 
-def answering_route() -> Route | None:
-    """The route the current attempt runs on; None outside an attempt of the ladder."""
-    return _answering.get()
+    value: T
+    route: Route
 
 
 class Attempts(Protocol):
     """Runs an attempt on model slots until one succeeds (the attempt ladder)."""
 
-    async def run(self, attempt: Callable[[Model], Awaitable[T]]) -> T: ...
+    async def run(self, attempt: Callable[[Model], Awaitable[T]]) -> Answered[T]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,14 +102,14 @@ class AttemptLadder:
         self._jitter = jitter
         self._observe = on_attempt or (lambda route, outcome: None)
 
-    async def run(self, attempt: Callable[[Model], Awaitable[T]]) -> T:
-        """Run `attempt` on the first slot that succeeds; see the module docstring."""
+    async def run(self, attempt: Callable[[Model], Awaitable[T]]) -> Answered[T]:
+        """Run `attempt` on the first slot that succeeds; what it returned, and where."""
         transient: list[TransientModelError] = []
         last: Exception | None = None
         for slot, model in enumerate(self.models):
             route = route_of(model, slot)
             try:
-                return await self._slot(route, model, attempt)
+                return Answered(await self._slot(route, model, attempt), route)
             except _SlotExhausted as exhausted:
                 transient.append(exhausted.error)
             except (CredentialRejected, QuotaExhausted):
@@ -124,14 +123,11 @@ class AttemptLadder:
     ) -> T:
         for retry in range(self.policy.attempts_per_slot):
             self._check_circuit(route)
-            answering = _answering.set(route)
             try:
                 result = await attempt(model)
             except Exception as exc:
                 await self._failed(route, exc, retry)
                 continue
-            finally:
-                _answering.reset(answering)
             self._observe(route, "ok")
             return result
         raise AssertionError("unreachable: the last retry raises _SlotExhausted")

@@ -29,7 +29,8 @@ also used tools.
 
 With a `Draft`, the reply is shown while the model writes it (`agent.rounds.live_reply`);
 every step that does not end as the round's reply — work, a repair, a delegation, an
-attempt that fails — discards what was shown.
+attempt that fails — discards what was shown. Each model request is told the draft's
+`showing`: its stream is read less often once the reply shows.
 """
 
 from __future__ import annotations
@@ -133,9 +134,12 @@ async def _run_round(
     conversation = list(messages)
     tools = tuple(c.spec for c in controls) + (toolbox.specs if toolbox else ())
     repairs = steps = 0
+    # The draft says when it shows, and the model's stream slows then (Model.request).
+    showing = draft.showing if draft is not None else None
     while True:
         tap = ReplyTap(draft) if draft is not None else None
-        response = await model.request(_request(conversation, tools, settings), watch=tap)
+        request = _request(conversation, tools, settings)
+        response = await model.request(request, watch=tap, showing=showing)
         conversation.append(AssistantMessage(response.text, response.tool_calls))
         step = decide(
             response,

@@ -69,7 +69,7 @@ class AgentSubtask(SubtaskType[AgentParams]):
                 raise RoundFailed(f"{model.name} ended a sub-agent round without final_reply")
             return decision.text
 
-        return await context.attempts.run(attempt)
+        return (await context.attempts.run(attempt)).value
 
 
 def subagent_messages(instructions: str, references: tuple[str, ...]) -> list[ModelMessage]:

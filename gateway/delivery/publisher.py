@@ -48,12 +48,10 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from agent import (
     Citation,
-    ShownReplies,
     Step,
     StepState,
     Task,
     ToolCallRecord,
-    counting_shown,
     stop_task,
 )
 from gateway.delivery.sources import SourceLinks
@@ -107,8 +105,7 @@ class SlackPublisher:
         self._outbox = outbox
         self._sources = SourceLinks(outbox, call_seconds=outbox.call_seconds)
         self._visible: set[str] = set()  # tasks whose thread shows streamed text
-        # Tasks inside `working`, each with how many of its replies show (its streams' pace).
-        self._working: dict[str, ShownReplies] = {}
+        self._working: set[str] = set()  # tasks inside `working`
         self._posted: set[str] = set()  # those of them that posted in their thread
         self._drafts: dict[tuple[str, str], SlackDraft] = {}
         self._live = (
@@ -176,9 +173,6 @@ class SlackPublisher:
 
     def _on_visible(self, task: Task) -> None:
         self._visible.add(task.id)
-        replies = self._working.get(task.id)
-        if replies is not None:
-            replies.shown()  # its stream may slow now (agent/models/providers/transport.py)
         self._did_post(task)
 
     def _did_post(self, task: Task) -> None:
@@ -204,12 +198,11 @@ class SlackPublisher:
         made only when nothing was posted meanwhile (a lost lease, a cancel, a deferral): it
         was a third of the Slack calls of a one-round task."""
         refresher = asyncio.create_task(self._keep_status(task), name=f"status-{task.id}")
-        replies = self._working[task.id] = ShownReplies()
+        self._working.add(task.id)
         try:
-            with counting_shown(replies):
-                yield
+            yield
         finally:
-            self._working.pop(task.id, None)
+            self._working.discard(task.id)
             await stop_task(refresher)
             for key in [key for key in self._drafts if key[0] == task.id]:
                 await self._drafts.pop(key).close()

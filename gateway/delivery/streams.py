@@ -53,7 +53,7 @@ import aiohttp
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agent import Step, StepState, Task, stop_task
+from agent import Showing, Step, StepState, Task, stop_task
 from gateway.text.live_render import LiveRenderer
 from gateway.text.rendering import BLOCK_LIMIT
 from storage import Outbox, StorageError
@@ -304,6 +304,7 @@ class SlackDraft:
         self._task = task
         self._post_id = post_id
         self._silent = False  # refused, or its outcome unknown: the publish settles it
+        self.showing = Showing()  # told each time a stream starts: the model reads slower
         self._reset()
 
     def _reset(self) -> None:
@@ -472,6 +473,7 @@ class SlackDraft:
         await live.outbox.opened(self._post_id, task.attempts, self.ts)
         live.opened(self._post_id)
         live.on_visible(task)
+        self.showing.shown()
         return True
 
     async def _append(self, chunks: list[dict[str, Any]]) -> bool:

@@ -19,6 +19,7 @@ from agent import (
     ModelRequest,
     ModelResponse,
     Route,
+    Showing,
     StreamEvent,
     Task,
     ToolCallRecord,
@@ -238,10 +239,16 @@ class MeteredModel(Model):
         self._labels = (str(slot), inner.name)
         self._metrics = metrics
 
-    async def request(self, request: ModelRequest, *, watch: Watch | None = None) -> ModelResponse:
+    async def request(
+        self,
+        request: ModelRequest,
+        *,
+        watch: Watch | None = None,
+        showing: Showing | None = None,
+    ) -> ModelResponse:
         started = time.perf_counter()
         try:
-            response = await self._inner.request(request, watch=watch)
+            response = await self._inner.request(request, watch=watch, showing=showing)
         finally:
             self._metrics.model_seconds.labels(*self._labels).observe(time.perf_counter() - started)
         usage = response.usage

@@ -17,7 +17,15 @@ from agent.core.delegation import (
     SubtaskOutcome,
     SubtaskState,
 )
-from agent.core.ports import AnswerOrigin, Step, StoredMessage, Task, TaskQueue, Window
+from agent.core.ports import (
+    AnswerOrigin,
+    Showing,
+    Step,
+    StoredMessage,
+    Task,
+    TaskQueue,
+    Window,
+)
 from storage.history import trim_to_budget
 
 
@@ -117,11 +125,15 @@ class MemoryPublisher:
 
 @dataclass
 class MemoryDraft:
-    """What a draft was shown: every append, and a marker for every discard."""
+    """What a draft was shown: every append, and a marker for every discard; it starts
+    to show (tells `showing`) at its first append, and again at the first after a discard."""
 
     events: list[str] = field(default_factory=list)
+    showing: Showing = field(default_factory=Showing)
 
     async def append(self, text: str) -> None:
+        if not self.visible:
+            self.showing.shown()
         self.events.append(text)
 
     async def discard(self) -> None:

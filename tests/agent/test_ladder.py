@@ -19,7 +19,7 @@ from agent.core.errors import (
 from agent.models.circuit import CircuitBreaker
 from agent.models.contract import Model, ModelRequest, ModelResponse, UserMessage
 from agent.models.function_model import FunctionModel, text_response
-from agent.models.ladder import AttemptLadder, Outcome, RetryPolicy
+from agent.models.ladder import Answered, AttemptLadder, Outcome, RetryPolicy
 from agent.models.providers.openai import OpenAIModel, OpenAIProvider
 from tests.fakes.openai_api import Completion, OpenAIServer, error_reply
 
@@ -75,10 +75,11 @@ def transient(retry_after: float | None = None) -> TransientModelError:
 
 
 async def test_success_on_first_try() -> None:
-    """A healthy primary answers and is the only model called."""
+    """A healthy primary answers, is the only model called, and is named as the route."""
     recorder = Recorder()
     primary, fallback = scripted("a", ["hello"]), scripted("b", [])
-    assert await ladder(primary, fallback, recorder=recorder).run(call) == "hello"
+    answered = await ladder(primary, fallback, recorder=recorder).run(call)
+    assert answered == Answered("hello", Route("function", "a", 0))
     assert recorder.outcomes == [("a", 0, "ok")] and not fallback.requests
 
 
@@ -86,7 +87,7 @@ async def test_transient_failures_retry_with_exponential_backoff() -> None:
     """Transient errors retry the same slot after 1 s, then 2 s (jitter pinned at its top)."""
     recorder = Recorder()
     primary = scripted("a", [transient(), transient(), "third time"])
-    assert await ladder(primary, recorder=recorder).run(call) == "third time"
+    assert (await ladder(primary, recorder=recorder).run(call)).value == "third time"
     assert recorder.delays == [1.0, 2.0]
     assert [o for *_, o in recorder.outcomes] == ["transient", "transient", "ok"]
 
@@ -110,7 +111,7 @@ async def test_retry_after_beyond_the_cap_moves_on_without_waiting() -> None:
     """A Retry-After longer than the cap skips to the next slot instead of sleeping."""
     recorder = Recorder()
     primary, fallback = scripted("a", [transient(retry_after=3600)]), scripted("b", ["fb"])
-    assert await ladder(primary, fallback, recorder=recorder).run(call) == "fb"
+    assert (await ladder(primary, fallback, recorder=recorder).run(call)).value == "fb"
     assert recorder.delays == []
 
 
@@ -130,10 +131,12 @@ async def test_all_slots_transiently_down_raises_models_unavailable() -> None:
     "error", [NonTransientModelError("HTTP 400", status_code=400), RoundFailed("no control call")]
 )
 async def test_non_transient_and_round_failed_fall_back(error: Exception) -> None:
-    """A 400 or a failed round burns the slot at once and the fallback answers."""
+    """A 400 or a failed round burns the slot at once and the fallback answers, named as
+    the route (slot 1)."""
     recorder = Recorder()
     primary, fallback = scripted("a", [error]), scripted("b", ["from fallback"])
-    assert await ladder(primary, fallback, recorder=recorder).run(call) == "from fallback"
+    answered = await ladder(primary, fallback, recorder=recorder).run(call)
+    assert answered == Answered("from fallback", Route("function", "b", 1))
     assert recorder.delays == [] and len(primary.requests) == 1
     assert recorder.outcomes == [("a", 0, "failed"), ("b", 1, "ok")]
 
@@ -181,7 +184,7 @@ async def test_later_runs_fail_fast_while_the_circuit_is_open() -> None:
     assert caught.value.from_circuit and caught.value.source == "gateway"
     assert len(primary.requests) == 1 and recorder.outcomes[-1] == ("a", 0, "circuit_open")
     now[0] = 61.0
-    assert await runner.run(call) == "back"
+    assert (await runner.run(call)).value == "back"
 
 
 async def test_unexpected_exceptions_propagate_untouched() -> None:

@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agent.core.errors import TransientModelError
-from agent.core.ports import Task
+from agent.core.ports import Showing, Task
 from agent.durable.responder import ModelResponder
 from agent.models.contract import (
     Finish,
@@ -54,7 +54,13 @@ class Fragmented(Model):
         self._script = list(script)
         self._size = size
 
-    async def request(self, request: ModelRequest, *, watch: Watch | None = None) -> ModelResponse:
+    async def request(
+        self,
+        request: ModelRequest,
+        *,
+        watch: Watch | None = None,
+        showing: Showing | None = None,
+    ) -> ModelResponse:
         entry = self._script.pop(0)
         if isinstance(entry, Exception):
             if watch is not None:

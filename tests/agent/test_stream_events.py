@@ -445,7 +445,7 @@ async def climb(model: Model, recorder: Recorder) -> ModelResponse:
     ladder = AttemptLadder(
         [model], sleep=recorder.sleep, jitter=lambda: 0.0, on_attempt=recorder.observe
     )
-    return await ladder.run(lambda m: m.request(REQUEST))
+    return (await ladder.run(lambda m: m.request(REQUEST))).value
 
 
 SECRET = "sk-live-0123456789leak"

@@ -14,7 +14,7 @@ import asyncio
 from abc import abstractmethod
 from collections.abc import AsyncIterator, Iterable, Iterator
 from contextlib import aclosing
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
 from httpx_sse import ServerSentEvent
@@ -40,6 +40,9 @@ from agent.models.providers.classify import (
 )
 from agent.models.providers.provider import Provider
 from agent.models.providers.sse_frames import is_event_stream, reads
+
+if TYPE_CHECKING:
+    from agent.core.ports import Showing
 
 
 class StreamReader(Protocol):
@@ -86,18 +89,26 @@ class HTTPModel(Model):
     @abstractmethod
     def reader(self) -> StreamReader: ...
 
-    async def request(self, request: ModelRequest, *, watch: Watch | None = None) -> ModelResponse:
+    async def request(
+        self,
+        request: ModelRequest,
+        *,
+        watch: Watch | None = None,
+        showing: Showing | None = None,
+    ) -> ModelResponse:
         """The whole answer within the provider's deadline, streamed or not."""
         deadline = self.provider.deadline
         try:
             async with asyncio.timeout(deadline):
-                return await self._request(request, watch)
+                return await self._request(request, watch, showing)
         except TimeoutError as exc:
             raise past_deadline(self.route, deadline) from exc
 
-    async def _request(self, request: ModelRequest, watch: Watch | None) -> ModelResponse:
+    async def _request(
+        self, request: ModelRequest, watch: Watch | None, showing: Showing | None
+    ) -> ModelResponse:
         if self.streaming:
-            return await fold(self.stream(request), self.model, watch)
+            return await fold(self.stream(request, showing=showing), self.model, watch)
         response = await self.provider.post(
             self.path, self.build_body(request, stream=False), self.route
         )
@@ -110,9 +121,13 @@ class HTTPModel(Model):
                 await watch(event)
         return answer
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+    async def stream(
+        self, request: ModelRequest, *, showing: Showing | None = None
+    ) -> AsyncIterator[StreamEvent]:
+        """The answer's events as they arrive; with `showing`, read less often once the
+        draft shows (`Model.request`)."""
         body = self.build_body(request, stream=True)
-        async with self.provider.stream(self.path, body, self.route) as response:
+        async with self.provider.stream(self.path, body, self.route, showing=showing) as response:
             async for event in read_stream(self.reader(), response, self.route):
                 yield event
 

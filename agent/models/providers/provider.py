@@ -21,14 +21,18 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import httpx
 from pydantic import SecretStr
 
 from agent.core.errors import Route
 from agent.models.providers.classify import classify_exception, classify_status
+from agent.models.providers.transport import SHOWING
 from agent.models.providers.vendors import DEFAULT_MODEL_TIMEOUT
+
+if TYPE_CHECKING:
+    from agent.core.ports import Showing
 
 
 class Provider(ABC):
@@ -90,10 +94,23 @@ class Provider(ABC):
 
     @asynccontextmanager
     async def stream(
-        self, path: str, body: Mapping[str, Any], route: Route
+        self,
+        path: str,
+        body: Mapping[str, Any],
+        route: Route,
+        *,
+        showing: Showing | None = None,
     ) -> AsyncIterator[httpx.Response]:
-        """POST JSON and yield a 2xx streaming response, or raise the classified error."""
-        request = self._client.build_request("POST", path, json=dict(body), headers=self.headers())
+        """POST JSON and yield a 2xx streaming response, or raise the classified error.
+        `showing` goes with the request to the transport (`SHOWING`), which reads the
+        stream less often once the draft it is shown in shows."""
+        request = self._client.build_request(
+            "POST",
+            path,
+            json=dict(body),
+            headers=self.headers(),
+            extensions={SHOWING: showing} if showing is not None else None,
+        )
         try:
             response = await self._client.send(request, stream=True)
         except httpx.HTTPError as exc:

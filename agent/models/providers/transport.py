@@ -1,10 +1,11 @@
 """The model providers' httpx transport: requests go over one aiohttp `ClientSession`.
 
-Why: httpx's default transport (httpcore over anyio and h11) was about a third of the
-gateway's CPU in the profile (bench/cpu.py), charged per request and per streamed chunk.
-aiohttp, already our dependency for the Slack side, parses HTTP in C. We keep httpx's API
-above the transport — `httpx.Response`, `aiter_text`, httpx-sse's `EventSource`, and httpx
-exception types, which `classify.py` and its messages are written against.
+Why: httpx's default transport (httpcore over anyio and h11) was a large share of the
+gateway's CPU (bench/cpu.py's profile; the figures are in BENCHMARKS.md), charged per
+request and per streamed chunk. aiohttp, already our dependency for the Slack side, parses
+HTTP in C. We keep httpx's API above the transport — `httpx.Response`, `aiter_text`,
+httpx-sse's `EventSource`, and httpx exception types, which `classify.py` and its messages
+are written against.
 
 Why built on `httpx_aiohttp.AiohttpTransport` (the transport the OpenAI SDK offers for
 speed) rather than written from scratch: it already translates a request (headers, body,
@@ -33,33 +34,33 @@ it gets wrong for us is corrected here, and nothing more:
   in the URL, which aiohttp would refuse; a header aiohttp will not send (a key with a line
   break) is `LocalProtocolError`, as with httpx's own transport.
 
-Two choices are ours, for streams:
+Three choices are ours, two of them for streams:
 
 - **An event stream is read at a pace** (`StreamPace`): at most every 50 ms for its first
   half second, then every 250 ms. A model sends an SSE event every few characters, and
-  waking the whole reading pipeline (httpx's decoders, the framing, the provider's reader,
-  the task) for each one was most of the CPU a streamed reply cost (bench/first_text.py's
-  profile). Between reads the socket itself is not read (aiohttp's protocol is paused, as
-  its own flow control does): the kernel keeps what arrives, and the next read takes all
-  of it at once, where aiohttp would otherwise wake for every event the model sent. The
-  first words of a reply show within 50 ms of arriving; later ones within 250 ms (Slack is
-  appended at most once a second anyway), and the end of a longer answer is seen up to
-  250 ms late. A read that fills httpx_aiohttp's whole read size is not followed by a
-  pause: the stream comes faster than its pace, and pausing would only throttle it.
-- **Once the reply shows, the stream slows at once** (`ShownReplies`): reading every 50 ms
-  is only for the first words, and once they are in the thread nothing more shows before
-  the next append, a second later. The publisher counts a task's replies as they become
-  visible, in a context variable set for the task's round (`counting_shown`); a stream
-  requested under it reads every 250 ms from the first reply that shows after its
-  request. Through a context variable because the stream is read in the agent's round,
-  which knows nothing of Slack, and shown by the publisher, which knows nothing of
-  transports: only the task's context is common to both. Without one (a compaction's
-  summary, a test), the half second holds. This halved the reads of a short streamed
-  reply (13 to 6 in bench/first_text.py).
+  each one would wake the whole reading pipeline (httpx's decoders, the framing, the
+  provider's reader, the task), where a read at a pace wakes it once for everything that
+  came meanwhile (bench/first_text.py's profile). Between reads the socket itself is not
+  read (aiohttp's protocol is paused, as its own flow control does): the kernel keeps
+  what arrives, and the next read takes all of it at once, where aiohttp would otherwise
+  wake for every event the model sent. The first words of a reply show within 50 ms of
+  arriving; later ones within 250 ms (Slack is appended at most once a second anyway), and
+  the end of a longer answer is seen up to 250 ms late. A read that fills httpx_aiohttp's
+  whole read size is not followed by a pause: the stream comes faster than its pace, and
+  pausing would only throttle it.
+- **Once the reply shows, the stream slows at once** (`agent.core.ports.Showing`): reading
+  every 50 ms is only for the first words, and once they are in the thread nothing more
+  shows before the next append, a second later. The round asks the model with its
+  draft's `Showing`, which the draft counts up each time it starts to show; the provider
+  sends it with the request (the `SHOWING` request extension), and the stream reads every
+  250 ms once the count passes what it was at the request. Without one (a compaction's
+  summary, a test), the half second holds.
 - **The pool holds as many connections as the process may hold model requests**: at least
   httpx's default of 100, and twice `THREADGATE_WORKERS` when that is more (a worker holds
   one model request at a time; compaction's summaries come on top). With more workers
   than connections, a stream waited for another to end before its first token.
+
+What these choices saved, measured, is in BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -69,7 +70,6 @@ import copy
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass
 
 import aiohttp
@@ -79,8 +79,13 @@ from httpx_aiohttp import AiohttpTransport
 from httpx_aiohttp.transport import AiohttpResponseStream
 from yarl import URL
 
+from agent.core.ports import Showing
+
 # httpx's own defaults, which the provider's client had before this transport.
 DEFAULT_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=20)
+# The httpx request extension that carries the `Showing` of the draft a streamed answer is
+# shown in (`Provider.stream` sets it; module docstring).
+SHOWING = "threadgate_showing"
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,37 +103,6 @@ class StreamPace:
 
 
 STREAM_PACE = StreamPace()
-
-
-class ShownReplies:
-    """How many replies of one task show in Slack so far (module docstring): a stream
-    requested when the count was n reads at the later pace once it is past n."""
-
-    __slots__ = ("count",)
-
-    def __init__(self) -> None:
-        self.count = 0
-
-    def shown(self) -> None:
-        self.count += 1
-
-
-_SHOWN: ContextVar[ShownReplies | None] = ContextVar("threadgate_shown_replies", default=None)
-
-
-def current_shown() -> ShownReplies | None:
-    """The count a model stream requested here would watch (`counting_shown`)."""
-    return _SHOWN.get()
-
-
-@contextmanager
-def counting_shown(replies: ShownReplies) -> Iterator[None]:
-    """Model streams requested within (in this task, or tasks it starts) watch `replies`."""
-    token = _SHOWN.set(replies)
-    try:
-        yield
-    finally:
-        _SHOWN.reset(token)
 
 
 def model_transport(base_url: str, workers: int = 0) -> httpx.AsyncBaseTransport:
@@ -186,7 +160,7 @@ class ModelTransport(AiohttpTransport):
         events = response.headers.get("content-type", "").startswith("text/event-stream")
         pace = self._stream_pace if events else None
         response.stream = _ReleasingStream(
-            response.stream, release, pace, _aiohttp_response(response), current_shown()
+            response.stream, release, pace, _aiohttp_response(response), _showing(request)
         )
         return response
 
@@ -223,14 +197,14 @@ class _ReleasingStream(httpx.AsyncByteStream):
         release: Callable[[], None],
         pace: StreamPace | None = None,
         source: aiohttp.ClientResponse | None = None,
-        replies: ShownReplies | None = None,
+        showing: Showing | None = None,
     ) -> None:
         self._inner = inner
         self._release = release
         self._pace = pace
         self._source = source
-        self._replies = replies
-        self._shown_before = replies.count if replies is not None else 0
+        self._showing = showing
+        self._shown_before = showing.count if showing is not None else 0
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         first_read: float | None = None
@@ -242,8 +216,8 @@ class _ReleasingStream(httpx.AsyncByteStream):
                 if self._pace is not None and len(chunk) < AiohttpResponseStream.CHUNK_SIZE:
                     now = time.monotonic()
                     first_read = now if first_read is None else first_read
-                    replies = self._replies
-                    shown = replies is not None and replies.count > self._shown_before
+                    showing = self._showing
+                    shown = showing is not None and showing.count > self._shown_before
                     await self._unread(self._pace.pause(now - first_read, shown))
 
     async def _unread(self, seconds: float) -> None:
@@ -275,6 +249,12 @@ class _ReleasingStream(httpx.AsyncByteStream):
                 await self._inner.aclose()
         finally:
             self._release()
+
+
+def _showing(request: httpx.Request) -> Showing | None:
+    """The `Showing` the request came with (`SHOWING`), if any."""
+    showing = request.extensions.get(SHOWING)
+    return showing if isinstance(showing, Showing) else None
 
 
 def _aiohttp_response(response: httpx.Response) -> aiohttp.ClientResponse | None:

@@ -1,5 +1,7 @@
-"""The model providers' aiohttp transport behind httpx's API (`agent/models/providers/transport.py`): each failure surfaces as the httpx exception httpx's own transport raises
-for it, a stream arrives chunk by chunk, and no connection or session outlives its use.
+"""The model providers' aiohttp transport behind httpx's API
+(`agent/models/providers/transport.py`): each failure surfaces as the httpx exception
+httpx's own transport raises for it, a stream arrives chunk by chunk and slows once the
+reply it is shown in shows, and no connection or session outlives its use.
 
 Everything runs against the loopback OpenAI fake through the real httpx client; nothing of
 ours is patched. Where a test needs "the connection came back", it limits the pool to one
@@ -11,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import aiohttp
 import httpx
@@ -22,18 +24,24 @@ from httpx_sse import EventSource
 from pydantic import SecretStr
 
 from agent.core.errors import Route, TransientModelError
+from agent.core.ports import Showing
+from agent.models.contract import SystemMessage, UserMessage
+from agent.models.providers.openai import OpenAIModel
 from agent.models.providers.provider import OpenAIProvider
 from agent.models.providers.transport import (
     AIOHTTP_ERRORS,
+    SHOWING,
     ModelTransport,
-    ShownReplies,
     StreamPace,
-    counting_shown,
     httpx_error,
     model_transport,
 )
+from agent.rounds.control import FinalReply, Reply
+from agent.rounds.loop import run_round
+from tests.agent.memory import MemoryDraft
 from tests.fakes.openai_api import (
     Completion,
+    FakeToolCall,
     Gated,
     Hang,
     Held,
@@ -225,19 +233,21 @@ async def test_streaming_is_incremental() -> None:
 
 @dataclass(frozen=True)
 class AfterTheFirstRead:
-    """Stream the first SSE event; once `read` is set (the reader has it), and `silence`
-    seconds later, the rest, in one write each."""
+    """Stream the first `first` SSE events in one write; once `read` is set (the reader
+    has them), and `silence` seconds later, the rest, in one write each."""
 
     completion: Completion
     read: asyncio.Event
     silence: float = 0.0
+    first: int = 1
 
     async def send(self, request: web.Request, seen: RecordedRequest) -> web.StreamResponse:
         response = web.StreamResponse(status=200)
         response.content_type = "text/event-stream"
         await response.prepare(request)
-        first, *rest = self.completion.chunks()
-        await response.write(first)
+        chunks = self.completion.chunks()
+        rest = chunks[self.first :]
+        await response.write(b"".join(chunks[: self.first]))
         await self.read.wait()
         if self.silence:
             await asyncio.sleep(self.silence)  # what is tested: a server silent a while
@@ -319,24 +329,25 @@ def test_a_stream_is_read_quickly_at_first_then_less_often() -> None:
 async def read_watching(
     server: OpenAIServer,
     pace: StreamPace,
-    replies: ShownReplies,
+    showing: Showing,
     first: asyncio.Event,
     *,
     shows: bool,
 ) -> bytes:
-    """A streamed answer read under `counting_shown(replies)`, setting `first` once it has
-    the first chunk; `shows`: a reply is shown (counted) then."""
+    """A streamed answer requested with `showing`, setting `first` once it has the first
+    chunk; `shows`: the draft shows (is counted) then."""
     transport = ModelTransport(base_url=server.url, stream_pace=pace)
     async with httpx.AsyncClient(base_url=server.url, transport=transport) as http:
         async with asyncio.timeout(DEADLINE):
-            with counting_shown(replies):
-                async with http.stream("POST", "/chat/completions", json={"stream": True}) as r:
-                    chunks = []
-                    async for chunk in r.aiter_raw():
-                        if shows and not chunks:
-                            replies.shown()
-                        chunks.append(chunk)
-                        first.set()
+            async with http.stream(
+                "POST", "/chat/completions", json={"stream": True}, extensions={SHOWING: showing}
+            ) as r:
+                chunks = []
+                async for chunk in r.aiter_raw():
+                    if shows and not chunks:
+                        showing.shown()
+                    chunks.append(chunk)
+                    first.set()
     return b"".join(chunks)
 
 
@@ -347,21 +358,55 @@ async def test_a_stream_slows_to_the_later_pace_once_its_reply_shows() -> None:
     async with OpenAIServer() as server:
         server.script(AfterTheFirstRead(completion, read))
         pace = StreamPace(3600.0, 0.0, until=3600.0)
-        body = await read_watching(server, pace, ShownReplies(), read, shows=True)
+        body = await read_watching(server, pace, Showing(), read, shows=True)
     assert body == b"".join(completion.chunks())
 
 
 async def test_a_reply_shown_before_the_stream_was_requested_leaves_it_at_the_first_pace() -> None:
-    """A task's later round (its acknowledgment shows already) streams its answer's first
-    words at the first pace (none here), not the later one (an hour)."""
+    """A draft that showed before the request (a step whose reply was taken back) leaves
+    the next step's answer at the first pace (none here), not the later one (an hour)."""
     completion, read = Completion(text="one two three four"), asyncio.Event()
-    replies = ShownReplies()
-    replies.shown()
+    showing = Showing()
+    showing.shown()
     async with OpenAIServer() as server:
         server.script(AfterTheFirstRead(completion, read))
         pace = StreamPace(0.0, 3600.0, until=3600.0)
-        body = await read_watching(server, pace, replies, read, shows=False)
+        body = await read_watching(server, pace, showing, read, shows=False)
     assert body == b"".join(completion.chunks())
+
+
+@dataclass
+class TellingDraft(MemoryDraft):
+    """A draft that sets `appended` at every append (the server's cue to send the rest)."""
+
+    appended: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def append(self, text: str) -> None:
+        await super().append(text)
+        self.appended.set()
+
+
+async def test_a_rounds_draft_slows_its_stream_through_the_model_and_provider() -> None:
+    """The round asks with its draft's `Showing`, the model and provider hand it to the
+    transport with the request: the reply showing in the first read (its first words)
+    makes the rest come at the later pace (none here), not the first one (an hour)."""
+    reply = FakeToolCall("final_reply", {"text": "one two three four"})
+    completion, draft = Completion(tool_calls=[reply]), TellingDraft()
+    # The role, the call's head and three argument pieces: `{"text": "on` shows "on".
+    first = 5
+    async with OpenAIServer() as server:
+        server.script(AfterTheFirstRead(completion, draft.appended, first=first))
+        pace = StreamPace(3600.0, 0.0, until=3600.0)
+        transport = ModelTransport(base_url=server.url, stream_pace=pace)
+        provider = OpenAIProvider(base_url=server.url, timeout=DEADLINE, transport=transport)
+        model = OpenAIModel("gpt-test", provider=provider, stream=True)
+        messages = [SystemMessage("Answer."), UserMessage("count to four")]
+        try:
+            decision = await run_round(model, messages, (FinalReply(),), draft=draft)
+        finally:
+            await model.aclose()
+    assert decision == Reply("one two three four")
+    assert draft.visible == "one two three four" and draft.showing.count == 1
 
 
 def test_the_pool_holds_a_model_request_for_every_worker() -> None:
