@@ -18,8 +18,8 @@ error and every OS-level connection error; `MeteredWebClient.api_call`
 (gateway/slack/client.py) raises its answer `from` the original, and so does `slack_call`
 around what does not go through that client (Socket Mode's own Web API client and
 WebSocket). Code above the boundary catches `SlackError` and branches on the outcome,
-never on a tuple of foreign types. `tests/gateway/test_slack_errors.py` checks that every exception class of those
-libraries maps to exactly one outcome.
+never on a tuple of foreign types. `tests/gateway/test_slack_errors.py` checks that every
+exception class of those libraries maps to exactly one outcome.
 
 Why `SlackRefused` is also a `SlackApiError`: bolt's OAuth flow (and anything else of
 slack_sdk's that is handed our client) catches `SlackApiError` to tell a refused code
