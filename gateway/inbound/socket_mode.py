@@ -54,17 +54,17 @@ may be lost: redelivered, deduped) and cancels what is still running after a gra
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import aiohttp
 from slack_bolt.adapter.socket_mode.async_internals import run_async_bolt_app
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.response import BoltResponse
-from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import (
     AsyncConnectionErrorRetryHandler,
     AsyncServerErrorRetryHandler,
@@ -76,6 +76,7 @@ from slack_sdk.socket_mode.response import SocketModeResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent import ConfigError
+from gateway.slack.errors import SlackOutcomeUnknown, SlackRefused, slack_call, slack_failure
 from gateway.slack.events import MalformedEvent, check_shape
 from gateway.telemetry.metrics import Metrics
 
@@ -83,6 +84,9 @@ log = logging.getLogger(__name__)
 
 # Slack's answers to apps.connections.open that mean the app token itself is wrong.
 _REFUSED_TOKEN = {"invalid_auth", "not_authed", "not_allowed_token_type", "token_revoked"}
+_CONNECTIONS_OPEN = "apps.connections.open"
+# What a failure on the Socket Mode WebSocket itself names as its method: it has none.
+_WEBSOCKET = "websocket"
 
 
 class SocketModeConnection:
@@ -275,14 +279,18 @@ async def _ack(client: AsyncBaseSocketModeClient, envelope_id: str) -> None:
     Slack redelivers and the dedupe answers it once."""
     try:
         await client.send_socket_mode_response(SocketModeResponse(envelope_id=envelope_id))
-    except (ConnectionError, aiohttp.ClientError) as exc:
-        log.info("ack for envelope %s lost (%s); Slack will redeliver", envelope_id, exc)
+    except Exception as exc:
+        if (failure := slack_failure(exc, _WEBSOCKET)) is None:
+            raise
+        log.info("ack for envelope %s lost (%s); Slack will redeliver", envelope_id, failure.reason)
 
 
 def _connections_client(api_url: str) -> AsyncWebClient:
     """The Web API client for `apps.connections.open`: `SLACK_API_URL` like every other call.
     slack-sdk passes the app token with each call, so the client holds no token; a rate
-    limit is waited out by slack-sdk itself (it honors Retry-After on this endpoint)."""
+    limit is waited out by slack-sdk itself (it honors Retry-After on this endpoint). A
+    plain slack-sdk client (slack-sdk's reconnects call it too): our callers map its errors
+    with `_connections_open`."""
     return AsyncWebClient(
         base_url=api_url if api_url.endswith("/") else api_url + "/",
         timeout=15,
@@ -291,37 +299,45 @@ def _connections_client(api_url: str) -> AsyncWebClient:
     )
 
 
-async def _open_url(client: SocketModeClient) -> str:
+@contextlib.contextmanager
+def _connections_open() -> Iterator[None]:
+    """Around `apps.connections.open`: its failure raised as its outcome
+    (`gateway.slack.errors`), or as a ConfigError naming SLACK_APP_TOKEN when Slack refused
+    that token itself."""
     try:
+        with slack_call(_CONNECTIONS_OPEN):
+            yield
+    except SlackRefused as refused:
+        if refused.error in _REFUSED_TOKEN:
+            raise ConfigError(
+                f"SLACK_APP_TOKEN was refused by Slack ({refused.error}): put an app-level "
+                "token (xapp-…) with the connections:write scope there."
+            ) from refused
+        raise
+
+
+async def _open_url(client: SocketModeClient) -> str:
+    with _connections_open():
         return await client.issue_new_wss_url()
-    except SlackApiError as exc:
-        raise _refusal(exc) from exc
-
-
-def _refusal(exc: SlackApiError) -> Exception:
-    """A ConfigError naming SLACK_APP_TOKEN when Slack refused the token itself, else `exc`."""
-    error = exc.response.get("error")
-    if error in _REFUSED_TOKEN:
-        return ConfigError(
-            f"SLACK_APP_TOKEN was refused by Slack ({error}): put an app-level token "
-            "(xapp-…) with the connections:write scope there."
-        )
-    return exc
 
 
 async def probe_socket_mode(*, app_token: str, api_url: str) -> int:
     """Open a Socket Mode connection, wait for its hello, close it (for `threadgate doctor`);
     return how many connections the app has open, this one included. The caller bounds the
-    time. Nothing is acked: an event Slack sends here meanwhile is delivered again."""
-    try:
+    time. Nothing is acked: an event Slack sends here meanwhile is delivered again. A
+    failure raises its outcome (`gateway.slack.errors`)."""
+    with _connections_open():
         response = await _connections_client(api_url).apps_connections_open(app_token=app_token)
-    except SlackApiError as exc:
-        raise _refusal(exc) from exc
-    async with aiohttp.ClientSession() as session, session.ws_connect(response["url"]) as ws:
+    with slack_call(_WEBSOCKET):
+        return await _hello(response["url"])
+
+
+async def _hello(url: str) -> int:
+    async with aiohttp.ClientSession() as session, session.ws_connect(url) as ws:
         async for frame in ws:
             if frame.type == aiohttp.WSMsgType.TEXT and _is_hello(frame.data):
                 return int(json.loads(frame.data).get("num_connections") or 1)
-    raise ConnectionError("the WebSocket closed before Slack said hello")
+    raise SlackOutcomeUnknown(_WEBSOCKET, "closed before hello")
 
 
 async def _settle(futures: set[asyncio.Future[None]], grace: float) -> None:

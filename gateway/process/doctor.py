@@ -32,8 +32,6 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
-import aiohttp
-from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from agent import (
@@ -49,6 +47,7 @@ from gateway.inbound.socket_mode import probe_socket_mode
 from gateway.process.config import Settings
 from gateway.process.service import database_dsn, provider_settings, token_cipher
 from gateway.slack.client import slack_client
+from gateway.slack.errors import SlackError, SlackRefused, SlackUnavailable
 from gateway.slack.scopes import SCOPE_REASONS, bot_scopes, missing_scopes, parse_granted
 from storage import (
     Database,
@@ -198,10 +197,10 @@ async def check_slack(settings: Settings, limit: float) -> list[Finding]:
     try:
         async with asyncio.timeout(limit):
             response = await client.auth_test()
-    except SlackApiError as exc:
-        return [Finding("slack", "FAIL", slack_refusal(exc))]
-    except (SlackClientError, aiohttp.ClientError, OSError) as exc:
-        return [Finding("slack", "FAIL", unreachable_slack(type(exc).__name__))]
+    except SlackRefused as refused:
+        return [Finding("slack", "FAIL", slack_refusal(refused))]
+    except SlackError as failure:
+        return [Finding("slack", "FAIL", slack_failed(failure))]
     except TimeoutError:
         return [Finding("slack", "FAIL", unreachable_slack(f"no answer within {limit:g} s"))]
     continuing = settings.threadgate_continue_threads
@@ -227,13 +226,11 @@ async def check_socket_mode(settings: Settings, limit: float) -> list[Finding]:
             )
     except ConfigError as exc:
         return [Finding("socket mode", "FAIL", str(exc))]
-    except SlackApiError as exc:
-        detail = (
-            f"apps.connections.open failed ({exc.response.get('error')}); check SLACK_APP_TOKEN."
-        )
+    except SlackRefused as refused:
+        detail = f"apps.connections.open failed ({refused.error}); check SLACK_APP_TOKEN."
         return [Finding("socket mode", "FAIL", detail)]
-    except (SlackClientError, aiohttp.ClientError, OSError) as exc:
-        return [Finding("socket mode", "FAIL", unreachable_socket(type(exc).__name__))]
+    except SlackError as failure:
+        return [Finding("socket mode", "FAIL", unreachable_socket(failure.reason))]
     except TimeoutError:
         return [Finding("socket mode", "FAIL", unreachable_socket(f"no hello within {limit:g} s"))]
     detail = f"SLACK_APP_TOKEN works: Slack said hello ({count} connection(s) open, this check's included)"
@@ -283,15 +280,14 @@ async def _try_installation(
     client = slack_client(found.bot_token, settings.slack_api_url, timeout=int(limit))
     try:
         response = await client.auth_test()
-    except SlackApiError as exc:
-        error = exc.response.get("error")
+    except SlackRefused as refused:
         return Finding(
             "slack",
             "FAIL",
-            f"{named}: Slack refused its bot token ({error}); reinstall the app there.",
+            f"{named}: Slack refused its bot token ({refused.error}); reinstall the app there.",
         )
-    except (SlackClientError, aiohttp.ClientError, OSError) as exc:
-        return Finding("slack", "FAIL", unreachable_slack(type(exc).__name__))
+    except SlackError as failure:
+        return Finding("slack", "FAIL", slack_failed(failure))
     return Finding(
         "slack",
         "ok",
@@ -306,14 +302,21 @@ def unreachable_socket(why: str) -> str:
     )
 
 
-def slack_refusal(exc: SlackApiError) -> str:
-    status = getattr(exc.response, "status_code", 200)
-    if status >= 500:
-        return f"the Slack Web API answered HTTP {status}; try again, or check SLACK_API_URL."
-    error = exc.response.get("error") or f"HTTP {status}"
+def slack_refusal(refused: SlackRefused) -> str:
     return (
-        f"Slack refused SLACK_BOT_TOKEN ({error}): put the bot token (xoxb-…) from your Slack "
-        "app's OAuth & Permissions page there, reinstalling the app if it was revoked."
+        f"Slack refused SLACK_BOT_TOKEN ({refused.error}): put the bot token (xoxb-…) from "
+        "your Slack app's OAuth & Permissions page there, reinstalling the app if it was "
+        "revoked."
+    )
+
+
+def slack_failed(failure: SlackError) -> str:
+    """A call that was not refused: Slack was not reached, or it failed on it."""
+    if isinstance(failure, SlackUnavailable):
+        return unreachable_slack(failure.reason)
+    return (
+        f"the Slack Web API failed on {failure.method} ({failure.reason}); try again, "
+        "or check SLACK_API_URL."
     )
 
 

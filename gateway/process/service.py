@@ -33,8 +33,6 @@ from aiohttp import web
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.authorization import AuthorizeResult
 from slack_bolt.oauth.async_oauth_flow import AsyncOAuthFlow
-from slack_sdk.errors import SlackApiError, SlackClientError
-from slack_sdk.web.async_client import AsyncWebClient
 
 from agent import (
     AlertSink,
@@ -84,6 +82,7 @@ from gateway.process.http import (
 )
 from gateway.process.tool_observers import ToolObservers
 from gateway.slack.client import MeteredWebClient, slack_client
+from gateway.slack.errors import SlackError, SlackOutcomeUnknown, SlackRefused
 from gateway.slack.oauth import INSTALL_PATH, InstalledIdentity, Uninstaller, oauth_flow
 from gateway.slack.scopes import bot_scopes
 from gateway.slack.workspaces import SlackClients, label
@@ -653,18 +652,24 @@ def token_cipher(settings: Settings) -> TokenCipher | None:
     return TokenCipher(key.get_secret_value()) if key is not None else None
 
 
-async def identify(client: AsyncWebClient, token: str) -> AuthorizeResult:
-    """Who we are in Slack (`auth.test`); a refused token stops start-up in one sentence."""
+async def identify(client: MeteredWebClient, token: str) -> AuthorizeResult:
+    """Who we are in Slack (`auth.test`); a refused token, or a Slack that failed or
+    could not be reached, stops start-up in one sentence."""
     try:
         response = await client.auth_test()
-    except SlackApiError as exc:
-        error = exc.response.get("error")
+    except SlackRefused as refused:
         raise ConfigError(
-            f"SLACK_BOT_TOKEN was refused by Slack ({error}): put a valid bot token (xoxb-…) there."
+            f"SLACK_BOT_TOKEN was refused by Slack ({refused.error}): put a valid bot token "
+            "(xoxb-…) there."
         ) from None
-    except (SlackClientError, OSError) as exc:
+    except SlackOutcomeUnknown as failure:
         raise ConfigError(
-            f"Slack could not be reached at SLACK_API_URL ({type(exc).__name__}); check the network "
+            f"Slack failed on auth.test at SLACK_API_URL ({failure.reason}); try again, or "
+            "check the URL."
+        ) from None
+    except SlackError as failure:
+        raise ConfigError(
+            f"Slack could not be reached at SLACK_API_URL ({failure.reason}); check the network "
             "or the URL."
         ) from None
     return AuthorizeResult.from_auth_test_response(auth_test_response=response, bot_token=token)

@@ -15,10 +15,11 @@
 
 `slack_failure` is the one mapping, from every `slack_sdk` error, every aiohttp client
 error and every OS-level connection error; `MeteredWebClient.api_call`
-(gateway/slack/client.py) raises its answer `from` the original, so code above the
-boundary catches `SlackError` and branches on the outcome, never on a tuple of foreign
-types. `tests/gateway/test_slack_errors.py` checks that every exception class of those
-libraries maps to exactly one outcome.
+(gateway/slack/client.py) raises its answer `from` the original, and so does `slack_call`
+around what does not go through that client (Socket Mode's own Web API client and
+WebSocket). Code above the boundary catches `SlackError` and branches on the outcome,
+never on a tuple of foreign types. `tests/gateway/test_slack_errors.py` checks that every
+exception class of those libraries maps to exactly one outcome.
 
 Why `SlackRefused` is also a `SlackApiError`: bolt's OAuth flow (and anything else of
 slack_sdk's that is handed our client) catches `SlackApiError` to tell a refused code
@@ -28,7 +29,9 @@ exchange from a crash; it must keep doing so.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
+from collections.abc import Iterator
 from typing import Any
 
 import aiohttp
@@ -115,6 +118,19 @@ def slack_failure(exc: BaseException, method: str) -> SlackError | None:
     if isinstance(exc, SlackClientError):
         return SlackUnavailable(method, type(exc).__name__)
     return None
+
+
+@contextlib.contextmanager
+def slack_call(method: str) -> Iterator[None]:
+    """What a Slack call inside raises leaves as its outcome, raised from the original;
+    what is not a failure of the call (`slack_failure` says None) leaves as it was."""
+    try:
+        yield
+    except Exception as exc:
+        failure = slack_failure(exc, method)
+        if failure is None or failure is exc:
+            raise
+        raise failure from exc
 
 
 def _answered(exc: SlackApiError, method: str) -> SlackError:

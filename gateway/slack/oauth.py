@@ -6,6 +6,10 @@ what it stores through: `InstallationStore` and `OAuthStateStore` adapt slack_sd
 interfaces to `storage.installations` (storage/ knows no Slack types), and `InstalledIdentity`
 is bolt's authorization from those installations.
 
+bolt tells a refused code exchange from a crash by catching `SlackApiError`, which of our
+client's failures only `SlackRefused` is; `InstallFlow` ends the other outcomes (Slack
+failed on the exchange, or was not reached) on the same failure page.
+
 bolt's own `InstallationStoreAuthorize` calls `auth.test` (with a client of its own, which
 bypasses our metrics and token alarm) for every event it has not cached; the installation
 already holds what it would learn, so `InstalledIdentity` answers from it, through the
@@ -29,6 +33,7 @@ from slack_sdk.oauth.installation_store.async_installation_store import AsyncIns
 from slack_sdk.oauth.state_store.async_state_store import AsyncOAuthStateStore
 from slack_sdk.web.async_client import AsyncWebClient
 
+from gateway.slack.errors import SlackError
 from gateway.slack.workspaces import NotInstalled, SlackClients
 from storage import (
     Database,
@@ -213,7 +218,19 @@ def oauth_flow(
         state_expiration_seconds=int(states.expiration_seconds),
         logger=log,
     )
-    return AsyncOAuthFlow(client=client, settings=settings)
+    return InstallFlow(client=client, settings=settings)
+
+
+class InstallFlow(AsyncOAuthFlow):
+    """bolt's flow, where an exchange of the code that did not succeed for any reason shows
+    the installer bolt's failure page (bolt itself catches only a refusal)."""
+
+    async def run_installation(self, code: str) -> Installation | None:
+        try:
+            return await super().run_installation(code)
+        except SlackError as failure:
+            log.warning("install not completed: %s failed (%s)", failure.method, failure.reason)
+            return None
 
 
 UNINSTALL_ACTOR = "slack:app_uninstalled"

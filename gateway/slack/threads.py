@@ -6,7 +6,8 @@ gatekeeper asks for them here. The agent's `read_thread` tool reads the same way
 the `agent.ThreadReader` port. Both render every person's message the way the gatekeeper
 renders a typed one (`render_message`): in a `<turn>` tag with the author's id, the
 channel and the time, so nothing a person wrote can pass for someone else's words.
-Reads are bounded in count and time; a failure to read is never a failure to answer.
+Reads are bounded in count and time; a failure to read (any of `gateway.slack.errors`'
+outcomes, which the client raises) is never a failure to answer.
 """
 
 from __future__ import annotations
@@ -19,10 +20,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent import Task
+from gateway.slack.errors import SlackError
 from gateway.slack.events import ANSWERED_SUBTYPES, MalformedEvent, SharedFile, shared_files
 from gateway.slack.users import NameDirectory
 from gateway.text.markup import mentioned_user_ids, slack_to_text
@@ -65,8 +66,10 @@ class SlackThreads:
                 cursor = (page.get("response_metadata") or {}).get("next_cursor")
                 if not cursor:
                     return collected[-limit:]
-        except (SlackApiError, SlackClientError, OSError) as exc:
-            log.warning("conversations.replies failed for %s/%s: %s", channel, thread_ts, exc)
+        except SlackError as failure:
+            log.warning(
+                "conversations.replies failed for %s/%s: %s", channel, thread_ts, failure.reason
+            )
             return collected[-limit:]
         except TimeoutError:
             log.warning(

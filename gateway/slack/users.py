@@ -1,8 +1,10 @@
 """Display names for user ids, from `users.info`, cached.
 
 A name is only decoration for the provenance tag; the id is the identity. So a failed
-lookup never stops a message: the id stands in for the name, and is not cached, so the
-next message tries again.
+lookup never stops a message: the id stands in for the name. Slack's refusal (no such
+user, a missing scope) is remembered for a while; any other failure is not, so the next
+message tries again. The client raises `gateway.slack.errors`' outcomes (a
+`MeteredWebClient`).
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
+
+from gateway.slack.errors import SlackError, SlackRefused
 
 log = logging.getLogger(__name__)
 
@@ -44,13 +47,13 @@ class UserDirectory:
             return cached[0]
         try:
             response = await self._client.users_info(user=user_id)
-        except SlackApiError as exc:
+        except SlackRefused as refused:
             # A definite answer (user_not_found, missing scope): remember it for a while.
-            log.warning("users.info refused %s: %s", user_id, exc.response.get("error"))
+            log.warning("users.info refused %s: %s", user_id, refused.error)
             self._names[user_id] = (user_id, self._clock() + self._ttl / 10)
             return user_id
-        except (SlackClientError, OSError) as exc:
-            log.warning("users.info failed for %s: %s", user_id, type(exc).__name__)
+        except SlackError as failure:
+            log.warning("users.info failed for %s: %s", user_id, failure.reason)
             return user_id
         name = display_name(response.get("user") or {}) or user_id
         self._names[user_id] = (name, self._clock() + self._ttl)

@@ -23,11 +23,11 @@ import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from slack_sdk.errors import SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent import Task
 from gateway.slack.client import MeteredWebClient
+from gateway.slack.errors import SlackUnavailable
 from gateway.slack.threads import SlackThreads
 from gateway.slack.users import UserDirectory
 from storage import PostgresInstallations, StoredInstallation
@@ -36,9 +36,14 @@ from storage import PostgresInstallations, StoredInstallation
 ClientFactory = Callable[[StoredInstallation], MeteredWebClient]
 
 
-class NotInstalled(SlackClientError):
-    """The app is not installed in the workspace a piece of work belongs to (a client
-    error to its callers: no call could be made, as when Slack cannot be reached)."""
+class NotInstalled(SlackUnavailable):
+    """The app is not installed in the workspace a piece of work belongs to: to its callers
+    a Slack call that never reached Slack, since none could be made (`method` is empty)."""
+
+    def __init__(self, workspace: str | None) -> None:
+        super().__init__("", "not_installed")
+        self.args = (f"threadgate is not installed in Slack workspace {workspace}",)
+        self.workspace = workspace
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,8 +137,7 @@ class SlackClients:
         assert self._make_client is not None
         found = await self.installation(team_id, enterprise_id)
         if found is None:
-            where = team_id or enterprise_id
-            raise NotInstalled(f"threadgate is not installed in Slack workspace {where}")
+            raise NotInstalled(team_id or enterprise_id)
         return open_workspace(self._make_client(found), found)
 
     def forget(self, team_id: str | None, enterprise_id: str | None = None) -> None:

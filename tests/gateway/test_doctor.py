@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from gateway.process.config import Settings
+from gateway.process.doctor import check_slack
 from gateway.slack.scopes import SCOPE_REASONS, bot_scopes
 from storage.database import Database
 from storage.migrations import available_migrations
@@ -193,3 +195,19 @@ async def test_a_model_that_never_answers_is_bounded_in_time(
         status, out, _ = await run_cli_output(["doctor", "--timeout", "1"], env, tmp_path)
     assert status == 1
     assert lines(out, "FAIL") == ["FAIL model: openai:gpt-test: no answer within 1 s"]
+
+
+async def test_a_slack_that_fails_or_cannot_be_reached_does_not_blame_the_token(
+    slack: FakeSlack,
+) -> None:
+    """auth.test answered with Slack's internal error says to try again; an address where
+    nothing listens says Slack could not be reached."""
+    slack.refuse("auth.test", "internal_error")
+    [failed] = await check_slack(Settings(slack_bot_token=BOT_TOKEN, slack_api_url=slack.url), 5)
+    assert str(failed) == (
+        "FAIL slack: the Slack Web API failed on auth.test (internal_error); try again, or "
+        "check SLACK_API_URL."
+    )
+    nowhere = Settings(slack_bot_token=BOT_TOKEN, slack_api_url="http://127.0.0.1:9/api/")
+    [unreached] = await check_slack(nowhere, 5)
+    assert unreached.failed and "the Slack Web API could not be reached" in unreached.detail

@@ -18,6 +18,7 @@ from gateway.slack.errors import (
     SlackOutcomeUnknown,
     SlackRefused,
     SlackUnavailable,
+    slack_call,
     slack_failure,
 )
 from gateway.slack.workspaces import NotInstalled
@@ -126,7 +127,6 @@ def test_a_refusal_keeps_slacks_error_and_its_retry_after() -> None:
         (ConnectionRefusedError(), SlackUnavailable),
         (ssl.SSLError(), SlackUnavailable),
         (aiohttp.InvalidURL("x"), SlackUnavailable),
-        (NotInstalled("T1"), SlackUnavailable),
         (slack_sdk.errors.SlackRequestError("bad"), SlackUnavailable),
         (aiohttp.ServerDisconnectedError(), SlackOutcomeUnknown),
         (aiohttp.ClientPayloadError(), SlackOutcomeUnknown),
@@ -146,3 +146,26 @@ def test_what_is_not_a_call_failure_is_let_through() -> None:
     assert slack_failure(asyncio.CancelledError(), "chat.postMessage") is None
     assert slack_failure(KeyError("x"), "chat.postMessage") is None
     assert isinstance(SlackOutcomeUnknown("m", "r"), SlackClientError)
+
+
+def test_a_workspace_without_the_app_is_unavailable() -> None:
+    """No installation means no call could be made: callers see it as Slack unavailable,
+    with the workspace named."""
+    failure = slack_failure(NotInstalled("T1"), "chat.postMessage")
+    assert isinstance(failure, SlackUnavailable) and failure.reason == "not_installed"
+    assert str(failure) == "threadgate is not installed in Slack workspace T1"
+
+
+def test_slack_call_raises_the_outcome_from_the_original() -> None:
+    """Around a call that bypasses the metered client, a library error leaves as its
+    outcome, caused by the original; anything else leaves as it was."""
+    cut = aiohttp.ServerDisconnectedError()
+    with pytest.raises(SlackOutcomeUnknown) as raised, slack_call("websocket"):
+        raise cut
+    assert raised.value.method == "websocket" and raised.value.__cause__ is cut
+    mapped = SlackUnavailable("auth.test", "x")
+    with pytest.raises(SlackUnavailable) as kept, slack_call("auth.test"):
+        raise mapped
+    assert kept.value is mapped and kept.value.__cause__ is None
+    with pytest.raises(KeyError), slack_call("auth.test"):
+        raise KeyError("x")

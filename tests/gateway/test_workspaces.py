@@ -160,6 +160,19 @@ async def test_a_replayed_state_is_refused(http_rig: Rig) -> None:
     assert await rig.count("slack_installations") == 1
 
 
+async def test_a_code_exchange_slack_failed_on_ends_on_the_failure_page(http_rig: Rig) -> None:
+    """oauth.v2.access answered 503 shows the installer bolt's failure page, as a refused
+    code does (not a server error), and installs nothing."""
+    rig = http_rig
+    assert rig.slack.oauth is not None
+    state = await rig.begin_install()
+    rig.slack.fail("oauth.v2.access", status=503)
+    status, _ = await rig.finish_install(rig.slack.oauth.grant("T2"), state)
+    assert 400 <= status < 500
+    assert len(rig.slack.calls_to("oauth.v2.access")) == 1
+    assert await rig.count("slack_installations") == 0
+
+
 async def test_an_expired_state_is_refused(http_rig: Rig) -> None:
     """A `state` past its expiry is refused, even on its first use."""
     rig = http_rig
