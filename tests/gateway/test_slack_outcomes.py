@@ -26,7 +26,7 @@ NOWHERE = "http://127.0.0.1:9/api/"
 
 
 def thread_reader(slack: FakeSlack) -> SlackThreads:
-    client = slack_client(BOT_TOKEN, slack.url)
+    client = slack_client(BOT_TOKEN, slack.url, timeout=15)
     return SlackThreads(client, UserDirectory(client))
 
 
@@ -41,7 +41,7 @@ async def test_a_refused_name_is_remembered_and_an_unanswered_one_is_not(
 ) -> None:
     """users.info refused (no such user) stands in the id for a while; an unknown outcome
     stands it in once, and the next lookup asks again."""
-    users = UserDirectory(slack_client(BOT_TOKEN, slack.url))
+    users = UserDirectory(slack_client(BOT_TOKEN, slack.url, timeout=15))
     assert await users.name("U0NOBODY1") == "U0NOBODY1"
     assert await users.name("U0NOBODY1") == "U0NOBODY1"
     assert len(slack.calls_to("users.info")) == 1
@@ -90,12 +90,12 @@ async def test_start_up_says_whether_slack_refused_failed_or_was_not_reached(
 ) -> None:
     """auth.test at start: an unknown outcome, an unreachable Slack and a refused token
     each stop start-up with their own sentence."""
-    client = slack_client(BOT_TOKEN, slack.url)
+    client = slack_client(BOT_TOKEN, slack.url, timeout=15)
     slack.refuse("auth.test", "internal_error")
     with pytest.raises(ConfigError, match=r"Slack failed on auth.test .*\(internal_error\)"):
         await identify(client, BOT_TOKEN)
     with pytest.raises(ConfigError, match="Slack could not be reached at SLACK_API_URL"):
-        await identify(slack_client(BOT_TOKEN, NOWHERE), BOT_TOKEN)
+        await identify(slack_client(BOT_TOKEN, NOWHERE, timeout=15), BOT_TOKEN)
     slack.revoke_token()
     with pytest.raises(ConfigError, match=r"SLACK_BOT_TOKEN was refused by Slack \(token_rev"):
         await identify(client, BOT_TOKEN)
