@@ -3,9 +3,11 @@
 Every post goes through an outbox row keyed by its message id (a long reply is several
 posts: `id`, `id#1`, `id#2`, …) and carries Slack message metadata naming that id.
 
-A call to chat.postMessage ends one of three ways: with the post's `ts`; refused outright
-(an `ok: false` answer, a 429 after every retry), so nothing landed; or ambiguously — a
-5xx, a cut connection, no answer within the time limit, the process dying mid-call.
+A call to chat.postMessage ends one of four ways (gateway/slack/errors.py): with the
+post's `ts`; refused outright (`SlackRefused`: an `ok: false` answer, a 429 after every
+retry), so nothing landed; out of reach (`SlackUnavailable`: the request never reached
+Slack), so nothing landed and it is sent again; or ambiguously (`SlackOutcomeUnknown`: a
+5xx, a cut connection, no answer within the time limit; or the process dying mid-call).
 Slack may have stored an ambiguous post, so it is never simply sent again: once the call
 must be over and its post visible (the outbox's `settle_after`: the call's time limit
 plus a margin, or the margin after the caller saw it end), the thread is searched for
@@ -42,8 +44,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import aiohttp
-from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent import (
@@ -58,16 +58,21 @@ from agent import (
 )
 from gateway.delivery.sources import SourceLinks
 from gateway.delivery.streams import (
-    MAYBE_DONE,
     LiveMessages,
     SlackDraft,
     Streamed,
     StreamEnded,
     StreamSettings,
     markdown_chunk,
-    may_have_happened,
     task_update,
-    why,
+)
+from gateway.slack.errors import (
+    SlackError,
+    SlackOutcomeUnknown,
+    SlackRefused,
+    SlackUnavailable,
+    slack_deadline,
+    worth_rereading,
 )
 from gateway.slack.workspaces import NotInstalled, SlackClients
 from gateway.text.rendering import BLOCK_LIMIT, SlackMessage, render_reply
@@ -77,8 +82,6 @@ log = logging.getLogger(__name__)
 
 METADATA_EVENT = "threadgate_post"
 _NOTHING_THERE = frozenset({"thread_not_found", "message_not_found"})
-# For a read, "ask again later": what may have happened to a write, and more.
-_TRANSIENT = MAYBE_DONE | {"ratelimited", "request_timeout"}
 # A post whose outcome stays unknown is called again at most this often per publish; then
 # the task is retried later (and the next attempt goes on from the outbox row).
 _CALLS_PER_POST = 3
@@ -234,7 +237,7 @@ class SlackPublisher:
                 thread_ts=task.address["thread_ts"],
                 status=status,
             )
-        except (SlackApiError, SlackClientError, OSError, NotInstalled) as exc:
+        except (SlackError, NotInstalled) as exc:
             # Status exists only in assistant threads; elsewhere Slack refuses it. Harmless.
             log.debug("setStatus refused: %s", exc)
 
@@ -290,23 +293,23 @@ class SlackPublisher:
             return False
         chunks = [markdown_chunk(_markdown(message)), *(task_update(step) for step in steps)]
         try:
-            async with asyncio.timeout(self._outbox.call_seconds):
+            async with slack_deadline("chat.startStream", self._outbox.call_seconds):
                 ts = await where.start(
                     await self._clients.for_address(task.address), chunks, plan=True
                 )
-        except SlackApiError as exc:
-            if may_have_happened(exc):
-                log.warning("plan %s: Slack answered %s; looking in the thread", post_id, why(exc))
-                await self._outbox.call_ended(post_id, task.attempts, posted=None)
-                raise _Unsettled from exc
+        except SlackRefused as exc:
             await self._outbox.call_ended(post_id, task.attempts, posted=False)
             assert self._live is not None
-            self._live.refused(task.address, why(exc))
+            self._live.refused(task.address, exc.error)
             self._live.ended("plan", "refused")
             await self._outbox.arm(post_id, task.id, task.attempts)
             return False
-        except (aiohttp.ClientError, OSError) as exc:
-            log.warning("plan %s: %s; looking in the thread", post_id, type(exc).__name__)
+        except SlackUnavailable as exc:
+            log.warning("plan %s: %s; starting it again", post_id, exc.reason)
+            await self._outbox.call_ended(post_id, task.attempts, posted=False)
+            raise _Unsettled from exc
+        except SlackOutcomeUnknown as exc:
+            log.warning("plan %s: %s; looking in the thread", post_id, exc.reason)
             await self._outbox.call_ended(post_id, task.attempts, posted=None)
             raise _Unsettled from exc
         await self._outbox.opened(post_id, task.attempts, ts)
@@ -355,12 +358,12 @@ class SlackPublisher:
         ):
             self._ended(kind, "completed")
             return True
-        with contextlib.suppress(SlackApiError, SlackClientError, aiohttp.ClientError, OSError):
-            async with asyncio.timeout(self._outbox.call_seconds):
+        with contextlib.suppress(SlackError):
+            async with slack_deadline("chat.stopStream", self._outbox.call_seconds):
                 # Already stopped (or expired) is fine: the update below sets the text.
                 await client.chat_stopStream(channel=channel, ts=ts, chunks=final or None)
         try:
-            async with asyncio.timeout(self._outbox.call_seconds):
+            async with slack_deadline("chat.update", self._outbox.call_seconds):
                 await client.chat_update(
                     channel=channel,
                     ts=ts,
@@ -370,15 +373,13 @@ class SlackPublisher:
                     parse="none",
                     link_names=False,
                 )
-        except SlackApiError as exc:
-            if exc.response.get("error") in _NOTHING_THERE:
-                log.info("open message %s of %s is gone; posting afresh", ts, post_id)
-                await self._outbox.release(post_id, task.id, task.attempts, ts)
-                return False
-            if not may_have_happened(exc):
+        except SlackRefused as exc:
+            if exc.error not in _NOTHING_THERE:
                 raise
-            raise _Unsettled from exc
-        except (aiohttp.ClientError, OSError) as exc:
+            log.info("open message %s of %s is gone; posting afresh", ts, post_id)
+            await self._outbox.release(post_id, task.id, task.attempts, ts)
+            return False
+        except SlackError as exc:  # an update is idempotent: the next claim makes it again
             raise _Unsettled from exc
         await self._outbox.mark_sent(post_id, ts)
         self._ended(kind, "replaced")
@@ -400,25 +401,26 @@ class SlackPublisher:
         """`chat.stopStream` with our metadata: the message is complete as it stands.
         False when Slack would not (no longer streaming, …): replace its text instead."""
         try:
-            async with asyncio.timeout(self._outbox.call_seconds):
+            async with slack_deadline("chat.stopStream", self._outbox.call_seconds):
                 client = await self._clients.for_address(task.address)
                 await client.chat_stopStream(
                     channel=task.address["channel"], ts=ts, chunks=chunks or None, metadata=metadata
                 )
-        except (SlackApiError, SlackClientError, aiohttp.ClientError, OSError) as exc:
+        except (SlackError, NotInstalled) as exc:
             log.info("stopping stream %s failed (%s); replacing its text", ts, exc)
             return False
         await self._outbox.mark_sent(post_id, ts)
         return True
 
     async def _call(self, task: Task, post_id: str, message: SlackMessage) -> bool:
-        """One chat.postMessage. True: posted. False: the outcome is unknown (the outbox
-        knows the call is over). Raises when Slack refused the post outright."""
+        """One chat.postMessage. True: posted. False: not posted (Slack was out of reach)
+        or its outcome is unknown; the outbox knows the call is over. Raises when Slack
+        refused the post outright."""
         address = task.address
         client = await self._clients.for_address(address)
         try:
             # The bound the outbox waits for before anyone looks for this post.
-            async with asyncio.timeout(self._outbox.call_seconds):
+            async with slack_deadline("chat.postMessage", self._outbox.call_seconds):
                 response = await client.chat_postMessage(
                     channel=address["channel"],
                     thread_ts=address["thread_ts"],
@@ -432,18 +434,19 @@ class SlackPublisher:
                     parse="none",
                     link_names=False,
                 )
-        except SlackApiError as exc:
-            if not may_have_happened(exc):
-                await self._outbox.call_ended(post_id, task.attempts, posted=False)
-                raise
-            log.warning("post %s: Slack answered %s; looking in the thread", post_id, why(exc))
-        except (aiohttp.ClientError, OSError) as exc:  # OSError: TimeoutError included
-            log.warning("post %s: %s; looking in the thread", post_id, type(exc).__name__)
-        else:
-            await self._outbox.mark_sent(post_id, response.get("ts"))
-            return True
-        await self._outbox.call_ended(post_id, task.attempts, posted=None)
-        return False
+        except SlackRefused:
+            await self._outbox.call_ended(post_id, task.attempts, posted=False)
+            raise
+        except SlackUnavailable as exc:
+            log.warning("post %s: %s; posting it again", post_id, exc.reason)
+            await self._outbox.call_ended(post_id, task.attempts, posted=False)
+            return False
+        except SlackOutcomeUnknown as exc:
+            log.warning("post %s: %s; looking in the thread", post_id, exc.reason)
+            await self._outbox.call_ended(post_id, task.attempts, posted=None)
+            return False
+        await self._outbox.mark_sent(post_id, response.get("ts"))
+        return True
 
     async def find_post(
         self, address: Mapping[str, str], post_id: str, *, since: datetime | None = None
@@ -457,12 +460,10 @@ class SlackPublisher:
                 while True:
                     try:
                         return await self._search(address, post_id, since)
-                    except SlackApiError as exc:
-                        if not _transient(exc):
-                            return _unverified(address, post_id, why(exc))
-                        reason = why(exc)
-                    except (aiohttp.ClientError, OSError) as exc:
-                        reason = type(exc).__name__
+                    except SlackError as exc:
+                        if not worth_rereading(exc):
+                            return _unverified(address, post_id, exc.reason)
+                        reason = exc.reason
                     log.info("reading the thread for %s failed (%s); trying again", post_id, reason)
                     await asyncio.sleep(pause)  # a pause between reads, bounded by the limit
                     pause = min(pause * 2, 10.0)
@@ -489,8 +490,8 @@ class SlackPublisher:
                     limit=200,
                     cursor=cursor,
                 )
-            except SlackApiError as exc:
-                if exc.response.get("error") in _NOTHING_THERE:
+            except SlackRefused as exc:
+                if exc.error in _NOTHING_THERE:
                     return None  # no thread yet, so our post cannot be in it
                 raise
             for message in page.get("messages") or []:
@@ -567,12 +568,6 @@ def _unverified(address: Mapping[str, str], post_id: str, why: str) -> Found:
         why,
     )
     return Found(None)
-
-
-def _transient(exc: SlackApiError) -> bool:
-    """Whether a read answered with `exc` may succeed if asked again."""
-    status = exc.response.status_code
-    return status == 429 or status >= 500 or exc.response.get("error") in _TRANSIENT
 
 
 def _unmarked(message: Mapping[str, Any], address: Mapping[str, str]) -> bool:

@@ -47,38 +47,18 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import aiohttp
-from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent import Step, StepState, Task, stop_task
+from gateway.slack.errors import SlackError, SlackOutcomeUnknown, SlackRefused, slack_deadline
+from gateway.slack.workspaces import NotInstalled, SlackClients
 from gateway.text.live_render import LiveRenderer
 from gateway.text.rendering import BLOCK_LIMIT
 from storage import Outbox, StorageError
 
-if TYPE_CHECKING:
-    from gateway.slack.workspaces import SlackClients
-
 log = logging.getLogger(__name__)
-
-_SLACK_ERRORS = (SlackApiError, SlackClientError, aiohttp.ClientError, OSError)
-# Slack's own words for "failed, but some of it may have happened", besides 5xx answers.
-MAYBE_DONE = frozenset({"internal_error", "fatal_error", "service_unavailable"})
-
-
-def may_have_happened(exc: SlackApiError) -> bool:
-    """Whether a write Slack answered with `exc` may still have been done (a post, a
-    stream's start): its outcome is unknown, and only the thread can tell."""
-    return exc.response.status_code >= 500 or exc.response.get("error") in MAYBE_DONE
-
-
-def why(exc: SlackApiError) -> str:
-    """Slack's error code for `exc`, or its HTTP status."""
-    error = exc.response.get("error") if isinstance(exc.response.data, dict) else None
-    return str(error or f"HTTP {exc.response.status_code}")
-
 
 # Slack's answers that mean "a stream cannot go here"; anything else refused outright is
 # taken the same way for this draft, but not remembered.
@@ -241,11 +221,11 @@ class LiveMessages:
             while ts is not None and (queue := self._steps.get(message_id)):
                 chunks = [task_update(step) for step in queue]
                 queue.clear()
-                async with asyncio.timeout(self.outbox.call_seconds):
+                async with slack_deadline("chat.appendStream", self.outbox.call_seconds):
                     await (await self.client_for(task.address)).chat_appendStream(
                         channel=task.address["channel"], ts=ts, chunks=chunks
                     )
-        except (*_SLACK_ERRORS, StorageError) as exc:
+        except (SlackError, NotInstalled, StorageError) as exc:
             log.debug("showing the steps of %s failed: %s", message_id, exc)
         finally:
             # Nothing awaits between the loop's last look at the queue and here, so no
@@ -358,12 +338,12 @@ class SlackDraft:
         try:
             if await self._live.outbox.open_ts(self._post_id, task.id, task.attempts) != ts:
                 return
-            async with asyncio.timeout(self._live.outbox.call_seconds):
+            async with slack_deadline("chat.delete", self._live.outbox.call_seconds):
                 client = await self._live.client_for(task.address)
                 await client.chat_delete(channel=task.address["channel"], ts=ts)
             await self._live.outbox.release(self._post_id, task.id, task.attempts, ts)
             self._live.ended("reply", "taken_back")
-        except (*_SLACK_ERRORS, StorageError) as exc:
+        except (SlackError, NotInstalled, StorageError) as exc:
             # The row stays open: the reply, when it is published, replaces this text.
             log.info("taking back the draft %s failed (%s); the reply will replace it", ts, exc)
 
@@ -449,24 +429,10 @@ class SlackDraft:
         if claim.state != "new":
             return False  # shown already, or being settled: the publish completes it
         try:
-            async with asyncio.timeout(live.outbox.call_seconds):
+            async with slack_deadline("chat.startStream", live.outbox.call_seconds):
                 ts = await where.start(await live.client_for(task.address), chunks)
-        except SlackApiError as exc:
-            ambiguous = may_have_happened(exc)
-            await live.outbox.call_ended(
-                self._post_id, task.attempts, posted=None if ambiguous else False
-            )
-            if not ambiguous:
-                live.refused(task.address, why(exc))
-                live.ended("reply", "refused")
-            return False
-        except (SlackClientError, aiohttp.ClientError, OSError) as exc:
-            log.info(
-                "starting the stream for %s: %s; the publish settles it",
-                self._post_id,
-                type(exc).__name__,
-            )
-            await live.outbox.call_ended(self._post_id, task.attempts, posted=None)
+        except (SlackError, NotInstalled) as exc:
+            await self._not_started(exc)
             return False
         self.ts = ts
         await live.outbox.opened(self._post_id, task.attempts, self.ts)
@@ -474,22 +440,35 @@ class SlackDraft:
         live.on_visible(task)
         return True
 
+    async def _not_started(self, exc: SlackError | NotInstalled) -> None:
+        """The start failed: refused (the reply posts whole; remembered for the
+        conversation), out of reach (nothing shows), or unknown (the publish settles it)."""
+        task, live = self._task, self._live
+        unknown = isinstance(exc, SlackOutcomeUnknown)
+        await live.outbox.call_ended(
+            self._post_id, task.attempts, posted=None if unknown else False
+        )
+        if isinstance(exc, SlackRefused):
+            live.refused(task.address, exc.error)
+            live.ended("reply", "refused")
+        else:
+            log.info("starting the stream for %s: %s; the publish settles it", self._post_id, exc)
+
     async def _append(self, chunks: list[dict[str, Any]]) -> bool:
         assert self.ts is not None
         try:
-            async with asyncio.timeout(self._live.outbox.call_seconds):
+            async with slack_deadline("chat.appendStream", self._live.outbox.call_seconds):
                 client = await self._live.client_for(self._task.address)
                 await client.chat_appendStream(
                     channel=self._task.address["channel"], ts=self.ts, chunks=chunks
                 )
-        except _SLACK_ERRORS as exc:
+        except (SlackError, NotInstalled) as exc:
             log.info("appending to %s failed (%s); the publish completes it", self.ts, exc)
             return False
         return True
 
 
 __all__ = [
-    "MAYBE_DONE",
     "LiveMessages",
     "SlackDraft",
     "StreamEnded",
@@ -497,8 +476,6 @@ __all__ = [
     "Streamed",
     "Where",
     "markdown_chunk",
-    "may_have_happened",
     "stream_target",
     "task_update",
-    "why",
 ]
