@@ -46,6 +46,14 @@ from storage.lifecycle import TOMBSTONE, Deleted, delete_turn, revise_turn, stor
 from storage.memory import PostgresMemory, SessionReset, UnknownSession, reset_session, slot_name
 from storage.migrations import pending_migrations
 from storage.outbox import Claim, Outbox, Superseded
+from storage.outbox_states import (
+    OUTBOX_STATES,
+    ClaimAnswer,
+    PostEvent,
+    PostState,
+    Settlement,
+    StateRule,
+)
 from storage.pins import PinnedMessage, clear_pin, flag_pin, retain_pin, session_known
 from storage.pool import ConnectionPool
 from storage.queue import (
@@ -64,6 +72,7 @@ from storage.usage import PostgresUsageMeter, tokens_today
 
 __all__ = [
     "LIMIT_SCOPES",
+    "OUTBOX_STATES",
     "SEEN_EVENTS_KEPT",
     "TASK_STATES",
     "TOMBSTONE",
@@ -71,6 +80,7 @@ __all__ = [
     "Admission",
     "Admitted",
     "Claim",
+    "ClaimAnswer",
     "ConnectionPool",
     "Database",
     "DatabaseUnavailable",
@@ -86,7 +96,9 @@ __all__ = [
     "MigrationError",
     "Outbox",
     "PinnedMessage",
+    "PostEvent",
     "PostRecord",
+    "PostState",
     "PostgresDelegations",
     "PostgresHistory",
     "PostgresInstallations",
@@ -100,6 +112,8 @@ __all__ = [
     "RetentionRun",
     "RoundRecord",
     "SessionReset",
+    "Settlement",
+    "StateRule",
     "StorageError",
     "StoredInstallation",
     "StoredToolCall",

@@ -39,7 +39,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -70,21 +70,22 @@ from gateway.slack.errors import (
     SlackError,
     SlackOutcomeUnknown,
     SlackRefused,
-    SlackUnavailable,
     slack_deadline,
     worth_rereading,
 )
 from gateway.slack.workspaces import NotInstalled, SlackClients
 from gateway.text.rendering import BLOCK_LIMIT, SlackMessage, render_reply
-from storage import Outbox, StoredInstallation
+from storage import Claim, ClaimAnswer, Outbox, Settlement, StoredInstallation
 
 log = logging.getLogger(__name__)
 
 METADATA_EVENT = "threadgate_post"
 _NOTHING_THERE = frozenset({"thread_not_found", "message_not_found"})
 # A post whose outcome stays unknown is called again at most this often per publish; then
-# the task is retried later (and the next attempt goes on from the outbox row).
+# the task is retried later (and the next attempt goes on from the outbox row). Each call
+# takes a claim to make it and, when its outcome is unknown, one to settle it.
 _CALLS_PER_POST = 3
+_CLAIMS_PER_POST = 2 * _CALLS_PER_POST
 _TOOL_STATES: dict[str, StepState] = {"running": "in_progress", "ok": "complete", "error": "error"}
 _CLOCK_SKEW_SECONDS = 60.0
 
@@ -130,6 +131,13 @@ class SlackPublisher:
         self._status = status
         self._refresh_seconds = status_refresh_seconds
         self._reconcile_seconds = reconcile_seconds
+        # What a post does for each answer of its claim (storage/outbox_states.py).
+        self._on_claim: Mapping[ClaimAnswer, Callable[[_Post, Claim], Awaitable[bool]]] = {
+            "new": self._send,
+            "unknown": self._settle,
+            "open": self._finish,
+            "sent": self._sent,
+        }
 
     @property
     def streaming(self) -> bool:
@@ -250,48 +258,53 @@ class SlackPublisher:
         streamed: Streamed | None = None,
         steps: Sequence[Step] = (),
     ) -> None:
-        for _ in range(_CALLS_PER_POST):
+        """Post `message` once: claim its outbox row and do what the claim answers (one
+        action per answer, `_on_claim`), until an action says the post is settled."""
+        post = _Post(task, post_id, message, streamed, tuple(steps))
+        for _ in range(_CLAIMS_PER_POST):
             claim = await self._outbox.claim(post_id, task.id, task.attempts)
-            if claim.state == "sent":
-                return
-            if claim.state == "open" and claim.ts is not None:
-                try:
-                    if await self._complete(task, post_id, claim.ts, message, streamed, steps):
-                        return
-                except _Unsettled:
-                    pass  # completing is idempotent: the next round of the loop does it again
-                continue  # or the message is gone, its row released: post afresh
-            if claim.state == "unknown":
-                # Until the earlier call must be over and its post visible: a search any
-                # earlier could miss a post still landing, and post it twice.
-                await asyncio.sleep(claim.wait_seconds)
-                found = await self.find_post(task.address, post_id, since=claim.since)
-                if found is not None and found.orphan and found.ts is not None:
-                    await self._outbox.opened(post_id, task.attempts, found.ts)
-                    continue  # a stream the last attempt started: complete it
-                if found is not None:
-                    await self._outbox.mark_sent(post_id, found.ts)
-                    return
-                if not await self._outbox.arm(post_id, task.id, task.attempts):
-                    return  # an earlier call did land, and its caller said so meanwhile
-            try:
-                if steps and await self._start_plan(task, post_id, message, steps):
-                    return
-            except _Unsettled:
-                continue
-            if await self._call(task, post_id, message):
+            if await self._on_claim[claim.state](post, claim):
                 return
         raise PostNotSettled(f"{_CALLS_PER_POST} calls to Slack for {post_id} went unanswered")
 
-    async def _start_plan(
-        self, task: Task, post_id: str, message: SlackMessage, steps: Sequence[Step]
-    ) -> bool:
-        """Post an acknowledgment as a streamed message whose task cards show `steps`;
-        True when it shows (the row is then open), False to post it plainly."""
+    async def _sent(self, post: _Post, claim: Claim) -> bool:
+        """ "sent": the post is in the thread; nothing to do."""
+        return True
+
+    async def _send(self, post: _Post, claim: Claim) -> bool:
+        """ "new": send the post — an acknowledgment with steps as a streamed plan where
+        streams may go, else one chat.postMessage."""
+        if post.steps:
+            shown = await self._start_plan(post)
+            if shown is not None:
+                return shown
+        return await self._call(post)
+
+    async def _settle(self, post: _Post, claim: Claim) -> bool:
+        """ "unknown": once the earlier call must be over and its post visible (a search
+        any earlier could miss a post still landing, and post it twice), look for it in
+        the thread and record what was found; the next claim says what is left to do."""
+        await asyncio.sleep(claim.wait_seconds)
+        found = await self.find_post(post.task.address, post.id, since=claim.since)
+        now = await self._outbox.settle(post.id, post.task.attempts, found.outcome, found.ts)
+        return now == "sent"
+
+    async def _finish(self, post: _Post, claim: Claim) -> bool:
+        """ "open": a streamed message shows the post; complete it as this post."""
+        if claim.ts is None:
+            return await self._send(post, claim)
+        return await self._complete(post, claim.ts)
+
+    async def _start_plan(self, post: _Post) -> bool | None:
+        """Post an acknowledgment as a streamed message whose task cards show its steps.
+        True: it shows (the row is open). False: the start never reached Slack or its
+        outcome is unknown (the next claim says what to do). None: no stream goes here, or
+        Slack refused it: post it plainly (the row is armed again)."""
+        task, post_id = post.task, post.id
         where = self._live.allowed(task.address) if self._live is not None else None
         if where is None:
-            return False
-        chunks = [markdown_chunk(_markdown(message)), *(task_update(step) for step in steps)]
+            return None
+        chunks = [markdown_chunk(_markdown(post.message)), *map(task_update, post.steps)]
         try:
             async with slack_deadline("chat.startStream", self._outbox.call_seconds):
                 ts = await where.start(
@@ -303,32 +316,43 @@ class SlackPublisher:
             self._live.refused(task.address, exc.error)
             self._live.ended("plan", "refused")
             await self._outbox.arm(post_id, task.id, task.attempts)
+            return None
+        except SlackError as exc:
+            await self._call_failed(post, exc)
             return False
-        except SlackUnavailable as exc:
-            log.warning("plan %s: %s; starting it again", post_id, exc.reason)
-            await self._outbox.call_ended(post_id, task.attempts, posted=False)
-            raise _Unsettled from exc
-        except SlackOutcomeUnknown as exc:
-            log.warning("plan %s: %s; looking in the thread", post_id, exc.reason)
-            await self._outbox.call_ended(post_id, task.attempts, posted=None)
-            raise _Unsettled from exc
         await self._outbox.opened(post_id, task.attempts, ts)
         assert self._live is not None
         self._live.opened(post_id)  # card updates waiting for this ts go out now
         self._on_visible(task)
         return True
 
-    async def _complete(
-        self,
-        task: Task,
-        post_id: str,
-        ts: str,
-        message: SlackMessage,
-        streamed: Streamed | None,
-        steps: Sequence[Step],
-    ) -> bool:
-        """Finish the open message `ts` as this post. False when it is gone (its row is
-        released: post afresh)."""
+    async def _call_failed(self, post: _Post, exc: SlackError) -> None:
+        """A call that made no post: nothing landed (refused, or never reached Slack) and
+        the next claim sends it again, or its outcome is unknown and the next claim looks
+        in the thread once it must show."""
+        unknown = isinstance(exc, SlackOutcomeUnknown)
+        log.warning(
+            "%s %s: %s; %s",
+            exc.method,
+            post.id,
+            exc.reason,
+            "looking in the thread" if unknown else "nothing was posted",
+        )
+        await self._outbox.call_ended(
+            post.id, post.task.attempts, posted=None if unknown else False
+        )
+
+    async def _complete(self, post: _Post, ts: str) -> bool:
+        """Finish the open message `ts` as this post. False when that did not happen: the
+        message is gone (its row is released: the next claim posts afresh), or the update's
+        outcome is unknown (completing is idempotent: the next claim completes it again)."""
+        task, post_id, message, streamed, steps = (
+            post.task,
+            post.id,
+            post.message,
+            post.streamed,
+            post.steps,
+        )
         if steps and any(step.state in ("pending", "in_progress") for step in steps):
             return True  # an acknowledgment whose subtasks still run: it stays open
         channel = task.address["channel"]
@@ -379,8 +403,9 @@ class SlackPublisher:
             log.info("open message %s of %s is gone; posting afresh", ts, post_id)
             await self._outbox.release(post_id, task.id, task.attempts, ts)
             return False
-        except SlackError as exc:  # an update is idempotent: the next claim makes it again
-            raise _Unsettled from exc
+        except SlackError as exc:
+            log.info("completing %s at %s: %s; completing it again", post_id, ts, exc.reason)
+            return False
         await self._outbox.mark_sent(post_id, ts)
         self._ended(kind, "replaced")
         return True
@@ -412,11 +437,11 @@ class SlackPublisher:
         await self._outbox.mark_sent(post_id, ts)
         return True
 
-    async def _call(self, task: Task, post_id: str, message: SlackMessage) -> bool:
+    async def _call(self, post: _Post) -> bool:
         """One chat.postMessage. True: posted. False: not posted (Slack was out of reach)
         or its outcome is unknown; the outbox knows the call is over. Raises when Slack
         refused the post outright."""
-        address = task.address
+        address, message = post.task.address, post.message
         client = await self._clients.for_address(address)
         try:
             # The bound the outbox waits for before anyone looks for this post.
@@ -426,7 +451,7 @@ class SlackPublisher:
                     thread_ts=address["thread_ts"],
                     text=message.text,
                     blocks=list(message.blocks),
-                    metadata=_metadata(post_id),
+                    metadata=_metadata(post.id),
                     unfurl_links=False,
                     unfurl_media=False,
                     # Explicit, not Slack's defaults: with `parse=full` or `link_names` Slack
@@ -434,26 +459,21 @@ class SlackPublisher:
                     parse="none",
                     link_names=False,
                 )
-        except SlackRefused:
-            await self._outbox.call_ended(post_id, task.attempts, posted=False)
+        except SlackRefused as exc:
+            await self._call_failed(post, exc)
             raise
-        except SlackUnavailable as exc:
-            log.warning("post %s: %s; posting it again", post_id, exc.reason)
-            await self._outbox.call_ended(post_id, task.attempts, posted=False)
+        except SlackError as exc:
+            await self._call_failed(post, exc)
             return False
-        except SlackOutcomeUnknown as exc:
-            log.warning("post %s: %s; looking in the thread", post_id, exc.reason)
-            await self._outbox.call_ended(post_id, task.attempts, posted=None)
-            return False
-        await self._outbox.mark_sent(post_id, response.get("ts"))
+        await self._outbox.mark_sent(post.id, response.get("ts"))
         return True
 
     async def find_post(
         self, address: Mapping[str, str], post_id: str, *, since: datetime | None = None
-    ) -> Found | None:
-        """Our post carrying `post_id` in the thread (None: not there). Reads failing
-        transiently are retried within `reconcile_seconds`; a thread that cannot be read,
-        or not in time, gives `Found(None)`: counted as delivered, unverified."""
+    ) -> Found:
+        """How looking for our post carrying `post_id` in the thread ends (`Found`). Reads
+        failing transiently are retried within `reconcile_seconds`; a thread that cannot be
+        read, or not in time, is "unverified": the post is counted as delivered."""
         pause = 1.0
         try:
             async with asyncio.timeout(self._reconcile_seconds):
@@ -472,7 +492,7 @@ class SlackPublisher:
 
     async def _search(
         self, address: Mapping[str, str], post_id: str, since: datetime | None
-    ) -> Found | None:
+    ) -> Found:
         """Our post carrying `post_id`; failing that, an orphaned stream (our message
         without our metadata, which no outbox row accounts for), the earliest first."""
         # Slack's clock and the database's may differ a little: start a bit earlier.
@@ -492,23 +512,23 @@ class SlackPublisher:
                 )
             except SlackRefused as exc:
                 if exc.error in _NOTHING_THERE:
-                    return None  # no thread yet, so our post cannot be in it
+                    return Found("absent")  # no thread yet, so our post cannot be in it
                 raise
             for message in page.get("messages") or []:
                 if not self._is_ours(message, workspace.installation):
                     continue
                 if _outbox_id(message) == post_id:
-                    return Found(str(message.get("ts")))
+                    return Found("found", str(message.get("ts")))
                 if self._live is not None and _unmarked(message, address):
                     unmarked.append(str(message.get("ts")))
             cursor = (page.get("response_metadata") or {}).get("next_cursor")
             if not cursor:
                 break
         if since is None or not unmarked:
-            return None  # without a bound, any old message of ours could pass for one
+            return Found("absent")  # without a bound, any old message of ours could pass
         known = await self._outbox.known_refs(unmarked)
         orphans = sorted((ts for ts in unmarked if ts not in known), key=float)
-        return Found(orphans[0], orphan=True) if orphans else None
+        return Found("orphan", orphans[0]) if orphans else Found("absent")
 
     def _is_ours(self, message: Mapping[str, Any], found: StoredInstallation | None = None) -> bool:
         """Posted by our bot user (anyone could copy our metadata into a message); with many
@@ -525,20 +545,29 @@ class SlackPublisher:
 
 @dataclass(frozen=True, slots=True)
 class Found:
-    """A post found in its thread: its `ts`, or None when it is counted as delivered
-    without having been seen (the thread could not be read). `orphan`: not the post
-    itself but a stream some attempt started for it and never completed."""
+    """How a search of the thread for a post ended (storage/outbox_states.py): "found"
+    at `ts`; "orphan": not the post itself but a stream some attempt started for it and
+    never completed, at `ts`; "unverified": counted as delivered without having been seen
+    (the thread could not be read); "absent": not there."""
 
-    ts: str | None
-    orphan: bool = False
+    outcome: Settlement
+    ts: str | None = None
 
 
 class PostNotSettled(Exception):
     """Every call for a post went unanswered, and the thread did not show it."""
 
 
-class _Unsettled(Exception):
-    """A call's outcome is unknown: the outbox settles it on the next claim."""
+@dataclass(frozen=True, slots=True)
+class _Post:
+    """One post being made: the task, its outbox id, the message; for a reply that
+    streamed, what its draft showed; for an acknowledgment, its steps."""
+
+    task: Task
+    id: str
+    message: SlackMessage
+    streamed: Streamed | None
+    steps: tuple[Step, ...]
 
 
 def _rest(streamed: Streamed, final: str) -> str | None:
@@ -567,7 +596,7 @@ def _unverified(address: Mapping[str, str], post_id: str, why: str) -> Found:
         post_id,
         why,
     )
-    return Found(None)
+    return Found("unverified")
 
 
 def _unmarked(message: Mapping[str, Any], address: Mapping[str, str]) -> bool:
