@@ -23,15 +23,16 @@ the task's lease, like any post); the row turns 'open' with the `ts` as soon as 
 answers. The agent may `discard` a draft (the step was not the reply): the message is
 deleted, then the row released.
 
-**Completing** is the publisher's job, through the outbox: publishing a message whose row
-is open finishes the message at that `ts` — `stopStream` with our metadata when what was
-streamed is exactly the final rendering, else `stopStream` and `chat.update` to the final
-rendering — whoever publishes it: the process that streamed it, or another that took the
-task over after a crash (the dead process's half-written message becomes the whole
-answer; never a second message beside it). A stream whose `ts` was never recorded (the
-process died inside `startStream`) is found in the thread by the publisher's search — our
-bot user's message without our metadata, posted since the row was claimed, that no other
-row accounts for — and completed the same way.
+**Completing** is the post's job (gateway/delivery/posts.py), through the outbox:
+publishing a message whose row is open finishes the message at that `ts` — `stopStream`
+with our metadata when what was streamed is exactly the final rendering, else
+`stopStream` and `chat.update` to the final rendering — whoever publishes it: the process
+that streamed it, or another that took the task over after a crash (the dead process's
+half-written message becomes the whole answer; never a second message beside it). A
+stream whose `ts` was never recorded (the process died inside `startStream`) is found in
+the thread by the post's search (gateway/delivery/reconcile.py) — our bot user's message
+without our metadata, posted since the row was claimed, that no other row accounts for —
+and completed the same way.
 
 **Refusals.** Slack may refuse a stream (a workspace or a conversation type without the
 feature, a missing recipient): the draft then stays silent and the reply is posted as
