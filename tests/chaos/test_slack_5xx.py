@@ -2,7 +2,7 @@
 
 A 5xx is as ambiguous as a lost response. slack_sdk's server-error handler would send the
 post again blindly; threadgate's client sends no write twice, and the outbox settles the
-post by looking in the thread (gateway/slack/client.py, gateway/delivery/publisher.py).
+post by looking in the thread (gateway/slack/client.py, gateway/delivery/posts.py).
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from slack_sdk.errors import SlackApiError
 
 from gateway.slack.client import slack_client
+from gateway.slack.errors import SlackOutcomeUnknown
 from tests.chaos.harness import (
     Processes,
     assert_exactly_once_in_order,
@@ -72,13 +72,14 @@ async def test_posts_slack_stored_then_answered_5xx_are_visible_once(
     ],
 )
 async def test_the_client_sends_no_write_twice_after_a_5xx(method: str) -> None:
-    """Whatever creates or changes something is sent once, whatever the 5xx."""
+    """Whatever creates or changes something is sent once, whatever the 5xx, and its
+    outcome is unknown."""
     async with FakeSlack(bot_token=BOT_TOKEN) as slack:
         client = slack_client(BOT_TOKEN, slack.url, timeout=10)
         slack.fail_after_recording(method, status=503)
-        with pytest.raises(SlackApiError) as raised:
+        with pytest.raises(SlackOutcomeUnknown) as raised:
             await client.api_call(method, json={"channel": "C1", "ts": "1.0", "text": "x"})
-        assert raised.value.response.status_code == 503
+        assert (raised.value.method, raised.value.reason) == (method, "HTTP 503")
         assert [c.fault for c in slack.calls_to(method)] == ["http_error_after_work"]
 
 
