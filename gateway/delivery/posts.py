@@ -40,9 +40,12 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from slack_sdk.web.async_client import AsyncWebClient
+
 from agent import Step, Task
 from gateway.delivery.reconcile import NOTHING_THERE, ThreadSearch, post_metadata
 from gateway.delivery.streams import LiveMessages, Streamed, markdown_chunk, task_update
+from gateway.slack.address import SlackAddress
 from gateway.slack.errors import (
     SlackError,
     SlackOutcomeUnknown,
@@ -96,7 +99,9 @@ class Posts:
     ) -> None:
         """Post `message` once: claim its outbox row and do what the claim answers (one
         action per answer, `on_claim`), until an action says the post is settled."""
-        post = _Post(task, post_id, message, streamed, tuple(steps))
+        post = _Post(
+            task, SlackAddress.parse(task.address), post_id, message, streamed, tuple(steps)
+        )
         for _ in range(_CLAIMS_PER_POST):
             claim = await self._outbox.claim(post_id, task.id, task.attempts)
             if await self.on_claim[claim.state](post, claim):
@@ -121,7 +126,7 @@ class Posts:
         any earlier could miss a post still landing, and post it twice), look for it in
         the thread and record what was found; the next claim says what is left to do."""
         await asyncio.sleep(claim.wait_seconds)
-        found = await self._search.find_post(post.task.address, post.id, since=claim.since)
+        found = await self._search.find_post(post.address, post.id, since=claim.since)
         now = await self._outbox.settle(post.id, post.task.attempts, found.outcome, found.ts)
         return now == "sent"
 
@@ -137,19 +142,17 @@ class Posts:
         outcome is unknown (the next claim says what to do). None: no stream goes here, or
         Slack refused it: post it plainly (the row is armed again)."""
         task, post_id = post.task, post.id
-        where = self._live.allowed(task.address) if self._live is not None else None
+        where = self._live.allowed(post.address) if self._live is not None else None
         if where is None:
             return None
         chunks = [markdown_chunk(post.markdown), *map(task_update, post.steps)]
         try:
             async with slack_deadline("chat.startStream", self._outbox.call_seconds):
-                ts = await where.start(
-                    await self._clients.for_address(task.address), chunks, plan=True
-                )
+                ts = await where.start(await self._client(post.address), chunks, plan=True)
         except SlackRefused as exc:
             await self._outbox.call_ended(post_id, task.attempts, posted=False)
             assert self._live is not None
-            self._live.refused(task.address, exc.error)
+            self._live.refused(post.address, exc.error)
             self._live.ended("plan", "refused")
             await self._outbox.arm(post_id, task.id, task.attempts)
             return None
@@ -202,13 +205,13 @@ class Posts:
             chunks = [*post.streamed.cards, *([markdown_chunk(rest)] if rest else [])]
         else:
             return False
-        return await self._stop(post.task, post.id, ts, chunks=chunks)
+        return await self._stop(post, ts, chunks=chunks)
 
     async def _replace(self, post: _Post, ts: str) -> bool:
         """Stop the stream if it still runs, and replace its text with the post's."""
         task, message = post.task, post.message
-        channel = task.address["channel"]
-        client = await self._clients.for_address(task.address)
+        channel = post.address.channel
+        client = await self._client(post.address)
         with contextlib.suppress(SlackError):
             async with slack_deadline("chat.stopStream", self._outbox.call_seconds):
                 # Already stopped (or expired) is fine: the update below sets the text.
@@ -243,38 +246,40 @@ class Posts:
         if self._live is not None:
             self._live.ended(kind, outcome)
 
-    async def _stop(
-        self, task: Task, post_id: str, ts: str, *, chunks: list[dict[str, Any]]
-    ) -> bool:
+    async def _stop(self, post: _Post, ts: str, *, chunks: list[dict[str, Any]]) -> bool:
         """`chat.stopStream` with our metadata: the message is complete as it stands.
         False when Slack would not (no longer streaming, …): replace its text instead."""
         try:
             async with slack_deadline("chat.stopStream", self._outbox.call_seconds):
-                client = await self._clients.for_address(task.address)
+                client = await self._client(post.address)
                 await client.chat_stopStream(
-                    channel=task.address["channel"],
+                    channel=post.address.channel,
                     ts=ts,
                     chunks=chunks or None,
-                    metadata=post_metadata(post_id),
+                    metadata=post_metadata(post.id),
                 )
         except (SlackError, NotInstalled) as exc:
             log.info("stopping stream %s failed (%s); replacing its text", ts, exc)
             return False
-        await self._outbox.mark_sent(post_id, ts)
+        await self._outbox.mark_sent(post.id, ts)
         return True
+
+    async def _client(self, address: SlackAddress) -> AsyncWebClient:
+        """The client of the workspace the post's thread is in."""
+        return await self._clients.for_team(address.team, address.enterprise)
 
     async def _call(self, post: _Post) -> bool:
         """One chat.postMessage. True: posted. False: not posted (Slack was out of reach)
         or its outcome is unknown; the outbox knows the call is over. Raises when Slack
         refused the post outright."""
-        address, message = post.task.address, post.message
-        client = await self._clients.for_address(address)
+        address, message = post.address, post.message
+        client = await self._client(address)
         try:
             # The bound the outbox waits for before anyone looks for this post.
             async with slack_deadline("chat.postMessage", self._outbox.call_seconds):
                 response = await client.chat_postMessage(
-                    channel=address["channel"],
-                    thread_ts=address["thread_ts"],
+                    channel=address.channel,
+                    thread_ts=address.thread_ts,
                     text=message.text,
                     blocks=list(message.blocks),
                     metadata=post_metadata(post.id),
@@ -305,6 +310,7 @@ class _Post:
     streamed, what its draft showed; for an acknowledgment, its steps."""
 
     task: Task
+    address: SlackAddress
     id: str
     message: SlackMessage
     streamed: Streamed | None

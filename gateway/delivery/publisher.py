@@ -28,6 +28,7 @@ from gateway.delivery.reconcile import ThreadSearch
 from gateway.delivery.sources import SourceLinks
 from gateway.delivery.status import StatusLine
 from gateway.delivery.streams import LiveMessages, SlackDraft, StreamEnded, StreamSettings
+from gateway.slack.address import SlackAddress
 from gateway.slack.workspaces import SlackClients
 from gateway.text.rendering import render_reply
 from storage import Outbox
@@ -101,17 +102,18 @@ class SlackPublisher:
         streamed = await draft.close() if draft is not None else None
         # The Sources line goes under the text, rendered with it (gateway/delivery/sources.py); a
         # streamed reply gets it with its final stopStream or update.
-        sources = (
-            await self._sources.line(citations, await self._clients.for_address(task.address))
-            if citations
-            else ""
-        )
+        sources = await self._sources_line(task, citations) if citations else ""
         for n, part in enumerate(render_reply(f"{text}\n\n{sources}" if sources else text)):
             if n == 0:
                 await self._posts.post(task, message_id, part, streamed=streamed, steps=steps)
             else:
                 await self._posts.post(task, f"{message_id}#{n}", part)
         self._status.posted(task)
+
+    async def _sources_line(self, task: Task, citations: Sequence[Citation]) -> str:
+        address = SlackAddress.parse(task.address)  # permalinks are asked in its workspace
+        client = await self._clients.for_team(address.team, address.enterprise)
+        return await self._sources.line(citations, client)
 
     # The agent's LiveView (with streaming on)
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from gateway.slack.address import SlackAddress
 from gateway.slack.errors import SlackError, SlackRefused, worth_rereading
 from gateway.slack.workspaces import SlackClients
 from storage import Outbox, Settlement, StoredInstallation
@@ -73,7 +74,7 @@ class ThreadSearch:
         self._orphans = orphans
 
     async def find_post(
-        self, address: Mapping[str, str], post_id: str, *, since: datetime | None = None
+        self, address: SlackAddress, post_id: str, *, since: datetime | None = None
     ) -> Found:
         """How looking for our post carrying `post_id` in the thread ends (`Found`). Reads
         failing transiently are retried within `reconcile_seconds`; a thread that cannot be
@@ -94,21 +95,19 @@ class ThreadSearch:
         except TimeoutError:
             return _unverified(address, post_id, f"unreadable for {self._reconcile_seconds:g}s")
 
-    async def _search(
-        self, address: Mapping[str, str], post_id: str, since: datetime | None
-    ) -> Found:
+    async def _search(self, address: SlackAddress, post_id: str, since: datetime | None) -> Found:
         """Our post carrying `post_id`; failing that, an orphaned stream (our message
         without our metadata, which no outbox row accounts for), the earliest first."""
         # Slack's clock and the database's may differ a little: start a bit earlier.
         oldest = None if since is None else f"{since.timestamp() - _CLOCK_SKEW_SECONDS:.6f}"
         cursor = None
         unmarked: list[str] = []
-        workspace = await self._clients.workspace(address.get("team"), address.get("enterprise"))
+        workspace = await self._clients.workspace(address.team, address.enterprise)
         while True:
             try:
                 page = await workspace.client.conversations_replies(
-                    channel=address["channel"],
-                    ts=address["thread_ts"],
+                    channel=address.channel,
+                    ts=address.thread_ts,
                     oldest=oldest,
                     include_all_metadata=True,
                     limit=200,
@@ -152,21 +151,21 @@ def post_metadata(post_id: str) -> dict[str, Any]:
     return {"event_type": METADATA_EVENT, "event_payload": {"outbox_id": post_id}}
 
 
-def _unverified(address: Mapping[str, str], post_id: str, why: str) -> Found:
+def _unverified(address: SlackAddress, post_id: str, why: str) -> Found:
     log.warning(
         "cannot read thread %s/%s to settle post %s (%s): counted as delivered, unverified",
-        address["channel"],
-        address["thread_ts"],
+        address.channel,
+        address.thread_ts,
         post_id,
         why,
     )
     return Found("unverified")
 
 
-def _unmarked(message: Mapping[str, Any], address: Mapping[str, str]) -> bool:
+def _unmarked(message: Mapping[str, Any], address: SlackAddress) -> bool:
     """A message of ours in the thread without our metadata: what a stream shows before
     `stopStream` puts the metadata on (the thread's own root is not one)."""
-    return not message.get("metadata") and message.get("ts") != address["thread_ts"]
+    return not message.get("metadata") and message.get("ts") != address.thread_ts
 
 
 def _outbox_id(message: Mapping[str, Any]) -> str | None:

@@ -21,6 +21,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from agent import ShownReplies, Task, counting_shown, stop_task
+from gateway.slack.address import SlackAddress
 from gateway.slack.errors import SlackError
 from gateway.slack.workspaces import NotInstalled, SlackClients
 
@@ -80,12 +81,11 @@ class StatusLine:
 
     async def say(self, task: Task, status: str) -> None:
         """Set the thread's status ("" clears it); failures are ignored."""
+        address = SlackAddress.parse(task.address)
         try:
-            client = await self._clients.for_address(task.address)
+            client = await self._clients.for_team(address.team, address.enterprise)
             await client.assistant_threads_setStatus(
-                channel_id=task.address["channel"],
-                thread_ts=task.address["thread_ts"],
-                status=status,
+                channel_id=address.channel, thread_ts=address.thread_ts, status=status
             )
         except (SlackError, NotInstalled) as exc:
             # Status exists only in assistant threads; elsewhere Slack refuses it. Harmless.

@@ -46,13 +46,14 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent import Step, StepState, Task, stop_task
+from gateway.slack.address import SlackAddress
 from gateway.slack.errors import SlackError, SlackOutcomeUnknown, SlackRefused, slack_deadline
 from gateway.slack.workspaces import NotInstalled, SlackClients
 from gateway.text.live_render import LiveRenderer
@@ -137,16 +138,14 @@ class Where:
         return str(response["ts"])
 
 
-def stream_target(address: Mapping[str, str]) -> Where | None:
+def stream_target(address: SlackAddress) -> Where | None:
     """Where a stream for `address` goes; None when it cannot go there (a channel task
     from before recipients were recorded)."""
-    channel, thread_ts = address["channel"], address["thread_ts"]
-    if channel.startswith("D"):
-        return Where(channel, thread_ts)
-    user, team = address.get("user"), address.get("team")
-    if not user or not team:
+    if address.is_dm:
+        return Where(address.channel, address.thread_ts)
+    if not address.user or not address.team:
         return None
-    return Where(channel, thread_ts, user, team)
+    return Where(address.channel, address.thread_ts, address.user, address.team)
 
 
 def markdown_chunk(text: str) -> dict[str, Any]:
@@ -176,21 +175,21 @@ class LiveMessages:
         self._sending: set[str] = set()  # acknowledgments with a sender running
         self._opening: dict[str, asyncio.Event] = {}  # senders waiting for their row to open
 
-    async def client_for(self, address: Mapping[str, str]) -> AsyncWebClient:
+    async def client_for(self, address: SlackAddress) -> AsyncWebClient:
         """The client of the workspace `address` is in (gateway/slack/workspaces.py)."""
-        return await self.clients.for_address(address)
+        return await self.clients.for_team(address.team, address.enterprise)
 
-    def allowed(self, address: Mapping[str, str]) -> Where | None:
+    def allowed(self, address: SlackAddress) -> Where | None:
         """Where a stream for `address` goes, or None when no stream should be tried."""
-        until = self._refused.get(address["channel"])
+        until = self._refused.get(address.channel)
         if until is not None and time.monotonic() < until:
             return None
         return stream_target(address)
 
-    def refused(self, address: Mapping[str, str], error: str) -> None:
-        log.info("Slack refused a stream in %s (%s): replies post whole", address["channel"], error)
+    def refused(self, address: SlackAddress, error: str) -> None:
+        log.info("Slack refused a stream in %s (%s): replies post whole", address.channel, error)
         if error in _NOT_HERE:
-            self._refused[address["channel"]] = time.monotonic() + self.settings.refusal_seconds
+            self._refused[address.channel] = time.monotonic() + self.settings.refusal_seconds
 
     def opened(self, message_id: str) -> None:
         """This process opened the row of `message_id`: its card updates go out now."""
@@ -217,14 +216,15 @@ class LiveMessages:
             sender.add_done_callback(self._senders.discard)
 
     async def _send_steps(self, task: Task, message_id: str) -> None:
+        address = SlackAddress.parse(task.address)
         try:
             ts = await self._open_ts(message_id)
             while ts is not None and (queue := self._steps.get(message_id)):
                 chunks = [task_update(step) for step in queue]
                 queue.clear()
                 async with slack_deadline("chat.appendStream", self.outbox.call_seconds):
-                    await (await self.client_for(task.address)).chat_appendStream(
-                        channel=task.address["channel"], ts=ts, chunks=chunks
+                    await (await self.client_for(address)).chat_appendStream(
+                        channel=address.channel, ts=ts, chunks=chunks
                     )
         except (SlackError, NotInstalled, StorageError) as exc:
             log.debug("showing the steps of %s failed: %s", message_id, exc)
@@ -283,6 +283,7 @@ class SlackDraft:
     def __init__(self, live: LiveMessages, task: Task, post_id: str) -> None:
         self._live = live
         self._task = task
+        self._address = SlackAddress.parse(task.address)
         self._post_id = post_id
         self._silent = False  # refused, or its outcome unknown: the publish settles it
         self._reset()
@@ -340,8 +341,8 @@ class SlackDraft:
             if await self._live.outbox.open_ts(self._post_id, task.id, task.attempts) != ts:
                 return
             async with slack_deadline("chat.delete", self._live.outbox.call_seconds):
-                client = await self._live.client_for(task.address)
-                await client.chat_delete(channel=task.address["channel"], ts=ts)
+                client = await self._live.client_for(self._address)
+                await client.chat_delete(channel=self._address.channel, ts=ts)
             await self._live.outbox.release(self._post_id, task.id, task.attempts, ts)
             self._live.ended("reply", "taken_back")
         except (SlackError, NotInstalled, StorageError) as exc:
@@ -419,7 +420,7 @@ class SlackDraft:
 
     async def _start(self, chunks: list[dict[str, Any]]) -> bool:
         task, live = self._task, self._live
-        where = live.allowed(task.address)
+        where = live.allowed(self._address)
         if where is None:
             return False
         try:
@@ -431,7 +432,7 @@ class SlackDraft:
             return False  # shown already, or being settled: the publish completes it
         try:
             async with slack_deadline("chat.startStream", live.outbox.call_seconds):
-                ts = await where.start(await live.client_for(task.address), chunks)
+                ts = await where.start(await live.client_for(self._address), chunks)
         except (SlackError, NotInstalled) as exc:
             await self._not_started(exc)
             return False
@@ -450,7 +451,7 @@ class SlackDraft:
             self._post_id, task.attempts, posted=None if unknown else False
         )
         if isinstance(exc, SlackRefused):
-            live.refused(task.address, exc.error)
+            live.refused(self._address, exc.error)
             live.ended("reply", "refused")
         else:
             log.info("starting the stream for %s: %s; the publish settles it", self._post_id, exc)
@@ -459,9 +460,9 @@ class SlackDraft:
         assert self.ts is not None
         try:
             async with slack_deadline("chat.appendStream", self._live.outbox.call_seconds):
-                client = await self._live.client_for(self._task.address)
+                client = await self._live.client_for(self._address)
                 await client.chat_appendStream(
-                    channel=self._task.address["channel"], ts=self.ts, chunks=chunks
+                    channel=self._address.channel, ts=self.ts, chunks=chunks
                 )
         except (SlackError, NotInstalled) as exc:
             log.info("appending to %s failed (%s); the publish completes it", self.ts, exc)
