@@ -46,6 +46,14 @@ from storage.lifecycle import TOMBSTONE, Deleted, delete_turn, revise_turn, stor
 from storage.memory import PostgresMemory, SessionReset, UnknownSession, reset_session, slot_name
 from storage.migrations import pending_migrations
 from storage.outbox import Claim, Outbox, Superseded
+from storage.outbox_states import (
+    OUTBOX_STATES,
+    ClaimAnswer,
+    PostEvent,
+    PostState,
+    Settlement,
+    StateRule,
+)
 from storage.pins import PinnedMessage, clear_pin, flag_pin, retain_pin, session_known
 from storage.pool import ConnectionPool
 from storage.queue import (
@@ -67,6 +75,7 @@ __all__ = [
     "DEFAULT_LEASE_SECONDS",
     "DEFAULT_PINNED_MAX",
     "LIMIT_SCOPES",
+    "OUTBOX_STATES",
     "SEEN_EVENTS_KEPT",
     "TASK_STATES",
     "TOMBSTONE",
@@ -74,6 +83,7 @@ __all__ = [
     "Admission",
     "Admitted",
     "Claim",
+    "ClaimAnswer",
     "ConnectionPool",
     "Database",
     "DatabaseUnavailable",
@@ -89,7 +99,9 @@ __all__ = [
     "MigrationError",
     "Outbox",
     "PinnedMessage",
+    "PostEvent",
     "PostRecord",
+    "PostState",
     "PostgresDelegations",
     "PostgresHistory",
     "PostgresInstallations",
@@ -103,6 +115,8 @@ __all__ = [
     "RetentionRun",
     "RoundRecord",
     "SessionReset",
+    "Settlement",
+    "StateRule",
     "StorageError",
     "StoredInstallation",
     "StoredToolCall",

@@ -18,31 +18,36 @@ enough to settle that without a lock held across the call:
 - **since when**: `first_claimed_at`; no post of the row can be older, so the search of
   the thread starts there.
 
-A call that Slack refused outright (an `ok: false` answer, a 429 after every retry) posted
-nothing: the row becomes 'unsent' and the next claim posts without looking.
+A call that Slack refused outright (an `ok: false` answer, a 429 after every retry), or
+that never reached Slack, posted nothing: the row becomes 'unsent' and the next claim
+posts without looking. So does a search of the thread that did not find the post
+(`settle`, "absent").
 
 A streamed message is shown before it is complete: its row becomes 'open' with the
 message's ts the moment Slack returns it (`opened`), and a claim that finds it 'open'
 answers "open" with that ts — the claimer completes that message rather than posting
 another. A draft taken back (`release`) returns the row to 'unsent' once its message was
 deleted.
+
+The states, what a claim answers in each, and every move between them are one table,
+`OUTBOX_STATES` (storage/outbox_states.py); the statements here make those moves.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal, TypeAlias
+from types import MappingProxyType
+from typing import Literal
 
 import asyncpg
 
 from storage.database import Database
 from storage.errors import StorageError, translate_errors
 from storage.migrations import Connection
-
-ClaimState: TypeAlias = Literal["new", "unknown", "sent", "open"]
+from storage.outbox_states import ClaimAnswer, PostEvent, PostState, Settlement, answer, moved
 
 
 class Superseded(StorageError):
@@ -57,7 +62,7 @@ class Claim:
     posted after `since` (None: no bound), and `arm` the row before posting it again.
     "open": a streamed message `ts` shows the post, not yet complete: complete it."""
 
-    state: ClaimState
+    state: ClaimAnswer
     wait_seconds: float = 0.0
     since: datetime | None = None
     ts: str | None = None
@@ -132,7 +137,7 @@ WHERE id = $1
 _ARM = """
 UPDATE outbox SET state = 'sending', attempts = attempts + 1, claimed_by = $2,
        claimed_at = now(), settle_after = now() + make_interval(secs => $3), updated_at = now()
-WHERE id = $1 AND state <> 'sent'
+WHERE id = $1 AND state IN ('sending', 'unsent')
 RETURNING true
 """
 
@@ -176,6 +181,23 @@ UPDATE outbox SET state = 'sent', remote_ref = coalesce($2, remote_ref), updated
 WHERE id = $1
 """
 
+# The statement of each move (storage/outbox_states.py) that one statement makes; a claim's
+# moves are `_CLAIM`'s (or, when it must be made again, `_INSERT`, `_ARM`, `_TAKE_OVER`).
+MOVES: Mapping[PostEvent, str] = MappingProxyType(
+    {
+        "arm": _ARM,
+        "call_uncertain": _CALL_UNCERTAIN,
+        "call_refused": _CALL_REFUSED,
+        "opened": _OPENED,
+        "release": _RELEASE,
+        "mark_sent": _SENT,
+        "found": _SENT,
+        "unverified": _SENT,
+        "orphan": _OPENED,
+        "absent": _CALL_REFUSED,
+    }
+)
+
 
 class Outbox:
     """The outbox on Postgres. `call_seconds` is the longest a call to Slack for a post
@@ -198,19 +220,20 @@ class Outbox:
         if not row["fenced"]:
             raise _superseded(task_id, attempt)
         if row["inserted"]:
-            return Claim("new")
+            return Claim(answer(None))
         if row["state"] is not None:
             return _claimed(row["state"], row)
         async with self._fenced(task_id, attempt) as conn:
             if await conn.fetchval(_INSERT, post_id, attempt, armed):  # deleted meanwhile
-                return Claim("new")
+                return Claim(answer(None))
             row = await conn.fetchrow(_EXISTING, post_id)
             assert row is not None
-            if row["state"] == "unsent":
-                await conn.execute(_ARM, post_id, attempt, armed)
-            elif row["state"] != "sent":
+            state = row["state"]
+            if moved(state, "claim") not in (None, state):  # armed again
+                await conn.execute(MOVES["arm"], post_id, attempt, armed)
+            elif moved(state, "claim") is not None:
                 await conn.execute(_TAKE_OVER, post_id, attempt)
-            return _claimed(row["state"], row)
+            return _claimed(state, row)
 
     @translate_errors("The outbox could not be reached")
     async def arm(self, post_id: str, task_id: str, attempt: int) -> bool:
@@ -218,7 +241,7 @@ class Outbox:
         False when the row was marked sent meanwhile (an earlier call did land)."""
         armed = self.call_seconds + self.settle_seconds
         async with self._fenced(task_id, attempt) as conn:
-            return bool(await conn.fetchval(_ARM, post_id, attempt, armed))
+            return bool(await conn.fetchval(MOVES["arm"], post_id, attempt, armed))
 
     @translate_errors("The outbox could not be reached")
     async def call_ended(
@@ -228,24 +251,44 @@ class Outbox:
         its outcome is unknown (the post may be visible only after `settle_seconds`),
         False when Slack refused it outright."""
         if posted is None:
-            await self._db.pool.execute(_CALL_UNCERTAIN, post_id, attempt, self.settle_seconds)
+            await self._db.pool.execute(
+                MOVES["call_uncertain"], post_id, attempt, self.settle_seconds
+            )
         else:
-            await self._db.pool.execute(_CALL_REFUSED, post_id, attempt)
+            await self._db.pool.execute(MOVES["call_refused"], post_id, attempt)
+
+    @translate_errors("The outbox could not be reached")
+    async def settle(
+        self, post_id: str, attempt: int, outcome: Settlement, ts: str | None = None
+    ) -> ClaimAnswer:
+        """An "unknown" claim of `attempt` looked in the thread: the post was `found` at
+        `ts`, or is an `orphan` stream at `ts` (the row opens), or could not be looked for
+        (`unverified`: counted as sent), or is `absent` (the next claim posts it). Returns
+        what a claim of the row answers now, by the table (storage/outbox_states.py)."""
+        if outcome in ("found", "unverified"):
+            await self._db.pool.execute(MOVES[outcome], post_id, ts)
+        elif outcome == "orphan":
+            await self._db.pool.execute(MOVES[outcome], post_id, attempt, ts)
+        else:
+            await self._db.pool.execute(MOVES[outcome], post_id, attempt)
+        after = moved("sending", outcome)
+        assert after is not None, f"{outcome} does not settle an unknown call"
+        return answer(after)
 
     @translate_errors("The outbox could not be reached")
     async def mark_sent(self, post_id: str, remote_ref: str | None) -> None:
         """The post is in the thread (`remote_ref` its ts; None when it could not be
         verified). Not fenced: whichever attempt learns that a post landed says so."""
-        await self._db.pool.execute(_SENT, post_id, remote_ref)
+        await self._db.pool.execute(MOVES["mark_sent"], post_id, remote_ref)
 
     @translate_errors("The outbox could not be reached")
     async def opened(self, post_id: str, attempt: int, ts: str) -> None:
         """The stream `attempt` started for the row shows at `ts`: the post is visible,
         not yet complete."""
-        await self._db.pool.execute(_OPENED, post_id, attempt, ts)
+        await self._db.pool.execute(MOVES["opened"], post_id, attempt, ts)
 
     @translate_errors("The outbox could not be reached")
-    async def shown_at(self, post_id: str) -> tuple[str, str | None] | None:
+    async def shown_at(self, post_id: str) -> tuple[PostState, str | None] | None:
         """The row's state and the ts it shows at (None: no row). Not fenced: for display."""
         row = await self._db.pool.fetchrow(_SHOWN, post_id)
         return None if row is None else (row["state"], row["remote_ref"])
@@ -264,7 +307,7 @@ class Outbox:
         afresh next time). Fenced like a claim. Until this runs, the row stays open and
         whoever publishes it next completes (or, finding it gone, re-posts) the message."""
         async with self._fenced(task_id, attempt) as conn:
-            await conn.execute(_RELEASE, post_id, ts)
+            await conn.execute(MOVES["release"], post_id, ts)
 
     @translate_errors("The outbox could not be reached")
     async def known_refs(self, refs: list[str]) -> set[str]:
@@ -283,15 +326,15 @@ class Outbox:
             yield conn
 
 
-def _claimed(state: str, row: asyncpg.Record) -> Claim:
-    """What a claim that found the row in `state` (and took it over) answers."""
-    if state == "sent":
-        return Claim("sent")
-    if state == "unsent":  # armed again: post now
-        return Claim("new")
-    if state == "open":
-        return Claim("open", since=row["first_claimed_at"], ts=row["remote_ref"])
-    return Claim("unknown", row["wait"], row["first_claimed_at"])
+def _claimed(state: PostState, row: asyncpg.Record) -> Claim:
+    """What a claim that found the row in `state` (and took it over) answers, with what
+    the answer needs: where an open message shows, how long an unknown call may land."""
+    said = answer(state)
+    if said == "open":
+        return Claim(said, since=row["first_claimed_at"], ts=row["remote_ref"])
+    if said == "unknown":
+        return Claim(said, row["wait"], row["first_claimed_at"])
+    return Claim(said)
 
 
 def _superseded(task_id: str, attempt: int) -> Superseded:

@@ -336,7 +336,7 @@ _ENDING_POSTS = "SELECT id FROM outbox WHERE id = ANY($1::text[]) AND state <> '
 
 def with_parts(post_ids: Sequence[str]) -> list[str]:
     """The outbox ids of these posts and of every part of them (a long message is posted
-    as `{id}`, `{id}#1`, `{id}#2`, …: gateway/delivery/publisher.py)."""
+    as `{id}`, `{id}#1`, `{id}#2`, …: gateway/delivery/posts.py)."""
     return [*post_ids, *(f"{base}#{n}" for base in post_ids for n in range(1, MAX_PARTS))]
 
 

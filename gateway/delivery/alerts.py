@@ -25,7 +25,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
-from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent import (
@@ -37,6 +36,7 @@ from agent import (
     QuotaExhausted,
     Task,
 )
+from gateway.slack.errors import SlackError
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +111,7 @@ class OperatorAlerts:
             await client.chat_postMessage(
                 channel=self._channel, text=text, unfurl_links=False, parse="none", link_names=False
             )
-        except (SlackApiError, SlackClientError, OSError) as exc:
+        except SlackError as exc:
             log.error("the operator alert could not be posted to %s: %s", self._channel, exc)
             return False
         return True

@@ -1,91 +1,43 @@
-"""Posting the agent's messages into their Slack thread, each exactly once.
+"""The agent's `Publisher` (and, with streaming on, its `LiveView` and tool observer) on
+Slack: a small facade over the parts that do the work, each with its own state.
 
-Every post goes through an outbox row keyed by its message id (a long reply is several
-posts: `id`, `id#1`, `id#2`, …) and carries Slack message metadata naming that id.
+- gateway/delivery/posts.py — each message posted into its thread exactly once, through
+  its outbox row; an unknown outcome settled by looking in the thread
+  (gateway/delivery/reconcile.py).
+- gateway/delivery/status.py — "is thinking…" under the thread while a task works.
+- gateway/delivery/streams.py — drafts: a reply shown while it is written, and the live
+  task cards of an acknowledgment with subtasks.
+- gateway/delivery/sources.py — the Sources line under a reply that cites.
 
-A call to chat.postMessage ends one of three ways: with the post's `ts`; refused outright
-(an `ok: false` answer, a 429 after every retry), so nothing landed; or ambiguously — a
-5xx, a cut connection, no answer within the time limit, the process dying mid-call.
-Slack may have stored an ambiguous post, so it is never simply sent again: once the call
-must be over and its post visible (the outbox's `settle_after`: the call's time limit
-plus a margin, or the margin after the caller saw it end), the thread is searched for
-the id, and only a post that is not there is sent again. The attempt that saw the call
-end does this at once; a later attempt that finds the row unfinished does the same.
-
-The search reads only messages of our own bot user, posted since the row was first
-claimed, and retries reads that fail transiently (429, 5xx, a cut connection) within a
-time limit. Then it settles on one outcome: a thread it cannot read (`missing_scope` — a
-group DM without `mpim:history` —, `not_in_channel`, …), or not within the limit, counts
-the post as delivered, unverified, and says so in the log. The call that may have posted
-it reached Slack; posting again would show it twice, and a failure notice would follow
-a reply that may well be there.
-
-Every claim is fenced by the task's lease (storage/outbox.py): a worker whose task was
-taken over gets `Superseded` and posts nothing.
-
-Every post says `parse="none"` and `link_names=False`: nothing in it is turned into a
-mention.
-
-With streaming on (`gateway.delivery.streams`), the publisher is also the agent's `LiveView`: a reply
-shows while it is written (a draft), an acknowledgment with subtasks starts a streamed
-message whose task cards follow the subtasks, and publishing a message whose outbox row is
-'open' completes that message instead of posting another.
+Publishing renders the text (gateway/text/rendering.py: no pings, links show their host),
+splits a long reply into posts (`id`, `id#1`, …) and posts each; a reply that was shown
+as a draft is completed (the draft's streamed message becomes the reply) rather than
+posted beside it.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import logging
-from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
+from collections.abc import AsyncIterator, Sequence
 
-import aiohttp
-from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agent import (
-    Citation,
-    Step,
-    StepState,
-    Task,
-    ToolCallRecord,
-    stop_task,
-)
+from agent import Citation, Step, StepState, Task, ToolCallRecord
+from gateway.delivery.posts import Posts
+from gateway.delivery.reconcile import ThreadSearch
 from gateway.delivery.sources import SourceLinks
-from gateway.delivery.streams import (
-    MAYBE_DONE,
-    LiveMessages,
-    SlackDraft,
-    Streamed,
-    StreamEnded,
-    StreamSettings,
-    markdown_chunk,
-    may_have_happened,
-    task_update,
-    why,
-)
-from gateway.slack.workspaces import NotInstalled, SlackClients
-from gateway.text.rendering import BLOCK_LIMIT, SlackMessage, render_reply
-from storage import Outbox, StoredInstallation
+from gateway.delivery.status import StatusLine
+from gateway.delivery.streams import LiveMessages, SlackDraft, StreamEnded, StreamSettings
+from gateway.slack.address import SlackAddress
+from gateway.slack.workspaces import SlackClients
+from gateway.text.rendering import render_reply
+from storage import Outbox
 
-log = logging.getLogger(__name__)
-
-METADATA_EVENT = "threadgate_post"
-_NOTHING_THERE = frozenset({"thread_not_found", "message_not_found"})
-# For a read, "ask again later": what may have happened to a write, and more.
-_TRANSIENT = MAYBE_DONE | {"ratelimited", "request_timeout"}
-# A post whose outcome stays unknown is called again at most this often per publish; then
-# the task is retried later (and the next attempt goes on from the outbox row).
-_CALLS_PER_POST = 3
 _TOOL_STATES: dict[str, StepState] = {"running": "in_progress", "ok": "complete", "error": "error"}
-_CLOCK_SKEW_SECONDS = 60.0
 
 
 class SlackPublisher:
-    """`agent.Publisher` on Slack."""
+    """`agent.Publisher` on Slack (module docstring)."""
 
     def __init__(
         self,
@@ -102,12 +54,9 @@ class SlackPublisher:
     ) -> None:
         # Each task's calls use its workspace's client (gateway/slack/workspaces.py).
         self._clients = client if isinstance(client, SlackClients) else SlackClients.single(client)
-        self._outbox = outbox
-        self._sources = SourceLinks(outbox, call_seconds=outbox.call_seconds)
-        self._visible: set[str] = set()  # tasks whose thread shows streamed text
-        self._working: set[str] = set()  # tasks inside `working`
-        self._posted: set[str] = set()  # those of them that posted in their thread
-        self._drafts: dict[tuple[str, str], SlackDraft] = {}
+        self._status = StatusLine(
+            self._clients, status=status, refresh_seconds=status_refresh_seconds
+        )
         self._live = (
             None
             if streams is None
@@ -115,15 +64,21 @@ class SlackPublisher:
                 self._clients,
                 outbox,
                 streams,
-                on_visible=self._on_visible,
+                on_visible=self._status.visible,
                 on_ended=on_stream_ended,
             )
         )
-        self._bot_user_id = bot_user_id
-        self._bot_id = bot_id
-        self._status = status
-        self._refresh_seconds = status_refresh_seconds
-        self._reconcile_seconds = reconcile_seconds
+        search = ThreadSearch(
+            self._clients,
+            outbox,
+            bot_user_id=bot_user_id,
+            bot_id=bot_id,
+            reconcile_seconds=reconcile_seconds,
+            orphans=self._live is not None,
+        )
+        self._posts = Posts(self._clients, outbox, search, self._live)
+        self._sources = SourceLinks(outbox, call_seconds=outbox.call_seconds)
+        self._drafts: dict[tuple[str, str], SlackDraft] = {}  # by task id and message id
 
     @property
     def streaming(self) -> bool:
@@ -147,17 +102,18 @@ class SlackPublisher:
         streamed = await draft.close() if draft is not None else None
         # The Sources line goes under the text, rendered with it (gateway/delivery/sources.py); a
         # streamed reply gets it with its final stopStream or update.
-        sources = (
-            await self._sources.line(citations, await self._clients.for_address(task.address))
-            if citations
-            else ""
-        )
+        sources = await self._sources_line(task, citations) if citations else ""
         for n, part in enumerate(render_reply(f"{text}\n\n{sources}" if sources else text)):
             if n == 0:
-                await self._post_once(task, message_id, part, streamed=streamed, steps=steps)
+                await self._posts.post(task, message_id, part, streamed=streamed, steps=steps)
             else:
-                await self._post_once(task, f"{message_id}#{n}", part)
-        self._did_post(task)
+                await self._posts.post(task, f"{message_id}#{n}", part)
+        self._status.posted(task)
+
+    async def _sources_line(self, task: Task, citations: Sequence[Citation]) -> str:
+        address = SlackAddress.parse(task.address)  # permalinks are asked in its workspace
+        client = await self._clients.for_team(address.team, address.enterprise)
+        return await self._sources.line(citations, client)
 
     # The agent's LiveView (with streaming on)
 
@@ -171,14 +127,6 @@ class SlackPublisher:
         if self._live is not None:
             await self._live.step(task, message_id, step)
 
-    def _on_visible(self, task: Task) -> None:
-        self._visible.add(task.id)
-        self._did_post(task)
-
-    def _did_post(self, task: Task) -> None:
-        if task.id in self._working:
-            self._posted.add(task.id)
-
     async def tool_call(self, task: Task, record: ToolCallRecord) -> None:
         """`agent.ToolObserver`: a work tool's call shown while it runs — a card on the
         reply's timeline when the reply streams, else the status line names the tool. A
@@ -188,396 +136,17 @@ class SlackPublisher:
         if draft is not None and not draft.silent and record.subtask_type is None:
             draft.tool(record.call_id, record.name, _TOOL_STATES[record.state])
             return
-        if record.state == "running" and task.id not in self._visible:
-            await self._set_status(task, f"is using {record.name}…")
+        if record.state == "running":
+            await self._status.using(task, record.name)
 
     @contextlib.asynccontextmanager
     async def working(self, task: Task) -> AsyncIterator[None]:
-        """ "is thinking…" in the thread, refreshed before Slack's two-minute expiry, then
-        cleared. Slack clears it itself when we post in the thread, so the clearing call is
-        made only when nothing was posted meanwhile (a lost lease, a cancel, a deferral): it
-        was a third of the Slack calls of a one-round task."""
-        refresher = asyncio.create_task(self._keep_status(task), name=f"status-{task.id}")
-        self._working.add(task.id)
-        try:
-            yield
-        finally:
-            self._working.discard(task.id)
-            await stop_task(refresher)
+        """The task's status under its thread while it works (gateway/delivery/status.py);
+        its drafts are closed when it ends."""
+
+        async def close_drafts() -> None:
             for key in [key for key in self._drafts if key[0] == task.id]:
                 await self._drafts.pop(key).close()
-            self._visible.discard(task.id)
-            if task.id not in self._posted:
-                await self._set_status(task, "")
-            self._posted.discard(task.id)
 
-    async def _keep_status(self, task: Task) -> None:
-        while True:
-            # Until the first streamed text (the text itself shows that the bot works) or
-            # post: a status set after our post would outlive the work, uncleared.
-            if task.id not in self._visible and task.id not in self._posted:
-                await self._set_status(task, self._status)
-            await asyncio.sleep(self._refresh_seconds)
-
-    async def _set_status(self, task: Task, status: str) -> None:
-        try:
-            client = await self._clients.for_address(task.address)
-            await client.assistant_threads_setStatus(
-                channel_id=task.address["channel"],
-                thread_ts=task.address["thread_ts"],
-                status=status,
-            )
-        except (SlackApiError, SlackClientError, OSError, NotInstalled) as exc:
-            # Status exists only in assistant threads; elsewhere Slack refuses it. Harmless.
-            log.debug("setStatus refused: %s", exc)
-
-    async def _post_once(
-        self,
-        task: Task,
-        post_id: str,
-        message: SlackMessage,
-        *,
-        streamed: Streamed | None = None,
-        steps: Sequence[Step] = (),
-    ) -> None:
-        for _ in range(_CALLS_PER_POST):
-            claim = await self._outbox.claim(post_id, task.id, task.attempts)
-            if claim.state == "sent":
-                return
-            if claim.state == "open" and claim.ts is not None:
-                try:
-                    if await self._complete(task, post_id, claim.ts, message, streamed, steps):
-                        return
-                except _Unsettled:
-                    pass  # completing is idempotent: the next round of the loop does it again
-                continue  # or the message is gone, its row released: post afresh
-            if claim.state == "unknown":
-                # Until the earlier call must be over and its post visible: a search any
-                # earlier could miss a post still landing, and post it twice.
-                await asyncio.sleep(claim.wait_seconds)
-                found = await self.find_post(task.address, post_id, since=claim.since)
-                if found is not None and found.orphan and found.ts is not None:
-                    await self._outbox.opened(post_id, task.attempts, found.ts)
-                    continue  # a stream the last attempt started: complete it
-                if found is not None:
-                    await self._outbox.mark_sent(post_id, found.ts)
-                    return
-                if not await self._outbox.arm(post_id, task.id, task.attempts):
-                    return  # an earlier call did land, and its caller said so meanwhile
-            try:
-                if steps and await self._start_plan(task, post_id, message, steps):
-                    return
-            except _Unsettled:
-                continue
-            if await self._call(task, post_id, message):
-                return
-        raise PostNotSettled(f"{_CALLS_PER_POST} calls to Slack for {post_id} went unanswered")
-
-    async def _start_plan(
-        self, task: Task, post_id: str, message: SlackMessage, steps: Sequence[Step]
-    ) -> bool:
-        """Post an acknowledgment as a streamed message whose task cards show `steps`;
-        True when it shows (the row is then open), False to post it plainly."""
-        where = self._live.allowed(task.address) if self._live is not None else None
-        if where is None:
-            return False
-        chunks = [markdown_chunk(_markdown(message)), *(task_update(step) for step in steps)]
-        try:
-            async with asyncio.timeout(self._outbox.call_seconds):
-                ts = await where.start(
-                    await self._clients.for_address(task.address), chunks, plan=True
-                )
-        except SlackApiError as exc:
-            if may_have_happened(exc):
-                log.warning("plan %s: Slack answered %s; looking in the thread", post_id, why(exc))
-                await self._outbox.call_ended(post_id, task.attempts, posted=None)
-                raise _Unsettled from exc
-            await self._outbox.call_ended(post_id, task.attempts, posted=False)
-            assert self._live is not None
-            self._live.refused(task.address, why(exc))
-            self._live.ended("plan", "refused")
-            await self._outbox.arm(post_id, task.id, task.attempts)
-            return False
-        except (aiohttp.ClientError, OSError) as exc:
-            log.warning("plan %s: %s; looking in the thread", post_id, type(exc).__name__)
-            await self._outbox.call_ended(post_id, task.attempts, posted=None)
-            raise _Unsettled from exc
-        await self._outbox.opened(post_id, task.attempts, ts)
-        assert self._live is not None
-        self._live.opened(post_id)  # card updates waiting for this ts go out now
-        self._on_visible(task)
-        return True
-
-    async def _complete(
-        self,
-        task: Task,
-        post_id: str,
-        ts: str,
-        message: SlackMessage,
-        streamed: Streamed | None,
-        steps: Sequence[Step],
-    ) -> bool:
-        """Finish the open message `ts` as this post. False when it is gone (its row is
-        released: post afresh)."""
-        if steps and any(step.state in ("pending", "in_progress") for step in steps):
-            return True  # an acknowledgment whose subtasks still run: it stays open
-        channel = task.address["channel"]
-        client = await self._clients.for_address(task.address)
-        metadata = _metadata(post_id)
-        final = [task_update(step) for step in steps]
-        if streamed is not None:
-            final += streamed.cards  # a reply's tool cards, in their last state
-        kind = "plan" if steps else "reply"
-        if steps:
-            # An acknowledgment's plan: its text went out whole with the start, its cards
-            # get their final states here.
-            if await self._stop(task, post_id, ts, chunks=final, metadata=metadata):
-                self._ended(kind, "completed")
-                return True
-        elif (
-            streamed is not None
-            and (rest := _rest(streamed, _markdown(message))) is not None
-            # A reply streamed as written: the rest (with a Sources line) goes with the stop.
-            and await self._stop(
-                task,
-                post_id,
-                ts,
-                chunks=[*streamed.cards, *([markdown_chunk(rest)] if rest else [])],
-                metadata=metadata,
-            )
-        ):
-            self._ended(kind, "completed")
-            return True
-        with contextlib.suppress(SlackApiError, SlackClientError, aiohttp.ClientError, OSError):
-            async with asyncio.timeout(self._outbox.call_seconds):
-                # Already stopped (or expired) is fine: the update below sets the text.
-                await client.chat_stopStream(channel=channel, ts=ts, chunks=final or None)
-        try:
-            async with asyncio.timeout(self._outbox.call_seconds):
-                await client.chat_update(
-                    channel=channel,
-                    ts=ts,
-                    text=message.text,
-                    blocks=list(message.blocks),
-                    metadata=metadata,
-                    parse="none",
-                    link_names=False,
-                )
-        except SlackApiError as exc:
-            if exc.response.get("error") in _NOTHING_THERE:
-                log.info("open message %s of %s is gone; posting afresh", ts, post_id)
-                await self._outbox.release(post_id, task.id, task.attempts, ts)
-                return False
-            if not may_have_happened(exc):
-                raise
-            raise _Unsettled from exc
-        except (aiohttp.ClientError, OSError) as exc:
-            raise _Unsettled from exc
-        await self._outbox.mark_sent(post_id, ts)
-        self._ended(kind, "replaced")
-        return True
-
-    def _ended(self, kind: str, outcome: str) -> None:
-        if self._live is not None:
-            self._live.ended(kind, outcome)
-
-    async def _stop(
-        self,
-        task: Task,
-        post_id: str,
-        ts: str,
-        *,
-        metadata: dict[str, Any],
-        chunks: list[dict[str, Any]] | None = None,
-    ) -> bool:
-        """`chat.stopStream` with our metadata: the message is complete as it stands.
-        False when Slack would not (no longer streaming, …): replace its text instead."""
-        try:
-            async with asyncio.timeout(self._outbox.call_seconds):
-                client = await self._clients.for_address(task.address)
-                await client.chat_stopStream(
-                    channel=task.address["channel"], ts=ts, chunks=chunks or None, metadata=metadata
-                )
-        except (SlackApiError, SlackClientError, aiohttp.ClientError, OSError) as exc:
-            log.info("stopping stream %s failed (%s); replacing its text", ts, exc)
-            return False
-        await self._outbox.mark_sent(post_id, ts)
-        return True
-
-    async def _call(self, task: Task, post_id: str, message: SlackMessage) -> bool:
-        """One chat.postMessage. True: posted. False: the outcome is unknown (the outbox
-        knows the call is over). Raises when Slack refused the post outright."""
-        address = task.address
-        client = await self._clients.for_address(address)
-        try:
-            # The bound the outbox waits for before anyone looks for this post.
-            async with asyncio.timeout(self._outbox.call_seconds):
-                response = await client.chat_postMessage(
-                    channel=address["channel"],
-                    thread_ts=address["thread_ts"],
-                    text=message.text,
-                    blocks=list(message.blocks),
-                    metadata=_metadata(post_id),
-                    unfurl_links=False,
-                    unfurl_media=False,
-                    # Explicit, not Slack's defaults: with `parse=full` or `link_names` Slack
-                    # would turn a bare `@here` or `@name` in the text into a ping.
-                    parse="none",
-                    link_names=False,
-                )
-        except SlackApiError as exc:
-            if not may_have_happened(exc):
-                await self._outbox.call_ended(post_id, task.attempts, posted=False)
-                raise
-            log.warning("post %s: Slack answered %s; looking in the thread", post_id, why(exc))
-        except (aiohttp.ClientError, OSError) as exc:  # OSError: TimeoutError included
-            log.warning("post %s: %s; looking in the thread", post_id, type(exc).__name__)
-        else:
-            await self._outbox.mark_sent(post_id, response.get("ts"))
-            return True
-        await self._outbox.call_ended(post_id, task.attempts, posted=None)
-        return False
-
-    async def find_post(
-        self, address: Mapping[str, str], post_id: str, *, since: datetime | None = None
-    ) -> Found | None:
-        """Our post carrying `post_id` in the thread (None: not there). Reads failing
-        transiently are retried within `reconcile_seconds`; a thread that cannot be read,
-        or not in time, gives `Found(None)`: counted as delivered, unverified."""
-        pause = 1.0
-        try:
-            async with asyncio.timeout(self._reconcile_seconds):
-                while True:
-                    try:
-                        return await self._search(address, post_id, since)
-                    except SlackApiError as exc:
-                        if not _transient(exc):
-                            return _unverified(address, post_id, why(exc))
-                        reason = why(exc)
-                    except (aiohttp.ClientError, OSError) as exc:
-                        reason = type(exc).__name__
-                    log.info("reading the thread for %s failed (%s); trying again", post_id, reason)
-                    await asyncio.sleep(pause)  # a pause between reads, bounded by the limit
-                    pause = min(pause * 2, 10.0)
-        except TimeoutError:
-            return _unverified(address, post_id, f"unreadable for {self._reconcile_seconds:g}s")
-
-    async def _search(
-        self, address: Mapping[str, str], post_id: str, since: datetime | None
-    ) -> Found | None:
-        """Our post carrying `post_id`; failing that, an orphaned stream (our message
-        without our metadata, which no outbox row accounts for), the earliest first."""
-        # Slack's clock and the database's may differ a little: start a bit earlier.
-        oldest = None if since is None else f"{since.timestamp() - _CLOCK_SKEW_SECONDS:.6f}"
-        cursor = None
-        unmarked: list[str] = []
-        workspace = await self._clients.workspace(address.get("team"), address.get("enterprise"))
-        while True:
-            try:
-                page = await workspace.client.conversations_replies(
-                    channel=address["channel"],
-                    ts=address["thread_ts"],
-                    oldest=oldest,
-                    include_all_metadata=True,
-                    limit=200,
-                    cursor=cursor,
-                )
-            except SlackApiError as exc:
-                if exc.response.get("error") in _NOTHING_THERE:
-                    return None  # no thread yet, so our post cannot be in it
-                raise
-            for message in page.get("messages") or []:
-                if not self._is_ours(message, workspace.installation):
-                    continue
-                if _outbox_id(message) == post_id:
-                    return Found(str(message.get("ts")))
-                if self._live is not None and _unmarked(message, address):
-                    unmarked.append(str(message.get("ts")))
-            cursor = (page.get("response_metadata") or {}).get("next_cursor")
-            if not cursor:
-                break
-        if since is None or not unmarked:
-            return None  # without a bound, any old message of ours could pass for one
-        known = await self._outbox.known_refs(unmarked)
-        orphans = sorted((ts for ts in unmarked if ts not in known), key=float)
-        return Found(orphans[0], orphan=True) if orphans else None
-
-    def _is_ours(self, message: Mapping[str, Any], found: StoredInstallation | None = None) -> bool:
-        """Posted by our bot user (anyone could copy our metadata into a message); with many
-        workspaces, the bot user of the thread's workspace's installation (`found`)."""
-        bot_user_id, bot_id = (
-            (found.bot_user_id, found.bot_id) if found else (self._bot_user_id, self._bot_id)
-        )
-        if bot_user_id is None and bot_id is None:
-            return True  # not told who we are: the metadata alone decides
-        return (bot_user_id is not None and message.get("user") == bot_user_id) or (
-            bot_id is not None and message.get("bot_id") == bot_id
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class Found:
-    """A post found in its thread: its `ts`, or None when it is counted as delivered
-    without having been seen (the thread could not be read). `orphan`: not the post
-    itself but a stream some attempt started for it and never completed."""
-
-    ts: str | None
-    orphan: bool = False
-
-
-class PostNotSettled(Exception):
-    """Every call for a post went unanswered, and the thread did not show it."""
-
-
-class _Unsettled(Exception):
-    """A call's outcome is unknown: the outbox settles it on the next claim."""
-
-
-def _rest(streamed: Streamed, final: str) -> str | None:
-    """What the stop must add to a streamed message to show `final`: what was rendered but
-    not sent, and anything the reply has after what the model wrote (its Sources line).
-    None when the message does not show the start of `final` (an update replaces it)."""
-    if not final.startswith(streamed.shown + streamed.unsent):
-        return None
-    rest = final[len(streamed.shown) :]
-    return rest if len(rest) <= BLOCK_LIMIT else None
-
-
-def _metadata(post_id: str) -> dict[str, Any]:
-    return {"event_type": METADATA_EVENT, "event_payload": {"outbox_id": post_id}}
-
-
-def _markdown(message: SlackMessage) -> str:
-    return str(message.blocks[0]["text"])
-
-
-def _unverified(address: Mapping[str, str], post_id: str, why: str) -> Found:
-    log.warning(
-        "cannot read thread %s/%s to settle post %s (%s): counted as delivered, unverified",
-        address["channel"],
-        address["thread_ts"],
-        post_id,
-        why,
-    )
-    return Found(None)
-
-
-def _transient(exc: SlackApiError) -> bool:
-    """Whether a read answered with `exc` may succeed if asked again."""
-    status = exc.response.status_code
-    return status == 429 or status >= 500 or exc.response.get("error") in _TRANSIENT
-
-
-def _unmarked(message: Mapping[str, Any], address: Mapping[str, str]) -> bool:
-    """A message of ours in the thread without our metadata: what a stream shows before
-    `stopStream` puts the metadata on (the thread's own root is not one)."""
-    return not message.get("metadata") and message.get("ts") != address["thread_ts"]
-
-
-def _outbox_id(message: Mapping[str, Any]) -> str | None:
-    metadata = message.get("metadata") or {}
-    if metadata.get("event_type") != METADATA_EVENT:
-        return None
-    payload = metadata.get("event_payload") or {}
-    value = payload.get("outbox_id")
-    return value if isinstance(value, str) else None
+        async with self._status.working(task, before_clearing=close_drafts):
+            yield

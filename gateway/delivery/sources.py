@@ -22,17 +22,15 @@ early; the model's URLs cannot contain `<`, `>` or whitespace (agent/rounds/cita
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 from collections.abc import Sequence
 from urllib.parse import urlsplit
 
-import aiohttp
-from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent import Citation
+from gateway.slack.errors import SlackError, slack_deadline
 from storage import Outbox, StorageError
 
 log = logging.getLogger(__name__)
@@ -80,10 +78,10 @@ class SourceLinks:
             return None
         channel, ts = where
         try:
-            async with asyncio.timeout(self._call_seconds):
+            async with slack_deadline("chat.getPermalink", self._call_seconds):
                 response = await client.chat_getPermalink(channel=channel, message_ts=ts)
             permalink = response.get("permalink")
-        except (SlackApiError, SlackClientError, aiohttp.ClientError, OSError, TimeoutError) as exc:
+        except SlackError as exc:
             log.info(
                 "chat.getPermalink failed for %s/%s (%s); using the archive link", channel, ts, exc
             )

@@ -23,15 +23,16 @@ the task's lease, like any post); the row turns 'open' with the `ts` as soon as 
 answers. The agent may `discard` a draft (the step was not the reply): the message is
 deleted, then the row released.
 
-**Completing** is the publisher's job, through the outbox: publishing a message whose row
-is open finishes the message at that `ts` — `stopStream` with our metadata when what was
-streamed is exactly the final rendering, else `stopStream` and `chat.update` to the final
-rendering — whoever publishes it: the process that streamed it, or another that took the
-task over after a crash (the dead process's half-written message becomes the whole
-answer; never a second message beside it). A stream whose `ts` was never recorded (the
-process died inside `startStream`) is found in the thread by the publisher's search — our
-bot user's message without our metadata, posted since the row was claimed, that no other
-row accounts for — and completed the same way.
+**Completing** is the post's job (gateway/delivery/posts.py), through the outbox:
+publishing a message whose row is open finishes the message at that `ts` — `stopStream`
+with our metadata when what was streamed is exactly the final rendering, else
+`stopStream` and `chat.update` to the final rendering — whoever publishes it: the process
+that streamed it, or another that took the task over after a crash (the dead process's
+half-written message becomes the whole answer; never a second message beside it). A
+stream whose `ts` was never recorded (the process died inside `startStream`) is found in
+the thread by the post's search (gateway/delivery/reconcile.py) — our bot user's message
+without our metadata, posted since the row was claimed, that no other row accounts for —
+and completed the same way.
 
 **Refusals.** Slack may refuse a stream (a workspace or a conversation type without the
 feature, a missing recipient): the draft then stays silent and the reply is posted as
@@ -45,40 +46,21 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import aiohttp
-from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent import Showing, Step, StepState, Task, stop_task
+from gateway.slack.address import SlackAddress
+from gateway.slack.errors import SlackError, SlackOutcomeUnknown, SlackRefused, slack_deadline
+from gateway.slack.workspaces import SlackClients
 from gateway.text.live_render import LiveRenderer
 from gateway.text.rendering import BLOCK_LIMIT
 from storage import Outbox, StorageError
 
-if TYPE_CHECKING:
-    from gateway.slack.workspaces import SlackClients
-
 log = logging.getLogger(__name__)
-
-_SLACK_ERRORS = (SlackApiError, SlackClientError, aiohttp.ClientError, OSError)
-# Slack's own words for "failed, but some of it may have happened", besides 5xx answers.
-MAYBE_DONE = frozenset({"internal_error", "fatal_error", "service_unavailable"})
-
-
-def may_have_happened(exc: SlackApiError) -> bool:
-    """Whether a write Slack answered with `exc` may still have been done (a post, a
-    stream's start): its outcome is unknown, and only the thread can tell."""
-    return exc.response.status_code >= 500 or exc.response.get("error") in MAYBE_DONE
-
-
-def why(exc: SlackApiError) -> str:
-    """Slack's error code for `exc`, or its HTTP status."""
-    error = exc.response.get("error") if isinstance(exc.response.data, dict) else None
-    return str(error or f"HTTP {exc.response.status_code}")
-
 
 # Slack's answers that mean "a stream cannot go here"; anything else refused outright is
 # taken the same way for this draft, but not remembered.
@@ -156,16 +138,14 @@ class Where:
         return str(response["ts"])
 
 
-def stream_target(address: Mapping[str, str]) -> Where | None:
+def stream_target(address: SlackAddress) -> Where | None:
     """Where a stream for `address` goes; None when it cannot go there (a channel task
     from before recipients were recorded)."""
-    channel, thread_ts = address["channel"], address["thread_ts"]
-    if channel.startswith("D"):
-        return Where(channel, thread_ts)
-    user, team = address.get("user"), address.get("team")
-    if not user or not team:
+    if address.is_dm:
+        return Where(address.channel, address.thread_ts)
+    if not address.user or not address.team:
         return None
-    return Where(channel, thread_ts, user, team)
+    return Where(address.channel, address.thread_ts, address.user, address.team)
 
 
 def markdown_chunk(text: str) -> dict[str, Any]:
@@ -195,21 +175,21 @@ class LiveMessages:
         self._sending: set[str] = set()  # acknowledgments with a sender running
         self._opening: dict[str, asyncio.Event] = {}  # senders waiting for their row to open
 
-    async def client_for(self, address: Mapping[str, str]) -> AsyncWebClient:
+    async def client_for(self, address: SlackAddress) -> AsyncWebClient:
         """The client of the workspace `address` is in (gateway/slack/workspaces.py)."""
-        return await self.clients.for_address(address)
+        return await self.clients.for_team(address.team, address.enterprise)
 
-    def allowed(self, address: Mapping[str, str]) -> Where | None:
+    def allowed(self, address: SlackAddress) -> Where | None:
         """Where a stream for `address` goes, or None when no stream should be tried."""
-        until = self._refused.get(address["channel"])
+        until = self._refused.get(address.channel)
         if until is not None and time.monotonic() < until:
             return None
         return stream_target(address)
 
-    def refused(self, address: Mapping[str, str], error: str) -> None:
-        log.info("Slack refused a stream in %s (%s): replies post whole", address["channel"], error)
+    def refused(self, address: SlackAddress, error: str) -> None:
+        log.info("Slack refused a stream in %s (%s): replies post whole", address.channel, error)
         if error in _NOT_HERE:
-            self._refused[address["channel"]] = time.monotonic() + self.settings.refusal_seconds
+            self._refused[address.channel] = time.monotonic() + self.settings.refusal_seconds
 
     def opened(self, message_id: str) -> None:
         """This process opened the row of `message_id`: its card updates go out now."""
@@ -236,16 +216,17 @@ class LiveMessages:
             sender.add_done_callback(self._senders.discard)
 
     async def _send_steps(self, task: Task, message_id: str) -> None:
+        address = SlackAddress.parse(task.address)
         try:
             ts = await self._open_ts(message_id)
             while ts is not None and (queue := self._steps.get(message_id)):
                 chunks = [task_update(step) for step in queue]
                 queue.clear()
-                async with asyncio.timeout(self.outbox.call_seconds):
-                    await (await self.client_for(task.address)).chat_appendStream(
-                        channel=task.address["channel"], ts=ts, chunks=chunks
+                async with slack_deadline("chat.appendStream", self.outbox.call_seconds):
+                    await (await self.client_for(address)).chat_appendStream(
+                        channel=address.channel, ts=ts, chunks=chunks
                     )
-        except (*_SLACK_ERRORS, StorageError) as exc:
+        except (SlackError, StorageError) as exc:
             log.debug("showing the steps of %s failed: %s", message_id, exc)
         finally:
             # Nothing awaits between the loop's last look at the queue and here, so no
@@ -302,6 +283,7 @@ class SlackDraft:
     def __init__(self, live: LiveMessages, task: Task, post_id: str) -> None:
         self._live = live
         self._task = task
+        self._address = SlackAddress.parse(task.address)
         self._post_id = post_id
         self._silent = False  # refused, or its outcome unknown: the publish settles it
         self.showing = Showing()  # told each time a stream starts: the model reads slower
@@ -359,12 +341,12 @@ class SlackDraft:
         try:
             if await self._live.outbox.open_ts(self._post_id, task.id, task.attempts) != ts:
                 return
-            async with asyncio.timeout(self._live.outbox.call_seconds):
-                client = await self._live.client_for(task.address)
-                await client.chat_delete(channel=task.address["channel"], ts=ts)
+            async with slack_deadline("chat.delete", self._live.outbox.call_seconds):
+                client = await self._live.client_for(self._address)
+                await client.chat_delete(channel=self._address.channel, ts=ts)
             await self._live.outbox.release(self._post_id, task.id, task.attempts, ts)
             self._live.ended("reply", "taken_back")
-        except (*_SLACK_ERRORS, StorageError) as exc:
+        except (SlackError, StorageError) as exc:
             # The row stays open: the reply, when it is published, replaces this text.
             log.info("taking back the draft %s failed (%s); the reply will replace it", ts, exc)
 
@@ -439,7 +421,7 @@ class SlackDraft:
 
     async def _start(self, chunks: list[dict[str, Any]]) -> bool:
         task, live = self._task, self._live
-        where = live.allowed(task.address)
+        where = live.allowed(self._address)
         if where is None:
             return False
         try:
@@ -450,24 +432,10 @@ class SlackDraft:
         if claim.state != "new":
             return False  # shown already, or being settled: the publish completes it
         try:
-            async with asyncio.timeout(live.outbox.call_seconds):
-                ts = await where.start(await live.client_for(task.address), chunks)
-        except SlackApiError as exc:
-            ambiguous = may_have_happened(exc)
-            await live.outbox.call_ended(
-                self._post_id, task.attempts, posted=None if ambiguous else False
-            )
-            if not ambiguous:
-                live.refused(task.address, why(exc))
-                live.ended("reply", "refused")
-            return False
-        except (SlackClientError, aiohttp.ClientError, OSError) as exc:
-            log.info(
-                "starting the stream for %s: %s; the publish settles it",
-                self._post_id,
-                type(exc).__name__,
-            )
-            await live.outbox.call_ended(self._post_id, task.attempts, posted=None)
+            async with slack_deadline("chat.startStream", live.outbox.call_seconds):
+                ts = await where.start(await live.client_for(self._address), chunks)
+        except SlackError as exc:
+            await self._not_started(exc)
             return False
         self.ts = ts
         await live.outbox.opened(self._post_id, task.attempts, self.ts)
@@ -476,22 +444,35 @@ class SlackDraft:
         self.showing.shown()
         return True
 
+    async def _not_started(self, exc: SlackError) -> None:
+        """The start failed: refused (the reply posts whole; remembered for the
+        conversation), out of reach (nothing shows), or unknown (the publish settles it)."""
+        task, live = self._task, self._live
+        unknown = isinstance(exc, SlackOutcomeUnknown)
+        await live.outbox.call_ended(
+            self._post_id, task.attempts, posted=None if unknown else False
+        )
+        if isinstance(exc, SlackRefused):
+            live.refused(self._address, exc.error)
+            live.ended("reply", "refused")
+        else:
+            log.info("starting the stream for %s: %s; the publish settles it", self._post_id, exc)
+
     async def _append(self, chunks: list[dict[str, Any]]) -> bool:
         assert self.ts is not None
         try:
-            async with asyncio.timeout(self._live.outbox.call_seconds):
-                client = await self._live.client_for(self._task.address)
+            async with slack_deadline("chat.appendStream", self._live.outbox.call_seconds):
+                client = await self._live.client_for(self._address)
                 await client.chat_appendStream(
-                    channel=self._task.address["channel"], ts=self.ts, chunks=chunks
+                    channel=self._address.channel, ts=self.ts, chunks=chunks
                 )
-        except _SLACK_ERRORS as exc:
+        except SlackError as exc:
             log.info("appending to %s failed (%s); the publish completes it", self.ts, exc)
             return False
         return True
 
 
 __all__ = [
-    "MAYBE_DONE",
     "LiveMessages",
     "SlackDraft",
     "StreamEnded",
@@ -499,8 +480,6 @@ __all__ = [
     "Streamed",
     "Where",
     "markdown_chunk",
-    "may_have_happened",
     "stream_target",
     "task_update",
-    "why",
 ]

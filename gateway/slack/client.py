@@ -9,7 +9,7 @@ lost on the way. So a 5xx is retried only for reads (`is_read`); anything that c
 or changes something — chat.postMessage, chat.update, chat.delete, the chat.*Stream
 calls — is never sent twice here, and neither is anything after a connection error. The
 outbox settles an unknown outcome instead: it looks in the thread, then posts if absent
-(gateway/delivery/publisher.py).
+(gateway/delivery/posts.py).
 
 Every call is bounded as a whole by `timeout`, its waits after 429s included (slack_sdk
 applies its own timeout per request only, and not at all to a shared session). The

@@ -20,6 +20,9 @@ around what does not go through that client (Socket Mode's own Web API client an
 WebSocket). Code above the boundary catches `SlackError` and branches on the outcome,
 never on a tuple of foreign types. `tests/gateway/test_slack_errors.py` checks that every
 exception class of those libraries maps to exactly one outcome.
+A caller that bounds a call with a deadline of its own (`slack_deadline`) gets the same
+outcome when that deadline runs out; `worth_rereading` says whether a failed read may
+succeed if asked again.
 
 Why `SlackRefused` is also a `SlackApiError`: bolt's OAuth flow (and anything else of
 slack_sdk's that is handed our client) catches `SlackApiError` to tell a refused code
@@ -31,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import aiohttp
@@ -131,6 +134,26 @@ def slack_call(method: str) -> Iterator[None]:
         if failure is None or failure is exc:
             raise
         raise failure from exc
+
+
+@contextlib.asynccontextmanager
+async def slack_deadline(method: str, seconds: float) -> AsyncIterator[None]:
+    """Bound a Slack call by `seconds` of our own: when they run out, the call was cut
+    while Slack may have been doing it (`SlackOutcomeUnknown`)."""
+    try:
+        async with asyncio.timeout(seconds):
+            yield
+    except TimeoutError as exc:
+        raise SlackOutcomeUnknown(method, f"no answer within {seconds:g}s") from exc
+
+
+def worth_rereading(failure: SlackError) -> bool:
+    """Whether a read that failed with `failure` may succeed if asked again: Slack was out
+    of reach or did not answer, or asked us to slow down (`ratelimited`). Any other
+    refusal (`missing_scope`, `channel_not_found`, …) will be given again."""
+    if isinstance(failure, SlackRefused):
+        return failure.error == "ratelimited" or failure.response.status_code == 429
+    return True
 
 
 def _answered(exc: SlackApiError, method: str) -> SlackError:

@@ -2,7 +2,7 @@
 
 A 5xx is as ambiguous as a lost response. slack_sdk's server-error handler would send the
 post again blindly; threadgate's client sends no write twice, and the outbox settles the
-post by looking in the thread (gateway/slack/client.py, gateway/delivery/publisher.py).
+post by looking in the thread (gateway/slack/client.py, gateway/delivery/posts.py).
 """
 
 from __future__ import annotations
@@ -72,7 +72,8 @@ async def test_posts_slack_stored_then_answered_5xx_are_visible_once(
     ],
 )
 async def test_the_client_sends_no_write_twice_after_a_5xx(method: str) -> None:
-    """Whatever creates or changes something is sent once, whatever the 5xx."""
+    """Whatever creates or changes something is sent once, whatever the 5xx, and its
+    outcome is unknown."""
     async with FakeSlack(bot_token=BOT_TOKEN) as slack:
         client = slack_client(BOT_TOKEN, slack.url, timeout=10)
         slack.fail_after_recording(method, status=503)

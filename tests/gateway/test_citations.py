@@ -8,12 +8,12 @@ from collections.abc import AsyncIterator
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from slack_sdk.web.async_client import AsyncWebClient
 
 from agent import Citation
 from agent.models.contract import UserMessage
 from agent.rounds.citations import Citable
 from gateway.delivery.sources import SourceLinks
+from gateway.slack.client import slack_client
 from gateway.text.rendering import render_reply
 from storage import Database, Outbox
 from tests.fakes.openai_api import reply_with_tool
@@ -130,7 +130,7 @@ async def test_no_sources_line_can_ping(shown: list[str], reply: str) -> None:
         Outbox(Database("postgresql://unused"), call_seconds=1, settle_seconds=1),
         call_seconds=1,
     )
-    line = await links.line(citations, AsyncWebClient(base_url="http://127.0.0.1:9/"))
+    line = await links.line(citations, slack_client(None, "http://127.0.0.1:9/", timeout=15))
     for message in render_reply(f"{reply}\n\n{line}" if line else reply):
         assert PING.search(block_text(message)) is None
         assert PING.search(message.text) is None

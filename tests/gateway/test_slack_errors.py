@@ -19,7 +19,9 @@ from gateway.slack.errors import (
     SlackRefused,
     SlackUnavailable,
     slack_call,
+    slack_deadline,
     slack_failure,
+    worth_rereading,
 )
 from gateway.slack.workspaces import NotInstalled
 
@@ -169,3 +171,28 @@ def test_slack_call_raises_the_outcome_from_the_original() -> None:
     assert kept.value is mapped and kept.value.__cause__ is None
     with pytest.raises(KeyError), slack_call("auth.test"):
         raise KeyError("x")
+
+
+async def test_a_deadline_of_our_own_leaves_the_outcome_unknown() -> None:
+    """A call cut by the caller's own deadline may have been done: outcome unknown."""
+    with pytest.raises(SlackOutcomeUnknown) as raised:
+        async with slack_deadline("chat.postMessage", 0.01):
+            await asyncio.Event().wait()
+    assert raised.value.method == "chat.postMessage"
+
+
+@pytest.mark.parametrize(
+    ("failure", "again"),
+    [
+        (SlackOutcomeUnknown("conversations.replies", "HTTP 503"), True),
+        (SlackUnavailable("conversations.replies", "ClientConnectorError"), True),
+        (slack_failure(SlackApiError("x", _response(429, {"ok": False})), "m"), True),
+        (slack_failure(SlackApiError("x", _response(200, {"error": "ratelimited"})), "m"), True),
+        (slack_failure(SlackApiError("x", _response(200, {"error": "missing_scope"})), "m"), False),
+    ],
+)
+def test_a_read_is_worth_asking_again_unless_slack_refused_it_for_good(
+    failure: SlackError, again: bool
+) -> None:
+    """A read that was cut, never sent or rate-limited may succeed later; other refusals not."""
+    assert worth_rereading(failure) is again

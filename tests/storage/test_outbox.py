@@ -8,6 +8,7 @@ import asyncpg
 import pytest
 
 from agent.core.ports import Task
+from storage import ClaimAnswer, Settlement
 from storage.admission import Admission, admit
 from storage.database import LEASE_LOCK_SPACE, Database
 from storage.outbox import Outbox, Superseded
@@ -80,6 +81,25 @@ async def test_an_unknown_outcome_waits_until_the_call_must_be_over(fresh_db: Da
     await outbox.mark_sent(POST, "1.5")
     assert (await outbox.claim(POST, task.id, task.attempts)).state == "sent"
     assert not await outbox.arm(POST, task.id, task.attempts)
+
+
+async def test_each_settlement_leaves_the_row_where_the_table_says(fresh_db: Database) -> None:
+    """After an unknown outcome: a post not in the thread is posted again at the next
+    claim, an orphaned stream is completed, and a found or unverified post is done."""
+    outbox = Outbox(fresh_db, call_seconds=CALL, settle_seconds=SETTLE)
+    task = await leased_task(fresh_db)
+    expected: dict[Settlement, ClaimAnswer] = {
+        "absent": "new",
+        "orphan": "open",
+        "found": "sent",
+        "unverified": "sent",
+    }
+    for n, (outcome, answer) in enumerate(expected.items()):
+        post = f"{POST}#{n}"
+        await outbox.claim(post, task.id, task.attempts)
+        assert (await outbox.claim(post, task.id, task.attempts)).state == "unknown"
+        said = await outbox.settle(post, task.attempts, outcome, "1.000700")
+        assert said == answer == (await outbox.claim(post, task.id, task.attempts)).state
 
 
 async def test_a_later_claimer_waits_for_the_earlier_calls_limit(fresh_db: Database) -> None:

@@ -1,0 +1,92 @@
+"""The status line under a thread ("is thinking…") while a task works, and when it stops.
+
+Slack shows an assistant thread's status for two minutes at most, and clears it itself
+when we post in the thread. So the status is set when work starts and set again every
+`refresh_seconds` until the thread shows something of ours — a post, or a stream's first
+text (the text itself then shows that the bot works; a status set after our post would
+outlive the work, uncleared). When the work ends, the clearing call is made only when
+nothing was posted meanwhile (a lost lease, a cancel, a deferral): it was a third of the
+Slack calls of a one-round task. A status is display only: Slack refuses it outside
+assistant threads, and any failure is ignored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+from agent import Task, stop_task
+from gateway.slack.address import SlackAddress
+from gateway.slack.errors import SlackError
+from gateway.slack.workspaces import SlackClients
+
+log = logging.getLogger(__name__)
+
+
+class StatusLine:
+    """The status of each working task's thread (module docstring)."""
+
+    def __init__(self, clients: SlackClients, *, status: str, refresh_seconds: float) -> None:
+        self._clients = clients
+        self._status = status
+        self._refresh_seconds = refresh_seconds
+        self._visible: set[str] = set()  # tasks whose thread shows streamed text
+        self._working: set[str] = set()  # tasks inside `working`
+        self._posted: set[str] = set()  # those of them that posted in their thread
+
+    @contextlib.asynccontextmanager
+    async def working(
+        self, task: Task, *, before_clearing: Callable[[], Awaitable[None]]
+    ) -> AsyncIterator[None]:
+        """The status shown and kept while the block runs; then `before_clearing` (what
+        must end before the status does: the task's drafts), then the status cleared
+        unless a post of ours cleared it."""
+        refresher = asyncio.create_task(self._keep(task), name=f"status-{task.id}")
+        self._working.add(task.id)
+        try:
+            yield
+        finally:
+            self._working.discard(task.id)
+            await stop_task(refresher)
+            await before_clearing()
+            self._visible.discard(task.id)
+            if task.id not in self._posted:
+                await self.say(task, "")
+            self._posted.discard(task.id)
+
+    def visible(self, task: Task) -> None:
+        """A streamed message of the task shows in its thread: no status is needed now."""
+        self._visible.add(task.id)
+        self.posted(task)
+
+    def posted(self, task: Task) -> None:
+        """The task posted in its thread, which cleared the status."""
+        if task.id in self._working:
+            self._posted.add(task.id)
+
+    async def using(self, task: Task, tool: str) -> None:
+        """Name the work tool the task calls, unless its thread shows streamed text."""
+        if task.id not in self._visible:
+            await self.say(task, f"is using {tool}…")
+
+    async def say(self, task: Task, status: str) -> None:
+        """Set the thread's status ("" clears it); failures are ignored."""
+        address = SlackAddress.parse(task.address)
+        try:
+            client = await self._clients.for_team(address.team, address.enterprise)
+            await client.assistant_threads_setStatus(
+                channel_id=address.channel, thread_ts=address.thread_ts, status=status
+            )
+        except SlackError as exc:
+            # Status exists only in assistant threads; elsewhere Slack refuses it. Harmless.
+            log.debug("setStatus refused: %s", exc)
+
+    async def _keep(self, task: Task) -> None:
+        while True:
+            # Until the first streamed text (the text itself shows that the bot works) or
+            # post: a status set after our post would outlive the work, uncleared.
+            if task.id not in self._visible and task.id not in self._posted:
+                await self.say(task, self._status)
+            await asyncio.sleep(self._refresh_seconds)

@@ -1,0 +1,44 @@
+"""Where a task's messages go in Slack, read once from the task's address.
+
+A task's address (`agent.Task.address`) is the string mapping the gatekeeper stored at
+admission (gateway/inbound/gatekeeper.py writes it): `agent/` knows no Slack, so it carries the
+keys without their meaning. Code that talks to Slack reads it once into a `SlackAddress`
+rather than looking keys up wherever it needs one — a misspelt key is then a type error,
+not a `KeyError` in the middle of a post.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class SlackAddress:
+    """A task's conversation: its `channel` and `thread_ts` (the thread's root); the
+    `team` (and on Enterprise Grid the `enterprise`) whose installation's client calls
+    Slack for it (gateway/slack/workspaces.py); the `user` who asked, to whom a stream
+    outside a DM is addressed. Older tasks may lack team and user."""
+
+    channel: str
+    thread_ts: str
+    team: str | None = None
+    user: str | None = None
+    enterprise: str | None = None
+
+    @classmethod
+    def parse(cls, address: Mapping[str, str]) -> SlackAddress:
+        """The address of a task, from `task.address`; `KeyError` without a channel or a
+        thread (no task is admitted without them)."""
+        return cls(
+            channel=address["channel"],
+            thread_ts=address["thread_ts"],
+            team=address.get("team"),
+            user=address.get("user"),
+            enterprise=address.get("enterprise"),
+        )
+
+    @property
+    def is_dm(self) -> bool:
+        """A direct message with the bot (Slack's DM channel ids start with D)."""
+        return self.channel.startswith("D")
