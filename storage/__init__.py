@@ -46,6 +46,11 @@ from storage.lifecycle import TOMBSTONE, Deleted, delete_turn, revise_turn, stor
 from storage.memory import PostgresMemory, SessionReset, UnknownSession, reset_session, slot_name
 from storage.migrations import pending_migrations
 from storage.outbox import Claim, Outbox, Superseded
+from storage.pictures import (
+    DEFAULT_THREAD_PICTURE_BYTES,
+    DEFAULT_WORKSPACE_DAILY_PICTURE_BYTES,
+    PictureBudgets,
+)
 from storage.pins import PinnedMessage, clear_pin, flag_pin, retain_pin, session_known
 from storage.pool import ConnectionPool
 from storage.queue import (
@@ -66,6 +71,8 @@ from storage.usage import PostgresUsageMeter, tokens_today
 __all__ = [
     "DEFAULT_LEASE_SECONDS",
     "DEFAULT_PINNED_MAX",
+    "DEFAULT_THREAD_PICTURE_BYTES",
+    "DEFAULT_WORKSPACE_DAILY_PICTURE_BYTES",
     "LIMIT_SCOPES",
     "SEEN_EVENTS_KEPT",
     "TASK_STATES",
@@ -88,6 +95,7 @@ __all__ = [
     "MessageRecord",
     "MigrationError",
     "Outbox",
+    "PictureBudgets",
     "PinnedMessage",
     "PostRecord",
     "PostgresDelegations",

@@ -7,7 +7,8 @@ this order:
    that belongs to one: its subtasks, delegating rounds, tool calls, interventions, limit
    notice and outbox rows (the posts `task:{id}:…`, parts included). The schema has no
    cascades, so the children go first, in the same transaction as their task;
-2. messages created before the cutoff (their pictures cascade), then summaries written
+2. messages created before the cutoff (their pictures cascade; a thread's picture counter
+   is a column of its session), then summaries written
    before it, except in a session that still has a queued, running or waiting task: that
    task's window (and the anchor its reply hangs on) is read from them, so a running or
    queued task and its conversation are never touched;
@@ -16,7 +17,8 @@ this order:
 
 Whatever the setting, each run also prunes what only matters for a while: `seen_events`
 older than `SEEN_EVENTS_KEPT` (Slack retries a delivery for about an hour; a day is ample),
-`admission_counts` of hours that are over, and `limit_notices` whose hour or day is over.
+`admission_counts` of hours that are over, `limit_notices` whose hour or day is over, and
+`picture_days` (the workspaces' picture budgets, storage/pictures.py) of days that are over.
 
 Every delete is bounded (`batch` rows) and is its own short transaction, so a first run on
 a large database never holds locks for long; a step repeats until a batch comes back short.
@@ -120,6 +122,11 @@ DELETE FROM admission_counts WHERE ctid IN (
     SELECT ctid FROM admission_counts
     WHERE window_start < date_trunc('hour', now(), 'UTC') - $1::interval LIMIT $2)
 """
+_PICTURE_DAYS = """
+DELETE FROM picture_days WHERE ctid IN (
+    SELECT ctid FROM picture_days
+    WHERE day < ((now() - $1::interval) AT TIME ZONE 'UTC')::date LIMIT $2)
+"""
 _LIMIT_NOTICES = """
 DELETE FROM limit_notices WHERE ctid IN (
     SELECT ctid FROM limit_notices
@@ -189,6 +196,7 @@ class Retention:
         await self._repeat(conn, done, "seen_events", _SEEN_EVENTS, SEEN_EVENTS_KEPT)
         await self._repeat(conn, done, "admission_counts", _ADMISSION_COUNTS, timedelta(0))
         await self._repeat(conn, done, "limit_notices", _LIMIT_NOTICES, timedelta(0))
+        await self._repeat(conn, done, "picture_days", _PICTURE_DAYS, timedelta(0))
         if self._age:
             while await self._finished_tasks(conn, done) == self._batch:
                 pass
