@@ -45,14 +45,16 @@ DEFAULT_WORKSPACE_DAILY_PICTURE_BYTES = 500_000_000
 _TODAY = "(now() AT TIME ZONE 'UTC')::date"
 
 # $1 the session (its row exists: admission wrote it first), $2 the workspace or NULL.
-# Both rows are locked until the admission commits.
+# Both rows are locked until the admission commits. The session's with FOR NO KEY UPDATE:
+# the admission's inserts hold a KEY SHARE lock on it (their foreign keys), which FOR
+# UPDATE would wait for, in two admissions of one thread at once, each for the other's.
 _STORED = f"""
 WITH day AS (
     INSERT INTO picture_days (workspace, day) SELECT $2::text, {_TODAY} WHERE $2::text IS NOT NULL
     ON CONFLICT (workspace, day) DO UPDATE SET bytes = picture_days.bytes
     RETURNING bytes
 )
-SELECT (SELECT picture_bytes FROM sessions WHERE id = $1 FOR UPDATE) AS thread,
+SELECT (SELECT picture_bytes FROM sessions WHERE id = $1 FOR NO KEY UPDATE) AS thread,
        coalesce((SELECT bytes FROM day), 0) AS day
 """
 
