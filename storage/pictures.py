@@ -32,11 +32,14 @@ admitting pictures of one thread or workspace at once take turns and never both 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from agent import Image
 from storage.migrations import Connection
+
+log = logging.getLogger(__name__)
 
 # Defaults (gateway/process/config.py reads the settings); 0 means no budget.
 DEFAULT_THREAD_PICTURE_BYTES = 50_000_000
@@ -82,6 +85,7 @@ class Kept:
 
     images: tuple[Image, ...]
     note: str | None = None  # appended to the message's text; None when all were kept
+    left_out: int = 0
 
 
 class PictureRoom:
@@ -104,7 +108,7 @@ class PictureRoom:
                 self._day_left -= len(image.data)
             else:
                 refused.append((image, reason))
-        return Kept(tuple(kept), not_kept_note(refused))
+        return Kept(tuple(kept), not_kept_note(refused), len(refused))
 
     def _refusal(self, size: int) -> str | None:
         if self._budgets.thread_bytes and size > self._thread_left:
@@ -156,7 +160,10 @@ async def keep_pictures(
     row = await conn.fetchrow(_STORED, session_id, workspace)
     assert row is not None
     room = PictureRoom(budgets, thread_used=row["thread"] or 0, day_used=row["day"])
-    return [room.keep(images) for images in messages]
+    kept = [room.keep(images) for images in messages]
+    if left_out := sum(k.left_out for k in kept):
+        log.info("%d pictures not kept: over a picture budget", left_out)
+    return kept
 
 
 async def count_pictures(
