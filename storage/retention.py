@@ -7,12 +7,12 @@ this order:
    that belongs to one: its subtasks, delegating rounds, tool calls, interventions, limit
    notice and outbox rows (the posts `task:{id}:…`, parts included). The schema has no
    cascades, so the children go first, in the same transaction as their task;
-2. messages created before the cutoff (their pictures cascade; a thread's picture counter
-   is a column of its session), then summaries written
+2. messages created before the cutoff (their pictures cascade), then summaries written
    before it, except in a session that still has a queued, running or waiting task: that
    task's window (and the anchor its reply hangs on) is read from them, so a running or
    queued task and its conversation are never touched;
-3. sessions left with no message, summary or task, with their audit rows;
+3. sessions left with no message, summary or task, with their audit rows (and their
+   picture counter, a column of theirs);
 4. `usage_daily` days before the cutoff (the token budgets only read today).
 
 Whatever the setting, each run also prunes what only matters for a while: `seen_events`
@@ -28,7 +28,9 @@ skips this run. A connection that dies drops its lock with it.
 
 Tables other parts may add that hang on a message, a task or a session must be listed here
 (`_TASK_CHILDREN`, or a step of their own) or have `ON DELETE CASCADE`, or a step fails on
-their foreign key; the run then logs the error and stops, deleting nothing more.
+their foreign key; the run then logs the error and stops, deleting nothing more. A row that
+names one without a foreign key would be left behind: tests/storage/test_retention.py looks
+in every table's `task_id`, `message_id` and `session_id` columns after a run.
 """
 
 from __future__ import annotations
