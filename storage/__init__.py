@@ -54,6 +54,11 @@ from storage.outbox_states import (
     Settlement,
     StateRule,
 )
+from storage.pictures import (
+    DEFAULT_THREAD_PICTURE_BYTES,
+    DEFAULT_WORKSPACE_DAILY_PICTURE_BYTES,
+    PictureBudgets,
+)
 from storage.pins import PinnedMessage, clear_pin, flag_pin, retain_pin, session_known
 from storage.pool import ConnectionPool
 from storage.queue import (
@@ -74,6 +79,8 @@ from storage.usage import PostgresUsageMeter, tokens_today
 __all__ = [
     "DEFAULT_LEASE_SECONDS",
     "DEFAULT_PINNED_MAX",
+    "DEFAULT_THREAD_PICTURE_BYTES",
+    "DEFAULT_WORKSPACE_DAILY_PICTURE_BYTES",
     "LIMIT_SCOPES",
     "OUTBOX_STATES",
     "SEEN_EVENTS_KEPT",
@@ -98,6 +105,7 @@ __all__ = [
     "MessageRecord",
     "MigrationError",
     "Outbox",
+    "PictureBudgets",
     "PinnedMessage",
     "PostEvent",
     "PostRecord",

@@ -18,6 +18,10 @@ reply — the polite notice — is stored with it. The runner then finds the rep
 posts it through the outbox like any reply (after the ack, exactly once, in the thread's
 order), without asking a model. Every later over-limit message of the window is acked and
 dropped.
+
+A message with pictures, or with back-filled messages, is admitted statement by statement
+in one transaction: the pictures are weighed against their budgets there
+(storage/pictures.py), and one past a budget is not stored; the message says so.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from agent import Image, reply_id, user_message_id
 from storage.database import TASKS_CHANNEL, Database
 from storage.errors import translate_errors
 from storage.migrations import Connection
+from storage.pictures import NO_BUDGETS, PictureBudgets, count_pictures, keep_pictures
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,13 +69,15 @@ LIMIT_SCOPES: tuple[LimitScope, ...] = ("user", "thread", "user_tokens", "channe
 @dataclass(frozen=True, slots=True)
 class Limits:
     """What one user and one thread may ask for; 0 means no limit. `notices` is the text
-    posted once per window, by the scope that refused the message."""
+    posted once per window, by the scope that refused the message. `pictures` bounds the
+    pictures stored (storage/pictures.py): past it the message is admitted without them."""
 
     user_messages_per_hour: int = 0
     thread_messages_per_hour: int = 0
     user_daily_tokens: int = 0
     channel_daily_tokens: int = 0
     notices: Mapping[LimitScope, str] = field(default_factory=dict)
+    pictures: PictureBudgets = NO_BUDGETS
 
 
 UNLIMITED = Limits()
@@ -93,10 +100,11 @@ class Admitted:
         return self.admitted
 
 
+# $4 what the text says of pictures not kept (storage/pictures.py), appended to it.
 _INSERT_TURN = """
 WITH s AS (SELECT nextval(pg_get_serial_sequence('messages', 'seq')) AS seq)
-INSERT INTO messages (seq, id, session_id, anchor, role, kind, text)
-SELECT s.seq, $1, $2, s.seq, 'user', 'turn', $3 FROM s
+INSERT INTO messages (seq, id, session_id, anchor, role, kind, text, pictures_note)
+SELECT s.seq, $1, $2, s.seq, 'user', 'turn', $3 || coalesce($4, ''), $4 FROM s
 ON CONFLICT (id) DO NOTHING
 """
 
@@ -173,12 +181,6 @@ _ADMIT = (
            coalesce($14::jsonb ->> notice.scope, $16)
     FROM turn, notice
     ON CONFLICT (id) DO NOTHING
-), attached AS (
-    INSERT INTO message_attachments (message_id, ordinal, name, media_type, data)
-    SELECT $11, a.ordinal, a.name, a.media_type, a.data
-    FROM turn, unnest($17::text[], $18::text[], $19::bytea[])
-         WITH ORDINALITY AS a (name, media_type, data, ordinal)
-    ON CONFLICT DO NOTHING
 )
 SELECT (SELECT count(pg_notify($13, '')) > 0 FROM task) AS created,
        (SELECT scope FROM over) AS limited,
@@ -186,18 +188,23 @@ SELECT (SELECT count(pg_notify($13, '')) > 0 FROM task) AS created,
 """
 )
 
-# A message's pictures, for the back-filling admission (the one statement above has its own).
+# A message's pictures; the bytes stored, for the budgets' counters.
 _INSERT_IMAGES = """
-INSERT INTO message_attachments (message_id, ordinal, name, media_type, data)
-SELECT $1, a.ordinal, a.name, a.media_type, a.data
-FROM unnest($2::text[], $3::text[], $4::bytea[])
-     WITH ORDINALITY AS a (name, media_type, data, ordinal)
-ON CONFLICT DO NOTHING
+WITH stored AS (
+    INSERT INTO message_attachments (message_id, ordinal, name, media_type, data)
+    SELECT $1, a.ordinal, a.name, a.media_type, a.data
+    FROM unnest($2::text[], $3::text[], $4::bytea[])
+         WITH ORDINALITY AS a (name, media_type, data, ordinal)
+    ON CONFLICT DO NOTHING
+    RETURNING octet_length(data) AS size
+)
+SELECT coalesce(sum(size), 0) FROM stored
 """
 
 
-# The gate alone, for the back-filling admission that stores the rest statement by statement:
-# the same rows `_ADMIT` writes, which tests/storage/test_admission.py holds it to.
+# The gate alone, for the admission that stores the rest statement by statement (with
+# back-fill or pictures): the same rows `_ADMIT` writes, which
+# tests/storage/test_admission.py holds it to.
 _GATE_ONLY = (
     _GATE
     + """
@@ -236,7 +243,7 @@ async def admit(db: Database, a: Admission, limits: Limits = UNLIMITED) -> Admit
         limits.user_daily_tokens,
         limits.channel_daily_tokens,
     )
-    if not a.earlier:  # the common case, in one round trip
+    if not a.earlier and not a.images:  # the common case, in one round trip
         row = await db.pool.fetchrow(
             _ADMIT,
             *gate,
@@ -247,7 +254,6 @@ async def admit(db: Database, a: Admission, limits: Limits = UNLIMITED) -> Admit
             json.dumps(dict(limits.notices)),
             reply_id(a.task_id),
             FALLBACK_NOTICE,
-            *_image_columns(a.images),
         )
         assert row is not None
         return _outcome(bool(row["created"]), row)
@@ -268,12 +274,7 @@ async def admit(db: Database, a: Admission, limits: Limits = UNLIMITED) -> Admit
         )
         if not created:
             return _outcome(False, verdict)
-        if not verdict["noticed"]:  # a notice task needs no back-fill: no model reads it
-            for earlier in a.earlier:
-                await conn.execute(_INSERT_TURN, earlier.id, a.session_id, earlier.text)
-                await _store_images(conn, earlier.id, earlier.images)
-        await conn.execute(_INSERT_TURN, user_message_id(a.task_id), a.session_id, a.turn_text)
-        await _store_images(conn, user_message_id(a.task_id), a.images)
+        await _store_messages(conn, a, limits.pictures, noticed=bool(verdict["noticed"]))
         if verdict["noticed"]:
             await conn.execute(
                 "INSERT INTO messages (id, session_id, anchor, role, kind, text) "
@@ -292,9 +293,32 @@ def _image_columns(images: Sequence[Image]) -> tuple[list[str], list[str], list[
     return [i.name for i in images], [i.media_type for i in images], [i.data for i in images]
 
 
-async def _store_images(conn: Connection, message_id: str, images: Sequence[Image]) -> None:
-    if images:
-        await conn.execute(_INSERT_IMAGES, message_id, *_image_columns(images))
+async def _store_messages(
+    conn: Connection, a: Admission, budgets: PictureBudgets, *, noticed: bool
+) -> None:
+    """The back-filled messages (none for a notice task: no model reads it), then the turn,
+    each with the pictures the budgets keep: the turn's weighed first, then the others
+    newest first."""
+    earlier = () if noticed else tuple(a.earlier)
+    messages = [(e.id, e.text, e.images) for e in earlier]
+    messages.append((user_message_id(a.task_id), a.turn_text, a.images))
+    workspace = a.address.get("team")
+    newest_first = [images for _, _, images in reversed(messages)]
+    kept = await keep_pictures(
+        conn, budgets, session_id=a.session_id, workspace=workspace, messages=newest_first
+    )
+    stored = 0
+    for (message_id, text, _), keep in zip(messages, reversed(kept), strict=True):
+        await conn.execute(_INSERT_TURN, message_id, a.session_id, text, keep.note)
+        stored += await _store_images(conn, message_id, keep.images)
+    await count_pictures(conn, session_id=a.session_id, workspace=workspace, stored_bytes=stored)
+
+
+async def _store_images(conn: Connection, message_id: str, images: Sequence[Image]) -> int:
+    """Store the pictures; the bytes stored (none for a message that had its pictures)."""
+    if not images:
+        return 0
+    return int(await conn.fetchval(_INSERT_IMAGES, message_id, *_image_columns(images)))
 
 
 def _outcome(created: bool, row: asyncpg.Record) -> Admitted:

@@ -16,7 +16,8 @@ compaction has nothing to read.
 Pictures shown with user turns (`message_attachments`) come from one more query, made
 only when a kept turn has any (the window's rows say so), bounded like the prompt that
 uses them: the newest `MAX_IMAGES_PER_REQUEST` of the messages the window kept. A turn
-whose pictures are older than those carries none here; its text still names them.
+whose pictures are older than those carries none here; its text still names them. A
+deleted turn carries none.
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ from storage.memory import slot_name
 
 _COLUMNS = "id, session_id, role, kind, text, pinned, citations"
 
-_HAS_IMAGES = """(role = 'user' AND EXISTS (
+# A deleted turn's pictures were deleted with it (storage/lifecycle.py); never shown anyway.
+_HAS_IMAGES = """(role = 'user' AND deleted_at IS NULL AND EXISTS (
     SELECT 1 FROM message_attachments a WHERE a.message_id = m.id)) AS has_images"""
 
 # The answer's origin is stored with it ($8-$11; storage/memory.py `stamp`), in the same

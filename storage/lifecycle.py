@@ -1,13 +1,15 @@
 """A stored turn changes after the fact: its author edited or deleted the Slack message.
 
 An edit replaces the turn's text (re-rendered by the gateway exactly as a new turn is) and
-keeps its row, so its place in the conversation and the reply that answered it stay. An
+keeps its row, so its place in the conversation and the reply that answered it stay, and
+its pictures, and the note on those not kept (storage/pictures.py), appended again. An
 edit only moves forward: `edited_at` is the time of the edit as Slack gives it, and an
 older edit delivered after a newer one changes nothing.
 
 A deletion leaves a tombstone rather than deleting the row: the text is replaced by
-`TOMBSTONE`, so the model never reads the words again, while the row keeps its seq — the
-anchor of the reply that answered it, and the anchor a running task's window is read by
+`TOMBSTONE` and the pictures are deleted (in the same statement), so the model never
+reads the words or sees the pictures again, while the row keeps its seq — the anchor of
+the reply that answered it, and the anchor a running task's window is read by
 (`storage/history.py` reads the window up to the task's own turn). If the turn's task has
 not started, it is cancelled in the same transaction through the operators' cancel path
 (`storage/queue.py`, actor `slack:message_deleted`), so nothing is posted for it and the
@@ -38,14 +40,16 @@ ON CONFLICT DO NOTHING RETURNING true
 
 _REVISE = f"""
 WITH ev AS ({_SEEN})
-UPDATE messages SET text = $3, edited_at = $4
+UPDATE messages SET text = $3 || coalesce(pictures_note, ''), edited_at = $4
 WHERE id = $2 AND deleted_at IS NULL AND (edited_at IS NULL OR edited_at < $4)
   AND ($1::text IS NULL OR EXISTS (SELECT 1 FROM ev))
 RETURNING true
 """
 
+# The pictures go in the same statement: a tombstone has none to show.
 _BURY = """
-UPDATE messages SET text = $2, deleted_at = now(), citations = NULL
+WITH pictures AS (DELETE FROM message_attachments WHERE message_id = ANY($1::text[]))
+UPDATE messages SET text = $2, deleted_at = now(), citations = NULL, pictures_note = NULL
 WHERE id = ANY($1::text[]) AND deleted_at IS NULL
 RETURNING id
 """

@@ -11,12 +11,14 @@ this order:
    before it, except in a session that still has a queued, running or waiting task: that
    task's window (and the anchor its reply hangs on) is read from them, so a running or
    queued task and its conversation are never touched;
-3. sessions left with no message, summary or task, with their audit rows;
+3. sessions left with no message, summary or task, with their audit rows (and their
+   picture counter, a column of theirs);
 4. `usage_daily` days before the cutoff (the token budgets only read today).
 
 Whatever the setting, each run also prunes what only matters for a while: `seen_events`
 older than `SEEN_EVENTS_KEPT` (Slack retries a delivery for about an hour; a day is ample),
-`admission_counts` of hours that are over, and `limit_notices` whose hour or day is over.
+`admission_counts` of hours that are over, `limit_notices` whose hour or day is over, and
+`picture_days` (the workspaces' picture budgets, storage/pictures.py) of days that are over.
 
 Every delete is bounded (`batch` rows) and is its own short transaction, so a first run on
 a large database never holds locks for long; a step repeats until a batch comes back short.
@@ -26,7 +28,9 @@ skips this run. A connection that dies drops its lock with it.
 
 Tables other parts may add that hang on a message, a task or a session must be listed here
 (`_TASK_CHILDREN`, or a step of their own) or have `ON DELETE CASCADE`, or a step fails on
-their foreign key; the run then logs the error and stops, deleting nothing more.
+their foreign key; the run then logs the error and stops, deleting nothing more. A row that
+names one without a foreign key would be left behind: tests/storage/test_retention.py looks
+in every table's `task_id`, `message_id` and `session_id` columns after a run.
 """
 
 from __future__ import annotations
@@ -120,6 +124,11 @@ DELETE FROM admission_counts WHERE ctid IN (
     SELECT ctid FROM admission_counts
     WHERE window_start < date_trunc('hour', now(), 'UTC') - $1::interval LIMIT $2)
 """
+_PICTURE_DAYS = """
+DELETE FROM picture_days WHERE ctid IN (
+    SELECT ctid FROM picture_days
+    WHERE day < ((now() - $1::interval) AT TIME ZONE 'UTC')::date LIMIT $2)
+"""
 _LIMIT_NOTICES = """
 DELETE FROM limit_notices WHERE ctid IN (
     SELECT ctid FROM limit_notices
@@ -189,6 +198,7 @@ class Retention:
         await self._repeat(conn, done, "seen_events", _SEEN_EVENTS, SEEN_EVENTS_KEPT)
         await self._repeat(conn, done, "admission_counts", _ADMISSION_COUNTS, timedelta(0))
         await self._repeat(conn, done, "limit_notices", _LIMIT_NOTICES, timedelta(0))
+        await self._repeat(conn, done, "picture_days", _PICTURE_DAYS, timedelta(0))
         if self._age:
             while await self._finished_tasks(conn, done) == self._batch:
                 pass

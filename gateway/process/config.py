@@ -36,7 +36,13 @@ from agent import (
     RetryPolicy,
     load_mcp_config,
 )
-from storage import DEFAULT_LEASE_SECONDS, DEFAULT_PINNED_MAX, is_token_key
+from storage import (
+    DEFAULT_LEASE_SECONDS,
+    DEFAULT_PINNED_MAX,
+    DEFAULT_THREAD_PICTURE_BYTES,
+    DEFAULT_WORKSPACE_DAILY_PICTURE_BYTES,
+    is_token_key,
+)
 
 # The kinds of files THREADGATE_FILE_TYPES may name (gateway/inbound/file_contents.py reads them).
 FILE_KINDS = ("image", "text", "pdf")
@@ -152,6 +158,12 @@ class Settings(BaseSettings):
     # Files on messages (gateway/inbound/files.py): the most read of one file, and which kinds.
     threadgate_file_max_bytes: Annotated[int, Field(ge=1, le=100_000_000)] = 10_000_000
     threadgate_file_types: str = ",".join(FILE_KINDS)
+    # Pictures stored with their turns (storage/pictures.py): bytes per thread, and per
+    # workspace per UTC day; past a budget a picture is not kept and its turn says so.
+    threadgate_thread_picture_bytes: Annotated[int, Field(ge=0)] = DEFAULT_THREAD_PICTURE_BYTES
+    threadgate_workspace_daily_picture_bytes: Annotated[int, Field(ge=0)] = (
+        DEFAULT_WORKSPACE_DAILY_PICTURE_BYTES
+    )
     # Which parts `serve` runs (issue 16): `ingress` verifies, admits and acks Slack's events;
     # `worker` answers the queued tasks; `all` both, in one process. `--role` wins over it.
     threadgate_role: Role = "all"

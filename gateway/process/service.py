@@ -91,6 +91,7 @@ from storage import (
     Database,
     Limits,
     Outbox,
+    PictureBudgets,
     PostgresDelegations,
     PostgresHistory,
     PostgresInstallations,
@@ -153,6 +154,10 @@ def limits(settings: Settings) -> Limits:
         user_daily_tokens=settings.threadgate_user_daily_tokens,
         channel_daily_tokens=settings.threadgate_channel_daily_tokens,
         notices=LIMIT_NOTICES,
+        pictures=PictureBudgets(
+            thread_bytes=settings.threadgate_thread_picture_bytes,
+            workspace_daily_bytes=settings.threadgate_workspace_daily_picture_bytes,
+        ),
     )
 
 

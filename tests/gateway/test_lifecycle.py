@@ -19,6 +19,7 @@ from tests.fakes.slack_events import (
     message_event,
 )
 from tests.gateway.rig import Rig
+from tests.gateway.test_files_end_to_end import png
 
 
 @pytest.fixture(params=[False, True], ids=["http", "socket"])
@@ -146,6 +147,25 @@ async def test_a_deleted_turn_is_gone_from_the_next_model_request(rig: Rig) -> N
         "SELECT string_agg(text, ' ') FROM messages WHERE role = 'user'"
     )
     assert "hunter2" not in stored
+
+
+async def test_a_deleted_messages_picture_is_never_sent_to_a_model_again(rig: Rig) -> None:
+    """A picture shown with a mention, then the mention deleted: the thread's next request
+    carries no picture, and none is stored."""
+    picture = png()
+    file = rig.slack.files.add_file("secret.png", picture, mimetype="image/png")
+    first = app_mention_event(text="<@UBOT> what is this?") | {"files": [file]}
+    await send(rig, event_callback(first))
+    await rig.slack.wait_for_posts(1)
+    assert rig.model.requests[0].images() == [("image/png", picture)]
+    deleted = message_deleted_event(ts=first["ts"], old_text=first["text"])
+    assert await send(rig, event_callback(deleted)) == 200
+    follow = app_mention_event(text="<@UBOT> and now?", thread_ts=first["ts"])
+    await send(rig, event_callback(follow))
+    await rig.slack.wait_for_posts(2)
+    assert any(TOMBSTONE in t for t in user_texts(rig, 1))
+    assert rig.model.requests[1].images() == []
+    assert await rig.count("message_attachments") == 0
 
 
 async def test_edits_of_bot_messages_and_unknown_messages_are_acked_quietly(rig: Rig) -> None:

@@ -109,9 +109,39 @@ async def test_exactly_the_old_finished_tasks_and_their_rows_go(fresh_db: Databa
     assert run.deleted["messages"] == 2 * len(old) and run.deleted["sessions"] == len(old)
 
 
+# The columns by which a row belongs to a task, a message or a thread, in any table.
+_OWNER_COLUMNS = """
+SELECT table_name, column_name FROM information_schema.columns
+WHERE table_schema = current_schema()
+  AND (column_name IN ('task_id', 'message_id', 'session_id')
+       OR (column_name = 'id' AND table_name IN ('tasks', 'messages', 'sessions')))
+ORDER BY table_name, column_name
+"""
+
+
+async def test_no_table_keeps_a_row_of_what_retention_deleted(fresh_db: Database) -> None:
+    """Every column naming a task, a message or a thread, in every table (those added
+    later included), names none of an old finished task's once retention ran."""
+    db = fresh_db
+    old = await task(db, "old", state="done", age_days=40)
+    owners = {old, f"task:{old}:user", f"task:{old}:reply"}
+    await Retention(db, days=DAYS).run()
+    columns = await db.pool.fetch(_OWNER_COLUMNS)
+    assert {r["table_name"] for r in columns} >= {"message_attachments", "tool_calls"}
+    left = {
+        f"{r['table_name']}.{r['column_name']}": await db.pool.fetchval(
+            f"SELECT count(*) FROM {r['table_name']} WHERE {r['column_name']} = ANY($1::text[])",
+            list(owners),
+        )
+        for r in columns
+    }
+    assert {column: n for column, n in left.items() if n} == {}
+    assert await db.pool.fetchval("SELECT count(*) FROM outbox") == 0
+
+
 async def test_without_a_setting_only_the_short_lived_rows_go(fresh_db: Database) -> None:
-    """Unset retention keeps every task; delivery ids after 24 h, counters of past hours
-    and notices of past windows go anyway; usage only with the setting."""
+    """Unset retention keeps every task; delivery ids after 24 h, counters of past hours,
+    notices of past windows and picture days past go anyway; usage only with the setting."""
     db = fresh_db
     old = await task(db, "old", state="done", age_days=400)
     await db.pool.execute(
@@ -131,12 +161,18 @@ async def test_without_a_setting_only_the_short_lived_rows_go(fresh_db: Database
     await db.pool.execute(
         "INSERT INTO usage_daily (day, scope, key) VALUES (current_date - 400, 'user', 'u')"
     )
+    await db.pool.execute(
+        "INSERT INTO picture_days (workspace, day, bytes) VALUES "
+        "('past', (now() AT TIME ZONE 'UTC')::date - 1, 5), "
+        "('today', (now() AT TIME ZONE 'UTC')::date, 5)"
+    )
     run = await Retention(db, days=0).run()
     assert run is not None
     assert await remaining(db, "tasks", "id") == {old}
     assert await remaining(db, "seen_events", "event_id") == {"Ev-new"}
     assert await db.pool.fetchval("SELECT count(*) FROM admission_counts") == 1
     assert await remaining(db, "limit_notices", "key") == {"today"}
+    assert await remaining(db, "picture_days", "workspace") == {"today"}
     assert await db.pool.fetchval("SELECT count(*) FROM usage_daily") == 1
     await Retention(db, days=DAYS).run()
     assert await db.pool.fetchval("SELECT count(*) FROM usage_daily") == 0
