@@ -38,7 +38,7 @@ from agent import (
 )
 from storage import DEFAULT_LEASE_SECONDS, DEFAULT_PINNED_MAX, is_token_key
 
-# The kinds of files THREADGATE_FILE_TYPES may name (gateway/inbound/file_contents.py reads them).
+# The kinds of files THREADGATE_FILE_TYPES may name (gateway/inbound/attachments.py reads them).
 FILE_KINDS = ("image", "text", "pdf")
 OPENAI_BASE_URL = VENDORS["openai"].base_url
 ANTHROPIC_BASE_URL = VENDORS["anthropic"].base_url
@@ -152,6 +152,10 @@ class Settings(BaseSettings):
     # Files on messages (gateway/inbound/files.py): the most read of one file, and which kinds.
     threadgate_file_max_bytes: Annotated[int, Field(ge=1, le=100_000_000)] = 10_000_000
     threadgate_file_types: str = ",".join(FILE_KINDS)
+    # Images and PDFs are decoded in child processes (gateway/inbound/decoders.py): how many
+    # at once (past them a file is not read), and the address space each may take.
+    threadgate_file_decoders: Annotated[int, Field(ge=1, le=64)] = 2
+    threadgate_file_decode_memory_mb: Annotated[int, Field(ge=128, le=65_536)] = 512
     # Which parts `serve` runs (issue 16): `ingress` verifies, admits and acks Slack's events;
     # `worker` answers the queued tasks; `all` both, in one process. `--role` wins over it.
     threadgate_role: Role = "all"

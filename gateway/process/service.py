@@ -68,6 +68,7 @@ from gateway.delivery.publisher import SlackPublisher
 from gateway.delivery.streams import StreamSettings
 from gateway.inbound.attachments import FileReader
 from gateway.inbound.bolt_app import build_bolt_app
+from gateway.inbound.decoders import Decoders
 from gateway.inbound.files import FileDownloader
 from gateway.inbound.gatekeeper import LIMIT_NOTICES, Gatekeeper, Policy
 from gateway.inbound.pins import Pins
@@ -278,6 +279,7 @@ class Gateway:
     _stack: AsyncExitStack = field(default_factory=AsyncExitStack)
     _socket: SocketModeConnection | None = None
     _downloads: FileDownloader | None = None  # files people attach (gateway/inbound/files.py)
+    _decoders: Decoders | None = None  # and their decoder processes (gateway/inbound/decoders.py)
     _workers_started: bool = False
 
     async def start(self, host: str, port: int) -> None:
@@ -549,15 +551,23 @@ class Gateway:
 
     def _file_reader(self, token: str | None) -> FileReader | None:
         """Reads message files with the workspace's bot token through the process's one
-        downloader (its own HTTP client, closed with the gateway); None without a token."""
+        downloader (its own HTTP client) and decoder processes, both closed with the
+        gateway; None without a token."""
         s = self.settings
         if token is None:
             return None
-        if self._downloads is None:
+        if self._downloads is None or self._decoders is None:
             client = httpx.AsyncClient(timeout=s.threadgate_lookup_budget_seconds)
             self._stack.push_async_callback(client.aclose)
             self._downloads = FileDownloader(client, max_bytes=s.threadgate_file_max_bytes)
-        return FileReader(self._downloads, token, s.file_kinds, on_read=self.metrics.file_read)
+            self._decoders = Decoders(
+                processes=s.threadgate_file_decoders,
+                memory_bytes=s.threadgate_file_decode_memory_mb * 2**20,
+            )
+            self._stack.push_async_callback(self._decoders.close)
+        return FileReader(
+            self._downloads, self._decoders, token, s.file_kinds, on_read=self.metrics.file_read
+        )
 
     async def _start_socket_mode(self, bolt: AsyncApp) -> None:
         s = self.settings
