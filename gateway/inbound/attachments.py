@@ -187,8 +187,9 @@ class FileReader:
 
     async def read(self, files: Sequence[SharedFile], deadline: float) -> tuple[FileContent, ...]:
         """Every file's outcome, in order; all are fetched at once."""
-        if any(kind_of(f) in ("image", "pdf") for f in files):
-            self._decoders.warm()  # they start while the files download
+        # Decoder processes start while the files download.
+        decoded = [k for f in files if (k := kind_of(f)) in self._kinds and k != "text"]
+        self._decoders.warm(len(decoded))
         return tuple(await asyncio.gather(*(self._counted(f, deadline) for f in files)))
 
     async def _counted(self, shared: SharedFile, deadline: float) -> FileContent:

@@ -84,10 +84,13 @@ class Decoders:
         self._live: set[_Decoder] = set()  # idle or busy, started and not yet killed
         self._closed = False
 
-    def warm(self) -> None:
-        """Start the decoder processes not started yet, without waiting for them."""
-        while not self._closed and len(self._live) < self._processes:
+    def warm(self, files: int) -> None:
+        """Have a decoder process ready, or starting, for each of `files` (as many as
+        there may be), without waiting for them."""
+        wanted = min(files, self._processes) - len(self._idle)
+        while not self._closed and wanted > 0 and len(self._live) < self._processes:
             self._idle.append(self._new())
+            wanted -= 1
 
     async def decode(
         self, kind: Decodable, data: bytes, deadline: float, *, max_chars: int = 0

@@ -5,8 +5,10 @@ binaries, so what each one declares stays readable:
   and whose one IDAT chunk is zeros compressed to about 140 KB; under the 50 Mpx pixel
   cap, so only its decoded size gives it away;
 - `pdf_bomb`: a valid PDF of 50 pages that all draw the same FlateDecode content stream,
-  2 million text operators (14 MB inflated, about 30 KB on disk): about a minute of
-  pypdf's CPU per page.
+  900,000 empty text operators `() Tj` (5.4 MB inflated, about 18 KB on disk), just
+  under pypdf's budget of 2 million tokens per stream: about 18 s of pypdf's CPU per
+  page on a loaded machine, every page parsed anew (a quarter of an hour for the 50),
+  and no text, so no cap on extracted text stops it early.
 """
 
 from __future__ import annotations
@@ -29,8 +31,8 @@ def _png_chunk(kind: bytes, data: bytes) -> bytes:
     return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", crc)
 
 
-def pdf_bomb(pages: int = 50, operators: int = 2_000_000) -> bytes:
-    stream = zlib.compress(b"BT /F1 1 Tf " + b"(a) Tj " * operators + b"ET", 9)
+def pdf_bomb(pages: int = 50, operators: int = 900_000) -> bytes:
+    stream = zlib.compress(b"BT /F1 1 Tf " + b"() Tj " * operators + b"ET", 9)
     font = b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"
     page = (
         b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 3 0 R"
