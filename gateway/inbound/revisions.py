@@ -30,7 +30,8 @@ from gateway.inbound.edits import Deletion, Edit
 from gateway.inbound.gatekeeper import Gatekeeper, Outcome, earlier_message_id
 from gateway.slack.threads import slack_time
 from gateway.text.markup import mentioned_user_ids
-from storage import Database, delete_turn, revise_turn, stored_turn
+from gateway.text.provenance import TurnParseError, parse_turn
+from storage import Database, delete_turn, revise_turn, stored_turn, stored_turn_text
 
 Revision: TypeAlias = Outcome | Literal["edited", "deleted"]
 
@@ -61,7 +62,10 @@ class Revisions:
                 )
             return "ignored"
         deadline = asyncio.get_running_loop().time() + self._budget
-        text = await self._gatekeeper.render(turn, bot_user_id=bot_user_id, deadline=deadline)
+        note = await self._files_note(edit, stored, bot_user_id, deadline)
+        text = await self._gatekeeper.render(
+            turn, bot_user_id=bot_user_id, deadline=deadline, files_note=note
+        )
         assert turn.edited is not None  # set by gateway/inbound/edits.py for every edit
         revised = await revise_turn(
             self._db,
@@ -71,6 +75,27 @@ class Revisions:
             edited_at=slack_time(turn.edited),
         )
         return "edited" if revised else "duplicate"
+
+    async def _files_note(
+        self, edit: Edit, stored: str, bot_user_id: str | None, deadline: float
+    ) -> str | None:
+        """What the stored version says of the message's files, to keep through the edit
+        (its files are not fetched again): the stored body after the previous words,
+        rendered again. None when the previous words are unknown or render differently
+        now (a name changed): the files are then described as not read."""
+        if edit.previous_text is None or not edit.turn.files:
+            return None
+        stored_text = await stored_turn_text(self._db, stored)
+        try:
+            body = parse_turn(stored_text or "").body
+        except TurnParseError:
+            return None
+        previous = replace(edit.turn, text=edit.previous_text, files=(), edited=None)
+        words = parse_turn(
+            await self._gatekeeper.render(previous, bot_user_id=bot_user_id, deadline=deadline)
+        ).body
+        start = f"{words}\n\n" if words else ""
+        return body.removeprefix(start) if body.startswith(start) and body != words else None
 
     async def _delete(self, deletion: Deletion) -> Revision:
         deleted = await delete_turn(

@@ -70,7 +70,7 @@ from gateway.inbound.attachments import FileReader
 from gateway.inbound.bolt_app import build_bolt_app
 from gateway.inbound.decoders import Decoders
 from gateway.inbound.files import FileDownloader
-from gateway.inbound.gatekeeper import LIMIT_NOTICES, Gatekeeper, Policy
+from gateway.inbound.gatekeeper import LIMIT_NOTICES, Gatekeeper, InFlight, Policy
 from gateway.inbound.pins import Pins
 from gateway.inbound.revisions import Revisions
 from gateway.inbound.socket_mode import SocketModeConnection, start_socket_mode
@@ -452,6 +452,7 @@ class Gateway:
         )
         clients = self.clients
         assert clients is not None  # set by start
+        in_flight = InFlight()  # messages being admitted with downloads, process-wide
 
         async def gatekeeper(team_id: str | None, enterprise_id: str | None) -> Gatekeeper:
             # Names and back-fill read with the token of the event's workspace.
@@ -465,6 +466,7 @@ class Gateway:
                 limits=limits(s),
                 on_limited=self.metrics.message_limited,
                 files=self._file_reader(workspace.client.token),
+                in_flight=in_flight,
             )
 
         async def pins(team_id: str | None, enterprise_id: str | None) -> Pins:
