@@ -1,6 +1,7 @@
 """A message's files as the model gets them: pictures beside the turn, text inside it.
 
-For each file Slack describes (`SharedFile`) the reader decides its kind from what Slack
+For each file Slack describes (`SharedFile`; one it gives only by id is described by
+`files.info` first, `gateway.slack.file_info`) the reader decides its kind from what Slack
 says (mimetype, filetype), skips kinds the operator did not allow
 (`THREADGATE_FILE_TYPES`), downloads it (`gateway.inbound.files`) and checks the bytes
 (`gateway.inbound.file_contents`): text here, images and PDFs in a decoder process
@@ -34,8 +35,15 @@ from typing import Literal, TypeAlias
 from agent import Image, storable_text
 from gateway.inbound.decoders import Decoders
 from gateway.inbound.files import FileDownloader
-from gateway.inbound.reasons import DOWNLOAD_FAILED, NOT_TEXT, OUT_OF_TIME, NotRead
+from gateway.inbound.reasons import (
+    DOWNLOAD_FAILED,
+    NOT_DESCRIBED,
+    NOT_TEXT,
+    OUT_OF_TIME,
+    NotRead,
+)
 from gateway.slack.events import SharedFile
+from gateway.slack.file_info import FileInfo
 from gateway.text.markup import clean_text
 
 log = logging.getLogger(__name__)
@@ -178,9 +186,11 @@ class FileReader:
         token: str,
         kinds: frozenset[str],
         on_read: Callable[[str, str], None] = lambda kind, outcome: None,
+        info: FileInfo | None = None,
     ) -> None:
         self._downloader = downloader
         self._decoders = decoders
+        self._info = info  # `files.info` for files Slack gives only by id
         self._token = token  # the bot token of the message's workspace
         self._kinds = kinds
         self._on_read = on_read
@@ -193,10 +203,21 @@ class FileReader:
         return tuple(await asyncio.gather(*(self._counted(f, deadline) for f in files)))
 
     async def _counted(self, shared: SharedFile, deadline: float) -> FileContent:
-        content = await self._read(shared, deadline)
+        described = await self._described(shared, deadline)
+        if described is None:
+            content = FileContent(shared, problem=NOT_DESCRIBED)
+        else:
+            content = await self._read(described, deadline)
         outcome = _slug(content.problem) if content.problem else "read"
-        self._on_read(kind_of(shared) or "other", outcome)
+        self._on_read(kind_of(content.shared) or "other", outcome)
         return content
+
+    async def _described(self, shared: SharedFile, deadline: float) -> SharedFile | None:
+        """The file as Slack describes it, asked of `files.info` if the event gave only
+        its id; None if Slack did not say."""
+        if shared.info_id is None:
+            return shared
+        return None if self._info is None else await self._info.describe(shared, deadline)
 
     async def _read(self, shared: SharedFile, deadline: float) -> FileContent:
         kind = kind_of(shared)

@@ -22,6 +22,8 @@ TOO_LARGE = "too large"
 DOWNLOAD_FAILED = "download failed"
 OUT_OF_TIME = "not downloaded in time"
 NOT_FROM_SLACK = "not stored in Slack"
+# A file Slack gives only by id (gateway/slack/file_info.py).
+NOT_DESCRIBED = "Slack did not describe it to the bot (files.info)"
 # The bytes (gateway/inbound/file_contents.py).
 NOT_AN_IMAGE = "not a readable image"
 TOO_LARGE_DECODED = "too large once decoded"

@@ -85,6 +85,7 @@ from gateway.process.http import (
 )
 from gateway.process.tool_observers import ToolObservers
 from gateway.slack.client import MeteredWebClient, slack_client
+from gateway.slack.file_info import FileInfo
 from gateway.slack.oauth import INSTALL_PATH, InstalledIdentity, Uninstaller, oauth_flow
 from gateway.slack.scopes import bot_scopes
 from gateway.slack.workspaces import SlackClients, label
@@ -465,7 +466,7 @@ class Gateway:
                 lookup_budget_seconds=self.settings.threadgate_lookup_budget_seconds,
                 limits=limits(s),
                 on_limited=self.metrics.message_limited,
-                files=self._file_reader(workspace.client.token),
+                files=self._file_reader(workspace.client),
                 in_flight=in_flight,
             )
 
@@ -551,11 +552,12 @@ class Gateway:
 
         return ready
 
-    def _file_reader(self, token: str | None) -> FileReader | None:
-        """Reads message files with the workspace's bot token through the process's one
-        downloader (its own HTTP client) and decoder processes, both closed with the
-        gateway; None without a token."""
+    def _file_reader(self, slack: AsyncWebClient) -> FileReader | None:
+        """Reads message files with the workspace's client (`files.info`) and bot token
+        through the process's one downloader (its own HTTP client) and decoder processes,
+        both closed with the gateway; None without a token."""
         s = self.settings
+        token = slack.token
         if token is None:
             return None
         if self._downloads is None or self._decoders is None:
@@ -568,7 +570,12 @@ class Gateway:
             )
             self._stack.push_async_callback(self._decoders.close)
         return FileReader(
-            self._downloads, self._decoders, token, s.file_kinds, on_read=self.metrics.file_read
+            self._downloads,
+            self._decoders,
+            token,
+            s.file_kinds,
+            on_read=self.metrics.file_read,
+            info=FileInfo(slack),
         )
 
     async def _start_socket_mode(self, bolt: AsyncApp) -> None:

@@ -12,6 +12,7 @@ import pytest
 from PIL import Image as PILImage
 
 from gateway.inbound.gatekeeper import LIMIT_NOTICES
+from gateway.inbound.reasons import NOT_DESCRIBED
 from gateway.text.provenance import parse_turn
 from tests.fakes.anthropic_api import AnthropicServer
 from tests.fakes.openai_api import RecordedRequest
@@ -25,6 +26,7 @@ from tests.fakes.slack_events import (
     message_event,
     new_ts,
 )
+from tests.fakes.slack_files import partial_file
 from tests.gateway.rig import Rig
 from tests.gateway.test_providers_end_to_end import anthropic_echo, anthropic_env
 
@@ -297,3 +299,21 @@ async def test_the_message_and_app_mention_of_one_mention_download_its_file_once
     await rig.slack.wait_for_posts(2)
     assert rig.slack.files.gets(file["id"]) == 1
     assert await rig.db.pool.fetchval("SELECT count(*) FROM tasks") == 2
+
+
+async def test_a_file_slack_gives_only_by_id_is_read_through_files_info(rig: Rig) -> None:
+    """A message whose file is a partial object (`file_access: check_file_info`, as in
+    Slack Connect channels): the gateway asks `files.info`, then reads it like any file."""
+    file = rig.slack.files.add_file("shared.txt", b"from another org", by_id=True)
+    assert set(file) == {"id", "mode", "file_access", "created", "timestamp", "user"}
+    body = last_turn_body(await answered(rig, file_share_event(text="look", files=[file])))
+    assert body.startswith('look\n\n[file "shared.txt" (text/plain, 16 bytes)]\nfrom another org')
+    assert rig.slack.files.infos(file["id"]) == 1 and rig.slack.files.gets(file["id"]) == 1
+
+
+async def test_a_file_files_info_does_not_describe_is_named_as_not_described(rig: Rig) -> None:
+    """`files.info` answers `file_not_found`: the file is listed as not read, saying that
+    Slack did not describe it, and the message is answered."""
+    file = partial_file("F0UNKNOWN01")
+    body = last_turn_body(await answered(rig, file_share_event(text="look", files=[file])))
+    assert body.endswith(f"a file without a name (type unknown): {NOT_DESCRIBED}]")
