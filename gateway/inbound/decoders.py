@@ -82,6 +82,7 @@ class Decoders:
         self._slots = asyncio.Semaphore(processes)
         self._idle: deque[_Decoder] = deque()
         self._live: set[_Decoder] = set()  # idle or busy, started and not yet killed
+        self._reaping: set[asyncio.Future[int | None]] = set()  # killed, not yet gone
         self._closed = False
 
     def warm(self, files: int) -> None:
@@ -140,8 +141,7 @@ class Decoders:
             self._kill(decoder)
             raise NotRead(TOO_SLOW) from None
         except (OSError, EOFError, ValueError, asyncio.IncompleteReadError) as exc:
-            self._kill(decoder)
-            raise NotRead(_why_ended(await decoder.ended_with())) from exc
+            raise NotRead(_why_ended(await self._kill(decoder))) from exc
         except BaseException:
             self._kill(decoder)
             raise
@@ -156,17 +156,23 @@ class Decoders:
         self._live.add(decoder)
         return decoder
 
-    def _kill(self, decoder: _Decoder) -> None:
-        """SIGKILL `decoder` now (the event loop reaps it); the next file starts another."""
+    def _kill(self, decoder: _Decoder) -> asyncio.Future[int | None]:
+        """SIGKILL `decoder` now; the next file starts another. Its exit status once it is
+        gone (`close` waits for every one)."""
         decoder.kill()
         self._live.discard(decoder)
+        reaping = asyncio.ensure_future(decoder.reap())
+        self._reaping.add(reaping)
+        reaping.add_done_callback(self._reaping.discard)
+        return reaping
 
     async def close(self) -> None:
         """Kill every decoder process, busy or not, and wait for them to go."""
         self._closed = True
         self._idle.clear()
-        while self._live:
-            await self._live.pop().stop()
+        for decoder in list(self._live):
+            self._kill(decoder)
+        await asyncio.gather(*self._reaping, return_exceptions=True)
 
 
 class _Decoder:
@@ -201,13 +207,15 @@ class _Decoder:
         if self._process is not None and self._process.returncode is None:
             self._process.kill()
 
-    async def ended_with(self) -> int | None:
-        """The exit status of a decoder that went away (killed first if it had not)."""
-        self.kill()
-        return None if self._process is None else await self._process.wait()
-
-    async def stop(self) -> None:
-        await self.ended_with()
+    async def reap(self) -> int | None:
+        """The exit status of a killed decoder, once it is gone and its pipes are closed
+        (the stdout read to its end: a pipe with unread bytes is never let go of)."""
+        if self._process is None:
+            return None
+        assert self._process.stdin is not None and self._process.stdout is not None
+        self._process.stdin.close()
+        await self._process.stdout.read()
+        return await self._process.wait()
 
 
 async def _exchange(
