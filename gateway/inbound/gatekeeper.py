@@ -12,8 +12,14 @@ Slack's 3 s): the names, the file downloads and the back-fill run at once, each 
 the budget's deadline, and what did not arrive by then is done without — a user id stands
 in for a name, a file is described as not read ("not downloaded in time"), and a
 back-fill keeps the newest messages it has. A slow Slack delays the ack by at most the
-budget, never into Slack's retry. A message that already has its task (Slack's second
-event for a mention, a redelivery) is known before any download starts.
+budget, never into Slack's retry.
+
+Limits come before downloads: before a message's files are fetched, one read
+(`storage.before_downloads`) says whether it has its task already (a redelivery) or is
+over a limit — then nothing is fetched, and admission decides as ever. Slack's two events
+for one mention (`message` and `app_mention`) arrive together: in this process the second
+waits for the first (`InFlight`), then finds its task. An edit is rendered again without
+fetching its files: the stored version's account of them is kept (gateway/inbound/revisions.py).
 
 The guard rails against abuse and cost (`Limits`: messages per user and per thread per
 hour, tokens per user and per channel per day) are enforced in the admission statement

@@ -6,7 +6,10 @@
   (provenance, Slack markup, names) with an `edited` time in its tag, and replaces the
   stored text (storage/lifecycle.py). Its task is not run again: a turn whose task already
   ran changes history only, so the next answers in the thread read the new text; a turn
-  whose task is still queued is answered in its new words.
+  whose task is still queued is answered in its new words. Its files are not fetched
+  again: what the stored version says of them (their text, the not-read note) follows
+  the new words — found as the stored body after the previous words rendered again; if
+  those render differently now (a name changed), the files are described as not read.
 - An edit that adds a mention of the bot to a message we never stored (no task) is a new
   request: it goes through the normal admission with the message's own task id, so it is
   answered once — a second edit, or the same event redelivered, admits nothing.
