@@ -10,12 +10,13 @@ from storage.admission import (
     UNLIMITED,
     Admission,
     Admitted,
+    BeforeDownloads,
     EarlierMessage,
     Limits,
     LimitScope,
     admit,
+    before_downloads,
     session_exists,
-    task_exists,
 )
 from storage.database import Database
 from storage.delegations import PostgresDelegations
@@ -42,7 +43,14 @@ from storage.installations import (
     StoredInstallation,
     cancel_workspace_tasks,
 )
-from storage.lifecycle import TOMBSTONE, Deleted, delete_turn, revise_turn, stored_turn
+from storage.lifecycle import (
+    TOMBSTONE,
+    Deleted,
+    delete_turn,
+    revise_turn,
+    stored_turn,
+    stored_turn_text,
+)
 from storage.memory import PostgresMemory, SessionReset, UnknownSession, reset_session, slot_name
 from storage.migrations import pending_migrations
 from storage.outbox import Claim, Outbox, Superseded
@@ -89,6 +97,7 @@ __all__ = [
     "UNLIMITED",
     "Admission",
     "Admitted",
+    "BeforeDownloads",
     "Claim",
     "ClaimAnswer",
     "ConnectionPool",
@@ -138,6 +147,7 @@ __all__ = [
     "UnknownSession",
     "UnknownTask",
     "admit",
+    "before_downloads",
     "cancel_task",
     "cancel_workspace_tasks",
     "clear_pin",
@@ -156,7 +166,7 @@ __all__ = [
     "slot_name",
     "start_embedded_postgres",
     "stored_turn",
-    "task_exists",
+    "stored_turn_text",
     "tokens_today",
     "tool_calls_of",
 ]

@@ -221,12 +221,62 @@ async def session_exists(db: Database, session_id: str) -> bool:
     return bool(await db.pool.fetchval("SELECT true FROM sessions WHERE id = $1", session_id))
 
 
-@translate_errors("The task could not be looked up")
-async def task_exists(db: Database, task_id: str) -> bool:
-    """Whether this message already has its task (a second delivery of it, or the other
-    of the two events Slack sends for a mention): the gatekeeper then spares itself the
-    downloads of its files."""
-    return bool(await db.pool.fetchval("SELECT true FROM tasks WHERE id = $1", task_id))
+# Before the files of a message are downloaded: whether it has its task already, and the
+# limit its admission would refuse it by (the `over` of `_GATE`, read without counting:
+# `messages` there is the count after this message, here the count before it).
+# $1 task, $2 user, $3 thread (session), $4 channel, $5-$8 the limits (0: none).
+_BEFORE_DOWNLOADS = """
+SELECT EXISTS (SELECT 1 FROM tasks WHERE id = $1) AS has_task, (
+    SELECT o.scope FROM (
+        SELECT 1 AS rank, 'user' AS scope FROM admission_counts
+        WHERE $5::int > 0 AND scope = 'user' AND key = $2::text
+          AND window_start = date_trunc('hour', now(), 'UTC') AND messages >= $5::int
+        UNION ALL
+        SELECT 2, 'thread' FROM admission_counts
+        WHERE $6::int > 0 AND scope = 'thread' AND key = $3::text
+          AND window_start = date_trunc('hour', now(), 'UTC') AND messages >= $6::int
+        UNION ALL
+        SELECT 3, 'user_tokens' FROM usage_daily
+        WHERE $7::bigint > 0 AND scope = 'user' AND key = $2::text
+          AND day = (now() AT TIME ZONE 'UTC')::date
+          AND input_tokens + output_tokens >= $7::bigint
+        UNION ALL
+        SELECT 4, 'channel_tokens' FROM usage_daily
+        WHERE $8::bigint > 0 AND scope = 'channel' AND key = $4::text
+          AND day = (now() AT TIME ZONE 'UTC')::date
+          AND input_tokens + output_tokens >= $8::bigint
+    ) o ORDER BY o.rank LIMIT 1
+) AS limited
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class BeforeDownloads:
+    """What admission would say of a message, asked before its files are fetched:
+    it has its task already, or it is over `limited`."""
+
+    has_task: bool
+    limited: LimitScope | None
+
+
+@translate_errors("The limits could not be looked up")
+async def before_downloads(db: Database, a: Admission, limits: Limits) -> BeforeDownloads:
+    """Whether `a` (its turn not rendered yet) is worth its downloads: one read, nothing
+    counted. The answer may be out of date by the time of admission, which decides."""
+    row = await db.pool.fetchrow(
+        _BEFORE_DOWNLOADS,
+        a.task_id,
+        a.user,
+        a.session_id,
+        a.channel,
+        limits.user_messages_per_hour,
+        limits.thread_messages_per_hour,
+        limits.user_daily_tokens,
+        limits.channel_daily_tokens,
+    )
+    assert row is not None
+    limited = next((s for s in LIMIT_SCOPES if s == row["limited"]), None)
+    return BeforeDownloads(bool(row["has_task"]), limited)
 
 
 @translate_errors("The turn could not be stored")

@@ -74,6 +74,13 @@ async def stored_turn(db: Database, message_ids: Sequence[str]) -> str | None:
     return None if found is None else str(found)
 
 
+@translate_errors("The turn could not be looked up")
+async def stored_turn_text(db: Database, message_id: str) -> str | None:
+    """The stored text of a turn (as `stored_turn` found it)."""
+    text = await db.pool.fetchval("SELECT text FROM messages WHERE id = $1", message_id)
+    return None if text is None else str(text)
+
+
 @translate_errors("The edit could not be stored")
 async def revise_turn(
     db: Database, *, event_id: str | None, message_id: str, text: str, edited_at: datetime

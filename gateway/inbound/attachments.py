@@ -1,9 +1,12 @@
 """A message's files as the model gets them: pictures beside the turn, text inside it.
 
-For each file Slack describes (`SharedFile`) the reader decides its kind from what Slack
+For each file Slack describes (`SharedFile`; one it gives only by id is described by
+`files.info` first, `gateway.slack.file_info`) the reader decides its kind from what Slack
 says (mimetype, filetype), skips kinds the operator did not allow
 (`THREADGATE_FILE_TYPES`), downloads it (`gateway.inbound.files`) and checks the bytes
-(`gateway.inbound.file_contents`). What comes of it:
+(`gateway.inbound.file_contents`): text here, images and PDFs in a decoder process
+(`gateway.inbound.decoders`), bounded in memory and CPU and killed at the deadline. What
+comes of it:
 
 - a picture becomes an `agent.Image`, stored with the turn and sent to the model beside
   its text; the turn names it (`[image "name" (type, size): attached]`);
@@ -15,8 +18,8 @@ says (mimetype, filetype), skips kinds the operator did not allow
   inside the sender's turn, in their name.) All files of one message share
   `MAX_TEXT_CHARS` of text; the rest is cut, and the turn says so;
 - anything else — a kind not allowed, a file over the size cap, a failed or late
-  download, a file whose bytes are not what it claimed — is listed as not read, with
-  the reason, so the reply can say so.
+  download, a file whose bytes are not what it claimed, one too large once decoded or
+  too slow to read — is listed as not read, with the reason, so the reply can say so.
 """
 
 from __future__ import annotations
@@ -27,14 +30,25 @@ import logging
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Literal, TypeAlias
 
-from agent import Image
-from gateway.inbound.file_contents import Kind, read_image, read_pdf, read_text
-from gateway.inbound.files import DOWNLOAD_FAILED, OUT_OF_TIME, FileDownloader, NotRead
+from agent import Image, storable_text
+from gateway.inbound.decoders import Decoders
+from gateway.inbound.files import FileDownloader
+from gateway.inbound.reasons import (
+    DOWNLOAD_FAILED,
+    NOT_DESCRIBED,
+    NOT_TEXT,
+    OUT_OF_TIME,
+    NotRead,
+)
 from gateway.slack.events import SharedFile
+from gateway.slack.file_info import FileInfo
 from gateway.text.markup import clean_text
 
 log = logging.getLogger(__name__)
+
+Kind: TypeAlias = Literal["image", "text", "pdf"]
 
 # Extracted text for one message, all its files together: about 5,000 tokens. More would
 # crowd the conversation out of the history window (THREADGATE_HISTORY_CHARS).
@@ -168,24 +182,42 @@ class FileReader:
     def __init__(
         self,
         downloader: FileDownloader,
+        decoders: Decoders,
         token: str,
         kinds: frozenset[str],
         on_read: Callable[[str, str], None] = lambda kind, outcome: None,
+        info: FileInfo | None = None,
     ) -> None:
         self._downloader = downloader
+        self._decoders = decoders
+        self._info = info  # `files.info` for files Slack gives only by id
         self._token = token  # the bot token of the message's workspace
         self._kinds = kinds
         self._on_read = on_read
 
     async def read(self, files: Sequence[SharedFile], deadline: float) -> tuple[FileContent, ...]:
         """Every file's outcome, in order; all are fetched at once."""
+        # Decoder processes start while the files download.
+        decoded = [k for f in files if (k := kind_of(f)) in self._kinds and k != "text"]
+        self._decoders.warm(len(decoded))
         return tuple(await asyncio.gather(*(self._counted(f, deadline) for f in files)))
 
     async def _counted(self, shared: SharedFile, deadline: float) -> FileContent:
-        content = await self._read(shared, deadline)
+        described = await self._described(shared, deadline)
+        if described is None:
+            content = FileContent(shared, problem=NOT_DESCRIBED)
+        else:
+            content = await self._read(described, deadline)
         outcome = _slug(content.problem) if content.problem else "read"
-        self._on_read(kind_of(shared) or "other", outcome)
+        self._on_read(kind_of(content.shared) or "other", outcome)
         return content
+
+    async def _described(self, shared: SharedFile, deadline: float) -> SharedFile | None:
+        """The file as Slack describes it, asked of `files.info` if the event gave only
+        its id; None if Slack did not say."""
+        if shared.info_id is None:
+            return shared
+        return None if self._info is None else await self._info.describe(shared, deadline)
 
     async def _read(self, shared: SharedFile, deadline: float) -> FileContent:
         kind = kind_of(shared)
@@ -197,8 +229,7 @@ class FileReader:
             data = await self._downloader.download(
                 shared.url, self._token, declared_size=shared.size, deadline=deadline
             )
-            async with asyncio.timeout_at(deadline):
-                return await asyncio.to_thread(_extract, shared, kind, data)
+            return await self._extract(shared, kind, data, deadline)
         except NotRead as exc:
             return FileContent(shared, problem=exc.reason)
         except TimeoutError:
@@ -207,16 +238,30 @@ class FileReader:
             log.warning("reading an attached file failed", exc_info=True)
             return FileContent(shared, problem=DOWNLOAD_FAILED)
 
+    async def _extract(
+        self, shared: SharedFile, kind: Kind, data: bytes, deadline: float
+    ) -> FileContent:
+        if kind == "text":
+            async with asyncio.timeout_at(deadline):  # linear in bytes the download capped
+                return FileContent(shared, text=await asyncio.to_thread(read_text, data))
+        decoded = await self._decoders.decode(kind, data, deadline, max_chars=MAX_TEXT_CHARS)
+        if decoded.media_type is not None:
+            image = Image(decoded.media_type, decoded.data, shared.name or "")
+            return FileContent(shared, image=image)
+        return FileContent(shared, text=storable_text(decoded.text or ""))
+
 
 def _slug(reason: str) -> str:
     """A reason as a metric label: "not text (not UTF-8)" is not_text_not_utf_8."""
     return re.sub(r"\W+", "_", reason).strip("_").lower()
 
 
-def _extract(shared: SharedFile, kind: Kind, data: bytes) -> FileContent:
-    if kind == "image":
-        return FileContent(shared, image=read_image(data, shared.name or ""))
-    return FileContent(shared, text=read_pdf(data) if kind == "pdf" else read_text(data))
+def read_text(data: bytes) -> str:
+    """The bytes as storable text, if they are UTF-8 (a BOM dropped)."""
+    try:
+        return storable_text(data.decode("utf-8-sig"))
+    except UnicodeDecodeError as exc:
+        raise NotRead(NOT_TEXT) from exc
 
 
 def unread(files: Sequence[SharedFile]) -> tuple[FileContent, ...]:

@@ -1,39 +1,55 @@
-"""What a model can take from a file's bytes: an image it can look at, or text it can read.
+"""What a model can take from an image's or a PDF's bytes: a picture, or the PDF's text.
 
-Three kinds, each checked against the bytes, never against what the upload claimed:
+Each is checked against the bytes, never against what the upload claimed (text files are
+`attachments.read_text`'s):
 - images (png, jpeg, gif, webp, told apart by their magic bytes) are decoded by Pillow,
   so a truncated or disguised file never reaches a provider (which would refuse the
   whole request, in this round and every later one of the thread), and scaled down when
   over what the providers take: longest side 1568 px, 3.75 MB;
-- text is the bytes decoded as UTF-8 (a BOM is dropped), nothing else;
 - PDFs are their text layer, as `pypdf` extracts it, from the first `MAX_PDF_PAGES`
-  pages; a scan without one has no text to give.
+  pages, until as much of it is read as the turn can show; a scan has no text to give.
 
-Everything here is CPU work on untrusted bytes: the caller runs it off the event loop
-(`asyncio.to_thread`) under its deadline. Pillow and pypdf are the well-kept libraries
-for these formats; writing our own decoders would be the riskier choice.
+What an image costs is decided from its header, before a pixel is decoded: its decoded
+size (width × height × bands bytes) must fit `MAX_DECODED_BYTES`. A PNG of a few hundred
+kilobytes can declare 7000×7000 pixels, 147 MB decoded; its pixel count alone would pass.
+A JPEG is first asked for a reduced decode (`draft`), which is what the providers get
+anyway. Pillow's own decompression-bomb check is an error here, never a warning.
+
+Images and PDFs are CPU work on untrusted bytes, and a PDF's cost is not known before it
+is parsed (pages may share one content stream that inflates to megabytes): they run in
+the decoder processes (`gateway.inbound.decoders`), under memory and CPU limits and
+killed at the deadline. Text is linear in its bytes (capped by the download) and is read
+in the gateway. This module imports neither `agent` nor the rest of the gateway, so a
+decoder process starts in a fraction of a second. Pillow and pypdf are the well-kept
+libraries for these formats; writing our own decoders would be the riskier choice.
 """
 
 from __future__ import annotations
 
 import io
 import logging
-from typing import Literal, TypeAlias
+import warnings
+from dataclasses import dataclass
 
 import pypdf
 from PIL import Image as PILImage
 from PIL import UnidentifiedImageError
 
-from agent import Image, storable_text
-from gateway.inbound.files import NotRead
-
-Kind: TypeAlias = Literal["image", "text", "pdf"]
+from gateway.inbound.reasons import (
+    NO_TEXT_LAYER,
+    NOT_A_PDF,
+    NOT_AN_IMAGE,
+    TOO_LARGE_DECODED,
+    NotRead,
+)
 
 # The providers' limits for one image: Anthropic scales anything longer than 1568 px
 # down anyway (and refuses more than 5 MB of base64, i.e. ~3.75 MB of bytes).
 MAX_SIDE = 1568
 MAX_IMAGE_BYTES = 3_750_000
-# More pixels than this is a decompression bomb, not a screenshot (8K is 33 Mpx).
+# The most one image may take once decoded: an 8K screenshot (7680×4320 RGB) is 99.5 MB.
+MAX_DECODED_BYTES = 100_000_000
+# More pixels than this is a bomb whatever its bands (8K is 33 Mpx); Pillow refuses it.
 MAX_PIXELS = 50_000_000
 MAX_PDF_PAGES = 50
 
@@ -43,15 +59,20 @@ _MAGIC: tuple[tuple[bytes, str], ...] = (
     (b"GIF87a", "image/gif"),
     (b"GIF89a", "image/gif"),
 )
-_PIL_FORMATS = {"PNG": "image/png", "JPEG": "image/jpeg", "GIF": "image/gif", "WEBP": "image/webp"}
-
-NOT_AN_IMAGE = "not a readable image"
-NOT_TEXT = "not text (not UTF-8)"
-NOT_A_PDF = "not a readable PDF"
-NO_TEXT_LAYER = "no text layer"
+# Bytes per band of the modes wider than one byte; every other mode takes one.
+_BAND_BYTES = {"I": 4, "F": 4, "I;16": 2, "I;16B": 2, "I;16L": 2, "I;16N": 2}
 
 # pypdf reports every oddity of a damaged file on its logger; one file is not news.
 logging.getLogger("pypdf").setLevel(logging.ERROR)
+PILImage.MAX_IMAGE_PIXELS = MAX_PIXELS
+
+
+@dataclass(frozen=True, slots=True)
+class Picture:
+    """An image as a provider takes it: its type (from its bytes) and its bytes."""
+
+    media_type: str
+    data: bytes
 
 
 def image_type(data: bytes) -> str | None:
@@ -64,25 +85,48 @@ def image_type(data: bytes) -> str | None:
     return None
 
 
-def read_image(data: bytes, name: str) -> Image:
+def read_image(data: bytes) -> Picture:
     """The picture as a provider takes it: checked, and scaled down when over the limits."""
     media_type = image_type(data)
     if media_type is None:
         raise NotRead(NOT_AN_IMAGE)
     try:
-        with PILImage.open(io.BytesIO(data)) as picture:
-            width, height = picture.size
-            if width * height > MAX_PIXELS:
-                raise NotRead(NOT_AN_IMAGE)
-            if max(width, height) <= MAX_SIDE and len(data) <= MAX_IMAGE_BYTES:
-                picture.verify()  # a truncated or corrupt file fails here, not at the provider
-                return Image(media_type, data, name)
-            return _scaled(picture, name)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", PILImage.DecompressionBombWarning)
+            with PILImage.open(io.BytesIO(data)) as picture:
+                return _checked(picture, media_type, data)
+    except (PILImage.DecompressionBombError, PILImage.DecompressionBombWarning) as exc:
+        raise NotRead(TOO_LARGE_DECODED) from exc
+    except MemoryError as exc:
+        raise NotRead(TOO_LARGE_DECODED) from exc
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
         raise NotRead(NOT_AN_IMAGE) from exc
 
 
-def _scaled(picture: PILImage.Image, name: str) -> Image:
+def _checked(picture: PILImage.Image, media_type: str, data: bytes) -> Picture:
+    width, height = picture.size
+    if max(width, height) <= MAX_SIDE and len(data) <= MAX_IMAGE_BYTES:
+        _within_budget(picture)
+        picture.verify()  # a truncated or corrupt file fails here, not at the provider
+        return Picture(media_type, data)
+    if picture.format == "JPEG":
+        picture.draft("RGB", (MAX_SIDE, MAX_SIDE))  # decode at 1/2, 1/4 or 1/8 scale
+    _within_budget(picture)
+    return _scaled(picture)
+
+
+def decoded_bytes(picture: PILImage.Image) -> int:
+    """What decoding the picture would take: width × height × bands × bytes per band."""
+    width, height = picture.size
+    return width * height * len(picture.getbands()) * _BAND_BYTES.get(picture.mode, 1)
+
+
+def _within_budget(picture: PILImage.Image) -> None:
+    if decoded_bytes(picture) > MAX_DECODED_BYTES:
+        raise NotRead(TOO_LARGE_DECODED)
+
+
+def _scaled(picture: PILImage.Image) -> Picture:
     """Fit within MAX_SIDE; PNG where there is transparency, else (or when still too big)
     JPEG. An animated GIF keeps its first frame."""
     picture.thumbnail((MAX_SIDE, MAX_SIDE))
@@ -90,11 +134,11 @@ def _scaled(picture: PILImage.Image, name: str) -> Image:
     if transparent:
         png = _encode(picture.convert("RGBA"), "PNG")
         if len(png) <= MAX_IMAGE_BYTES:
-            return Image("image/png", png, name)
+            return Picture("image/png", png)
     for quality in (85, 70, 50):
         jpeg = _encode(picture.convert("RGB"), "JPEG", quality=quality)
         if len(jpeg) <= MAX_IMAGE_BYTES:
-            return Image("image/jpeg", jpeg, name)
+            return Picture("image/jpeg", jpeg)
     raise NotRead(NOT_AN_IMAGE)  # 1568 px at quality 50 is well under 3.75 MB: unreachable
 
 
@@ -104,24 +148,31 @@ def _encode(picture: PILImage.Image, image_format: str, **options: int) -> bytes
     return out.getvalue()
 
 
-def read_text(data: bytes) -> str:
-    """The bytes as text, if they are UTF-8; storable in Postgres (NUL replaced)."""
-    try:
-        return storable_text(data.decode("utf-8-sig"))
-    except UnicodeDecodeError as exc:
-        raise NotRead(NOT_TEXT) from exc
-
-
-def read_pdf(data: bytes) -> str:
-    """The text layer of the first MAX_PDF_PAGES pages."""
+def read_pdf(data: bytes, max_chars: int) -> str:
+    """The text layer of the first MAX_PDF_PAGES pages; extraction stops at the first page
+    that brings it past `max_chars` (what the turn can show), and the text is cut at twice
+    that (the turn counts what it does not show)."""
     if not data.startswith(b"%PDF-"):
         raise NotRead(NOT_A_PDF)
     try:
-        reader = pypdf.PdfReader(io.BytesIO(data))
-        pages = [page.extract_text() or "" for page in reader.pages[:MAX_PDF_PAGES]]
+        text = _pdf_text(pypdf.PdfReader(io.BytesIO(data)), max_chars)
+    except MemoryError as exc:
+        raise NotRead(TOO_LARGE_DECODED) from exc
     except Exception as exc:  # pypdf raises many kinds on damaged or encrypted files
         raise NotRead(NOT_A_PDF) from exc
-    text = storable_text("\n\n".join(p.strip() for p in pages if p.strip()))
     if not text.strip():
         raise NotRead(NO_TEXT_LAYER)
     return text
+
+
+def _pdf_text(reader: pypdf.PdfReader, max_chars: int) -> str:
+    pages: list[str] = []
+    read = 0
+    for page in reader.pages[:MAX_PDF_PAGES]:
+        text = (page.extract_text() or "").strip()
+        if text:
+            pages.append(text)
+            read += len(text)
+        if read > max_chars:
+            break
+    return "\n\n".join(pages)[: 2 * max_chars]

@@ -34,6 +34,14 @@ from urllib.parse import urljoin, urlsplit
 
 import httpx
 
+from gateway.inbound.reasons import (
+    DOWNLOAD_FAILED,
+    NOT_FROM_SLACK,
+    OUT_OF_TIME,
+    TOO_LARGE,
+    NotRead,
+)
+
 # Where the bot token may go. Slack's files live on files.slack.com (and the workspace's
 # own subdomains for some plans); GovSlack's on slack-gov.com.
 _SLACK_DOMAINS = ("slack.com", "slack-gov.com")
@@ -41,20 +49,6 @@ _SLACK_DOMAINS = ("slack.com", "slack-gov.com")
 _MAX_REDIRECTS = 3
 # Files of one message are fetched at once; this many at a time across the process.
 _CONCURRENT_DOWNLOADS = 8
-
-
-class NotRead(Exception):
-    """A file was not read; `reason` says why, in words for the model and the user."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-TOO_LARGE = "too large"
-DOWNLOAD_FAILED = "download failed"
-OUT_OF_TIME = "not downloaded in time"
-NOT_FROM_SLACK = "not stored in Slack"
 
 
 class FileDownloader:

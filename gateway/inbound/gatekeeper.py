@@ -12,8 +12,14 @@ Slack's 3 s): the names, the file downloads and the back-fill run at once, each 
 the budget's deadline, and what did not arrive by then is done without — a user id stands
 in for a name, a file is described as not read ("not downloaded in time"), and a
 back-fill keeps the newest messages it has. A slow Slack delays the ack by at most the
-budget, never into Slack's retry. A message that already has its task (Slack's second
-event for a mention, a redelivery) is known before any download starts.
+budget, never into Slack's retry.
+
+Limits come before downloads: before a message's files are fetched, one read
+(`storage.before_downloads`) says whether it has its task already (a redelivery) or is
+over a limit — then nothing is fetched, and admission decides as ever. Slack's two events
+for one mention (`message` and `app_mention`) arrive together: in this process the second
+waits for the first (`InFlight`), then finds its task. An edit is rendered again without
+fetching its files: the stored version's account of them is kept (gateway/inbound/revisions.py).
 
 The guard rails against abuse and cost (`Limits`: messages per user and per thread per
 hour, tokens per user and per channel per day) are enforced in the admission statement
@@ -27,8 +33,9 @@ then no more posts to answer.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+import contextlib
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Literal, Protocol, TypeAlias
 
 from agent import Image, bind_log_fields
@@ -45,8 +52,8 @@ from storage import (
     Limits,
     LimitScope,
     admit,
+    before_downloads,
     session_exists,
-    task_exists,
 )
 
 Outcome: TypeAlias = Literal["admitted", "duplicate", "ignored", "limited"]
@@ -115,8 +122,10 @@ class Gatekeeper:
         limits: Limits = UNLIMITED,
         on_limited: Callable[[LimitScope], None] | None = None,
         files: FileReader | None = None,
+        in_flight: InFlight | None = None,
     ) -> None:
         self._files = files
+        self._in_flight = in_flight or InFlight()
         self._limits = limits
         self._on_limited = on_limited or (lambda scope: None)
         self._db = db
@@ -149,15 +158,52 @@ class Gatekeeper:
         if not self._policy.addressed(inbound, known=known):
             return "ignored"
         backfill = not known and bool(inbound.thread_ts)
-        downloads = self._files is not None and (bool(inbound.files) or backfill)
-        if downloads and await task_exists(self._db, inbound.task_id):
-            return "duplicate"  # what admission would say, without fetching the files first
+        if self._files is None or not (inbound.files or backfill):
+            return await self._store(inbound, bot_user_id, enterprise_id, backfill=backfill)
+        # Downloads are the costly part: they wait for Slack's other event for this message
+        # (in this process), and for a look at whether admission would take it at all.
+        async with self._in_flight.turn(inbound.task_id):
+            before = await before_downloads(
+                self._db, self._admission(inbound, enterprise_id), self._limits
+            )
+            if before.has_task:
+                return "duplicate"  # what admission would say, without fetching the files
+            if before.limited:  # refused (or answered by the notice): nothing to fetch
+                return await self._store(inbound, bot_user_id, enterprise_id, backfill=False)
+            return await self._store(
+                inbound, bot_user_id, enterprise_id, backfill=backfill, files=self._files
+            )
+
+    async def _store(
+        self,
+        inbound: InboundTurn,
+        bot_user_id: str | None,
+        enterprise_id: str | None,
+        *,
+        backfill: bool,
+        files: FileReader | None = None,
+    ) -> Outcome:
+        """Render the turn (reading its files with `files`), back-fill, and admit."""
         deadline = asyncio.get_running_loop().time() + self._budget
         (turn_text, images), earlier = await asyncio.gather(
-            self._turn(inbound, bot_user_id, deadline),
-            self._backfill(inbound, bot_user_id, deadline) if backfill else _nothing(),
+            self._turn(inbound, bot_user_id, deadline, files),
+            self._backfill(inbound, bot_user_id, deadline, files) if backfill else _nothing(),
         )
-        admission = Admission(
+        admission = replace(
+            self._admission(inbound, enterprise_id),
+            turn_text=turn_text,
+            images=images,
+            earlier=earlier,
+        )
+        outcome = await admit(self._db, admission, self._limits)
+        if outcome.limited is not None:
+            self._on_limited(outcome.limited)
+            return "limited"
+        return "admitted" if outcome else "duplicate"
+
+    def _admission(self, inbound: InboundTurn, enterprise_id: str | None) -> Admission:
+        """The message's admission, its turn not rendered yet."""
+        return Admission(
             event_id=inbound.event_id,
             task_id=inbound.task_id,
             session_id=inbound.session_id,
@@ -170,46 +216,49 @@ class Gatekeeper:
                 # Which installation's token serves the task (gateway/slack/workspaces.py).
                 **({"enterprise": enterprise_id} if enterprise_id else {}),
             },
-            turn_text=turn_text,
-            images=images,
-            earlier=earlier,
+            turn_text="",
             user=f"{inbound.team}:{inbound.user}",
             channel=f"{inbound.team}:{inbound.channel}",
         )
-        outcome = await admit(self._db, admission, self._limits)
-        if outcome.limited is not None:
-            self._on_limited(outcome.limited)
-            return "limited"
-        return "admitted" if outcome else "duplicate"
 
     async def render(
-        self, inbound: InboundTurn, *, bot_user_id: str | None, deadline: float
+        self,
+        inbound: InboundTurn,
+        *,
+        bot_user_id: str | None,
+        deadline: float,
+        files_note: str | None = None,
     ) -> str:
-        """The turn's text as admission stores it (an edit is stored again this way; the
-        pictures stored with the first version stay)."""
-        text, _ = await self._turn(inbound, bot_user_id, deadline)
-        return text
+        """The turn's text as admission stores it, its files never fetched: `files_note`
+        (what the stored version says of them) when given, else described as not read. An
+        edit is stored again this way; the pictures stored with the first version stay."""
+        if files_note is None:
+            text, _ = await self._turn(inbound, bot_user_id, deadline, None)
+            return text
+        names = await self._names([inbound.user, *mentioned_user_ids(inbound.text)], deadline)
+        return render_inbound(inbound, names, bot_user_id=bot_user_id, files_note=files_note)
 
     async def _turn(
-        self, inbound: InboundTurn, bot_user_id: str | None, deadline: float
+        self,
+        inbound: InboundTurn,
+        bot_user_id: str | None,
+        deadline: float,
+        files: FileReader | None,
     ) -> tuple[str, tuple[Image, ...]]:
         """The turn's text and its pictures: names and files looked up at once."""
         names, contents = await asyncio.gather(
             self._names([inbound.user, *mentioned_user_ids(inbound.text)], deadline),
-            self._read_files(inbound.files, deadline),
+            _read_files(files, inbound.files, deadline),
         )
         text = render_inbound(inbound, names, bot_user_id=bot_user_id, contents=contents)
         return text, images_of(contents)
 
-    async def _read_files(
-        self, files: Sequence[SharedFile], deadline: float
-    ) -> tuple[FileContent, ...]:
-        if self._files is None or not files:
-            return unread(files)
-        return await self._files.read(files, deadline)
-
     async def _backfill(
-        self, inbound: InboundTurn, bot_user_id: str | None, deadline: float
+        self,
+        inbound: InboundTurn,
+        bot_user_id: str | None,
+        deadline: float,
+        files: FileReader | None,
     ) -> Sequence[EarlierMessage]:
         """The thread's messages before this one, rendered as turns with ids from their ts."""
         if self._threads is None or not inbound.thread_ts:
@@ -226,7 +275,7 @@ class Gatekeeper:
         users = {m.user for m in before} | {u for m in before for u in mentioned_user_ids(m.text)}
         names, contents = await asyncio.gather(
             self._names(sorted(users), deadline),
-            asyncio.gather(*(self._read_files(m.files, deadline) for m in before)),
+            asyncio.gather(*(_read_files(files, m.files, deadline) for m in before)),
         )
         return tuple(
             EarlierMessage(
@@ -256,18 +305,51 @@ async def _nothing() -> Sequence[EarlierMessage]:
     return ()
 
 
+async def _read_files(
+    reader: FileReader | None, files: Sequence[SharedFile], deadline: float
+) -> tuple[FileContent, ...]:
+    if reader is None or not files:
+        return unread(files)
+    return await reader.read(files, deadline)
+
+
+class InFlight:
+    """The messages this process is admitting with downloads, by task id. Slack sends two
+    events for a mention (`message` and `app_mention`), at once: the second waits here for
+    the first to be admitted, then finds its task and fetches nothing. (Two replicas each
+    given one of them both download; admission still stores one turn.)"""
+
+    def __init__(self) -> None:
+        self._running: dict[str, asyncio.Event] = {}
+
+    @contextlib.asynccontextmanager
+    async def turn(self, task_id: str) -> AsyncIterator[None]:
+        """Hold `task_id` while the body runs (bounded by the look-up budget and one
+        admission), after whoever held it before."""
+        while (running := self._running.get(task_id)) is not None:
+            await running.wait()
+        done = self._running[task_id] = asyncio.Event()
+        try:
+            yield
+        finally:
+            del self._running[task_id]
+            done.set()
+
+
 def render_inbound(
     inbound: InboundTurn,
     names: dict[str, str],
     *,
     bot_user_id: str | None,
     contents: Sequence[FileContent] | None = None,
+    files_note: str | None = None,
 ) -> str:
     """The message as the model will read it: its text, then what came of its files
-    (`contents`; None: described, not read), in one provenance tag."""
+    (`contents`; None: described, not read; or `files_note`, as rendered before), in one
+    provenance tag."""
     message = ThreadMessage(inbound.user, inbound.text, inbound.ts)
     read = unread(inbound.files) if contents is None else contents
-    note = files_text(read, inbound.files_not_described)
+    note = files_text(read, inbound.files_not_described) if files_note is None else files_note
     edited = slack_time(inbound.edited) if inbound.edited else None
     return render_message(
         message, inbound.channel, names, bot_user_id=bot_user_id, note=note, edited=edited

@@ -6,7 +6,10 @@
   (provenance, Slack markup, names) with an `edited` time in its tag, and replaces the
   stored text (storage/lifecycle.py). Its task is not run again: a turn whose task already
   ran changes history only, so the next answers in the thread read the new text; a turn
-  whose task is still queued is answered in its new words.
+  whose task is still queued is answered in its new words. Its files are not fetched
+  again: what the stored version says of them (their text, the not-read note) follows
+  the new words — found as the stored body after the previous words rendered again; if
+  those render differently now (a name changed), the files are described as not read.
 - An edit that adds a mention of the bot to a message we never stored (no task) is a new
   request: it goes through the normal admission with the message's own task id, so it is
   answered once — a second edit, or the same event redelivered, admits nothing.
@@ -30,7 +33,8 @@ from gateway.inbound.edits import Deletion, Edit
 from gateway.inbound.gatekeeper import Gatekeeper, Outcome, earlier_message_id
 from gateway.slack.threads import slack_time
 from gateway.text.markup import mentioned_user_ids
-from storage import Database, delete_turn, revise_turn, stored_turn
+from gateway.text.provenance import TurnParseError, parse_turn
+from storage import Database, delete_turn, revise_turn, stored_turn, stored_turn_text
 
 Revision: TypeAlias = Outcome | Literal["edited", "deleted"]
 
@@ -61,7 +65,10 @@ class Revisions:
                 )
             return "ignored"
         deadline = asyncio.get_running_loop().time() + self._budget
-        text = await self._gatekeeper.render(turn, bot_user_id=bot_user_id, deadline=deadline)
+        note = await self._files_note(edit, stored, bot_user_id, deadline)
+        text = await self._gatekeeper.render(
+            turn, bot_user_id=bot_user_id, deadline=deadline, files_note=note
+        )
         assert turn.edited is not None  # set by gateway/inbound/edits.py for every edit
         revised = await revise_turn(
             self._db,
@@ -71,6 +78,27 @@ class Revisions:
             edited_at=slack_time(turn.edited),
         )
         return "edited" if revised else "duplicate"
+
+    async def _files_note(
+        self, edit: Edit, stored: str, bot_user_id: str | None, deadline: float
+    ) -> str | None:
+        """What the stored version says of the message's files, to keep through the edit
+        (its files are not fetched again): the stored body after the previous words,
+        rendered again. None when the previous words are unknown or render differently
+        now (a name changed): the files are then described as not read."""
+        if edit.previous_text is None or not edit.turn.files:
+            return None
+        stored_text = await stored_turn_text(self._db, stored)
+        try:
+            body = parse_turn(stored_text or "").body
+        except TurnParseError:
+            return None
+        previous = replace(edit.turn, text=edit.previous_text, files=(), edited=None)
+        words = parse_turn(
+            await self._gatekeeper.render(previous, bot_user_id=bot_user_id, deadline=deadline)
+        ).body
+        start = f"{words}\n\n" if words else ""
+        return body.removeprefix(start) if body.startswith(start) and body != words else None
 
     async def _delete(self, deletion: Deletion) -> Revision:
         deleted = await delete_turn(

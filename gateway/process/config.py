@@ -44,7 +44,7 @@ from storage import (
     is_token_key,
 )
 
-# The kinds of files THREADGATE_FILE_TYPES may name (gateway/inbound/file_contents.py reads them).
+# The kinds of files THREADGATE_FILE_TYPES may name (gateway/inbound/attachments.py reads them).
 FILE_KINDS = ("image", "text", "pdf")
 OPENAI_BASE_URL = VENDORS["openai"].base_url
 ANTHROPIC_BASE_URL = VENDORS["anthropic"].base_url
@@ -164,6 +164,10 @@ class Settings(BaseSettings):
     threadgate_workspace_daily_picture_bytes: Annotated[int, Field(ge=0)] = (
         DEFAULT_WORKSPACE_DAILY_PICTURE_BYTES
     )
+    # Images and PDFs are decoded in child processes (gateway/inbound/decoders.py): how many
+    # at once (past them a file is not read), and the address space each may take.
+    threadgate_file_decoders: Annotated[int, Field(ge=1, le=64)] = 2
+    threadgate_file_decode_memory_mb: Annotated[int, Field(ge=128, le=65_536)] = 512
     # Which parts `serve` runs (issue 16): `ingress` verifies, admits and acks Slack's events;
     # `worker` answers the queued tasks; `all` both, in one process. `--role` wins over it.
     threadgate_role: Role = "all"

@@ -33,6 +33,7 @@ from aiohttp import web
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.authorization import AuthorizeResult
 from slack_bolt.oauth.async_oauth_flow import AsyncOAuthFlow
+from slack_sdk.web.async_client import AsyncWebClient
 
 from agent import (
     AlertSink,
@@ -66,8 +67,9 @@ from gateway.delivery.publisher import SlackPublisher
 from gateway.delivery.streams import StreamSettings
 from gateway.inbound.attachments import FileReader
 from gateway.inbound.bolt_app import build_bolt_app
+from gateway.inbound.decoders import Decoders
 from gateway.inbound.files import FileDownloader
-from gateway.inbound.gatekeeper import LIMIT_NOTICES, Gatekeeper, Policy
+from gateway.inbound.gatekeeper import LIMIT_NOTICES, Gatekeeper, InFlight, Policy
 from gateway.inbound.pins import Pins
 from gateway.inbound.revisions import Revisions
 from gateway.inbound.socket_mode import SocketModeConnection, start_socket_mode
@@ -83,6 +85,7 @@ from gateway.process.http import (
 from gateway.process.tool_observers import ToolObservers
 from gateway.slack.client import MeteredWebClient, slack_client
 from gateway.slack.errors import SlackError, SlackOutcomeUnknown, SlackRefused
+from gateway.slack.file_info import FileInfo
 from gateway.slack.oauth import INSTALL_PATH, InstalledIdentity, Uninstaller, oauth_flow
 from gateway.slack.scopes import bot_scopes
 from gateway.slack.workspaces import SlackClients, label
@@ -282,6 +285,7 @@ class Gateway:
     _stack: AsyncExitStack = field(default_factory=AsyncExitStack)
     _socket: SocketModeConnection | None = None
     _downloads: FileDownloader | None = None  # files people attach (gateway/inbound/files.py)
+    _decoders: Decoders | None = None  # and their decoder processes (gateway/inbound/decoders.py)
     _workers_started: bool = False
 
     async def start(self, host: str, port: int) -> None:
@@ -454,6 +458,7 @@ class Gateway:
         )
         clients = self.clients
         assert clients is not None  # set by start
+        in_flight = InFlight()  # messages being admitted with downloads, process-wide
 
         async def gatekeeper(team_id: str | None, enterprise_id: str | None) -> Gatekeeper:
             # Names and back-fill read with the token of the event's workspace.
@@ -466,7 +471,8 @@ class Gateway:
                 lookup_budget_seconds=self.settings.threadgate_lookup_budget_seconds,
                 limits=limits(s),
                 on_limited=self.metrics.message_limited,
-                files=self._file_reader(workspace.client.token),
+                files=self._file_reader(workspace.client),
+                in_flight=in_flight,
             )
 
         async def pins(team_id: str | None, enterprise_id: str | None) -> Pins:
@@ -551,17 +557,31 @@ class Gateway:
 
         return ready
 
-    def _file_reader(self, token: str | None) -> FileReader | None:
-        """Reads message files with the workspace's bot token through the process's one
-        downloader (its own HTTP client, closed with the gateway); None without a token."""
+    def _file_reader(self, slack: AsyncWebClient) -> FileReader | None:
+        """Reads message files with the workspace's client (`files.info`) and bot token
+        through the process's one downloader (its own HTTP client) and decoder processes,
+        both closed with the gateway; None without a token."""
         s = self.settings
+        token = slack.token
         if token is None:
             return None
-        if self._downloads is None:
+        if self._downloads is None or self._decoders is None:
             client = httpx.AsyncClient(timeout=s.threadgate_lookup_budget_seconds)
             self._stack.push_async_callback(client.aclose)
             self._downloads = FileDownloader(client, max_bytes=s.threadgate_file_max_bytes)
-        return FileReader(self._downloads, token, s.file_kinds, on_read=self.metrics.file_read)
+            self._decoders = Decoders(
+                processes=s.threadgate_file_decoders,
+                memory_bytes=s.threadgate_file_decode_memory_mb * 2**20,
+            )
+            self._stack.push_async_callback(self._decoders.close)
+        return FileReader(
+            self._downloads,
+            self._decoders,
+            token,
+            s.file_kinds,
+            on_read=self.metrics.file_read,
+            info=FileInfo(slack),
+        )
 
     async def _start_socket_mode(self, bolt: AsyncApp) -> None:
         s = self.settings

@@ -12,7 +12,9 @@ message with files; a DM with only a file is one) and `thread_broadcast` (a thre
 also sent to the channel). What Slack says about the files (name, type, size, and the
 private URL the gatekeeper downloads them from, `gateway.inbound.files`) rides along as
 `SharedFile`s; a file that is not read is described, so the turn can say it was not.
-That description is user input like the text and is read leniently: an entry that is not
+A file Slack gives only by id (a partial object, `"file_access": "check_file_info"`, as
+in Slack Connect channels) keeps its id (`SharedFile.info_id`) for the reader to ask
+`files.info`. That description is user input like the text and is read leniently: an entry that is not
 an object, or a field of the wrong type, is described as unknown rather than refused. Its
 texts are sanitized here (`agent.sanitize_text`), before anyone quotes them: the gatekeeper
 shows a name as a JSON string, and a fullwidth `＂` folded only later, by the provenance
@@ -21,6 +23,7 @@ tag, would end that string early and let one name pass for several files.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -49,6 +52,8 @@ class _Envelope(BaseModel):
 
 # Subtypes that are a person's message all the same; every other subtype is not one.
 ANSWERED_SUBTYPES = frozenset({"file_share", "thread_broadcast"})
+# A file's id, as Slack writes it ("F0123ABCD"): the only thing a partial file object says.
+_FILE_ID = re.compile(r"F[A-Z0-9]{2,40}")
 # Slack allows 10 files per message; more are described as a count.
 MAX_FILES_DESCRIBED = 20
 
@@ -64,6 +69,9 @@ class SharedFile:
     url: str | None = None
     mimetype: str | None = None
     filetype: str | None = None
+    # Set for a file Slack gives only by id (`file_access: check_file_info`, as in Slack
+    # Connect channels): nothing above is known until `files.info` says it.
+    info_id: str | None = None
 
 
 class _MessageEvent(BaseModel):
@@ -207,9 +215,14 @@ def _addressed_to_us(event: Mapping[str, Any]) -> bool:
 
 
 def _shared_file(entry: Any) -> SharedFile:
-    """What Slack says about one file; a file hidden by plan limits has only an id."""
+    """What Slack says about one file; a file hidden by plan limits has only an id, and
+    one Slack gives only by id says where to ask (`files.info`)."""
     if not isinstance(entry, Mapping):
         return SharedFile(None, None, None)
+    file_id = entry.get("id")
+    by_id = entry.get("file_access") == "check_file_info"
+    if by_id and isinstance(file_id, str) and _FILE_ID.fullmatch(file_id):
+        return SharedFile(None, None, None, info_id=file_id)
     size = entry.get("size")
     plausible = isinstance(size, int) and not isinstance(size, bool) and 0 <= size < 2**63
     return SharedFile(

@@ -29,7 +29,7 @@ SCOPE_REASONS: Mapping[str, str] = MappingProxyType(
         "users:read": "show people's display names in the provenance tag (users.info)",
         "assistant:write": "show 'is thinking…' in the thread while a task runs (assistant.threads.setStatus)",
         "metadata.message:read": "read our posts' metadata back to settle a post whose outcome is unknown",
-        "files:read": "download the files people attach to messages, so the model can read them (THREADGATE_FILE_TYPES)",
+        "files:read": "download the files people attach to messages (and describe with files.info those an event gives only by id), so the model can read them (THREADGATE_FILE_TYPES)",
         "pins:read": "keep messages pinned in a thread in the model's view (pin_added, pin_removed)",
     }
 )

@@ -17,7 +17,8 @@ Because it is only an HTTP server it serves a gateway in another process just as
 
 Methods: auth.test, users.info, chat.postMessage, chat.update, chat.delete,
 chat.startStream, chat.appendStream, chat.stopStream, conversations.replies,
-conversations.history, assistant.threads.setStatus; anything else answers `unknown_method`.
+conversations.history, assistant.threads.setStatus, files.info (tests/fakes/slack_files.py);
+anything else answers `unknown_method`.
 apps.connections.open (Socket Mode) wants the app token (`xapp-…`), as Slack does, and
 answers with a URL of the `FakeSocketMode` in `socket_mode` (tests/fakes/socket_mode.py);
 every other method wants the bot token, and either refuses the other kind of token with
@@ -233,6 +234,7 @@ class FakeSlack:
         }
         self.add_user(bot_user_id, name=bot_name, real_name=bot_name, is_bot=True)
         self.files = FakeFiles(bot_token, team_id)  # url_private downloads (slack_files.py)
+        self._methods["files.info"] = self.files.info
 
     # -- lifecycle ---------------------------------------------------------------------------
 

@@ -8,6 +8,9 @@ which the gateway allows only for loopback)::
     await rig.send(event_callback(file_share_event(files=[file])))
     assert slack.files.gets(file["id"]) == 1
 
+`files.info` answers with the file object a message would carry (`add_file(…,
+by_id=True)` returns the partial object instead, `file_access: check_file_info`).
+
 Like Slack: the right bearer token gets the bytes (`Content-Type` the file's mimetype,
 `Content-Length` its length); no token or another one gets HTTP 200 with an HTML login
 page. The body is written in chunks and `sent(file_id)` counts the bytes written before
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import socket
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +51,8 @@ class FakeFiles:
         self.team_id = team_id
         self.origin = ""  # set by FakeSlack once it listens
         self._files: dict[str, HostedFile] = {}
+        self._entries: dict[str, dict[str, Any]] = {}  # what files.info answers
+        self._infos: Counter[str] = Counter()
         self._gets: Counter[str] = Counter()
         self._refused: Counter[str] = Counter()
         self._sent: Counter[str] = Counter()
@@ -62,10 +68,12 @@ class FakeFiles:
         user: str = DEFAULT_USER,
         download_url: bool = True,
         content_length: bool = True,
+        by_id: bool = False,
     ) -> dict[str, Any]:
         """Host `content` and return the file object Slack puts in a message's `files`
         (`size` defaults to the real length; `content_length=False` sends the body
-        chunked, without saying its length)."""
+        chunked, without saying its length; `by_id=True`: the partial object Slack gives
+        in some channels, such as Slack Connect's, whose file only `files.info` describes)."""
         declared = len(content) if size is None else size
         entry = slack_file(
             name=name, mimetype=mimetype, filetype=filetype, size=declared, user=user
@@ -76,7 +84,29 @@ class FakeFiles:
         entry["url_private_download"] = f"{entry['url_private']}?download=1"
         if not download_url:
             del entry["url_private_download"]
+        self._entries[file_id] = entry
+        if by_id:
+            return partial_file(file_id)
         return entry
+
+    def info(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """`files.info`: the file object, as for a file of a message, with its comments
+        (none) and a cursor; `file_not_found` for an id it does not host."""
+        file_id = str(params.get("file", ""))
+        entry = self._entries.get(file_id)
+        if entry is None:
+            return {"ok": False, "error": "file_not_found"}
+        self._infos[file_id] += 1
+        return {
+            "ok": True,
+            "file": entry,
+            "comments": [],
+            "response_metadata": {"next_cursor": ""},
+        }
+
+    def infos(self, file_id: str) -> int:
+        """`files.info` calls that described the file."""
+        return self._infos[file_id]
 
     def gets(self, file_id: str) -> int:
         """Downloads of the file with the right token."""
@@ -115,6 +145,18 @@ class FakeFiles:
         except (ConnectionResetError, ConnectionError):
             pass  # the client stopped reading: what it got is counted
         return response
+
+
+def partial_file(file_id: str) -> dict[str, Any]:
+    """What a message's `files` holds for a file Slack gives only by id."""
+    return {
+        "id": file_id,
+        "mode": "file_access",
+        "file_access": "check_file_info",
+        "created": 0,
+        "timestamp": 0,
+        "user": "",
+    }
 
 
 def _small_send_buffer(request: web.Request) -> None:

@@ -8,6 +8,7 @@ and it runs under the loopback-only socket guard (`tests/netguard`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import signal
@@ -116,6 +117,39 @@ class GatewayProcess:
         match = _METRICS.search(self.log)
         return match.group(1).decode() if match else None
 
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def peak_rss_kib(self) -> int:
+        """The most memory the gateway process has held so far (VmHWM), in KiB."""
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+        raise AssertionError("no VmHWM in /proc: not Linux?")
+
+    def cpu_seconds(self) -> float:
+        """CPU the gateway process and its child processes have used: its own, its
+        children's that ended (the kernel adds them when they are reaped) and its live
+        children's."""
+        fields = _stat(self.pid)
+        ticks = sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
+        ticks += sum(sum(int(f) for f in _stat(c)[11:13]) for c in _children(self.pid))
+        return ticks / os.sysconf("SC_CLK_TCK")
+
+    def running_threads(self) -> list[str]:
+        """The threads of the gateway and of its child processes that are running or
+        waiting for a CPU (state R), by name; none when the gateway is idle."""
+        running = []
+        for pid in (self.pid, *_children(self.pid)):
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                with contextlib.suppress(FileNotFoundError):
+                    fields = _stat_file(task / "stat")
+                    if fields[0] == "R":
+                        running.append(f"{pid}/{task.name}")
+        return running
+
     async def kill(self) -> None:
         """SIGKILL: no shutdown code runs, as in a crash."""
         assert self.proc is not None
@@ -127,6 +161,27 @@ class GatewayProcess:
         if self.proc.returncode is None:
             self.proc.send_signal(signal.SIGTERM)
         return await asyncio.wait_for(self.proc.wait(), 30)
+
+
+def _stat(pid: int) -> list[str]:
+    return _stat_file(Path(f"/proc/{pid}/stat"))
+
+
+def _stat_file(path: Path) -> list[str]:
+    """The fields of a /proc stat file after the command name, from the state on."""
+    text = path.read_text()
+    return text[text.rindex(")") + 2 :].split()
+
+
+def _children(pid: int) -> list[int]:
+    """The live child processes of `pid`."""
+    children = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+                if int(_stat(int(entry.name))[1]) == pid:
+                    children.append(int(entry.name))
+    return children
 
 
 async def run_cli(

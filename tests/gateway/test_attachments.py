@@ -20,18 +20,11 @@ from gateway.inbound.attachments import (
     FileContent,
     files_text,
     kind_of,
-)
-from gateway.inbound.file_contents import (
-    MAX_SIDE,
-    NO_TEXT_LAYER,
-    NOT_AN_IMAGE,
-    NOT_TEXT,
-    read_image,
-    read_pdf,
     read_text,
 )
-from gateway.inbound.files import NotRead
+from gateway.inbound.file_contents import MAX_SIDE, read_image, read_pdf
 from gateway.inbound.gatekeeper import render_inbound
+from gateway.inbound.reasons import NO_TEXT_LAYER, NOT_AN_IMAGE, NOT_TEXT, NotRead
 from gateway.slack.events import InboundTurn, SharedFile
 from gateway.text.provenance import parse_turn
 
@@ -114,12 +107,12 @@ def test_the_kind_follows_what_slack_says(mimetype: str, filetype: str, kind: st
 def test_an_image_is_typed_by_its_bytes_not_its_name() -> None:
     """A JPEG uploaded as .png is sent as image/jpeg."""
     jpeg = encoded(PILImage.new("RGB", (20, 20)), "JPEG")
-    assert read_image(jpeg, "x.png").media_type == "image/jpeg"
+    assert read_image(jpeg).media_type == "image/jpeg"
 
 
 def test_a_large_image_is_scaled_to_the_providers_limit() -> None:
     """3000×1000 px becomes 1568 px on its longest side, still a readable image."""
-    image = read_image(encoded(PILImage.new("RGB", (3000, 1000), (9, 9, 9)), "PNG"), "big.png")
+    image = read_image(encoded(PILImage.new("RGB", (3000, 1000), (9, 9, 9)), "PNG"))
     with PILImage.open(io.BytesIO(image.data)) as scaled:
         assert max(scaled.size) == MAX_SIDE
 
@@ -128,7 +121,7 @@ def test_a_large_image_is_scaled_to_the_providers_limit() -> None:
 def test_bytes_that_are_not_a_readable_image_are_not_read(data: bytes) -> None:
     """No magic, or magic with garbage behind it: not read, never sent to a provider."""
     with pytest.raises(NotRead, match=NOT_AN_IMAGE):
-        read_image(data, "x.png")
+        read_image(data)
 
 
 def test_text_must_be_utf8() -> None:
@@ -141,4 +134,4 @@ def test_text_must_be_utf8() -> None:
 def test_a_pdf_without_text_has_no_text_layer() -> None:
     """A PDF made of a picture."""
     with pytest.raises(NotRead, match=NO_TEXT_LAYER):
-        read_pdf(encoded(PILImage.new("RGB", (30, 30)), "PDF"))
+        read_pdf(encoded(PILImage.new("RGB", (30, 30)), "PDF"), MAX_TEXT_CHARS)

@@ -16,6 +16,7 @@ import pytest
 from aiohttp import web
 
 from gateway.inbound.attachments import FileReader
+from gateway.inbound.decoders import Decoders
 from gateway.inbound.files import (
     DOWNLOAD_FAILED,
     NOT_FROM_SLACK,
@@ -189,6 +190,7 @@ async def test_an_unexpected_failure_is_a_failed_download_and_is_counted() -> No
     async with httpx.AsyncClient(transport=httpx.MockTransport(explode)) as client:
         reader = FileReader(
             FileDownloader(client, max_bytes=1000),
+            Decoders(processes=1, memory_bytes=256 * 2**20),  # a text file starts none
             TOKEN,
             frozenset({"text"}),
             on_read=lambda kind, outcome: counted.append((kind, outcome)),

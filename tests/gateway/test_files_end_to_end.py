@@ -3,6 +3,7 @@ fake Slack's file hosting and the fake model servers."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 from collections.abc import AsyncIterator
 from typing import Any
@@ -10,6 +11,8 @@ from typing import Any
 import pytest
 from PIL import Image as PILImage
 
+from gateway.inbound.gatekeeper import LIMIT_NOTICES
+from gateway.inbound.reasons import NOT_DESCRIBED
 from gateway.text.provenance import parse_turn
 from tests.fakes.anthropic_api import AnthropicServer
 from tests.fakes.openai_api import RecordedRequest
@@ -19,9 +22,11 @@ from tests.fakes.slack_events import (
     app_mention_event,
     event_callback,
     file_share_event,
+    message_changed_event,
     message_event,
     new_ts,
 )
+from tests.fakes.slack_files import partial_file
 from tests.gateway.rig import Rig
 from tests.gateway.test_providers_end_to_end import anthropic_echo, anthropic_env
 
@@ -241,3 +246,74 @@ async def test_a_redelivered_event_does_not_download_its_files_again(rig: Rig) -
     assert (await rig.send(envelope, retry_num=1))[0] == 200
     await rig.slack.wait_for_posts(1)
     assert rig.slack.files.gets(file["id"]) == 1
+
+
+async def test_a_user_over_the_hourly_limit_has_their_file_not_downloaded(fresh_dsn: str) -> None:
+    """Past THREADGATE_USER_MESSAGES_PER_HOUR, a DM with a file is acked and gets the
+    notice; the file is never fetched (admission would refuse the turn anyway)."""
+    overrides = {"THREADGATE_USER_MESSAGES_PER_HOUR": "1"}
+    async with Rig(fresh_dsn, overrides=overrides) as rig:
+        await answered(rig, file_share_event(text="first", files=[]))
+        file = rig.slack.files.add_file("late.txt", b"never fetched")
+        status, _ = await rig.send(event_callback(file_share_event(files=[file])))
+        assert status == 200
+        (_, notice) = await rig.slack.wait_for_posts(2)
+        assert notice.text == LIMIT_NOTICES["user"]
+        assert rig.slack.files.gets(file["id"]) == 0
+
+
+async def test_an_edit_keeps_the_files_text_without_downloading_it_again(rig: Rig) -> None:
+    """A DM with a text file, then edited: the stored turn has the new words and still the
+    file's text, and the file was fetched once."""
+    file = rig.slack.files.add_file("plan.txt", b"ship on friday")
+    event = file_share_event(text="see the plan", files=[file])
+    await answered(rig, event)
+    edit = message_changed_event(
+        ts=event["ts"], new_text="see the new plan", old_text="see the plan",
+        channel=event["channel"], channel_type="im",
+    )  # fmt: skip
+    edit["message"]["files"] = edit["previous_message"]["files"] = [file]
+    assert (await rig.send(event_callback(edit)))[0] == 200
+    stored = await rig.db.pool.fetchval(
+        "SELECT text FROM messages WHERE id = $1", f"task:T1:{event['channel']}:{event['ts']}:user"
+    )
+    body = parse_turn(stored).body
+    assert body.startswith('see the new plan\n\n[file "plan.txt"') and "ship on friday" in body
+    assert rig.slack.files.gets(file["id"]) == 1
+
+
+async def test_the_message_and_app_mention_of_one_mention_download_its_file_once(rig: Rig) -> None:
+    """In a thread the bot takes part in, a mention with a file arrives twice at once (the
+    `message` and the `app_mention`): one answer, one download."""
+    root = app_mention_event(text="<@UBOT> hello")
+    await answered(rig, root)
+    file = rig.slack.files.add_file("a.txt", b"once")
+    ts = new_ts()
+    mention = app_mention_event(text="<@UBOT> read this", thread_ts=root["ts"], ts=ts)
+    message = message_event(text="<@UBOT> read this", thread_ts=root["ts"], ts=ts)
+    statuses = await asyncio.gather(
+        rig.send(event_callback(mention | {"files": [file]})),
+        rig.send(event_callback(message | {"files": [file]})),
+    )
+    assert [status for status, _ in statuses] == [200, 200]
+    await rig.slack.wait_for_posts(2)
+    assert rig.slack.files.gets(file["id"]) == 1
+    assert await rig.db.pool.fetchval("SELECT count(*) FROM tasks") == 2
+
+
+async def test_a_file_slack_gives_only_by_id_is_read_through_files_info(rig: Rig) -> None:
+    """A message whose file is a partial object (`file_access: check_file_info`, as in
+    Slack Connect channels): the gateway asks `files.info`, then reads it like any file."""
+    file = rig.slack.files.add_file("shared.txt", b"from another org", by_id=True)
+    assert set(file) == {"id", "mode", "file_access", "created", "timestamp", "user"}
+    body = last_turn_body(await answered(rig, file_share_event(text="look", files=[file])))
+    assert body.startswith('look\n\n[file "shared.txt" (text/plain, 16 bytes)]\nfrom another org')
+    assert rig.slack.files.infos(file["id"]) == 1 and rig.slack.files.gets(file["id"]) == 1
+
+
+async def test_a_file_files_info_does_not_describe_is_named_as_not_described(rig: Rig) -> None:
+    """`files.info` answers `file_not_found`: the file is listed as not read, saying that
+    Slack did not describe it, and the message is answered."""
+    file = partial_file("F0UNKNOWN01")
+    body = last_turn_body(await answered(rig, file_share_event(text="look", files=[file])))
+    assert body.endswith(f"a file without a name (type unknown): {NOT_DESCRIBED}]")

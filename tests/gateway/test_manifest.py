@@ -52,6 +52,7 @@ METHOD_SCOPES: dict[str, set[str]] = {
     "assistant_threads_setStatus": {"assistant:write"},
     "apps_connections_open": set(),  # the app-level token's connections:write, not a bot scope
     "chat_getPermalink": set(),  # "No scope required" (docs.slack.dev, chat.getPermalink)
+    "files_info": {"files:read"},  # a file an event gives only by id (gateway/slack/file_info.py)
 }
 # The scope Slack requires for each Events API subscription.
 EVENT_SCOPES = {

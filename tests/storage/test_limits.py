@@ -10,7 +10,7 @@ import asyncio
 import dataclasses
 
 from agent import Task
-from storage.admission import Admission, EarlierMessage, Limits, admit
+from storage.admission import Admission, EarlierMessage, Limits, admit, before_downloads
 from storage.database import Database
 from storage.usage import PostgresUsageMeter, tokens_today
 
@@ -189,3 +189,17 @@ async def test_a_limited_first_mention_inside_a_thread_stores_no_backfill(db: Da
     assert await reply_of(db, "T1:CI:9.3") == "user notice"
     assert not await db.pool.fetchval("SELECT true FROM messages WHERE id = 'slack:T1:CI:9.2'")
     assert not await has_task(db, "T1:CI:9.4")
+
+
+async def test_the_look_before_downloads_says_what_admission_then_does(fresh_db: Database) -> None:
+    """`before_downloads` names the limit exactly when the admission that follows is
+    refused by it, for the user and the thread limits, and sees a stored task."""
+    rule = limits(user_messages_per_hour=2, thread_messages_per_hour=3)
+    for n, (user, thread) in enumerate([("UA", "9.0")] * 3 + [("UB", "9.0")] * 2 + [("UB", None)]):
+        admission = message(f"9.{n + 1}", user=f"T1:{user}", channel="CD", thread=thread)
+        before = await before_downloads(fresh_db, admission, rule)
+        outcome = await admit(fresh_db, admission, rule)
+        assert before.limited == outcome.limited and not before.has_task
+        assert (await before_downloads(fresh_db, admission, rule)).has_task == bool(
+            outcome or outcome.noticed
+        )
