@@ -162,7 +162,8 @@ def stream_target(address: Mapping[str, str]) -> Where | None:
     channel, thread_ts = address["channel"], address["thread_ts"]
     if channel.startswith("D"):
         return Where(channel, thread_ts)
-    user, team = address.get("user"), address.get("team")
+    # The recipient's own workspace: in a Slack Connect channel not the tenant's.
+    user, team = address.get("user"), address.get("user_team") or address.get("team")
     if not user or not team:
         return None
     return Where(channel, thread_ts, user, team)

@@ -125,22 +125,19 @@ class Gatekeeper:
         self._policy = policy
         self._budget = lookup_budget_seconds
 
-    async def admit(
-        self, inbound: InboundTurn, *, bot_user_id: str | None, enterprise_id: str | None = None
-    ) -> Outcome:
-        """Store the turn and its task (durable when this returns), or say why not.
-        `enterprise_id` (Enterprise Grid) goes into the task's address beside its team."""
+    async def admit(self, inbound: InboundTurn, *, bot_user_id: str | None) -> Outcome:
+        """Store the turn and its task (durable when this returns), or say why not. The
+        turn's tenant (team, and enterprise on Enterprise Grid) keys the task, its address
+        and its limits; the writer's workspace is only data in the address."""
         where = {
             "team": inbound.team,
             "channel": inbound.channel,
             "thread_ts": inbound.reply_thread_ts,
         }
         with bind_log_fields(task=inbound.task_id, event=inbound.event_id, **where):
-            return await self._admit(inbound, bot_user_id, enterprise_id)
+            return await self._admit(inbound, bot_user_id)
 
-    async def _admit(
-        self, inbound: InboundTurn, bot_user_id: str | None, enterprise_id: str | None = None
-    ) -> Outcome:
+    async def _admit(self, inbound: InboundTurn, bot_user_id: str | None) -> Outcome:
         if not self._policy.allows(inbound):
             return "ignored"
         # Only a message inside a thread asks whether we know the conversation (to continue
@@ -168,7 +165,9 @@ class Gatekeeper:
                 # The recipient Slack requires for a streamed reply outside DMs.
                 "user": inbound.user,
                 # Which installation's token serves the task (gateway/slack/workspaces.py).
-                **({"enterprise": enterprise_id} if enterprise_id else {}),
+                **({"enterprise": inbound.enterprise} if inbound.enterprise else {}),
+                # The writer's workspace (Slack Connect: not the tenant's), a stream's recipient.
+                **({"user_team": inbound.user_team} if inbound.user_team else {}),
             },
             turn_text=turn_text,
             images=images,

@@ -147,6 +147,62 @@ async def test_an_uninstalled_workspace_gets_nothing_and_the_other_is_still_answ
     ]
 
 
+def connect_mention(host: str, writer: str, text: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A mention in `host`'s channel by someone of `writer`'s workspace (Slack Connect):
+    the envelope's team is the writer's, its authorization `host`'s installation."""
+    event = app_mention_event(
+        text=f"<@UBOT> {text}", user="UWRITER", channel=TEAMS[host], team=writer
+    )
+    event["user_team"] = event["source_team"] = writer
+    envelope = event_callback(event, team_id=writer)
+    envelope["authorizations"][0]["team_id"] = host
+    envelope["is_ext_shared_channel"] = True
+    return event, envelope
+
+
+async def test_a_slack_connect_message_belongs_to_the_installation_it_was_delivered_for(
+    fresh_dsn: str,
+) -> None:
+    """A mention delivered for T2's installation but written from T3 (Slack Connect) is a
+    task of T2: answered into T2's channel with T2's token, counted against T2's limits,
+    and not cancelled when T3 uninstalls."""
+    overrides = {"THREADGATE_USER_MESSAGES_PER_HOUR": "1"}
+    async with Rig(fresh_dsn, oauth=True, overrides=overrides) as rig:
+        assert rig.slack.oauth is not None
+        for team, channel in TEAMS.items():
+            rig.slack.oauth.place(channel, team)
+        tokens = {team: await rig.install(team) for team in TEAMS}
+        asked, release = asyncio.Event(), asyncio.Event()
+
+        def hold(seen: RecordedRequest) -> Reply:
+            asked.set()
+            return Held(release)
+
+        rig.model.script(hold)
+        event, envelope = connect_mention("T2", "T3", "answer me from across the way")
+        await send(rig, envelope)
+        await asyncio.wait_for(asked.wait(), 10)
+        rig.slack.oauth.uninstall("T3")
+        await send(rig, event_callback({"type": "app_uninstalled"}, team_id="T3"))
+        task_id = f"T2:{event['channel']}:{event['ts']}"
+        row = await rig.db.pool.fetchrow("SELECT state, user_id, address FROM tasks")
+        assert row is not None
+        assert (row["state"], row["user_id"]) == ("running", "T2:UWRITER")
+        assert json.loads(row["address"])["user_team"] == "T3"  # the writer's, as data
+        release.set()
+        await wait_for_task(rig.db, task_id, "done")
+        counted = await rig.db.pool.fetch("SELECT scope, key FROM admission_counts")
+        assert {(r["scope"], r["key"]) for r in counted} >= {("user", "T2:UWRITER")}
+        assert not [r for r in counted if r["key"].startswith("T3:")]
+        # The writer's second message in T2 this hour is over T2's limit: one notice, in T2.
+        await send(rig, connect_mention("T2", "T3", "and again")[1])
+        posts = await rig.slack.wait_for_posts(2)
+        assert [p.channel for p in posts] == [TEAMS["T2"]] * 2
+        assert "more messages this hour" in posts[1].text
+        used = {c.token for c in rig.slack.calls_to("chat.postMessage")}
+        assert used == {tokens["T2"]}
+
+
 async def test_a_replayed_state_is_refused(http_rig: Rig) -> None:
     """The redirect's `state` works once: sent again (with a fresh code), it is refused and
     nothing more is installed."""
