@@ -191,6 +191,10 @@ class Settings(BaseSettings):
     threadgate_operator_team: str | None = None
     # Seals the bot tokens in the database (storage/token_cipher.py); unset: stored as issued.
     threadgate_token_key: SecretStr | None = None
+    # The teams (T…) and enterprises (E…) that may install (OAuth mode); unset: anyone.
+    threadgate_install_allowlist: str = ""
+    # OAuth states (one per visit of the public install page) outstanding at most.
+    threadgate_oauth_states_max: Annotated[int, Field(ge=1, le=1_000_000)] = 1000
 
     @field_validator("threadgate_token_key")
     @classmethod
@@ -228,6 +232,10 @@ class Settings(BaseSettings):
     @property
     def allowed_users(self) -> frozenset[str]:
         return _id_list(self.threadgate_allowed_users)
+
+    @property
+    def install_allowlist(self) -> frozenset[str]:
+        return _id_list(self.threadgate_install_allowlist)
 
     @property
     def metrics_address(self) -> tuple[str, int] | None:

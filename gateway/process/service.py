@@ -83,7 +83,14 @@ from gateway.process.http import (
 from gateway.process.tool_observers import ToolObservers
 from gateway.slack.client import MeteredWebClient, slack_client
 from gateway.slack.errors import SlackError, SlackOutcomeUnknown, SlackRefused
-from gateway.slack.oauth import INSTALL_PATH, InstalledIdentity, Uninstaller, oauth_flow
+from gateway.slack.oauth import (
+    INSTALL_PATH,
+    OPEN_INSTALLS,
+    InstallAllowlist,
+    InstalledIdentity,
+    Uninstaller,
+    oauth_flow,
+)
 from gateway.slack.scopes import bot_scopes
 from gateway.slack.workspaces import SlackClients, label
 from gateway.telemetry.metrics import MeteredModel, Metrics, ToolCallCounter
@@ -317,6 +324,8 @@ class Gateway:
         if s.oauth_mode:
             self.clients = clients.many(db)
             identity = None
+            if not s.install_allowlist:
+                log.warning("%s", OPEN_INSTALLS)
         else:
             client = clients.single()
             identity = await identify(client, s.require("SLACK_BOT_TOKEN"))
@@ -640,9 +649,10 @@ class SlackClientFactory:
             client_secret=s.slack_client_secret.get_secret_value(),
             redirect_uri=s.threadgate_oauth_redirect_url,
             installations=installations,
-            states=PostgresOAuthStates(db),
+            states=PostgresOAuthStates(db, max_outstanding=s.threadgate_oauth_states_max),
             clients=clients,
             scopes=bot_scopes(continue_threads=s.threadgate_continue_threads),
+            allowlist=InstallAllowlist(s.install_allowlist),
         )
 
 

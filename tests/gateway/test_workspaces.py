@@ -203,6 +203,48 @@ async def test_a_slack_connect_message_belongs_to_the_installation_it_was_delive
         assert used == {tokens["T2"]}
 
 
+async def test_an_install_from_outside_the_allowlist_is_refused_and_stores_nothing(
+    fresh_dsn: str,
+) -> None:
+    """With THREADGATE_INSTALL_ALLOWLIST, a listed team or enterprise installs; any other
+    ends on a page naming the setting, and nothing of it is stored."""
+    overrides = {"THREADGATE_INSTALL_ALLOWLIST": "T2, E9"}
+    async with Rig(fresh_dsn, oauth=True, overrides=overrides) as rig:
+        assert rig.slack.oauth is not None
+        await rig.install("T2")
+        status, page = await rig.finish_install(
+            rig.slack.oauth.grant("T3"), await rig.begin_install()
+        )
+        assert status == 403
+        assert "THREADGATE_INSTALL_ALLOWLIST" in page
+        org = rig.slack.oauth.grant(None, enterprise_id="E9", org=True)
+        status, page = await rig.finish_install(org, await rig.begin_install())
+        assert status == 200, page
+        rows = await rig.db.pool.fetch("SELECT team_id, enterprise_id FROM slack_installations")
+        assert sorted((r["team_id"] or "", r["enterprise_id"] or "") for r in rows) == [
+            ("", "E9"),
+            ("T2", ""),
+        ]
+
+
+async def test_the_install_page_issues_a_bounded_number_of_states(fresh_dsn: str) -> None:
+    """Past THREADGATE_OAUTH_STATES_MAX outstanding states the install page answers 429
+    and stores none; expired states are swept when the next one is issued."""
+    async with Rig(fresh_dsn, oauth=True, overrides={"THREADGATE_OAUTH_STATES_MAX": "2"}) as rig:
+        await rig.begin_install()
+        await rig.begin_install()
+        async with rig.http.get(f"{rig.base_url}/slack/install") as response:
+            assert response.status == 429
+            assert "try again" in await response.text()
+        assert await rig.count("slack_oauth_states") == 2
+        await rig.db.pool.execute(
+            "UPDATE slack_oauth_states SET expires_at = now() - interval '1 second'"
+        )
+        state = await rig.begin_install()
+        states = await rig.db.pool.fetch("SELECT state FROM slack_oauth_states")
+        assert [r["state"] for r in states] == [state]
+
+
 async def test_a_replayed_state_is_refused(http_rig: Rig) -> None:
     """The redirect's `state` works once: sent again (with a fresh code), it is refused and
     nothing more is installed."""
@@ -292,6 +334,7 @@ async def test_doctor_lists_installations_and_tries_each_token(
     assert "ok   slack: workspace T2 (Team T2): its token works" in out
     assert "FAIL slack: workspace T3 (Team T3): Slack refused its bot token (token_revoked)" in out
     assert "many workspaces (OAuth)" in out
+    assert "warn install: THREADGATE_INSTALL_ALLOWLIST is unset" in out
     assert not [t for t in tokens if t in out + err]
     stored = await rig.db.pool.fetch("SELECT bot_token FROM slack_installations")
     assert all(r["bot_token"].startswith("fernet:") for r in stored)  # sealed at rest
