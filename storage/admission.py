@@ -57,19 +57,27 @@ class Admission:
     images: tuple[Image, ...] = ()  # pictures shown with the turn, stored beside it
 
 
-LimitScope: TypeAlias = Literal["user", "thread", "user_tokens", "channel_tokens"]
-LIMIT_SCOPES: tuple[LimitScope, ...] = ("user", "thread", "user_tokens", "channel_tokens")
+LimitScope: TypeAlias = Literal["user", "thread", "user_tokens", "channel_tokens", "all_tokens"]
+LIMIT_SCOPES: tuple[LimitScope, ...] = (
+    "user",
+    "thread",
+    "user_tokens",
+    "channel_tokens",
+    "all_tokens",
+)
 
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """What one user and one thread may ask for; 0 means no limit. `notices` is the text
-    posted once per window, by the scope that refused the message."""
+    """What one user and one thread may ask for, and every workspace together
+    (`all_daily_tokens`); 0 means no limit. `notices` is the text posted once per window,
+    by the scope that refused the message (for `all_tokens`, once per user and day)."""
 
     user_messages_per_hour: int = 0
     thread_messages_per_hour: int = 0
     user_daily_tokens: int = 0
     channel_daily_tokens: int = 0
+    all_daily_tokens: int = 0
     notices: Mapping[LimitScope, str] = field(default_factory=dict)
 
 
@@ -103,7 +111,8 @@ ON CONFLICT (id) DO NOTHING
 
 # The gate: the delivery, the hourly counters, the budgets and the notice claim. Nothing
 # after `go` happens for a delivery seen before or a message that has its task already.
-# $1 event id, $2 session, $3 task, $4 user, $5 channel, $6-$9 the limits (0: none).
+# $1 event id, $2 session, $3 task, $4 user, $5 channel, $6-$10 the limits (0: none). The
+# budget of every workspace together sums today's channel rows, only when it is set.
 _GATE = """
 WITH ev AS (
     INSERT INTO seen_events (event_id) SELECT $1::text WHERE $1::text IS NOT NULL
@@ -138,6 +147,13 @@ WITH ev AS (
         UNION ALL
         SELECT 4, 'channel_tokens', key, date_trunc('day', now(), 'UTC')
         FROM spent WHERE scope = 'channel' AND tokens >= $9::bigint
+        UNION ALL
+        SELECT 5, 'all_tokens', coalesce($4::text, $5::text, '*'), date_trunc('day', now(), 'UTC')
+        FROM (
+            SELECT sum(a.input_tokens + a.output_tokens) AS tokens FROM usage_daily a
+            WHERE $10::bigint > 0 AND a.scope = 'channel'
+              AND a.day = (now() AT TIME ZONE 'UTC')::date
+        ) everyone WHERE everyone.tokens >= $10::bigint
     ) o
     ORDER BY o.rank LIMIT 1
 ), notice AS (
@@ -159,28 +175,28 @@ _ADMIT = (
     INSERT INTO sessions (id) SELECT $2 FROM pass ON CONFLICT DO NOTHING
 ), task AS (
     INSERT INTO tasks (id, session_id, address, user_id, channel)
-    SELECT $3, $2, $10::jsonb, $4, $5 FROM pass
+    SELECT $3, $2, $11::jsonb, $4, $5 FROM pass
     ON CONFLICT DO NOTHING RETURNING id
 ), turn AS (
     INSERT INTO messages (seq, id, session_id, anchor, role, kind, text)
-    SELECT s.seq, $11, $2, s.seq, 'user', 'turn', $12
+    SELECT s.seq, $12, $2, s.seq, 'user', 'turn', $13
     FROM task, LATERAL (SELECT nextval(pg_get_serial_sequence('messages', 'seq')) AS seq) s
     ON CONFLICT (id) DO NOTHING
     RETURNING seq
 ), reply AS (
     INSERT INTO messages (id, session_id, anchor, role, kind, text)
-    SELECT $15, $2, turn.seq, 'assistant', 'reply',
-           coalesce($14::jsonb ->> notice.scope, $16)
+    SELECT $16, $2, turn.seq, 'assistant', 'reply',
+           coalesce($15::jsonb ->> notice.scope, $17)
     FROM turn, notice
     ON CONFLICT (id) DO NOTHING
 ), attached AS (
     INSERT INTO message_attachments (message_id, ordinal, name, media_type, data)
-    SELECT $11, a.ordinal, a.name, a.media_type, a.data
-    FROM turn, unnest($17::text[], $18::text[], $19::bytea[])
+    SELECT $12, a.ordinal, a.name, a.media_type, a.data
+    FROM turn, unnest($18::text[], $19::text[], $20::bytea[])
          WITH ORDINALITY AS a (name, media_type, data, ordinal)
     ON CONFLICT DO NOTHING
 )
-SELECT (SELECT count(pg_notify($13, '')) > 0 FROM task) AS created,
+SELECT (SELECT count(pg_notify($14, '')) > 0 FROM task) AS created,
        (SELECT scope FROM over) AS limited,
        EXISTS (SELECT 1 FROM notice) AS noticed
 """
@@ -235,6 +251,7 @@ async def admit(db: Database, a: Admission, limits: Limits = UNLIMITED) -> Admit
         limits.thread_messages_per_hour,
         limits.user_daily_tokens,
         limits.channel_daily_tokens,
+        limits.all_daily_tokens,
     )
     if not a.earlier:  # the common case, in one round trip
         row = await db.pool.fetchrow(

@@ -69,6 +69,10 @@ LIMIT_NOTICES: Mapping[LimitScope, str] = {
         "Sorry, this channel has used up today's allowance of AI usage, so I won't answer "
         "here until tomorrow (UTC)."
     ),
+    "all_tokens": (
+        "Sorry, I've used up today's allowance of AI usage for everyone, so I won't answer "
+        "this message or the next ones until tomorrow (UTC)."
+    ),
 }
 
 

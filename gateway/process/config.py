@@ -136,6 +136,8 @@ class Settings(BaseSettings):
     threadgate_thread_messages_per_hour: Annotated[int, Field(ge=0)] = 40
     threadgate_user_daily_tokens: Annotated[int, Field(ge=0)] = 2_000_000
     threadgate_channel_daily_tokens: Annotated[int, Field(ge=0)] = 10_000_000
+    # Tokens every workspace together may use per UTC day (0: no such budget).
+    threadgate_daily_tokens_all_workspaces: Annotated[int, Field(ge=0)] = 0
     # A round asks the model a few times (tool steps, repairs); rounds × subtasks × retries
     # could reach ~190 requests for one message without this.
     threadgate_max_model_requests_per_task: Annotated[int, Field(ge=0)] = 60

@@ -159,6 +159,7 @@ def limits(settings: Settings) -> Limits:
         thread_messages_per_hour=settings.threadgate_thread_messages_per_hour,
         user_daily_tokens=settings.threadgate_user_daily_tokens,
         channel_daily_tokens=settings.threadgate_channel_daily_tokens,
+        all_daily_tokens=settings.threadgate_daily_tokens_all_workspaces,
         notices=LIMIT_NOTICES,
     )
 

@@ -22,6 +22,7 @@ from aiohttp import web
 from cryptography.fernet import Fernet
 
 from gateway.inbound.bolt_app import uninstalls
+from gateway.inbound.gatekeeper import LIMIT_NOTICES
 from tests.fakes.openai_api import RecordedRequest, Reply
 from tests.fakes.slack_events import app_mention_event, event_callback
 from tests.gateway.process import run_cli_output
@@ -243,6 +244,33 @@ async def test_the_install_page_issues_a_bounded_number_of_states(fresh_dsn: str
         state = await rig.begin_install()
         states = await rig.db.pool.fetch("SELECT state FROM slack_oauth_states")
         assert [r["state"] for r in states] == [state]
+
+
+async def test_the_budget_of_every_workspace_together_stops_the_next_workspace(
+    fresh_dsn: str,
+) -> None:
+    """THREADGATE_DAILY_TOKENS_ALL_WORKSPACES spent by T2's answer (15 tokens): a mention
+    in T3 gets the notice in its own channel, with its own token, and a second one
+    from the same person that day leaves no task at all."""
+    overrides = {"THREADGATE_DAILY_TOKENS_ALL_WORKSPACES": "15"}
+    async with Rig(fresh_dsn, oauth=True, overrides=overrides) as rig:
+        assert rig.slack.oauth is not None
+        for team, channel in TEAMS.items():
+            rig.slack.oauth.place(channel, team)
+        tokens = {team: await rig.install(team) for team in TEAMS}
+        first, envelope = mention("T2", "spend it")
+        await send(rig, envelope)
+        await wait_for_task(rig.db, f"T2:{first['channel']}:{first['ts']}", "done")
+        await send(rig, mention("T3", "anything left?")[1])
+        posts = await rig.slack.wait_for_posts(2)
+        assert (posts[1].channel, posts[1].text) == (TEAMS["T3"], LIMIT_NOTICES["all_tokens"])
+        assert rig.slack.calls_to("chat.postMessage")[-1].token == tokens["T3"]
+        again, envelope = mention("T3", "and now?")
+        await send(rig, envelope)
+        assert not await rig.db.pool.fetchval(
+            "SELECT true FROM tasks WHERE id = $1", f"T3:{again['channel']}:{again['ts']}"
+        )
+        assert len(rig.model.requests) == 1
 
 
 async def test_a_replayed_state_is_refused(http_rig: Rig) -> None:
