@@ -23,6 +23,8 @@ from cryptography.fernet import Fernet
 
 from gateway.inbound.bolt_app import uninstalls
 from gateway.inbound.gatekeeper import LIMIT_NOTICES
+from gateway.slack.events import Tenant, event_tenant, inbound_turn
+from gateway.slack.oauth import OPEN_INSTALLS
 from tests.fakes.openai_api import RecordedRequest, Reply
 from tests.fakes.slack_events import app_mention_event, event_callback
 from tests.gateway.process import run_cli_output
@@ -228,10 +230,14 @@ async def test_an_install_from_outside_the_allowlist_is_refused_and_stores_nothi
         ]
 
 
-async def test_the_install_page_issues_a_bounded_number_of_states(fresh_dsn: str) -> None:
+async def test_the_install_page_issues_a_bounded_number_of_states(
+    fresh_dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
     """Past THREADGATE_OAUTH_STATES_MAX outstanding states the install page answers 429
-    and stores none; expired states are swept when the next one is issued."""
+    and stores none; expired states are swept when the next one is issued. (Without an
+    allowlist, start-up warns that anyone may install.)"""
     async with Rig(fresh_dsn, oauth=True, overrides={"THREADGATE_OAUTH_STATES_MAX": "2"}) as rig:
+        assert OPEN_INSTALLS in caplog.text
         await rig.begin_install()
         await rig.begin_install()
         async with rig.http.get(f"{rig.base_url}/slack/install") as response:
@@ -395,6 +401,22 @@ async def test_a_refused_token_alarms_naming_its_workspace(fresh_dsn: str) -> No
             assert [p.channel for p in posts] == [TEAMS["T3"]]
             await asyncio.wait_for(alarmed.wait(), 10)
     assert "workspace T2 (Team T2)" in received[0] and "token_revoked" in received[0]
+
+
+def test_the_tenant_is_the_authorization_and_the_envelope_team_only_without_one() -> None:
+    """`event_tenant`: the first authorization's team (an org-wide install: its
+    enterprise); the envelope's team only when a payload has no authorizations."""
+    _, connect = connect_mention("T2", "T3", "hi")
+    assert event_tenant(connect) == Tenant("T2")
+    _, org = mention("T2", "hi")
+    org["authorizations"][0] |= {"enterprise_id": "E1", "team_id": None}
+    org["authorizations"][0]["is_enterprise_install"] = True
+    assert event_tenant(org) == Tenant("E1", "E1", org_wide=True)
+    _, bare = mention("T3", "hi")
+    del bare["authorizations"]
+    assert event_tenant(bare) == Tenant("T3")
+    turn = inbound_turn(connect)
+    assert turn is not None and (turn.team, turn.user_team) == ("T2", "T3")
 
 
 def test_only_losing_the_bot_counts_as_an_uninstall() -> None:
