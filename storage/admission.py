@@ -62,20 +62,29 @@ class Admission:
     images: tuple[Image, ...] = ()  # pictures shown with the turn, stored beside it
 
 
-LimitScope: TypeAlias = Literal["user", "thread", "user_tokens", "channel_tokens"]
-LIMIT_SCOPES: tuple[LimitScope, ...] = ("user", "thread", "user_tokens", "channel_tokens")
+LimitScope: TypeAlias = Literal["user", "thread", "user_tokens", "channel_tokens", "all_tokens"]
+LIMIT_SCOPES: tuple[LimitScope, ...] = (
+    "user",
+    "thread",
+    "user_tokens",
+    "channel_tokens",
+    "all_tokens",
+)
 
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """What one user and one thread may ask for; 0 means no limit. `notices` is the text
-    posted once per window, by the scope that refused the message. `pictures` bounds the
-    pictures stored (storage/pictures.py): past it the message is admitted without them."""
+    """What one user and one thread may ask for, and every workspace together
+    (`all_daily_tokens`); 0 means no limit. `notices` is the text posted once per window,
+    by the scope that refused the message (for `all_tokens`, once per user and day).
+    `pictures` bounds the pictures stored (storage/pictures.py): past it the message is
+    admitted without them."""
 
     user_messages_per_hour: int = 0
     thread_messages_per_hour: int = 0
     user_daily_tokens: int = 0
     channel_daily_tokens: int = 0
+    all_daily_tokens: int = 0
     notices: Mapping[LimitScope, str] = field(default_factory=dict)
     pictures: PictureBudgets = NO_BUDGETS
 
@@ -111,7 +120,8 @@ ON CONFLICT (id) DO NOTHING
 
 # The gate: the delivery, the hourly counters, the budgets and the notice claim. Nothing
 # after `go` happens for a delivery seen before or a message that has its task already.
-# $1 event id, $2 session, $3 task, $4 user, $5 channel, $6-$9 the limits (0: none).
+# $1 event id, $2 session, $3 task, $4 user, $5 channel, $6-$10 the limits (0: none). The
+# budget of every workspace together sums today's channel rows, only when it is set.
 _GATE = """
 WITH ev AS (
     INSERT INTO seen_events (event_id) SELECT $1::text WHERE $1::text IS NOT NULL
@@ -146,6 +156,13 @@ WITH ev AS (
         UNION ALL
         SELECT 4, 'channel_tokens', key, date_trunc('day', now(), 'UTC')
         FROM spent WHERE scope = 'channel' AND tokens >= $9::bigint
+        UNION ALL
+        SELECT 5, 'all_tokens', coalesce($4::text, $5::text, '*'), date_trunc('day', now(), 'UTC')
+        FROM (
+            SELECT sum(a.input_tokens + a.output_tokens) AS tokens FROM usage_daily a
+            WHERE $10::bigint > 0 AND a.scope = 'channel'
+              AND a.day = (now() AT TIME ZONE 'UTC')::date
+        ) everyone WHERE everyone.tokens >= $10::bigint
     ) o
     ORDER BY o.rank LIMIT 1
 ), notice AS (
@@ -167,22 +184,22 @@ _ADMIT = (
     INSERT INTO sessions (id) SELECT $2 FROM pass ON CONFLICT DO NOTHING
 ), task AS (
     INSERT INTO tasks (id, session_id, address, user_id, channel)
-    SELECT $3, $2, $10::jsonb, $4, $5 FROM pass
+    SELECT $3, $2, $11::jsonb, $4, $5 FROM pass
     ON CONFLICT DO NOTHING RETURNING id
 ), turn AS (
     INSERT INTO messages (seq, id, session_id, anchor, role, kind, text)
-    SELECT s.seq, $11, $2, s.seq, 'user', 'turn', $12
+    SELECT s.seq, $12, $2, s.seq, 'user', 'turn', $13
     FROM task, LATERAL (SELECT nextval(pg_get_serial_sequence('messages', 'seq')) AS seq) s
     ON CONFLICT (id) DO NOTHING
     RETURNING seq
 ), reply AS (
     INSERT INTO messages (id, session_id, anchor, role, kind, text)
-    SELECT $15, $2, turn.seq, 'assistant', 'reply',
-           coalesce($14::jsonb ->> notice.scope, $16)
+    SELECT $16, $2, turn.seq, 'assistant', 'reply',
+           coalesce($15::jsonb ->> notice.scope, $17)
     FROM turn, notice
     ON CONFLICT (id) DO NOTHING
 )
-SELECT (SELECT count(pg_notify($13, '')) > 0 FROM task) AS created,
+SELECT (SELECT count(pg_notify($14, '')) > 0 FROM task) AS created,
        (SELECT scope FROM over) AS limited,
        EXISTS (SELECT 1 FROM notice) AS noticed
 """
@@ -224,7 +241,7 @@ async def session_exists(db: Database, session_id: str) -> bool:
 # Before the files of a message are downloaded: whether it has its task already, and the
 # limit its admission would refuse it by (the `over` of `_GATE`, read without counting:
 # `messages` there is the count after this message, here the count before it).
-# $1 task, $2 user, $3 thread (session), $4 channel, $5-$8 the limits (0: none).
+# $1 task, $2 user, $3 thread (session), $4 channel, $5-$9 the limits (0: none).
 _BEFORE_DOWNLOADS = """
 SELECT EXISTS (SELECT 1 FROM tasks WHERE id = $1) AS has_task, (
     SELECT o.scope FROM (
@@ -245,6 +262,12 @@ SELECT EXISTS (SELECT 1 FROM tasks WHERE id = $1) AS has_task, (
         WHERE $8::bigint > 0 AND scope = 'channel' AND key = $4::text
           AND day = (now() AT TIME ZONE 'UTC')::date
           AND input_tokens + output_tokens >= $8::bigint
+        UNION ALL
+        SELECT 5, 'all_tokens' FROM (
+            SELECT sum(input_tokens + output_tokens) AS tokens FROM usage_daily
+            WHERE $9::bigint > 0 AND scope = 'channel'
+              AND day = (now() AT TIME ZONE 'UTC')::date
+        ) everyone WHERE everyone.tokens >= $9::bigint
     ) o ORDER BY o.rank LIMIT 1
 ) AS limited
 """
@@ -273,6 +296,7 @@ async def before_downloads(db: Database, a: Admission, limits: Limits) -> Before
         limits.thread_messages_per_hour,
         limits.user_daily_tokens,
         limits.channel_daily_tokens,
+        limits.all_daily_tokens,
     )
     assert row is not None
     limited = next((s for s in LIMIT_SCOPES if s == row["limited"]), None)
@@ -292,6 +316,7 @@ async def admit(db: Database, a: Admission, limits: Limits = UNLIMITED) -> Admit
         limits.thread_messages_per_hour,
         limits.user_daily_tokens,
         limits.channel_daily_tokens,
+        limits.all_daily_tokens,
     )
     if not a.earlier and not a.images:  # the common case, in one round trip
         row = await db.pool.fetchrow(

@@ -13,7 +13,9 @@ operators see — selects every column but that one, and nothing here logs a row
 `TokenCipher` (THREADGATE_TOKEN_KEY, storage/token_cipher.py) it is stored sealed.
 
 OAuth states are one-use and expire: `consume` deletes the row and says whether it was
-still fresh, so a replayed or stale redirect is refused.
+still fresh, so a replayed or stale redirect is refused. Anyone may ask for one (the
+install page is public), so `issue` sweeps the expired ones and issues none while
+`max_outstanding` fresh ones wait: the table stays bounded whoever calls.
 """
 
 from __future__ import annotations
@@ -180,23 +182,39 @@ def workspace_key(
     return (enterprise_id, None) if is_enterprise_install else (enterprise_id, team_id)
 
 
-class PostgresOAuthStates:
-    """OAuth `state` values: issued once, consumed once, within `expiration_seconds`."""
+# Sweep the expired states, then issue one unless `$3` fresh ones are outstanding. Two
+# issues at once may both pass the count: the bound holds to within the concurrent ones.
+_ISSUE = """
+WITH swept AS (
+    DELETE FROM slack_oauth_states WHERE expires_at <= now()
+), outstanding AS (
+    SELECT count(*) AS n FROM slack_oauth_states WHERE expires_at > now()
+)
+INSERT INTO slack_oauth_states (state, expires_at)
+SELECT $1, now() + make_interval(secs => $2) FROM outstanding WHERE n < $3
+RETURNING state
+"""
 
-    def __init__(self, db: Database, *, expiration_seconds: float = 600.0) -> None:
+
+class PostgresOAuthStates:
+    """OAuth `state` values: issued once, consumed once, within `expiration_seconds`; at
+    most `max_outstanding` of them fresh at a time."""
+
+    def __init__(
+        self, db: Database, *, expiration_seconds: float = 600.0, max_outstanding: int = 1000
+    ) -> None:
         self._db = db
         self.expiration_seconds = expiration_seconds
+        self.max_outstanding = max_outstanding
 
     @translate_errors("The OAuth state could not be stored")
-    async def issue(self) -> str:
+    async def issue(self) -> str | None:
+        """A new state; None while `max_outstanding` fresh ones are still out."""
         state = secrets.token_urlsafe(24)
-        await self._db.pool.execute(
-            "INSERT INTO slack_oauth_states (state, expires_at)"
-            " VALUES ($1, now() + make_interval(secs => $2))",
-            state,
-            self.expiration_seconds,
+        issued: str | None = await self._db.pool.fetchval(
+            _ISSUE, state, self.expiration_seconds, self.max_outstanding
         )
-        return state
+        return issued
 
     @translate_errors("The OAuth state could not be checked")
     async def consume(self, state: str) -> bool:

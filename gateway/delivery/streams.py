@@ -143,9 +143,10 @@ def stream_target(address: SlackAddress) -> Where | None:
     from before recipients were recorded)."""
     if address.is_dm:
         return Where(address.channel, address.thread_ts)
-    if not address.user or not address.team:
+    team = address.recipient_team
+    if not address.user or not team:
         return None
-    return Where(address.channel, address.thread_ts, address.user, address.team)
+    return Where(address.channel, address.thread_ts, address.user, team)
 
 
 def markdown_chunk(text: str) -> dict[str, Any]:

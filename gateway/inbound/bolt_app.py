@@ -10,9 +10,10 @@ Socket Mode goes through this same app, so both modes see the same rules.
 
 With many workspaces (OAuth mode), authorization finds the event's installation
 (`gateway.slack.oauth.InstalledIdentity`), the listener works through the gatekeeper, pins and
-revisions of the event's workspace (their names, back-fill and files read with that
-workspace's token), and an `app_uninstalled` or a `tokens_revoked` naming bot tokens goes
-to `on_uninstalled`.
+revisions of the event's tenant — the installation the delivery is for, its
+`authorizations` (`gateway.slack.events.event_tenant`), not the envelope's team, which in a
+Slack Connect channel is the writer's — with that installation's token, and an
+`app_uninstalled` or a `tokens_revoked` naming bot tokens goes to `on_uninstalled`.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from gateway.inbound.edits import inbound_change
 from gateway.inbound.gatekeeper import Gatekeeper
 from gateway.inbound.pins import Pins, pin_change
 from gateway.inbound.revisions import Revisions
-from gateway.slack.events import MalformedEvent, inbound_turn
+from gateway.slack.events import MalformedEvent, Tenant, event_tenant, inbound_turn
 from gateway.telemetry.metrics import Metrics
 from storage import StorageError
 
@@ -97,18 +98,17 @@ def build_bolt_app(
         authorize=KnownIdentity(identity) if identity is not None else cast(Any, authorize),
     )
 
-    async def gatekeeper_of(context: AsyncBoltContext) -> Gatekeeper:
+    async def gatekeeper_of(tenant: Tenant) -> Gatekeeper:
         if isinstance(gatekeeper, Gatekeeper):
             return gatekeeper
-        return await gatekeeper(context.team_id, context.enterprise_id)
+        return await gatekeeper(tenant.installed_team, tenant.enterprise)
 
     @app.event(re.compile(".+"))
     async def on_event(body: dict[str, Any], context: AsyncBoltContext, ack: AsyncAck) -> None:
         event = body.get("event")
+        tenant = event_tenant(body)
         if on_uninstalled is not None and isinstance(event, dict) and uninstalls(event):
-            await on_uninstalled(
-                context.team_id, context.enterprise_id, bool(context.is_enterprise_install)
-            )
+            await on_uninstalled(tenant.installed_team, tenant.enterprise, tenant.org_wide)
             metrics.events.labels("uninstalled").inc()
             await ack()
             return
@@ -117,30 +117,26 @@ def build_bolt_app(
             kept = (
                 "ignored"
                 if pins is None
-                else await (await pins(context.team_id, context.enterprise_id)).apply(
+                else await (await pins(tenant.installed_team, tenant.enterprise)).apply(
                     pin, bot_user_id=context.bot_user_id
                 )
             )
             metrics.pin_settled(kept)
         else:
-            metrics.events.labels(await _handle(body, context)).inc()
+            metrics.events.labels(await _handle(body, tenant, context.bot_user_id)).inc()
         await ack()
 
-    async def _handle(body: dict[str, Any], context: AsyncBoltContext) -> str:
-        bot_user_id = context.bot_user_id
+    async def _handle(body: dict[str, Any], tenant: Tenant, bot_user_id: str | None) -> str:
         change = inbound_change(body)
         if change is not None:
             if revisions is None:
                 return "ignored"
-            revising = await revisions(context.team_id, context.enterprise_id)
+            revising = await revisions(tenant.installed_team, tenant.enterprise)
             return await revising.apply(change, bot_user_id=bot_user_id)
         turn = inbound_turn(body)
         if turn is None:
             return "ignored"
-        admitting = await gatekeeper_of(context)
-        return await admitting.admit(
-            turn, bot_user_id=bot_user_id, enterprise_id=context.enterprise_id
-        )
+        return await (await gatekeeper_of(tenant)).admit(turn, bot_user_id=bot_user_id)
 
     @app.error
     async def on_error(error: Exception, response: BoltResponse) -> None:

@@ -31,6 +31,8 @@ from gateway.slack.events import (
     MalformedEvent,
     SlackId,
     SlackTs,
+    Tenant,
+    event_tenant,
     message_turn,
     summary,
 )
@@ -55,7 +57,7 @@ class Edit:
 
 @dataclass(frozen=True, slots=True)
 class Deletion:
-    """A message was deleted."""
+    """A message was deleted (`team`: the tenant's, `gateway.slack.events.Tenant`)."""
 
     team: str
     channel: str
@@ -68,7 +70,6 @@ class Deletion:
 
 
 class _Envelope(BaseModel):
-    team_id: SlackId
     event_id: EventId | None = None
     event: dict[str, Any]
 
@@ -99,19 +100,20 @@ def inbound_change(body: Mapping[str, Any]) -> Edit | Deletion | None:
     if event.get("type") != "message" or event.get("subtype") not in CHANGE_SUBTYPES:
         return None
     envelope = _validated(_Envelope, body, "event envelope")
+    tenant = event_tenant(body)
     if event["subtype"] == "message_deleted":
         deleted = _validated(_Deleted, event, "message_deleted event")
         if _from_bot(deleted.previous_message or {}):
             return None
-        return Deletion(envelope.team_id, deleted.channel, deleted.deleted_ts, envelope.event_id)
-    return _edit(envelope, _validated(_Changed, event, "message_changed event"))
+        return Deletion(tenant.team, deleted.channel, deleted.deleted_ts, envelope.event_id)
+    return _edit(tenant, envelope, _validated(_Changed, event, "message_changed event"))
 
 
-def _edit(envelope: _Envelope, changed: _Changed) -> Edit | Deletion | None:
+def _edit(tenant: Tenant, envelope: _Envelope, changed: _Changed) -> Edit | Deletion | None:
     message = changed.message
     ts = _validated(_Ts, message, "message_changed event: message").ts
     if message.get("subtype") == "tombstone":
-        return Deletion(envelope.team_id, changed.channel, ts, envelope.event_id)
+        return Deletion(tenant.team, changed.channel, ts, envelope.event_id)
     if _from_bot(message) or message.get("user") is None:
         return None  # bots (ours included) and system messages are not people's turns
     previous = changed.previous_message
@@ -121,7 +123,7 @@ def _edit(envelope: _Envelope, changed: _Changed) -> Edit | Deletion | None:
     event = {**message, "type": "message", "channel": changed.channel}
     event["channel_type"] = changed.channel_type
     try:
-        turn = message_turn(envelope.team_id, envelope.event_id, event, edited=changed.ts)
+        turn = message_turn(tenant, envelope.event_id, event, edited=changed.ts)
     except MalformedEvent as exc:
         raise MalformedEvent(f"message_changed event: {exc}") from None
     return Edit(turn, previous_text if isinstance(previous_text, str) else None)

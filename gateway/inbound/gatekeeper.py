@@ -76,6 +76,10 @@ LIMIT_NOTICES: Mapping[LimitScope, str] = {
         "Sorry, this channel has used up today's allowance of AI usage, so I won't answer "
         "here until tomorrow (UTC)."
     ),
+    "all_tokens": (
+        "Sorry, I've used up today's allowance of AI usage for everyone, so I won't answer "
+        "this message or the next ones until tomorrow (UTC)."
+    ),
 }
 
 
@@ -134,22 +138,19 @@ class Gatekeeper:
         self._policy = policy
         self._budget = lookup_budget_seconds
 
-    async def admit(
-        self, inbound: InboundTurn, *, bot_user_id: str | None, enterprise_id: str | None = None
-    ) -> Outcome:
-        """Store the turn and its task (durable when this returns), or say why not.
-        `enterprise_id` (Enterprise Grid) goes into the task's address beside its team."""
+    async def admit(self, inbound: InboundTurn, *, bot_user_id: str | None) -> Outcome:
+        """Store the turn and its task (durable when this returns), or say why not. The
+        turn's tenant (team, and enterprise on Enterprise Grid) keys the task, its address
+        and its limits; the writer's workspace is only data in the address."""
         where = {
             "team": inbound.team,
             "channel": inbound.channel,
             "thread_ts": inbound.reply_thread_ts,
         }
         with bind_log_fields(task=inbound.task_id, event=inbound.event_id, **where):
-            return await self._admit(inbound, bot_user_id, enterprise_id)
+            return await self._admit(inbound, bot_user_id)
 
-    async def _admit(
-        self, inbound: InboundTurn, bot_user_id: str | None, enterprise_id: str | None = None
-    ) -> Outcome:
+    async def _admit(self, inbound: InboundTurn, bot_user_id: str | None) -> Outcome:
         if not self._policy.allows(inbound):
             return "ignored"
         # Only a message inside a thread asks whether we know the conversation (to continue
@@ -159,26 +160,21 @@ class Gatekeeper:
             return "ignored"
         backfill = not known and bool(inbound.thread_ts)
         if self._files is None or not (inbound.files or backfill):
-            return await self._store(inbound, bot_user_id, enterprise_id, backfill=backfill)
+            return await self._store(inbound, bot_user_id, backfill=backfill)
         # Downloads are the costly part: they wait for Slack's other event for this message
         # (in this process), and for a look at whether admission would take it at all.
         async with self._in_flight.turn(inbound.task_id):
-            before = await before_downloads(
-                self._db, self._admission(inbound, enterprise_id), self._limits
-            )
+            before = await before_downloads(self._db, self._admission(inbound), self._limits)
             if before.has_task:
                 return "duplicate"  # what admission would say, without fetching the files
             if before.limited:  # refused (or answered by the notice): nothing to fetch
-                return await self._store(inbound, bot_user_id, enterprise_id, backfill=False)
-            return await self._store(
-                inbound, bot_user_id, enterprise_id, backfill=backfill, files=self._files
-            )
+                return await self._store(inbound, bot_user_id, backfill=False)
+            return await self._store(inbound, bot_user_id, backfill=backfill, files=self._files)
 
     async def _store(
         self,
         inbound: InboundTurn,
         bot_user_id: str | None,
-        enterprise_id: str | None,
         *,
         backfill: bool,
         files: FileReader | None = None,
@@ -190,7 +186,7 @@ class Gatekeeper:
             self._backfill(inbound, bot_user_id, deadline, files) if backfill else _nothing(),
         )
         admission = replace(
-            self._admission(inbound, enterprise_id),
+            self._admission(inbound),
             turn_text=turn_text,
             images=images,
             earlier=earlier,
@@ -201,7 +197,7 @@ class Gatekeeper:
             return "limited"
         return "admitted" if outcome else "duplicate"
 
-    def _admission(self, inbound: InboundTurn, enterprise_id: str | None) -> Admission:
+    def _admission(self, inbound: InboundTurn) -> Admission:
         """The message's admission, its turn not rendered yet."""
         return Admission(
             event_id=inbound.event_id,
@@ -214,7 +210,9 @@ class Gatekeeper:
                 # The recipient Slack requires for a streamed reply outside DMs.
                 "user": inbound.user,
                 # Which installation's token serves the task (gateway/slack/workspaces.py).
-                **({"enterprise": enterprise_id} if enterprise_id else {}),
+                **({"enterprise": inbound.enterprise} if inbound.enterprise else {}),
+                # The writer's workspace (Slack Connect: not the tenant's), a stream's recipient.
+                **({"user_team": inbound.user_team} if inbound.user_team else {}),
             },
             turn_text="",
             user=f"{inbound.team}:{inbound.user}",

@@ -25,7 +25,7 @@ from typing import Any, Literal, TypeAlias
 
 from pydantic import BaseModel, Field, ValidationError
 
-from gateway.slack.events import MalformedEvent
+from gateway.slack.events import MalformedEvent, event_tenant
 from gateway.slack.threads import ThreadMessage, render_message
 from gateway.slack.users import NameDirectory
 from gateway.text.markup import mentioned_user_ids
@@ -58,7 +58,6 @@ class _PinEvent(BaseModel):
 
 
 class _Envelope(BaseModel):
-    team_id: str
     event: _PinEvent
 
 
@@ -67,7 +66,7 @@ class PinChange:
     """A message pinned (`added`) or unpinned in a channel."""
 
     added: bool
-    team: str
+    team: str  # the tenant's (`gateway.slack.events.Tenant`)
     channel: str
     ts: str
     thread_ts: str | None
@@ -110,7 +109,7 @@ def pin_change(body: Mapping[str, Any]) -> PinChange | None:
         author = ThreadMessage(message.user, message.text, message.ts)
     return PinChange(
         added=pin.type == "pin_added",
-        team=envelope.team_id,
+        team=event_tenant(body).team,
         channel=pin.channel_id,
         ts=message.ts,
         thread_ts=message.thread_ts,

@@ -142,6 +142,8 @@ class Settings(BaseSettings):
     threadgate_thread_messages_per_hour: Annotated[int, Field(ge=0)] = 40
     threadgate_user_daily_tokens: Annotated[int, Field(ge=0)] = 2_000_000
     threadgate_channel_daily_tokens: Annotated[int, Field(ge=0)] = 10_000_000
+    # Tokens every workspace together may use per UTC day (0: no such budget).
+    threadgate_daily_tokens_all_workspaces: Annotated[int, Field(ge=0)] = 0
     # A round asks the model a few times (tool steps, repairs); rounds × subtasks × retries
     # could reach ~190 requests for one message without this.
     threadgate_max_model_requests_per_task: Annotated[int, Field(ge=0)] = 60
@@ -207,6 +209,10 @@ class Settings(BaseSettings):
     threadgate_operator_team: str | None = None
     # Seals the bot tokens in the database (storage/token_cipher.py); unset: stored as issued.
     threadgate_token_key: SecretStr | None = None
+    # The teams (T…) and enterprises (E…) that may install (OAuth mode); unset: anyone.
+    threadgate_install_allowlist: str = ""
+    # OAuth states (one per visit of the public install page) outstanding at most.
+    threadgate_oauth_states_max: Annotated[int, Field(ge=1, le=1_000_000)] = 1000
 
     @field_validator("threadgate_token_key")
     @classmethod
@@ -244,6 +250,10 @@ class Settings(BaseSettings):
     @property
     def allowed_users(self) -> frozenset[str]:
         return _id_list(self.threadgate_allowed_users)
+
+    @property
+    def install_allowlist(self) -> frozenset[str]:
+        return _id_list(self.threadgate_install_allowlist)
 
     @property
     def metrics_address(self) -> tuple[str, int] | None:

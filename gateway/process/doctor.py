@@ -48,6 +48,7 @@ from gateway.process.config import Settings
 from gateway.process.service import database_dsn, provider_settings, token_cipher
 from gateway.slack.client import slack_client
 from gateway.slack.errors import SlackError, SlackRefused, SlackUnavailable
+from gateway.slack.oauth import OPEN_INSTALLS
 from gateway.slack.scopes import SCOPE_REASONS, bot_scopes, missing_scopes, parse_granted
 from storage import (
     Database,
@@ -57,7 +58,7 @@ from storage import (
     pending_migrations,
 )
 
-Status: TypeAlias = Literal["ok", "FAIL", "skip"]
+Status: TypeAlias = Literal["ok", "warn", "FAIL", "skip"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,7 +190,7 @@ def _config_error(check: Callable[[], object]) -> ConfigError | None:
 
 async def check_slack(settings: Settings, limit: float) -> list[Finding]:
     if settings.oauth_mode:
-        return await check_installations(settings, limit)
+        return [install_policy(settings), *await check_installations(settings, limit)]
     token = settings.slack_bot_token
     if token is None or not token.get_secret_value():
         return [Finding("slack", "skip", "not checked: SLACK_BOT_TOKEN is not set")]
@@ -235,6 +236,14 @@ async def check_socket_mode(settings: Settings, limit: float) -> list[Finding]:
         return [Finding("socket mode", "FAIL", unreachable_socket(f"no hello within {limit:g} s"))]
     detail = f"SLACK_APP_TOKEN works: Slack said hello ({count} connection(s) open, this check's included)"
     return [Finding("socket mode", "ok", detail)]
+
+
+def install_policy(settings: Settings) -> Finding:
+    """Who may install (OAuth mode): the allowlist, or a warning that anyone may."""
+    allowed = settings.install_allowlist
+    if allowed:
+        return Finding("install", "ok", f"only {', '.join(sorted(allowed))} may install")
+    return Finding("install", "warn", OPEN_INSTALLS)
 
 
 async def check_installations(settings: Settings, limit: float) -> list[Finding]:

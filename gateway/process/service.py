@@ -86,7 +86,14 @@ from gateway.process.tool_observers import ToolObservers
 from gateway.slack.client import MeteredWebClient, slack_client
 from gateway.slack.errors import SlackError, SlackOutcomeUnknown, SlackRefused
 from gateway.slack.file_info import FileInfo
-from gateway.slack.oauth import INSTALL_PATH, InstalledIdentity, Uninstaller, oauth_flow
+from gateway.slack.oauth import (
+    INSTALL_PATH,
+    OPEN_INSTALLS,
+    InstallAllowlist,
+    InstalledIdentity,
+    Uninstaller,
+    oauth_flow,
+)
 from gateway.slack.scopes import bot_scopes
 from gateway.slack.workspaces import SlackClients, label
 from gateway.telemetry.metrics import MeteredModel, Metrics, ToolCallCounter
@@ -156,6 +163,7 @@ def limits(settings: Settings) -> Limits:
         thread_messages_per_hour=settings.threadgate_thread_messages_per_hour,
         user_daily_tokens=settings.threadgate_user_daily_tokens,
         channel_daily_tokens=settings.threadgate_channel_daily_tokens,
+        all_daily_tokens=settings.threadgate_daily_tokens_all_workspaces,
         notices=LIMIT_NOTICES,
         pictures=PictureBudgets(
             thread_bytes=settings.threadgate_thread_picture_bytes,
@@ -326,6 +334,8 @@ class Gateway:
         if s.oauth_mode:
             self.clients = clients.many(db)
             identity = None
+            if not s.install_allowlist:
+                log.warning("%s", OPEN_INSTALLS)
         else:
             client = clients.single()
             identity = await identify(client, s.require("SLACK_BOT_TOKEN"))
@@ -665,9 +675,10 @@ class SlackClientFactory:
             client_secret=s.slack_client_secret.get_secret_value(),
             redirect_uri=s.threadgate_oauth_redirect_url,
             installations=installations,
-            states=PostgresOAuthStates(db),
+            states=PostgresOAuthStates(db, max_outstanding=s.threadgate_oauth_states_max),
             clients=clients,
             scopes=bot_scopes(continue_threads=s.threadgate_continue_threads),
+            allowlist=InstallAllowlist(s.install_allowlist),
         )
 
 

@@ -18,13 +18,15 @@ class SlackAddress:
     """A task's conversation: its `channel` and `thread_ts` (the thread's root); the
     `team` (and on Enterprise Grid the `enterprise`) whose installation's client calls
     Slack for it (gateway/slack/workspaces.py); the `user` who asked, to whom a stream
-    outside a DM is addressed. Older tasks may lack team and user."""
+    outside a DM is addressed, and `user_team`, that user's own workspace when it is not
+    `team` (a Slack Connect channel). Older tasks may lack team and user."""
 
     channel: str
     thread_ts: str
     team: str | None = None
     user: str | None = None
     enterprise: str | None = None
+    user_team: str | None = None
 
     @classmethod
     def parse(cls, address: Mapping[str, str]) -> SlackAddress:
@@ -36,9 +38,16 @@ class SlackAddress:
             team=address.get("team"),
             user=address.get("user"),
             enterprise=address.get("enterprise"),
+            user_team=address.get("user_team"),
         )
 
     @property
     def is_dm(self) -> bool:
         """A direct message with the bot (Slack's DM channel ids start with D)."""
         return self.channel.startswith("D")
+
+    @property
+    def recipient_team(self) -> str | None:
+        """The workspace of the user a stream is addressed to: in a Slack Connect channel
+        their own, not the installation's."""
+        return self.user_team or self.team

@@ -19,6 +19,14 @@ an object, or a field of the wrong type, is described as unknown rather than ref
 texts are sanitized here (`agent.sanitize_text`), before anyone quotes them: the gatekeeper
 shows a name as a JSON string, and a fullwidth `＂` folded only later, by the provenance
 tag, would end that string early and let one name pass for several files.
+
+Whose event it is (`event_tenant`) is read once, here, from the payload's `authorizations`:
+the installation Slack delivers it for. The envelope's `team_id` is not that: in a Slack
+Connect channel it is the workspace of whoever wrote the message, and an event admitted
+under one installation must be answered with its token, counted against its limits and
+cancelled by its uninstall, never another's. The writer's own workspace rides along on
+the turn as data (`user_team`). Only a payload without `authorizations` (older shapes)
+falls back on the envelope's team.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ from agent import sanitize_text
 SlackId = Annotated[str, StringConstraints(pattern=r"^[A-Z0-9][A-Za-z0-9_-]{0,63}$")]
 SlackTs = Annotated[str, StringConstraints(pattern=r"^[0-9]{1,12}\.[0-9]{1,9}$")]
 EventId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,128}$")]
+_SLACK_ID = re.compile(r"[A-Z0-9][A-Za-z0-9_-]{0,63}")
 
 
 class MalformedEvent(ValueError):
@@ -45,9 +54,54 @@ class MalformedEvent(ValueError):
 
 class _Envelope(BaseModel):
     type: str
-    team_id: SlackId
     event_id: EventId | None = None
     event: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Tenant:
+    """The installation an event is delivered for. `team` keys everything of the tenant
+    (task and session ids, limits, the address): the installation's team, or for an
+    org-wide install (Enterprise Grid, no team of its own) its enterprise."""
+
+    team: str
+    enterprise: str | None = None
+    org_wide: bool = False
+
+    @property
+    def installed_team(self) -> str | None:
+        """The team its installation is looked up by (None: the enterprise's org-wide one)."""
+        return None if self.org_wide else self.team
+
+
+class _Authorization(BaseModel):
+    team_id: SlackId | None = None
+    enterprise_id: SlackId | None = None
+    is_enterprise_install: bool = False
+
+
+class _Tenancy(BaseModel):
+    team_id: SlackId | None = None
+    enterprise_id: SlackId | None = None
+    authorizations: list[_Authorization] | None = None
+
+
+def event_tenant(body: Mapping[str, Any]) -> Tenant:
+    """The installation the payload is for: its first authorization, else (a payload
+    without one) the envelope's team. `MalformedEvent` if it names none."""
+    try:
+        tenancy = _Tenancy.model_validate(body)
+    except ValidationError as exc:
+        raise MalformedEvent(f"event envelope: {summary(exc)}") from exc
+    if tenancy.authorizations:
+        auth = tenancy.authorizations[0]
+        if auth.is_enterprise_install and auth.enterprise_id:
+            return Tenant(auth.enterprise_id, auth.enterprise_id, org_wide=True)
+        if auth.team_id:
+            return Tenant(auth.team_id, auth.enterprise_id)
+    if tenancy.team_id is None:
+        raise MalformedEvent("event envelope: no team_id and no authorizations")
+    return Tenant(tenancy.team_id, tenancy.enterprise_id)
 
 
 # Subtypes that are a person's message all the same; every other subtype is not one.
@@ -86,7 +140,8 @@ class _MessageEvent(BaseModel):
 
 @dataclass(frozen=True, slots=True)
 class InboundTurn:
-    """One user message addressed to the bot."""
+    """One user message addressed to the bot; `team` (and `enterprise`) the tenant's
+    (`Tenant`), `user_team` the workspace of its writer."""
 
     team: str
     channel: str
@@ -100,6 +155,8 @@ class InboundTurn:
     files: tuple[SharedFile, ...] = ()
     files_not_described: int = 0
     edited: str | None = None  # the Slack ts of the edit, for an edited message
+    enterprise: str | None = None
+    user_team: str | None = None
 
     @property
     def task_id(self) -> str:
@@ -160,14 +217,15 @@ def inbound_turn(body: Mapping[str, Any]) -> InboundTurn | None:
     event = envelope.event
     if not _addressed_to_us(event):
         return None
-    return message_turn(envelope.team_id, envelope.event_id, event)
+    return message_turn(event_tenant(body), envelope.event_id, event)
 
 
 def message_turn(
-    team: str, event_id: str | None, event: Mapping[str, Any], *, edited: str | None = None
+    tenant: Tenant, event_id: str | None, event: Mapping[str, Any], *, edited: str | None = None
 ) -> InboundTurn:
-    """A person's message event as a turn, addressed or not (the caller has decided);
-    `edited` is the time of an edit (gateway/inbound/edits.py). `MalformedEvent` if it is not one."""
+    """A person's message event as a turn of `tenant`, addressed or not (the caller has
+    decided); `edited` is the time of an edit (gateway/inbound/edits.py). `MalformedEvent`
+    if it is not one."""
     try:
         message = _MessageEvent.model_validate(event)
     except ValidationError as exc:
@@ -175,7 +233,7 @@ def message_turn(
     files = event.get("files")
     entries: list[Any] = files if isinstance(files, list) else []
     return InboundTurn(
-        team=team,
+        team=tenant.team,
         channel=message.channel,
         user=message.user,
         text=message.text,
@@ -187,7 +245,19 @@ def message_turn(
         files=shared_files(entries),
         files_not_described=max(0, len(entries) - MAX_FILES_DESCRIBED),
         edited=edited,
+        enterprise=tenant.enterprise,
+        user_team=_writer_team(event),
     )
+
+
+def _writer_team(event: Mapping[str, Any]) -> str | None:
+    """The writer's workspace (in a Slack Connect channel, not the tenant's): only data,
+    so a value that is not a Slack id is left out rather than refused."""
+    for key in ("user_team", "team"):
+        value = event.get(key)
+        if isinstance(value, str) and _SLACK_ID.fullmatch(value):
+            return value
+    return None
 
 
 def shared_files(entries: Any) -> tuple[SharedFile, ...]:

@@ -16,18 +16,29 @@ already holds what it would learn, so `InstalledIdentity` answers from it, throu
 workspace cache of `SlackClients`.
 
 Only bot tokens are stored: threadgate asks for no user scopes (gateway/slack/scopes.py).
+
+Who may install is the operator's to say: every installed workspace can spend the model
+quota. With an allowlist (`InstallAllowlist`), an install whose team and enterprise are
+both off it ends on a page saying so, and nothing is stored. The install page itself is
+public and each visit issues an OAuth state (a row): past `PostgresOAuthStates`'s bound
+the page answers 429 until states expire or are used.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from slack_bolt.authorization import AuthorizeResult
 from slack_bolt.authorization.async_authorize import AsyncAuthorize
+from slack_bolt.error import BoltError
+from slack_bolt.oauth.async_callback_options import AsyncFailureArgs
 from slack_bolt.oauth.async_oauth_flow import AsyncOAuthFlow
 from slack_bolt.oauth.async_oauth_settings import AsyncOAuthSettings
+from slack_bolt.request.async_request import AsyncBoltRequest
+from slack_bolt.response import BoltResponse
 from slack_sdk.oauth.installation_store import Bot, Installation
 from slack_sdk.oauth.installation_store.async_installation_store import AsyncInstallationStore
 from slack_sdk.oauth.state_store.async_state_store import AsyncOAuthStateStore
@@ -123,10 +134,39 @@ class OAuthStateStore(AsyncOAuthStateStore):
         return log
 
     async def async_issue(self, *args: Any, **kwargs: Any) -> str:
-        return await self._states.issue()
+        state = await self._states.issue()
+        if state is None:
+            raise TooManyInstalls(self._states.max_outstanding)
+        return state
 
     async def async_consume(self, state: str) -> bool:
         return await self._states.consume(state)
+
+
+class TooManyInstalls(Exception):
+    """As many installs as the bound allows are under way: no state is issued."""
+
+
+class InstallRefused(BoltError):
+    """The installing team and enterprise are not on THREADGATE_INSTALL_ALLOWLIST."""
+
+    def __init__(self, installation: Installation) -> None:
+        super().__init__(
+            f"install refused: team {installation.team_id}, enterprise "
+            f"{installation.enterprise_id} not on THREADGATE_INSTALL_ALLOWLIST"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class InstallAllowlist:
+    """The teams (`T…`) and enterprises (`E…`) that may install; empty: anyone may."""
+
+    ids: frozenset[str] = frozenset()
+
+    def allows(self, installation: Installation) -> bool:
+        if not self.ids:
+            return True
+        return bool({installation.team_id, installation.enterprise_id} & self.ids)
 
 
 def stored(installation: Installation) -> StoredInstallation:
@@ -201,6 +241,7 @@ def oauth_flow(
     states: PostgresOAuthStates,
     clients: SlackClients,
     scopes: Sequence[str],
+    allowlist: InstallAllowlist = InstallAllowlist(),
 ) -> AsyncOAuthFlow:
     """bolt's install flow asking for `scopes` (gateway/slack/scopes.py), storing in Postgres;
     `client` (no token, `SLACK_API_URL`) makes its `oauth.v2.access` and `auth.test`."""
@@ -218,12 +259,62 @@ def oauth_flow(
         state_expiration_seconds=int(states.expiration_seconds),
         logger=log,
     )
-    return InstallFlow(client=client, settings=settings)
+    return InstallFlow(client=client, settings=settings, allowlist=allowlist)
+
+
+# What `doctor` and the start-up log say while THREADGATE_INSTALL_ALLOWLIST is unset.
+OPEN_INSTALLS = (
+    "THREADGATE_INSTALL_ALLOWLIST is unset: any Slack workspace may install threadgate "
+    "and spend its model quota; set it to the team (T…) and enterprise (E…) ids allowed"
+)
+REFUSED_PAGE = (
+    "<html><body><h1>threadgate cannot be installed here</h1><p>This threadgate serves "
+    "only the Slack workspaces its operator allowed, and yours is not one of them. Ask "
+    "the operator to add your workspace (or organization) ID to "
+    "THREADGATE_INSTALL_ALLOWLIST.</p></body></html>"
+)
+BUSY_PAGE = (
+    "<html><body><h1>Too many installs under way</h1><p>Please try again in a few "
+    "minutes.</p></body></html>"
+)
 
 
 class InstallFlow(AsyncOAuthFlow):
     """bolt's flow, where an exchange of the code that did not succeed for any reason shows
-    the installer bolt's failure page (bolt itself catches only a refusal)."""
+    the installer bolt's failure page (bolt itself catches only a refusal), an install the
+    allowlist refuses is stored nowhere and says why, and an install page past the bound
+    on outstanding states is a 429."""
+
+    def __init__(self, *, allowlist: InstallAllowlist, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._allowlist = allowlist
+        failure = self.failure_handler
+
+        async def refused_or_failed(args: AsyncFailureArgs) -> BoltResponse:
+            if isinstance(args.error, InstallRefused):
+                return BoltResponse(status=403, body=REFUSED_PAGE, headers=dict(_HTML))
+            return await failure(args)
+
+        self.failure_handler = refused_or_failed
+
+    async def handle_installation(self, request: AsyncBoltRequest) -> BoltResponse:
+        try:
+            return await super().handle_installation(request)
+        except TooManyInstalls as busy:
+            log.warning("install page refused: %s OAuth states outstanding", busy.args[0])
+            return BoltResponse(status=429, body=BUSY_PAGE, headers=_HTML | _RETRY)
+
+    async def store_installation(
+        self, request: AsyncBoltRequest, installation: Installation
+    ) -> None:
+        if not self._allowlist.allows(installation):
+            log.warning(
+                "install refused: team %s, enterprise %s not on THREADGATE_INSTALL_ALLOWLIST",
+                installation.team_id,
+                installation.enterprise_id,
+            )
+            raise InstallRefused(installation)
+        await super().store_installation(request, installation)
 
     async def run_installation(self, code: str) -> Installation | None:
         try:
@@ -232,6 +323,9 @@ class InstallFlow(AsyncOAuthFlow):
             log.warning("install not completed: %s failed (%s)", failure.method, failure.reason)
             return None
 
+
+_HTML: dict[str, str | Sequence[str]] = {"Content-Type": "text/html; charset=utf-8"}
+_RETRY: dict[str, str | Sequence[str]] = {"Retry-After": "60"}
 
 UNINSTALL_ACTOR = "slack:app_uninstalled"
 

@@ -57,7 +57,7 @@ class Metrics:
         self.limited = Counter(
             "threadgate_limited_messages_total",
             "Messages acked but not answered because a limit refused them, by the limit"
-            " (user, thread, user_tokens, channel_tokens).",
+            " (user, thread, user_tokens, channel_tokens, all_tokens).",
             ["scope"],
             registry=r,
         )

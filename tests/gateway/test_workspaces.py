@@ -22,6 +22,9 @@ from aiohttp import web
 from cryptography.fernet import Fernet
 
 from gateway.inbound.bolt_app import uninstalls
+from gateway.inbound.gatekeeper import LIMIT_NOTICES
+from gateway.slack.events import Tenant, event_tenant, inbound_turn
+from gateway.slack.oauth import OPEN_INSTALLS
 from tests.fakes.openai_api import RecordedRequest, Reply
 from tests.fakes.slack_events import app_mention_event, event_callback
 from tests.gateway.process import run_cli_output
@@ -147,6 +150,135 @@ async def test_an_uninstalled_workspace_gets_nothing_and_the_other_is_still_answ
     ]
 
 
+def connect_mention(host: str, writer: str, text: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A mention in `host`'s channel by someone of `writer`'s workspace (Slack Connect):
+    the envelope's team is the writer's, its authorization `host`'s installation."""
+    event = app_mention_event(
+        text=f"<@UBOT> {text}", user="UWRITER", channel=TEAMS[host], team=writer
+    )
+    event["user_team"] = event["source_team"] = writer
+    envelope = event_callback(event, team_id=writer)
+    envelope["authorizations"][0]["team_id"] = host
+    envelope["is_ext_shared_channel"] = True
+    return event, envelope
+
+
+async def test_a_slack_connect_message_belongs_to_the_installation_it_was_delivered_for(
+    fresh_dsn: str,
+) -> None:
+    """A mention delivered for T2's installation but written from T3 (Slack Connect) is a
+    task of T2: answered into T2's channel with T2's token, counted against T2's limits,
+    and not cancelled when T3 uninstalls."""
+    overrides = {"THREADGATE_USER_MESSAGES_PER_HOUR": "1"}
+    async with Rig(fresh_dsn, oauth=True, overrides=overrides) as rig:
+        assert rig.slack.oauth is not None
+        for team, channel in TEAMS.items():
+            rig.slack.oauth.place(channel, team)
+        tokens = {team: await rig.install(team) for team in TEAMS}
+        asked, release = asyncio.Event(), asyncio.Event()
+
+        def hold(seen: RecordedRequest) -> Reply:
+            asked.set()
+            return Held(release)
+
+        rig.model.script(hold)
+        event, envelope = connect_mention("T2", "T3", "answer me from across the way")
+        await send(rig, envelope)
+        await asyncio.wait_for(asked.wait(), 10)
+        rig.slack.oauth.uninstall("T3")
+        await send(rig, event_callback({"type": "app_uninstalled"}, team_id="T3"))
+        task_id = f"T2:{event['channel']}:{event['ts']}"
+        row = await rig.db.pool.fetchrow("SELECT state, user_id, address FROM tasks")
+        assert row is not None
+        assert (row["state"], row["user_id"]) == ("running", "T2:UWRITER")
+        assert json.loads(row["address"])["user_team"] == "T3"  # the writer's, as data
+        release.set()
+        await wait_for_task(rig.db, task_id, "done")
+        counted = await rig.db.pool.fetch("SELECT scope, key FROM admission_counts")
+        assert {(r["scope"], r["key"]) for r in counted} >= {("user", "T2:UWRITER")}
+        assert not [r for r in counted if r["key"].startswith("T3:")]
+        # The writer's second message in T2 this hour is over T2's limit: one notice, in T2.
+        await send(rig, connect_mention("T2", "T3", "and again")[1])
+        posts = await rig.slack.wait_for_posts(2)
+        assert [p.channel for p in posts] == [TEAMS["T2"]] * 2
+        assert "more messages this hour" in posts[1].text
+        used = {c.token for c in rig.slack.calls_to("chat.postMessage")}
+        assert used == {tokens["T2"]}
+
+
+async def test_an_install_from_outside_the_allowlist_is_refused_and_stores_nothing(
+    fresh_dsn: str,
+) -> None:
+    """With THREADGATE_INSTALL_ALLOWLIST, a listed team or enterprise installs; any other
+    ends on a page naming the setting, and nothing of it is stored."""
+    overrides = {"THREADGATE_INSTALL_ALLOWLIST": "T2, E9"}
+    async with Rig(fresh_dsn, oauth=True, overrides=overrides) as rig:
+        assert rig.slack.oauth is not None
+        await rig.install("T2")
+        status, page = await rig.finish_install(
+            rig.slack.oauth.grant("T3"), await rig.begin_install()
+        )
+        assert status == 403
+        assert "THREADGATE_INSTALL_ALLOWLIST" in page
+        org = rig.slack.oauth.grant(None, enterprise_id="E9", org=True)
+        status, page = await rig.finish_install(org, await rig.begin_install())
+        assert status == 200, page
+        rows = await rig.db.pool.fetch("SELECT team_id, enterprise_id FROM slack_installations")
+        assert sorted((r["team_id"] or "", r["enterprise_id"] or "") for r in rows) == [
+            ("", "E9"),
+            ("T2", ""),
+        ]
+
+
+async def test_the_install_page_issues_a_bounded_number_of_states(
+    fresh_dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Past THREADGATE_OAUTH_STATES_MAX outstanding states the install page answers 429
+    and stores none; expired states are swept when the next one is issued. (Without an
+    allowlist, start-up warns that anyone may install.)"""
+    async with Rig(fresh_dsn, oauth=True, overrides={"THREADGATE_OAUTH_STATES_MAX": "2"}) as rig:
+        assert OPEN_INSTALLS in caplog.text
+        await rig.begin_install()
+        await rig.begin_install()
+        async with rig.http.get(f"{rig.base_url}/slack/install") as response:
+            assert response.status == 429
+            assert "try again" in await response.text()
+        assert await rig.count("slack_oauth_states") == 2
+        await rig.db.pool.execute(
+            "UPDATE slack_oauth_states SET expires_at = now() - interval '1 second'"
+        )
+        state = await rig.begin_install()
+        states = await rig.db.pool.fetch("SELECT state FROM slack_oauth_states")
+        assert [r["state"] for r in states] == [state]
+
+
+async def test_the_budget_of_every_workspace_together_stops_the_next_workspace(
+    fresh_dsn: str,
+) -> None:
+    """THREADGATE_DAILY_TOKENS_ALL_WORKSPACES spent by T2's answer (15 tokens): a mention
+    in T3 gets the notice in its own channel, with its own token, and a second one
+    from the same person that day leaves no task at all."""
+    overrides = {"THREADGATE_DAILY_TOKENS_ALL_WORKSPACES": "15"}
+    async with Rig(fresh_dsn, oauth=True, overrides=overrides) as rig:
+        assert rig.slack.oauth is not None
+        for team, channel in TEAMS.items():
+            rig.slack.oauth.place(channel, team)
+        tokens = {team: await rig.install(team) for team in TEAMS}
+        first, envelope = mention("T2", "spend it")
+        await send(rig, envelope)
+        await wait_for_task(rig.db, f"T2:{first['channel']}:{first['ts']}", "done")
+        await send(rig, mention("T3", "anything left?")[1])
+        posts = await rig.slack.wait_for_posts(2)
+        assert (posts[1].channel, posts[1].text) == (TEAMS["T3"], LIMIT_NOTICES["all_tokens"])
+        assert rig.slack.calls_to("chat.postMessage")[-1].token == tokens["T3"]
+        again, envelope = mention("T3", "and now?")
+        await send(rig, envelope)
+        assert not await rig.db.pool.fetchval(
+            "SELECT true FROM tasks WHERE id = $1", f"T3:{again['channel']}:{again['ts']}"
+        )
+        assert len(rig.model.requests) == 1
+
+
 async def test_a_replayed_state_is_refused(http_rig: Rig) -> None:
     """The redirect's `state` works once: sent again (with a fresh code), it is refused and
     nothing more is installed."""
@@ -236,6 +368,7 @@ async def test_doctor_lists_installations_and_tries_each_token(
     assert "ok   slack: workspace T2 (Team T2): its token works" in out
     assert "FAIL slack: workspace T3 (Team T3): Slack refused its bot token (token_revoked)" in out
     assert "many workspaces (OAuth)" in out
+    assert "warn install: THREADGATE_INSTALL_ALLOWLIST is unset" in out
     assert not [t for t in tokens if t in out + err]
     stored = await rig.db.pool.fetch("SELECT bot_token FROM slack_installations")
     assert all(r["bot_token"].startswith("fernet:") for r in stored)  # sealed at rest
@@ -268,6 +401,22 @@ async def test_a_refused_token_alarms_naming_its_workspace(fresh_dsn: str) -> No
             assert [p.channel for p in posts] == [TEAMS["T3"]]
             await asyncio.wait_for(alarmed.wait(), 10)
     assert "workspace T2 (Team T2)" in received[0] and "token_revoked" in received[0]
+
+
+def test_the_tenant_is_the_authorization_and_the_envelope_team_only_without_one() -> None:
+    """`event_tenant`: the first authorization's team (an org-wide install: its
+    enterprise); the envelope's team only when a payload has no authorizations."""
+    _, connect = connect_mention("T2", "T3", "hi")
+    assert event_tenant(connect) == Tenant("T2")
+    _, org = mention("T2", "hi")
+    org["authorizations"][0] |= {"enterprise_id": "E1", "team_id": None}
+    org["authorizations"][0]["is_enterprise_install"] = True
+    assert event_tenant(org) == Tenant("E1", "E1", org_wide=True)
+    _, bare = mention("T3", "hi")
+    del bare["authorizations"]
+    assert event_tenant(bare) == Tenant("T3")
+    turn = inbound_turn(connect)
+    assert turn is not None and (turn.team, turn.user_team) == ("T2", "T3")
 
 
 def test_only_losing_the_bot_counts_as_an_uninstall() -> None:

@@ -107,6 +107,17 @@ async def test_an_expired_state_is_refused(fresh_db: Database) -> None:
     assert await fresh_db.pool.fetchval("SELECT count(*) FROM slack_oauth_states") == 0
 
 
+async def test_no_state_is_issued_past_the_bound_until_one_is_used(fresh_db: Database) -> None:
+    """At `max_outstanding` fresh states `issue` stores nothing; a used one frees its place."""
+    states = PostgresOAuthStates(fresh_db, max_outstanding=2)
+    first, second = await states.issue(), await states.issue()
+    assert first is not None and second is not None
+    assert await states.issue() is None
+    assert await fresh_db.pool.fetchval("SELECT count(*) FROM slack_oauth_states") == 2
+    assert await states.consume(first) is True
+    assert await states.issue() is not None
+
+
 async def test_cancelling_a_workspace_stops_only_its_unfinished_tasks(fresh_db: Database) -> None:
     """Every queued task of the uninstalled team is cancelled by the named actor; another
     team's task stays queued."""
