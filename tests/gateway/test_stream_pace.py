@@ -27,7 +27,6 @@ async def test_a_task_counts_its_reply_as_shown_once_its_stream_starts(fresh_dsn
     address = {"channel": "C0PACE", "thread_ts": "1700000000.000100", "user": "U1", "team": "T1"}
     task_id = f"T1:{address['channel']}:{address['thread_ts']}"
     async with FakeSlack(bot_token=BOT_TOKEN) as slack, Database(fresh_dsn) as db:
-        await db.migrate()
         assert await admit(db, Admission(None, task_id, task_id, address, "<@UBOT> pace"))
         task = await PostgresTaskQueue(db).claim()
         assert task is not None
