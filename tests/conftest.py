@@ -19,7 +19,7 @@ from hypothesis import settings
 from storage.database import Database
 from tests import hermetic
 from tests.netguard import loopback_guard
-from tests.pg import create_database, drop_template, server_dsn
+from tests.pg import create_database, server_dsn
 
 # Hypothesis fails an example that runs longer than 200 ms by default: a timed assertion,
 # and a flaky one on a busy machine running several suites at once. Speed lives in bench/.
@@ -48,11 +48,9 @@ TEST_DATA_DIR = Path(__file__).resolve().parent.parent / ".threadgate" / "test-p
 
 
 @pytest.fixture(scope="session")
-async def postgres_dsn() -> AsyncIterator[str]:
+async def postgres_dsn() -> str:
     """The server every test talks to; started once per run."""
-    dsn = await server_dsn(TEST_DATA_DIR)
-    yield dsn
-    await drop_template(dsn)
+    return await server_dsn(TEST_DATA_DIR)
 
 
 @pytest.fixture(scope="module")

@@ -48,7 +48,8 @@ async def migrated_template(dsn: str) -> str:
     """This process's migrated template on the server `dsn`, made on first use.
 
     Named after the process, so two xdist workers never share one: a template must have no
-    connection open while it is copied, and each worker's is only ever open to migrate it."""
+    connection open while it is copied, and each worker's is only ever open to migrate it.
+    It stays behind like the test databases: dropping a database waits for a checkpoint."""
     async with _making_template:
         if dsn not in _templates:
             name = f"tg_template_{os.getpid()}"
@@ -59,12 +60,6 @@ async def migrated_template(dsn: str) -> str:
                 await conn.close()
             _templates[dsn] = name
     return _templates[dsn]
-
-
-async def drop_template(dsn: str) -> None:
-    """Drop this process's template on the server `dsn`, if it made one."""
-    if name := _templates.pop(dsn, None):
-        await drop_database(with_database(dsn, name))
 
 
 def _unique(label: str) -> str:
