@@ -4,7 +4,6 @@ fake Slack's file hosting and the fake model servers."""
 from __future__ import annotations
 
 import io
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -77,10 +76,7 @@ def last_turn_body(seen: RecordedRequest) -> str:
     return parse_turn(text[text.index("<turn ") :]).body
 
 
-@pytest.fixture
-async def rig(fresh_dsn: str) -> AsyncIterator[Rig]:
-    async with Rig(fresh_dsn, overrides={"THREADGATE_FILE_MAX_BYTES": "200000"}) as running:
-        yield running
+pytestmark = pytest.mark.rig(overrides={"THREADGATE_FILE_MAX_BYTES": "200000"})
 
 
 async def metrics(rig: Rig) -> str:
