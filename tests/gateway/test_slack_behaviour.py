@@ -135,6 +135,12 @@ async def test_a_link_in_a_reply_shows_the_host_it_opens(rig: Rig) -> None:
     assert "sso.good.example" not in post.text
 
 
+# The retry waits until the lost call must be over (its timeout) and Slack shows it (the
+# settle margin): 3.2 s here, not the defaults' 20.
+@pytest.mark.rig(
+    overrides={"THREADGATE_SLACK_TIMEOUT_SECONDS": "3", "THREADGATE_SLACK_SETTLE_SECONDS": "0.2"},
+    users={DEFAULT_USER: "Ada"},
+)
 async def test_a_post_whose_response_was_lost_is_not_posted_twice(rig: Rig) -> None:
     """chat.postMessage lands but its response is cut: the retry finds it in the thread."""
     rig.slack.drop_after_recording("chat.postMessage")
