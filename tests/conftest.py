@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from storage.database import Database
+from storage import Database
 from tests import hermetic
 from tests.netguard import loopback_guard
 from tests.pg import create_database, server_dsn

@@ -18,8 +18,7 @@ from pathlib import Path
 
 import asyncpg
 
-from storage.database import Database
-from storage.embedded import start_embedded_postgres
+from storage import Database, start_embedded_postgres
 from storage.migrations import migrate
 
 _counter = itertools.count()

@@ -28,7 +28,7 @@ import aiohttp
 
 from gateway.process.config import Settings, load_settings
 from gateway.process.service import Gateway
-from storage.database import Database
+from storage import Database
 from tests.fakes.openai_api import OpenAIServer, RecordedRequest, Reply, reply_with_tool
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.slack_events import deliver

@@ -8,8 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agent import Citation
-from agent.models.contract import UserMessage
+from agent import Citation, UserMessage
 from agent.rounds.citations import Citable
 from gateway.delivery.sources import SourceLinks
 from gateway.text.rendering import render_reply

@@ -13,7 +13,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from agent.core.errors import ConfigError
+from agent import ConfigError
 from gateway.process.config import Settings, load_settings, parse_address
 from tests.fakes.openai_api import OpenAIServer
 from tests.fakes.slack_api import FakeSlack

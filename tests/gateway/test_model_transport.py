@@ -21,17 +21,9 @@ from httpx_aiohttp.transport import AiohttpResponseStream
 from httpx_sse import EventSource
 from pydantic import SecretStr
 
-from agent.core.errors import Route, TransientModelError
+from agent import Route, ShownReplies, TransientModelError, counting_shown, model_transport
 from agent.models.providers.provider import OpenAIProvider
-from agent.models.providers.transport import (
-    AIOHTTP_ERRORS,
-    ModelTransport,
-    ShownReplies,
-    StreamPace,
-    counting_shown,
-    httpx_error,
-    model_transport,
-)
+from agent.models.providers.transport import AIOHTTP_ERRORS, ModelTransport, StreamPace, httpx_error
 from tests.fakes.openai_api import (
     Completion,
     Gated,

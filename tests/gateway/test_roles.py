@@ -18,7 +18,7 @@ import pytest
 from agent import ConfigError
 from gateway.process.cli import with_role
 from gateway.process.doctor import check_models, check_settings, config_problems
-from storage.database import Database
+from storage import Database
 from tests.fakes.openai_api import OpenAIServer
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.slack_events import app_mention_event, deliver, event_callback

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp import web
 
-from storage.queue import cancel_task
+from storage import cancel_task
 from tests.fakes.openai_api import Held, JSONReply, reply_with_tool
 from tests.fakes.slack_events import (
     DEFAULT_CHANNEL,

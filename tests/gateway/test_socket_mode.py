@@ -20,7 +20,7 @@ import pytest
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agent.core.errors import ConfigError
+from agent import ConfigError
 from gateway.inbound.socket_mode import start_socket_mode
 from tests.fakes.openai_api import OpenAIServer
 from tests.fakes.slack_api import FakeSlack

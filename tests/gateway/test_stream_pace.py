@@ -11,10 +11,7 @@ from agent.models.providers.transport import current_shown
 from gateway.delivery.publisher import SlackPublisher
 from gateway.delivery.streams import StreamSettings
 from gateway.slack.client import slack_client
-from storage.admission import Admission, admit
-from storage.database import Database
-from storage.outbox import Outbox
-from storage.queue import PostgresTaskQueue
+from storage import Admission, Database, Outbox, PostgresTaskQueue, admit
 from tests.fakes.slack_api import FakeSlack
 from tests.gateway.rig import BOT_TOKEN
 

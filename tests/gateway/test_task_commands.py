@@ -13,8 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway.process.task_commands import one_line, parse_duration, printable, render_table
-from storage import TaskSummary
-from storage.database import Database
+from storage import Database, TaskSummary
 from tests.fakes.openai_api import (
     Held,
     OpenAIServer,

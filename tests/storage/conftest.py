@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from storage.database import Database
+from storage import Database
 from tests.pg import create_database
 
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from storage.admission import Admission, EarlierMessage, admit
-from storage.database import Database
+from storage import Admission, Database, EarlierMessage, admit
 
 
 def admission(event_id: str | None, ts: str, text: str = "hello") -> Admission:

@@ -11,11 +11,9 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
-from agent.core.delegation import Delegation, SubtaskRequest
-from storage.admission import Admission, admit
-from storage.database import LEASE_LOCK_SPACE, Database
-from storage.delegations import PostgresDelegations
-from storage.queue import PostgresTaskQueue
+from agent import Delegation, SubtaskRequest
+from storage import Admission, Database, PostgresDelegations, PostgresTaskQueue, admit
+from storage.database import LEASE_LOCK_SPACE
 from tests.pg import create_database
 
 ADDRESS = {"channel": "C1", "thread_ts": "1.0"}

@@ -10,9 +10,15 @@ import asyncio
 import dataclasses
 
 from agent import Task
-from storage.admission import Admission, EarlierMessage, Limits, admit
-from storage.database import Database
-from storage.usage import PostgresUsageMeter, tokens_today
+from storage import (
+    Admission,
+    Database,
+    EarlierMessage,
+    Limits,
+    PostgresUsageMeter,
+    admit,
+    tokens_today,
+)
 
 NOTICES = Limits(
     notices={

@@ -7,11 +7,9 @@ import asyncio
 import asyncpg
 import pytest
 
-from agent.core.ports import Task
-from storage.admission import Admission, admit
-from storage.database import LEASE_LOCK_SPACE, Database
-from storage.outbox import Outbox, Superseded
-from storage.queue import PostgresTaskQueue
+from agent import Task
+from storage import Admission, Database, Outbox, PostgresTaskQueue, Superseded, admit
+from storage.database import LEASE_LOCK_SPACE
 
 CALL, SETTLE = 30.0, 5.0
 POST = "task:T1:C1:1.0:reply"
