@@ -1,4 +1,5 @@
-"""Fixtures shared by the whole suite: a real Postgres, one fresh database per module.
+"""Fixtures shared by the whole suite: a real Postgres, one fresh migrated database per
+module (or per test), copied from a template migrated once per test process (`tests.pg`).
 
 And what makes the suite hermetic, set up before any test is collected: the shell's
 gateway settings are removed from the environment (`tests.hermetic`), and every socket may
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from storage.database import Database
+from storage import Database
 from tests import hermetic
 from tests.netguard import loopback_guard
 from tests.pg import create_database, server_dsn
@@ -54,7 +55,7 @@ async def postgres_dsn() -> str:
 
 @pytest.fixture(scope="module")
 async def database_dsn(postgres_dsn: str, request: pytest.FixtureRequest) -> str:
-    """An empty database for this test module."""
+    """A migrated database for this test module."""
     return await create_database(postgres_dsn, request.module.__name__)
 
 
@@ -62,12 +63,11 @@ async def database_dsn(postgres_dsn: str, request: pytest.FixtureRequest) -> str
 async def db(database_dsn: str) -> AsyncIterator[Database]:
     """An open, migrated `Database` for this test module."""
     async with Database(database_dsn) as database:
-        await database.migrate()
         yield database
 
 
 @pytest.fixture
 async def fresh_dsn(postgres_dsn: str, request: pytest.FixtureRequest) -> str:
-    """An empty database for this one test: gateways left with unfinished tasks by an
+    """A migrated database for this one test: gateways left with unfinished tasks by an
     earlier test cannot answer them into this test's fakes."""
     return await create_database(postgres_dsn, request.node.name)

@@ -1,7 +1,10 @@
 """A real PostgreSQL server for the suite: `DATABASE_URL` if given, else the embedded one.
 
-Each test module gets a database of its own, created fresh and migrated, so modules never
-see each other's rows and a failure leaves its database behind for a post-mortem.
+Each test module (or test) gets a database of its own, so modules never see each other's
+rows and a failure leaves its database behind for a post-mortem. A new database is a copy
+of a migrated template (`CREATE DATABASE … TEMPLATE`), which each test process migrates
+once, the first time it asks for one: a copy takes a fraction of the migrations' time.
+The migration tests ask for an empty database instead.
 """
 
 from __future__ import annotations
@@ -15,10 +18,14 @@ from pathlib import Path
 
 import asyncpg
 
-from storage.database import Database
-from storage.embedded import start_embedded_postgres
+from storage import Database, start_embedded_postgres
+from storage.migrations import migrate
 
 _counter = itertools.count()
+
+# The migrated template of each server this process has used, by the server's DSN.
+_templates: dict[str, str] = {}
+_making_template = asyncio.Lock()
 
 
 async def server_dsn(data_dir: Path) -> str:
@@ -30,13 +37,39 @@ def with_database(dsn: str, name: str) -> str:
     return urllib.parse.urlunsplit(parts._replace(path=f"/{name}"))
 
 
-async def create_database(dsn: str, label: str) -> str:
-    """Create an empty database named after `label` and return its DSN."""
-    name = f"tg_{re.sub(r'[^a-z0-9]+', '_', label.lower())[-40:]}_{os.getpid()}_{next(_counter)}"
+async def create_database(dsn: str, label: str, *, empty: bool = False) -> str:
+    """Create a database named after `label`, migrated (or `empty`), and return its DSN."""
+    template = "template1" if empty else await migrated_template(dsn)
+    return await _create(dsn, _unique(label), template)
+
+
+async def migrated_template(dsn: str) -> str:
+    """This process's migrated template on the server `dsn`, made on first use.
+
+    Named after the process, so two xdist workers never share one: a template must have no
+    connection open while it is copied, and each worker's is only ever open to migrate it.
+    It stays behind like the test databases: dropping a database waits for a checkpoint."""
+    async with _making_template:
+        if dsn not in _templates:
+            name = f"tg_template_{os.getpid()}"
+            conn = await asyncpg.connect(await _create(dsn, name, "template1"))
+            try:
+                await migrate(conn)
+            finally:
+                await conn.close()
+            _templates[dsn] = name
+    return _templates[dsn]
+
+
+def _unique(label: str) -> str:
+    return f"tg_{re.sub(r'[^a-z0-9]+', '_', label.lower())[-40:]}_{os.getpid()}_{next(_counter)}"
+
+
+async def _create(dsn: str, name: str, template: str) -> str:
     conn = await asyncpg.connect(dsn)
     try:
         await conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
-        await conn.execute(f'CREATE DATABASE "{name}"')
+        await conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
     finally:
         await conn.close()
     return with_database(dsn, name)

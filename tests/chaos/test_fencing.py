@@ -152,7 +152,6 @@ async def two_replicas(
         Database(dsn) as first_db,
         Database(dsn) as second_db,
     ):
-        await first_db.migrate()
         address = {"channel": "C0RACE", "thread_ts": "1700000000.000100"}
         slack.seed_message(address["channel"], address["thread_ts"], "U1", "<@UBOT> race")
         task_id = f"T1:{address['channel']}:{address['thread_ts']}"

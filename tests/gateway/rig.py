@@ -4,7 +4,8 @@
 settings pointing at the fakes, and helps tests send signed events and read the outcome
 from the fake Slack's record and the database.
 
-With `socket_mode=True` the gateway gets an app token instead of a signing secret and
+Tests take one through the `rig` fixture (tests/gateway/conftest.py), set up by a `rig`
+mark. With `socket_mode=True` the gateway gets an app token instead of a signing secret and
 takes its events from the loopback Socket Mode server (`rig.sockets`); `start_gateway`
 adds more gateways (replicas, in either mode) on the same fakes, stopped with the rig.
 
@@ -27,7 +28,7 @@ import aiohttp
 
 from gateway.process.config import Settings, load_settings
 from gateway.process.service import Gateway
-from storage.database import Database
+from storage import Database
 from tests.fakes.openai_api import OpenAIServer, RecordedRequest, Reply, reply_with_tool
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.slack_events import deliver
@@ -99,15 +100,25 @@ def socket_mode_env(env: Mapping[str, str]) -> dict[str, str]:
     }
 
 
+# Both ways a gateway takes its events: `pytest.mark.rig(modes=BOTH)` runs a test in each.
+BOTH = ("http", "socket")
+
+
 @dataclass
 class Rig:
     database_url: str
     overrides: Mapping[str, str] = field(default_factory=dict)
     socket_mode: bool = False
     oauth: bool = False
+    # With `oauth`: the channel of each workspace (team id to channel id).
+    workspaces: Mapping[str, str] = field(default_factory=dict)
+    # People the fake Slack knows: user id to display name.
+    users: Mapping[str, str] = field(default_factory=dict)
 
     async def __aenter__(self) -> Rig:
         self.slack = await FakeSlack(bot_token=BOT_TOKEN, app_token=APP_TOKEN).__aenter__()
+        for user_id, name in self.users.items():
+            self.slack.add_user(user_id, name=name.lower(), display_name=name)
         if self.oauth:
             self.slack.oauth = FakeOAuth(
                 client_id=CLIENT_ID,
@@ -115,6 +126,8 @@ class Rig:
                 app_id=self.slack.app_id,
                 home_team=self.slack.team_id,
             )
+            for team, channel in self.workspaces.items():
+                self.slack.oauth.place(channel, team)
         self.sockets = await FakeSocketMode(app_id=self.slack.app_id).__aenter__()
         self.slack.socket_mode = self.sockets
         self.model = await OpenAIServer().__aenter__()

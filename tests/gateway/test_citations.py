@@ -3,14 +3,11 @@ where they go and cannot ping (issue 12, item 6)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent import Citation
-from agent.models.contract import UserMessage
+from agent import Citation, UserMessage
 from agent.rounds.citations import Citable
 from gateway.delivery.sources import SourceLinks
 from gateway.slack.client import slack_client
@@ -21,12 +18,6 @@ from tests.fakes.slack_events import DEFAULT_CHANNEL, app_mention_event, event_c
 from tests.fakes.slack_permalinks import WORKSPACE_URL
 from tests.gateway.rig import STREAMING, Rig
 from tests.gateway.test_rendering import FORBIDDEN, PING, block_text
-
-
-@pytest.fixture
-async def rig(fresh_dsn: str) -> AsyncIterator[Rig]:
-    async with Rig(fresh_dsn) as running:
-        yield running
 
 
 async def test_a_cited_message_links_to_its_permalink(rig: Rig) -> None:
@@ -94,20 +85,20 @@ async def test_an_invalid_citation_is_repaired_then_the_reply_posted(rig: Rig) -
     assert "evil.example" not in post.text
 
 
-async def test_a_streamed_reply_gets_its_sources_with_the_stop(fresh_dsn: str) -> None:
+@pytest.mark.rig(overrides=STREAMING)
+async def test_a_streamed_reply_gets_its_sources_with_the_stop(rig: Rig) -> None:
     """The reply streams as written; the Sources line arrives with chat.stopStream."""
-    async with Rig(fresh_dsn, overrides=STREAMING) as rig:
-        rig.model.script(
-            reply_with_tool(
-                "final_reply",
-                {"text": "Streamed answer.", "citations": [{"url": "https://docs.example/a"}]},
-            )
+    rig.model.script(
+        reply_with_tool(
+            "final_reply",
+            {"text": "Streamed answer.", "citations": [{"url": "https://docs.example/a"}]},
         )
-        await rig.send(event_callback(app_mention_event(text="<@UBOT> see https://docs.example/a")))
-        [done] = await rig.slack.wait_for_streams(1, stopped=True)
-        assert done.text.startswith("Streamed answer.")
-        assert done.text.endswith("**Sources:** [docs.example](<https://docs.example/a>)")
-        assert rig.slack.posts == [] and rig.slack.calls_to("chat.update") == []
+    )
+    await rig.send(event_callback(app_mention_event(text="<@UBOT> see https://docs.example/a")))
+    [done] = await rig.slack.wait_for_streams(1, stopped=True)
+    assert done.text.startswith("Streamed answer.")
+    assert done.text.endswith("**Sources:** [docs.example](<https://docs.example/a>)")
+    assert rig.slack.posts == [] and rig.slack.calls_to("chat.update") == []
 
 
 def block_text_of(blocks: object) -> str:

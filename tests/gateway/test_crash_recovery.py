@@ -7,7 +7,7 @@ from pathlib import Path
 
 import aiohttp
 
-from storage.database import Database
+from storage import Database
 from tests.fakes.openai_api import Hang, OpenAIServer, RecordedRequest, Reply
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.slack_events import app_mention_event, deliver, event_callback
@@ -20,7 +20,8 @@ async def test_sigkill_while_the_model_answers_then_restart_gives_one_reply(
     postgres_dsn: str, tmp_path: Path
 ) -> None:
     """SIGKILL during the model call; after restart the task resumes and is answered once."""
-    dsn = await create_database(postgres_dsn, "sigkill")
+    # Empty: the first start applies every migration, as a new deployment's does.
+    dsn = await create_database(postgres_dsn, "sigkill", empty=True)
     model_called = asyncio.Event()
 
     def hang_once(seen: RecordedRequest) -> Reply:

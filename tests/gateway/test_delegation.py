@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-
-import pytest
 
 from agent.rounds.subagent import SUBAGENT_PROMPT
 from tests.fakes.openai_api import Held, RecordedRequest, Reply, reply_with_tool
@@ -31,12 +28,6 @@ def delegating_model(seen: RecordedRequest) -> Reply:
         return reply_with_tool("final_reply", {"text": f"summary of: {messages[-1]['content']}"})
     subtasks = [{"type": "agent", "params": {"instructions": f"part {n}"}} for n in (1, 2)]
     return reply_with_tool("delegate", {"acknowledgment": ACK, "subtasks": subtasks})
-
-
-@pytest.fixture
-async def rig(fresh_dsn: str) -> AsyncIterator[Rig]:
-    async with Rig(fresh_dsn) as running:
-        yield running
 
 
 async def test_delegation_posts_the_ack_then_the_reply_each_once(rig: Rig) -> None:

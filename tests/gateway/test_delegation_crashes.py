@@ -8,7 +8,7 @@ from pathlib import Path
 import aiohttp
 
 from agent.rounds.subagent import SUBAGENT_PROMPT
-from storage.database import Database
+from storage import Database
 from tests.fakes.openai_api import Hang, OpenAIServer, RecordedRequest, Reply, reply_with_tool
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.slack_events import app_mention_event, deliver, event_callback

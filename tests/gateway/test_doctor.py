@@ -10,7 +10,6 @@ import pytest
 from gateway.process.config import Settings
 from gateway.process.doctor import check_slack
 from gateway.slack.scopes import SCOPE_REASONS, bot_scopes
-from storage.database import Database
 from storage.migrations import available_migrations
 from tests.fakes.openai_api import (
     Completion,
@@ -49,13 +48,6 @@ async def model() -> AsyncIterator[OpenAIServer]:
         yield server
 
 
-async def migrated_database(postgres_dsn: str, label: str) -> str:
-    dsn = await create_database(postgres_dsn, label)
-    async with Database(dsn, min_size=1, max_size=1) as db:
-        await db.migrate()
-    return dsn
-
-
 def lines(out: str, status: str) -> list[str]:
     return [line for line in out.splitlines() if line.startswith(status)]
 
@@ -64,7 +56,7 @@ async def test_a_good_configuration_passes(
     slack: FakeSlack, model: OpenAIServer, postgres_dsn: str, tmp_path: Path
 ) -> None:
     """Settings, token, scopes, model and a migrated database all pass: exit 0."""
-    env = gateway_env(slack, model, await migrated_database(postgres_dsn, "doctor_good"))
+    env = gateway_env(slack, model, await create_database(postgres_dsn, "doctor_good"))
     status, out, err = await run_cli_output(["doctor"], env, tmp_path)
     assert status == 0, out + err
     assert lines(out, "FAIL") == [] and lines(out, "skip") == []
@@ -80,7 +72,8 @@ async def test_a_broken_configuration_names_every_problem_in_one_run(
     fresh database are what `serve` will apply, not a failure."""
     slack.revoke_token()
     model.default = refuse_key
-    env = gateway_env(slack, model, await create_database(postgres_dsn, "doctor_broken"))
+    new = await create_database(postgres_dsn, "doctor_broken", empty=True)
+    env = gateway_env(slack, model, new)
     del env["SLACK_SIGNING_SECRET"]
     status, out, err = await run_cli_output(["doctor"], env, tmp_path)
     assert status == 1 and "Traceback" not in err
@@ -115,7 +108,7 @@ async def test_socket_mode_requires_the_app_token_instead_of_the_signing_secret(
     slack: FakeSlack, model: OpenAIServer, postgres_dsn: str, tmp_path: Path
 ) -> None:
     """With SLACK_APP_TOKEN set, a missing signing secret is fine; a bad app token is not."""
-    env = gateway_env(slack, model, await migrated_database(postgres_dsn, "doctor_socket"))
+    env = gateway_env(slack, model, await create_database(postgres_dsn, "doctor_socket"))
     del env["SLACK_SIGNING_SECRET"]
     status, out, _ = await run_cli_output(
         ["doctor"], {**env, "SLACK_APP_TOKEN": "not-an-app-token"}, tmp_path
@@ -130,7 +123,7 @@ async def test_socket_mode_is_checked_by_opening_a_connection(
 ) -> None:
     """With SLACK_APP_TOKEN set, doctor opens a Socket Mode connection until Slack says
     hello and closes it; a token Slack refuses is one FAIL line naming SLACK_APP_TOKEN."""
-    env = gateway_env(slack, model, await migrated_database(postgres_dsn, "doctor_sockets"))
+    env = gateway_env(slack, model, await create_database(postgres_dsn, "doctor_sockets"))
     env = socket_mode_env(env)
     async with FakeSocketMode() as sockets:
         slack.socket_mode, slack.app_token = sockets, APP_TOKEN
@@ -159,7 +152,7 @@ async def test_each_missing_scope_is_named_with_its_reason(
         for s in bot_scopes(continue_threads=True)
         if s not in ("assistant:write", "metadata.message:read")
     ]
-    env = gateway_env(slack, model, await migrated_database(postgres_dsn, "doctor_scopes"))
+    env = gateway_env(slack, model, await create_database(postgres_dsn, "doctor_scopes"))
     status, out, _ = await run_cli_output(["doctor"], env, tmp_path)
     assert status == 1
     failures = lines(out, "FAIL")
@@ -175,7 +168,7 @@ async def test_the_scopes_checked_follow_continue_threads(
     """mpim:history is needed to continue group DM threads: missing it fails by default and
     passes with THREADGATE_CONTINUE_THREADS=false."""
     slack.granted_scopes = list(bot_scopes(continue_threads=False))
-    env = gateway_env(slack, model, await migrated_database(postgres_dsn, "doctor_continue"))
+    env = gateway_env(slack, model, await create_database(postgres_dsn, "doctor_continue"))
     status, out, _ = await run_cli_output(["doctor"], env, tmp_path)
     assert status == 1
     [failure] = lines(out, "FAIL")
@@ -191,7 +184,7 @@ async def test_a_model_that_never_answers_is_bounded_in_time(
     """A model server that accepts and never answers fails its check; the run still ends."""
     async with OpenAIServer() as hanging:
         hanging.default = lambda seen: Hang()
-        env = gateway_env(slack, hanging, await migrated_database(postgres_dsn, "doctor_hang"))
+        env = gateway_env(slack, hanging, await create_database(postgres_dsn, "doctor_hang"))
         status, out, _ = await run_cli_output(["doctor", "--timeout", "1"], env, tmp_path)
     assert status == 1
     assert lines(out, "FAIL") == ["FAIL model: openai:gpt-test: no answer within 1 s"]

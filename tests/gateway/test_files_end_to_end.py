@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import io
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -82,10 +81,7 @@ def last_turn_body(seen: RecordedRequest) -> str:
     return parse_turn(text[text.index("<turn ") :]).body
 
 
-@pytest.fixture
-async def rig(fresh_dsn: str) -> AsyncIterator[Rig]:
-    async with Rig(fresh_dsn, overrides={"THREADGATE_FILE_MAX_BYTES": "200000"}) as running:
-        yield running
+pytestmark = pytest.mark.rig(overrides={"THREADGATE_FILE_MAX_BYTES": "200000"})
 
 
 async def metrics(rig: Rig) -> str:

@@ -3,7 +3,6 @@ nothing is answered twice (issue 12, item 2)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -12,23 +11,17 @@ from storage import TOMBSTONE
 from tests.fakes.slack_events import (
     DEFAULT_CHANNEL,
     DEFAULT_TEAM,
+    DEFAULT_USER,
     app_mention_event,
     event_callback,
     message_changed_event,
     message_deleted_event,
     message_event,
 )
-from tests.gateway.rig import Rig
+from tests.gateway.rig import BOTH, Rig
 from tests.gateway.test_files_end_to_end import png
 
-
-@pytest.fixture(params=[False, True], ids=["http", "socket"])
-async def rig(fresh_dsn: str, request: pytest.FixtureRequest) -> AsyncIterator[Rig]:
-    async with Rig(fresh_dsn, socket_mode=request.param) as running:
-        running.slack.add_user("U0A1B2C3D4E", name="ada", display_name="Ada")
-        if running.socket_mode:
-            await running.sockets.wait_for_connections(1)
-        yield running
+pytestmark = pytest.mark.rig(modes=BOTH, users={DEFAULT_USER: "Ada"})
 
 
 async def send(rig: Rig, envelope: dict[str, Any]) -> int:
@@ -191,9 +184,9 @@ async def test_edits_of_bot_messages_and_unknown_messages_are_acked_quietly(rig:
         {"message": {"ts": "1700000000.000100", "user": ["U1"], "text": "x"}},
     ],
 )
-async def test_malformed_edits_get_400(fresh_dsn: str, broken: dict[str, Any]) -> None:
+@pytest.mark.rig()
+async def test_malformed_edits_get_400(rig: Rig, broken: dict[str, Any]) -> None:
     """A message_changed payload without what it must have is refused with a 400."""
-    async with Rig(fresh_dsn) as rig:
-        event = message_changed_event(ts="1700000000.000100", new_text="a", old_text="b") | broken
-        status, body = await rig.send(event_callback(event))
-        assert status == 400, body
+    event = message_changed_event(ts="1700000000.000100", new_text="a", old_text="b") | broken
+    status, body = await rig.send(event_callback(event))
+    assert status == 400, body

@@ -8,7 +8,7 @@ test waits for something not to happen.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 
 import pytest
 
@@ -28,13 +28,6 @@ OTHER_USER = "U0OTHERUSR1"
 INTEGRATION = "U0INTEGRAT1"  # an integration posting with a user token: not a bot event
 
 
-@pytest.fixture
-async def rig(fresh_dsn: str, request: pytest.FixtureRequest) -> AsyncIterator[Rig]:
-    overrides: Mapping[str, str] = getattr(request, "param", {})
-    async with Rig(fresh_dsn, overrides=overrides) as running:
-        yield running
-
-
 def task_id(event: Mapping[str, str]) -> str:
     return f"{DEFAULT_TEAM}:{event['channel']}:{event['ts']}"
 
@@ -48,7 +41,7 @@ async def metrics(rig: Rig) -> str:
         return await response.text()
 
 
-@pytest.mark.parametrize("rig", [{"THREADGATE_USER_MESSAGES_PER_HOUR": "2"}], indirect=True)
+@pytest.mark.rig(overrides={"THREADGATE_USER_MESSAGES_PER_HOUR": "2"})
 async def test_a_user_past_the_hourly_limit_gets_one_notice_and_others_are_answered(
     rig: Rig,
 ) -> None:
@@ -71,7 +64,7 @@ async def test_a_user_past_the_hourly_limit_gets_one_notice_and_others_are_answe
     assert 'threadgate_events_total{outcome="limited"} 2.0' in text
 
 
-@pytest.mark.parametrize("rig", [{"THREADGATE_THREAD_MESSAGES_PER_HOUR": "3"}], indirect=True)
+@pytest.mark.rig(overrides={"THREADGATE_THREAD_MESSAGES_PER_HOUR": "3"})
 async def test_an_integration_answering_every_bot_post_is_stopped_by_the_thread_limit(
     rig: Rig,
 ) -> None:
@@ -95,7 +88,7 @@ async def test_an_integration_answering_every_bot_post_is_stopped_by_the_thread_
     assert 'threadgate_limited_messages_total{scope="thread"} 2.0' in await metrics(rig)
 
 
-@pytest.mark.parametrize("rig", [{"THREADGATE_MAX_MODEL_REQUESTS_PER_TASK": "4"}], indirect=True)
+@pytest.mark.rig(overrides={"THREADGATE_MAX_MODEL_REQUESTS_PER_TASK": "4"})
 async def test_a_task_whose_model_keeps_calling_tools_stops_at_the_request_cap(rig: Rig) -> None:
     """One notice says the message used up its allowance; the thread's next message is
     answered."""
@@ -119,7 +112,7 @@ async def test_a_task_whose_model_keeps_calling_tools_stops_at_the_request_cap(r
 
 
 # The fake model reports 10 input and 5 output tokens per answer.
-@pytest.mark.parametrize("rig", [{"THREADGATE_USER_DAILY_TOKENS": "15"}], indirect=True)
+@pytest.mark.rig(overrides={"THREADGATE_USER_DAILY_TOKENS": "15"})
 async def test_a_user_over_the_daily_token_budget_gets_the_notice_instead_of_an_answer(
     rig: Rig,
 ) -> None:

@@ -15,7 +15,7 @@ from aiohttp import web
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from agent.core.log_context import bind_log_fields
+from agent import bind_log_fields
 from gateway.process.config import load_settings
 from gateway.telemetry.logs import (
     MIN_SECRET,

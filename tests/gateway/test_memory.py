@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -32,13 +31,7 @@ from tests.pg import wait_for_task
 # Each turn is long enough that the window (1,000 characters) holds only the newest one.
 PAD = "filler " * 50
 SMALL_WINDOW = {"THREADGATE_HISTORY_CHARS": "1000"}
-
-
-@pytest.fixture
-async def rig(fresh_dsn: str) -> AsyncIterator[Rig]:
-    async with Rig(fresh_dsn, overrides=SMALL_WINDOW) as running:
-        running.slack.add_user(DEFAULT_USER, name="ada", display_name="Ada")
-        yield running
+pytestmark = pytest.mark.rig(overrides=SMALL_WINDOW, users={DEFAULT_USER: "Ada"})
 
 
 def user_texts(body: dict[str, Any]) -> list[str]:
@@ -91,39 +84,38 @@ async def test_our_own_reply_can_be_pinned_and_unpinned(rig: Rig) -> None:
     assert await rig.db.pool.fetchval(query, reply_id) is False
 
 
-async def test_a_pin_of_a_message_we_never_stored_is_retained(fresh_dsn: str) -> None:
+@pytest.mark.rig(
+    overrides=SMALL_WINDOW | {"THREADGATE_CONTINUE_THREADS": "false"},
+    modes=("socket",),
+    users={"U0OTHER0001": "Bo"},
+)
+async def test_a_pin_of_a_message_we_never_stored_is_retained(rig: Rig) -> None:
     """Over Socket Mode: someone's thread reply the bot did not take (threads are not
     continued) is stored when pinned, rendered in its turn tag with its author, and shown
     to the model; an unpin forgets it."""
-    overrides = SMALL_WINDOW | {"THREADGATE_CONTINUE_THREADS": "false"}
-    async with Rig(fresh_dsn, overrides=overrides, socket_mode=True) as rig:
-        rig.slack.add_user("U0OTHER0001", name="bo", display_name="Bo")
-        await rig.sockets.wait_for_connections(1)
-        root, aside = new_ts(), new_ts()
-        await rig.sockets.deliver(event_callback(app_mention_event(text="<@UBOT> hi", ts=root)))
-        await rig.slack.wait_for_posts(1)
-        said = message_event(text="budget is 42k", user="U0OTHER0001", ts=aside, thread_ts=root)
-        await rig.sockets.wait_for_ack(await rig.sockets.deliver(event_callback(said)))
-        assert await rig.count("tasks") == 1  # not addressed to the bot: not stored
-        message = pinned_message(text="budget is 42k", user="U0OTHER0001", ts=aside, thread_ts=root)
-        await rig.sockets.wait_for_ack(
-            await rig.sockets.deliver(event_callback(pin_event(message)))
-        )
-        retained = await rig.db.pool.fetchrow(
-            "SELECT text, provenance, pinned FROM messages WHERE id = $1",
-            f"slack:T1:{DEFAULT_CHANNEL}:{aside}",
-        )
-        assert retained is not None and retained["pinned"] and retained["provenance"] == "pin"
-        assert 'from="Bo" id="U0OTHER0001"' in retained["text"]
-        await rig.sockets.deliver(
-            event_callback(app_mention_event(text=f"<@UBOT> and the budget? {PAD}", thread_ts=root))
-        )
-        await rig.slack.wait_for_posts(2)
-        assert any("[pinned] " in t and "42k" in t for t in user_texts(rig.model.requests[-1].body))
-        unpin = event_callback(pin_event(message, added=False))
-        await rig.sockets.wait_for_ack(await rig.sockets.deliver(unpin))
-        query = "SELECT count(*) FROM messages WHERE provenance = 'pin'"
-        assert await rig.db.pool.fetchval(query) == 0
+    root, aside = new_ts(), new_ts()
+    await rig.sockets.deliver(event_callback(app_mention_event(text="<@UBOT> hi", ts=root)))
+    await rig.slack.wait_for_posts(1)
+    said = message_event(text="budget is 42k", user="U0OTHER0001", ts=aside, thread_ts=root)
+    await rig.sockets.wait_for_ack(await rig.sockets.deliver(event_callback(said)))
+    assert await rig.count("tasks") == 1  # not addressed to the bot: not stored
+    message = pinned_message(text="budget is 42k", user="U0OTHER0001", ts=aside, thread_ts=root)
+    await rig.sockets.wait_for_ack(await rig.sockets.deliver(event_callback(pin_event(message))))
+    retained = await rig.db.pool.fetchrow(
+        "SELECT text, provenance, pinned FROM messages WHERE id = $1",
+        f"slack:T1:{DEFAULT_CHANNEL}:{aside}",
+    )
+    assert retained is not None and retained["pinned"] and retained["provenance"] == "pin"
+    assert 'from="Bo" id="U0OTHER0001"' in retained["text"]
+    await rig.sockets.deliver(
+        event_callback(app_mention_event(text=f"<@UBOT> and the budget? {PAD}", thread_ts=root))
+    )
+    await rig.slack.wait_for_posts(2)
+    assert any("[pinned] " in t and "42k" in t for t in user_texts(rig.model.requests[-1].body))
+    unpin = event_callback(pin_event(message, added=False))
+    await rig.sockets.wait_for_ack(await rig.sockets.deliver(unpin))
+    query = "SELECT count(*) FROM messages WHERE provenance = 'pin'"
+    assert await rig.db.pool.fetchval(query) == 0
 
 
 async def test_a_thread_keeps_its_prompt_across_a_deploy_until_reset(

@@ -13,7 +13,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from agent.core.errors import ConfigError
+from agent import ConfigError
 from gateway.process.config import Settings, load_settings, parse_address
 from tests.fakes.openai_api import OpenAIServer
 from tests.fakes.slack_api import FakeSlack
@@ -108,9 +108,9 @@ async def test_serve_logs_where_metrics_are_served(postgres_dsn: str, tmp_path: 
             assert await gateway.stop() == 0
 
 
-async def test_metrics_off_opens_no_listener(fresh_dsn: str) -> None:
+@pytest.mark.rig(overrides={"THREADGATE_METRICS_ADDRESS": "off"})
+async def test_metrics_off_opens_no_listener(rig: Rig) -> None:
     """THREADGATE_METRICS_ADDRESS=off: no metrics port, and the gateway still serves."""
-    async with Rig(fresh_dsn, overrides={"THREADGATE_METRICS_ADDRESS": "off"}) as rig:
-        assert rig.gateway.metrics_port is None
-        async with rig.http.get(f"http://127.0.0.1:{rig.gateway.port}/healthz") as health:
-            assert health.status == 200
+    assert rig.gateway.metrics_port is None
+    async with rig.http.get(f"http://127.0.0.1:{rig.gateway.port}/healthz") as health:
+        assert health.status == 200

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.core.errors import ConfigError
+from agent import ConfigError
 from gateway.process.config import load_settings
 from tests.gateway.process import run_cli
 from tests.gateway.rig import CLIENT_ID, CLIENT_SECRET

@@ -18,7 +18,7 @@ import pytest
 from agent import ConfigError
 from gateway.process.cli import with_role
 from gateway.process.doctor import check_models, check_settings, config_problems
-from storage.database import Database
+from storage import Database
 from tests.fakes.openai_api import OpenAIServer
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.slack_events import app_mention_event, deliver, event_callback
@@ -104,25 +104,24 @@ async def test_one_ingress_and_two_workers_answer_each_mention_once(
         assert b"role: ingress" in ingress.log and b"role: worker" in workers[1].log
 
 
+@pytest.mark.rig(modes=("socket",), overrides={"THREADGATE_ROLE": "ingress"})
 async def test_socket_mode_ingress_queues_and_an_http_less_worker_answers(
-    database_dsn: str,
+    rig: Rig,
 ) -> None:
     """A Socket Mode ingress acks and queues; a worker (app token set, but no events for
     it) opens no second connection and answers."""
-    async with Rig(database_dsn, socket_mode=True, overrides={"THREADGATE_ROLE": "ingress"}) as rig:
-        await rig.sockets.wait_for_connections(1)
-        event = app_mention_event(text="<@UBOT> over the socket")
-        await rig.sockets.wait_for_ack(await rig.sockets.deliver(event_callback(event)))
-        await wait_for_task(rig.db, task_id(event), "queued")
-        assert rig.slack.posts == [] and rig.model.requests == []
+    event = app_mention_event(text="<@UBOT> over the socket")
+    await rig.sockets.wait_for_ack(await rig.sockets.deliver(event_callback(event)))
+    await wait_for_task(rig.db, task_id(event), "queued")
+    assert rig.slack.posts == [] and rig.model.requests == []
 
-        worker = await rig.start_gateway(socket_mode=True, overrides={"THREADGATE_ROLE": "worker"})
-        await wait_for_task(rig.db, task_id(event), "done")
-        [post] = rig.slack.posts
-        assert "over the socket" in post.text and post.thread_ts == event["ts"]
-        assert len(rig.sockets.open_links) == 1  # the ingress's, not the worker's
-        status, _ = await get(rig.http, f"http://127.0.0.1:{worker.port}/readyz")
-        assert status == 200
+    worker = await rig.start_gateway(socket_mode=True, overrides={"THREADGATE_ROLE": "worker"})
+    await wait_for_task(rig.db, task_id(event), "done")
+    [post] = rig.slack.posts
+    assert "over the socket" in post.text and post.thread_ts == event["ts"]
+    assert len(rig.sockets.open_links) == 1  # the ingress's, not the worker's
+    status, _ = await get(rig.http, f"http://127.0.0.1:{worker.port}/readyz")
+    assert status == 200
 
 
 async def test_a_bad_role_is_one_sentence_naming_the_variable(tmp_path: Path) -> None:

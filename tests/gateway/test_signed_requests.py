@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import pytest
@@ -26,12 +25,6 @@ from tests.logged import errors_logged
 
 TIMESTAMP = b"X-Slack-Request-Timestamp"
 SIGNATURE = b"X-Slack-Signature"
-
-
-@pytest.fixture
-async def rig(fresh_dsn: str) -> AsyncIterator[Rig]:
-    async with Rig(fresh_dsn) as running:
-        yield running
 
 
 def envelope_bytes() -> bytes:

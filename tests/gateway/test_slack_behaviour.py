@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp import web
 
-from storage.queue import cancel_task
+from storage import cancel_task
 from tests.fakes.openai_api import Held, JSONReply, reply_with_tool
 from tests.fakes.slack_events import (
     DEFAULT_CHANNEL,
@@ -32,11 +32,9 @@ TURN = re.compile(r'<turn from="[^"]*" id="([^"]*)" channel="[^"]*" at="[^"]*">(
 XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
 
 
-@pytest.fixture
-async def rig(fresh_dsn: str) -> AsyncIterator[Rig]:
-    async with Rig(fresh_dsn, overrides={"THREADGATE_STATUS_REFRESH_SECONDS": "0.05"}) as running:
-        running.slack.add_user(DEFAULT_USER, name="ada", display_name="Ada")
-        yield running
+pytestmark = pytest.mark.rig(
+    overrides={"THREADGATE_STATUS_REFRESH_SECONDS": "0.05"}, users={DEFAULT_USER: "Ada"}
+)
 
 
 async def test_status_is_set_refreshed_while_working_and_cleared(rig: Rig) -> None:
@@ -137,6 +135,12 @@ async def test_a_link_in_a_reply_shows_the_host_it_opens(rig: Rig) -> None:
     assert "sso.good.example" not in post.text
 
 
+# The retry waits until the lost call must be over (its timeout) and Slack shows it (the
+# settle margin): 3.2 s here, not the defaults' 20.
+@pytest.mark.rig(
+    overrides={"THREADGATE_SLACK_TIMEOUT_SECONDS": "3", "THREADGATE_SLACK_SETTLE_SECONDS": "0.2"},
+    users={DEFAULT_USER: "Ada"},
+)
 async def test_a_post_whose_response_was_lost_is_not_posted_twice(rig: Rig) -> None:
     """chat.postMessage lands but its response is cut: the retry finds it in the thread."""
     rig.slack.drop_after_recording("chat.postMessage")
@@ -254,14 +258,14 @@ async def test_health_and_readiness(rig: Rig) -> None:
         assert (health.status, ready.status) == (200, 200)
 
 
-async def test_allowlisted_channels_only(fresh_dsn: str) -> None:
+@pytest.mark.rig(overrides={"THREADGATE_ALLOWED_CHANNELS": "C0ALLOWED01"})
+async def test_allowlisted_channels_only(rig: Rig) -> None:
     """With THREADGATE_ALLOWED_CHANNELS set, mentions elsewhere are acked and ignored."""
-    async with Rig(fresh_dsn, overrides={"THREADGATE_ALLOWED_CHANNELS": "C0ALLOWED01"}) as rig:
-        before = await rig.count("tasks")
-        assert (await rig.send(event_callback(app_mention_event(text="<@UBOT> hi"))))[0] == 200
-        assert await rig.count("tasks") == before
-        await rig.send(event_callback(app_mention_event(text="<@UBOT> hi", channel="C0ALLOWED01")))
-        assert (await rig.slack.wait_for_posts(1))[0].channel == "C0ALLOWED01"
+    before = await rig.count("tasks")
+    assert (await rig.send(event_callback(app_mention_event(text="<@UBOT> hi"))))[0] == 200
+    assert await rig.count("tasks") == before
+    await rig.send(event_callback(app_mention_event(text="<@UBOT> hi", channel="C0ALLOWED01")))
+    assert (await rig.slack.wait_for_posts(1))[0].channel == "C0ALLOWED01"
 
 
 class AlertWebhook:

@@ -20,24 +20,24 @@ import pytest
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agent.core.errors import ConfigError
+from agent import ConfigError
 from gateway.inbound.socket_mode import start_socket_mode
 from tests.fakes.openai_api import OpenAIServer
 from tests.fakes.slack_api import FakeSlack
-from tests.fakes.slack_events import DEFAULT_CHANNEL, app_mention_event, deliver, event_callback
+from tests.fakes.slack_events import (
+    DEFAULT_CHANNEL,
+    DEFAULT_USER,
+    app_mention_event,
+    deliver,
+    event_callback,
+)
 from tests.fakes.socket_mode import Ack, FakeSocketMode
 from tests.gateway.process import run_cli
 from tests.gateway.rig import APP_TOKEN, BOT_TOKEN, SECRET, Rig, gateway_env, socket_mode_env
 from tests.logged import errors_logged
 from tests.pg import create_database
 
-
-@pytest.fixture
-async def rig(database_dsn: str) -> AsyncIterator[Rig]:
-    async with Rig(database_dsn, socket_mode=True) as running:
-        running.slack.add_user("U0A1B2C3D4E", name="ada", display_name="Ada")
-        await running.sockets.wait_for_connections(1)
-        yield running
+pytestmark = pytest.mark.rig(modes=("socket",), users={DEFAULT_USER: "Ada"})
 
 
 def task_id(event: dict[str, Any]) -> str:

@@ -10,10 +10,7 @@ from __future__ import annotations
 from gateway.delivery.publisher import SlackPublisher
 from gateway.delivery.streams import StreamSettings
 from gateway.slack.client import slack_client
-from storage.admission import Admission, admit
-from storage.database import Database
-from storage.outbox import Outbox
-from storage.queue import PostgresTaskQueue
+from storage import Admission, Database, Outbox, PostgresTaskQueue, admit
 from tests.fakes.slack_api import FakeSlack
 from tests.gateway.rig import BOT_TOKEN
 
@@ -25,7 +22,6 @@ async def test_a_draft_tells_its_showing_once_its_stream_starts(fresh_dsn: str) 
     address = {"channel": "C0PACE", "thread_ts": "1700000000.000100", "user": "U1", "team": "T1"}
     task_id = f"T1:{address['channel']}:{address['thread_ts']}"
     async with FakeSlack(bot_token=BOT_TOKEN) as slack, Database(fresh_dsn) as db:
-        await db.migrate()
         assert await admit(db, Admission(None, task_id, task_id, address, "<@UBOT> pace"))
         task = await PostgresTaskQueue(db).claim()
         assert task is not None

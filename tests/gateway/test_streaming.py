@@ -9,7 +9,7 @@ chat.startStream/appendStream/stopStream as tests/fakes/slack_streams.py describ
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +33,7 @@ from tests.fakes.slack_events import (
     dm_message_event,
     event_callback,
 )
-from tests.gateway.rig import STREAMING, Rig
+from tests.gateway.rig import BOTH, STREAMING, Rig
 from tests.pg import wait_for_task
 
 ANSWER = (
@@ -41,13 +41,9 @@ ANSWER = (
 )
 
 
-@pytest.fixture(params=[False, True], ids=["http", "socket"])
-async def rig(fresh_dsn: str, request: pytest.FixtureRequest) -> AsyncIterator[Rig]:
-    overrides = {**STREAMING, "THREADGATE_SLACK_SETTLE_SECONDS": "0.2"}
-    async with Rig(fresh_dsn, overrides=overrides, socket_mode=request.param) as running:
-        if running.socket_mode:
-            await running.sockets.wait_for_connections(1)
-        yield running
+pytestmark = pytest.mark.rig(
+    overrides={**STREAMING, "THREADGATE_SLACK_SETTLE_SECONDS": "0.2"}, modes=BOTH
+)
 
 
 async def send(rig: Rig, event: dict[str, Any]) -> int:
@@ -112,37 +108,36 @@ class TwoPauses:
         return response
 
 
+# A whole second between calls: what comes after the first words arrives inside it.
+@pytest.mark.rig(overrides={**STREAMING, "THREADGATE_STREAM_INTERVAL_SECONDS": "1"})
 async def test_text_that_arrives_between_appends_is_sent_before_the_reply_ends(
-    fresh_dsn: str,
+    rig: Rig,
 ) -> None:
     """Text that comes while the draft waits out its append interval is rendered and sent
     at the next append, not kept for the end: the whole answer shows, over a start and an
     append, while the model has yet to say it is finished."""
     go_on, finish = asyncio.Event(), asyncio.Event()
     answer = reply_with_tool("final_reply", {"text": ANSWER})
-    # A whole second between calls: what comes after the first words arrives inside it.
-    overrides = {**STREAMING, "THREADGATE_STREAM_INTERVAL_SECONDS": "1"}
-    async with Rig(fresh_dsn, overrides=overrides) as rig:
-        rig.model.script(TwoPauses(answer, first=8, last=2, go_on=go_on, finish=finish))
-        event = app_mention_event(text="<@UBOT> explain")
-        await send(rig, event)
-        [live] = await rig.slack.wait_for_streams(1)
+    rig.model.script(TwoPauses(answer, first=8, last=2, go_on=go_on, finish=finish))
+    event = app_mention_event(text="<@UBOT> explain")
+    await send(rig, event)
+    [live] = await rig.slack.wait_for_streams(1)
 
-        def shown() -> str:
-            return rig.slack.stream(live.channel, live.ts).text.replace("\u200d", "")
+    def shown() -> str:
+        return rig.slack.stream(live.channel, live.ts).text.replace("\u200d", "")
 
-        await rig.slack.wait_until(lambda: shown() != "", 10, what="the first words")
-        assert shown() != ANSWER
-        go_on.set()
-        await rig.slack.wait_until(lambda: shown() == ANSWER, 10, what="the rest, appended")
-        held = rig.slack.stream(live.channel, live.ts)
-        assert held.state == "streaming"
-        assert len([c for c in held.chunks if c.get("type") == "markdown_text"]) == 2
-        finish.set()
-        [done] = await rig.slack.wait_for_streams(1, stopped=True)
-        assert done.ts == live.ts and rig.slack.posts == []
-        await wait_for_task(rig.db, f"{DEFAULT_TEAM}:{event['channel']}:{event['ts']}", "done")
-        assert await streams_counted(rig, "reply", "completed") == 1
+    await rig.slack.wait_until(lambda: shown() != "", 10, what="the first words")
+    assert shown() != ANSWER
+    go_on.set()
+    await rig.slack.wait_until(lambda: shown() == ANSWER, 10, what="the rest, appended")
+    held = rig.slack.stream(live.channel, live.ts)
+    assert held.state == "streaming"
+    assert len([c for c in held.chunks if c.get("type") == "markdown_text"]) == 2
+    finish.set()
+    [done] = await rig.slack.wait_for_streams(1, stopped=True)
+    assert done.ts == live.ts and rig.slack.posts == []
+    await wait_for_task(rig.db, f"{DEFAULT_TEAM}:{event['channel']}:{event['ts']}", "done")
+    assert await streams_counted(rig, "reply", "completed") == 1
 
 
 async def test_a_dm_streams_without_a_recipient(rig: Rig) -> None:

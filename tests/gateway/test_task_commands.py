@@ -5,18 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import aiohttp
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway.process.task_commands import one_line, parse_duration, printable, render_table
-from storage import TaskSummary
-from storage.database import Database
+from storage import Database, TaskSummary
 from tests.fakes.openai_api import (
     Held,
     OpenAIServer,
@@ -113,12 +110,6 @@ async def test_a_cancelled_running_task_posts_nothing_and_its_thread_goes_on(
 
 def refuse(seen: RecordedRequest) -> Reply:
     return error_reply(400, "This model does not exist", code="model_not_found")
-
-
-@pytest.fixture
-async def rig(fresh_dsn: str) -> AsyncIterator[Rig]:
-    async with Rig(fresh_dsn) as running:
-        yield running
 
 
 async def mention(rig: Rig, text: str, ts: str) -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -11,6 +10,7 @@ from tests.fakes.openai_api import reply_with_tool
 from tests.fakes.slack_events import (
     DEFAULT_CHANNEL,
     DEFAULT_DM,
+    DEFAULT_USER,
     app_mention_event,
     bot_message_event,
     dm_message_event,
@@ -20,12 +20,7 @@ from tests.fakes.slack_events import (
 )
 from tests.gateway.rig import Rig
 
-
-@pytest.fixture
-async def rig(fresh_dsn: str) -> AsyncIterator[Rig]:
-    async with Rig(fresh_dsn) as running:
-        running.slack.add_user("U0A1B2C3D4E", name="ada", display_name="Ada")
-        yield running
+pytestmark = pytest.mark.rig(users={DEFAULT_USER: "Ada"})
 
 
 async def test_mention_gets_one_reply_in_its_thread(rig: Rig) -> None:

@@ -28,35 +28,17 @@ from gateway.slack.oauth import OPEN_INSTALLS
 from tests.fakes.openai_api import RecordedRequest, Reply
 from tests.fakes.slack_events import app_mention_event, event_callback
 from tests.gateway.process import run_cli_output
-from tests.gateway.rig import Rig, echo, gateway_env, oauth_env
+from tests.gateway.rig import BOTH, Rig, echo, gateway_env, oauth_env
 from tests.pg import wait_for_task
 
 TEAMS = {"T2": "C2ALPHA", "T3": "C3BRAVO"}
 
 
-@pytest.fixture(params=["http", "socket"])
-async def rig(fresh_dsn: str, request: pytest.FixtureRequest) -> AsyncIterator[Rig]:
-    socket_mode = request.param == "socket"
-    async with Rig(fresh_dsn, oauth=True, socket_mode=socket_mode) as running:
-        assert running.slack.oauth is not None
-        for team, channel in TEAMS.items():
-            running.slack.oauth.place(channel, team)
-        if socket_mode:
-            await running.sockets.wait_for_connections(1)
-        yield running
-
+pytestmark = pytest.mark.rig(oauth=True, workspaces=TEAMS, modes=BOTH)
 
 # The HTTP-only tests run with the bot tokens sealed in the database.
 SEALED = {"THREADGATE_TOKEN_KEY": Fernet.generate_key().decode()}
-
-
-@pytest.fixture
-async def http_rig(fresh_dsn: str) -> AsyncIterator[Rig]:
-    async with Rig(fresh_dsn, oauth=True, overrides=SEALED) as running:
-        assert running.slack.oauth is not None
-        for team, channel in TEAMS.items():
-            running.slack.oauth.place(channel, team)
-        yield running
+http_only = pytest.mark.rig(oauth=True, workspaces=TEAMS, overrides=SEALED)
 
 
 @asynccontextmanager
@@ -110,13 +92,13 @@ class Held:
         return await echo(seen).send(request, seen)
 
 
+@http_only
 async def test_an_uninstalled_workspace_gets_nothing_and_the_other_is_still_answered(
-    http_rig: Rig,
+    rig: Rig,
 ) -> None:
     """app_uninstalled while a task's model answer is held: its installation is deleted,
     the task cancelled (actor slack:app_uninstalled) and nothing posted there; the other
     workspace is answered as before."""
-    rig = http_rig
     assert rig.slack.oauth is not None
     for team in TEAMS:
         await rig.install(team)
@@ -279,10 +261,10 @@ async def test_the_budget_of_every_workspace_together_stops_the_next_workspace(
         assert len(rig.model.requests) == 1
 
 
-async def test_a_replayed_state_is_refused(http_rig: Rig) -> None:
+@http_only
+async def test_a_replayed_state_is_refused(rig: Rig) -> None:
     """The redirect's `state` works once: sent again (with a fresh code), it is refused and
     nothing more is installed."""
-    rig = http_rig
     assert rig.slack.oauth is not None
     state = await rig.begin_install()
     status, _ = await rig.finish_install(rig.slack.oauth.grant("T2"), state)
@@ -292,10 +274,10 @@ async def test_a_replayed_state_is_refused(http_rig: Rig) -> None:
     assert await rig.count("slack_installations") == 1
 
 
-async def test_a_code_exchange_slack_failed_on_ends_on_the_failure_page(http_rig: Rig) -> None:
+@http_only
+async def test_a_code_exchange_slack_failed_on_ends_on_the_failure_page(rig: Rig) -> None:
     """oauth.v2.access answered 503 shows the installer bolt's failure page, as a refused
     code does (not a server error), and installs nothing."""
-    rig = http_rig
     assert rig.slack.oauth is not None
     state = await rig.begin_install()
     rig.slack.fail("oauth.v2.access", status=503)
@@ -305,9 +287,9 @@ async def test_a_code_exchange_slack_failed_on_ends_on_the_failure_page(http_rig
     assert await rig.count("slack_installations") == 0
 
 
-async def test_an_expired_state_is_refused(http_rig: Rig) -> None:
+@http_only
+async def test_an_expired_state_is_refused(rig: Rig) -> None:
     """A `state` past its expiry is refused, even on its first use."""
-    rig = http_rig
     assert rig.slack.oauth is not None
     state = await rig.begin_install()
     await rig.db.pool.execute(
@@ -318,19 +300,19 @@ async def test_an_expired_state_is_refused(http_rig: Rig) -> None:
     assert await rig.count("slack_installations") == 0
 
 
-async def test_an_event_from_a_workspace_without_the_app_is_not_admitted(http_rig: Rig) -> None:
+@http_only
+async def test_an_event_from_a_workspace_without_the_app_is_not_admitted(rig: Rig) -> None:
     """A mention from a workspace with no installation queues nothing (and the gateway
     does not fall back on any other workspace's token)."""
-    rig = http_rig
     await rig.install("T3")
     await send(rig, mention("T2", "who are you?")[1])
     assert await rig.count("tasks") == 0
 
 
-async def test_an_org_wide_install_answers_every_workspace_of_its_enterprise(http_rig: Rig) -> None:
+@http_only
+async def test_an_org_wide_install_answers_every_workspace_of_its_enterprise(rig: Rig) -> None:
     """Enterprise Grid: installed once for the org, a mention from any of its workspaces
     (the event's enterprise_id and is_enterprise_install) is answered with the org's token."""
-    rig = http_rig
     assert rig.slack.oauth is not None
     state = await rig.begin_install()
     status, body = await rig.finish_install(
@@ -353,12 +335,10 @@ async def test_an_org_wide_install_answers_every_workspace_of_its_enterprise(htt
     assert json.loads(address)["enterprise"] == "E1"
 
 
-async def test_doctor_lists_installations_and_tries_each_token(
-    http_rig: Rig, tmp_path: Path
-) -> None:
+@http_only
+async def test_doctor_lists_installations_and_tries_each_token(rig: Rig, tmp_path: Path) -> None:
     """`doctor` in OAuth mode names every installed workspace (never a token) and runs
     auth.test with each one's token: a revoked one is a FAIL naming its workspace."""
-    rig = http_rig
     assert rig.slack.oauth is not None
     tokens = [await rig.install(team, f"Team {team}") for team in TEAMS]
     rig.slack.oauth.uninstall("T3")
@@ -389,10 +369,9 @@ async def test_a_refused_token_alarms_naming_its_workspace(fresh_dsn: str) -> No
     app.router.add_post("/hook", hook)
     async with serving(app) as url:
         overrides = {"THREADGATE_ALERT_WEBHOOK_URL": url}
-        async with Rig(fresh_dsn, oauth=True, overrides=overrides) as rig:
+        async with Rig(fresh_dsn, oauth=True, workspaces=TEAMS, overrides=overrides) as rig:
             assert rig.slack.oauth is not None
-            for team, channel in TEAMS.items():
-                rig.slack.oauth.place(channel, team)
+            for team in TEAMS:
                 await rig.install(team, f"Team {team}")
             rig.slack.oauth.uninstall("T2")
             await send(rig, mention("T2", "anyone?")[1])

@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from storage.database import Database
+from storage import Database
 from tests.pg import create_database
 
 
@@ -15,5 +15,4 @@ async def fresh_db(postgres_dsn: str, request: pytest.FixtureRequest) -> AsyncIt
     """A database of its own per test, migrated: tests that look at every row of a table."""
     dsn = await create_database(postgres_dsn, request.node.name)
     async with Database(dsn) as database:
-        await database.migrate()
         yield database

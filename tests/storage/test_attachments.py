@@ -5,9 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from agent import MAX_IMAGES_PER_REQUEST, Image, Task
-from storage.admission import Admission, EarlierMessage, admit
-from storage.database import Database
-from storage.history import PostgresHistory
+from storage import Admission, Database, EarlierMessage, PostgresHistory, admit
 
 
 def picture(n: int) -> Image:

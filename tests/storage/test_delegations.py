@@ -5,13 +5,15 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
-from agent.core.delegation import Delegation, SubtaskRequest
-from agent.core.ports import Task
-from storage.admission import Admission, admit
-from storage.database import Database
-from storage.delegations import PostgresDelegations
-from storage.history import PostgresHistory
-from storage.queue import PostgresTaskQueue
+from agent import Delegation, SubtaskRequest, Task
+from storage import (
+    Admission,
+    Database,
+    PostgresDelegations,
+    PostgresHistory,
+    PostgresTaskQueue,
+    admit,
+)
 
 
 def delegation(ack: str = "On it", count: int = 2) -> Delegation:

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from agent.core.ports import StoredMessage, Task
-from storage.admission import Admission, admit
-from storage.database import Database
-from storage.history import PostgresHistory
+from agent import StoredMessage, Task
+from storage import Admission, Database, PostgresHistory, admit
 
 
 async def new_task(db: Database, thread: str, ts: str, text: str) -> Task:

@@ -7,24 +7,26 @@ import asyncio
 
 import pytest
 
-from agent.core.delegation import Delegation, SubtaskRequest
-from agent.core.ports import StoredMessage, Task, ToolCallRecord
+from agent import Delegation, StoredMessage, SubtaskRequest, Task, ToolCallRecord
 from storage import (
+    Admission,
+    Database,
     InterventionRefused,
+    Outbox,
+    PostgresDelegations,
+    PostgresHistory,
+    PostgresTaskQueue,
+    PostgresToolCalls,
+    Superseded,
     TaskFilter,
     UnknownTask,
+    admit,
     cancel_task,
     inspect_task,
     list_tasks,
     retry_task,
 )
-from storage.admission import Admission, admit
-from storage.database import Database
-from storage.delegations import PostgresDelegations
-from storage.history import PostgresHistory
-from storage.outbox import Outbox, Superseded
-from storage.queue import PostgresTaskQueue, task_from_row
-from storage.tool_calls import PostgresToolCalls
+from storage.queue import task_from_row
 
 OPERATOR = "operator via threadgate tasks (test)"
 

@@ -11,12 +11,9 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
-from agent.core.delegation import Delegation, SubtaskRequest
-from storage.admission import Admission, admit
-from storage.database import LEASE_LOCK_SPACE, Database
-from storage.delegations import PostgresDelegations
-from storage.migrations import migrate
-from storage.queue import PostgresTaskQueue
+from agent import Delegation, SubtaskRequest
+from storage import Admission, Database, PostgresDelegations, PostgresTaskQueue, admit
+from storage.database import LEASE_LOCK_SPACE
 from tests.pg import create_database
 
 ADDRESS = {"channel": "C1", "thread_ts": "1.0"}
@@ -42,7 +39,6 @@ async def two_roles(
         )
         if not allowed:
             pytest.skip("the test server's user may not create roles")
-        await migrate(admin)
         roles = [f"tg_replica_{os.getpid()}_{n}" for n in range(2)]
         for role in roles:
             await admin.execute(f'DROP ROLE IF EXISTS "{role}"')
@@ -119,7 +115,6 @@ async def test_a_lease_is_lost_with_the_signal_connection_that_took_it(
     task is claimable at once, here by the same process under its new owner."""
     dsn = await create_database(postgres_dsn, "lease_lost_with_signals")
     async with Database(dsn) as db:
-        await db.migrate()
         task_id = "T1:C1:3.0"
         assert await admit(db, Admission(None, task_id, task_id, ADDRESS, "question"))
         queue = PostgresTaskQueue(db)

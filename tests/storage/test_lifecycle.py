@@ -5,8 +5,16 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from storage import TOMBSTONE, Admission, Database, admit, delete_turn, revise_turn, stored_turn
-from storage.queue import PostgresTaskQueue
+from storage import (
+    TOMBSTONE,
+    Admission,
+    Database,
+    PostgresTaskQueue,
+    admit,
+    delete_turn,
+    revise_turn,
+    stored_turn,
+)
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -8,8 +8,14 @@ import asyncio
 import pytest
 
 from agent import AnswerOrigin, PromptEpoch, Route, Task, prompt_epoch
-from storage import PostgresHistory, PostgresMemory, UnknownSession, inspect_task, reset_session
-from storage.database import Database
+from storage import (
+    Database,
+    PostgresHistory,
+    PostgresMemory,
+    UnknownSession,
+    inspect_task,
+    reset_session,
+)
 from tests.storage.test_history import new_task, reply
 
 OLD = prompt_epoch("You are the old prompt.")

@@ -12,7 +12,7 @@ from tests.pg import create_database
 
 async def test_two_starters_at_once_apply_each_migration_once(postgres_dsn: str) -> None:
     """Two concurrent migrators leave every migration applied exactly once."""
-    dsn = await create_database(postgres_dsn, "concurrent_migrate")
+    dsn = await create_database(postgres_dsn, "concurrent_migrate", empty=True)
     first, second = await asyncpg.connect(dsn), await asyncpg.connect(dsn)
     try:
         results = await asyncio.gather(migrate(first), migrate(second))
@@ -26,7 +26,7 @@ async def test_two_starters_at_once_apply_each_migration_once(postgres_dsn: str)
 
 async def test_migrating_again_applies_nothing(postgres_dsn: str) -> None:
     """A second run finds nothing to do."""
-    dsn = await create_database(postgres_dsn, "migrate_twice")
+    dsn = await create_database(postgres_dsn, "migrate_twice", empty=True)
     conn = await asyncpg.connect(dsn)
     try:
         assert await migrate(conn)

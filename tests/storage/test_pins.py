@@ -3,8 +3,7 @@ cap), a retained message is kept only while pinned, and the window stays bounded
 
 from __future__ import annotations
 
-from storage import PinnedMessage, PostgresHistory, clear_pin, flag_pin, retain_pin
-from storage.database import Database
+from storage import Database, PinnedMessage, PostgresHistory, clear_pin, flag_pin, retain_pin
 from tests.storage.test_history import new_task, seed_long_session
 
 

@@ -9,7 +9,8 @@ from collections.abc import AsyncIterator, Callable
 import asyncpg
 import pytest
 
-from storage.pool import ConnectionPool, PoolClosed
+from storage import ConnectionPool
+from storage.pool import PoolClosed
 from tests.pg import with_database
 
 PID = "SELECT pg_backend_pid()"

@@ -7,13 +7,17 @@ import dataclasses
 
 import asyncpg
 
-from agent.core.ids import reply_id, user_message_id
-from agent.core.ports import StoredMessage, Task
-from storage.admission import Admission, admit
-from storage.database import TASKS_CHANNEL, Database, finished_by
-from storage.delegations import PostgresDelegations
-from storage.history import PostgresHistory
-from storage.queue import RECOVERY_SECONDS, PostgresTaskQueue
+from agent import StoredMessage, Task, reply_id, user_message_id
+from storage import (
+    Admission,
+    Database,
+    PostgresDelegations,
+    PostgresHistory,
+    PostgresTaskQueue,
+    admit,
+)
+from storage.database import TASKS_CHANNEL, finished_by
+from storage.queue import RECOVERY_SECONDS
 
 
 async def enqueue(db: Database, thread: str, ts: str) -> str:

@@ -4,8 +4,7 @@ is shown first and the window goes on after what it covers; summaries roll forwa
 from __future__ import annotations
 
 from agent import Summary
-from storage import PostgresHistory, PostgresSummaries
-from storage.database import Database
+from storage import Database, PostgresHistory, PostgresSummaries
 from tests.storage.test_history import new_task, reply
 
 

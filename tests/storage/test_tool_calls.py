@@ -7,8 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agent import Task, ToolCallRecord
-from storage import PostgresToolCalls, tool_calls_of
-from storage.database import Database
+from storage import Database, PostgresToolCalls, tool_calls_of
 from storage.tool_calls import STORED_CHARS, stored
 from tests.storage.test_history import new_task
 
