@@ -190,7 +190,10 @@ def build_runner(
     tools, subtask_types = registries or default_registries()
     ladder = AttemptLadder(
         models,
-        policy=RetryPolicy(attempts_per_slot=settings.threadgate_model_attempts),
+        policy=RetryPolicy(
+            attempts_per_slot=settings.threadgate_model_attempts,
+            base_delay=settings.threadgate_model_retry_seconds,
+        ),
         on_attempt=metrics.on_attempt if metrics else None,
     )
     respond = ModelResponder(
@@ -241,6 +244,7 @@ def build_runner(
             subtask_timeout_seconds=settings.threadgate_subtask_timeout_seconds,
             max_deferrals=settings.threadgate_max_deferrals,
             max_deferral_seconds=settings.threadgate_max_deferral_seconds,
+            still_trying_seconds=settings.threadgate_models_down_notice_seconds,
             task_timeout_seconds=settings.threadgate_task_timeout_seconds,
             notices=FailureNotices(override=settings.threadgate_failure_notice),
         ),
