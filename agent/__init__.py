@@ -11,6 +11,19 @@ This module is the package's public surface: what `gateway/`, `storage/` and plu
 authors use. Everything not re-exported here is an implementation detail and may change.
 """
 
+from agent.core.approval import (
+    DEFAULT_APPROVAL_TIMEOUT_SECONDS,
+    ApprovalDecision,
+    ApprovalDesk,
+    ApprovalRequest,
+    ApprovalStore,
+    CallRun,
+    CallRunState,
+    GatedCall,
+    Paused,
+    PausedRound,
+    Verdict,
+)
 from agent.core.citations import Citation
 from agent.core.delegation import (
     Delegation,
@@ -123,6 +136,7 @@ from agent.rounds.control import ControlTool, Decision, Delegate, FinalReply, Re
 from agent.rounds.loop import run_round
 from agent.rounds.mcp_config import McpConfig, McpServerConfig, load_mcp_config, parse_mcp_config
 from agent.rounds.mcp_tools import Backoff, Connecting, McpClients, McpServerState, McpTool
+from agent.rounds.pause import PauseStateError, RoundSoFar
 from agent.rounds.plugins import default_registries, load_subtask_types, load_tools
 from agent.rounds.prompt import PROMPT_VERSION, prompt_epoch, system_prompt
 from agent.rounds.references import ReferenceCatalog
@@ -139,6 +153,7 @@ from agent.rounds.tools import (
 )
 
 __all__ = [
+    "DEFAULT_APPROVAL_TIMEOUT_SECONDS",
     "DEFAULT_GATEWAY_HEADER",
     "DEFAULT_MAX_OUTPUT_TOKENS",
     "DEFAULT_MODEL_TIMEOUT",
@@ -156,10 +171,16 @@ __all__ = [
     "AlertSink",
     "AnswerOrigin",
     "Answered",
+    "ApprovalDecision",
+    "ApprovalDesk",
+    "ApprovalRequest",
+    "ApprovalStore",
     "AssistantMessage",
     "AttemptLadder",
     "Attempts",
     "Backoff",
+    "CallRun",
+    "CallRunState",
     "CircuitBreaker",
     "Citation",
     "Compaction",
@@ -180,6 +201,7 @@ __all__ = [
     "FailureNotices",
     "FinalReply",
     "FunctionModel",
+    "GatedCall",
     "History",
     "Image",
     "LiveView",
@@ -200,6 +222,9 @@ __all__ = [
     "NamedTool",
     "NonTransientModelError",
     "Overflow",
+    "PauseStateError",
+    "Paused",
+    "PausedRound",
     "ProbeResult",
     "PromptEpoch",
     "ProviderSettings",
@@ -214,6 +239,7 @@ __all__ = [
     "RoundInput",
     "RoundRecord",
     "RoundSettings",
+    "RoundSoFar",
     "RoundState",
     "Route",
     "RunnerObserver",
@@ -256,6 +282,7 @@ __all__ = [
     "UsageMeter",
     "UserMessage",
     "Vendor",
+    "Verdict",
     "Watch",
     "Window",
     "WorkTool",

@@ -10,6 +10,7 @@ by formatting the string themselves.
     task:{id}:ack:{n}     the acknowledgment of delegating round n
     task:{id}:reply       the final reply
     task:{id}:failure     the notice that the task could not be answered
+    task:{id}:approval:{p}:{i}  the i-th tool call of the task's p-th pause, asking a person
 """
 
 from __future__ import annotations
@@ -34,3 +35,8 @@ def ack_id(task_id: str, round_number: int) -> str:
 def ack_prefix(task_id: str) -> str:
     """What every acknowledgment id of the task starts with."""
     return f"task:{task_id}:ack:"
+
+
+def approval_id(task_id: str, pause: int, index: int) -> str:
+    """The `index`-th approval request of the task's `pause`-th pause (and its post)."""
+    return f"task:{task_id}:approval:{pause}:{index}"
