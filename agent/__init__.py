@@ -54,7 +54,7 @@ from agent.core.errors import (
     TaskTimedOut,
     TransientModelError,
 )
-from agent.core.ids import reply_id, user_message_id
+from agent.core.ids import approval_id, reply_id, user_message_id
 from agent.core.images import MAX_IMAGES_PER_REQUEST, Image
 from agent.core.log_context import bind_log_fields, log_fields
 from agent.core.ports import (
@@ -286,6 +286,7 @@ __all__ = [
     "Watch",
     "Window",
     "WorkTool",
+    "approval_id",
     "bind_log_fields",
     "default_registries",
     "load_mcp_config",

@@ -107,7 +107,7 @@ class PausedRound:
     decisions: Mapping[str, ApprovalDecision] = field(default_factory=dict)
     # Seconds the task has waited for people in all its pauses (its time limit leaves
     # them out: a person deciding tomorrow must not have used up the task's time).
-    waited_seconds: float = 0.0
+    waited_seconds: float = field(default=0.0, compare=False)
 
     @property
     def undecided(self) -> tuple[ApprovalRequest, ...]:
