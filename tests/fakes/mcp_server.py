@@ -8,7 +8,9 @@ or over Streamable HTTP on loopback, at `http://127.0.0.1:PORT/mcp`::
 
     python -m tests.fakes.mcp_server --http PORT
 
-Tools: `echo` (returns its text), `slow` (sleeps `seconds`, then answers), `huge` (returns
+Tools: `echo` (returns its text), `record` (appends its text as a line to the file
+`FAKE_MCP_CALLS` names and says how many lines it holds: a test counts how often a tool
+really ran), `slow` (sleeps `seconds`, then answers), `huge` (returns
 `megabytes` MB of text), `fails` (raises: an `isError` result), `token_is_set` (whether
 the server received the token the test configured — never the token itself) and `hidden`
 (a tool tests leave out of the allowlist).
@@ -43,6 +45,14 @@ server = MCPServer("threadgate-fake", log_level="WARNING")
 @server.tool(description="Return the text unchanged.")
 def echo(text: str) -> str:
     return f"echo: {text}"
+
+
+@server.tool(description="Record that this ran (a line in the calls file), then say how often.")
+def record(text: str) -> str:
+    calls = Path(os.environ["FAKE_MCP_CALLS"])
+    with calls.open("a", encoding="utf-8") as out:
+        out.write(text.replace("\n", " ") + "\n")
+    return f"recorded {text}: {len(calls.read_text(encoding='utf-8').splitlines())} call(s)"
 
 
 @server.tool(description="Sleep for `seconds`, then say so.")

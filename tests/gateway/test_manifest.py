@@ -236,8 +236,9 @@ def test_manifest_declares_scopes_events_and_mode(continue_threads: bool) -> Non
         assert manifest["features"]["app_home"]["messages_tab_enabled"] is True
     assert socket["settings"]["socket_mode_enabled"] is True
     assert "request_url" not in socket["settings"]["interactivity"]
-    assert http["settings"]["interactivity"]["request_url"] == (
-        http["settings"]["event_subscriptions"]["request_url"]
+    assert (
+        http["settings"]["interactivity"]["request_url"]
+        == (http["settings"]["event_subscriptions"]["request_url"])
     )
     assert "request_url" not in socket["settings"]["event_subscriptions"]
     assert http["settings"]["socket_mode_enabled"] is False
