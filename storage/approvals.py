@@ -141,10 +141,11 @@ class PostgresApprovals:
 
     @translate_errors("The approval store could not be reached")
     async def paused(self, task: Task) -> PausedRound | None:
+        # Most tasks never pause: one read says so, before any transaction.
+        row = await self._db.pool.fetchrow(_LATEST, task.id)
+        if row is None:
+            return None
         async with self._db.pool.acquire() as conn, conn.transaction():
-            row = await conn.fetchrow(_LATEST, task.id)
-            if row is None:
-                return None
             await conn.execute(_TIME_OUT, task.id, row["number"])
             rows = await conn.fetch(_REQUESTS, task.id, row["number"])
             waited = await conn.fetchval(_WAITED, task.id)

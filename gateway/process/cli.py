@@ -20,8 +20,8 @@ from gateway.process.config import ROLES, Settings, load_settings
 from gateway.process.console import run_console
 from gateway.process.doctor import Limits, diagnose, report
 from gateway.process.event_loop import loop_factory
-from gateway.process.service import database_dsn, serve_forever
 from gateway.process.feedback_report import add_feedback_parser
+from gateway.process.service import database_dsn, serve_forever
 from gateway.process.task_commands import add_sessions_parser, add_tasks_parser
 from gateway.slack.manifest import events_url, render_manifest
 from gateway.telemetry.logs import configure_logging

@@ -9,8 +9,8 @@ or over Streamable HTTP on loopback, at `http://127.0.0.1:PORT/mcp`::
     python -m tests.fakes.mcp_server --http PORT
 
 Tools: `echo` (returns its text), `record` (appends its text as a line to the file
-`FAKE_MCP_CALLS` names and says how many lines it holds: a test counts how often a tool
-really ran), `slow` (sleeps `seconds`, then answers), `huge` (returns
+`FAKE_MCP_CALLS` names, waits `seconds` (0 by default) and says how many lines the file
+holds: a test counts how often a tool really ran, and can kill a gateway during a call), `slow` (sleeps `seconds`, then answers), `huge` (returns
 `megabytes` MB of text), `fails` (raises: an `isError` result), `token_is_set` (whether
 the server received the token the test configured — never the token itself) and `hidden`
 (a tool tests leave out of the allowlist).
@@ -47,11 +47,14 @@ def echo(text: str) -> str:
     return f"echo: {text}"
 
 
-@server.tool(description="Record that this ran (a line in the calls file), then say how often.")
-def record(text: str) -> str:
+@server.tool(
+    description="Record that this ran (a line in the calls file), wait `seconds`, say how often."
+)
+async def record(text: str, seconds: float = 0) -> str:
     calls = Path(os.environ["FAKE_MCP_CALLS"])
     with calls.open("a", encoding="utf-8") as out:
         out.write(text.replace("\n", " ") + "\n")
+    await asyncio.sleep(seconds)  # a tool still acting when its gateway dies, on purpose
     return f"recorded {text}: {len(calls.read_text(encoding='utf-8').splitlines())} call(s)"
 
 

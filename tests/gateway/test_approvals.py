@@ -121,7 +121,7 @@ async def task_state(db: Database) -> str:
 async def waiting(db: Database) -> None:
     """Until the task waits (the request is posted before the task is released)."""
     async with asyncio.timeout(WAIT_SECONDS):
-        while await task_state(db) != "waiting":
+        while await task_state(db) != "waiting":  # noqa: ASYNC110 - another process's row, polled
             await asyncio.sleep(0.02)  # polling a condition, under the deadline above
 
 
@@ -264,4 +264,51 @@ async def test_a_waiting_request_survives_a_restart(postgres_dsn: str, tmp_path:
                 assert f"approved by {DEFAULT_USER}" in out and "fake__record" in out
             finally:
                 await second.stop()
+        assert len(slack.posts) == 2
+
+
+def record_slowly_then_answer(seen: RecordedRequest) -> Reply:
+    """As `record_then_answer`, with a call that takes a minute: its gateway dies in it."""
+    results = [m["content"] for m in seen.body["messages"] if m.get("role") == "tool"]
+    if not results:
+        arguments = {"text": "deploy", "seconds": 60}
+        return reply_with_tool("fake__record", arguments, call_id="call_rec")
+    return reply_with_tool("final_reply", {"text": f"the tool: {results[-1]}"})
+
+
+async def test_a_call_cut_off_by_a_crash_is_not_run_again(
+    postgres_dsn: str, tmp_path: Path
+) -> None:
+    """Approved, started, and its gateway killed mid-call: the next gateway does not run
+    it a second time; the model is told the outcome is unknown, and the thread gets one
+    reply."""
+    from tests.pg import create_database
+
+    dsn = await create_database(postgres_dsn, "approval_crash_mid_call")
+    async with FakeSlack(bot_token=BOT_TOKEN) as slack, OpenAIServer() as model:
+        model.default = record_slowly_then_answer
+        env = {**gateway_env(slack, model, dsn), **settings(tmp_path)}
+        first = GatewayProcess(env, tmp_path)
+        await first.start()
+        import aiohttp
+
+        async with aiohttp.ClientSession() as http:
+            event = app_mention_event(text="<@UBOT> deploy it")
+            assert (await deliver(http, first.events_url, event_callback(event), SECRET))[0] == 200
+            request = await asked(slack)
+            payload = slack.click(DEFAULT_CHANNEL, request.ts, APPROVE, user=DEFAULT_USER)
+            assert (await deliver_interaction(http, first.events_url, payload, SECRET))[0] == 200
+            async with asyncio.timeout(WAIT_SECONDS):
+                while runs(tmp_path) != ["deploy"]:  # noqa: ASYNC110 - a child's file, polled
+                    await asyncio.sleep(0.05)
+            await first.kill()
+            second = GatewayProcess(env, tmp_path)
+            await second.start()
+            try:
+                await slack.wait_until(lambda: len(slack.posts) >= 2, what="the reply")
+            finally:
+                await second.stop()
+        assert runs(tmp_path) == ["deploy"]
+        told = [m for m in model.requests[-1].body["messages"] if m.get("role") == "tool"]
+        assert "outcome is unknown" in told[-1]["content"]
         assert len(slack.posts) == 2

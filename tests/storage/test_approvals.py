@@ -3,8 +3,6 @@ task, time-outs, and the one run of an approved call."""
 
 from __future__ import annotations
 
-import asyncio
-
 from agent import ApprovalRequest, PausedRound, Task, approval_id
 from storage import (
     Admission,
@@ -121,13 +119,14 @@ async def test_a_request_past_its_deadline_times_out_and_wakes_the_task(fresh_db
         PostgresTaskQueue(fresh_db),
         await running_task(fresh_db),
     )
-    stored = await store.pause(task, paused(task), timeout_seconds=0.05)
+    stored = await store.pause(task, paused(task), timeout_seconds=60)
     await store.await_decisions(task)
-    resumed = None
-    async with asyncio.timeout(10):
-        while resumed is None:
-            queue.recovery.again()
-            resumed = await queue.claim()
+    queue.recovery.again()
+    assert await queue.claim() is None  # not yet due
+    await fresh_db.pool.execute("UPDATE tool_approvals SET deadline = now() - interval '1s'")
+    queue.recovery.again()
+    resumed = await queue.claim()
+    assert resumed is not None and resumed.id == task.id
     again = await store.paused(resumed)
     assert again is not None
     assert again.decisions[stored.requests[0].id].verdict == "timed_out"
