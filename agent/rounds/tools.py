@@ -26,6 +26,11 @@ Built-ins: `current_time` (from the injected clock, so tests need no real time) 
 which renders each message in the same provenance tag as the conversation's turns).
 What a tool returns is framed as data by the round (`agent.rounds.framing`), not here.
 Plugins add tools by subclassing `WorkTool` (see `agent.rounds.plugins`).
+
+A tool whose calls must wait for a person (`requires_approval`: the MCP config's
+`requireApproval`) is offered only where someone can be asked (`ToolContext.approvals`: a
+task's own rounds on a runner that stores pauses), never to a sub-agent; the round pauses
+before such a call runs (agent/core/approval.py).
 """
 
 from __future__ import annotations

@@ -29,7 +29,8 @@ from gateway.slack.address import SlackAddress
 from gateway.slack.errors import SlackError, slack_deadline
 from gateway.slack.interactive import approval_buttons
 from gateway.slack.workspaces import SlackClients
-from gateway.text.rendering import SlackMessage, render_reply
+from gateway.text.markup import escape_entities
+from gateway.text.rendering import SlackMessage, neutralize_everywhere, render_reply
 from storage import Outbox, StorageError
 
 log = logging.getLogger(__name__)
@@ -88,7 +89,9 @@ def request_message(request: ApprovalRequest, asker: str | None) -> SlackMessage
     who = f"<@{asker}> or an approver" if asker else "An approver"
     decide = f"{who} can decide: the call runs only once it is approved."
     blocks = [*call.blocks, _section(decide), approval_buttons(request.id)]
-    return SlackMessage(f"Approval needed: {call.text}", tuple(blocks))
+    return SlackMessage(
+        f"Approval needed: the agent wants to call {_named(request)}", tuple(blocks)
+    )
 
 
 def decided_message(request: ApprovalRequest, decision: ApprovalDecision) -> SlackMessage:
@@ -96,7 +99,7 @@ def decided_message(request: ApprovalRequest, decision: ApprovalDecision) -> Sla
     call = _call(request)
     who = f"<@{decision.by}>" if decision.by else "nobody"
     outcome = _OUTCOMES[decision.verdict].format(who=who)
-    return SlackMessage(f"{outcome} {call.text}", (*call.blocks, _section(outcome)))
+    return SlackMessage(f"{outcome} ({_named(request)})", (*call.blocks, _section(outcome)))
 
 
 def _call(request: ApprovalRequest) -> SlackMessage:
@@ -108,6 +111,11 @@ def _call(request: ApprovalRequest) -> SlackMessage:
         f"{fence}json\n{arguments}\n{fence}"
     )
     return render_reply(text)[0]
+
+
+def _named(request: ApprovalRequest) -> str:
+    """The tool's name for a notification's plain text (escaped: it is mrkdwn)."""
+    return escape_entities(neutralize_everywhere(request.tool))
 
 
 def _pretty(arguments: str) -> str:

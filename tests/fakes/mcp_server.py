@@ -51,11 +51,17 @@ def echo(text: str) -> str:
     description="Record that this ran (a line in the calls file), wait `seconds`, say how often."
 )
 async def record(text: str, seconds: float = 0) -> str:
-    calls = Path(os.environ["FAKE_MCP_CALLS"])
+    count = _append_call(Path(os.environ["FAKE_MCP_CALLS"]), text)
+    await asyncio.sleep(seconds)  # a tool still acting when its gateway dies, on purpose
+    return f"recorded {text}: {count} call(s)"
+
+
+def _append_call(calls: Path, text: str) -> int:
+    """Append a line for this call; how many lines the file holds now (a small local file:
+    the fake's one request at a time may block for it)."""
     with calls.open("a", encoding="utf-8") as out:
         out.write(text.replace("\n", " ") + "\n")
-    await asyncio.sleep(seconds)  # a tool still acting when its gateway dies, on purpose
-    return f"recorded {text}: {len(calls.read_text(encoding='utf-8').splitlines())} call(s)"
+    return len(calls.read_text(encoding="utf-8").splitlines())
 
 
 @server.tool(description="Sleep for `seconds`, then say so.")

@@ -50,6 +50,7 @@ def test_a_request_cannot_ping_whatever_the_model_wrote(arguments: str, tool: st
         assert not _MENTION.search(markdown)
         ours = [b["text"]["text"] for b in message.blocks if b["type"] == "section"]
         assert all(_MENTION.findall(text) in ([], ["<@"]) for text in ours)
+    assert not _MENTION.search(request_message(request, "UASKER").text)
 
 
 def click_payload() -> dict[str, object]:
