@@ -11,6 +11,19 @@ This module is the package's public surface: what `gateway/`, `storage/` and plu
 authors use. Everything not re-exported here is an implementation detail and may change.
 """
 
+from agent.core.approval import (
+    DEFAULT_APPROVAL_TIMEOUT_SECONDS,
+    ApprovalDecision,
+    ApprovalDesk,
+    ApprovalRequest,
+    ApprovalStore,
+    CallRun,
+    CallRunState,
+    GatedCall,
+    Paused,
+    PausedRound,
+    Verdict,
+)
 from agent.core.citations import Citation
 from agent.core.delegation import (
     Delegation,
@@ -41,7 +54,7 @@ from agent.core.errors import (
     TaskTimedOut,
     TransientModelError,
 )
-from agent.core.ids import reply_id, user_message_id
+from agent.core.ids import approval_id, reply_id, user_message_id
 from agent.core.images import MAX_IMAGES_PER_REQUEST, Image
 from agent.core.log_context import bind_log_fields, log_fields
 from agent.core.ports import (
@@ -126,6 +139,7 @@ from agent.rounds.control import ControlTool, Decision, Delegate, FinalReply, Re
 from agent.rounds.loop import run_round
 from agent.rounds.mcp_config import McpConfig, McpServerConfig, load_mcp_config, parse_mcp_config
 from agent.rounds.mcp_tools import Backoff, Connecting, McpClients, McpServerState, McpTool
+from agent.rounds.pause import PauseStateError, RoundSoFar
 from agent.rounds.plugins import default_registries, load_subtask_types, load_tools
 from agent.rounds.prompt import PROMPT_VERSION, prompt_epoch, system_prompt
 from agent.rounds.references import ReferenceCatalog
@@ -142,6 +156,7 @@ from agent.rounds.tools import (
 )
 
 __all__ = [
+    "DEFAULT_APPROVAL_TIMEOUT_SECONDS",
     "DEFAULT_GATEWAY_HEADER",
     "DEFAULT_MAX_OUTPUT_TOKENS",
     "DEFAULT_MODEL_TIMEOUT",
@@ -162,10 +177,16 @@ __all__ = [
     "AlertTurn",
     "AnswerOrigin",
     "Answered",
+    "ApprovalDecision",
+    "ApprovalDesk",
+    "ApprovalRequest",
+    "ApprovalStore",
     "AssistantMessage",
     "AttemptLadder",
     "Attempts",
     "Backoff",
+    "CallRun",
+    "CallRunState",
     "CircuitBreaker",
     "Citation",
     "Compaction",
@@ -186,6 +207,7 @@ __all__ = [
     "FailureNotices",
     "FinalReply",
     "FunctionModel",
+    "GatedCall",
     "History",
     "Image",
     "LiveView",
@@ -206,6 +228,9 @@ __all__ = [
     "NamedTool",
     "NonTransientModelError",
     "Overflow",
+    "PauseStateError",
+    "Paused",
+    "PausedRound",
     "ProbeResult",
     "PromptEpoch",
     "ProviderSettings",
@@ -220,6 +245,7 @@ __all__ = [
     "RoundInput",
     "RoundRecord",
     "RoundSettings",
+    "RoundSoFar",
     "RoundState",
     "Route",
     "RunnerObserver",
@@ -262,9 +288,11 @@ __all__ = [
     "UsageMeter",
     "UserMessage",
     "Vendor",
+    "Verdict",
     "Watch",
     "Window",
     "WorkTool",
+    "approval_id",
     "bind_log_fields",
     "default_registries",
     "load_mcp_config",

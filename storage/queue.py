@@ -69,9 +69,12 @@ TASK_CANDIDATE = """
       AND CASE t.state
           WHEN 'running' THEN t.lease_expires < now()
                               OR t.lease_owner::oid NOT IN (SELECT live_lease_owners())
-          -- A waiting task whose subtasks all ended is runnable, even if the wake-up was lost.
+          -- A waiting task whose subtasks all ended is runnable, even if the wake-up was lost,
+          -- unless a person is still to decide on one of its tool calls (one whose time ran
+          -- out makes it runnable: its run decides it as timed out, storage/approvals.py).
           ELSE NOT EXISTS (SELECT 1 FROM subtasks s
                            WHERE s.task_id = t.id AND s.state IN ('queued', 'running'))
+               AND NOT waits_for_people(t.id)
           END
       AND t.seq = (SELECT min(o.seq) FROM tasks o
                    WHERE o.session_id = t.session_id AND o.state IN ('queued', 'running', 'waiting'))

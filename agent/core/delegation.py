@@ -23,9 +23,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
 
 from agent.core.ports import AnswerOrigin, PromptEpoch, StoredMessage, Task, TaskQueue
+
+if TYPE_CHECKING:
+    from agent.core.approval import PausedRound
 
 _TITLE_CHARS = 80
 # A subtask's time limit unless the gateway says otherwise (THREADGATE_SUBTASK_TIMEOUT_SECONDS).
@@ -118,7 +121,8 @@ class RoundInput:
     `window` is the conversation (this task's own acknowledgments excluded: they appear as
     the delegate calls in `rounds`); `number` == len(rounds); `final` rounds may not
     delegate. `prompt`: the system prompt the task's session is pinned to, when the
-    runner read it beside the window (None: the responder reads it).
+    runner read it beside the window (None: the responder reads it). `resume`: the pause
+    this round continues from, every request decided (agent/core/approval.py).
     """
 
     task: Task
@@ -127,6 +131,7 @@ class RoundInput:
     number: int = 0
     final: bool = False
     prompt: PromptEpoch | None = None
+    resume: PausedRound | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ by formatting the string themselves.
     task:{id}:reply       the final reply
     task:{id}:failure     the notice that the task could not be answered
     task:{id}:interim     the notice that every model is failing and the bot keeps trying
+    task:{id}:approval:{p}:{i}  the i-th tool call of the task's p-th pause, asking a person
 """
 
 from __future__ import annotations
@@ -39,3 +40,8 @@ def ack_id(task_id: str, round_number: int) -> str:
 def ack_prefix(task_id: str) -> str:
     """What every acknowledgment id of the task starts with."""
     return f"task:{task_id}:ack:"
+
+
+def approval_id(task_id: str, pause: int, index: int) -> str:
+    """The `index`-th approval request of the task's `pause`-th pause (and its post)."""
+    return f"task:{task_id}:approval:{pause}:{index}"

@@ -23,6 +23,11 @@ ends with `ModelBudgetExceeded`. The count is durable, so rounds on other replic
 parallel subtasks share it; those may overshoot the cap by the one request each makes
 before learning the count.
 
+With an `ApprovalStore`, tools that need a person's approval are offered in a task's own
+rounds; a round that called one ends `Paused`, and the round that resumes it first settles
+the paused step (agent/rounds/resume.py: approved calls run at most once, the others are
+told they were declined), then asks the model again (agent/core/approval.py).
+
 With a `Memory`, a round is asked under its session's pinned system prompt (the epoch of
 the session's first task, `agent.rounds.prompt`), and every decision carries its
 `AnswerOrigin`: that epoch and the route of the slot that answered (the ladder returns it
@@ -37,6 +42,7 @@ from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
+from agent.core.approval import ApprovalStore
 from agent.core.delegation import RoundInput, Subtask
 from agent.core.errors import (
     CredentialRejected,
@@ -71,8 +77,10 @@ from agent.models.ladder import Answered, Attempts
 from agent.rounds.citations import Citable
 from agent.rounds.control import Decision, round_controls
 from agent.rounds.loop import run_round
+from agent.rounds.pause import RoundSoFar
 from agent.rounds.prompt import prompt_epoch, system_prompt, transcript
 from agent.rounds.references import ReferenceCatalog
+from agent.rounds.resume import settle_step
 from agent.rounds.settings import DEFAULT_ROUND, RoundSettings
 from agent.rounds.subtask_types import SubtaskContext, SubtaskRegistry, SubtaskType
 from agent.rounds.tools import (
@@ -109,7 +117,9 @@ class ModelResponder:
         tool_observer: ToolObserver | None = None,
         memory: Memory | None = None,
         instructions: str = "",
+        approvals: ApprovalStore | None = None,
     ) -> None:
+        self._approvals = approvals
         self._memory = memory
         self._live = live
         self._observer = tool_observer
@@ -136,7 +146,9 @@ class ModelResponder:
             max_subtasks=self._settings.max_subtasks,
             citable=citable,
         )
-        toolbox = Toolbox(self._tools, self._tool_context(round_input.task), self._settings)
+        context = self._tool_context(round_input.task, approvals=self._approvals is not None)
+        toolbox = Toolbox(self._tools, context, self._settings)
+        so_far = await self._settled(round_input, toolbox)
         task = round_input.task
         draft = self._live.draft(task, task.reply_id) if self._live is not None else None
 
@@ -149,6 +161,7 @@ class ModelResponder:
                 toolbox=toolbox,
                 draft=draft,
                 citable=citable,
+                so_far=so_far,
             )
 
         answered = await self._metered(round_input.task).run(attempt)
@@ -202,8 +215,20 @@ class ModelResponder:
             )
         return kind
 
-    def _tool_context(self, task: Task, subtask_type: str | None = None) -> ToolContext:
-        return ToolContext(task, self._reader, self._clock, self._observer, subtask_type)
+    async def _settled(self, round_input: RoundInput, toolbox: Toolbox) -> RoundSoFar | None:
+        """A resumed round's paused step settled, once per run (not per model attempt:
+        the ladder may try the model again, the step's tools are not run again)."""
+        if round_input.resume is None:
+            return None
+        assert self._approvals is not None  # only a runner with a store pauses
+        return await settle_step(round_input.resume, toolbox, self._approvals)
+
+    def _tool_context(
+        self, task: Task, subtask_type: str | None = None, *, approvals: bool = False
+    ) -> ToolContext:
+        return ToolContext(
+            task, self._reader, self._clock, self._observer, subtask_type, approvals=approvals
+        )
 
     def _subtask_context(self, task: Task, kind: str) -> SubtaskContext:
         context = self._tool_context(task, kind)

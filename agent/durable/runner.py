@@ -7,7 +7,10 @@ round decided is stored before anything is published:
 - a final reply is stored under `task:{id}:reply`, then published, then the task is done;
 - a delegation is stored with its acknowledgment (`task:{id}:ack:{n}`) and its subtasks,
   then the acknowledgment is published and the task waits for its subtasks;
-- a re-run that finds either one stored goes on from there instead of asking the model.
+- a re-run that finds either one stored goes on from there instead of asking the model;
+- a round paused for a person's approval (agent/core/approval.py) is stored with its
+  requests, they are posted, and the task waits without a worker until people decided
+  (or the time ran out); its next run continues that round.
 
 How a task ends otherwise:
 - every model slot transiently down (`ModelsUnavailable`): queued again for later, tried
@@ -59,6 +62,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from agent.core.approval import (
+    DEFAULT_APPROVAL_TIMEOUT_SECONDS,
+    ApprovalDesk,
+    ApprovalRequest,
+    ApprovalStore,
+    Paused,
+    PausedRound,
+)
 from agent.core.delegation import (
     DEFAULT_SUBTASK_TIMEOUT_SECONDS,
     Delegation,
@@ -80,6 +91,7 @@ from agent.core.errors import (
     RoundFailed,
     TaskTimedOut,
 )
+from agent.core.ids import approval_id
 from agent.core.log_context import bind_log_fields
 from agent.core.ports import (
     AlertSink,
@@ -168,6 +180,7 @@ class RunnerSettings:
     still_trying_seconds: float = 30.0
     task_timeout_seconds: float = 900.0
     notices: FailureNotices = DEFAULT_NOTICES
+    approval_timeout_seconds: float = DEFAULT_APPROVAL_TIMEOUT_SECONDS
 
 
 DEFAULT_RUNNER = RunnerSettings()
@@ -189,7 +202,11 @@ class TaskRunner:
         live: LiveView | None = None,
         memory: Memory | None = None,
         compaction: Compaction | None = None,
+        approvals: ApprovalStore | None = None,
+        desk: ApprovalDesk | None = None,
     ) -> None:
+        self._approvals = approvals
+        self._desk = desk
         self._compaction = compaction
         self._memory = memory
         self._live = live
@@ -327,10 +344,16 @@ class TaskRunner:
         if state.pending is not None:
             return await self._wait_for(task, len(state.finished), state.pending)
         number = len(state.finished)
+        latest = await self._latest_pause(task)
+        resume = latest if latest is not None and latest.round == number else None
+        if resume is not None and resume.undecided:
+            return await self._wait_for_people(task, resume)
+        await self._show_decisions(task, resume)
         window, prompt = await self._window_and_prompt(task)
         # Before the first round only: a task compacts its thread at most once, and a
         # window the budget left nothing out of has nothing to compact.
-        compaction = self._compaction if number == 0 and not window.complete else None
+        first = number == 0 and resume is None
+        compaction = self._compaction if first and not window.complete else None
         if compaction is not None and await compaction(task, window):
             window = await self._window(task)
             prompt = None  # compaction re-pins the session's prompt: the round reads it anew
@@ -343,9 +366,13 @@ class TaskRunner:
                 number,
                 number >= self._settings.max_rounds - 1,
                 prompt,
+                resume,
             ),
+            waited=latest.waited_seconds if latest is not None else 0.0,
         )
         self._observer.round_decided(type(decision).__name__.lower())
+        if isinstance(decision, Paused):
+            return await self._pause(task, number, latest, decision)
         if isinstance(decision, Reply):
             draft = StoredMessage(
                 task.reply_id,
@@ -377,11 +404,14 @@ class TaskRunner:
         if self._memory is not None and origin is not None and ours:
             await self._memory.stamp(message_id, origin)
 
-    async def _within_time_limit(self, task: Task, round_input: RoundInput) -> Decision:
+    async def _within_time_limit(
+        self, task: Task, round_input: RoundInput, *, waited: float = 0.0
+    ) -> Decision:
         """Run the round in what is left of the task's time, counted from its arrival (so
-        rounds after long subtasks get less); a round cut short stores nothing."""
+        rounds after long subtasks get less) without the `waited` seconds people took to
+        decide on its tool calls; a round cut short stores nothing."""
         limit = self._settings.task_timeout_seconds
-        remaining = limit - self._age(task)
+        remaining = limit - self._age(task) + waited
         if remaining <= 0:
             raise TaskTimedOut(f"the task ran past its {limit:g} s limit before this round")
         try:
@@ -497,6 +527,49 @@ class TaskRunner:
                 )
             else:
                 await self._give_up(task, error, "error")
+
+    # Approvals (agent/core/approval.py)
+
+    async def _latest_pause(self, task: Task) -> PausedRound | None:
+        """The task's latest pause (only a lease stores one: a first attempt has none)."""
+        if self._approvals is None or task.attempts <= 1:
+            return None
+        return await self._approvals.paused(task)
+
+    async def _pause(
+        self, task: Task, number: int, latest: PausedRound | None, paused: Paused
+    ) -> None:
+        """Store the paused round with one request per call that needs a person, ask
+        them, and release the task until they decided."""
+        assert self._approvals is not None  # such tools are offered only with a store
+        n = latest.number + 1 if latest is not None else 0
+        requests = tuple(
+            ApprovalRequest(approval_id(task.id, n, i), call.call_id, call.tool, call.arguments)
+            for i, call in enumerate(paused.calls)
+        )
+        stored = await self._approvals.pause(
+            task,
+            PausedRound(n, number, paused.state, requests),
+            timeout_seconds=self._settings.approval_timeout_seconds,
+        )
+        await self._wait_for_people(task, stored)
+
+    async def _wait_for_people(self, task: Task, paused: PausedRound) -> None:
+        """Ask for every undecided request (the outbox posts each once: asking again
+        after a crash is free), then release the task until all are decided."""
+        assert self._approvals is not None
+        if self._desk is not None:
+            for request in paused.undecided:
+                await self._desk.ask(task, request)
+        await self._approvals.await_decisions(task)
+
+    async def _show_decisions(self, task: Task, paused: PausedRound | None) -> None:
+        """Show each decision where its request was asked (display only)."""
+        if paused is None or self._desk is None:
+            return
+        for request in paused.requests:
+            if (decision := paused.decisions.get(request.id)) is not None:
+                await self._desk.show(task, request, decision)
 
     # Subtasks
 

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agent.core.approval import Paused
 from agent.core.citations import Citation
 from agent.core.delegation import Delegation, SubtaskRequest
 from agent.core.errors import ControlCallError
@@ -53,7 +54,9 @@ class Reply:
     origin: AnswerOrigin | None = field(default=None, compare=False)
 
 
-Decision: TypeAlias = Reply | Delegation
+# A round ends with a reply, a delegation, or paused at a step whose calls need a person
+# (agent/core/approval.py; control tools never make that one, the loop does).
+Decision: TypeAlias = Reply | Delegation | Paused
 
 
 class ControlTool(Protocol):

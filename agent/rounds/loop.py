@@ -10,6 +10,10 @@ Each step the model answers with tool calls, and the step is one of:
   results are fed back — each framed as data, not instructions (`agent.rounds.framing`) —
   and the model is asked again. At most `max_steps` work steps run
   per round.
+- **a pause**: work tools were called, and some need a person's approval first
+  (`Toolbox.needs_approval`). Nothing of the step runs; the round ends `Paused`, with
+  everything it had (agent/rounds/pause.py) so that its next run goes on from this step
+  (`so_far`) once people decided (agent/core/approval.py).
 - **a repair**: prose without a tool call, a call to a tool that does not exist, a control
   call `select` or `parse` rejects, work asked for after the step budget is spent, or an
   answer the output limit cut off (`finish_reason` `length`: never run, never shown). The
@@ -35,10 +39,11 @@ attempt that fails — discards what was shown. Each model request is told the d
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeAlias, TypeVar
 
+from agent.core.approval import GatedCall, Paused
 from agent.core.errors import ControlCallError, RoundFailed
 from agent.core.ports import Draft
 from agent.models.contract import (
@@ -56,6 +61,7 @@ from agent.rounds.citations import Citable
 from agent.rounds.control import ControlTool, Decision, Reply
 from agent.rounds.framing import frame_output
 from agent.rounds.live_reply import ReplyTap
+from agent.rounds.pause import RoundSoFar, round_state
 from agent.rounds.settings import DEFAULT_ROUND, RoundSettings
 from agent.rounds.tools import Toolbox
 
@@ -103,17 +109,23 @@ async def run_round(
     toolbox: Toolbox | None = None,
     draft: Draft | None = None,
     citable: Citable | None = None,
+    so_far: RoundSoFar | None = None,
 ) -> Decision:
     """Run one round on `model` and return the decision of its control call; with a
     `draft`, the reply is shown while it is written. What the model is shown (the
     messages, then each work result) is noted in `citable`, which `final_reply` checks
-    its citations against."""
+    its citations against. `so_far`: the round continues after these messages of its
+    own (a paused round, its paused step settled: agent/rounds/resume.py)."""
     seen = citable if citable is not None else Citable()
     seen.note(messages)
+    start = so_far or RoundSoFar()
+    seen.note(start.tail)
     if draft is None:
-        return await _run_round(model, messages, controls, settings, toolbox, None, seen)
+        return await _run_round(model, messages, controls, settings, toolbox, None, seen, start)
     try:
-        decision = await _run_round(model, messages, controls, settings, toolbox, draft, seen)
+        decision = await _run_round(
+            model, messages, controls, settings, toolbox, draft, seen, start
+        )
     except BaseException:
         await draft.discard()
         raise
@@ -130,10 +142,11 @@ async def _run_round(
     toolbox: Toolbox | None,
     draft: Draft | None,
     citable: Citable,
+    start: RoundSoFar,
 ) -> Decision:
-    conversation = list(messages)
+    conversation = [*messages, *start.tail]
     tools = tuple(c.spec for c in controls) + (toolbox.specs if toolbox else ())
-    repairs = steps = 0
+    repairs, steps = start.repairs, start.steps
     # The draft says when it shows, and the model's stream slows then (Model.request).
     showing = draft.showing if draft is not None else None
     while True:
@@ -153,6 +166,13 @@ async def _run_round(
             await draft.discard()
         if isinstance(step, _Work):
             assert toolbox is not None  # work is only recognised when there is a toolbox
+            gated = [c for c in step.calls if toolbox.needs_approval(c.name)]
+            if gated:
+                tail = conversation[len(messages) :]
+                return Paused(
+                    round_state(tail, steps=steps, repairs=repairs),
+                    tuple(GatedCall(c.id, c.name, c.raw_arguments) for c in gated),
+                )
             results = await _run_work(toolbox, step.calls)
             citable.note(results)
             conversation.extend(results)
@@ -226,11 +246,21 @@ def _control_step(control: ControlTool, calls: Sequence[ToolCall]) -> Step:
         return _Repair(_feedback(calls, {chosen.id: str(exc)}))
 
 
-async def _run_work(toolbox: Toolbox, calls: tuple[ToolCall, ...]) -> list[ModelMessage]:
-    """Results of the step's work calls, each framed as data (`agent.rounds.framing`); its
-    control calls are deferred, not run."""
-    work = [call for call in calls if call.name in toolbox]
-    results = {r.call_id: _framed(r) for r in await toolbox.run(work)}
+async def _run_work(toolbox: Toolbox, calls: Sequence[ToolCall]) -> list[ModelMessage]:
+    return await run_work(toolbox, calls)
+
+
+async def run_work(
+    toolbox: Toolbox,
+    calls: Sequence[ToolCall],
+    settled: Mapping[str, ToolResultMessage] | None = None,
+) -> list[ModelMessage]:
+    """Results of a step's work calls, each framed as data (`agent.rounds.framing`); its
+    control calls are deferred, not run. A call in `settled` (by call id) is not run: its
+    result is given (a paused step's approval calls, agent/rounds/resume.py)."""
+    given = settled or {}
+    work = [call for call in calls if call.name in toolbox and call.id not in given]
+    results = {r.call_id: framed(r) for r in await toolbox.run(work)} | dict(given)
     return [
         results.get(call.id)
         or ToolResultMessage(
@@ -250,7 +280,7 @@ def _cut_off(
     return _Repair(_feedback(calls, dict.fromkeys((c.id for c in calls), note)))
 
 
-def _framed(result: ToolResultMessage) -> ToolResultMessage:
+def framed(result: ToolResultMessage) -> ToolResultMessage:
     """A work tool's result as the model reads it: inside a frame that says it is data.
     Failures are framed too: an exception's message may quote what the tool was reading."""
     return ToolResultMessage(

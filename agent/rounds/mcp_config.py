@@ -10,7 +10,8 @@ it has, plus a few keys of ours::
           "headers": {"Authorization": "Bearer ${GITHUB_TOKEN}"},
           "allowedTools": ["search_issues", "get_issue"],
           "timeoutSeconds": 20,
-          "maxOutputChars": 8000
+          "maxOutputChars": 8000,
+          "requireApproval": ["create_issue"]
         },
         "docs": {"command": "docs-mcp", "args": ["--root", "/srv/docs"], "env": {}}
       },
@@ -21,7 +22,10 @@ A server with `command` runs over stdio (`args`, `env`, `cwd`); one with `url` s
 Streamable HTTP (`headers`). `type` may say which (`stdio`, `http`, `streamable-http`).
 `allowedTools` lists the server's tools the model may call (absent: all of them);
 `timeoutSeconds` and `maxOutputChars` override the round's limits for its tools;
-`"disabled": true` skips it. `subtasks` names, per subtask type, the servers whose tools
+`"disabled": true` skips it. `requireApproval` makes calls wait for a person's approval
+before they run (agent/core/approval.py): `true` for every tool of the server, or a list of
+its tool names (each must be one `allowedTools` allows, when that is given); such tools are
+never given to a sub-agent. `subtasks` names, per subtask type, the servers whose tools
 that type's sub-agent gets; a type not named gets none (a task's own rounds get every
 server's allowed tools).
 
@@ -43,7 +47,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, model_validator
 
 from agent.core.errors import ConfigError
 
@@ -78,6 +82,7 @@ class McpServerConfig(_Strict):
         default=None, alias="maxOutputChars"
     )
     disabled: bool = False
+    require_approval: StrictBool | tuple[str, ...] = Field(default=False, alias="requireApproval")
     # The values `${VAR}` expanded to, and every header and env value: never shown.
     secrets: tuple[str, ...] = Field(default=(), exclude=True)
 
@@ -91,6 +96,12 @@ class McpServerConfig(_Strict):
             raise ValueError(f'type "{self.type}" needs a url')
         if self.url is not None and not self.url.startswith(("http://", "https://")):
             raise ValueError("url must start with http:// or https://")
+        if isinstance(self.require_approval, tuple) and self.allowed_tools is not None:
+            unknown = [t for t in self.require_approval if t not in self.allowed_tools]
+            if unknown:
+                raise ValueError(
+                    f"requireApproval names {', '.join(unknown)}, which allowedTools does not allow"
+                )
         return self
 
     @property
@@ -99,6 +110,12 @@ class McpServerConfig(_Strict):
 
     def allows(self, tool: str) -> bool:
         return self.allowed_tools is None or tool in self.allowed_tools
+
+    def needs_approval(self, tool: str) -> bool:
+        """Whether a call of the server's `tool` waits for a person before it runs."""
+        if isinstance(self.require_approval, bool):
+            return self.require_approval
+        return tool in self.require_approval
 
 
 class SubtaskServers(_Strict):

@@ -378,6 +378,7 @@ class McpTool(WorkTool[McpArguments]):
         self.description = ""
         self.timeout_seconds = connection.config.timeout_seconds
         self.output_chars = connection.config.max_output_chars
+        self.requires_approval = connection.config.needs_approval(tool)
         self._subtask_types = subtask_types
         self._schema: dict[str, Any] = {"type": "object", "properties": {}}
         self._validator: Any = None

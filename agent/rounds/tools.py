@@ -26,6 +26,11 @@ Built-ins: `current_time` (from the injected clock, so tests need no real time) 
 which renders each message in the same provenance tag as the conversation's turns).
 What a tool returns is framed as data by the round (`agent.rounds.framing`), not here.
 Plugins add tools by subclassing `WorkTool` (see `agent.rounds.plugins`).
+
+A tool whose calls must wait for a person (`requires_approval`: the MCP config's
+`requireApproval`) is offered only where someone can be asked (`ToolContext.approvals`: a
+task's own rounds on a runner that stores pauses), never to a sub-agent; the round pauses
+before such a call runs (agent/core/approval.py).
 """
 
 from __future__ import annotations
@@ -69,6 +74,9 @@ class ToolContext:
     # The subtask type the tools run for; None in a task's own rounds. Tools given to some
     # subtask types only (MCP servers, per the config file) decide with it in `available`.
     subtask_type: str | None = None
+    # Whether a person can be asked to approve a call here (a task's own rounds, on a
+    # runner that stores pauses: agent/core/approval.py).
+    approvals: bool = False
 
 
 class WorkTool(ABC, Generic[InputT]):
@@ -80,6 +88,8 @@ class WorkTool(ABC, Generic[InputT]):
     # None: the round's `tool_timeout_seconds` and `tool_output_chars` apply.
     timeout_seconds: float | None = None
     output_chars: int | None = None
+    # A call waits for a person's approval before it runs (agent/core/approval.py).
+    requires_approval: bool = False
 
     @property
     def spec(self) -> ToolSpec:
@@ -127,7 +137,7 @@ class Toolbox:
         self, registry: ToolRegistry, context: ToolContext, settings: RoundSettings = DEFAULT_ROUND
     ) -> None:
         self.context = context
-        self._tools = {t.name: t for t in registry if t.available(context)}
+        self._tools = {t.name: t for t in registry if _offered(t, context)}
         self._timeout = settings.tool_timeout_seconds
         self._max_chars = settings.tool_output_chars
 
@@ -141,6 +151,11 @@ class Toolbox:
 
     def __contains__(self, name: object) -> bool:
         return name in self._tools
+
+    def needs_approval(self, name: str) -> bool:
+        """Whether a call of `name` waits for a person before it runs."""
+        tool = self._tools.get(name)
+        return tool is not None and tool.requires_approval
 
     async def run(self, calls: Sequence[ToolCall]) -> list[ToolResultMessage]:
         """Run the calls concurrently; one result per call, in call order."""
@@ -188,6 +203,14 @@ class Toolbox:
             await observer.tool_call(self.context.task, record)
         except Exception:
             log.warning("the tool observer failed on %s (%s)", call.name, state, exc_info=True)
+
+
+def _offered(tool: WorkTool[Any], context: ToolContext) -> bool:
+    """A tool is offered where it can work; one that needs approval only where a person
+    can be asked (never to a sub-agent: a subtask cannot wait for anyone)."""
+    if tool.requires_approval and not context.approvals:
+        return False
+    return tool.available(context)
 
 
 def _capped(output: str, max_chars: int) -> str:

@@ -257,6 +257,8 @@ class Posts:
                     ts=ts,
                     chunks=chunks or None,
                     metadata=post_metadata(post.id),
+                    # What goes below the text (a reply's feedback buttons) goes with the stop.
+                    blocks=list(post.message.blocks[1:]) or None,
                 )
         except SlackError as exc:
             log.info("stopping stream %s failed (%s); replacing its text", ts, exc)

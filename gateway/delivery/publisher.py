@@ -8,11 +8,15 @@ Slack: a small facade over the parts that do the work, each with its own state.
 - gateway/delivery/streams.py — drafts: a reply shown while it is written, and the live
   task cards of an acknowledgment with subtasks.
 - gateway/delivery/sources.py — the Sources line under a reply that cites.
+- gateway/delivery/approval.py — the agent's `ApprovalDesk`: a tool call that waits for a
+  person is asked in the thread, with approve and deny buttons, and shows its decision.
 
 Publishing renders the text (gateway/text/rendering.py: no pings, links show their host),
 splits a long reply into posts (`id`, `id#1`, …) and posts each; a reply that was shown
 as a draft is completed (the draft's streamed message becomes the reply) rather than
-posted beside it.
+posted beside it. Every final reply carries Slack's feedback buttons (a `context_actions`
+block, gateway/slack/interactive.py) on its last message: posted with it, or, when that
+message is the draft's stream, sent with its `chat.stopStream`.
 """
 
 from __future__ import annotations
@@ -22,15 +26,17 @@ from collections.abc import AsyncIterator, Sequence
 
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agent import Citation, Step, StepState, Task, ToolCallRecord
+from agent import ApprovalDecision, ApprovalRequest, Citation, Step, StepState, Task, ToolCallRecord
+from gateway.delivery.approval import ApprovalMessages
 from gateway.delivery.posts import Posts
 from gateway.delivery.reconcile import ThreadSearch
 from gateway.delivery.sources import SourceLinks
 from gateway.delivery.status import StatusLine
 from gateway.delivery.streams import LiveMessages, SlackDraft, StreamEnded, StreamSettings
 from gateway.slack.address import SlackAddress
+from gateway.slack.interactive import feedback_buttons
 from gateway.slack.workspaces import SlackClients
-from gateway.text.rendering import render_reply
+from gateway.text.rendering import SlackMessage, render_reply
 from storage import Outbox
 
 _TOOL_STATES: dict[str, StepState] = {"running": "in_progress", "ok": "complete", "error": "error"}
@@ -78,6 +84,7 @@ class SlackPublisher:
         )
         self._posts = Posts(self._clients, outbox, search, self._live)
         self._sources = SourceLinks(outbox, call_seconds=outbox.call_seconds)
+        self._approvals = ApprovalMessages(self._clients, outbox, self._posts)
         self._drafts: dict[tuple[str, str], SlackDraft] = {}  # by task id and message id
 
     @property
@@ -103,12 +110,23 @@ class SlackPublisher:
         # The Sources line goes under the text, rendered with it (gateway/delivery/sources.py); a
         # streamed reply gets it with its final stopStream or update.
         sources = await self._sources_line(task, citations) if citations else ""
-        for n, part in enumerate(render_reply(f"{text}\n\n{sources}" if sources else text)):
+        parts = render_reply(f"{text}\n\n{sources}" if sources else text)
+        if message_id == task.reply_id:
+            parts[-1] = _with_feedback(parts[-1], message_id)
+        for n, part in enumerate(parts):
             if n == 0:
                 await self._posts.post(task, message_id, part, streamed=streamed, steps=steps)
             else:
                 await self._posts.post(task, f"{message_id}#{n}", part)
         self._status.posted(task)
+
+    # The agent's ApprovalDesk (gateway/delivery/approval.py)
+
+    async def ask(self, task: Task, request: ApprovalRequest) -> None:
+        await self._approvals.ask(task, request)
+
+    async def show(self, task: Task, request: ApprovalRequest, decision: ApprovalDecision) -> None:
+        await self._approvals.show(task, request, decision)
 
     async def _sources_line(self, task: Task, citations: Sequence[Citation]) -> str:
         address = SlackAddress.parse(task.address)  # permalinks are asked in its workspace
@@ -150,3 +168,8 @@ class SlackPublisher:
 
         async with self._status.working(task, before_clearing=close_drafts):
             yield
+
+
+def _with_feedback(part: SlackMessage, reply_id: str) -> SlackMessage:
+    """The reply's last message with the feedback buttons below its text."""
+    return SlackMessage(part.text, (*part.blocks, feedback_buttons(reply_id)))

@@ -6,7 +6,9 @@ default — ack first, work in the background — would lose an acked event on a
 Every event goes to one listener that asks `pin_change` whether it pins or unpins a
 message (gateway/inbound/pins.py), `inbound_change` whether it edits or deletes one
 (gateway/inbound/revisions.py applies it), and otherwise `inbound_turn` whether it concerns us.
-Socket Mode goes through this same app, so both modes see the same rules.
+Socket Mode goes through this same app, so both modes see the same rules. Clicks on our
+buttons (`block_actions` interaction payloads: approvals and feedback) go to one action
+listener, which stores what they decide (gateway/inbound/interactions.py) before it acks.
 
 With many workspaces (OAuth mode), authorization finds the event's installation
 (`gateway.slack.oauth.InstalledIdentity`), the listener works through the gatekeeper, pins and
@@ -33,9 +35,11 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from gateway.inbound.edits import inbound_change
 from gateway.inbound.gatekeeper import Gatekeeper
+from gateway.inbound.interactions import Interactions
 from gateway.inbound.pins import Pins, pin_change
 from gateway.inbound.revisions import Revisions
 from gateway.slack.events import MalformedEvent, Tenant, event_tenant, inbound_turn
+from gateway.slack.interactive import ACTION_IDS
 from gateway.telemetry.metrics import Metrics
 from storage import StorageError
 
@@ -88,6 +92,7 @@ def build_bolt_app(
     revisions: WorkspaceRevisions | None = None,
     authorize: AsyncAuthorize | None = None,
     on_uninstalled: Uninstalled | None = None,
+    interactions: Interactions | None = None,
 ) -> AsyncApp:
     app = AsyncApp(
         client=client,
@@ -138,6 +143,9 @@ def build_bolt_app(
             return "ignored"
         return await (await gatekeeper_of(tenant)).admit(turn, bot_user_id=bot_user_id)
 
+    if interactions is not None:
+        _listen_for_clicks(app, interactions)
+
     @app.error
     async def on_error(error: Exception, response: BoltResponse) -> None:
         if isinstance(error, MalformedEvent):
@@ -152,3 +160,12 @@ def build_bolt_app(
             response.status, response.body = 500, "internal error"
 
     return app
+
+
+def _listen_for_clicks(app: AsyncApp, interactions: Interactions) -> None:
+    """Clicks on our buttons: what they decide is stored, then acked (as events are)."""
+
+    @app.action(re.compile(f"^(?:{'|'.join(map(re.escape, ACTION_IDS))})$"))
+    async def on_click(body: dict[str, Any], ack: AsyncAck) -> None:
+        await interactions.handle(body)
+        await ack()

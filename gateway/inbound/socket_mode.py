@@ -23,6 +23,9 @@ The one path that acks without our listener is bolt's `IgnoringSelfEvents` middl
 bot's own events): nothing to store, so nothing to lose. A request no listener takes
 (bolt's 404) or an authorization failure (`auth.test` refused) is not acked either.
 
+Interactive envelopes (a click on our buttons, gateway/inbound/interactions.py) go the
+same way: through bolt to its action listener, acked once the click is stored.
+
 **A malformed payload is acked, and refused.** Envelopes get the shape check HTTP bodies
 get (`gateway.slack.events.check_shape`) before bolt sees them: a payload that is not an object,
 or whose fields bolt reads have the wrong type, would raise inside slack-sdk or bolt (a
@@ -76,6 +79,7 @@ from slack_sdk.socket_mode.response import SocketModeResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent import ConfigError
+from gateway.inbound.interactions import check_interaction
 from gateway.slack.errors import SlackOutcomeUnknown, SlackRefused, slack_call, slack_failure
 from gateway.slack.events import MalformedEvent, check_shape
 from gateway.telemetry.metrics import Metrics
@@ -240,6 +244,11 @@ def envelope_problem(message: Mapping[str, Any]) -> str | None:
             check_shape(payload)
         except MalformedEvent as exc:
             return f"malformed event: {exc}"
+    if message["type"] == "interactive":
+        try:
+            check_interaction(payload)
+        except MalformedEvent as exc:
+            return f"malformed interaction: {exc}"
     return None
 
 

@@ -220,6 +220,13 @@ class Settings(BaseSettings):
     threadgate_install_allowlist: str = ""
     # OAuth states (one per visit of the public install page) outstanding at most.
     threadgate_oauth_states_max: Annotated[int, Field(ge=1, le=1_000_000)] = 1000
+    # The people in the thread steer the agent (issue 31): a tool call that needs approval
+    # (the MCP config's `requireApproval`) waits this long for a decision, then counts as
+    # denied; besides the person who asked, these user ids may decide.
+    threadgate_approval_timeout_seconds: Annotated[float, Field(gt=0, le=30 * 86400)] = (
+        DEFAULT_RUNNER.approval_timeout_seconds
+    )
+    threadgate_approvers: str = ""
 
     @field_validator("threadgate_token_key")
     @classmethod
@@ -257,6 +264,11 @@ class Settings(BaseSettings):
     @property
     def allowed_users(self) -> frozenset[str]:
         return _id_list(self.threadgate_allowed_users)
+
+    @property
+    def approvers(self) -> frozenset[str]:
+        """Who may decide on any approval request, besides the person who asked."""
+        return _id_list(self.threadgate_approvers)
 
     @property
     def install_allowlist(self) -> frozenset[str]:

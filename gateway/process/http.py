@@ -16,7 +16,10 @@ bolt would choke on before bolt sees it, and what is not from Slack before readi
   as `str`, so "abc", 5,000 digits or a non-ASCII signature used to be a 500).
 * The body is read only up to `MAX_BODY_BYTES` (a larger declared length is refused
   without reading at all), then its signature is checked over the raw bytes: 401.
-* A body that is not a UTF-8 JSON object of the shape bolt reads is 400.
+* A body that is not a UTF-8 JSON object of the shape bolt reads is 400. Clicks on our
+  buttons come to the same URL as Slack sends every interaction: form-encoded, one
+  `payload` field holding the JSON (signed like events); one that is not a `block_actions`
+  payload we can read (gateway/inbound/interactions.py) is 400 too.
 
 Bolt then checks the signature again (cheap) and dispatches; what it answers is what
 Slack gets.
@@ -42,6 +45,7 @@ import logging
 import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from urllib.parse import parse_qs
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
@@ -53,6 +57,7 @@ from slack_bolt.oauth.async_oauth_flow import AsyncOAuthFlow
 from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.response import BoltResponse
 
+from gateway.inbound.interactions import check_interaction
 from gateway.slack.events import MalformedEvent, check_shape
 from gateway.telemetry.metrics import Metrics
 
@@ -77,6 +82,8 @@ _TIMESTAMP = re.compile(r"[0-9]{1,12}")
 _SIGNATURE = re.compile(r"v0=[0-9a-f]{64}")
 # Slack's advice, and bolt's: a request signed more than five minutes ago may be a replay.
 MAX_AGE_SECONDS = 300
+# How Slack sends interaction payloads (clicks): `payload=` and the JSON.
+_FORM = "application/x-www-form-urlencoded"
 
 
 _NOT_READY = "not ready: the database is unreachable or migrations are pending"
@@ -152,7 +159,7 @@ def build_http_app(
             raw = await read_body(request)
             if not signature_matches(secret, timestamp, raw, signature):
                 raise Refused(401, "invalid signature", "unauthorized")
-        text = _event_text(raw)
+        text = _event_text(raw, form=request.content_type == _FORM)
         bolt_request = AsyncBoltRequest(
             body=text, query=request.query_string, headers=dict(request.headers)
         )
@@ -265,16 +272,36 @@ async def read_body(request: web.Request, limit: int = MAX_BODY_BYTES) -> bytes:
     raise Refused(413, f"the body must be at most {limit} bytes", "rejected")
 
 
-def _event_text(raw: bytes) -> str:
-    """The body as the text bolt takes, or `Refused` (400) when bolt cannot be given it."""
+def _event_text(raw: bytes, *, form: bool = False) -> str:
+    """The body as the text bolt takes, or `Refused` (400) when bolt cannot be given it;
+    `form`: an interaction payload, form-encoded."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise Refused(400, "the body must be UTF-8 JSON", "rejected") from None
-    problem = _problem(text)
+    problem = _interaction_problem(text) if form else _problem(text)
     if problem is not None:
         raise Refused(400, problem, "rejected")
     return text
+
+
+def _interaction_problem(text: str) -> str | None:
+    """Why bolt cannot be given this form body (an interaction), or None when it can."""
+    try:
+        fields = parse_qs(text, keep_blank_values=True, strict_parsing=True, max_num_fields=8)
+    except ValueError:
+        return "the body must be form-encoded with one payload field"
+    payloads = fields.get("payload", [])
+    if len(payloads) != 1:
+        return "the body must be form-encoded with one payload field"
+    problem = _problem(payloads[0])
+    if problem is not None:
+        return f"payload: {problem}"
+    try:
+        check_interaction(json.loads(payloads[0]))
+    except MalformedEvent as exc:
+        return f"malformed interaction: {exc}"
+    return None
 
 
 def _problem(text: str) -> str | None:

@@ -37,6 +37,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from agent import (
     AlertSink,
+    ApprovalDesk,
     AttemptLadder,
     Compaction,
     CompactionSettings,
@@ -63,6 +64,7 @@ from agent import (
     stop_task,
 )
 from gateway.delivery.alerts import AlertWindows, OperatorAlerts, TokenAlarm
+from gateway.delivery.approval import ApprovalMessages
 from gateway.delivery.publisher import SlackPublisher
 from gateway.delivery.streams import StreamSettings
 from gateway.inbound.attachments import FileReader
@@ -70,6 +72,7 @@ from gateway.inbound.bolt_app import build_bolt_app
 from gateway.inbound.decoders import Decoders
 from gateway.inbound.files import FileDownloader
 from gateway.inbound.gatekeeper import LIMIT_NOTICES, Gatekeeper, InFlight, Policy
+from gateway.inbound.interactions import Interactions
 from gateway.inbound.pins import Pins
 from gateway.inbound.revisions import Revisions
 from gateway.inbound.socket_mode import SocketModeConnection, start_socket_mode
@@ -103,6 +106,7 @@ from storage import (
     Outbox,
     PictureBudgets,
     PostgresAlertThrottle,
+    PostgresApprovals,
     PostgresDelegations,
     PostgresHistory,
     PostgresInstallations,
@@ -195,10 +199,14 @@ def build_runner(
     live: LiveView | None = None,
     registries: tuple[ToolRegistry, SubtaskRegistry] | None = None,
     tool_observer: ToolObserver | None = None,
+    desk: ApprovalDesk | None = None,
 ) -> TaskRunner:
     """The task runner on Postgres, answering through `models`, delivering to `publisher`;
-    `registries` are the tools (MCP ones included) and subtask types it offers."""
+    `registries` are the tools (MCP ones included) and subtask types it offers. With a
+    `desk` to ask people at, tools that need approval are offered (agent/core/approval.py);
+    without (the console), they are not."""
     tools, subtask_types = registries or default_registries()
+    approvals = PostgresApprovals(db) if desk is not None else None
     ladder = AttemptLadder(
         models,
         policy=RetryPolicy(
@@ -218,6 +226,7 @@ def build_runner(
         live=live,
         memory=PostgresMemory(db),
         instructions=settings.threadgate_instructions,
+        approvals=approvals,
         settings=RoundSettings(
             max_output_tokens=settings.threadgate_max_output_tokens,
             tool_timeout_seconds=settings.threadgate_tool_timeout_seconds,
@@ -258,11 +267,14 @@ def build_runner(
             still_trying_seconds=settings.threadgate_models_down_notice_seconds,
             task_timeout_seconds=settings.threadgate_task_timeout_seconds,
             notices=FailureNotices(override=settings.threadgate_failure_notice),
+            approval_timeout_seconds=settings.threadgate_approval_timeout_seconds,
         ),
         observer=metrics,
         live=live,
         memory=PostgresMemory(db),
         compaction=compaction,
+        approvals=approvals,
+        desk=desk,
     )
 
 
@@ -359,7 +371,7 @@ class Gateway:
             self._start_retention(db)
         self._start_queue_sampler(db)
         if s.serves_events:
-            await self._start_http(db, clients, host, port, identity)
+            await self._start_http(db, clients, host, port, identity, supervisor)
         else:
             await self._start_health(db, host, port)
 
@@ -439,6 +451,7 @@ class Gateway:
             live=publisher if publisher.streaming else None,
             registries=registries,
             tool_observer=tool_observer(db, self.metrics, self.mcp, shown=publisher),
+            desk=publisher,
         )
         runner.start()
         self._stack.push_async_callback(runner.stop)
@@ -466,6 +479,7 @@ class Gateway:
         host: str,
         port: int,
         identity: AuthorizeResult | None,
+        supervisor: Supervisor,
     ) -> None:
         s = self.settings
         secret = s.slack_signing_secret
@@ -524,6 +538,7 @@ class Gateway:
             revisions=revisions,
             authorize=InstalledIdentity(clients) if installations else None,
             on_uninstalled=Uninstaller(db, installations, clients) if installations else None,
+            interactions=self._interactions(db, clients, supervisor),
         )
         socket_mode = self.settings.socket_mode
         app = build_http_app(
@@ -541,6 +556,26 @@ class Gateway:
             log.info("threadgate listening on http://%s:%d/slack/events", host, self.port)
         if installations:
             log.info("install threadgate at http://%s:%d%s", host, self.port, INSTALL_PATH)
+
+    def _interactions(
+        self, db: Database, clients: SlackClients, supervisor: Supervisor
+    ) -> Interactions:
+        """Clicks on approval and feedback buttons: stored, then shown (the decision on
+        its request's message, updated from here: an ingress posts nothing else)."""
+        s = self.settings
+        outbox = Outbox(
+            db,
+            call_seconds=s.threadgate_slack_timeout_seconds,
+            settle_seconds=s.threadgate_slack_settle_seconds,
+        )
+        return Interactions(
+            db,
+            clients,
+            approvers=s.approvers,
+            show=ApprovalMessages(clients, outbox).show,
+            supervisor=supervisor,
+            metrics=self.metrics,
+        )
 
     async def _start_health(self, db: Database, host: str, port: int) -> None:
         """A worker's port: /healthz and /readyz only (ready: the database answers and the

@@ -25,6 +25,7 @@ from collections.abc import AsyncIterator, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from agent import reply_id
 from gateway.process.config import Settings
 from gateway.process.service import database_dsn
 from storage import (
@@ -36,15 +37,19 @@ from storage import (
     PostRecord,
     RoundRecord,
     StorageError,
+    StoredApproval,
     StoredToolCall,
+    StoredVote,
     TaskDetail,
     TaskFilter,
     TaskSummary,
+    approvals_of,
     cancel_task,
     inspect_task,
     list_tasks,
     reset_session,
     retry_task,
+    votes_of,
 )
 
 ACTOR = "operator via threadgate tasks"
@@ -135,28 +140,43 @@ async def list_command(settings: Settings, args: argparse.Namespace) -> int:
     query = TaskFilter(
         args.state, args.team, args.channel, args.older_than, args.newer_than, args.limit
     )
-    async with _database(settings) as db:
+    async with database(settings) as db:
         found = await list_tasks(db, query)
     print(as_json(found) if args.json else render_table(found, now=_now()))
     return 0
 
 
 async def show_command(settings: Settings, args: argparse.Namespace) -> int:
-    async with _database(settings) as db:
+    async with database(settings) as db:
         detail = await inspect_task(db, args.id)
-    print(as_json(detail) if args.json else render_detail(detail))
+        people = TaskPeople(
+            tuple(await approvals_of(db, args.id)), tuple(await votes_of(db, reply_id(args.id)))
+        )
+    if args.json:
+        print(as_json({**_plain(detail), **_plain(people)}))
+    else:
+        print(render_detail(detail, people))
     return 0
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class TaskPeople:
+    """What people decided about a task: its tool calls that waited for approval, and
+    the votes on its reply."""
+
+    approvals: tuple[StoredApproval, ...] = ()
+    feedback: tuple[StoredVote, ...] = ()
+
+
 async def retry_command(settings: Settings, args: argparse.Namespace) -> int:
-    async with _database(settings) as db:
+    async with database(settings) as db:
         done = await retry_task(db, args.id, actor=actor(), reason=args.reason)
     print(printable(f"Task {done.task_id} is queued again (it was {done.from_state})."))
     return 0
 
 
 async def cancel_command(settings: Settings, args: argparse.Namespace) -> int:
-    async with _database(settings) as db:
+    async with database(settings) as db:
         done = await cancel_task(db, args.id, actor=actor(), reason=args.reason)
     print(printable(cancelled_sentence(done)))
     return 0
@@ -165,7 +185,7 @@ async def cancel_command(settings: Settings, args: argparse.Namespace) -> int:
 async def reset_command(settings: Settings, args: argparse.Namespace) -> int:
     """Unpin the session's prompt epoch: its next task pins the prompt of the deployment
     that runs it (audited like task interventions)."""
-    async with _database(settings) as db:
+    async with database(settings) as db:
         done = await reset_session(db, args.id, actor=actor(), reason=args.reason)
     was = done.from_epoch[:12] if done.from_epoch else "none yet"
     print(
@@ -192,7 +212,8 @@ def actor() -> str:
 
 
 @contextlib.asynccontextmanager
-async def _database(settings: Settings) -> AsyncIterator[Database]:
+async def database(settings: Settings) -> AsyncIterator[Database]:
+    """The database, checked to be migrated (for commands that read or change it)."""
     async with Database(await database_dsn(settings), min_size=1, max_size=2) as db:
         if not await db.is_ready():
             raise StorageError(
@@ -254,13 +275,16 @@ def age(delta: timedelta) -> str:
     return f"{seconds}s"
 
 
-def render_detail(d: TaskDetail) -> str:
+def render_detail(d: TaskDetail, people: TaskPeople | None = None) -> str:
     """The sectioned page of `tasks show`."""
+    people = people or TaskPeople()
     sections = [
         _overview(d),
         _section("Turn and answers", [_message(m) for m in d.messages]),
         _section("Rounds", [_round(r) for r in d.rounds]),
         _section("Tool calls", [_tool_call(c) for c in d.tool_calls]),
+        _section("Approvals", [_approval(a) for a in people.approvals]),
+        _section("Feedback", [_vote(v) for v in people.feedback]),
         _section("Posts to Slack (outbox)", [_post(p) for p in d.posts]),
         _section("Operator actions", [_intervention(i) for i in d.interventions]),
     ]
@@ -335,6 +359,25 @@ def _tool_call(c: StoredToolCall) -> str:
         f"      arguments: {one_line(c.arguments, 200)}\n"
         f"      output: {one_line(c.output, 400) or '(none yet)'}"
     )
+
+
+def _approval(a: StoredApproval) -> str:
+    if a.decision is None:
+        decided = f"waiting, until {_when(a.deadline)}"
+    elif a.decision == "timed_out":
+        decided = f"timed out at {_when(a.decided_at)} (not run)"
+    else:
+        decided = f"{a.decision} by {a.decided_by} at {_when(a.decided_at)}"
+    ran = {None: "not run", "running": "started, never finished", "ok": "ran", "error": "failed"}
+    return (
+        f"  {a.tool} ({a.call_id}) asked {_when(a.requested_at)}: {decided}; "
+        f"{ran.get(a.run_state, a.run_state or '')}\n"
+        f"      arguments: {one_line(a.arguments, 200)}"
+    )
+
+
+def _vote(v: StoredVote) -> str:
+    return f"  {v.value} by {v.user_id} at {_when(v.updated_at)}"
 
 
 def _post(p: PostRecord) -> str:

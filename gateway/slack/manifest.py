@@ -71,7 +71,12 @@ def app_manifest(
         "oauth_config": {"redirect_urls": [redirect_url], **scopes} if redirect_url else scopes,
         "settings": {
             "event_subscriptions": events,
-            "interactivity": {"is_enabled": False},
+            # Clicks on approval and feedback buttons come where events do (over the
+            # WebSocket in Socket Mode): gateway/inbound/interactions.py.
+            "interactivity": {
+                "is_enabled": True,
+                **({} if socket_mode else {"request_url": request_url}),
+            },
             "org_deploy_enabled": oauth,
             "socket_mode_enabled": socket_mode,
             "token_rotation_enabled": False,

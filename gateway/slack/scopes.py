@@ -25,7 +25,10 @@ SCOPE_REASONS: Mapping[str, str] = MappingProxyType(
         "groups:history": "back-fill a private channel thread the bot is mentioned in (conversations.replies) and, with THREADGATE_CONTINUE_THREADS, receive the replies in threads it takes part in (message.groups)",
         "mpim:history": "receive the replies in group DM threads the bot takes part in (message.mpim), for THREADGATE_CONTINUE_THREADS",
         "im:history": "receive direct messages (message.im) and read DM threads",
-        "chat:write": "post acknowledgments, replies, failure notices and operator alerts",
+        "chat:write": (
+            "post acknowledgments, replies, failure notices, operator alerts and approval "
+            "requests (updated once decided), and tell someone privately (chat.postEphemeral)"
+        ),
         "users:read": "show people's display names in the provenance tag (users.info)",
         "assistant:write": "show 'is thinking…' in the thread while a task runs (assistant.threads.setStatus)",
         "metadata.message:read": "read our posts' metadata back to settle a post whose outcome is unknown",

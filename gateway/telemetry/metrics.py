@@ -115,6 +115,20 @@ class Metrics:
             ["kind", "outcome"],
             registry=r,
         )
+        self.feedback = Counter(
+            "threadgate_feedback_total",
+            "Votes cast or changed on replies with Slack's feedback buttons, by value"
+            " (positive, negative); a repeated click is not counted.",
+            ["value"],
+            registry=r,
+        )
+        self.approvals = Counter(
+            "threadgate_approval_clicks_total",
+            "Clicks on approval requests, by outcome (approved, denied; refused: not the"
+            " asker nor an approver; already: decided before; ended, unknown).",
+            ["outcome"],
+            registry=r,
+        )
         self.tool_calls = Counter(
             "threadgate_tool_calls_total",
             "Work-tool calls ended, by MCP server (builtin: threadgate's own and plugins'),"

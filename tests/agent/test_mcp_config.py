@@ -136,3 +136,31 @@ def test_every_reference_is_replaced_and_kept_secret(name: str, value: str) -> N
     config = parse_mcp_config(raw, {variable: value})
     assert config.enabled[0].args == (f"a{value}b",)
     assert value in config.secrets()
+
+
+@pytest.mark.parametrize(
+    ("given", "asked"),
+    [(True, {"a": True, "b": True}), (["a"], {"a": True, "b": False}), (False, {"a": False})],
+)
+def test_require_approval_is_all_tools_or_a_list(given: Any, asked: dict[str, bool]) -> None:
+    """`requireApproval`: true for every tool of the server, or the tools it names."""
+    entry = {"command": "x", "requireApproval": given}
+    server = parse_mcp_config({"mcpServers": {"s": entry}}, {}).servers["s"]
+    assert {tool: server.needs_approval(tool) for tool in asked} == asked
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ("yes", "requireApproval"),
+        (1, "requireApproval"),
+        (["b"], "requireApproval names b, which allowedTools does not allow"),
+    ],
+)
+def test_a_wrong_require_approval_is_one_sentence(given: Any, said: str) -> None:
+    """Not a boolean or a list, or naming a tool the allowlist leaves out: refused, with the
+    server and the field named (a typo must not leave a tool ungated)."""
+    entry = {"command": "x", "allowedTools": ["a"], "requireApproval": given}
+    with pytest.raises(ConfigError) as raised:
+        parse_mcp_config({"mcpServers": {"s": entry}}, {})
+    assert 'server "s"' in str(raised.value) and said in str(raised.value)

@@ -8,7 +8,9 @@ or over Streamable HTTP on loopback, at `http://127.0.0.1:PORT/mcp`::
 
     python -m tests.fakes.mcp_server --http PORT
 
-Tools: `echo` (returns its text), `slow` (sleeps `seconds`, then answers), `huge` (returns
+Tools: `echo` (returns its text), `record` (appends its text as a line to the file
+`FAKE_MCP_CALLS` names, waits `seconds` (0 by default) and says how many lines the file
+holds: a test counts how often a tool really ran, and can kill a gateway during a call), `slow` (sleeps `seconds`, then answers), `huge` (returns
 `megabytes` MB of text), `fails` (raises: an `isError` result), `token_is_set` (whether
 the server received the token the test configured — never the token itself) and `hidden`
 (a tool tests leave out of the allowlist).
@@ -43,6 +45,23 @@ server = MCPServer("threadgate-fake", log_level="WARNING")
 @server.tool(description="Return the text unchanged.")
 def echo(text: str) -> str:
     return f"echo: {text}"
+
+
+@server.tool(
+    description="Record that this ran (a line in the calls file), wait `seconds`, say how often."
+)
+async def record(text: str, seconds: float = 0) -> str:
+    count = _append_call(Path(os.environ["FAKE_MCP_CALLS"]), text)
+    await asyncio.sleep(seconds)  # a tool still acting when its gateway dies, on purpose
+    return f"recorded {text}: {count} call(s)"
+
+
+def _append_call(calls: Path, text: str) -> int:
+    """Append a line for this call; how many lines the file holds now (a small local file:
+    the fake's one request at a time may block for it)."""
+    with calls.open("a", encoding="utf-8") as out:
+        out.write(text.replace("\n", " ") + "\n")
+    return len(calls.read_text(encoding="utf-8").splitlines())
 
 
 @server.tool(description="Sleep for `seconds`, then say so.")

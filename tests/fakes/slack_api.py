@@ -16,7 +16,7 @@ Because it is only an HTTP server it serves a gateway in another process just as
 (`SLACK_API_URL=slack.url`), as long as the test's event loop runs while it waits.
 
 Methods: auth.test, users.info, chat.postMessage, chat.update, chat.delete,
-chat.startStream, chat.appendStream, chat.stopStream, conversations.replies,
+chat.postEphemeral, chat.startStream, chat.appendStream, chat.stopStream, conversations.replies,
 conversations.history, assistant.threads.setStatus, files.info (tests/fakes/slack_files.py);
 anything else answers `unknown_method`.
 apps.connections.open (Socket Mode) wants the app token (`xapp-…`), as Slack does, and
@@ -28,7 +28,19 @@ Scopes: set `granted_scopes` (a list) and every authenticated answer carries Sla
 `x-oauth-scopes` header listing them, as Slack does for the token's granted scopes; left
 None (the default), no such header is sent.
 
-Record: `posts` (successful chat.postMessage as `Post`, with the `parse`, `link_names` and
+Blocks are checked as Slack's Block Kit reference says for the kinds we send (more than 50,
+or a malformed one, answers `invalid_blocks`): `markdown` (12,000 characters in a message);
+`section` (a `plain_text` or `mrkdwn` text of at most 3,000); `actions` (at most 25
+elements; a `button` has a `plain_text` text of at most 75 characters, an `action_id` of at
+most 255, a `value` of at most 2,000 and a `style` that is `primary` or `danger` if any);
+`context_actions` (1 to 5 `feedback_buttons` or `icon_button` elements; feedback buttons
+have a `positive_button` and a `negative_button`, each a `plain_text` text of at most 75
+characters and a `value` of at most 2,000); a `block_id` of at most 255 characters. A click
+on a stored message's button is `click(channel, ts, action_id, user, vote=…)`: the
+`block_actions` payload Slack would send (tests/fakes/slack_events.py), for the test to
+deliver over HTTP or Socket Mode.
+
+Record: `ephemerals` (chat.postEphemeral, as `Ephemeral`), `posts` (successful chat.postMessage as `Post`, with the `parse`, `link_names` and
 unfurl flags it was sent with), `calls` (every request that arrived, as `Call`, including
 refused and faulted ones; chat.update's flags are in its `params`), `statuses` (`Status`),
 `streams` (`StreamedMessage`: text, chunks, task cards with their status history, plan
@@ -99,7 +111,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from aiohttp import web
 
 from . import WAIT_SECONDS
-from .slack_events import CLOCK, ts_to_micros
+from .slack_events import CLOCK, block_actions, ts_to_micros
 from .slack_files import FakeFiles
 from .slack_permalinks import permalink
 from .slack_streams import DISPLAY_MODES, MAX_MARKDOWN, Stream, StreamedMessage, check_payload
@@ -152,6 +164,16 @@ class Call:
 
 
 @dataclass(frozen=True, slots=True)
+class Ephemeral:
+    """One chat.postEphemeral: seen by `user` only, in `channel` (in a thread if given)."""
+
+    channel: str
+    user: str
+    text: str
+    thread_ts: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class Status:
     """One successful assistant.threads.setStatus ("" clears the status)."""
 
@@ -200,6 +222,7 @@ class FakeSlack:
         self.posts: list[Post] = []
         self.calls: list[Call] = []
         self.statuses: list[Status] = []
+        self.ephemerals: list[Ephemeral] = []
         # What each thread shows now, (channel, thread_ts) → status: as in Slack, a message
         # the bot posts in the thread (or a stream it starts there) clears it.
         self.thread_status: dict[tuple[str, str], str] = {}
@@ -223,6 +246,7 @@ class FakeSlack:
             "chat.postMessage": self._chat_post_message,
             "chat.update": self._chat_update,
             "chat.delete": self._chat_delete,
+            "chat.postEphemeral": self._chat_post_ephemeral,
             "chat.startStream": self._chat_start_stream,
             "chat.appendStream": self._chat_append_stream,
             "chat.stopStream": self._chat_stop_stream,
@@ -434,6 +458,29 @@ class FakeSlack:
         what = f"{n} {'stopped ' if stopped else ''}stream(s)"
         await self.wait_until(enough, timeout, what=what)
         return self.streams
+
+    def message(self, channel: str, ts: str) -> dict[str, Any]:
+        """The stored message `ts` in `channel` as it stands (edits applied)."""
+        found = self._find(channel, ts)
+        if found is None:
+            raise AssertionError(f"FakeSlack: no message {ts} in {channel}.\n{self.describe()}")
+        return found
+
+    def click(
+        self, channel: str, ts: str, action_id: str, *, user: str, vote: str | None = None
+    ) -> dict[str, Any]:
+        """The `block_actions` payload of `user` clicking the element `action_id` of the
+        message `ts` (its `vote` button, "positive" or "negative", for feedback buttons),
+        as Slack sends it; the test delivers it (HTTP or Socket Mode)."""
+        return block_actions(
+            self.message(channel, ts),
+            channel=channel,
+            action_id=action_id,
+            user=user,
+            team=self.team_id,
+            app_id=self.app_id,
+            vote=vote,
+        )
 
     def calls_to(self, method: str) -> list[Call]:
         """The recorded calls of one API method, in order."""
@@ -652,6 +699,17 @@ class FakeSlack:
                 message[key] = params[key]
         message["edited"] = {"user": self.bot_user_id, "ts": CLOCK.next()}
         return {"ok": True, "channel": channel, "ts": ts, "text": message.get("text", "")}
+
+    def _chat_post_ephemeral(self, params: Params) -> Body:
+        if not params.get("user"):
+            return _invalid_arguments("user")
+        error = _check_message(params, need_channel=True)
+        if error:
+            return {"ok": False, "error": error}
+        thread_ts = str(params.get("thread_ts") or "") or None
+        channel, user = str(params["channel"]), str(params["user"])
+        self.ephemerals.append(Ephemeral(channel, user, str(params.get("text") or ""), thread_ts))
+        return {"ok": True, "message_ts": CLOCK.next()}
 
     def _chat_delete(self, params: Params) -> Body:
         channel, ts = str(params.get("channel") or ""), str(params.get("ts") or "")
@@ -912,8 +970,77 @@ def _valid_blocks(blocks: Any) -> bool:
         return False
     if not all(isinstance(b, dict) and isinstance(b.get("type"), str) for b in blocks):
         return False
+    if not all(_valid_block(b) for b in blocks):
+        return False
     markdown = sum(len(str(b.get("text", ""))) for b in blocks if b["type"] == "markdown")
     return markdown <= MAX_MARKDOWN
+
+
+def _valid_block(block: dict[str, Any]) -> bool:
+    """The reference's rules for the kinds of block we send (others pass unchecked)."""
+    if not _short(block.get("block_id"), 255, optional=True):
+        return False
+    kind, elements = block["type"], block.get("elements")
+    if kind == "section":
+        text = block.get("text")
+        return (
+            isinstance(text, dict)
+            and text.get("type") in ("plain_text", "mrkdwn")
+            and (_short(text.get("text"), 3000))
+        )
+    if kind == "actions":
+        return (
+            isinstance(elements, list)
+            and 0 < len(elements) <= 25
+            and all(isinstance(e, dict) and _valid_element(e) for e in elements)
+        )
+    if kind == "context_actions":
+        return (
+            isinstance(elements, list)
+            and 0 < len(elements) <= 5
+            and all(isinstance(e, dict) and _valid_context_action(e) for e in elements)
+        )
+    return True
+
+
+def _valid_element(element: dict[str, Any]) -> bool:
+    if element.get("type") != "button":
+        return True  # other interactive elements: not ours, unchecked
+    return (
+        _plain_text(element.get("text"), 75)
+        and _short(element.get("action_id"), 255, optional=True)
+        and _short(element.get("value"), 2000, optional=True)
+        and element.get("style") in (None, "primary", "danger")
+    )
+
+
+def _valid_context_action(element: dict[str, Any]) -> bool:
+    if element.get("type") == "icon_button":
+        return _plain_text(element.get("text"), 75)
+    if element.get("type") != "feedback_buttons":
+        return False
+    buttons = [element.get("positive_button"), element.get("negative_button")]
+    return _short(element.get("action_id"), 255, optional=True) and all(
+        isinstance(b, dict)
+        and _plain_text(b.get("text"), 75)
+        and _short(b.get("value"), 2000)
+        and _short(b.get("accessibility_label"), 75, optional=True)
+        for b in buttons
+    )
+
+
+def _plain_text(text: Any, limit: int) -> bool:
+    return (
+        isinstance(text, dict)
+        and text.get("type") == "plain_text"
+        and _short(text.get("text"), limit)
+    )
+
+
+def _short(value: Any, limit: int, *, optional: bool = False) -> bool:
+    if value is None:
+        return optional
+    return isinstance(value, str) and 0 < len(value) <= limit
 
 
 def _valid_metadata(metadata: Any) -> bool:

@@ -13,6 +13,12 @@ here produce those payloads as plain dicts and `deliver` POSTs them over real HT
     # Slack redelivers the *same* envelope (same event_id) when the ack was late:
     status, body = await deliver(session, url, envelope, SECRET, retry_num=1)
 
+Clicks come as interaction payloads: `block_actions(message, …)` is the payload Slack sends
+when someone clicks a button of a message (`FakeSlack.click` builds it from the stored
+message, so only a button that was posted can be clicked), and `deliver_interaction` POSTs
+it as Slack does — form-encoded, one `payload` field holding the JSON, signed over the
+form body like an event (docs.slack.dev, "Handling user interaction").
+
 Message timestamps come from `new_ts()`, a process-wide monotonic clock shared with
 `slack_api.FakeSlack`, so a user's message and the bot's reply never share a ts and sort in
 the order they happened.
@@ -27,8 +33,9 @@ import json
 import re
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
+from urllib.parse import urlencode
 
 import aiohttp
 
@@ -451,5 +458,99 @@ async def deliver(
     if retry_num is not None:
         headers["X-Slack-Retry-Num"] = str(retry_num)
         headers["X-Slack-Retry-Reason"] = retry_reason or "http_timeout"
+    async with session.post(url, data=body, headers=headers) as response:
+        return response.status, await response.text()
+
+
+def block_actions(
+    message: Mapping[str, Any],
+    *,
+    channel: str,
+    action_id: str,
+    user: str = DEFAULT_USER,
+    team: str = DEFAULT_TEAM,
+    app_id: str = DEFAULT_APP,
+    vote: str | None = None,
+) -> dict[str, Any]:
+    """The `block_actions` payload of `user` clicking the element `action_id` of `message`
+    (for feedback buttons, its `vote` button: "positive" or "negative"), as Slack's
+    reference shows it: who clicked, the container (the message and its thread), the
+    message itself, and one action with the element's `action_id`, `block_id`, `type` and
+    the `value` of what was clicked."""
+    block, element = _element(message, action_id)
+    action: dict[str, Any] = {
+        "action_id": action_id,
+        "block_id": block.get("block_id", uuid.uuid4().hex[:5]),
+        "type": element["type"],
+        "action_ts": new_ts(),
+    }
+    if element["type"] == "feedback_buttons":
+        if vote not in ("positive", "negative"):
+            raise AssertionError("a feedback click needs vote='positive' or 'negative'")
+        button = element[f"{vote}_button"]
+        action |= {"value": button["value"], "text": button["text"]}
+    else:
+        action |= {k: element[k] for k in ("value", "text", "style") if k in element}
+    container = {
+        "type": "message",
+        "message_ts": message["ts"],
+        "channel_id": channel,
+        "is_ephemeral": False,
+    }
+    if message.get("thread_ts"):
+        container["thread_ts"] = message["thread_ts"]
+    return {
+        "type": "block_actions",
+        "user": {"id": user, "username": user.lower(), "name": user.lower(), "team_id": team},
+        "api_app_id": app_id,
+        "token": "verification-token-unused",
+        "container": container,
+        "trigger_id": f"{int(time.time())}.{uuid.uuid4().int % 10**12}.{uuid.uuid4().hex}",
+        "team": {"id": team, "domain": "threadgate-test"},
+        "enterprise": None,
+        "is_enterprise_install": False,
+        "channel": {"id": channel, "name": "general"},
+        "message": dict(message),
+        "state": {"values": {}},
+        "response_url": f"https://hooks.slack.com/actions/{team}/1/{uuid.uuid4().hex}",
+        "actions": [action],
+    }
+
+
+def _element(message: Mapping[str, Any], action_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    for block in message.get("blocks") or []:
+        for element in _elements(block):
+            if element.get("action_id") == action_id:
+                return block, element
+    raise AssertionError(f"the message {message.get('ts')} has no element {action_id!r} to click")
+
+
+def _elements(block: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    elements = block.get("elements")
+    if block.get("type") in ("actions", "context_actions") and isinstance(elements, list):
+        yield from (e for e in elements if isinstance(e, dict))
+    accessory = block.get("accessory")
+    if isinstance(accessory, dict):
+        yield accessory
+
+
+async def deliver_interaction(
+    session: aiohttp.ClientSession,
+    url: str,
+    payload: Mapping[str, Any],
+    secret: str,
+    *,
+    timestamp: int | None = None,
+    bad_signature: bool = False,
+) -> tuple[int, str]:
+    """POST an interaction payload to `url` as Slack does: `payload=<JSON>`, form-encoded,
+    signed over that body; returns (HTTP status, response body text)."""
+    body = urlencode({"payload": json.dumps(payload, separators=(",", ":"))}).encode()
+    signed_at = timestamp if timestamp is not None else int(time.time())
+    headers = {
+        "Content-Type": "application/x-www-form-urlencoded",
+        "User-Agent": "Slackbot 1.0 (+https://api.slack.com/robots)",
+    }
+    headers |= sign(body, f"{secret}-wrong" if bad_signature else secret, signed_at)
     async with session.post(url, data=body, headers=headers) as response:
         return response.status, await response.text()

@@ -15,7 +15,8 @@ gateway acks::
         ack = await sockets.wait_for_ack(envelope_id)
 
 What it does, as Slack does: a `hello` on connect; `events_api` envelopes with
-`retry_attempt`/`retry_reason`; `disconnect` messages (`refresh_requested`, `warning`);
+`retry_attempt`/`retry_reason`; `interactive` envelopes carrying an interaction payload
+(a click: `deliver_interactive`); `disconnect` messages (`refresh_requested`, `warning`);
 several simultaneous connections; single-use tickets. What a test can add: `drop(link)`
 cuts a connection without a close frame (a network failure), `close_link(link)` closes it
 cleanly, `send_text` pushes any frame (malformed ones included), `on_ack` runs at the
@@ -144,6 +145,23 @@ class FakeSocketMode:
                 "accepts_response_payload": False,
                 "retry_attempt": retry_attempt,
                 "retry_reason": retry_reason,
+            }
+        )
+        return envelope_id
+
+    async def deliver_interactive(
+        self, payload: Mapping[str, Any], *, to: Link | None = None
+    ) -> str:
+        """Push an `interactive` envelope (a click's `block_actions` payload, as
+        tests/fakes/slack_events.py builds it); returns its envelope id."""
+        link = to or self._newest_open()
+        envelope_id = secrets.token_hex(12)
+        await link.ws.send_json(
+            {
+                "envelope_id": envelope_id,
+                "type": "interactive",
+                "payload": dict(payload),
+                "accepts_response_payload": False,
             }
         )
         return envelope_id

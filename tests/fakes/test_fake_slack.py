@@ -369,3 +369,82 @@ async def test_posts_record_the_parse_and_link_names_flags(slack: FakeSlack) -> 
     await client.chat_postMessage(channel=CHANNEL, text="c")
     flags = [(p.parse, p.link_names, p.may_link_names) for p in slack.posts]
     assert flags == [("none", False, False), (None, True, True), (None, None, True)]
+
+
+BUTTONS = {
+    "type": "actions",
+    "elements": [
+        {
+            "type": "button",
+            "action_id": "yes",
+            "text": {"type": "plain_text", "text": "Approve"},
+            "style": "primary",
+            "value": "request-1",
+        }
+    ],
+}
+FEEDBACK = {
+    "type": "context_actions",
+    "elements": [
+        {
+            "type": "feedback_buttons",
+            "action_id": "rate",
+            "positive_button": {"text": {"type": "plain_text", "text": "👍"}, "value": "up"},
+            "negative_button": {"text": {"type": "plain_text", "text": "👎"}, "value": "down"},
+        }
+    ],
+}
+
+
+@pytest.mark.parametrize(
+    "block",
+    [
+        {**BUTTONS, "elements": [{**BUTTONS["elements"][0], "style": "green"}]},  # type: ignore[dict-item]
+        {**BUTTONS, "elements": [{**BUTTONS["elements"][0], "value": "x" * 2001}]},  # type: ignore[dict-item]
+        {**BUTTONS, "elements": []},
+        {**FEEDBACK, "elements": [{"type": "feedback_buttons", "action_id": "rate"}]},
+        {**FEEDBACK, "elements": [{"type": "button"}]},
+        {"type": "section", "text": {"type": "mrkdwn", "text": "x" * 3001}},
+    ],
+    ids=["bad-style", "long-value", "no-elements", "no-buttons", "not-feedback", "long-section"],
+)
+async def test_blocks_slack_would_refuse_are_invalid_blocks(
+    slack: FakeSlack, block: dict[str, Any]
+) -> None:
+    """A button or feedback block against the Block Kit reference answers invalid_blocks."""
+    with pytest.raises(SlackApiError) as refused:
+        await client_for(slack).chat_postMessage(channel=CHANNEL, text="t", blocks=[block])
+    assert refused.value.response["error"] == "invalid_blocks"
+
+
+async def test_a_click_is_the_payload_of_the_button_that_was_posted(slack: FakeSlack) -> None:
+    """`click` finds the posted element: a button's value and style, a feedback button's
+    value for the vote; an element the message does not have cannot be clicked."""
+    posted = await client_for(slack).chat_postMessage(
+        channel=CHANNEL, text="t", blocks=[BUTTONS, FEEDBACK]
+    )
+    button = slack.click(CHANNEL, posted["ts"], "yes", user=USER)
+    assert button["type"] == "block_actions" and button["user"]["id"] == USER
+    assert button["container"] == {
+        "type": "message",
+        "message_ts": posted["ts"],
+        "channel_id": CHANNEL,
+        "is_ephemeral": False,
+    }
+    [action] = button["actions"]
+    assert (action["type"], action["value"], action["style"]) == ("button", "request-1", "primary")
+    [vote] = slack.click(CHANNEL, posted["ts"], "rate", user=USER, vote="negative")["actions"]
+    assert (vote["type"], vote["value"]) == ("feedback_buttons", "down")
+    with pytest.raises(AssertionError):
+        slack.click(CHANNEL, posted["ts"], "no-such-action", user=USER)
+
+
+async def test_an_ephemeral_message_is_recorded_for_its_one_reader(slack: FakeSlack) -> None:
+    """chat.postEphemeral needs a user; what it posts is seen by them only (not a post)."""
+    client = client_for(slack)
+    answer = await client.chat_postEphemeral(channel=CHANNEL, user=USER, text="only you")
+    assert answer["message_ts"]
+    assert [(e.user, e.text) for e in slack.ephemerals] == [(USER, "only you")]
+    assert slack.posts == []
+    with pytest.raises(SlackApiError):
+        await client.chat_postEphemeral(channel=CHANNEL, user="", text="nobody")

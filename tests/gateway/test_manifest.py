@@ -43,6 +43,7 @@ METHOD_SCOPES: dict[str, set[str]] = {
     "users_info": {"users:read"},
     "chat_postMessage": {"chat:write"},
     "chat_update": {"chat:write"},
+    "chat_postEphemeral": {"chat:write"},
     "chat_delete": {"chat:write"},
     "chat_startStream": {"chat:write"},
     "chat_appendStream": {"chat:write"},
@@ -229,10 +230,16 @@ def test_manifest_declares_scopes_events_and_mode(continue_threads: bool) -> Non
     for manifest in (socket, http):
         assert manifest["oauth_config"]["scopes"]["bot"] == scopes
         assert manifest["settings"]["event_subscriptions"]["bot_events"] == events
-        assert manifest["settings"]["interactivity"] == {"is_enabled": False}
+        # Approval and feedback buttons: clicks come where events do.
+        assert manifest["settings"]["interactivity"]["is_enabled"] is True
         assert "assistant_view" in manifest["features"]
         assert manifest["features"]["app_home"]["messages_tab_enabled"] is True
     assert socket["settings"]["socket_mode_enabled"] is True
+    assert "request_url" not in socket["settings"]["interactivity"]
+    assert (
+        http["settings"]["interactivity"]["request_url"]
+        == (http["settings"]["event_subscriptions"]["request_url"])
+    )
     assert "request_url" not in socket["settings"]["event_subscriptions"]
     assert http["settings"]["socket_mode_enabled"] is False
     assert http["settings"]["event_subscriptions"]["request_url"] == PLACEHOLDER_URL

@@ -1,0 +1,102 @@
+"""A round stopped for a person's approval, written down and picked up again.
+
+When a step calls a tool that needs approval (agent/core/approval.py), the round stops
+before anything of the step runs. What it had — the model's messages after the
+transcript (its own calls, the results it read, the runtime notes of repairs), the step
+that asked, and its counts of work steps and repairs — is written as JSON
+(`round_state`) and stored with the pause. The round's next run reads it back
+(`RoundSoFar.load`), settles the paused step (agent/rounds/resume.py) and goes on from
+there (`agent.rounds.loop.run_round(so_far=…)`), as if it had never stopped: the model
+sees the same conversation, with the step's results after its calls.
+
+Only the round's own messages are stored, never the transcript: the next run renders the
+transcript again from the window and the rounds, as every round does. A person's pictures
+are never among the round's own messages (they are in the transcript).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from agent.core.errors import AgentError
+from agent.models.contract import (
+    AssistantMessage,
+    ModelMessage,
+    ToolCall,
+    ToolResultMessage,
+    UserMessage,
+)
+
+
+class PauseStateError(AgentError):
+    """A stored round state that cannot be read (written by another version, or damaged)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RoundSoFar:
+    """A round's own messages after its transcript, and its counts of work steps and
+    repairs (each bounded per round: they carry over)."""
+
+    tail: tuple[ModelMessage, ...] = ()
+    steps: int = 0
+    repairs: int = 0
+
+    @classmethod
+    def load(cls, state: str) -> RoundSoFar:
+        """The round as `round_state` wrote it; `PauseStateError` if it cannot be read."""
+        try:
+            data = json.loads(state)
+            tail = tuple(_message(m) for m in data["tail"])
+            return cls(tail, int(data["steps"]), int(data["repairs"]))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise PauseStateError(f"the paused round's state cannot be read ({exc})") from exc
+
+    @property
+    def paused_calls(self) -> tuple[ToolCall, ...]:
+        """The calls of the step the round stopped at (its last message)."""
+        last = self.tail[-1] if self.tail else None
+        return last.tool_calls if isinstance(last, AssistantMessage) else ()
+
+
+def round_state(tail: Sequence[ModelMessage], *, steps: int, repairs: int) -> str:
+    """The round so far as JSON, for the store (`RoundSoFar.load` reads it back)."""
+    return json.dumps(
+        {"tail": [_plain(m) for m in tail], "steps": steps, "repairs": repairs},
+        ensure_ascii=False,
+    )
+
+
+def _plain(message: ModelMessage) -> dict[str, Any]:
+    if isinstance(message, AssistantMessage):
+        calls = [
+            {"id": c.id, "name": c.name, "arguments": c.raw_arguments} for c in message.tool_calls
+        ]
+        return {"role": "assistant", "text": message.text, "calls": calls}
+    if isinstance(message, ToolResultMessage):
+        return {
+            "role": "tool",
+            "call_id": message.call_id,
+            "name": message.name,
+            "content": message.content,
+            "is_error": message.is_error,
+        }
+    if isinstance(message, UserMessage):
+        return {"role": "user", "text": message.text}
+    raise TypeError(f"a round's own messages are never {type(message).__name__}")
+
+
+def _message(data: Mapping[str, Any]) -> ModelMessage:
+    role = data["role"]
+    if role == "assistant":
+        calls = tuple(ToolCall.from_raw(c["id"], c["name"], c["arguments"]) for c in data["calls"])
+        return AssistantMessage(str(data["text"]), calls)
+    if role == "tool":
+        return ToolResultMessage(
+            str(data["call_id"]), str(data["name"]), str(data["content"]), bool(data["is_error"])
+        )
+    if role == "user":
+        return UserMessage(str(data["text"]))
+    raise ValueError(f"unknown role {role!r}")
