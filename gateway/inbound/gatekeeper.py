@@ -1,7 +1,8 @@
 """The gatekeeper: from an inbound Slack message to a durable, provenance-tagged task.
 
 It decides whether the message is ours to answer (allowlists; a thread reply without a
-mention only where the bot already takes part), resolves display names, reads the files
+mention only where the bot already takes part, and not when it opens by addressing someone
+else: gateway/inbound/addressing.py), resolves display names, reads the files
 attached (`gateway.inbound.attachments`), turns Slack markup into plain text, wraps it with the
 files' text in a `<turn>` tag and admits it in one transaction, pictures included —
 together with the thread's earlier messages (and theirs) when the bot is first mentioned
@@ -34,11 +35,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal, Protocol, TypeAlias
 
 from agent import Image, bind_log_fields
+from gateway.inbound.addressing import addresses_someone_else
 from gateway.inbound.attachments import FileContent, FileReader, files_text, images_of, unread
 from gateway.slack.events import InboundTurn, SharedFile
 from gateway.slack.threads import ThreadMessage, render_message, slack_time
@@ -55,6 +58,8 @@ from storage import (
     before_downloads,
     session_exists,
 )
+
+log = logging.getLogger(__name__)
 
 Outcome: TypeAlias = Literal["admitted", "duplicate", "ignored", "limited"]
 
@@ -110,8 +115,17 @@ class Policy:
 
     def addressed(self, inbound: InboundTurn, *, known: bool) -> bool:
         """Whether the message asks the bot: a mention, a DM, or (continuing threads) a reply
-        in a thread the bot takes part in (`known`)."""
+        in a thread the bot takes part in (`known`) that is not someone else's
+        (`may_continue`)."""
         return inbound.mentioned or inbound.direct or (known and self.continue_threads)
+
+    def may_continue(self, inbound: InboundTurn, *, bot_user_id: str | None) -> bool:
+        """Whether a thread reply may be the bot's at all: a mention or a DM always is; one
+        that opens by addressing someone else is theirs (gateway/inbound/addressing.py),
+        decided before any look-up, so it costs nothing."""
+        if inbound.mentioned or inbound.direct:
+            return True
+        return not addresses_someone_else(inbound.text, bot_user_id)
 
 
 class Gatekeeper:
@@ -152,6 +166,9 @@ class Gatekeeper:
 
     async def _admit(self, inbound: InboundTurn, bot_user_id: str | None) -> Outcome:
         if not self._policy.allows(inbound):
+            return "ignored"
+        if not self._policy.may_continue(inbound, bot_user_id=bot_user_id):
+            log.debug("a reply addressed to someone else: not ours to answer")
             return "ignored"
         # Only a message inside a thread asks whether we know the conversation (to continue
         # it without a mention, or to back-fill it); a top-level one saves the round trip.
