@@ -10,6 +10,7 @@ by formatting the string themselves.
     task:{id}:ack:{n}     the acknowledgment of delegating round n
     task:{id}:reply       the final reply
     task:{id}:failure     the notice that the task could not be answered
+    task:{id}:stopped     the note that someone stopped the task (Slack's Stop button)
 """
 
 from __future__ import annotations
@@ -25,6 +26,10 @@ def reply_id(task_id: str) -> str:
 
 def failure_id(task_id: str) -> str:
     return f"task:{task_id}:failure"
+
+
+def stopped_id(task_id: str) -> str:
+    return f"task:{task_id}:stopped"
 
 
 def ack_id(task_id: str, round_number: int) -> str:

@@ -39,6 +39,8 @@ class Task:
     created_at: datetime | None = None  # when the message was admitted; None if unknown
     # Whether the task's reply was stored when it was claimed (None: not known, look).
     stored_reply: bool | None = None
+    # Someone pressed Stop in its thread: the task only says so and ends (storage/stops.py).
+    stopped: bool = False
 
     @property
     def user_message_id(self) -> str:
@@ -51,6 +53,10 @@ class Task:
     @property
     def failure_id(self) -> str:
         return ids.failure_id(self.id)
+
+    @property
+    def stopped_id(self) -> str:
+        return ids.stopped_id(self.id)
 
     def ack_id(self, round_number: int) -> str:
         return ids.ack_id(self.id, round_number)

@@ -12,7 +12,8 @@ Slack: a small facade over the parts that do the work, each with its own state.
 Publishing renders the text (gateway/text/rendering.py: no pings, links show their host),
 splits a long reply into posts (`id`, `id#1`, …) and posts each; a reply that was shown
 as a draft is completed (the draft's streamed message becomes the reply) rather than
-posted beside it.
+posted beside it. Publishing the note that someone stopped the task (`task:{id}:stopped`)
+also ends the thread's agent session (gateway/delivery/status.py).
 """
 
 from __future__ import annotations
@@ -109,6 +110,12 @@ class SlackPublisher:
             else:
                 await self._posts.post(task, f"{message_id}#{n}", part)
         self._status.posted(task)
+        if any(step.state in ("pending", "in_progress") for step in steps):
+            self._status.continues(task)  # its subtasks work on: the session stays busy
+        if message_id == task.stopped_id:
+            # The note that someone stopped the work ends the thread's agent session: Slack
+            # leaves it `processing` after a Stop until the app says otherwise.
+            await self._status.end_session(task)
 
     async def _sources_line(self, task: Task, citations: Sequence[Citation]) -> str:
         address = SlackAddress.parse(task.address)  # permalinks are asked in its workspace

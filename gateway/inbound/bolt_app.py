@@ -6,6 +6,8 @@ default — ack first, work in the background — would lose an acked event on a
 Every event goes to one listener that asks `pin_change` whether it pins or unpins a
 message (gateway/inbound/pins.py), `inbound_change` whether it edits or deletes one
 (gateway/inbound/revisions.py applies it), and otherwise `inbound_turn` whether it concerns us.
+An `agent_session_stopped` (Slack's Stop button) goes to `stops`
+(gateway/inbound/stops.py), stored before the ack like an admission.
 Socket Mode goes through this same app, so both modes see the same rules.
 
 With many workspaces (OAuth mode), authorization finds the event's installation
@@ -35,7 +37,14 @@ from gateway.inbound.edits import inbound_change
 from gateway.inbound.gatekeeper import Gatekeeper
 from gateway.inbound.pins import Pins, pin_change
 from gateway.inbound.revisions import Revisions
-from gateway.slack.events import MalformedEvent, Tenant, event_tenant, inbound_turn
+from gateway.inbound.stops import Stops
+from gateway.slack.events import (
+    MalformedEvent,
+    Tenant,
+    event_tenant,
+    inbound_turn,
+    session_stopped,
+)
 from gateway.telemetry.metrics import Metrics
 from storage import StorageError
 
@@ -88,6 +97,7 @@ def build_bolt_app(
     revisions: WorkspaceRevisions | None = None,
     authorize: AsyncAuthorize | None = None,
     on_uninstalled: Uninstalled | None = None,
+    stops: Stops | None = None,
 ) -> AsyncApp:
     app = AsyncApp(
         client=client,
@@ -127,6 +137,9 @@ def build_bolt_app(
         await ack()
 
     async def _handle(body: dict[str, Any], tenant: Tenant, bot_user_id: str | None) -> str:
+        stop = session_stopped(body)
+        if stop is not None:  # Slack's Stop button (gateway/inbound/stops.py)
+            return "ignored" if stops is None else await stops.apply(stop)
         change = inbound_change(body)
         if change is not None:
             if revisions is None:

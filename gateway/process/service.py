@@ -73,6 +73,7 @@ from gateway.inbound.gatekeeper import LIMIT_NOTICES, Gatekeeper, InFlight, Poli
 from gateway.inbound.pins import Pins
 from gateway.inbound.revisions import Revisions
 from gateway.inbound.socket_mode import SocketModeConnection, start_socket_mode
+from gateway.inbound.stops import Stops
 from gateway.process.config import Settings
 from gateway.process.event_loop import loop_name
 from gateway.process.http import (
@@ -514,6 +515,7 @@ class Gateway:
             revisions=revisions,
             authorize=InstalledIdentity(clients) if installations else None,
             on_uninstalled=Uninstaller(db, installations, clients) if installations else None,
+            stops=Stops(db, clients),
         )
         socket_mode = self.settings.socket_mode
         app = build_http_app(

@@ -25,9 +25,9 @@ SCOPE_REASONS: Mapping[str, str] = MappingProxyType(
         "groups:history": "back-fill a private channel thread the bot is mentioned in (conversations.replies) and, with THREADGATE_CONTINUE_THREADS, receive the replies in threads it takes part in (message.groups)",
         "mpim:history": "receive the replies in group DM threads the bot takes part in (message.mpim), for THREADGATE_CONTINUE_THREADS",
         "im:history": "receive direct messages (message.im) and read DM threads",
-        "chat:write": "post acknowledgments, replies, failure notices and operator alerts",
+        "chat:write": "post acknowledgments, replies, failure notices and operator alerts, and keep a working thread's agent session in 'processing' (agents.sessions.setStatus)",
         "users:read": "show people's display names in the provenance tag (users.info)",
-        "assistant:write": "show 'is thinking…' in the thread while a task runs (assistant.threads.setStatus)",
+        "assistant:write": "show 'is thinking…' in the thread while a task runs (assistant.threads.setStatus) and offer suggested prompts in the DM (assistant.threads.setSuggestedPrompts)",
         "metadata.message:read": "read our posts' metadata back to settle a post whose outcome is unknown",
         "files:read": "download the files people attach to messages (and describe with files.info those an event gives only by id), so the model can read them (THREADGATE_FILE_TYPES)",
         "pins:read": "keep messages pinned in a thread in the model's view (pin_added, pin_removed)",
@@ -42,11 +42,15 @@ _CONTINUATION = ("message.channels", "message.groups", "message.mpim")
 _CONTINUATION_ONLY = frozenset({"mpim:history"})
 # Pins keep a thread's pinned messages in the model's window (gateway/inbound/pins.py).
 _PINS = ("pin_added", "pin_removed")
+# Slack's agent experience: the Stop button of a working thread (gateway/inbound/stops.py;
+# without it Slack shows no Stop button), and the DM with the app opened, to offer its
+# suggested prompts (gateway/inbound/app_home.py).
+_AGENT = ("agent_session_stopped", "app_home_opened")
 
 
 def bot_events(*, continue_threads: bool) -> tuple[str, ...]:
     """The bot events to subscribe to with these settings."""
-    return (_ALWAYS + _CONTINUATION if continue_threads else _ALWAYS) + _PINS
+    return (_ALWAYS + _CONTINUATION if continue_threads else _ALWAYS) + _PINS + _AGENT
 
 
 # With many workspaces (OAuth), an uninstall or a revoked token must reach us, to forget

@@ -17,10 +17,12 @@ from slack_sdk.web.async_client import AsyncWebClient
 import gateway
 from gateway.inbound.gatekeeper import Policy
 from gateway.inbound.pins import pin_change
-from gateway.slack.events import inbound_turn
+from gateway.slack.events import inbound_turn, messages_opened, session_stopped
 from gateway.slack.manifest import PLACEHOLDER_URL, app_manifest, events_url, render_manifest
 from gateway.slack.scopes import SCOPE_REASONS, bot_events, bot_scopes
 from tests.fakes.slack_events import (
+    agent_session_stopped_event,
+    app_home_opened_event,
     app_mention_event,
     bot_message_event,
     dm_message_event,
@@ -50,6 +52,9 @@ METHOD_SCOPES: dict[str, set[str]] = {
     "conversations_replies": {"channels:history", "groups:history", "im:history"},
     "conversations_history": {"channels:history", "groups:history", "im:history"},
     "assistant_threads_setStatus": {"assistant:write"},
+    # "The chat:write scope is required to manage thread-based sessions" (docs.slack.dev).
+    "agents_sessions_setStatus": {"chat:write"},
+    "assistant_threads_setSuggestedPrompts": {"assistant:write"},
     "apps_connections_open": set(),  # the app-level token's connections:write, not a bot scope
     "chat_getPermalink": set(),  # "No scope required" (docs.slack.dev, chat.getPermalink)
     "files_info": {"files:read"},  # a file an event gives only by id (gateway/slack/file_info.py)
@@ -63,6 +68,9 @@ EVENT_SCOPES = {
     "message.mpim": {"mpim:history"},
     "pin_added": {"pins:read"},
     "pin_removed": {"pins:read"},
+    # Neither lists a scope on its reference page: a bot user is enough.
+    "agent_session_stopped": set(),
+    "app_home_opened": set(),
 }
 # Reading metadata back (include_all_metadata) needs its own scope.
 METADATA_SCOPE = "metadata.message:read"
@@ -131,6 +139,11 @@ FEATURES: dict[str, tuple[str, dict[str, Any]]] = {
         "pin_removed",
         pin_event(pinned_message(text="remember", ts=new_ts(), thread_ts=_THREAD), added=False),
     ),
+    "Stop pressed on a thread's agent session": (
+        "agent_session_stopped",
+        agent_session_stopped_event(thread_ts=_THREAD),
+    ),
+    "the DM with the app opened": ("app_home_opened", app_home_opened_event()),
 }
 # What those subscriptions also bring, and the gateway never answers, whatever the settings.
 NEVER_ANSWERED: dict[str, dict[str, Any]] = {
@@ -138,6 +151,7 @@ NEVER_ANSWERED: dict[str, dict[str, Any]] = {
     "a bot's post": bot_message_event(text="beep", thread_ts=_THREAD),
     "an edit": message_changed_event(ts=_THREAD, new_text="b", old_text="a"),
     "a join": message_event(text="joined", thread_ts=_THREAD) | {"subtype": "channel_join"},
+    "the Home tab opened": app_home_opened_event(tab="home"),
 }
 
 
@@ -146,6 +160,8 @@ def answered(payload: dict[str, Any], *, continue_threads: bool) -> bool:
     event is answered by keeping the pin, gateway/inbound/pins.py)."""
     if pin_change(event_callback(payload)) is not None:
         return True
+    if session_stopped(event_callback(payload)) or messages_opened(event_callback(payload)):
+        return True  # a Stop stops the thread's work; the DM opened is offered prompts
     turn = inbound_turn(event_callback(payload))
     policy = Policy(continue_threads=continue_threads, backfill_messages=50)
     return turn is not None and policy.allows(turn) and policy.addressed(turn, known=True)

@@ -172,7 +172,9 @@ async def test_the_migration_deletes_the_pictures_of_turns_deleted_before_it(
     postgres_dsn: str,
 ) -> None:
     """Turns deleted before migration 014 lose their pictures to it; the others keep theirs."""
-    conn = await asyncpg.connect(await create_database(postgres_dsn, "pictures_migration", empty=True))
+    conn = await asyncpg.connect(
+        await create_database(postgres_dsn, "pictures_migration", empty=True)
+    )
     try:
         for migration in available_migrations():
             if migration.name.endswith("_pictures.sql"):
