@@ -7,7 +7,8 @@ Every event goes to one listener that asks `pin_change` whether it pins or unpin
 message (gateway/inbound/pins.py), `inbound_change` whether it edits or deletes one
 (gateway/inbound/revisions.py applies it), and otherwise `inbound_turn` whether it concerns us.
 An `agent_session_stopped` (Slack's Stop button) goes to `stops`
-(gateway/inbound/stops.py), stored before the ack like an admission.
+(gateway/inbound/stops.py), stored before the ack like an admission; the DM with the app
+opened (`app_home_opened`, messages tab) to `app_home` (its suggested prompts).
 Socket Mode goes through this same app, so both modes see the same rules.
 
 With many workspaces (OAuth mode), authorization finds the event's installation
@@ -33,6 +34,7 @@ from slack_bolt.context.async_context import AsyncBoltContext
 from slack_bolt.response import BoltResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
+from gateway.inbound.app_home import AppHome
 from gateway.inbound.edits import inbound_change
 from gateway.inbound.gatekeeper import Gatekeeper
 from gateway.inbound.pins import Pins, pin_change
@@ -43,6 +45,7 @@ from gateway.slack.events import (
     Tenant,
     event_tenant,
     inbound_turn,
+    messages_opened,
     session_stopped,
 )
 from gateway.telemetry.metrics import Metrics
@@ -98,6 +101,7 @@ def build_bolt_app(
     authorize: AsyncAuthorize | None = None,
     on_uninstalled: Uninstalled | None = None,
     stops: Stops | None = None,
+    app_home: AppHome | None = None,
 ) -> AsyncApp:
     app = AsyncApp(
         client=client,
@@ -140,6 +144,9 @@ def build_bolt_app(
         stop = session_stopped(body)
         if stop is not None:  # Slack's Stop button (gateway/inbound/stops.py)
             return "ignored" if stops is None else await stops.apply(stop)
+        home = messages_opened(body)
+        if home is not None:  # the DM with the app opened (gateway/inbound/app_home.py)
+            return "ignored" if app_home is None else await app_home.opened(home)
         change = inbound_change(body)
         if change is not None:
             if revisions is None:

@@ -104,6 +104,14 @@ class Policy:
     backfill_messages: int
     allowed_channels: frozenset[str] = frozenset()
     allowed_users: frozenset[str] = frozenset()
+    # False with Slack's agent experience: a DM's threads all continue the DM's conversation.
+    dm_threads_apart: bool = True
+
+    def conversation_of(self, inbound: InboundTurn) -> InboundTurn:
+        """The message with its conversation decided: a DM's, per the experience."""
+        if not inbound.direct or inbound.dm_threads_apart == self.dm_threads_apart:
+            return inbound
+        return replace(inbound, dm_threads_apart=self.dm_threads_apart)
 
     def allows(self, inbound: InboundTurn) -> bool:
         if self.allowed_users and inbound.user not in self.allowed_users:
@@ -156,6 +164,7 @@ class Gatekeeper:
         """Store the turn and its task (durable when this returns), or say why not. The
         turn's tenant (team, and enterprise on Enterprise Grid) keys the task, its address
         and its limits; the writer's workspace is only data in the address."""
+        inbound = self._policy.conversation_of(inbound)
         where = {
             "team": inbound.team,
             "channel": inbound.channel,
@@ -175,7 +184,8 @@ class Gatekeeper:
         known = bool(inbound.thread_ts) and await session_exists(self._db, inbound.session_id)
         if not self._policy.addressed(inbound, known=known):
             return "ignored"
-        backfill = not known and bool(inbound.thread_ts)
+        # A DM thread that continues the DM's conversation has its history in our store.
+        backfill = not known and inbound.in_own_thread
         if self._files is None or not (inbound.files or backfill):
             return await self._store(inbound, bot_user_id, backfill=backfill)
         # Downloads are the costly part: they wait for Slack's other event for this message

@@ -65,6 +65,7 @@ from agent import (
 from gateway.delivery.alerts import OperatorAlerts, TokenAlarm
 from gateway.delivery.publisher import SlackPublisher
 from gateway.delivery.streams import StreamSettings
+from gateway.inbound.app_home import AppHome
 from gateway.inbound.attachments import FileReader
 from gateway.inbound.bolt_app import build_bolt_app
 from gateway.inbound.decoders import Decoders
@@ -466,6 +467,7 @@ class Gateway:
             allowed_users=s.allowed_users,
             continue_threads=s.threadgate_continue_threads,
             backfill_messages=s.threadgate_backfill_messages,
+            dm_threads_apart=not s.threadgate_agent_view,
         )
         clients = self.clients
         assert clients is not None  # set by start
@@ -516,6 +518,11 @@ class Gateway:
             authorize=InstalledIdentity(clients) if installations else None,
             on_uninstalled=Uninstaller(db, installations, clients) if installations else None,
             stops=Stops(db, clients),
+            app_home=AppHome(
+                clients,
+                s.suggested_prompts if s.threadgate_agent_view else (),
+                budget_seconds=s.threadgate_lookup_budget_seconds,
+            ),
         )
         socket_mode = self.settings.socket_mode
         app = build_http_app(

@@ -161,15 +161,25 @@ class InboundTurn:
     edited: str | None = None  # the Slack ts of the edit, for an edited message
     enterprise: str | None = None
     user_team: str | None = None
+    # Whether a thread inside a DM is a conversation of its own (Slack's assistant
+    # experience); in the agent experience every DM message is its own thread, and all of
+    # them continue the DM's one conversation, its history from our store.
+    dm_threads_apart: bool = True
 
     @property
     def task_id(self) -> str:
         return f"{self.team}:{self.channel}:{self.ts}"
 
     @property
+    def in_own_thread(self) -> bool:
+        """Whether the message is in a thread that is a conversation of its own."""
+        return bool(self.thread_ts) and (self.dm_threads_apart or not self.direct)
+
+    @property
     def session_id(self) -> str:
-        """A thread is a conversation; a top-level DM continues the DM's running one."""
-        if self.thread_ts:
+        """A thread is a conversation; a DM message outside one (with the agent experience,
+        any DM message) continues the DM's running one."""
+        if self.in_own_thread:
             return f"{self.team}:{self.channel}:{self.thread_ts}"
         if self.direct:
             return f"{self.team}:{self.channel}"

@@ -18,7 +18,14 @@ import gateway
 from gateway.inbound.gatekeeper import Policy
 from gateway.inbound.pins import pin_change
 from gateway.slack.events import inbound_turn, messages_opened, session_stopped
-from gateway.slack.manifest import PLACEHOLDER_URL, app_manifest, events_url, render_manifest
+from gateway.slack.manifest import (
+    DESCRIPTION,
+    PLACEHOLDER_URL,
+    app_manifest,
+    events_url,
+    parse_prompts,
+    render_manifest,
+)
 from gateway.slack.scopes import SCOPE_REASONS, bot_events, bot_scopes
 from tests.fakes.slack_events import (
     agent_session_stopped_event,
@@ -246,7 +253,8 @@ def test_manifest_declares_scopes_events_and_mode(continue_threads: bool) -> Non
         assert manifest["oauth_config"]["scopes"]["bot"] == scopes
         assert manifest["settings"]["event_subscriptions"]["bot_events"] == events
         assert manifest["settings"]["interactivity"] == {"is_enabled": False}
-        assert "assistant_view" in manifest["features"]
+        assert "agent_view" in manifest["features"]
+        assert "assistant_view" not in manifest["features"]
         assert manifest["features"]["app_home"]["messages_tab_enabled"] is True
     assert socket["settings"]["socket_mode_enabled"] is True
     assert "request_url" not in socket["settings"]["event_subscriptions"]
@@ -319,3 +327,33 @@ def test_many_workspaces_add_the_redirect_url_uninstall_events_and_org_installs(
         render_manifest(socket_mode=True, oauth=True, redirect_url=url, continue_threads=True)
     )
     assert rendered["oauth_config"]["redirect_urls"] == [url]
+
+
+def test_the_agent_view_carries_the_description_and_the_suggested_prompts() -> None:
+    """New apps get `agent_view` with its description and the prompts of the setting (in
+    YAML that parses back to them); off, the retiring `assistant_view`."""
+    prompts = parse_prompts('["What can you do?", {"title": "Summarize", "message": "Sum up"}]')
+    text = render_manifest(
+        socket_mode=True, continue_threads=True, description="Helps the team.", prompts=prompts
+    )
+    assert yaml.safe_load(text)["features"]["agent_view"] == {
+        "agent_description": "Helps the team.",
+        "suggested_prompts": [
+            {"title": "What can you do?", "message": "What can you do?"},
+            {"title": "Summarize", "message": "Sum up"},
+        ],
+    }
+    old = app_manifest(socket_mode=True, continue_threads=True, agent_view=False)
+    assert old["features"]["assistant_view"] == {"assistant_description": DESCRIPTION}
+    assert "agent_view" not in old["features"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["[1]", "{}", '["a", "b", "c", "d", "e"]', '[""]', '[{"title": "t"}]', "not json"],
+)
+def test_malformed_suggested_prompts_are_refused(text: str) -> None:
+    """More than four prompts, an empty one, a wrong shape or no JSON: a ValueError (the
+    setting's ConfigError), never a manifest Slack would refuse."""
+    with pytest.raises(ValueError):
+        parse_prompts(text)
