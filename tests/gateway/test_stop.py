@@ -221,3 +221,28 @@ async def test_a_stop_while_its_worker_is_down_is_honoured_after_the_restart(rig
     record("restart", pressed, requests, rig)
     assert all(r.at < pressed for r in requests) and len(requests) == 1
     assert len([p for p in rig.slack.posts if STOPPED in p.text]) == 1
+
+
+@pytest.mark.rig(overrides=STREAMING)
+async def test_a_malformed_stop_is_a_400_and_stops_nothing(rig: Rig) -> None:
+    """An agent_session_stopped without its thread is refused with a 400, nothing stored."""
+    event = agent_session_stopped_event(thread_ts="1.0")
+    del event["thread_ts"]
+    status, body = await rig.send(event_callback(event))
+    assert status == 400 and "agent_session_stopped" in body
+    assert await rig.count("task_interventions") == 0
+
+
+@pytest.mark.rig(overrides=STREAMING)
+async def test_without_the_subscription_the_operator_is_told_once(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Slack's missing_agent_session_stopped_event_subscription warning is logged once, not
+    per task; the tasks are answered all the same."""
+    rig.slack.stop_subscribed = False
+    for n in range(2):
+        event = app_mention_event(text=f"<@UBOT> question {n}")
+        await send(rig, event_callback(event))
+        await wait_for_task(rig.db, task_of(event), "done")
+    warned = [r for r in caplog.records if "agent_session_stopped" in r.getMessage()]
+    assert len(warned) == 1 and warned[0].levelname == "WARNING"
