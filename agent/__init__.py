@@ -45,7 +45,10 @@ from agent.core.ids import reply_id, user_message_id
 from agent.core.images import MAX_IMAGES_PER_REQUEST, Image
 from agent.core.log_context import bind_log_fields, log_fields
 from agent.core.ports import (
+    AlertOutcome,
     AlertSink,
+    AlertThrottle,
+    AlertTurn,
     AnswerOrigin,
     Draft,
     History,
@@ -153,7 +156,10 @@ __all__ = [
     "VENDORS",
     "AgentError",
     "AgentSubtask",
+    "AlertOutcome",
     "AlertSink",
+    "AlertThrottle",
+    "AlertTurn",
     "AnswerOrigin",
     "Answered",
     "AssistantMessage",

@@ -18,6 +18,7 @@ from storage.admission import (
     before_downloads,
     session_exists,
 )
+from storage.alert_windows import PostgresAlertThrottle
 from storage.database import Database
 from storage.delegations import PostgresDelegations
 from storage.embedded import start_embedded_postgres
@@ -120,6 +121,7 @@ __all__ = [
     "PostEvent",
     "PostRecord",
     "PostState",
+    "PostgresAlertThrottle",
     "PostgresDelegations",
     "PostgresHistory",
     "PostgresInstallations",

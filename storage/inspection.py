@@ -250,9 +250,10 @@ def _message_ids(task: Task, rounds: int) -> list[str]:
 
 
 def _post_ids(task: Task, rounds: int) -> list[str]:
-    """Every outbox id the task can have posted under: acks, reply, failure notice, and
-    their parts (a long message is posted as `{id}#1`, `{id}#2`, …)."""
-    return with_parts([*(task.ack_id(n) for n in range(rounds)), task.reply_id, task.failure_id])
+    """Every outbox id the task can have posted under: acks, the still-trying notice,
+    reply, failure notice, and their parts (a long message is posted as `{id}#1`, …)."""
+    ids = [*(task.ack_id(n) for n in range(rounds)), task.interim_id, task.reply_id]
+    return with_parts([*ids, task.failure_id])
 
 
 def _summary(row: asyncpg.Record) -> TaskSummary:

@@ -11,6 +11,7 @@ by formatting the string themselves.
     task:{id}:reply       the final reply
     task:{id}:failure     the notice that the task could not be answered
     task:{id}:stopped     the note that someone stopped the task (Slack's Stop button)
+    task:{id}:interim     the notice that every model is failing and the bot keeps trying
 """
 
 from __future__ import annotations
@@ -30,6 +31,10 @@ def failure_id(task_id: str) -> str:
 
 def stopped_id(task_id: str) -> str:
     return f"task:{task_id}:stopped"
+
+
+def interim_id(task_id: str) -> str:
+    return f"task:{task_id}:interim"
 
 
 def ack_id(task_id: str, round_number: int) -> str:

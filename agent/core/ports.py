@@ -26,6 +26,10 @@ Role: TypeAlias = Literal["user", "assistant"]
 StepState: TypeAlias = Literal["pending", "in_progress", "complete", "error"]
 MessageKind: TypeAlias = Literal["turn", "ack", "reply", "summary"]
 ToolCallState: TypeAlias = Literal["running", "ok", "error"]
+# How a window's operator alert went (`AlertThrottle`): `sent`; `failed` to be sent (the
+# kind's next failure tries again); `logged` only, there being nowhere to send it (the
+# window holds, and nobody was told).
+AlertOutcome: TypeAlias = Literal["sent", "failed", "logged"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +61,10 @@ class Task:
     @property
     def stopped_id(self) -> str:
         return ids.stopped_id(self.id)
+
+    @property
+    def interim_id(self) -> str:
+        return ids.interim_id(self.id)
 
     def ack_id(self, round_number: int) -> str:
         return ids.ack_id(self.id, round_number)
@@ -290,6 +298,40 @@ class AlertSink(Protocol):
         """Alert, at most once per failing credential per window. True when an operator was
         told, now or earlier in the window; False when nobody could be (no operator
         channel, or the alert could not be posted): the user's notice must not say so."""
+
+
+@dataclass(frozen=True, slots=True)
+class AlertTurn:
+    """One failure of a kind, as the throttle counted it (`AlertThrottle.note`).
+
+    `ours`: this failure opened the kind's window, so its alert is to be sent now, saying
+    `suppressed` (the repeats of the window before that were not sent) and when failures
+    of the kind were first and last seen. Otherwise it is a repeat inside the window,
+    counted and not sent. `claim` names the window, to ask how its alert went."""
+
+    key: str
+    claim: str
+    ours: bool
+    first_seen: datetime
+    last_seen: datetime
+    suppressed: int = 0
+
+
+class AlertThrottle(Protocol):
+    """One operator alert per kind of failure per window, for every replica together (a
+    kind: a refused credential on a route, an exhausted quota, Slack refusing a token)."""
+
+    async def note(self, key: str, *, window_seconds: float, send_seconds: float) -> AlertTurn:
+        """Count a failure of the kind `key`. It opens a new window (`ours`) unless one is
+        open: opened less than `window_seconds` ago, and neither `failed` nor still being
+        sent after `send_seconds` (its sender died)."""
+
+    async def settle(self, turn: AlertTurn, outcome: AlertOutcome) -> None:
+        """Record how the alert of the window `turn` opened went; a window opened again
+        since is not changed."""
+
+    async def outcome(self, turn: AlertTurn) -> AlertOutcome | None:
+        """How the alert of `turn`'s window went; None while it is being sent."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,13 @@ actually sent (or one for the same failure was sent within the alert window). Th
     time_limit   the task ran out of its time
     limit        the message used up its allowance of model requests
     error        anything else (a model that never answered properly, a bug)
+
+Before an `unavailable` notice there is usually another one, `still_trying`: while every
+model is down the person is told early that the bot keeps trying (agent.durable.runner
+says when), and the answer or the `unavailable` notice follows it as a message of its
+own. It is a message, not a status line, because a person notices a message (and Slack
+clears a status line at the bot's next post); it is not a failure notice, so
+`override` (one text for every failure) does not replace it.
 """
 
 from __future__ import annotations
@@ -44,6 +51,10 @@ class FailureNotices:
         "requests. Please try again with a narrower question."
     )
     error: str = "Sorry, something went wrong and I couldn't answer this message."
+    still_trying: str = (
+        "The AI models are failing right now. I'm still trying, and I'll reply in this "
+        "thread either way."
+    )
     override: str | None = None
 
     def text(self, kind: FailureKind, *, alerted: bool = False) -> str:

@@ -10,10 +10,10 @@ round decided is stored before anything is published:
 - a re-run that finds either one stored goes on from there instead of asking the model.
 
 How a task ends otherwise:
-- every model slot transiently down (`ModelsUnavailable`): queued again for later, at most
-  `max_deferrals` times and `max_deferral_seconds` after the message arrived (a server's
-  `Retry-After` that reaches past that ends it at once); then the user is told the models
-  are unavailable and the thread is free for its next message;
+- every model slot transiently down (`ModelsUnavailable`): queued again for later, tried
+  at most `max_deferrals` times within `max_deferral_seconds` of the message's arrival
+  (see "Every model down" below); then the user is told the models are unavailable and
+  the thread is free for its next message;
 - a credential or quota refused: the operator is alerted, the user told, the task failed;
 - past its wall-clock limit (`task_timeout_seconds` from the message's arrival): the round
   is cut, the user told, the task failed;
@@ -23,6 +23,20 @@ How a task ends otherwise:
 - any other agent failure: the user is told, the task failed;
 - an unexpected error (Slack down, a bug): retried with backoff, failed after a bound.
 A subtask ends done, failed or timed out, and its task's next round is told which.
+
+Every model down: the person hears early, and the thread is freed in time. The tries
+left are spread over what is left of the window, each wait planned twice as long as the
+one before (with the defaults about 10, 20, 40 and 75 s), so early tries catch a short
+outage and later ones a longer one; planned again after each try, from the time left, so
+the last starts at nine tenths of the window however long the tries took, leaving the
+rest for it to run. A server's `Retry-After` is honoured instead, and one reaching past the window ends
+the task at once. A deferral whose next try comes `still_trying_seconds` or more after
+the message posts the `still_trying` notice (`task:{id}:interim`) first, through the
+outbox like every post, so however often it is asked for — at every later deferral, by a
+retry after a crash, by another replica — it is posted once; the answer or the
+`unavailable` notice follows it. Every try asks each model slot up to the ladder's
+attempts per slot, so a message costs at most `max_deferrals` × slots × attempts model
+requests.
 
 A lease can be lost while its worker runs: the process looked dead to the others (its
 signal connection to the database dropped) and another worker, maybe one of our own, took
@@ -100,6 +114,8 @@ log = logging.getLogger(__name__)
 
 TIMED_OUT = "The subtask did not finish within its time limit."
 _FOREVER = 365 * 24 * 3600.0  # longer than any deferral bound, and a valid interval
+# While every model is down, the last try starts by this share of the deferral window.
+_LAST_TRY = 0.9
 INTERNAL_ERROR = "The subtask failed with an internal error."
 _STEP_STATES: dict[SubtaskState, StepState] = {
     "done": "complete",
@@ -156,8 +172,9 @@ class RunnerSettings:
     max_attempts: int = 5
     retry_base_seconds: float = 2.0
     retry_max_seconds: float = 300.0
-    max_deferrals: int = 10
-    max_deferral_seconds: float = 1800.0
+    max_deferrals: int = 5
+    max_deferral_seconds: float = 180.0
+    still_trying_seconds: float = 30.0
     task_timeout_seconds: float = 900.0
     notices: FailureNotices = DEFAULT_NOTICES
     stopped_note: str = STOPPED_NOTE
@@ -403,15 +420,40 @@ class TaskRunner:
         return (self._clock() - task.created_at).total_seconds() if task.created_at else 0.0
 
     async def _defer(self, task: Task, error: ModelsUnavailable) -> None:
-        """Queue the task again for when a model may be back, within the bounds; past
-        them, tell the user and free the thread."""
-        delay = self._delay(task.attempts, error.retry_after)
-        s = self._settings
-        if task.attempts >= s.max_deferrals or self._age(task) + delay > s.max_deferral_seconds:
+        """Queue the task again for when a model may be back, within the bounds, telling
+        the person once the wait gets long; past the bounds, tell them and free the thread."""
+        age = self._age(task)
+        delay = self._deferral(task.attempts, age, error.retry_after)
+        if delay is None:
             self._observer.task_settled("unavailable")
             return await self._give_up(task, error, "unavailable")
+        if age + delay >= self._settings.still_trying_seconds:
+            await self._still_trying(task)
         self._observer.task_settled("deferred")
         await self._queue.retry_later(task, delay, str(error))
+
+    def _deferral(self, attempts: int, age: float, retry_after: float | None) -> float | None:
+        """Seconds until the next try while every model is down, or None: no try is left
+        within the bounds (the module docstring's "Every model down")."""
+        s = self._settings
+        tries_left = s.max_deferrals - attempts
+        if tries_left <= 0:
+            return None
+        if _honoured(retry_after):
+            delay = self._delay(attempts, retry_after)
+        else:
+            delay = (s.max_deferral_seconds * _LAST_TRY - age) / (2**tries_left - 1)
+        return delay if delay >= 0 and age + delay <= s.max_deferral_seconds else None
+
+    async def _still_trying(self, task: Task) -> None:
+        """Post the `still_trying` notice (once, whoever asks: its outbox row). Not being
+        able to post it now does not stop the deferral: the next one posts it."""
+        try:
+            await self._publisher.publish(
+                task, task.interim_id, self._settings.notices.still_trying
+            )
+        except Exception as exc:  # Slack away, or a lease lost: retry_later below is fenced
+            log.warning("task %s: the still-trying notice was not posted: %s", task.id, exc)
 
     async def _window_and_prompt(self, task: Task) -> tuple[Window, PromptEpoch | None]:
         """The window and the session's pinned prompt, read side by side: both are round
@@ -535,7 +577,7 @@ class TaskRunner:
         """The server's `Retry-After` when it is a sane number of seconds, else backoff.
         Not clamped here: a delay past the deferral bound ends the task instead. Infinite,
         NaN or absurd values (`1e303` overflows Postgres's interval) count as "not soon"."""
-        if retry_after is None or retry_after < 0 or math.isnan(retry_after):
+        if retry_after is None or not _honoured(retry_after):
             return self._backoff(attempts)
         return min(retry_after, _FOREVER)
 
@@ -582,6 +624,11 @@ class TaskRunner:
                 log.warning("%s: lease lost to another worker", name)
                 lost()
                 return
+
+
+def _honoured(retry_after: float | None) -> bool:
+    """Whether a server's `Retry-After` is a number of seconds to wait (not negative, NaN)."""
+    return retry_after is not None and retry_after >= 0 and not math.isnan(retry_after)
 
 
 def _settled_steps(task: Task, record: RoundRecord) -> list[Step]:

@@ -3,8 +3,12 @@
 An alert names the credential that was refused (the AI gateway's token, the provider's
 key, or — when the response did not say — both candidates), the route, when it was first
 and last seen, and how many repeats were held back. One alert per failing credential per
-window; the repeats in between are counted, not posted. The alert never carries a secret:
-it is built from the error's kind, source, status and route.
+window for the whole deployment: the window is kept in Postgres (`agent.AlertThrottle`,
+storage/alert_windows.py), so of two replicas refused at the same moment one sends the
+alert and the other counts a repeat — and tells its user the operators were alerted only
+once the first says the alert went out. The repeats in between are counted, not posted.
+The alert never carries a secret: it is built from the error's kind, source, status and
+route.
 
 How a model's 401 gets here: `agent.models.providers.classify` turns the status and body
 into `CredentialRejected` with the authority that refused (`provider`, `gateway` or
@@ -17,8 +21,8 @@ which is `OperatorAlerts` below.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -31,6 +35,9 @@ from agent import (
     GATEWAY_HEADER_VARIABLE,
     GATEWAY_TOKEN_VARIABLE,
     VENDORS,
+    AlertOutcome,
+    AlertThrottle,
+    AlertTurn,
     CredentialRejected,
     ModelError,
     QuotaExhausted,
@@ -40,81 +47,120 @@ from gateway.slack.errors import SlackError
 
 log = logging.getLogger(__name__)
 
-
-@dataclass(slots=True)
-class _Window:
-    first_seen: datetime
-    last_seen: datetime
-    posted_at: float
-    # The window's one alert: failures that arrive while it is being posted wait for it,
-    # so none of them posts again, and each knows whether an operator was really told.
-    delivery: asyncio.Future[bool]
-    suppressed: int = 0
-
+# How often a repeat asks whether another replica's alert of its window went out.
+POLL_SECONDS = 0.25
 
 # With many workspaces, the operator channel's client is found when an alert is posted
 # (gateway/slack/workspaces.py `SlackClients.operator`): None while nothing is installed.
 OperatorClient = Callable[[], Awaitable[AsyncWebClient | None]]
 
 
+@dataclass(frozen=True, slots=True)
+class AlertWindows:
+    """The throttle every alert of a deployment shares (storage's `PostgresAlertThrottle`),
+    the window (`THREADGATE_ALERT_WINDOW_SECONDS`), and how long sending one alert may
+    take before another replica takes its window over."""
+
+    throttle: AlertThrottle
+    window_seconds: float = 900.0
+    send_seconds: float = 60.0
+
+    async def note(self, key: str) -> AlertTurn | None:
+        """Count a failure of the kind `key`; None when the throttle cannot be asked (the
+        database is away): the alert is then sent, since twice is better than never."""
+        try:
+            return await self.throttle.note(
+                key, window_seconds=self.window_seconds, send_seconds=self.send_seconds
+            )
+        except Exception:  # whatever went wrong, the operator must hear
+            log.exception("operator alerts could not be throttled; sending this one")
+            return None
+
+    async def settle(self, turn: AlertTurn | None, outcome: AlertOutcome) -> None:
+        if turn is None:
+            return
+        try:
+            await self.throttle.settle(turn, outcome)
+        except Exception:  # the window is taken over after send_seconds
+            log.exception("the outcome of an operator alert could not be recorded")
+
+    async def outcome(self, turn: AlertTurn) -> AlertOutcome | None:
+        """How the alert of `turn`'s window went, waiting (at most `send_seconds`) while
+        another replica sends it; None when that could not be learnt."""
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(self.send_seconds):
+                # Another process sends it: nothing here is told when it is done.
+                while (outcome := await self.throttle.outcome(turn)) is None:  # noqa: ASYNC110
+                    await asyncio.sleep(POLL_SECONDS)
+                return outcome
+        return None
+
+
 class OperatorAlerts:
-    """`agent.AlertSink` posting to the operator channel."""
+    """`agent.AlertSink` posting to the operator channel, once per window for the whole
+    deployment (`AlertWindows`)."""
 
     def __init__(
-        self,
-        client: AsyncWebClient | OperatorClient,
-        channel: str | None,
-        *,
-        window_seconds: float = 900.0,
-        clock: Callable[[], float] = time.monotonic,
+        self, client: AsyncWebClient | OperatorClient, channel: str | None, windows: AlertWindows
     ) -> None:
         self._client = client
         self._channel = channel
-        self._window = window_seconds
-        self._clock = clock
-        self._seen: dict[str, _Window] = {}
+        self._windows = windows
+        # This process's alerts being sent, by claim: its own repeats wait for them here.
+        self._sending: dict[str, asyncio.Future[bool]] = {}
 
     async def credential_failure(self, task: Task, error: Exception) -> bool:
-        key = alert_key(error)
-        now, wall = self._clock(), datetime.now(UTC)
-        window = self._seen.get(key)
-        if window is not None and now - window.posted_at < self._window:
-            window.suppressed += 1
-            window.last_seen = wall
-            return await asyncio.shield(window.delivery)
-        suppressed = window.suppressed if window else 0
-        first = window.first_seen if window else wall
-        delivery: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._seen[key] = _Window(first, wall, now, delivery)
-        text = describe_failure(error, first_seen=first, last_seen=wall, suppressed=suppressed)
-        delivered = False
-        try:
-            delivered = await self._post(text)
-        finally:
-            delivery.set_result(delivered)
-            # A post that failed is tried again at the next failure rather than held back
-            # for a window; with no channel at all, the window keeps the log quiet.
-            if not delivered and self._channel:
-                self._seen.pop(key, None)
-        return delivered
+        turn = await self._windows.note(alert_key(error))
+        if turn is not None and not turn.ours:
+            return await self._told(turn)
+        now = datetime.now(UTC)
+        text = describe_failure(
+            error,
+            first_seen=turn.first_seen if turn else now,
+            last_seen=turn.last_seen if turn else now,
+            suppressed=turn.suppressed if turn else 0,
+        )
+        return await self._send(turn, text)
 
-    async def _post(self, text: str) -> bool:
-        """Log the alert, and post it to the operator channel; True when it was posted."""
+    async def _told(self, turn: AlertTurn) -> bool:
+        """Whether the alert of a repeat's window reached an operator (waiting for it)."""
+        sending = self._sending.get(turn.claim)
+        if sending is not None:
+            return await asyncio.shield(sending)
+        return await self._windows.outcome(turn) == "sent"
+
+    async def _send(self, turn: AlertTurn | None, text: str) -> bool:
+        sending: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        claim = turn.claim if turn else f"unthrottled:{id(sending)}"
+        self._sending[claim] = sending
+        outcome: AlertOutcome = "failed"
+        try:
+            outcome = await self._post(text)
+        finally:
+            # A failed post is tried again at the next failure rather than held back for
+            # a window; with no channel at all, the window keeps the log quiet.
+            await self._windows.settle(turn, outcome)
+            sending.set_result(outcome == "sent")
+            self._sending.pop(claim, None)
+        return outcome == "sent"
+
+    async def _post(self, text: str) -> AlertOutcome:
+        """Log the alert, and post it to the operator channel."""
         log.critical("%s", text)
         if not self._channel:
-            return False
+            return "logged"
         client = self._client if isinstance(self._client, AsyncWebClient) else await self._client()
         if client is None:
             log.error("the operator alert was not posted: no workspace is installed yet")
-            return False
+            return "failed"
         try:
             await client.chat_postMessage(
                 channel=self._channel, text=text, unfurl_links=False, parse="none", link_names=False
             )
         except SlackError as exc:
             log.error("the operator alert could not be posted to %s: %s", self._channel, exc)
-            return False
-        return True
+            return "failed"
+        return "sent"
 
 
 def alert_key(error: Exception) -> str:
@@ -172,25 +218,17 @@ def what_to_check(error: Exception, provider: str) -> str:
 class TokenAlarm:
     """When Slack refuses our own token, the operator channel is unreachable too: say it
     on the log at CRITICAL (the client does) and, if configured, to an outside webhook
-    (`THREADGATE_ALERT_WEBHOOK_URL`, Slack-compatible `{"text": …}`), once per window
-    (`THREADGATE_ALERT_WINDOW_SECONDS`, as for operator alerts).
+    (`THREADGATE_ALERT_WEBHOOK_URL`, Slack-compatible `{"text": …}`), once per window for
+    the whole deployment (`AlertWindows`, as for operator alerts).
 
     The webhook URL is a secret — Slack's and most others carry their token in the path —
     so a failed delivery is logged by status or exception type only: aiohttp's exceptions
     quote the URL in their message, and one of those reaching a log line (this alarm runs
     as a background task, whose failures are logged with their traceback) is the leak."""
 
-    def __init__(
-        self,
-        webhook_url: str | None,
-        *,
-        window_seconds: float = 900.0,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
+    def __init__(self, webhook_url: str | None, windows: AlertWindows) -> None:
         self._url = webhook_url
-        self._window = window_seconds
-        self._clock = clock
-        self._last: dict[str, float] = {}
+        self._windows = windows
 
     def for_workspace(self, workspace: str) -> Callable[[str, str], Coroutine[Any, Any, None]]:
         """The alarm for one workspace's token (OAuth mode), naming it."""
@@ -201,20 +239,17 @@ class TokenAlarm:
         return alarm
 
     async def __call__(self, method: str, error: str, *, workspace: str | None = None) -> None:
-        now = self._clock()
-        key = f"{workspace}:{error}"
-        if self._url is None or now - self._last.get(key, -self._window) < self._window:
+        if self._url is None:
             return
-        self._last[key] = now  # before sending: concurrent refusals must not all send
-        text = (
-            f":rotating_light: Slack refused threadgate's bot token ({error}, on {method}). "
-            "No message can be answered until SLACK_BOT_TOKEN is fixed: reinstall the app or "
-            "put a valid xoxb- token there."
-            if workspace is None
-            else f":rotating_light: Slack refused threadgate's bot token in workspace "
-            f"{workspace} ({error}, on {method}). No message there can be answered until "
-            "the app is installed there again."
-        )
+        turn = await self._windows.note(f"SlackTokenRefused:{workspace or ''}:{error}")
+        if turn is not None and not turn.ours:
+            return
+        text = token_alarm_text(method, error, workspace, turn.suppressed if turn else 0)
+        sent = await self._send(text)
+        await self._windows.settle(turn, "sent" if sent else "failed")
+
+    async def _send(self, text: str) -> bool:
+        assert self._url is not None
         timeout = aiohttp.ClientTimeout(total=10)
         try:
             async with (
@@ -227,6 +262,23 @@ class TokenAlarm:
                 "the token alarm could not reach THREADGATE_ALERT_WEBHOOK_URL (%s)",
                 type(exc).__name__,
             )
-            return
+            return False
         if status >= 400:
             log.error("THREADGATE_ALERT_WEBHOOK_URL answered the token alarm with HTTP %d", status)
+            return False
+        return True
+
+
+def token_alarm_text(method: str, error: str, workspace: str | None, suppressed: int) -> str:
+    text = (
+        f":rotating_light: Slack refused threadgate's bot token ({error}, on {method}). "
+        "No message can be answered until SLACK_BOT_TOKEN is fixed: reinstall the app or "
+        "put a valid xoxb- token there."
+        if workspace is None
+        else f":rotating_light: Slack refused threadgate's bot token in workspace "
+        f"{workspace} ({error}, on {method}). No message there can be answered until "
+        "the app is installed there again."
+    )
+    if suppressed:
+        text += f"\n{suppressed} repeat(s) in the last window were not sent."
+    return text

@@ -125,12 +125,19 @@ class Settings(BaseSettings):
     threadgate_alert_webhook_url: SecretStr | None = None
     threadgate_model_timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = DEFAULT_MODEL_TIMEOUT
     threadgate_model_attempts: Annotated[int, Field(ge=1, le=10)] = RetryPolicy().attempts_per_slot
+    # The wait before a slot's first retry after a transient failure (doubling, jittered).
+    threadgate_model_retry_seconds: Annotated[float, Field(ge=0, le=60)] = RetryPolicy().base_delay
     threadgate_max_output_tokens: Annotated[int, Field(ge=64, le=200_000)] = (
         DEFAULT_MAX_OUTPUT_TOKENS
     )
     threadgate_max_deferrals: Annotated[int, Field(ge=1, le=1000)] = DEFAULT_RUNNER.max_deferrals
     threadgate_max_deferral_seconds: Annotated[float, Field(gt=0, le=7 * 24 * 3600)] = (
         DEFAULT_RUNNER.max_deferral_seconds
+    )
+    # While every model is down, a message this old by its next try gets the "still
+    # trying" notice (agent/durable/runner.py, "Every model down").
+    threadgate_models_down_notice_seconds: Annotated[float, Field(ge=0, le=7 * 24 * 3600)] = (
+        DEFAULT_RUNNER.still_trying_seconds
     )
     threadgate_task_timeout_seconds: Annotated[float, Field(gt=0, le=24 * 3600)] = (
         DEFAULT_RUNNER.task_timeout_seconds

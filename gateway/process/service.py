@@ -62,7 +62,7 @@ from agent import (
     open_model,
     stop_task,
 )
-from gateway.delivery.alerts import OperatorAlerts, TokenAlarm
+from gateway.delivery.alerts import AlertWindows, OperatorAlerts, TokenAlarm
 from gateway.delivery.publisher import SlackPublisher
 from gateway.delivery.streams import StreamSettings
 from gateway.inbound.app_home import AppHome
@@ -104,6 +104,7 @@ from storage import (
     Limits,
     Outbox,
     PictureBudgets,
+    PostgresAlertThrottle,
     PostgresDelegations,
     PostgresHistory,
     PostgresInstallations,
@@ -174,6 +175,16 @@ def limits(settings: Settings) -> Limits:
     )
 
 
+def alert_windows(settings: Settings, db: Database) -> AlertWindows:
+    """One operator alert per kind of failure per window, for every replica on `db`; an
+    alert still being sent after a few Slack call limits is taken over by another."""
+    return AlertWindows(
+        PostgresAlertThrottle(db),
+        window_seconds=settings.threadgate_alert_window_seconds,
+        send_seconds=4 * settings.threadgate_slack_timeout_seconds,
+    )
+
+
 def build_runner(
     settings: Settings,
     db: Database,
@@ -192,7 +203,10 @@ def build_runner(
     tools, subtask_types = registries or default_registries()
     ladder = AttemptLadder(
         models,
-        policy=RetryPolicy(attempts_per_slot=settings.threadgate_model_attempts),
+        policy=RetryPolicy(
+            attempts_per_slot=settings.threadgate_model_attempts,
+            base_delay=settings.threadgate_model_retry_seconds,
+        ),
         on_attempt=metrics.on_attempt if metrics else None,
     )
     respond = ModelResponder(
@@ -243,6 +257,7 @@ def build_runner(
             subtask_timeout_seconds=settings.threadgate_subtask_timeout_seconds,
             max_deferrals=settings.threadgate_max_deferrals,
             max_deferral_seconds=settings.threadgate_max_deferral_seconds,
+            still_trying_seconds=settings.threadgate_models_down_notice_seconds,
             task_timeout_seconds=settings.threadgate_task_timeout_seconds,
             notices=FailureNotices(override=settings.threadgate_failure_notice),
         ),
@@ -328,10 +343,7 @@ class Gateway:
         self._stack.push_async_callback(supervisor.aclose)
         session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
         self._stack.push_async_callback(session.close)
-        alarm = TokenAlarm(
-            webhook.get_secret_value() if webhook else None,
-            window_seconds=s.threadgate_alert_window_seconds,
-        )
+        alarm = TokenAlarm(webhook.get_secret_value() if webhook else None, alert_windows(s, db))
         clients = SlackClientFactory(s, self.metrics, supervisor, session, alarm)
         if s.oauth_mode:
             self.clients = clients.many(db)
@@ -416,9 +428,7 @@ class Gateway:
         )
         self._stack.push_async_callback(publisher.aclose)
         alerts = OperatorAlerts(
-            clients.operator,
-            s.threadgate_operator_channel,
-            window_seconds=s.threadgate_alert_window_seconds,
+            clients.operator, s.threadgate_operator_channel, alert_windows(s, db)
         )
         runner = build_runner(
             self.settings,

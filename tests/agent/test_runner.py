@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import json
 import math
 from collections.abc import Callable
@@ -85,11 +86,12 @@ class Rig:
         settings: RunnerSettings = DEFAULT_RUNNER,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         live: MemoryLiveView | None = None,
+        publisher: MemoryPublisher | None = None,
     ) -> None:
         self.agent, self.queue, self.delegations = agent, MemoryQueue([TASK]), MemoryDelegations()
         self.history, self.publisher, self.alerts = (
             MemoryHistory([(TASK.user_message_id, TURN)]),
-            MemoryPublisher(),
+            publisher or MemoryPublisher(),
             MemoryAlerts(),
         )
         self.runner = TaskRunner(
@@ -341,12 +343,87 @@ async def test_a_retry_after_past_the_bound_ends_the_task_at_once(retry_after: f
     assert not rig.queue.retried
 
 
-async def test_a_nonsense_retry_after_falls_back_to_backoff() -> None:
-    """A negative or NaN Retry-After is ignored in favour of the runner's own backoff."""
-    for retry_after in (-5.0, math.nan):
+async def test_a_nonsense_retry_after_falls_back_to_the_schedule() -> None:
+    """A negative or NaN Retry-After is ignored in favour of the runner's own schedule."""
+    for retry_after in (-5.0, math.nan, None):
         rig = clocked(Agent(raising(ModelsUnavailable("down", retry_after=retry_after))))
         await rig.runner.run_task(aged(0))
-        assert rig.queue.retried == {TASK.id: 2.0}
+        assert rig.queue.retried == {TASK.id: pytest.approx(180 * 0.9 / 15)}
+
+
+async def down_until_given_up(rig: Rig, claim_seconds: float) -> list[float]:
+    """Claim the task as the queue would while every model stays down, each claim taking
+    `claim_seconds`; the age of the message at the start of each claim."""
+    starts, age = [], 0.0
+    for attempts in range(1, 100):
+        starts.append(age)
+        age += claim_seconds
+        await rig.runner.run_task(aged(age, attempts))
+        if TASK.id in rig.queue.failed:
+            return starts
+        age += rig.queue.retried.pop(TASK.id)
+    raise AssertionError("the task was deferred forever")
+
+
+@pytest.mark.parametrize("claim_seconds", [0.0, 5.0, 15.0])
+async def test_without_retry_after_the_tries_are_spread_over_the_window(
+    claim_seconds: float,
+) -> None:
+    """With the defaults, a message is tried 5 times: each wait longer than the one before
+    (twice as long when a try takes no time), the last try starting at nine tenths of the
+    180 s window however long a try takes."""
+    rig = clocked(Agent(raising(ModelsUnavailable("down"))))
+    starts = await down_until_given_up(rig, claim_seconds)
+    waits = [b - a - claim_seconds for a, b in itertools.pairwise(starts)]
+    assert len(starts) == DEFAULT_RUNNER.max_deferrals == 5
+    assert all(0 < earlier < later for earlier, later in itertools.pairwise(waits))
+    if claim_seconds == 0:
+        assert waits == pytest.approx([162 / 15 * 2**n for n in range(4)])
+    assert starts[-1] == pytest.approx(162)
+
+
+async def test_the_person_is_told_once_the_next_try_is_past_the_notice_delay() -> None:
+    """The first deferral whose next try comes 30 s or more after the message posts the
+    still-trying notice; later ones post nothing new (the outbox keeps it once), and the
+    give-up follows it."""
+    rig = clocked(Agent(raising(ModelsUnavailable("down"))))
+    await rig.runner.run_task(aged(5))  # next try at about 15 s
+    assert rig.publisher.posts == []
+    await rig.runner.run_task(aged(5 + rig.queue.retried.pop(TASK.id) + 5, attempts=2))
+    assert rig.publisher.posts == [(TASK.interim_id, DEFAULT_NOTICES.still_trying)]
+    await rig.runner.run_task(aged(100, attempts=4))
+    await rig.runner.run_task(aged(170, attempts=5))
+    assert rig.publisher.posts == [
+        (TASK.interim_id, DEFAULT_NOTICES.still_trying),
+        (TASK.failure_id, DEFAULT_NOTICES.unavailable),
+    ]
+
+
+async def test_a_notice_delay_of_zero_tells_the_person_at_the_first_deferral() -> None:
+    """THREADGATE_MODELS_DOWN_NOTICE_SECONDS=0: the first deferral posts the notice; one
+    override text for failures does not replace it (it is not a failure)."""
+    settings = RunnerSettings(
+        still_trying_seconds=0, notices=FailureNotices(override="Custom failure text.")
+    )
+    rig = clocked(Agent(raising(ModelsUnavailable("down", retry_after=1.0))), settings)
+    await rig.runner.run_task(aged(0))
+    assert rig.publisher.posts == [(TASK.interim_id, DEFAULT_NOTICES.still_trying)]
+    assert rig.queue.retried == {TASK.id: 1.0}
+
+
+async def test_a_still_trying_notice_that_cannot_be_posted_does_not_stop_the_deferral() -> None:
+    """Slack refusing the still-trying notice leaves the task deferred, not stuck or
+    failed: the next deferral posts it."""
+
+    class Refusing(MemoryPublisher):
+        async def publish(self, task: Task, message_id: str, text: str, **kw: object) -> None:
+            raise RuntimeError("Slack is away")
+
+    settings = RunnerSettings(still_trying_seconds=0)
+    agent = Agent(raising(ModelsUnavailable("down")))
+    rig = Rig(agent, settings, clock=lambda: NOW, publisher=Refusing())
+    await rig.runner.run_task(aged(0))
+    assert TASK.id in rig.queue.retried and not rig.queue.failed
 
 
 class Stalled(Agent):

@@ -8,6 +8,7 @@ mid-stream.
 
 from __future__ import annotations
 
+import asyncio
 import random
 import re
 from collections import Counter
@@ -149,3 +150,44 @@ async def test_rejected_model_key_is_not_retried_alerts_once_and_tells_every_use
 
 def in_thread(slack: FakeSlack, sent: SentEvent) -> list[Post]:
     return [p for p in slack.posts if p.channel == sent.channel and p.thread_ts == sent.thread_ts]
+
+
+async def test_two_replicas_refused_at_once_post_one_operator_alert(
+    postgres_dsn: str, tmp_path: Path
+) -> None:
+    """Two replicas on one database, both refused by the model at the same time: the
+    operator channel gets one alert for the whole deployment, and every user's notice
+    says the operators were alerted (the replica that did not post learns it did)."""
+    dsn = await create_database(postgres_dsn, "chaos_model_401_replicas")
+    processes = Processes(tmp_path)
+    async with (
+        FakeSlack(bot_token=BOT_TOKEN) as slack,
+        OpenAIServer() as model,
+        aiohttp.ClientSession() as http,
+    ):
+        model.default = lambda seen: error_reply(
+            401, "Incorrect API key provided", "invalid_request_error", "invalid_api_key"
+        )
+        env = gateway_env(slack, model, dsn)
+        try:
+            replicas = [await processes.start(env), await processes.start(env)]
+            threads = conversations(2 * scaled(4, 2), prefix="C0TWICE")
+            sent = [thread.next_message() for thread in threads]
+            # Half the messages to each replica, all at once.
+            await asyncio.gather(
+                *(
+                    deliver_until_acked(http, lambda r=replicas[n % 2]: r.events_url, s)
+                    for n, s in enumerate(sent)
+                )
+            )
+            await slack.wait_until(
+                lambda: all(in_thread(slack, s) for s in sent), 60, what="a notice in every thread"
+            )
+            async with Database(dsn, min_size=1, max_size=1) as db:
+                await wait_until_settled(db)
+        finally:
+            await processes.stop_all()
+    alerts = [p for p in slack.posts if p.channel == "COPS"]
+    assert len(alerts) == 1, slack.describe()
+    for s in sent:
+        assert [p.text for p in in_thread(slack, s)] == [DEFAULT_NOTICES.credential]

@@ -245,3 +245,14 @@ async def test_show_gathers_turn_rounds_reply_and_posts(db: Database) -> None:
         '{"text": "hi"}',
         "hi",
     )
+
+
+async def test_show_lists_the_still_trying_notice_among_the_posts(db: Database) -> None:
+    """The notice that every model was failing (`task:{id}:interim`) is one of the task's
+    posts `tasks show` lists."""
+    await queue_task(db, "9.0")
+    task = await claim(db)
+    outbox = Outbox(db, call_seconds=1, settle_seconds=1)
+    await outbox.claim(task.interim_id, task.id, task.attempts)
+    await outbox.mark_sent(task.interim_id, "1700000000.000900")
+    assert [p.id for p in (await inspect_task(db, task.id)).posts] == [task.interim_id]
