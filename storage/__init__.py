@@ -99,6 +99,7 @@ from storage.queue import (
     retry_task,
 )
 from storage.retention import SEEN_EVENTS_KEPT, Retention, RetentionRun
+from storage.stops import Stopped, ThreadStop, stop_thread
 from storage.summaries import PostgresSummaries
 from storage.token_cipher import TokenCipher, TokenKeyError, is_token_key
 from storage.tool_calls import PostgresToolCalls, StoredToolCall, tool_calls_of
@@ -161,6 +162,7 @@ __all__ = [
     "SessionReset",
     "Settlement",
     "StateRule",
+    "Stopped",
     "StorageError",
     "StoredApproval",
     "StoredInstallation",
@@ -171,6 +173,7 @@ __all__ = [
     "TaskDetail",
     "TaskFilter",
     "TaskSummary",
+    "ThreadStop",
     "TokenCipher",
     "TokenKeyError",
     "UnknownSession",
@@ -200,6 +203,7 @@ __all__ = [
     "session_known",
     "slot_name",
     "start_embedded_postgres",
+    "stop_thread",
     "stored_turn",
     "stored_turn_text",
     "tokens_today",

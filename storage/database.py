@@ -1,7 +1,8 @@
 """The connection to Postgres: a pool for work and one long-lived connection for signals.
 
 The long-lived connection does two jobs. It LISTENs for `threadgate_tasks`, so idle
-workers wake the moment a task is queued or a session's previous task finishes. And it is
+workers wake the moment a task is queued or a session's previous task finishes, and for
+`threadgate_stops`, so a worker whose task someone stopped learns it at once. And it is
 this process's identity in leases: it picks a random owner number and holds a
 session-level advisory lock on it for as long as it lives. Every lease the process takes
 names that owner; another process may take a lease over at once when its owner's lock is
@@ -34,6 +35,8 @@ from storage.migrations import migrate, pending_migrations
 from storage.pool import ConnectionPool
 
 TASKS_CHANNEL = "threadgate_tasks"
+# A task was stopped (storage/stops.py): every worker's heartbeat looks at its lease now.
+STOPS_CHANNEL = "threadgate_stops"
 
 # The advisory lock key space of lease owners ("tgls"); `lease_owner_alive` in
 # migrations/003_fencing.sql looks for the same number. The owner is the second key.
@@ -132,9 +135,15 @@ class Database:
         return self._owner
 
     async def leases_in_doubt(self) -> None:
-        """Return when the signal connection drops: from then on every lease taken under
-        the owner it held may be someone else's."""
+        """Return when the signal connection drops (from then on every lease taken under
+        the owner it held may be someone else's), or when a task was stopped (its lease
+        ended, on whichever replica holds it)."""
         await self._in_doubt.wait()
+
+    def _doubt(self) -> None:
+        """Wake everyone waiting in `leases_in_doubt`; later waiters wait for the next."""
+        self._in_doubt.set()
+        self._in_doubt = asyncio.Event()
 
     async def migrate(self) -> list[int]:
         async with self.pool.acquire() as conn:
@@ -155,6 +164,7 @@ class Database:
         try:
             owner = await _take_owner_lock(conn)
             await conn.add_listener(TASKS_CHANNEL, self._on_notify)
+            await conn.add_listener(STOPS_CHANNEL, self._on_stop)
         except BaseException:
             await conn.close()
             raise
@@ -185,14 +195,18 @@ class Database:
             return
         self.wake()
 
+    def _on_stop(self, conn: object, pid: int, channel: str, payload: object) -> None:
+        # A stop ended a lease, maybe one of ours: each running task's heartbeat beats now,
+        # and the stopped one finds its lease gone (agent/durable/runner.py). A stop is
+        # rare and a beat one UPDATE, so every lease is asked rather than tracked by id.
+        self._doubt()
+
     def _on_terminated(self, conn: object) -> None:
         if conn is not self._signals:
             return  # an earlier connection, already replaced
         self._signals = None
         self._owner = None
-        # Wake the workers waiting on the old event; later waiters wait for the next drop.
-        self._in_doubt.set()
-        self._in_doubt = asyncio.Event()
+        self._doubt()
         self.wake()
 
 

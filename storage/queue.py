@@ -18,7 +18,8 @@ posts (the outbox's fence) and its finish all find their lease gone, and it stop
 the same path (agent/durable/runner.py). Each change is one transaction that locks the
 task row first, as every claim, fence and finish does, so a cancel racing a worker's
 finish has one winner. A retry queues a failed or cancelled task behind the unfinished
-tasks of its thread, so its thread is still answered one message at a time.
+tasks of its thread, so its thread is still answered one message at a time. People stop
+tasks too, with Slack's Stop button: storage/stops.py ends their leases the same way.
 """
 
 from __future__ import annotations
@@ -99,6 +100,7 @@ RETURNING tasks.id, tasks.session_id, tasks.address, tasks.attempts,
           coalesce(tasks.restarted_at, tasks.created_at) AS created_at,
           EXISTS (SELECT 1 FROM messages m WHERE m.id = 'task:' || tasks.id || ':reply')
               AS stored_reply,
+          tasks.stopped_at IS NOT NULL AS stopped,
           {p}candidate.recovered
 """
 
@@ -170,7 +172,9 @@ WHERE id = $1 AND attempts = $2 AND state = 'running' AND lease_owner = $3
 # second look after every finish, most often finding nothing.
 _FINISH = """
 WITH done AS (
-    UPDATE tasks SET state = $4, last_error = $5, finished_at = now(),
+    -- A stopped task (storage/stops.py) ends cancelled, whatever its last round did.
+    UPDATE tasks SET state = CASE WHEN stopped_at IS NULL THEN $4 ELSE 'cancelled' END,
+           last_error = $5, finished_at = now(),
            lease_owner = NULL, lease_expires = NULL
     WHERE id = $1 AND attempts = $2 AND state = 'running' AND lease_owner = $3
     RETURNING session_id
@@ -190,7 +194,10 @@ def task_from_row(row: asyncpg.Record) -> Task:
     # Subtask claims return the task without its creation time or whether its reply is
     # stored: nothing there needs them.
     created, stored = row.get("created_at"), row.get("stored_reply")
-    return Task(row["id"], row["session_id"], address_of(row), row["attempts"], created, stored)
+    stopped = bool(row.get("stopped"))
+    return Task(
+        row["id"], row["session_id"], address_of(row), row["attempts"], created, stored, stopped
+    )
 
 
 def address_of(row: asyncpg.Record) -> dict[str, str]:
@@ -240,8 +247,11 @@ class PostgresTaskQueue:
 
     @translate_errors("The task queue could not be reached")
     async def cancelled(self, task: Task) -> bool:
-        state = await self._db.pool.fetchval("SELECT state FROM tasks WHERE id = $1", task.id)
-        return bool(state == "cancelled")
+        # A stopped task counts too, though it waits, queued, to say it was stopped.
+        row = await self._db.pool.fetchrow(
+            "SELECT state, stopped_at IS NOT NULL AS stopped FROM tasks WHERE id = $1", task.id
+        )
+        return row is not None and (row["state"] == "cancelled" or bool(row["stopped"]))
 
     @translate_errors("The task queue could not be reached")
     async def finish(self, task: Task) -> None:
@@ -324,6 +334,7 @@ WHERE task_id = $1 AND state IN ('queued', 'running')
 _RETRY_TASK = """
 UPDATE tasks SET state = 'queued', run_after = now(), restarted_at = now(), finished_at = NULL,
        model_requests = 0, lease_owner = NULL, lease_expires = NULL,
+       stopped_at = NULL, stopped_by = NULL,
        seq = nextval(pg_get_serial_sequence('tasks', 'seq'))
 WHERE id = $1
 """

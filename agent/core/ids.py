@@ -10,6 +10,7 @@ by formatting the string themselves.
     task:{id}:ack:{n}     the acknowledgment of delegating round n
     task:{id}:reply       the final reply
     task:{id}:failure     the notice that the task could not be answered
+    task:{id}:stopped     the note that someone stopped the task (Slack's Stop button)
     task:{id}:interim     the notice that every model is failing and the bot keeps trying
     task:{id}:approval:{p}:{i}  the i-th tool call of the task's p-th pause, asking a person
 """
@@ -27,6 +28,10 @@ def reply_id(task_id: str) -> str:
 
 def failure_id(task_id: str) -> str:
     return f"task:{task_id}:failure"
+
+
+def stopped_id(task_id: str) -> str:
+    return f"task:{task_id}:stopped"
 
 
 def interim_id(task_id: str) -> str:

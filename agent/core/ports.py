@@ -43,6 +43,8 @@ class Task:
     created_at: datetime | None = None  # when the message was admitted; None if unknown
     # Whether the task's reply was stored when it was claimed (None: not known, look).
     stored_reply: bool | None = None
+    # Someone pressed Stop in its thread: the task only says so and ends (storage/stops.py).
+    stopped: bool = False
 
     @property
     def user_message_id(self) -> str:
@@ -55,6 +57,10 @@ class Task:
     @property
     def failure_id(self) -> str:
         return ids.failure_id(self.id)
+
+    @property
+    def stopped_id(self) -> str:
+        return ids.stopped_id(self.id)
 
     @property
     def interim_id(self) -> str:

@@ -49,6 +49,13 @@ when the queue says leases are in doubt; what slips through is fenced in storage
 publish, finish, fail and retry of a lost lease change nothing), and a run that fails
 without its lease stops quietly instead of retrying or telling the user. An operator's
 cancel (storage/queue.py) ends the lease the same way; it is counted as `cancelled`.
+
+Someone's Stop (Slack's Stop button, storage/stops.py) ends the lease the same way, and at
+once: the store's signal makes every heartbeat beat. Its subtasks are ended with it, and
+their workers stop through the same path. The stopped task is queued again, marked
+(`Task.stopped`): the worker that claims it, on any replica, asks no model, posts the note
+that the work was stopped (`task:{id}:stopped`, once) and finishes it; it is counted as
+`stopped`.
 """
 
 from __future__ import annotations
@@ -128,6 +135,8 @@ _STEP_STATES: dict[SubtaskState, StepState] = {
     "timed_out": "error",
 }
 REFUSED = "The subtask could not reach the model: a credential was refused."
+# What a thread is told, once, when someone stopped the work in it.
+STOPPED_NOTE = "Stopped. I won't carry on with that; send a new message whenever you like."
 
 
 class Responder(Protocol):
@@ -181,6 +190,7 @@ class RunnerSettings:
     task_timeout_seconds: float = 900.0
     notices: FailureNotices = DEFAULT_NOTICES
     approval_timeout_seconds: float = DEFAULT_APPROVAL_TIMEOUT_SECONDS
+    stopped_note: str = STOPPED_NOTE
 
 
 DEFAULT_RUNNER = RunnerSettings()
@@ -266,7 +276,7 @@ class TaskRunner:
         settled = False
         async with self._leased(lambda: self._queue.heartbeat(task), task.id):
             try:
-                await self._run_round(task)
+                await (self._end_stopped(task) if task.stopped else self._run_round(task))
             except Exception:
                 if await self._holds_lease(task):
                     raise
@@ -303,6 +313,19 @@ class TaskRunner:
             log.exception("task %s failed unexpectedly (attempt %d)", task.id, task.attempts)
             await self._retry_or_give_up(task, exc)
 
+    async def _end_stopped(self, task: Task) -> None:
+        """Someone stopped the task (module docstring): no model is asked, the note goes
+        out once, the task ends (storage cancels a stopped task's finish)."""
+        try:
+            await self._publisher.publish(task, task.stopped_id, self._settings.stopped_note)
+        except Exception as exc:
+            if not await self._holds_lease(task):
+                return await self._lost_lease(task)
+            log.warning("task %s: the stopped note failed (%s); later", task.id, exc)
+            return await self._retry_or_give_up(task, exc)
+        self._observer.task_settled("stopped")
+        await self._queue.finish(task)
+
     async def _holds_lease(self, task: Task) -> bool:
         try:
             return await self._queue.heartbeat(task)
@@ -318,7 +341,7 @@ class TaskRunner:
             cancelled = False
         if cancelled:
             self._observer.task_settled("cancelled")
-            log.warning("task %s: cancelled by an operator; stopped", task.id)
+            log.warning("task %s: cancelled by an operator or a Stop; stopped", task.id)
             return
         self._observer.task_settled("lease_lost")
         log.warning("task %s: attempt %d lost its lease; stopped", task.id, task.attempts)

@@ -26,6 +26,10 @@ taken over gets `Superseded` and posts nothing.
 Every post says `parse="none"` and `link_names=False`: nothing in it is turned into a
 mention.
 
+A stream someone stopped with Slack's Stop button is never overwritten: its stop answers
+`stopped_by_user`, and the post is settled as it stands (gateway/delivery/streams.py says
+the rest; storage/stops.py ends the task).
+
 With streaming on (gateway/delivery/streams.py), an acknowledgment with steps starts a
 streamed message whose task cards follow the subtasks, and a post whose row is 'open'
 completes that message instead of posting another.
@@ -34,7 +38,6 @@ completes that message instead of posting another.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -57,6 +60,9 @@ from gateway.text.rendering import BLOCK_LIMIT, SlackMessage
 from storage import Claim, ClaimAnswer, Outbox
 
 log = logging.getLogger(__name__)
+
+# chat.stopStream's answer for a stream someone stopped with Slack's Stop button.
+STOPPED_BY_USER = "stopped_by_user"
 
 # A post whose outcome stays unknown is called again at most this often per publish; then
 # the task is retried later (and the next attempt goes on from the outbox row). Each call
@@ -212,12 +218,21 @@ class Posts:
         task, message = post.task, post.message
         channel = post.address.channel
         client = await self._client(post.address)
-        with contextlib.suppress(SlackError):
+        try:
             async with slack_deadline("chat.stopStream", self._outbox.call_seconds):
-                # Already stopped (or expired) is fine: the update below sets the text.
                 await client.chat_stopStream(
-                    channel=channel, ts=ts, chunks=post.final_cards or None
+                    channel=channel,
+                    ts=ts,
+                    chunks=post.final_cards or None,
+                    session_status=post.session_after,
                 )
+        except SlackRefused as exc:
+            if exc.error == STOPPED_BY_USER:  # someone stopped it: it stays as it stands
+                log.info("stream %s of %s was stopped in Slack; left as it stands", ts, post.id)
+                await self._outbox.mark_sent(post.id, ts)
+                return True
+        except SlackError:
+            pass  # already stopped (or expired) is fine: the update below sets the text
         try:
             async with slack_deadline("chat.update", self._outbox.call_seconds):
                 await client.chat_update(
@@ -259,7 +274,14 @@ class Posts:
                     metadata=post_metadata(post.id),
                     # What goes below the text (a reply's feedback buttons) goes with the stop.
                     blocks=list(post.message.blocks[1:]) or None,
+                    session_status=post.session_after,
                 )
+        except SlackRefused as exc:
+            if exc.error != STOPPED_BY_USER:
+                log.info("stopping stream %s failed (%s); replacing its text", ts, exc)
+                return False
+            # Someone pressed Stop on it: what it shows is what they chose to keep.
+            log.info("stream %s of %s was stopped in Slack; left as it stands", ts, post.id)
         except SlackError as exc:
             log.info("stopping stream %s failed (%s); replacing its text", ts, exc)
             return False
@@ -322,6 +344,12 @@ class _Post:
     def kind(self) -> str:
         """How stream metrics name it: an acknowledgment's "plan", or a "reply"."""
         return "plan" if self.steps else "reply"
+
+    @property
+    def session_after(self) -> str:
+        """The agent session's status once its stream stops: an acknowledgment's task goes
+        on (`processing`), a reply ends it (`active`)."""
+        return "processing" if self.steps else "active"
 
     @property
     def markdown(self) -> str:

@@ -16,7 +16,9 @@ splits a long reply into posts (`id`, `id#1`, …) and posts each; a reply that 
 as a draft is completed (the draft's streamed message becomes the reply) rather than
 posted beside it. Every final reply carries Slack's feedback buttons (a `context_actions`
 block, gateway/slack/interactive.py) on its last message: posted with it, or, when that
-message is the draft's stream, sent with its `chat.stopStream`.
+message is the draft's stream, sent with its `chat.stopStream`. Publishing the note that
+someone stopped the task (`task:{id}:stopped`) also ends the thread's agent session
+(gateway/delivery/status.py).
 """
 
 from __future__ import annotations
@@ -119,6 +121,12 @@ class SlackPublisher:
             else:
                 await self._posts.post(task, f"{message_id}#{n}", part)
         self._status.posted(task)
+        if any(step.state in ("pending", "in_progress") for step in steps):
+            self._status.continues(task)  # its subtasks work on: the session stays busy
+        if message_id == task.stopped_id:
+            # The note that someone stopped the work ends the thread's agent session: Slack
+            # leaves it `processing` after a Stop until the app says otherwise.
+            await self._status.end_session(task)
 
     # The agent's ApprovalDesk (gateway/delivery/approval.py)
 

@@ -8,6 +8,16 @@ outlive the work, uncleared). When the work ends, the clearing call is made only
 nothing was posted meanwhile (a lost lease, a cancel, a deferral): it was a third of the
 Slack calls of a one-round task. A status is display only: Slack refuses it outside
 assistant threads, and any failure is ignored.
+
+The thread's Slack agent session (`agents.sessions.setStatus`) says the same to Slack:
+`processing` while the task works, which shows the Stop button, and `active` when it ends
+(not when a round ends by delegating: its subtasks still work, `continues`).
+A work cut short by a lost lease leaves it alone: whoever holds the task now decides, and
+a Stop is ended by the stopped note's publish (`end_session`). Slack sets nothing back by
+itself when Stop is pressed. Slack answers setStatus with the warning
+`missing_agent_session_stopped_event_subscription` while the app does not subscribe to
+`agent_session_stopped` (and shows no Stop button then); it is logged once, for the
+operator.
 """
 
 from __future__ import annotations
@@ -24,6 +34,9 @@ from gateway.slack.workspaces import SlackClients
 
 log = logging.getLogger(__name__)
 
+# setStatus's warning while the app does not subscribe to `agent_session_stopped`.
+NO_STOP_SUBSCRIPTION = "missing_agent_session_stopped_event_subscription"
+
 
 class StatusLine:
     """The status of each working task's thread (module docstring)."""
@@ -35,6 +48,8 @@ class StatusLine:
         self._visible: set[str] = set()  # tasks whose thread shows streamed text
         self._working: set[str] = set()  # tasks inside `working`
         self._posted: set[str] = set()  # those of them that posted in their thread
+        self._continuing: set[str] = set()  # tasks whose round handed work to subtasks
+        self._warned = False  # the missing-subscription warning was logged
 
     @contextlib.asynccontextmanager
     async def working(
@@ -45,8 +60,12 @@ class StatusLine:
         unless a post of ours cleared it."""
         refresher = asyncio.create_task(self._keep(task), name=f"status-{task.id}")
         self._working.add(task.id)
+        cut = False
         try:
             yield
+        except asyncio.CancelledError:
+            cut = True  # the lease was lost (a take-over, a Stop): not ours to end
+            raise
         finally:
             self._working.discard(task.id)
             await stop_task(refresher)
@@ -55,6 +74,15 @@ class StatusLine:
             if task.id not in self._posted:
                 await self.say(task, "")
             self._posted.discard(task.id)
+            if not cut and task.id not in self._continuing:
+                await self.end_session(task)
+            self._continuing.discard(task.id)
+
+    def continues(self, task: Task) -> None:
+        """The task goes on after this round (its subtasks run): its session stays
+        `processing` when the round ends."""
+        if task.id in self._working:
+            self._continuing.add(task.id)
 
     def visible(self, task: Task) -> None:
         """A streamed message of the task shows in its thread: no status is needed now."""
@@ -83,7 +111,32 @@ class StatusLine:
             # Status exists only in assistant threads; elsewhere Slack refuses it. Harmless.
             log.debug("setStatus refused: %s", exc)
 
+    async def end_session(self, task: Task) -> None:
+        """The thread's agent session leaves `processing`: the work is over."""
+        await self._session(task, "active")
+
+    async def _session(self, task: Task, status: str) -> None:
+        """Set the thread's agent session status; failures are ignored (display only)."""
+        address = SlackAddress.parse(task.address)
+        try:
+            client = await self._clients.for_team(address.team, address.enterprise)
+            answer = await client.agents_sessions_setStatus(
+                channel_id=address.channel, thread_ts=address.thread_ts, status=status
+            )
+        except SlackError as exc:
+            log.debug("agents.sessions.setStatus refused: %s", exc)
+            return
+        warning = answer.get("warning")
+        if warning == NO_STOP_SUBSCRIPTION and not self._warned:
+            self._warned = True
+            log.warning(
+                "Slack shows no Stop button: the app does not subscribe to the "
+                "agent_session_stopped event (%s); add it (`threadgate manifest` lists it)",
+                warning,
+            )
+
     async def _keep(self, task: Task) -> None:
+        await self._session(task, "processing")
         while True:
             # Until the first streamed text (the text itself shows that the bot works) or
             # post: a status set after our post would outlive the work, uncleared.

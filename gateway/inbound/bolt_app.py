@@ -6,9 +6,12 @@ default — ack first, work in the background — would lose an acked event on a
 Every event goes to one listener that asks `pin_change` whether it pins or unpins a
 message (gateway/inbound/pins.py), `inbound_change` whether it edits or deletes one
 (gateway/inbound/revisions.py applies it), and otherwise `inbound_turn` whether it concerns us.
-Socket Mode goes through this same app, so both modes see the same rules. Clicks on our
-buttons (`block_actions` interaction payloads: approvals and feedback) go to one action
+An `agent_session_stopped` (Slack's Stop button) goes to `stops`
+(gateway/inbound/stops.py), stored before the ack like an admission; the DM with the app
+opened (`app_home_opened`, messages tab) to `app_home` (its suggested prompts). Clicks on
+our buttons (`block_actions` interaction payloads: approvals and feedback) go to one action
 listener, which stores what they decide (gateway/inbound/interactions.py) before it acks.
+Socket Mode goes through this same app, so both modes see the same rules.
 
 With many workspaces (OAuth mode), authorization finds the event's installation
 (`gateway.slack.oauth.InstalledIdentity`), the listener works through the gatekeeper, pins and
@@ -33,12 +36,21 @@ from slack_bolt.context.async_context import AsyncBoltContext
 from slack_bolt.response import BoltResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
+from gateway.inbound.app_home import AppHome
 from gateway.inbound.edits import inbound_change
 from gateway.inbound.gatekeeper import Gatekeeper
 from gateway.inbound.interactions import Interactions
 from gateway.inbound.pins import Pins, pin_change
 from gateway.inbound.revisions import Revisions
-from gateway.slack.events import MalformedEvent, Tenant, event_tenant, inbound_turn
+from gateway.inbound.stops import Stops
+from gateway.slack.events import (
+    MalformedEvent,
+    Tenant,
+    event_tenant,
+    inbound_turn,
+    messages_opened,
+    session_stopped,
+)
 from gateway.slack.interactive import ACTION_IDS
 from gateway.telemetry.metrics import Metrics
 from storage import StorageError
@@ -93,6 +105,8 @@ def build_bolt_app(
     authorize: AsyncAuthorize | None = None,
     on_uninstalled: Uninstalled | None = None,
     interactions: Interactions | None = None,
+    stops: Stops | None = None,
+    app_home: AppHome | None = None,
 ) -> AsyncApp:
     app = AsyncApp(
         client=client,
@@ -132,6 +146,12 @@ def build_bolt_app(
         await ack()
 
     async def _handle(body: dict[str, Any], tenant: Tenant, bot_user_id: str | None) -> str:
+        stop = session_stopped(body)
+        if stop is not None:  # Slack's Stop button (gateway/inbound/stops.py)
+            return "ignored" if stops is None else await stops.apply(stop)
+        home = messages_opened(body)
+        if home is not None:  # the DM with the app opened (gateway/inbound/app_home.py)
+            return "ignored" if app_home is None else await app_home.opened(home)
         change = inbound_change(body)
         if change is not None:
             if revisions is None:

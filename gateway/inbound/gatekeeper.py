@@ -1,7 +1,8 @@
 """The gatekeeper: from an inbound Slack message to a durable, provenance-tagged task.
 
 It decides whether the message is ours to answer (allowlists; a thread reply without a
-mention only where the bot already takes part), resolves display names, reads the files
+mention only where the bot already takes part, and not when it opens by addressing someone
+else: gateway/inbound/addressing.py), resolves display names, reads the files
 attached (`gateway.inbound.attachments`), turns Slack markup into plain text, wraps it with the
 files' text in a `<turn>` tag and admits it in one transaction, pictures included —
 together with the thread's earlier messages (and theirs) when the bot is first mentioned
@@ -34,11 +35,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal, Protocol, TypeAlias
 
 from agent import Image, bind_log_fields
+from gateway.inbound.addressing import addresses_someone_else
 from gateway.inbound.attachments import FileContent, FileReader, files_text, images_of, unread
 from gateway.slack.events import InboundTurn, SharedFile
 from gateway.slack.threads import ThreadMessage, render_message, slack_time
@@ -55,6 +58,8 @@ from storage import (
     before_downloads,
     session_exists,
 )
+
+log = logging.getLogger(__name__)
 
 Outcome: TypeAlias = Literal["admitted", "duplicate", "ignored", "limited"]
 
@@ -99,6 +104,14 @@ class Policy:
     backfill_messages: int
     allowed_channels: frozenset[str] = frozenset()
     allowed_users: frozenset[str] = frozenset()
+    # False with Slack's agent experience: a DM's threads all continue the DM's conversation.
+    dm_threads_apart: bool = True
+
+    def conversation_of(self, inbound: InboundTurn) -> InboundTurn:
+        """The message with its conversation decided: a DM's, per the experience."""
+        if not inbound.direct or inbound.dm_threads_apart == self.dm_threads_apart:
+            return inbound
+        return replace(inbound, dm_threads_apart=self.dm_threads_apart)
 
     def allows(self, inbound: InboundTurn) -> bool:
         if self.allowed_users and inbound.user not in self.allowed_users:
@@ -110,8 +123,17 @@ class Policy:
 
     def addressed(self, inbound: InboundTurn, *, known: bool) -> bool:
         """Whether the message asks the bot: a mention, a DM, or (continuing threads) a reply
-        in a thread the bot takes part in (`known`)."""
+        in a thread the bot takes part in (`known`) that is not someone else's
+        (`may_continue`)."""
         return inbound.mentioned or inbound.direct or (known and self.continue_threads)
+
+    def may_continue(self, inbound: InboundTurn, *, bot_user_id: str | None) -> bool:
+        """Whether a thread reply may be the bot's at all: a mention or a DM always is; one
+        that opens by addressing someone else is theirs (gateway/inbound/addressing.py),
+        decided before any look-up, so it costs nothing."""
+        if inbound.mentioned or inbound.direct:
+            return True
+        return not addresses_someone_else(inbound.text, bot_user_id)
 
 
 class Gatekeeper:
@@ -142,6 +164,7 @@ class Gatekeeper:
         """Store the turn and its task (durable when this returns), or say why not. The
         turn's tenant (team, and enterprise on Enterprise Grid) keys the task, its address
         and its limits; the writer's workspace is only data in the address."""
+        inbound = self._policy.conversation_of(inbound)
         where = {
             "team": inbound.team,
             "channel": inbound.channel,
@@ -153,12 +176,16 @@ class Gatekeeper:
     async def _admit(self, inbound: InboundTurn, bot_user_id: str | None) -> Outcome:
         if not self._policy.allows(inbound):
             return "ignored"
+        if not self._policy.may_continue(inbound, bot_user_id=bot_user_id):
+            log.debug("a reply addressed to someone else: not ours to answer")
+            return "ignored"
         # Only a message inside a thread asks whether we know the conversation (to continue
         # it without a mention, or to back-fill it); a top-level one saves the round trip.
         known = bool(inbound.thread_ts) and await session_exists(self._db, inbound.session_id)
         if not self._policy.addressed(inbound, known=known):
             return "ignored"
-        backfill = not known and bool(inbound.thread_ts)
+        # A DM thread that continues the DM's conversation has its history in our store.
+        backfill = not known and inbound.in_own_thread
         if self._files is None or not (inbound.files or backfill):
             return await self._store(inbound, bot_user_id, backfill=backfill)
         # Downloads are the costly part: they wait for Slack's other event for this message

@@ -170,6 +170,9 @@ async def manifest_command(settings: Settings, args: argparse.Namespace) -> int:
         continue_threads=settings.threadgate_continue_threads,
         oauth=settings.oauth_mode,
         redirect_url=settings.threadgate_oauth_redirect_url,
+        agent_view=settings.threadgate_agent_view,
+        description=settings.threadgate_agent_description,
+        prompts=settings.suggested_prompts,
     )
     if args.socket:
         print(manifest(socket_mode=True), end="")

@@ -36,6 +36,7 @@ from agent import (
     RetryPolicy,
     load_mcp_config,
 )
+from gateway.slack.manifest import DESCRIPTION, SuggestedPrompt, parse_prompts
 from storage import (
     DEFAULT_LEASE_SECONDS,
     DEFAULT_PINNED_MAX,
@@ -105,6 +106,13 @@ class Settings(BaseSettings):
     threadgate_allowed_channels: str = ""
     threadgate_allowed_users: str = ""
     threadgate_continue_threads: bool = True
+    # Slack's agent messaging experience (issue 31): the manifest's `agent_view`, with this
+    # description and these suggested prompts (also offered when someone opens the DM), and
+    # every DM message a thread of its own in the DM's one conversation; false: the
+    # retiring `assistant_view`, where each DM thread is a conversation of its own.
+    threadgate_agent_view: bool = True
+    threadgate_agent_description: Annotated[str, Field(min_length=1, max_length=1000)] = DESCRIPTION
+    threadgate_suggested_prompts: str = ""
     threadgate_backfill_messages: Annotated[int, Field(ge=0, le=1000)] = 50
     # Everything before the ack must fit well inside Slack's 3 s, admission included.
     threadgate_lookup_budget_seconds: Annotated[float, Field(gt=0, le=2.5)] = 1.5
@@ -180,6 +188,17 @@ class Settings(BaseSettings):
     # Which parts `serve` runs (issue 16): `ingress` verifies, admits and acks Slack's events;
     # `worker` answers the queued tasks; `all` both, in one process. `--role` wins over it.
     threadgate_role: Role = "all"
+
+    @field_validator("threadgate_suggested_prompts")
+    @classmethod
+    def _prompts(cls, value: str) -> str:
+        parse_prompts(value)  # a ValueError names what is wrong
+        return value
+
+    @property
+    def suggested_prompts(self) -> tuple[SuggestedPrompt, ...]:
+        """The prompts offered in the DM with the app (THREADGATE_SUGGESTED_PROMPTS)."""
+        return parse_prompts(self.threadgate_suggested_prompts)
 
     @field_validator("threadgate_file_types")
     @classmethod

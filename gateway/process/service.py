@@ -67,6 +67,7 @@ from gateway.delivery.alerts import AlertWindows, OperatorAlerts, TokenAlarm
 from gateway.delivery.approval import ApprovalMessages
 from gateway.delivery.publisher import SlackPublisher
 from gateway.delivery.streams import StreamSettings
+from gateway.inbound.app_home import AppHome
 from gateway.inbound.attachments import FileReader
 from gateway.inbound.bolt_app import build_bolt_app
 from gateway.inbound.decoders import Decoders
@@ -76,6 +77,7 @@ from gateway.inbound.interactions import Interactions
 from gateway.inbound.pins import Pins
 from gateway.inbound.revisions import Revisions
 from gateway.inbound.socket_mode import SocketModeConnection, start_socket_mode
+from gateway.inbound.stops import Stops
 from gateway.process.config import Settings
 from gateway.process.event_loop import loop_name
 from gateway.process.http import (
@@ -489,6 +491,7 @@ class Gateway:
             allowed_users=s.allowed_users,
             continue_threads=s.threadgate_continue_threads,
             backfill_messages=s.threadgate_backfill_messages,
+            dm_threads_apart=not s.threadgate_agent_view,
         )
         clients = self.clients
         assert clients is not None  # set by start
@@ -539,6 +542,12 @@ class Gateway:
             authorize=InstalledIdentity(clients) if installations else None,
             on_uninstalled=Uninstaller(db, installations, clients) if installations else None,
             interactions=self._interactions(db, clients, supervisor),
+            stops=Stops(db, clients),
+            app_home=AppHome(
+                clients,
+                s.suggested_prompts if s.threadgate_agent_view else (),
+                budget_seconds=s.threadgate_lookup_budget_seconds,
+            ),
         )
         socket_mode = self.settings.socket_mode
         app = build_http_app(

@@ -20,6 +20,10 @@ texts are sanitized here (`agent.sanitize_text`), before anyone quotes them: the
 shows a name as a JSON string, and a fullwidth `＂` folded only later, by the provenance
 tag, would end that string early and let one name pass for several files.
 
+Slack's Stop button arrives as `agent_session_stopped` (channel, thread_ts, user, the
+`streaming_message_ts` it stopped; the team on the envelope): `session_stopped` reads it
+into a `SessionStopped` for gateway/inbound/stops.py.
+
 Whose event it is (`event_tenant`) is read once, here, from the payload's `authorizations`:
 the installation Slack delivers it for. The envelope's `team_id` is not that: in a Slack
 Connect channel it is the workspace of whoever wrote the message, and an event admitted
@@ -157,15 +161,25 @@ class InboundTurn:
     edited: str | None = None  # the Slack ts of the edit, for an edited message
     enterprise: str | None = None
     user_team: str | None = None
+    # Whether a thread inside a DM is a conversation of its own (Slack's assistant
+    # experience); in the agent experience every DM message is its own thread, and all of
+    # them continue the DM's one conversation, its history from our store.
+    dm_threads_apart: bool = True
 
     @property
     def task_id(self) -> str:
         return f"{self.team}:{self.channel}:{self.ts}"
 
     @property
+    def in_own_thread(self) -> bool:
+        """Whether the message is in a thread that is a conversation of its own."""
+        return bool(self.thread_ts) and (self.dm_threads_apart or not self.direct)
+
+    @property
     def session_id(self) -> str:
-        """A thread is a conversation; a top-level DM continues the DM's running one."""
-        if self.thread_ts:
+        """A thread is a conversation; a DM message outside one (with the agent experience,
+        any DM message) continues the DM's running one."""
+        if self.in_own_thread:
             return f"{self.team}:{self.channel}:{self.thread_ts}"
         if self.direct:
             return f"{self.team}:{self.channel}"
@@ -218,6 +232,88 @@ def inbound_turn(body: Mapping[str, Any]) -> InboundTurn | None:
     if not _addressed_to_us(event):
         return None
     return message_turn(event_tenant(body), envelope.event_id, event)
+
+
+class _SessionStopped(BaseModel):
+    type: str
+    channel: SlackId
+    thread_ts: SlackTs
+    user: SlackId
+    event_ts: SlackTs | None = None
+    streaming_message_ts: list[SlackTs] = []
+
+
+@dataclass(frozen=True, slots=True)
+class SessionStopped:
+    """Someone pressed Stop on the agent session of a thread (`agent_session_stopped`):
+    the tenant's team, the thread, who pressed it, and the streamed messages Slack stopped
+    (empty when none was streaming: the work still stops)."""
+
+    team: str
+    channel: str
+    thread_ts: str
+    user: str
+    streams: tuple[str, ...] = ()
+    enterprise: str | None = None
+
+
+def session_stopped(body: Mapping[str, Any]) -> SessionStopped | None:
+    """The Stop this payload carries, None if it is not `agent_session_stopped`;
+    `MalformedEvent` if it is one without its channel, thread or user."""
+    event = body.get("event")
+    if body.get("type") != "event_callback" or not isinstance(event, Mapping):
+        return None
+    if event.get("type") != "agent_session_stopped":
+        return None
+    try:
+        stop = _SessionStopped.model_validate(event)
+    except ValidationError as exc:
+        raise MalformedEvent(f"agent_session_stopped event: {summary(exc)}") from exc
+    tenant = event_tenant(body)
+    return SessionStopped(
+        team=tenant.team,
+        channel=stop.channel,
+        thread_ts=stop.thread_ts,
+        user=stop.user,
+        streams=tuple(stop.streaming_message_ts),
+        enterprise=tenant.enterprise,
+    )
+
+
+class _HomeOpened(BaseModel):
+    type: str
+    user: SlackId
+    channel: SlackId
+    tab: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MessagesOpened:
+    """Someone opened the DM with the app (`app_home_opened` with `tab: "messages"`): in
+    the agent messaging experience, the moment to offer suggested prompts."""
+
+    team: str
+    channel: str
+    user: str
+    enterprise: str | None = None
+
+
+def messages_opened(body: Mapping[str, Any]) -> MessagesOpened | None:
+    """The DM opening this payload carries; None for anything else (the Home tab too).
+    `MalformedEvent` for an `app_home_opened` without its user or channel."""
+    event = body.get("event")
+    if body.get("type") != "event_callback" or not isinstance(event, Mapping):
+        return None
+    if event.get("type") != "app_home_opened":
+        return None
+    try:
+        opened = _HomeOpened.model_validate(event)
+    except ValidationError as exc:
+        raise MalformedEvent(f"app_home_opened event: {summary(exc)}") from exc
+    if opened.tab != "messages":
+        return None
+    tenant = event_tenant(body)
+    return MessagesOpened(tenant.team, opened.channel, opened.user, tenant.enterprise)
 
 
 def message_turn(

@@ -18,12 +18,18 @@ flow needs: the redirect URL (`THREADGATE_OAUTH_REDIRECT_URL`) in
 uninstall stops that workspace's tasks), and `org_deploy_enabled` (Enterprise Grid
 org-wide installs). Public distribution itself is switched on in the app's settings
 ("Manage Distribution"): the manifest schema has no field for it.
+
+New apps get Slack's agent messaging experience (`agent_view`, with `agent_description`
+and the suggested prompts of `THREADGATE_SUGGESTED_PROMPTS`) rather than the
+`assistant_view` Slack is retiring; `THREADGATE_AGENT_VIEW=false` keeps the latter for an
+app still on it.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -35,6 +41,46 @@ PLACEHOLDER_URL = f"https://threadgate.example.com{EVENTS_PATH}"
 DESCRIPTION = "An LLM agent that answers in Slack threads."
 
 
+# Slack shows at most four suggested prompts (assistant.threads.setSuggestedPrompts).
+MAX_PROMPTS = 4
+
+
+@dataclass(frozen=True, slots=True)
+class SuggestedPrompt:
+    """A prompt Slack offers in the DM with the app: its button's title, the message sent."""
+
+    title: str
+    message: str
+
+    def as_slack(self) -> dict[str, str]:
+        return {"title": self.title, "message": self.message}
+
+
+def parse_prompts(text: str) -> tuple[SuggestedPrompt, ...]:
+    """THREADGATE_SUGGESTED_PROMPTS: a JSON array of at most four prompts, each a string
+    (its own title) or `{"title": …, "message": …}`; empty text is none. ValueError says
+    what is wrong."""
+    if not text.strip():
+        return ()
+    try:
+        entries = json.loads(text)
+    except ValueError as exc:
+        raise ValueError("expected a JSON array of prompts") from exc
+    if not isinstance(entries, list) or len(entries) > MAX_PROMPTS:
+        raise ValueError(f"expected a JSON array of at most {MAX_PROMPTS} prompts")
+    return tuple(map(_prompt, entries))
+
+
+def _prompt(entry: Any) -> SuggestedPrompt:
+    if isinstance(entry, str) and entry.strip():
+        return SuggestedPrompt(entry.strip(), entry.strip())
+    if isinstance(entry, dict) and set(entry) == {"title", "message"}:
+        title, message = entry["title"], entry["message"]
+        if isinstance(title, str) and isinstance(message, str) and title.strip() and message:
+            return SuggestedPrompt(title.strip(), message)
+    raise ValueError('each prompt must be a text or {"title": …, "message": …}, not empty')
+
+
 def app_manifest(
     *,
     socket_mode: bool,
@@ -42,10 +88,15 @@ def app_manifest(
     continue_threads: bool,
     oauth: bool = False,
     redirect_url: str | None = None,
+    agent_view: bool = True,
+    description: str = DESCRIPTION,
+    prompts: Sequence[SuggestedPrompt] = (),
 ) -> dict[str, Any]:
     """The manifest as data: Socket Mode, or HTTP events delivered to `request_url`; the
     events and scopes are those the settings need (`THREADGATE_CONTINUE_THREADS`); with
-    `oauth` (or a `redirect_url`), what installing in many workspaces needs."""
+    `oauth` (or a `redirect_url`), what installing in many workspaces needs; Slack's agent
+    experience (`agent_view`, with its description and suggested prompts) unless
+    `agent_view` is off (the retiring `assistant_view`)."""
     oauth = oauth or redirect_url is not None
     subscribed = bot_events(continue_threads=continue_threads)
     events: dict[str, Any] = {
@@ -66,7 +117,7 @@ def app_manifest(
                 "messages_tab_read_only_enabled": False,
             },
             "bot_user": {"display_name": APP_NAME, "always_online": True},
-            "assistant_view": {"assistant_description": DESCRIPTION},
+            **_experience(agent_view, description, prompts),
         },
         "oauth_config": {"redirect_urls": [redirect_url], **scopes} if redirect_url else scopes,
         "settings": {
@@ -82,6 +133,18 @@ def app_manifest(
             "token_rotation_enabled": False,
         },
     }
+
+
+def _experience(
+    agent_view: bool, description: str, prompts: Sequence[SuggestedPrompt]
+) -> dict[str, Any]:
+    """The manifest's `agent_view`, or (off) the retiring `assistant_view`."""
+    if not agent_view:
+        return {"assistant_view": {"assistant_description": description}}
+    view: dict[str, Any] = {"agent_description": description}
+    if prompts:
+        view["suggested_prompts"] = [p.as_slack() for p in prompts]
+    return {"agent_view": view}
 
 
 def events_url(url: str) -> str:
@@ -101,6 +164,9 @@ def render_manifest(
     continue_threads: bool,
     oauth: bool = False,
     redirect_url: str | None = None,
+    agent_view: bool = True,
+    description: str = DESCRIPTION,
+    prompts: Sequence[SuggestedPrompt] = (),
 ) -> str:
     """The manifest as YAML text, exactly what `threadgate manifest` prints."""
     manifest = app_manifest(
@@ -109,6 +175,9 @@ def render_manifest(
         continue_threads=continue_threads,
         oauth=oauth,
         redirect_url=redirect_url,
+        agent_view=agent_view,
+        description=description,
+        prompts=prompts,
     )
     return "\n".join(_yaml_mapping(manifest, 0)) + "\n"
 
@@ -127,7 +196,14 @@ def _yaml_mapping(mapping: Mapping[str, Any], indent: int) -> list[str]:
 
 
 def _yaml_list(items: Sequence[Any], indent: int) -> list[str]:
-    return [f"{' ' * indent}- {_yaml_scalar(item)}" for item in items]
+    lines: list[str] = []
+    for item in items:
+        if isinstance(item, Mapping):  # a list of mappings: `- key: value`, then the rest
+            first, *rest = _yaml_mapping(item, indent + 2)
+            lines += [f"{' ' * indent}- {first.lstrip()}", *rest]
+        else:
+            lines.append(f"{' ' * indent}- {_yaml_scalar(item)}")
+    return lines
 
 
 def _yaml_scalar(value: Any) -> str:

@@ -27,10 +27,12 @@ SCOPE_REASONS: Mapping[str, str] = MappingProxyType(
         "im:history": "receive direct messages (message.im) and read DM threads",
         "chat:write": (
             "post acknowledgments, replies, failure notices, operator alerts and approval "
-            "requests (updated once decided), and tell someone privately (chat.postEphemeral)"
+            "requests (updated once decided), tell someone privately (chat.postEphemeral), "
+            "and keep a working thread's agent session in 'processing' "
+            "(agents.sessions.setStatus)"
         ),
         "users:read": "show people's display names in the provenance tag (users.info)",
-        "assistant:write": "show 'is thinking…' in the thread while a task runs (assistant.threads.setStatus)",
+        "assistant:write": "show 'is thinking…' in the thread while a task runs (assistant.threads.setStatus) and offer suggested prompts in the DM (assistant.threads.setSuggestedPrompts)",
         "metadata.message:read": "read our posts' metadata back to settle a post whose outcome is unknown",
         "files:read": "download the files people attach to messages (and describe with files.info those an event gives only by id), so the model can read them (THREADGATE_FILE_TYPES)",
         "pins:read": "keep messages pinned in a thread in the model's view (pin_added, pin_removed)",
@@ -45,11 +47,15 @@ _CONTINUATION = ("message.channels", "message.groups", "message.mpim")
 _CONTINUATION_ONLY = frozenset({"mpim:history"})
 # Pins keep a thread's pinned messages in the model's window (gateway/inbound/pins.py).
 _PINS = ("pin_added", "pin_removed")
+# Slack's agent experience: the Stop button of a working thread (gateway/inbound/stops.py;
+# without it Slack shows no Stop button), and the DM with the app opened, to offer its
+# suggested prompts (gateway/inbound/app_home.py).
+_AGENT = ("agent_session_stopped", "app_home_opened")
 
 
 def bot_events(*, continue_threads: bool) -> tuple[str, ...]:
     """The bot events to subscribe to with these settings."""
-    return (_ALWAYS + _CONTINUATION if continue_threads else _ALWAYS) + _PINS
+    return (_ALWAYS + _CONTINUATION if continue_threads else _ALWAYS) + _PINS + _AGENT
 
 
 # With many workspaces (OAuth), an uninstall or a revoked token must reach us, to forget

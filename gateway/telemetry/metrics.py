@@ -65,7 +65,8 @@ class Metrics:
             self.limited.labels(scope)
         self.tasks = Counter(
             "threadgate_tasks_total",
-            "Tasks settled, by outcome (request_cap: stopped by the cap on model requests).",
+            "Tasks settled, by outcome (request_cap: stopped by the cap on model requests;"
+            " stopped: someone pressed Stop in the thread).",
             ["outcome"],
             registry=r,
         )

@@ -30,7 +30,7 @@ Replies (all usable for both servers; the Anthropic fake has its own `Message`)
     `sse(*events)`                       encode dicts as `data:` events ending in `[DONE]`
 
 `RecordedRequest` has `method`, `path`, `headers` (lower-case keys), `body` (parsed JSON or
-None) and `raw` bytes.
+None), `raw` bytes and `at`, when it arrived (`time.monotonic`).
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ import asyncio
 import base64
 import contextlib
 import json
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -57,6 +58,7 @@ class RecordedRequest:
     headers: Mapping[str, str]
     body: Any
     raw: bytes
+    at: float = 0.0  # when it arrived (`time.monotonic`)
 
     @property
     def streaming(self) -> bool:
@@ -283,7 +285,7 @@ async def _record(request: web.Request) -> RecordedRequest:
     except ValueError:
         body = None
     headers = {key.lower(): value for key, value in request.headers.items()}
-    return RecordedRequest(request.method, request.path, headers, body, raw)
+    return RecordedRequest(request.method, request.path, headers, body, raw, time.monotonic())
 
 
 # OpenAI-specific replies.

@@ -17,7 +17,8 @@ Because it is only an HTTP server it serves a gateway in another process just as
 
 Methods: auth.test, users.info, chat.postMessage, chat.update, chat.delete,
 chat.postEphemeral, chat.startStream, chat.appendStream, chat.stopStream, conversations.replies,
-conversations.history, assistant.threads.setStatus, files.info (tests/fakes/slack_files.py);
+conversations.history, assistant.threads.setStatus, files.info (tests/fakes/slack_files.py),
+agents.sessions.setStatus, assistant.threads.setSuggestedPrompts;
 anything else answers `unknown_method`.
 apps.connections.open (Socket Mode) wants the app token (`xapp-…`), as Slack does, and
 answers with a URL of the `FakeSocketMode` in `socket_mode` (tests/fakes/socket_mode.py);
@@ -78,6 +79,19 @@ and follow what others measured against the live API:
     minutes; some say counted from the start). `FakeSlack(stream_expiry=seconds,
     stream_expiry_from="last_write" | "start", clock=…)` does the same; off by default, so a
     stream whose writer died simply stays streaming.
+
+Agent sessions (docs.slack.dev "agent sessions", issue 31): agents.sessions.setStatus
+creates a thread's session and sets its status (active, processing, suspended, closed;
+anything else `invalid_arguments`), answering the warning
+`missing_agent_session_stopped_event_subscription` unless `stop_subscribed`;
+chat.stopStream's `session_status` (default `active`) sets it for a thread that has one.
+Neither a user's Stop nor anything else changes it by itself. `press_stop(channel,
+thread_ts)` is the Stop button: it stops the thread's streams as the user and returns their
+ts (the `agent_session_stopped` event's `streaming_message_ts`); the test delivers the
+event. `sessions`, `session_changes`, `session_status(channel, thread_ts)`.
+assistant.threads.setSuggestedPrompts takes one to four `{title, message}` prompts
+(`suggested_prompts`); with `experience = "agent"` (the default, manifest `agent_view`) a
+call that names a `thread_ts` silently sets nothing, as Slack's reference says.
 
 Faults, queued per API method and consumed one per request, in order:
     `rate_limit(method, times=1, retry_after=1)`   HTTP 429 + Retry-After, body `ratelimited`
@@ -183,6 +197,32 @@ class Status:
 
 
 @dataclass(frozen=True, slots=True)
+class SessionChange:
+    """One change of a thread's agent session status: by agents.sessions.setStatus, or by
+    chat.stopStream's `session_status` (default `active`) on a thread that has a session."""
+
+    channel_id: str
+    thread_ts: str
+    status: str
+    via: str
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class SuggestedPrompts:
+    """What assistant.threads.setSuggestedPrompts set in a conversation (agent messaging:
+    for the DM, without `thread_ts`)."""
+
+    channel_id: str
+    title: str | None
+    prompts: tuple[Mapping[str, str], ...]
+
+
+SESSION_STATUSES = frozenset({"active", "processing", "suspended", "closed"})
+NO_STOP_SUBSCRIPTION = "missing_agent_session_stopped_event_subscription"
+
+
+@dataclass(frozen=True, slots=True)
 class _Fault:
     kind: FaultKind
     status: int = 200
@@ -237,6 +277,16 @@ class FakeSlack:
         self._holds: dict[str, asyncio.Event] = {}
         self._revoked = False
         self.granted_scopes: list[str] | None = None
+        # Agent sessions (docs.slack.dev "agent sessions"): each thread's status now, and
+        # every change. Without the app's `agent_session_stopped` subscription setStatus
+        # answers a warning (and Slack shows no Stop button).
+        self.sessions: dict[tuple[str, str], str] = {}
+        self.session_changes: list[SessionChange] = []
+        self.stop_subscribed = True
+        # "agent" (manifest `agent_view`) or "assistant" (`assistant_view`): in the agent
+        # experience setSuggestedPrompts with a `thread_ts` silently does nothing.
+        self.experience: Literal["agent", "assistant"] = "agent"
+        self.suggested_prompts: list[SuggestedPrompts] = []
         self._changed = asyncio.Condition()
         self._runner: web.AppRunner | None = None
         self._url: str | None = None
@@ -253,6 +303,8 @@ class FakeSlack:
             "conversations.replies": self._conversations_replies,
             "conversations.history": self._conversations_history,
             "assistant.threads.setStatus": self._assistant_threads_set_status,
+            "agents.sessions.setStatus": self._agents_sessions_set_status,
+            "assistant.threads.setSuggestedPrompts": self._set_suggested_prompts,
             "apps.connections.open": self._apps_connections_open,
             "chat.getPermalink": lambda params: permalink(self.messages, params),
         }
@@ -401,6 +453,30 @@ class FakeSlack:
     def allow_streaming(self, channel: str | None = None) -> None:
         """Undo `refuse_streaming` for `channel` (None: the workspace-wide refusal)."""
         self._stream_refusals.pop(channel, None)
+
+    def press_stop(self, channel: str, thread_ts: str) -> list[str]:
+        """Press the Stop button of the thread's agent session, as a person: Slack stops
+        the app's streams still streaming in the thread (later appends and stops answer
+        `stopped_by_user`) and leaves the session's status as it is — the app must change
+        it. Returns the stopped streams' ts, the event's `streaming_message_ts`. The button
+        shows only while the session is `processing` (and the app subscribes to the event)."""
+        status = self.sessions.get((channel, thread_ts))
+        if status != "processing" or not self.stop_subscribed:
+            raise AssertionError(f"no Stop button in {channel}/{thread_ts} (session: {status})")
+        stopped = [
+            str(stream.message["ts"])
+            for stream in self._streams.values()
+            if stream.channel == channel
+            and stream.thread_ts == thread_ts
+            and stream.state == "streaming"
+        ]
+        for ts in stopped:
+            self._streams[(channel, ts)].stop("user")
+        return stopped
+
+    def session_status(self, channel: str, thread_ts: str) -> str | None:
+        """The thread's agent session status now, None when it has no session."""
+        return self.sessions.get((channel, thread_ts))
 
     def stop_stream_as_user(self, channel: str, ts: str) -> None:
         """Press the stream's Stop button: later appends and stops answer `stopped_by_user`."""
@@ -780,6 +856,8 @@ class FakeSlack:
             return error
         if params.get("blocks") is not None and not _valid_blocks(params["blocks"]):
             return _error("invalid_blocks")
+        if params.get("session_status") not in (None, *SESSION_STATUSES):
+            return _invalid_arguments("session_status")
         metadata = params.get("metadata")
         if metadata is not None and not _valid_metadata(metadata):
             return _error("invalid_metadata_format")
@@ -788,7 +866,19 @@ class FakeSlack:
             if params.get(key):
                 stream.message[key] = params[key]
         stream.stop("app")
+        self._session_after_stream(stream, params.get("session_status"))
         return {"ok": True, "channel": stream.channel, "ts": stream.message["ts"]}
+
+    def _session_after_stream(self, stream: Stream, status: Any) -> None:
+        """chat.stopStream's `session_status` (default `active`) for the thread's session,
+        when it has one."""
+        key = (stream.channel, stream.thread_ts)
+        if key in self.sessions:
+            self._set_session(key, str(status or "active"), "chat.stopStream")
+
+    def _set_session(self, key: tuple[str, str], status: str, via: str) -> None:
+        self.sessions[key] = status
+        self.session_changes.append(SessionChange(*key, status, via, time.monotonic()))
 
     def _writable_stream(self, params: Params, *, need_content: bool) -> tuple[Stream | None, Body]:
         """The stream an append or stop is about, or None and Slack's answer why not."""
@@ -877,6 +967,45 @@ class FakeSlack:
             return _invalid_arguments(missing)
         self.statuses.append(Status(str(channel_id), str(thread_ts), str(params["status"])))
         self.thread_status[(str(channel_id), str(thread_ts))] = str(params["status"])
+        return {"ok": True}
+
+    def _agents_sessions_set_status(self, params: Params) -> Body:
+        """Creates the thread's session if needed and sets its status (agent sessions are
+        thread-based: `channel_id` and `thread_ts` name the thread)."""
+        status, channel_id = params.get("status"), params.get("channel_id")
+        thread_ts = params.get("thread_ts")
+        if status not in SESSION_STATUSES:
+            return _invalid_arguments("status")
+        if not channel_id:
+            return _error("channel_not_found")
+        if not thread_ts:
+            return _invalid_arguments("thread_ts")
+        self._set_session((str(channel_id), str(thread_ts)), str(status), "setStatus")
+        body: Body = {"ok": True, "status": status}
+        if not self.stop_subscribed:
+            body |= {
+                "warning": NO_STOP_SUBSCRIPTION,
+                "response_metadata": {"warnings": [NO_STOP_SUBSCRIPTION]},
+            }
+        return body
+
+    def _set_suggested_prompts(self, params: Params) -> Body:
+        """Up to four prompts, each with a title and a message; in the agent experience a
+        call with `thread_ts` silently does nothing (docs.slack.dev)."""
+        channel_id, prompts = params.get("channel_id"), params.get("prompts")
+        if not channel_id:
+            return _error("channel_not_found")
+        if isinstance(prompts, str):
+            with contextlib.suppress(ValueError):
+                prompts = json.loads(prompts)
+        if not _valid_prompts(prompts):
+            return _invalid_arguments("prompts")
+        if params.get("thread_ts") and self.experience == "agent":
+            return {"ok": True}
+        title = params.get("title")
+        self.suggested_prompts.append(
+            SuggestedPrompts(str(channel_id), None if title is None else str(title), tuple(prompts))
+        )
         return {"ok": True}
 
     def _apps_connections_open(self, params: Params) -> Body:
@@ -1048,6 +1177,19 @@ def _valid_metadata(metadata: Any) -> bool:
         isinstance(metadata, dict)
         and isinstance(metadata.get("event_type"), str)
         and isinstance(metadata.get("event_payload"), dict)
+    )
+
+
+def _valid_prompts(prompts: Any) -> bool:
+    return (
+        isinstance(prompts, list)
+        and 1 <= len(prompts) <= 4
+        and all(
+            isinstance(p, dict)
+            and set(p) == {"title", "message"}
+            and all(isinstance(v, str) and v for v in p.values())
+            for p in prompts
+        )
     )
 
 

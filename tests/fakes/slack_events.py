@@ -33,7 +33,7 @@ import json
 import re
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlencode
 
@@ -376,6 +376,40 @@ def message_deleted_event(
         "channel_type": channel_type,
         "ts": now,
         "event_ts": now,
+    }
+
+
+def agent_session_stopped_event(
+    *,
+    thread_ts: str,
+    channel: str = DEFAULT_CHANNEL,
+    user: str = DEFAULT_USER,
+    streaming_message_ts: Sequence[str] = (),
+) -> dict[str, Any]:
+    """Someone pressed Stop on a thread's agent session (docs.slack.dev
+    `agent_session_stopped`): the streams Slack stopped, empty when none was streaming; the
+    team is on the envelope (`event_callback`)."""
+    return {
+        "type": "agent_session_stopped",
+        "channel": channel,
+        "thread_ts": thread_ts,
+        "user": user,
+        "streaming_message_ts": list(streaming_message_ts),
+        "event_ts": new_ts(),
+    }
+
+
+def app_home_opened_event(
+    *, channel: str = DEFAULT_DM, user: str = DEFAULT_USER, tab: str = "messages"
+) -> dict[str, Any]:
+    """A person opened the app's home (docs.slack.dev `app_home_opened`): `tab` is
+    "messages" for the DM with the app (the agent messaging experience), or "home"."""
+    return {
+        "type": "app_home_opened",
+        "user": user,
+        "channel": channel,
+        "tab": tab,
+        "event_ts": new_ts(),
     }
 
 

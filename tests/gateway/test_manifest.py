@@ -17,10 +17,19 @@ from slack_sdk.web.async_client import AsyncWebClient
 import gateway
 from gateway.inbound.gatekeeper import Policy
 from gateway.inbound.pins import pin_change
-from gateway.slack.events import inbound_turn
-from gateway.slack.manifest import PLACEHOLDER_URL, app_manifest, events_url, render_manifest
+from gateway.slack.events import inbound_turn, messages_opened, session_stopped
+from gateway.slack.manifest import (
+    DESCRIPTION,
+    PLACEHOLDER_URL,
+    app_manifest,
+    events_url,
+    parse_prompts,
+    render_manifest,
+)
 from gateway.slack.scopes import SCOPE_REASONS, bot_events, bot_scopes
 from tests.fakes.slack_events import (
+    agent_session_stopped_event,
+    app_home_opened_event,
     app_mention_event,
     bot_message_event,
     dm_message_event,
@@ -51,6 +60,9 @@ METHOD_SCOPES: dict[str, set[str]] = {
     "conversations_replies": {"channels:history", "groups:history", "im:history"},
     "conversations_history": {"channels:history", "groups:history", "im:history"},
     "assistant_threads_setStatus": {"assistant:write"},
+    # "The chat:write scope is required to manage thread-based sessions" (docs.slack.dev).
+    "agents_sessions_setStatus": {"chat:write"},
+    "assistant_threads_setSuggestedPrompts": {"assistant:write"},
     "apps_connections_open": set(),  # the app-level token's connections:write, not a bot scope
     "chat_getPermalink": set(),  # "No scope required" (docs.slack.dev, chat.getPermalink)
     "files_info": {"files:read"},  # a file an event gives only by id (gateway/slack/file_info.py)
@@ -64,6 +76,9 @@ EVENT_SCOPES = {
     "message.mpim": {"mpim:history"},
     "pin_added": {"pins:read"},
     "pin_removed": {"pins:read"},
+    # Neither lists a scope on its reference page: a bot user is enough.
+    "agent_session_stopped": set(),
+    "app_home_opened": set(),
 }
 # Reading metadata back (include_all_metadata) needs its own scope.
 METADATA_SCOPE = "metadata.message:read"
@@ -132,6 +147,11 @@ FEATURES: dict[str, tuple[str, dict[str, Any]]] = {
         "pin_removed",
         pin_event(pinned_message(text="remember", ts=new_ts(), thread_ts=_THREAD), added=False),
     ),
+    "Stop pressed on a thread's agent session": (
+        "agent_session_stopped",
+        agent_session_stopped_event(thread_ts=_THREAD),
+    ),
+    "the DM with the app opened": ("app_home_opened", app_home_opened_event()),
 }
 # What those subscriptions also bring, and the gateway never answers, whatever the settings.
 NEVER_ANSWERED: dict[str, dict[str, Any]] = {
@@ -139,6 +159,7 @@ NEVER_ANSWERED: dict[str, dict[str, Any]] = {
     "a bot's post": bot_message_event(text="beep", thread_ts=_THREAD),
     "an edit": message_changed_event(ts=_THREAD, new_text="b", old_text="a"),
     "a join": message_event(text="joined", thread_ts=_THREAD) | {"subtype": "channel_join"},
+    "the Home tab opened": app_home_opened_event(tab="home"),
 }
 
 
@@ -147,6 +168,8 @@ def answered(payload: dict[str, Any], *, continue_threads: bool) -> bool:
     event is answered by keeping the pin, gateway/inbound/pins.py)."""
     if pin_change(event_callback(payload)) is not None:
         return True
+    if session_stopped(event_callback(payload)) or messages_opened(event_callback(payload)):
+        return True  # a Stop stops the thread's work; the DM opened is offered prompts
     turn = inbound_turn(event_callback(payload))
     policy = Policy(continue_threads=continue_threads, backfill_messages=50)
     return turn is not None and policy.allows(turn) and policy.addressed(turn, known=True)
@@ -232,7 +255,8 @@ def test_manifest_declares_scopes_events_and_mode(continue_threads: bool) -> Non
         assert manifest["settings"]["event_subscriptions"]["bot_events"] == events
         # Approval and feedback buttons: clicks come where events do.
         assert manifest["settings"]["interactivity"]["is_enabled"] is True
-        assert "assistant_view" in manifest["features"]
+        assert "agent_view" in manifest["features"]
+        assert "assistant_view" not in manifest["features"]
         assert manifest["features"]["app_home"]["messages_tab_enabled"] is True
     assert socket["settings"]["socket_mode_enabled"] is True
     assert "request_url" not in socket["settings"]["interactivity"]
@@ -310,3 +334,33 @@ def test_many_workspaces_add_the_redirect_url_uninstall_events_and_org_installs(
         render_manifest(socket_mode=True, oauth=True, redirect_url=url, continue_threads=True)
     )
     assert rendered["oauth_config"]["redirect_urls"] == [url]
+
+
+def test_the_agent_view_carries_the_description_and_the_suggested_prompts() -> None:
+    """New apps get `agent_view` with its description and the prompts of the setting (in
+    YAML that parses back to them); off, the retiring `assistant_view`."""
+    prompts = parse_prompts('["What can you do?", {"title": "Summarize", "message": "Sum up"}]')
+    text = render_manifest(
+        socket_mode=True, continue_threads=True, description="Helps the team.", prompts=prompts
+    )
+    assert yaml.safe_load(text)["features"]["agent_view"] == {
+        "agent_description": "Helps the team.",
+        "suggested_prompts": [
+            {"title": "What can you do?", "message": "What can you do?"},
+            {"title": "Summarize", "message": "Sum up"},
+        ],
+    }
+    old = app_manifest(socket_mode=True, continue_threads=True, agent_view=False)
+    assert old["features"]["assistant_view"] == {"assistant_description": DESCRIPTION}
+    assert "agent_view" not in old["features"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["[1]", "{}", '["a", "b", "c", "d", "e"]', '[""]', '[{"title": "t"}]', "not json"],
+)
+def test_malformed_suggested_prompts_are_refused(text: str) -> None:
+    """More than four prompts, an empty one, a wrong shape or no JSON: a ValueError (the
+    setting's ConfigError), never a manifest Slack would refuse."""
+    with pytest.raises(ValueError):
+        parse_prompts(text)

@@ -84,7 +84,7 @@ async def test_a_cancelled_running_task_posts_nothing_and_its_thread_goes_on(
                 "its worker stops at its next heartbeat."
             ), err
             release.set()  # the model answers now; its worker finds its lease gone
-            await gateway.wait_for_log(rb"cancelled by an operator; stopped")
+            await gateway.wait_for_log(rb"cancelled by an operator or a Stop; stopped")
             second = app_mention_event(
                 text="<@UBOT> second", ts="1700000002.000100", thread_ts=FIRST_TS
             )

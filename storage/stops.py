@@ -1,0 +1,122 @@
+"""Someone pressed Stop in a thread: its work ends on every replica, and says so once.
+
+Slack's Stop button (`agent_session_stopped`) names a thread, not a task. `stop_thread`
+stops every open task of that thread in one transaction that locks their rows first, as
+every claim, fence and finish does (storage/queue.py), so a stop racing a worker's finish
+has one winner:
+
+- The thread's oldest open task — the one working, or next to — is *stopped*: its lease
+  ends (`state` 'queued', no owner) and it is marked (`stopped_at`, `stopped_by`). Its
+  worker, on whichever replica, learns it at once: the NOTIFY on `threadgate_stops` makes
+  every heartbeat beat (storage/database.py), and the stopped one finds its lease gone and
+  cuts the round wherever it is — a model request, a tool call — through the runner's
+  lease-loss path; what slips through is fenced (its posts, its finish). Being queued, the
+  stopped task is claimed again at once, by any replica, a restarted one too: the runner
+  then asks no model, posts the note that the work was stopped (`task:{id}:stopped`,
+  through the outbox: once), and finishes it 'cancelled' (`finish` of a stopped task
+  cancels it). Until then it is its thread's oldest open task, so the thread's next message
+  waits for the note and is then answered as usual.
+- Later tasks of the thread admitted before the stop (messages sent while it worked) are
+  cancelled outright: Stop means "stop what you are doing here", and they would otherwise
+  start as soon as the note is out. Messages after the stop are answered as usual.
+- Subtasks of every stopped task end 'failed' (what a sub-agent runs is cut the same way,
+  by its heartbeat); their results feed nothing, since the task's next round never runs.
+
+A task whose reply or failure notice is already in the thread has ended in effect and is
+left to finish. Each stop is recorded as an intervention (action 'stop', the Slack user as
+actor), beside operators' cancels and retries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from storage.database import STOPS_CHANNEL, TASKS_CHANNEL, Database
+from storage.errors import translate_errors
+from storage.migrations import Connection
+
+# The thread's open tasks, oldest first, locked; with whether their ending post is out.
+_OPEN_IN_THREAD = """
+SELECT t.id, t.state,
+       EXISTS (SELECT 1 FROM outbox o WHERE o.state = 'sent' AND o.id = ANY(
+           ARRAY['task:' || t.id || ':reply', 'task:' || t.id || ':failure'])) AS ended
+FROM tasks t
+WHERE t.state IN ('queued', 'running', 'waiting') AND t.stopped_at IS NULL
+  AND t.address->>'channel' = $2 AND t.address->>'thread_ts' = $3
+  AND t.address->>'team' = $1
+ORDER BY t.seq
+FOR UPDATE OF t
+"""
+
+_STOP = """
+UPDATE tasks SET state = 'queued', run_after = now(), stopped_at = now(), stopped_by = $2,
+       lease_owner = NULL, lease_expires = NULL
+WHERE id = $1
+"""
+
+_CANCEL = """
+UPDATE tasks SET state = 'cancelled', finished_at = now(), stopped_at = now(),
+       stopped_by = $2, lease_owner = NULL, lease_expires = NULL
+WHERE id = $1
+"""
+
+_STOP_SUBTASKS = """
+UPDATE subtasks SET state = 'failed', result = 'The subtask was stopped.',
+       finished_at = now(), lease_owner = NULL, lease_expires = NULL
+WHERE task_id = ANY($1::text[]) AND state IN ('queued', 'running')
+"""
+
+_RECORD = """
+INSERT INTO task_interventions (task_id, action, actor, reason, from_state)
+SELECT unnest($1::text[]), 'stop', $2, 'Stop pressed in Slack', unnest($3::text[])
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadStop:
+    """A Stop pressed in one thread: the tenant's team, the channel, the thread's root ts,
+    and who pressed it."""
+
+    team: str
+    channel: str
+    thread_ts: str
+    user: str
+
+
+@dataclass(frozen=True, slots=True)
+class Stopped:
+    """What a stop ended: the task that will say so (None: nothing was working) and the
+    later tasks cancelled with it."""
+
+    task_id: str | None
+    cancelled: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return self.task_id is not None
+
+
+@translate_errors("The stop could not be recorded")
+async def stop_thread(db: Database, stop: ThreadStop) -> Stopped:
+    """Stop the thread's work (module docstring); durable when this returns."""
+    async with db.pool.acquire() as conn, conn.transaction():
+        rows = await conn.fetch(_OPEN_IN_THREAD, stop.team, stop.channel, stop.thread_ts)
+        open_rows = [r for r in rows if not r["ended"]]
+        if not open_rows:
+            return Stopped(None)
+        actor = f"slack:{stop.user}"
+        first, *later = open_rows
+        await conn.execute(_STOP, first["id"], actor)
+        for row in later:
+            await conn.execute(_CANCEL, row["id"], actor)
+        ids = [r["id"] for r in open_rows]
+        await conn.execute(_STOP_SUBTASKS, ids)
+        await conn.execute(_RECORD, ids, actor, [r["state"] for r in open_rows])
+        await _signal(conn, first["id"])
+        return Stopped(first["id"], tuple(r["id"] for r in later))
+
+
+async def _signal(conn: Connection, task_id: str) -> None:
+    """Sent when the transaction commits: the worker holding the lease stops, and a worker
+    wakes to claim the stopped task and say so."""
+    await conn.execute("SELECT pg_notify($1, $2)", STOPS_CHANNEL, task_id)
+    await conn.execute("SELECT pg_notify($1, '')", TASKS_CHANNEL)
