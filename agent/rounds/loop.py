@@ -230,7 +230,7 @@ async def _run_work(toolbox: Toolbox, calls: tuple[ToolCall, ...]) -> list[Model
     """Results of the step's work calls, each framed as data (`agent.rounds.framing`); its
     control calls are deferred, not run."""
     work = [call for call in calls if call.name in toolbox]
-    results = {r.call_id: _framed(r) for r in await toolbox.run(work)}
+    results = {r.call_id: _framed(r, toolbox) for r in await toolbox.run(work)}
     return [
         results.get(call.id)
         or ToolResultMessage(
@@ -250,13 +250,15 @@ def _cut_off(
     return _Repair(_feedback(calls, dict.fromkeys((c.id for c in calls), note)))
 
 
-def _framed(result: ToolResultMessage) -> ToolResultMessage:
-    """A work tool's result as the model reads it: inside a frame that says it is data.
-    Failures are framed too: an exception's message may quote what the tool was reading."""
+def _framed(result: ToolResultMessage, toolbox: Toolbox) -> ToolResultMessage:
+    """A work tool's result as the model reads it: inside a frame that says it is data,
+    with turn tags escaped unless they are the gateway's (`WorkTool.shows_turns`).
+    Failures are framed too, turns escaped: an exception's message may quote anything."""
+    keep_turns = toolbox.shows_turns(result.name) and not result.is_error
     return ToolResultMessage(
         result.call_id,
         result.name,
-        frame_output(result.name, result.content),
+        frame_output(result.name, result.content, keep_turns=keep_turns),
         is_error=result.is_error,
     )
 
