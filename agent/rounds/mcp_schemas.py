@@ -47,7 +47,7 @@ __all__ = ["BACKTRACK_LIMIT", "SchemaCheck", "Verdict", "schema_check"]
 BACKTRACK_LIMIT = 100_000
 """Backtracking steps one pattern may take on one value (look-around and backreferences
 only; other patterns run in linear time). Far above what an honest pattern needs on a
-tool argument, and a few milliseconds of work at most."""
+tool argument, and far less work than anyone would notice."""
 
 _PROBLEMS_SHOWN = 5
 _PROBLEM_CHARS = 300
@@ -90,7 +90,7 @@ class SchemaCheck:
 
 def schema_check(schema: Any) -> SchemaCheck | None:
     """A check for `schema`, or None when it cannot be compiled (the server checks)."""
-    import jsonschema_rs  # 15 MB of native code, loaded only once a server is used
+    import jsonschema_rs  # a large native library, loaded only once a server is used
 
     if not isinstance(schema, dict | bool):
         return None

@@ -2,8 +2,8 @@
 
 Everything here touches the official SDK (`mcp`, `mcp_types`, `httpx2`), and nothing else
 does: `McpConnection` (`agent.rounds.mcp_tools`) imports this module when it first
-connects a server. The SDK takes about half a second to import, which every `threadgate`
-command — `migrate`, `tasks`, a gateway without MCP servers — paid before.
+connects a server. Importing the SDK is a large part of a start-up, which every
+`threadgate` command — `migrate`, `tasks`, a gateway without MCP servers — paid before.
 
 `stdio_client` or `streamable_http_client` is the transport, `ClientSession` the protocol.
 The SDK checks a tool's structured result against the output schema its server declared,

@@ -1,5 +1,5 @@
-"""A `threadgate` command that uses no MCP server does not import the MCP SDK (about half
-a second at every start) nor jsonschema-rs: `agent.rounds.mcp_session` and
+"""A `threadgate` command that uses no MCP server does not import the MCP SDK (a large part
+of every start) nor jsonschema-rs: `agent.rounds.mcp_session` and
 `agent.rounds.mcp_schemas` load them once a server is connected."""
 
 from __future__ import annotations
