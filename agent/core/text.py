@@ -34,16 +34,35 @@ escaped. Removing them would change what people wrote; keeping them changes noth
 relies on. (Subdivision flags such as Scotland's are spelled with tag characters; they lose
 them and show as a plain black flag: hidden text is the larger risk.) Variation selectors
 stay too: emoji presentation needs them.
+
+## Tags no person wrote
+
+People's words reach the model inside turn tags the gateway writes, and typed text has
+every `<` escaped, so no person can forge a turn. Text that is not typed — what a tool or
+a web page returned, what a sub-agent or a summary wrote, the model's own earlier replies —
+keeps its brackets (code and HTML must stay readable), so there the opening bracket of
+each tag that matters is escaped instead (`escape_tag_openings`, `neutralize_turns`). The
+bracket is found the way a reader would find it: `<` or a look-alike, then, skipping
+whitespace and every character that shows nothing (format and control characters,
+combining marks, Hangul fillers), an optional slash or one of its look-alikes, then the
+tag's name, its letters compared after width and case folding (NFKC: `ＴＵＲＮ`, `𝐭𝐮𝐫𝐧`
+read as `turn`). Only that bracket changes, to `&lt;`, the same escape typed text gets;
+everything else is left as it was. Letters of other scripts that merely resemble Latin
+ones (a Cyrillic `т`) are not folded: to a model's tokenizer they spell another word.
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
+from collections.abc import Collection
 from typing import Any
 
 __all__ = [
     "INVISIBLE_CHARACTERS",
     "TAG_LOOKALIKES",
+    "escape_tag_openings",
+    "neutralize_turns",
     "sanitize_text",
     "storable_json",
     "storable_text",
@@ -112,3 +131,57 @@ _SANITIZE = str.maketrans({**TAG_LOOKALIKES, **dict.fromkeys(INVISIBLE_CHARACTER
 def sanitize_text(text: str) -> str:
     """Fold tag look-alikes to ASCII and drop invisible characters (see the module doc)."""
     return text.translate(_SANITIZE)
+
+
+TURN_TAG = "turn"
+"""The name of the provenance tag the gateway puts around people's messages."""
+
+_OPENER = re.compile(f"[<{''.join(c for c, ascii in TAG_LOOKALIKES.items() if ascii == '<')}]")
+# Slashes NFKC leaves alone: the fraction, division and big solidus, the box diagonal.
+_SLASHES = frozenset(["\u2044", "\u2215", "\u29f8", "\u2571"])
+_SHOW_NOTHING = frozenset(["Cc", "Cf", "Mn", "Me", "Zs", "Zl", "Zp"])
+# Letters (category Lo) that draw nothing: Hangul fillers, the braille blank, Khmer's
+# inherent vowels.
+_BLANK_LETTERS = frozenset(["\u115f", "\u1160", "\u3164", "\uffa0", "\u2800", "\u17b4", "\u17b5"])
+
+
+def escape_tag_openings(text: str, tags: Collection[str]) -> str:
+    """`text` with the bracket that opens each `<tag` or `</tag` of `tags` (lower-case
+    names) replaced by `&lt;`, as a reader finds them (see the module doc)."""
+    longest = max((len(tag) for tag in tags), default=0) + 1
+    pieces: list[str] = []
+    position = 0
+    for opener in _OPENER.finditer(text):
+        if _names_a_tag(_reading(text, opener.end(), longest), tags):
+            pieces += [text[position : opener.start()], "&lt;"]
+            position = opener.end()
+    return "".join([*pieces, text[position:]]) if pieces else text
+
+
+def neutralize_turns(text: str) -> str:
+    """`text` with every turn tag in it escaped: it can neither open nor close a turn."""
+    return escape_tag_openings(text, (TURN_TAG,))
+
+
+def _names_a_tag(reading: str, tags: Collection[str]) -> bool:
+    name = reading[1:] if reading.startswith("/") else reading
+    return any(name.startswith(tag) for tag in tags)
+
+
+def _reading(text: str, start: int, length: int) -> str:
+    """The first `length` (or a few more) characters a reader sees from `start`."""
+    seen = ""
+    for index in range(start, len(text)):
+        seen += _folded(text[index])
+        if len(seen) >= length:
+            break
+    return seen
+
+
+def _folded(char: str) -> str:
+    """`char` as a reader takes it: "" if it shows nothing, else width and case folded."""
+    if char in _BLANK_LETTERS or unicodedata.category(char) in _SHOW_NOTHING:
+        return ""
+    if char in _SLASHES:
+        return "/"
+    return unicodedata.normalize("NFKC", TAG_LOOKALIKES.get(char, char)).casefold()

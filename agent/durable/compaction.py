@@ -14,7 +14,8 @@ messages, then the newest messages after it.
 The request is bounded whatever the thread's length: at most the history's character
 budget of dropped messages (whole turns, oldest first; what does not fit is summarized by
 a later task) and the previous summary, itself capped. Its prompt is short and its own:
-the turns reach the model framed as data (`agent.rounds.framing`), turn tags intact.
+the turns reach the model framed as data (`agent.rounds.framing`), turn tags intact, and
+the previous summary and our replies with theirs escaped: only people's turns are turns.
 
 A compaction also starts the session's next prompt epoch: the session is re-pinned to
 this deployment's system prompt (the summary is written now, for the prompt of now).
@@ -41,7 +42,7 @@ from agent.core.ports import (
     SummaryStore,
     Task,
 )
-from agent.core.text import storable_text
+from agent.core.text import neutralize_turns, storable_text
 from agent.models.contract import ModelMessage, SystemMessage, UserMessage
 from agent.rounds.framing import DATA_RULE, frame_output
 
@@ -164,14 +165,19 @@ def keep_edge(shown: Sequence[StoredMessage], keep_chars: int) -> StoredMessage 
 def summary_messages(overflow: Overflow, summary_chars: int) -> list[ModelMessage]:
     """The summarizer's request: its prompt, then the overflow framed as data."""
     words = max(50, summary_chars // 7)
-    parts = [f"Previous summary:\n{overflow.previous}"] if overflow.previous else []
+    previous = neutralize_turns(overflow.previous) if overflow.previous else ""
+    parts = [f"Previous summary:\n{previous}"] if previous else []
     parts += [_line(m) for m in overflow.messages]
     return [
         SystemMessage(_PROMPT.format(words=words, rule=DATA_RULE)),
-        UserMessage(frame_output(SUMMARY_SOURCE, "\n\n".join(parts))),
+        UserMessage(frame_output(SUMMARY_SOURCE, "\n\n".join(parts), keep_turns=True)),
     ]
 
 
 def _line(message: StoredMessage) -> str:
-    """A person's turn as stored (in its turn tag); the assistant's words labelled."""
-    return message.text if message.role == "user" else f"assistant: {message.text}"
+    """A person's turn as stored (in its turn tag); the assistant's words labelled, their
+    turn tags escaped."""
+    if message.kind == "turn":
+        return message.text
+    text = neutralize_turns(message.text)
+    return text if message.role == "user" else f"assistant: {text}"

@@ -260,7 +260,7 @@ async def run_work(
     result is given (a paused step's approval calls, agent/rounds/resume.py)."""
     given = settled or {}
     work = [call for call in calls if call.name in toolbox and call.id not in given]
-    results = {r.call_id: framed(r) for r in await toolbox.run(work)} | dict(given)
+    results = {r.call_id: framed(r, toolbox) for r in await toolbox.run(work)} | dict(given)
     return [
         results.get(call.id)
         or ToolResultMessage(
@@ -280,13 +280,15 @@ def _cut_off(
     return _Repair(_feedback(calls, dict.fromkeys((c.id for c in calls), note)))
 
 
-def framed(result: ToolResultMessage) -> ToolResultMessage:
-    """A work tool's result as the model reads it: inside a frame that says it is data.
-    Failures are framed too: an exception's message may quote what the tool was reading."""
+def framed(result: ToolResultMessage, toolbox: Toolbox) -> ToolResultMessage:
+    """A work tool's result as the model reads it: inside a frame that says it is data,
+    with turn tags escaped unless they are the gateway's (`WorkTool.shows_turns`).
+    Failures are framed too, turns escaped: an exception's message may quote anything."""
+    keep_turns = toolbox.shows_turns(result.name) and not result.is_error
     return ToolResultMessage(
         result.call_id,
         result.name,
-        frame_output(result.name, result.content),
+        frame_output(result.name, result.content, keep_turns=keep_turns),
         is_error=result.is_error,
     )
 

@@ -1,13 +1,14 @@
 """MCP servers as work tools: one long-lived connection per server, and a tool per tool.
 
-threadgate is an MCP client through the official SDK (`mcp`): `stdio_client` or
-`streamable_http_client` for the transport, `ClientSession` for the protocol. The SDK runs
-on anyio, and a session lives inside its context managers, so each server gets one
-asyncio task of its own (`McpConnection.run`) that enters them, initializes, lists the
-tools, and then holds the session open, pinging it, until it breaks; then it waits (with
-growing backoff) and connects again, forever. Calls from rounds use the held session
-directly; a call that finds the connection broken tells the task, which reconnects at
-once instead of at its next ping.
+threadgate is an MCP client through the official SDK (`mcp`), which only
+`agent.rounds.mcp_session` touches: this module imports it when a connection first
+connects, so a gateway without MCP servers never loads the SDK. The SDK runs on anyio,
+and a session lives inside its context managers, so each server gets one asyncio task of
+its own (`McpConnection.run`) that enters them, initializes, lists the tools, and then
+holds the session open, pinging it, until it breaks; then it waits (with growing backoff)
+and connects again, forever. Calls from rounds use the held session directly; a call
+that finds the connection broken tells the task, which reconnects at once instead of at
+its next ping.
 
 Each allowed tool of a connected server is a `McpTool` in the deployment's
 `ToolRegistry`, named `server__tool` (providers accept `^[a-zA-Z0-9_-]{1,64}$`; other
@@ -15,13 +16,17 @@ characters become `_`, and a name that would be too long or clash keeps a short 
 the original). A tool is offered only while its server is connected and lists it, and,
 in a sub-agent, only to the subtask types the config gives its server to.
 
-Arguments are validated here with the JSON Schema the server declared (`jsonschema`,
-which the SDK depends on): the model reads a precise complaint and can repair its call
-without a round trip to the server. A schema `jsonschema` cannot use (an invalid one, or
-a `$ref` it cannot resolve) is not held against the model: the arguments go through and
-the server validates them. The server's limits (`timeoutSeconds`, `maxOutputChars`)
-override the round's for its tools; the `Toolbox` applies both, and frames the output as
-data like every other tool result.
+Arguments are validated here with the JSON Schema the server declared, at a cost bounded
+before the check starts (`agent.rounds.mcp_schemas`: a backtracking `pattern` cannot
+freeze the process): the model reads a precise complaint and can repair its call without
+a round trip to the server, or is told which field could not be checked. A schema that
+cannot be compiled (an invalid one, or a `$ref` that does not resolve) is not held
+against the model: the arguments go through and the server validates them. What the
+server says about a tool reaches the model as data too: its description and the
+descriptions and titles in its schema are stripped of invisible characters and their
+turn tags escaped (`agent.core.text`). The server's limits (`timeoutSeconds`,
+`maxOutputChars`) override the round's for its tools; the `Toolbox` applies both, and
+frames the output as data like every other tool result, turn tags escaped.
 
 Nothing a server does can crash a round: a tool error (`isError`), a protocol error, a
 dead connection and a timeout all become failed tool results. The secrets of a server's
@@ -36,26 +41,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import json
 import logging
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping
-from contextlib import AbstractAsyncContextManager, AsyncExitStack
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-import httpx2
-import jsonschema
-import mcp_types
-from mcp import ClientSession, StdioServerParameters, stdio_client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel, ConfigDict
 
 from agent.core.errors import AgentError
+from agent.core.text import neutralize_turns, sanitize_text
 from agent.rounds.mcp_config import McpConfig, McpServerConfig
+from agent.rounds.mcp_schemas import SchemaCheck, schema_check
 from agent.rounds.tools import ToolContext, ToolRegistry, WorkTool
+
+if TYPE_CHECKING:
+    import mcp_types
+
+    from agent.rounds.mcp_session import Session
 
 log = logging.getLogger(__name__)
 
@@ -63,10 +68,8 @@ REDACTED = "[redacted]"
 _STDERR_CHUNK = 65536  # bytes read from a stdio server's stderr at once
 _TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 _NOT_IN_NAME = re.compile(r"[^a-zA-Z0-9_-]")
-# One SSE event carries one whole tool result; the SDK's default (1 MiB) would fail a
-# verbose tool outright instead of letting the output cap cut it.
-MAX_SSE_EVENT_BYTES = 64 * 1024 * 1024
 _MAX_DESCRIPTION = 1024
+_ANNOTATIONS = frozenset({"description", "title"})  # schema words shown, never checked
 
 
 class McpToolError(AgentError):
@@ -123,7 +126,7 @@ class McpConnection:
         self._ping_seconds = connecting.ping_seconds
         self._connect_seconds = connecting.connect_seconds
         self._errlog = connecting.errlog
-        self._session: ClientSession | None = None
+        self._session: Session | None = None
         self.tools: dict[str, mcp_types.Tool] = {}  # by the server's name, allowed ones only
         self.error: str | None = None
         self.settled = asyncio.Event()  # the first attempt connected or failed
@@ -173,12 +176,20 @@ class McpConnection:
         self._broken.set()
 
     async def _serve_once(self) -> None:
+        from agent.rounds import mcp_session  # the SDK: imported once a server is used
+
         async with AsyncExitStack() as stack:
-            read, write = await stack.enter_async_context(self._transport(stack))
-            session = await stack.enter_async_context(ClientSession(read, write))
+            errlog = self._errlog
+            if errlog is None and self.config.command is not None:
+                errlog = self._stderr_relay(stack)  # entered first, so closed last
+            session = await stack.enter_async_context(
+                mcp_session.open_session(
+                    self.config, errlog=errlog, connect_seconds=self._connect_seconds
+                )
+            )
             async with asyncio.timeout(self._connect_seconds):
                 await session.initialize()
-                listed = await _list_tools(session)
+                listed = await session.tools()
             self.tools = {t.name: t for t in listed if self.config.allows(t.name)}
             self._broken.clear()
             self._session, self.error = session, None
@@ -234,23 +245,7 @@ class McpConnection:
         if text:
             log.info("MCP server %s: %s", self.name, self.redact(text))
 
-    def _transport(self, stack: AsyncExitStack) -> AbstractAsyncContextManager[Any]:
-        c = self.config
-        if c.command is not None:
-            params = StdioServerParameters(
-                command=c.command, args=list(c.args), env=dict(c.env) or None, cwd=c.cwd
-            )
-            return stdio_client(params, errlog=self._errlog or self._stderr_relay(stack))
-        assert c.url is not None  # the config has one or the other
-        client = httpx2.AsyncClient(
-            headers=c.headers, timeout=httpx2.Timeout(self._connect_seconds, read=300.0)
-        )
-        stack.push_async_callback(client.aclose)
-        return streamable_http_client(
-            c.url, http_client=client, max_sse_event_size=MAX_SSE_EVENT_BYTES
-        )
-
-    async def _watch(self, session: ClientSession) -> None:
+    async def _watch(self, session: Session) -> None:
         """Return when the connection is broken: a call said so, or a ping went unanswered.
         No ping while calls are in flight: a big result may hold the line longer than a
         ping may wait, and a broken line fails those calls anyway."""
@@ -263,7 +258,7 @@ class McpConnection:
                 pass
             if self._in_flight == 0:
                 async with asyncio.timeout(self._ping_seconds):
-                    await session.send_ping()
+                    await session.ping()
 
     async def call(self, tool: str, arguments: dict[str, Any]) -> str:
         """The tool's output as text; `McpToolError` or `McpServerUnavailable` if none."""
@@ -275,13 +270,7 @@ class McpConnection:
             )
         self._in_flight += 1
         try:
-            result = await session.call_tool(tool, arguments)
-        except MCPError as exc:
-            if exc.code == mcp_types.CONNECTION_CLOSED:
-                self._broken.set()
-            raise McpToolError(self.redact(f"the server refused the call: {exc.message}")) from None
-        except RuntimeError as exc:  # the SDK's complaint about a result, e.g. its schema
-            raise McpToolError(self.redact(str(exc))) from None
+            answer = await session.call(tool, arguments)
         except Exception as exc:
             self._broken.set()
             raise McpServerUnavailable(
@@ -290,8 +279,10 @@ class McpConnection:
             ) from None
         finally:
             self._in_flight -= 1
-        text = self.redact(render_result(result))
-        if result.is_error:
+        if answer.closed:
+            self._broken.set()
+        text = self.redact(answer.text)
+        if answer.failed:
             raise McpToolError(text)
         return text
 
@@ -305,19 +296,6 @@ class McpConnection:
         )
 
 
-async def _list_tools(session: ClientSession) -> list[mcp_types.Tool]:
-    tools: list[mcp_types.Tool] = []
-    cursor: str | None = None
-    for _ in range(100):  # a server that pages forever cannot hang start-up
-        params = mcp_types.PaginatedRequestParams(cursor=cursor) if cursor else None
-        page = await session.list_tools(params=params)
-        tools += page.tools
-        cursor = page.next_cursor
-        if not cursor:
-            break
-    return tools
-
-
 def _describe(exc: BaseException) -> str:
     """An exception (group) as one line: the innermost causes, by type and message."""
     if isinstance(exc, BaseExceptionGroup):
@@ -326,26 +304,6 @@ def _describe(exc: BaseException) -> str:
         return "no answer in time"
     message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
-
-
-def render_result(result: mcp_types.CallToolResult) -> str:
-    """A tool result as text for the model: text as is, other content described."""
-    parts = [_render_block(block) for block in result.content]
-    if not parts and result.structured_content is not None:
-        parts.append(json.dumps(result.structured_content, ensure_ascii=False))
-    return "\n".join(parts) if parts else "(the tool returned nothing)"
-
-
-def _render_block(block: mcp_types.ContentBlock) -> str:
-    if isinstance(block, mcp_types.TextContent):
-        return block.text
-    if isinstance(block, mcp_types.ImageContent | mcp_types.AudioContent):
-        return f"[{block.type} ({block.mime_type}) not shown]"
-    if isinstance(block, mcp_types.EmbeddedResource):
-        contents = block.resource
-        text = getattr(contents, "text", None)
-        return text if isinstance(text, str) else f"[binary resource {contents.uri} not shown]"
-    return f"[resource link: {block.uri}]"
 
 
 def offered_name(server: str, tool: str) -> str:
@@ -381,18 +339,19 @@ class McpTool(WorkTool[McpArguments]):
         self.requires_approval = connection.config.needs_approval(tool)
         self._subtask_types = subtask_types
         self._schema: dict[str, Any] = {"type": "object", "properties": {}}
-        self._validator: Any = None
+        self._check: SchemaCheck | None = None
 
     def update(self, definition: mcp_types.Tool) -> None:
         """Take the server's current description and schema (it may change on reconnect)."""
         about = definition.description or definition.title or definition.name
-        self.description = f"{about} (from the MCP server {self.server})"[:_MAX_DESCRIPTION]
+        described = f"{_shown(about)} (from the MCP server {self.server})"
+        self.description = described[:_MAX_DESCRIPTION]
         schema = dict(definition.input_schema)
         schema.setdefault("type", "object")
         if schema.get("type") == "object":
             schema.setdefault("properties", {})
-        self._schema = schema
-        self._validator = _validator(schema)
+        self._schema = _annotations_shown(schema)
+        self._check = schema_check(schema)
 
     @property
     def input_schema(self) -> dict[str, Any]:
@@ -405,34 +364,42 @@ class McpTool(WorkTool[McpArguments]):
 
     def parse_input(self, arguments: Mapping[str, Any]) -> McpArguments:
         values = dict(arguments)
-        if self._validator is not None:
-            problems = [_problem(error) for error in self._validator.iter_errors(values)]
-            if problems:
-                raise ValueError(
-                    f"{self.name} input is invalid ({'; '.join(problems[:5])}). "
-                    "Call it again with input matching its schema."
-                )
+        verdict = self._check.verdict(values) if self._check is not None else None
+        if verdict is not None and verdict.unchecked:
+            raise ValueError(
+                f"{self.name} input could not be checked: the pattern the MCP server "
+                f"{self.server} gives for {', '.join(verdict.unchecked)} is too costly to "
+                "match against that value. Call it again with a shorter or simpler value, "
+                "or go on without this tool."
+            )
+        if verdict is not None and verdict.problems:
+            raise ValueError(
+                f"{self.name} input is invalid ({'; '.join(verdict.problems)}). "
+                "Call it again with input matching its schema."
+            )
         return McpArguments(values=values)
 
     async def execute(self, context: ToolContext, input: McpArguments) -> str:
         return await self.connection.call(self.tool, input.values)
 
 
-def _validator(schema: dict[str, Any]) -> Any:
-    """A validator for `schema`, or None when jsonschema cannot use it (the server checks)."""
-    try:
-        cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-        cls.check_schema(schema)
-        validator = cls(schema)
-        list(validator.iter_errors({}))  # an unresolvable $ref shows up here, not later
-    except Exception:
-        return None
-    return validator
+def _shown(text: str) -> str:
+    """A server's words as the model may read them: nothing hidden, no turn tag."""
+    return neutralize_turns(sanitize_text(text))
 
 
-def _problem(error: Any) -> str:
-    where = ".".join(str(part) for part in error.absolute_path) or "input"
-    return f"{where}: {error.message}"[:300]
+def _annotations_shown(node: Any) -> Any:
+    """`node` (a schema) with its descriptions and titles `_shown`; nothing checked changes."""
+    if isinstance(node, list):
+        return [_annotations_shown(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    return {
+        key: _shown(value)
+        if key in _ANNOTATIONS and isinstance(value, str)
+        else _annotations_shown(value)
+        for key, value in node.items()
+    }
 
 
 class McpClients:

@@ -7,6 +7,11 @@ the conversation (numbered `[ref N]` by the reference catalog), then each earlie
 delegate call with the outcomes of its subtasks, as the tool call and its result, each
 outcome framed as data (`agent.rounds.framing`), as work-tool results are.
 
+Only the gateway writes turn tags: in whatever else the window holds — a summary, our own
+replies and acknowledgments, which may quote a page a tool read — and in subtask results,
+each turn tag is escaped (`agent.core.text.neutralize_turns`), so the model never reads a
+turn no person wrote.
+
 An operator may add instructions of their own (`THREADGATE_INSTRUCTIONS`), after ours. A
 prompt's identity is its epoch (`prompt_epoch`): the version of this module's text and a
 hash of the whole prompt. A session keeps the epoch of its first task (`agent.Memory`), so
@@ -23,6 +28,7 @@ from dataclasses import replace
 from agent.core.delegation import RoundInput, RoundRecord, SubtaskOutcome
 from agent.core.images import MAX_IMAGES_PER_REQUEST, Image
 from agent.core.ports import PromptEpoch, StoredMessage
+from agent.core.text import neutralize_turns
 from agent.models.contract import (
     AssistantMessage,
     ModelMessage,
@@ -117,7 +123,7 @@ def transcript(
         messages.append(UserMessage(PINNED_FIRST))
     images = newest_images(window)
     for message in window:
-        text = catalog.label(_summary_framed(message))
+        text = catalog.label(_as_shown(message))
         text = PINNED_MARK + text if message.pinned else text
         if message.role == "user":
             messages.append(UserMessage(text, images.get(message.id, ())))
@@ -146,11 +152,14 @@ def newest_images(
     return chosen
 
 
-def _summary_framed(message: StoredMessage) -> StoredMessage:
-    """A summary is the model's own writing about people's words: shown framed as data."""
-    if message.kind != "summary":
+def _as_shown(message: StoredMessage) -> StoredMessage:
+    """A person's turn as stored; a summary, the model's own writing about people's words,
+    framed as data; our replies and acknowledgments with their turn tags escaped."""
+    if message.kind == "turn":
         return message
-    return replace(message, text=frame_output(SUMMARY_FRAME, message.text))
+    if message.kind == "summary":
+        return replace(message, text=frame_output(SUMMARY_FRAME, message.text))
+    return replace(message, text=neutralize_turns(message.text))
 
 
 def round_messages(record: RoundRecord) -> tuple[AssistantMessage, ToolResultMessage]:

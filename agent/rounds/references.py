@@ -7,7 +7,8 @@ and a subtask cites them by number. The catalog is built from the same window th
 is shown, so a number means the same message in the prompt and in `resolve`.
 
 Acknowledgments ("Looking into it…") carry nothing worth citing; they are shown without a
-number and cannot be cited.
+number and cannot be cited. A cited message that is not a person's turn (a reply, a
+summary) reaches the sub-agent with its turn tags escaped, as the main round was shown it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 
 from agent.core.errors import ControlCallError
 from agent.core.ports import StoredMessage
+from agent.core.text import neutralize_turns
 
 _LISTED = 20  # up to this many valid numbers are listed one by one in an error
 
@@ -45,11 +47,12 @@ class ReferenceCatalog:
         return message.text if number is None else f"[ref {number}] {message.text}"
 
     def resolve(self, numbers: Sequence[int]) -> tuple[str, ...]:
-        """The stored texts of the cited messages, in citation order, each once."""
+        """The texts of the cited messages, in citation order, each once: a person's turn
+        as stored, anything else with its turn tags escaped."""
         unknown = [n for n in numbers if not 1 <= n <= len(self.messages)]
         if unknown:
             raise ControlCallError(self._unknown(unknown))
-        return tuple(self.messages[n - 1].text for n in dict.fromkeys(numbers))
+        return tuple(_cited(self.messages[n - 1]) for n in dict.fromkeys(numbers))
 
     def _unknown(self, numbers: Sequence[int]) -> str:
         cited = ", ".join(f"[ref {n}]" for n in dict.fromkeys(numbers))
@@ -63,3 +66,7 @@ class ReferenceCatalog:
         if count <= _LISTED:
             return "the valid numbers are " + ", ".join(map(str, range(1, count + 1)))
         return f"the valid numbers are 1 to {count}"
+
+
+def _cited(message: StoredMessage) -> str:
+    return message.text if message.kind == "turn" else neutralize_turns(message.text)

@@ -67,10 +67,12 @@ async def _settled(
     if run.state == "interrupted":
         return ToolResultMessage(call.id, call.name, INTERRUPTED, is_error=True)
     if run.state == "done":
-        return framed(ToolResultMessage(call.id, call.name, run.output, is_error=run.is_error))
+        return framed(
+            ToolResultMessage(call.id, call.name, run.output, is_error=run.is_error), toolbox
+        )
     if call.name in toolbox:
         [result] = await toolbox.run([call])
     else:  # its server went away while the call waited
         result = ToolResultMessage(call.id, call.name, GONE.format(name=call.name), True)
     await store.finish_call(task, request.id, result.content, is_error=result.is_error)
-    return framed(result)
+    return framed(result, toolbox)

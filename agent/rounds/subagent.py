@@ -13,6 +13,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from agent.core.errors import RoundFailed
+from agent.core.text import neutralize_turns
 from agent.models.contract import Model, ModelMessage, SystemMessage, UserMessage
 from agent.rounds.control import FinalReply, Reply
 from agent.rounds.framing import DATA_RULE, escape_for_frame
@@ -76,14 +77,17 @@ def subagent_messages(instructions: str, references: tuple[str, ...]) -> list[Mo
     """The sub-agent's conversation: its prompt, then the job with the cited messages.
 
     The cited texts are stored messages as the main round saw them: people's turns keep
-    their provenance tags. Each is escaped so it cannot close its `<reference>` early (an
-    assistant reply is free text, and may quote anything)."""
+    their provenance tags (anything else had its turn tags escaped when it was cited,
+    `ReferenceCatalog.resolve`). Each is escaped so it cannot close its `<reference>` early
+    (an assistant reply is free text, and may quote anything)."""
     cited = "".join(
-        f"\n\n<reference n={n}>\n{escape_for_frame(text, 'reference')}\n</reference>"
+        f"\n\n<reference n={n}>\n{escape_for_frame(text, 'reference', keep_turns=True)}"
+        "\n</reference>"
         for n, text in enumerate(references, 1)
     )
     intro = "\n\nMessages from the conversation you may need:" if references else ""
-    return [SystemMessage(SUBAGENT_PROMPT), UserMessage(f"{instructions}{intro}{cited}")]
+    job = neutralize_turns(instructions)  # the main model's words: no turn of anyone's
+    return [SystemMessage(SUBAGENT_PROMPT), UserMessage(f"{job}{intro}{cited}")]
 
 
 def builtin_subtask_types() -> SubtaskRegistry:

@@ -24,7 +24,9 @@ and ignored.
 Built-ins: `current_time` (from the injected clock, so tests need no real time) and
 `read_thread` (more of the conversation than the window shows, through `ThreadReader`,
 which renders each message in the same provenance tag as the conversation's turns).
-What a tool returns is framed as data by the round (`agent.rounds.framing`), not here.
+What a tool returns is framed as data by the round (`agent.rounds.framing`), not here;
+turn tags in it are escaped there, except in the output of a tool that says it shows
+people's messages in the gateway's turn tags (`shows_turns`: `read_thread`).
 Plugins add tools by subclassing `WorkTool` (see `agent.rounds.plugins`).
 
 A tool whose calls must wait for a person (`requires_approval`: the MCP config's
@@ -90,6 +92,10 @@ class WorkTool(ABC, Generic[InputT]):
     output_chars: int | None = None
     # A call waits for a person's approval before it runs (agent/core/approval.py).
     requires_approval: bool = False
+    # True only for a tool whose output is people's messages in the turn tags the gateway
+    # rendered (`read_thread`): the round keeps those tags. Any other tool's turn tags are
+    # escaped, so a page it fetched cannot pass for a person's words.
+    shows_turns: bool = False
 
     @property
     def spec(self) -> ToolSpec:
@@ -156,6 +162,11 @@ class Toolbox:
         """Whether a call of `name` waits for a person before it runs."""
         tool = self._tools.get(name)
         return tool is not None and tool.requires_approval
+
+    def shows_turns(self, name: str) -> bool:
+        """Whether the tool `name` returns people's messages in the gateway's turn tags."""
+        tool = self._tools.get(name)
+        return tool is not None and tool.shows_turns
 
     async def run(self, calls: Sequence[ToolCall]) -> list[ToolResultMessage]:
         """Run the calls concurrently; one result per call, in call order."""
@@ -303,6 +314,7 @@ class ReadThread(WorkTool[ReadThreadInput]):
         "answer depends on earlier context."
     )
     input_model = ReadThreadInput
+    shows_turns = True  # each line is a turn the gateway rendered (`agent.ThreadReader`)
 
     def available(self, context: ToolContext) -> bool:
         return context.thread_reader is not None

@@ -57,7 +57,7 @@ from gateway.slack.address import SlackAddress
 from gateway.slack.errors import SlackError, SlackOutcomeUnknown, SlackRefused, slack_deadline
 from gateway.slack.workspaces import SlackClients
 from gateway.text.live_render import LiveRenderer
-from gateway.text.rendering import BLOCK_LIMIT
+from gateway.text.rendering import BLOCK_LIMIT, render_label
 from storage import Outbox, StorageError
 
 log = logging.getLogger(__name__)
@@ -99,15 +99,17 @@ class StreamSettings:
 
 
 def task_update(step: Step) -> dict[str, Any]:
-    """A step as Slack's `task_update` chunk (one card of the message's plan)."""
+    """A step as Slack's `task_update` chunk (one card of the message's plan). Its title
+    and details are the model's words (a subtask's instructions): rendered like a post,
+    they cannot ping anyone or hide a link's host (`gateway.text.rendering.render_label`)."""
     chunk: dict[str, Any] = {
         "type": "task_update",
         "id": step.id,
-        "title": step.title,
+        "title": render_label(step.title),
         "status": step.state,
     }
     if step.detail:
-        chunk["details"] = step.detail
+        chunk["details"] = render_label(step.detail)
     return chunk
 
 

@@ -31,6 +31,12 @@ Where the joiner goes is decided by "no pings, and no corruption of code" (what 
 
 Links are checked before that (`gateway.text.links`): a link's visible text never hides the host
 it opens.
+
+A label Slack shows outside the message's markdown — a task card's title and details,
+made from what the model wrote in a `delegate` call — gets the same two rules
+(`render_label`), with the prose rule for mentions everywhere: a label has no code to keep
+byte-identical, Slack does not say how it renders one, and mentions are never allowed in
+one, whatever the configuration says for replies.
 The fallback `text` is mrkdwn, so there the documented escaping (`&amp;`, `&lt;`, `&gt;`)
 applies, after the prose rule's joiners everywhere, code included: escaping turns code's
 harmless `<@0<` into `&lt;@0&lt;`, whose `&` could be read as the start of an escaped `>`,
@@ -60,6 +66,7 @@ __all__ = [
     "SlackMessage",
     "neutralize_everywhere",
     "neutralize_mentions",
+    "render_label",
     "render_reply",
     "split_markdown",
 ]
@@ -124,6 +131,11 @@ def neutralize_everywhere(text: str) -> str:
     before `!`, `@` or `#`. For text whose code spans are not known yet (a reply being
     streamed): it can change code by an invisible character, never let a mention form."""
     return _neutralize_prose(text)
+
+
+def render_label(text: str) -> str:
+    """A short line of model text for a task card: links show their host, nothing pings."""
+    return neutralize_everywhere(reveal_link_hosts(text))
 
 
 def _neutralize_prose(text: str) -> str:

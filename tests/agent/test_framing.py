@@ -51,9 +51,10 @@ def test_no_lookalike_or_invisible_character_survives_framing(content: str) -> N
 
 
 @given(contents)
-def test_only_the_frames_own_tag_is_escaped(content: str) -> None:
-    """Undoing the one escape gives back the sanitized content: turn tags pass intact."""
-    escaped = escape_for_frame(content, FRAME_TAG)
+def test_around_the_gateways_turns_only_the_frames_own_tag_is_escaped(content: str) -> None:
+    """With `keep_turns` (people's messages in the gateway's tags), undoing the one escape
+    gives back the sanitized content: turn tags pass intact."""
+    escaped = escape_for_frame(content, FRAME_TAG, keep_turns=True)
     assert escaped.replace("&lt;", "<") == sanitize_text(content).replace("&lt;", "<")
     assert escaped.count("<turn ") == sanitize_text(content).count("<turn ")
 

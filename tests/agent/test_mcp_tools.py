@@ -5,6 +5,7 @@ comes back, and a secret that is used but never shown."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import signal
@@ -82,8 +83,10 @@ class Recorder:
         self.records.append(record)
 
 
-async def connect(server: Server, **options: Any) -> tuple[McpClients, ToolRegistry]:
-    raw = {"mcpServers": {"fake": server.entry(allowedTools=ALLOWED, **options)}}
+async def connect(
+    server: Server, allowed: list[str] = ALLOWED, **options: Any
+) -> tuple[McpClients, ToolRegistry]:
+    raw = {"mcpServers": {"fake": server.entry(allowedTools=allowed, **options)}}
     config = parse_mcp_config(raw, {"FAKE_TOKEN": TOKEN})
     registry = builtin_tools()
     clients = McpClients(config, registry, Connecting(Backoff(0.05, 0.5), ping_seconds=0.5))
@@ -130,9 +133,30 @@ async def test_bad_arguments_and_tool_errors_are_failed_results(server: Server) 
                 call("fake__echo", '{"text": "ok"}'),
             ]
         )
-        assert wrong.is_error and "text: 5 is not of type 'string'" in wrong.content
+        assert wrong.is_error and 'text: 5 is not of type "string"' in wrong.content
         assert failing.is_error and "fake__fails failed" in failing.content
         assert (fine.is_error, fine.content) == (False, "echo: ok")
+    finally:
+        await clients.aclose()
+
+
+async def test_backtracking_patterns_in_a_servers_schemas_are_answered_at_once(
+    server: Server,
+) -> None:
+    """`^(a+)+$` in `spelled`'s input schema and in `shaped`'s output schema, against
+    forty a's and a `!`: both calls are failed results saying the value does not match, and
+    the same tools answer a value that does."""
+    clients, registry = await connect(server, allowed=["spelled", "shaped"])
+    try:
+        box = Toolbox(registry, ToolContext(TASK))
+        bad = json.dumps({"word": "a" * 40 + "!"})
+        refused, unshaped = await box.run([call("fake__spelled", bad), call("fake__shaped", bad)])
+        assert refused.is_error and "word: " in refused.content
+        assert "does not match" in refused.content
+        assert unshaped.is_error and "output schema refuses" in unshaped.content
+        good = '{"word": "aaaa"}'
+        spelled, shaped = await box.run([call("fake__spelled", good), call("fake__shaped", good)])
+        assert (spelled.content, shaped.content) == ("spelled: aaaa", "shaped: aaaa")
     finally:
         await clients.aclose()
 

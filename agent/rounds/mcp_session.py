@@ -1,0 +1,167 @@
+"""The MCP SDK's side of a connection: the transport, the session, listing and calling.
+
+Everything here touches the official SDK (`mcp`, `mcp_types`, `httpx2`), and nothing else
+does: `McpConnection` (`agent.rounds.mcp_tools`) imports this module when it first
+connects a server. Importing the SDK is a large part of a start-up, which every
+`threadgate` command — `migrate`, `tasks`, a gateway without MCP servers — paid before.
+
+`stdio_client` or `streamable_http_client` is the transport, `ClientSession` the protocol.
+The SDK checks a tool's structured result against the output schema its server declared,
+with `jsonschema` on the event loop, where a backtracking `pattern` in that schema would
+freeze the gateway as surely as one in an input schema: `CheckedSession` overrides that
+check (`validate_tool_result`, the SDK's public hook) with the bounded one of
+`agent.rounds.mcp_schemas`. A result the check refuses is a failed tool result.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+import httpx2
+import mcp_types
+from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+
+from agent.rounds.mcp_config import McpServerConfig
+from agent.rounds.mcp_schemas import SchemaCheck, schema_check
+
+# One SSE event carries one whole tool result; the SDK's default (1 MiB) would fail a
+# verbose tool outright instead of letting the output cap cut it.
+MAX_SSE_EVENT_BYTES = 64 * 1024 * 1024
+_PAGES = 100  # a server that pages its tool list forever cannot hang start-up
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A call's outcome: the text for the model, whether it is a failure, and whether the
+    server's connection closed under it."""
+
+    text: str
+    failed: bool = False
+    closed: bool = False
+
+
+class CheckedSession(ClientSession):
+    """The SDK's session, with structured results checked at a bounded cost."""
+
+    def __init__(self, read: Any, write: Any) -> None:
+        super().__init__(read, write)
+        # By tool name: its output schema's check, or None when it has one we cannot use.
+        self.output_checks: dict[str, SchemaCheck | None] = {}
+
+    async def validate_tool_result(self, name: str, result: mcp_types.CallToolResult) -> None:
+        """Raise `RuntimeError` (the SDK's way) for a result its output schema refuses."""
+        check = self.output_checks.get(name)
+        if check is None:  # no output schema, or one we cannot use: the text is shown as is
+            return
+        if result.structured_content is None:
+            raise RuntimeError(f"{name} has an output schema but returned no structured content")
+        verdict = check.verdict(result.structured_content)
+        if verdict.unchecked:
+            raise RuntimeError(
+                f"the structured result of {name} could not be checked against its output "
+                f"schema: a pattern there is too costly to match (at {', '.join(verdict.unchecked)})"
+            )
+        if verdict.problems:
+            raise RuntimeError(
+                f"{name} returned a result its output schema refuses: {verdict.problems[0]}"
+            )
+
+
+class Session:
+    """A connected server: its tools, calls to them, and pings."""
+
+    def __init__(self, session: CheckedSession) -> None:
+        self._session = session
+
+    async def initialize(self) -> None:
+        await self._session.initialize()
+
+    async def ping(self) -> None:
+        await self._session.send_ping()
+
+    async def tools(self) -> list[mcp_types.Tool]:
+        """Every tool the server lists (all pages), their output schemas compiled."""
+        tools: list[mcp_types.Tool] = []
+        cursor: str | None = None
+        for _ in range(_PAGES):
+            params = mcp_types.PaginatedRequestParams(cursor=cursor) if cursor else None
+            page = await self._session.list_tools(params=params)
+            tools += page.tools
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        self._session.output_checks = {
+            t.name: schema_check(t.output_schema) for t in tools if t.output_schema is not None
+        }
+        return tools
+
+    async def call(self, tool: str, arguments: Mapping[str, Any]) -> Answer:
+        """The call's outcome; an exception means the connection broke during it."""
+        try:
+            result = await self._session.call_tool(tool, dict(arguments))
+        except MCPError as exc:
+            closed = exc.code == mcp_types.CONNECTION_CLOSED
+            return Answer(f"the server refused the call: {exc.message}", True, closed)
+        except RuntimeError as exc:  # the SDK's complaint about a result, e.g. its schema
+            return Answer(str(exc), failed=True)
+        return Answer(render_result(result), failed=bool(result.is_error))
+
+
+@asynccontextmanager
+async def open_session(
+    config: McpServerConfig, *, errlog: TextIO | None, connect_seconds: float
+) -> AsyncIterator[Session]:
+    """The server's transport and session, open until the block ends (not initialized)."""
+    async with AsyncExitStack() as stack:
+        read, write = await stack.enter_async_context(
+            _transport(config, stack, errlog, connect_seconds)
+        )
+        session = await stack.enter_async_context(CheckedSession(read, write))
+        yield Session(session)
+
+
+def _transport(
+    config: McpServerConfig, stack: AsyncExitStack, errlog: TextIO | None, connect_seconds: float
+) -> AbstractAsyncContextManager[Any]:
+    if config.command is not None:
+        params = StdioServerParameters(
+            command=config.command,
+            args=list(config.args),
+            env=dict(config.env) or None,
+            cwd=config.cwd,
+        )
+        return stdio_client(params) if errlog is None else stdio_client(params, errlog=errlog)
+    assert config.url is not None  # the config has one or the other
+    client = httpx2.AsyncClient(
+        headers=config.headers, timeout=httpx2.Timeout(connect_seconds, read=300.0)
+    )
+    stack.push_async_callback(client.aclose)
+    return streamable_http_client(
+        config.url, http_client=client, max_sse_event_size=MAX_SSE_EVENT_BYTES
+    )
+
+
+def render_result(result: mcp_types.CallToolResult) -> str:
+    """A tool result as text for the model: text as is, other content described."""
+    parts = [_render_block(block) for block in result.content]
+    if not parts and result.structured_content is not None:
+        parts.append(json.dumps(result.structured_content, ensure_ascii=False))
+    return "\n".join(parts) if parts else "(the tool returned nothing)"
+
+
+def _render_block(block: mcp_types.ContentBlock) -> str:
+    if isinstance(block, mcp_types.TextContent):
+        return block.text
+    if isinstance(block, mcp_types.ImageContent | mcp_types.AudioContent):
+        return f"[{block.type} ({block.mime_type}) not shown]"
+    if isinstance(block, mcp_types.EmbeddedResource):
+        contents = block.resource
+        text = getattr(contents, "text", None)
+        return text if isinstance(text, str) else f"[binary resource {contents.uri} not shown]"
+    return f"[resource link: {block.uri}]"
