@@ -265,7 +265,26 @@ async def check_installations(settings: Settings, limit: float) -> list[Finding]
         if not found:
             detail = "no workspace has installed the app yet: open /slack/install on the gateway"
             return [Finding("slack", "ok", detail)]
-        return [await _try_installation(settings, installations, s, limit) for s in found]
+        tried = [await _try_installation(settings, installations, s, limit) for s in found]
+        return [
+            *tried,
+            await token_sealing(installations, sealing=token_cipher(settings) is not None),
+        ]
+
+
+async def token_sealing(installations: PostgresInstallations, *, sealing: bool) -> Finding:
+    """Whether the stored bot tokens are sealed (THREADGATE_TOKEN_KEY), and how many not."""
+    try:
+        left = await installations.unsealed()
+    except StorageError as exc:
+        return Finding("tokens", "skip", f"not counted ({exc}); see the database check")
+    if not left:
+        return Finding("tokens", "ok", "every stored bot token is sealed")
+    if sealing:
+        detail = f"{left} stored bot token(s) not sealed yet: `threadgate serve` seals them"
+    else:
+        detail = f"THREADGATE_TOKEN_KEY is unset: {left} bot token(s) stored as Slack issued them"
+    return Finding("tokens", "warn", detail)
 
 
 async def _try_installation(
