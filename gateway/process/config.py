@@ -349,16 +349,18 @@ class Settings(BaseSettings):
 
     def require_oauth(self) -> None:
         """Check the OAuth mode's settings: both app credentials, well-formed, and no
-        SLACK_BOT_TOKEN beside them (exactly one of the two modes)."""
+        SLACK_BOT_TOKEN beside them (exactly one of the two modes). A worker runs no
+        install flow — it only reads the stored tokens — so it needs no client secret
+        (one given is still checked)."""
         if self.slack_bot_token is not None:
             raise ConfigError(
                 "SLACK_BOT_TOKEN and SLACK_CLIENT_ID/SLACK_CLIENT_SECRET are both set: set "
                 "SLACK_BOT_TOKEN for one workspace, or the client id and secret for many, not both."
             )
-        for variable, shape in (
-            ("SLACK_CLIENT_ID", _CLIENT_ID),
-            ("SLACK_CLIENT_SECRET", _CLIENT_SECRET),
-        ):
+        needed = [("SLACK_CLIENT_ID", _CLIENT_ID)]
+        if self.serves_events or self.slack_client_secret is not None:
+            needed.append(("SLACK_CLIENT_SECRET", _CLIENT_SECRET))
+        for variable, shape in needed:
             if not shape.fullmatch(self.require(variable)):
                 raise ConfigError(
                     f"{variable} does not look like one: put {_HINTS[variable]} there."

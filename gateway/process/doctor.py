@@ -163,8 +163,10 @@ def mode(settings: Settings) -> str:
 def config_problems(settings: Settings) -> list[ConfigError]:
     """Every missing variable the mode requires; when none is missing, a malformed one."""
     transport = "SLACK_APP_TOKEN" if settings.socket_mode else "SLACK_SIGNING_SECRET"
-    credentials = ("SLACK_CLIENT_ID", "SLACK_CLIENT_SECRET") if settings.oauth_mode else ()
-    # A worker takes no events (no transport secret); an ingress calls no model.
+    # A worker takes no events (no transport secret) and runs no install flow (no client
+    # secret); an ingress calls no model.
+    secret = ("SLACK_CLIENT_SECRET",) if settings.serves_events else ()
+    credentials = ("SLACK_CLIENT_ID", *secret) if settings.oauth_mode else ()
     checks: list[Callable[[], object]] = [
         *(functools.partial(settings.require, variable) for variable in credentials),
         *(() if credentials else (lambda: settings.require("SLACK_BOT_TOKEN"),)),
