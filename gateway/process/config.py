@@ -36,6 +36,7 @@ from agent import (
     RetryPolicy,
     load_mcp_config,
 )
+from gateway.slack.client import carries_tokens_safely
 from storage import (
     DEFAULT_LEASE_SECONDS,
     DEFAULT_PINNED_MAX,
@@ -221,6 +222,16 @@ class Settings(BaseSettings):
             raise ValueError(
                 "expected a Fernet key (urlsafe base64 of 32 bytes), e.g. from "
                 "`python -c 'from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())'`"
+            )
+        return value
+
+    @field_validator("slack_api_url")
+    @classmethod
+    def _api_url(cls, value: str) -> str:
+        if not carries_tokens_safely(value):
+            raise ValueError(
+                "expected an https:// URL, or plain http to a loopback address such as "
+                "127.0.0.1: every call sends the bot token there"
             )
         return value
 
