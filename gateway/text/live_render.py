@@ -63,6 +63,8 @@ _HELD_IN_LINE = (
     re.compile(r"[!\\]+$"),
 )
 _WORD = re.compile(rf"{URL_CHARACTERS}*$")
+# `<` and the entity spellings of it that gateway.text.rendering joins before `!@#`.
+_ENDS_WITH_LESS_THAN = re.compile(r"(?:<|&(?:lt|LT);|&#0*60;|&#[xX]0*3[cC];)$")
 _PARAGRAPH_END = "\n\n"
 _BLANK_LINE = re.compile(r"\n[ \t]*\n")
 _BACKTICKS = re.compile(r"`+")
@@ -158,6 +160,11 @@ def render_settled(text: str) -> str:
 
 def _settled(context: str, pending: str) -> int:
     """How much of `pending` is settled: everything before the first held-back span."""
+    growing = len(pending) - len(pending.rstrip("`"))
+    if growing:
+        # A run of backticks at the end may still grow (into one that closes nothing, or
+        # opens a fence): held, and what is before it judged without it.
+        return min(_settled(context, pending[:-growing]), len(pending) - growing)
     line_start = pending.rfind("\n") + 1
     partial = pending[line_start:]
     in_line = [_held_url(partial), *(_start(p.search(partial)) for p in _HELD_IN_LINE)]
@@ -167,7 +174,11 @@ def _settled(context: str, pending: str) -> int:
     # Last, on what is left: a run closed only by held-back text is still open. Cutting at
     # the first open run leaves every earlier span whole, so one pass is enough.
     backticks = _open_backticks(context, pending[:cut])
-    return _before_url(context, pending, cut if backticks is None else backticks)
+    cut = _before_url(context, pending, cut if backticks is None else backticks)
+    # Never between a `<` (or an entity spelling of one) and what follows it: the `!` of
+    # an image held back would make `<!` with it once both are shown.
+    before = _ENDS_WITH_LESS_THAN.search(pending, 0, cut)
+    return cut if before is None else before.start()
 
 
 def _before_url(context: str, pending: str, cut: int) -> int:

@@ -67,6 +67,8 @@ def streamed(text: str, cuts: list[int]) -> tuple[list[str], str]:
 
 @given(TEXTS, st.lists(st.integers(0, 400), max_size=20))
 @example("0@here```\n", [1])  # no broadcast in the whole text, but one in the append
+@example("<![google.com](https://evil.example/i.png)[r]: https://evil.example", [])  # `<` `!`
+@example("&lt;![google.com](https://evil.example/i.png) x", [])
 def test_nothing_shown_can_ping(text: str, cuts: list[int]) -> None:
     shown, rest = streamed(text, cuts)
     for piece in [*shown, "".join(shown) + rest]:
@@ -86,6 +88,9 @@ def test_nothing_shown_can_ping(text: str, cuts: list[int]) -> None:
 @example("https://good.example@evil.example<!here>", [])
 @example("[google.com](https://evil.example)[https://gооgle.com/x[google.com]\n(x)", [])
 @example("\\[google.com](https://evil.example)", [1])
+# A closing run of backticks at the end of a piece may still grow into one closing nothing.
+@example("`<https://evil.example|the google.com page>```\n", [44])
+@example("https://good.example@evil.example.```\n<0````\n", [43])
 def test_what_is_shown_is_the_whole_texts_rendering(text: str, cuts: list[int]) -> None:
     """Up to invisible joiners (the prose rule is applied to pieces, not the whole)."""
     shown, rest = streamed(text, cuts)
