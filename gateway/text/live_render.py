@@ -62,7 +62,8 @@ _HELD_IN_LINE = (
     re.compile(r"<[^!@#|<>\s][^|<>\s]*\|[^<>]*$"),
     re.compile(r"[!\\]+$"),
 )
-_WORD = re.compile(rf"{URL_CHARACTERS}*$")
+_BRACKET = re.compile(r"[\[\]]")
+_URL_WORD = re.compile(rf"{URL_CHARACTERS}+")
 # `<` and the entity spellings of it that gateway.text.rendering joins before `!@#`.
 _ENDS_WITH_LESS_THAN = re.compile(r"(?:<|&(?:lt|LT);|&#0*60;|&#[xX]0*3[cC];)$")
 _PARAGRAPH_END = "\n\n"
@@ -184,9 +185,9 @@ def _settled(context: str, pending: str) -> int:
 def _before_url(context: str, pending: str, cut: int) -> int:
     """`cut`, or the start of the bare URL it would cut (at its `@`, `&`, `[` or a
     backtick): a URL is judged whole, in its context, as `render_settled` will see it."""
+    if cut == len(pending) or not _url_word_at(pending, cut):
+        return cut  # nothing held, or no URL to cut there
     text = context + pending
-    if cut == len(pending) or ("://" not in text and "www." not in text.lower()):
-        return cut  # nothing held, or no URL to cut
     starts = definition_starts(text)
 
     def in_pending(index: int) -> int:  # an index of `text` disarmed, as one of `pending`
@@ -197,6 +198,17 @@ def _before_url(context: str, pending: str, cut: int) -> int:
         if url.kind == "bare" and start < cut < end:
             return max(start, 0)
     return cut
+
+
+def _url_word_at(pending: str, cut: int) -> bool:
+    """Whether the word `cut` falls inside (a run of URL characters) may hold a URL: the
+    cheap look before `_before_url`'s full one."""
+    after = _URL_WORD.match(pending, cut)
+    start = cut
+    while start > 0 and _URL_WORD.match(pending[start - 1]):
+        start -= 1
+    word = pending[start : after.end() if after else cut].lower()
+    return start < cut and after is not None and ("://" in word or "www." in word)
 
 
 def _open_backticks(context: str, pending: str) -> int | None:
@@ -233,10 +245,11 @@ def _held_link(pending: str, line_start: int) -> int | None:
     continued = not partial or partial.startswith("(")
     openers: list[int] = []
     held: list[int] = []
-    for index in range(start, len(pending)):
-        if pending[index] == "[":
+    for bracket in _BRACKET.finditer(pending, start):
+        index = bracket.start()
+        if bracket.group() == "[":
             openers.append(index)
-        elif pending[index] == "]" and openers:
+        elif openers:
             opener = openers.pop()
             ends_line = line_start > 0 and not pending[index + 1 : line_start - 1].strip(" \t")
             if index >= line_start or (continued and ends_line):
@@ -251,9 +264,10 @@ def _held_link(pending: str, line_start: int) -> int | None:
 def _held_url(partial: str) -> int | None:
     """Where, in the line being written, the last word has a part that is or may become a
     bare URL (one may start anywhere in a word, as `gateway.text.link_forms` finds them)."""
-    word = _WORD.search(partial)
-    assert word is not None  # it matches the empty word at the end, at least
-    for start in range(word.start(), len(partial)):
+    word_start = len(partial)
+    while word_start > 0 and _URL_WORD.match(partial[word_start - 1]):
+        word_start -= 1
+    for start in range(word_start, len(partial)):
         rest = partial[start:].lower()
         if any(s.startswith(rest) or rest.startswith(s) for s in URL_STARTS):
             return start
