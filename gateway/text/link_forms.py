@@ -69,7 +69,9 @@ _AUTOLINK = re.compile(r"<(?P<target>[A-Za-z][A-Za-z0-9+.\-]{1,31}:[^<>\s|]*)>")
 # it ends: gateway.text.live_render reads both).
 URL_STARTS = ("https://", "http://", "ftp://", "www.")
 URL_CHARACTERS = r"[^\s<>]"
-_BARE_URL = re.compile(rf"(?:https?://|ftp://|www\.){URL_CHARACTERS}+", re.IGNORECASE)
+_BARE_URL = re.compile(
+    f"(?:{'|'.join(map(re.escape, URL_STARTS))}){URL_CHARACTERS}+", re.IGNORECASE
+)
 _TRAILING = ".,;:!?*_~'\""
 
 Kind = Literal["link", "image", "slack", "autolink", "bare"]
@@ -211,12 +213,12 @@ def _bare_urls(text: str, links: Sequence[Link]) -> Iterator[Link]:
     for link in links:
         gaps[link.start : link.end] = " " * (link.end - link.start)
     for match in _BARE_URL.finditer("".join(gaps)):
-        url = trimmed(text[match.start() : match.end()])
+        url = _trimmed(text[match.start() : match.end()])
         end = match.start() + len(url)
         yield Link(match.start(), end, url, url, (match.start(), end), "bare")
 
 
-def trimmed(url: str) -> str:
+def _trimmed(url: str) -> str:
     """A bare URL without the sentence's punctuation after it; a closing bracket is part
     of it only when it closes one opened inside it."""
     url = url.rstrip(_TRAILING)
@@ -228,14 +230,12 @@ def trimmed(url: str) -> str:
 
 def _fits(link: Link, found: Sequence[Link]) -> bool:
     """Whether `link` can be a link beside those `found` already. It may sit in another's
-    label, or hold others in its own, except that a Markdown link holds no Markdown link
-    and a bare URL nothing; anything else that meets another (starts in a destination, a
-    reference's `[ref]`, or crosses a link's end) is not a link."""
+    label, or hold others in its own, except that a Markdown link holds no Markdown link;
+    anything else that meets another (starts in a destination, a reference's `[ref]`, or
+    crosses a link's end) is not a link. (Bare URLs are looked for between links only.)"""
     for other in found:
         if other.end <= link.start or link.end <= other.start:
             continue
-        if "bare" in (link.kind, other.kind):
-            return False
         if _within(link, other.label_at) or _within(other, link.label_at):
             if link.kind == other.kind == "link":
                 return False
