@@ -36,6 +36,7 @@ from agent import (
     RetryPolicy,
     load_mcp_config,
 )
+from gateway.slack.client import carries_tokens_safely
 from gateway.slack.manifest import DESCRIPTION, SuggestedPrompt, parse_prompts
 from storage import (
     DEFAULT_LEASE_SECONDS,
@@ -257,6 +258,16 @@ class Settings(BaseSettings):
             )
         return value
 
+    @field_validator("slack_api_url")
+    @classmethod
+    def _api_url(cls, value: str) -> str:
+        if not carries_tokens_safely(value):
+            raise ValueError(
+                "expected an https:// URL, or plain http to a loopback address such as "
+                "127.0.0.1: every call sends the bot token there"
+            )
+        return value
+
     @field_validator("threadgate_oauth_redirect_url")
     @classmethod
     def _redirect_url(cls, value: str | None) -> str | None:
@@ -387,16 +398,18 @@ class Settings(BaseSettings):
 
     def require_oauth(self) -> None:
         """Check the OAuth mode's settings: both app credentials, well-formed, and no
-        SLACK_BOT_TOKEN beside them (exactly one of the two modes)."""
+        SLACK_BOT_TOKEN beside them (exactly one of the two modes). A worker runs no
+        install flow — it only reads the stored tokens — so it needs no client secret
+        (one given is still checked)."""
         if self.slack_bot_token is not None:
             raise ConfigError(
                 "SLACK_BOT_TOKEN and SLACK_CLIENT_ID/SLACK_CLIENT_SECRET are both set: set "
                 "SLACK_BOT_TOKEN for one workspace, or the client id and secret for many, not both."
             )
-        for variable, shape in (
-            ("SLACK_CLIENT_ID", _CLIENT_ID),
-            ("SLACK_CLIENT_SECRET", _CLIENT_SECRET),
-        ):
+        needed = [("SLACK_CLIENT_ID", _CLIENT_ID)]
+        if self.serves_events or self.slack_client_secret is not None:
+            needed.append(("SLACK_CLIENT_SECRET", _CLIENT_SECRET))
+        for variable, shape in needed:
             if not shape.fullmatch(self.require(variable)):
                 raise ConfigError(
                     f"{variable} does not look like one: put {_HINTS[variable]} there."

@@ -163,8 +163,10 @@ def mode(settings: Settings) -> str:
 def config_problems(settings: Settings) -> list[ConfigError]:
     """Every missing variable the mode requires; when none is missing, a malformed one."""
     transport = "SLACK_APP_TOKEN" if settings.socket_mode else "SLACK_SIGNING_SECRET"
-    credentials = ("SLACK_CLIENT_ID", "SLACK_CLIENT_SECRET") if settings.oauth_mode else ()
-    # A worker takes no events (no transport secret); an ingress calls no model.
+    # A worker takes no events (no transport secret) and runs no install flow (no client
+    # secret); an ingress calls no model.
+    secret = ("SLACK_CLIENT_SECRET",) if settings.serves_events else ()
+    credentials = ("SLACK_CLIENT_ID", *secret) if settings.oauth_mode else ()
     checks: list[Callable[[], object]] = [
         *(functools.partial(settings.require, variable) for variable in credentials),
         *(() if credentials else (lambda: settings.require("SLACK_BOT_TOKEN"),)),
@@ -265,7 +267,26 @@ async def check_installations(settings: Settings, limit: float) -> list[Finding]
         if not found:
             detail = "no workspace has installed the app yet: open /slack/install on the gateway"
             return [Finding("slack", "ok", detail)]
-        return [await _try_installation(settings, installations, s, limit) for s in found]
+        tried = [await _try_installation(settings, installations, s, limit) for s in found]
+        return [
+            *tried,
+            await token_sealing(installations, sealing=token_cipher(settings) is not None),
+        ]
+
+
+async def token_sealing(installations: PostgresInstallations, *, sealing: bool) -> Finding:
+    """Whether the stored bot tokens are sealed (THREADGATE_TOKEN_KEY), and how many not."""
+    try:
+        left = await installations.unsealed()
+    except StorageError as exc:
+        return Finding("tokens", "skip", f"not counted ({exc}); see the database check")
+    if not left:
+        return Finding("tokens", "ok", "every stored bot token is sealed")
+    if sealing:
+        detail = f"{left} stored bot token(s) not sealed yet: `threadgate serve` seals them"
+    else:
+        detail = f"THREADGATE_TOKEN_KEY is unset: {left} bot token(s) stored as Slack issued them"
+    return Finding("tokens", "warn", detail)
 
 
 async def _try_installation(

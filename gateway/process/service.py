@@ -360,6 +360,7 @@ class Gateway:
         if s.oauth_mode:
             self.clients = clients.many(db)
             identity = None
+            await seal_stored_tokens(clients.installations(db))
             if not s.install_allowlist:
                 log.warning("%s", OPEN_INSTALLS)
         else:
@@ -734,6 +735,14 @@ class SlackClientFactory:
             scopes=bot_scopes(continue_threads=s.threadgate_continue_threads),
             allowlist=InstallAllowlist(s.install_allowlist),
         )
+
+
+async def seal_stored_tokens(installations: PostgresInstallations | None) -> None:
+    """Seal the bot tokens stored before THREADGATE_TOKEN_KEY was set (every role, every
+    start: safe beside other replicas doing the same, and nothing to do the next time)."""
+    sealed = await installations.seal_stored() if installations is not None else 0
+    if sealed:
+        log.info("sealed %d stored bot token(s) with THREADGATE_TOKEN_KEY", sealed)
 
 
 def token_cipher(settings: Settings) -> TokenCipher | None:

@@ -1,6 +1,10 @@
 """The Slack Web API client every part of the gateway shares.
 
 `base_url` comes from `SLACK_API_URL`, so egress proxies and test doubles see every call.
+Every call carries a token, so the base must be https — or plain http to a loopback
+address, where only a test double on this host listens (`carries_tokens_safely`); any
+other is refused with a `ConfigError` naming the variable, here and where the settings
+are read.
 
 Retries: a 429 is retried by slack_sdk's handler, honoring Retry-After: Slack refused the
 call, so nothing happened and sending it again is safe. A 5xx is not like that: Slack may
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import ipaddress
 import logging
 import math
 from collections.abc import Callable, Coroutine
@@ -44,7 +49,7 @@ from slack_sdk.http_retry.state import RetryState
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
-from agent import Supervisor
+from agent import ConfigError, Supervisor
 from gateway.slack.errors import SlackRefused, slack_failure
 from gateway.telemetry.metrics import Metrics
 
@@ -149,6 +154,28 @@ def basic_auth(credentials: dict[str, str]) -> dict[str, str]:
     return {"Authorization": "Basic " + base64.b64encode(pair).decode("ascii")}
 
 
+INSECURE_API_URL = (
+    "SLACK_API_URL must be an https:// URL (plain http only to a loopback address such as "
+    "127.0.0.1): every call sends the bot token to it."
+)
+
+
+def carries_tokens_safely(base_url: str) -> bool:
+    """Whether a token sent to `base_url` stays private: https, or http to a loopback IP
+    literal (127.0.0.0/8, ::1: a name could resolve anywhere)."""
+    try:
+        parts = urlsplit(base_url)
+        host = parts.hostname or ""
+    except ValueError:
+        return False
+    if parts.scheme == "https":
+        return bool(host)
+    try:
+        return parts.scheme == "http" and ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def slack_client(
     token: str | None,
     base_url: str,
@@ -162,7 +189,9 @@ def slack_client(
 ) -> MeteredWebClient:
     """The client; pass a long-lived `session` to reuse connections (without one, slack_sdk
     opens a connection per call). The caller closes the session. `timeout` bounds each
-    call as a whole, in seconds."""
+    call as a whole, in seconds. A `base_url` that would expose the token is refused."""
+    if not carries_tokens_safely(base_url):
+        raise ConfigError(INSECURE_API_URL)
     return MeteredWebClient(
         token=token,
         base_url=base_url if base_url.endswith("/") else base_url + "/",
