@@ -120,8 +120,10 @@ from agent.models.providers import (
     ProviderSettings,
     Vendor,
     open_model,
+    parse_spec,
 )
 from agent.models.providers.transport import model_transport
+from agent.rounds.channel_policy import ChannelPolicy, PolicyOf
 from agent.rounds.control import ControlTool, Decision, Delegate, FinalReply, Reply, round_controls
 from agent.rounds.loop import run_round
 from agent.rounds.mcp_config import McpConfig, McpServerConfig, load_mcp_config, parse_mcp_config
@@ -166,6 +168,7 @@ __all__ = [
     "AttemptLadder",
     "Attempts",
     "Backoff",
+    "ChannelPolicy",
     "CircuitBreaker",
     "Citation",
     "Compaction",
@@ -206,6 +209,7 @@ __all__ = [
     "NamedTool",
     "NonTransientModelError",
     "Overflow",
+    "PolicyOf",
     "ProbeResult",
     "PromptEpoch",
     "ProviderSettings",
@@ -273,6 +277,7 @@ __all__ = [
     "log_fields",
     "model_transport",
     "open_model",
+    "parse_spec",
     "parse_mcp_config",
     "probe_model",
     "prompt_epoch",

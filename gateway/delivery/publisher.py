@@ -12,7 +12,9 @@ Slack: a small facade over the parts that do the work, each with its own state.
 Publishing renders the text (gateway/text/rendering.py: no pings, links show their host),
 splits a long reply into posts (`id`, `id#1`, …) and posts each; a reply that was shown
 as a draft is completed (the draft's streamed message becomes the reply) rather than
-posted beside it.
+posted beside it. The reply to a message a credential was redacted from ends with one
+sentence saying so (`redacted` in the task's address, gateway/text/secrets.py): part of the
+reply's text, it is posted with it exactly once.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from gateway.delivery.streams import LiveMessages, SlackDraft, StreamEnded, Stre
 from gateway.slack.address import SlackAddress
 from gateway.slack.workspaces import SlackClients
 from gateway.text.rendering import render_reply
+from gateway.text.secrets import ROTATE_NOTE
 from storage import Outbox
 
 _TOOL_STATES: dict[str, StepState] = {"running": "in_progress", "ok": "complete", "error": "error"}
@@ -103,6 +106,8 @@ class SlackPublisher:
         # The Sources line goes under the text, rendered with it (gateway/delivery/sources.py); a
         # streamed reply gets it with its final stopStream or update.
         sources = await self._sources_line(task, citations) if citations else ""
+        if message_id == task.reply_id and SlackAddress.parse(task.address).redacted:
+            text = f"{text}\n\n{ROTATE_NOTE}"
         for n, part in enumerate(render_reply(f"{text}\n\n{sources}" if sources else text)):
             if n == 0:
                 await self._posts.post(task, message_id, part, streamed=streamed, steps=steps)
