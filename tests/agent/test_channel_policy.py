@@ -10,16 +10,18 @@ import pytest
 
 from agent.core.delegation import RoundInput, Subtask, SubtaskRequest
 from agent.core.errors import ModelBudgetExceeded
-from agent.core.ports import Task
+from agent.core.ports import PromptEpoch, Task
+from agent.durable.compaction import Compaction
 from agent.durable.responder import ModelResponder
 from agent.models.contract import ModelRequest, ModelResponse, SystemMessage, ToolResultMessage
-from agent.models.function_model import FunctionModel, tool_response
+from agent.models.function_model import FunctionModel, text_response, tool_response
 from agent.models.ladder import AttemptLadder
 from agent.rounds.channel_policy import ChannelPolicy, combined_instructions
 from agent.rounds.control import Reply
 from agent.rounds.prompt import prompt_epoch, system_prompt
 from agent.rounds.subagent import builtin_subtask_types
 from agent.rounds.tools import builtin_tools
+from tests.agent.test_memory import DROPPED, PinnedMemory, Summaries
 from tests.agent.test_request_cap import Meter
 from tests.agent.test_responder import WINDOW, Reader, _no_sleep
 
@@ -148,3 +150,19 @@ async def test_a_channels_cap_on_model_requests_replaces_the_deployments() -> No
     with pytest.raises(ModelBudgetExceeded):
         await ask(RoundInput(SUPPORT, WINDOW))
     assert len(model.requests) == 1
+
+
+async def test_a_summary_re_pins_the_session_to_its_channels_prompt() -> None:
+    """Compaction given the responder's `epoch_of` moves a support session to the
+    support channel's prompt, not the deployment's."""
+    repinned: list[PromptEpoch] = []
+
+    class Repin(PinnedMemory):
+        async def repin_prompt(self, session_id: str, current: PromptEpoch) -> None:
+            repinned.append(current)
+
+    ask = responder(answering(text_response("the summary")))
+    store = Summaries(DROPPED)
+    compaction = Compaction(store, ask.ask_text, epoch=ask.epoch_of, memory=Repin())
+    assert await compaction(SUPPORT, WINDOW)
+    assert repinned == [ask.epoch_of(SUPPORT)] and repinned[0] != ask.epoch

@@ -13,13 +13,14 @@ from typing import Any
 
 import aiohttp
 
+from gateway.inbound.gatekeeper import LIMIT_NOTICES
 from storage import Database
 from tests.fakes.mcp_server import stdio_entry
 from tests.fakes.openai_api import Completion, OpenAIServer, RecordedRequest, Reply, reply_with_tool
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.slack_events import DEFAULT_CHANNEL, app_mention_event, deliver, event_callback
 from tests.gateway.process import GatewayProcess, run_cli, run_cli_output
-from tests.gateway.rig import BOT_TOKEN, SECRET, echo, gateway_env
+from tests.gateway.rig import BOT_TOKEN, SECRET, Rig, echo, gateway_env
 from tests.pg import create_database
 
 SUPPORT = "C0SUPPORT01"
@@ -175,3 +176,20 @@ async def test_doctor_prints_each_channels_effective_policy(
         " (built-in offered: current_time); Slack Connect refused; instructions"
         f' "{DESK}" ({len(DESK)} characters); limits userMessagesPerHour 20',
     ]
+
+
+async def test_a_channels_own_limit_is_enforced_in_it_and_nowhere_else(
+    fresh_dsn: str, tmp_path: Path
+) -> None:
+    """`userMessagesPerHour: 1` in the support channel: a person's second message there
+    gets the limit's notice, while the same person is answered elsewhere (the
+    deployment's 60)."""
+    config = channel_file(tmp_path, {"limits": {"userMessagesPerHour": 1}})
+    async with Rig(fresh_dsn, overrides={"THREADGATE_CHANNEL_CONFIG": str(config)}) as rig:
+        for channel in (SUPPORT, SUPPORT, DEFAULT_CHANNEL):
+            await rig.send(event_callback(app_mention_event(text="<@UBOT> hi", channel=channel)))
+        posts = await rig.slack.wait_for_posts(3)
+        texts = {(p.channel, p.text) for p in posts}
+        assert (SUPPORT, LIMIT_NOTICES["user"]) in texts
+        assert (DEFAULT_CHANNEL, LIMIT_NOTICES["user"]) not in texts
+        assert len(rig.model.requests) == 2
