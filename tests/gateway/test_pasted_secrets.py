@@ -17,7 +17,7 @@ from tests.fakes.slack_events import (
     message_changed_event,
     new_ts,
 )
-from tests.gateway.rig import Rig, echo
+from tests.gateway.rig import STREAMING, Rig, echo
 from tests.pg import wait_for_task
 
 pytestmark = pytest.mark.rig(users={DEFAULT_USER: "Ada"})
@@ -117,3 +117,12 @@ async def test_back_filled_messages_thread_reads_and_edits_are_redacted_too(rig:
     assert "what is wrong with [redacted Slack token]?" in sent
     for secret in (SECRETS["openai_key"], SECRETS["slack_token"]):
         assert secret not in stored and secret not in sent
+
+
+@pytest.mark.rig(overrides=STREAMING)
+async def test_a_streamed_reply_ends_with_the_note_once(rig: Rig) -> None:
+    """With streaming on, the reply shown as it was written is completed with the note."""
+    await rig.send(event_callback(app_mention_event(text=f"<@UBOT> {pasted('github_token')}")))
+    [done] = await rig.slack.wait_for_streams(1, stopped=True)
+    assert done.text.count(ROTATE_NOTE) == 1 and done.text.endswith(ROTATE_NOTE)
+    assert rig.slack.posts == []
