@@ -133,8 +133,10 @@ from agent.models.providers import (
     ProviderSettings,
     Vendor,
     open_model,
+    parse_spec,
 )
 from agent.models.providers.transport import model_transport
+from agent.rounds.channel_policy import ChannelPolicy, PolicyOf
 from agent.rounds.control import ControlTool, Decision, Delegate, FinalReply, Reply, round_controls
 from agent.rounds.loop import run_round
 from agent.rounds.mcp_config import McpConfig, McpServerConfig, load_mcp_config, parse_mcp_config
@@ -187,6 +189,7 @@ __all__ = [
     "Backoff",
     "CallRun",
     "CallRunState",
+    "ChannelPolicy",
     "CircuitBreaker",
     "Citation",
     "Compaction",
@@ -231,6 +234,7 @@ __all__ = [
     "PauseStateError",
     "Paused",
     "PausedRound",
+    "PolicyOf",
     "ProbeResult",
     "PromptEpoch",
     "ProviderSettings",
@@ -302,6 +306,7 @@ __all__ = [
     "model_transport",
     "open_model",
     "parse_mcp_config",
+    "parse_spec",
     "probe_model",
     "prompt_epoch",
     "reply_id",

@@ -7,6 +7,7 @@ package (`storage.errors.translate_errors`).
 
 from storage.admission import (
     LIMIT_SCOPES,
+    REFUSALS,
     UNLIMITED,
     Admission,
     Admitted,
@@ -112,6 +113,7 @@ __all__ = [
     "DEFAULT_WORKSPACE_DAILY_PICTURE_BYTES",
     "LIMIT_SCOPES",
     "OUTBOX_STATES",
+    "REFUSALS",
     "SEEN_EVENTS_KEPT",
     "TASK_STATES",
     "TOMBSTONE",

@@ -60,16 +60,24 @@ class Admission:
     user: str | None = None  # who wrote it ("team:user"), for the limits and the usage
     channel: str | None = None  # where ("team:channel"), for the channel's token budget
     images: tuple[Image, ...] = ()  # pictures shown with the turn, stored beside it
+    refused: LimitScope | None = None  # one of `REFUSALS`: the channel is not answered
 
 
-LimitScope: TypeAlias = Literal["user", "thread", "user_tokens", "channel_tokens", "all_tokens"]
+LimitScope: TypeAlias = Literal[
+    "user", "thread", "user_tokens", "channel_tokens", "all_tokens", "external", "unverified"
+]
 LIMIT_SCOPES: tuple[LimitScope, ...] = (
     "user",
     "thread",
     "user_tokens",
     "channel_tokens",
     "all_tokens",
+    "external",
+    "unverified",
 )
+# Not limits but refusals of the channel (`Admission.refused`): shared with another
+# organization, or its sharing could not be checked. Acked and noticed like a limit.
+REFUSALS: frozenset[LimitScope] = frozenset({"external", "unverified"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,8 +128,10 @@ ON CONFLICT (id) DO NOTHING
 
 # The gate: the delivery, the hourly counters, the budgets and the notice claim. Nothing
 # after `go` happens for a delivery seen before or a message that has its task already.
-# $1 event id, $2 session, $3 task, $4 user, $5 channel, $6-$10 the limits (0: none). The
-# budget of every workspace together sums today's channel rows, only when it is set.
+# $1 event id, $2 session, $3 task, $4 user, $5 channel, $6-$10 the limits (0: none), $11
+# the refusal of a channel (`REFUSALS`; NULL: none), which outranks every limit and whose
+# notice is claimed once per thread and day. The budget of every workspace together sums
+# today's channel rows, only when it is set.
 _GATE = """
 WITH ev AS (
     INSERT INTO seen_events (event_id) SELECT $1::text WHERE $1::text IS NOT NULL
@@ -145,7 +155,11 @@ WITH ev AS (
            OR (u.scope = 'channel' AND u.key = $5::text AND $9::bigint > 0))
 ), over AS (
     SELECT o.scope, o.key, o.window_start FROM go, (
-        SELECT 1 AS rank, 'user' AS scope, key, date_trunc('hour', now(), 'UTC') AS window_start
+        SELECT 0 AS rank, $11::text AS scope, $2::text AS key,
+               date_trunc('day', now(), 'UTC') AS window_start
+        WHERE $11::text IS NOT NULL
+        UNION ALL
+        SELECT 1, 'user', key, date_trunc('hour', now(), 'UTC')
         FROM counted WHERE scope = 'user' AND messages > $6::int
         UNION ALL
         SELECT 2, 'thread', key, date_trunc('hour', now(), 'UTC')
@@ -184,22 +198,22 @@ _ADMIT = (
     INSERT INTO sessions (id) SELECT $2 FROM pass ON CONFLICT DO NOTHING
 ), task AS (
     INSERT INTO tasks (id, session_id, address, user_id, channel)
-    SELECT $3, $2, $11::jsonb, $4, $5 FROM pass
+    SELECT $3, $2, $12::jsonb, $4, $5 FROM pass
     ON CONFLICT DO NOTHING RETURNING id
 ), turn AS (
     INSERT INTO messages (seq, id, session_id, anchor, role, kind, text)
-    SELECT s.seq, $12, $2, s.seq, 'user', 'turn', $13
+    SELECT s.seq, $13, $2, s.seq, 'user', 'turn', $14
     FROM task, LATERAL (SELECT nextval(pg_get_serial_sequence('messages', 'seq')) AS seq) s
     ON CONFLICT (id) DO NOTHING
     RETURNING seq
 ), reply AS (
     INSERT INTO messages (id, session_id, anchor, role, kind, text)
-    SELECT $16, $2, turn.seq, 'assistant', 'reply',
-           coalesce($15::jsonb ->> notice.scope, $17)
+    SELECT $17, $2, turn.seq, 'assistant', 'reply',
+           coalesce($16::jsonb ->> notice.scope, $18)
     FROM turn, notice
     ON CONFLICT (id) DO NOTHING
 )
-SELECT (SELECT count(pg_notify($14, '')) > 0 FROM task) AS created,
+SELECT (SELECT count(pg_notify($15, '')) > 0 FROM task) AS created,
        (SELECT scope FROM over) AS limited,
        EXISTS (SELECT 1 FROM notice) AS noticed
 """
@@ -317,6 +331,7 @@ async def admit(db: Database, a: Admission, limits: Limits = UNLIMITED) -> Admit
         limits.user_daily_tokens,
         limits.channel_daily_tokens,
         limits.all_daily_tokens,
+        a.refused,
     )
     if not a.earlier and not a.images:  # the common case, in one round trip
         row = await db.pool.fetchrow(

@@ -32,6 +32,11 @@ With a `Memory`, a round is asked under its session's pinned system prompt (the 
 the session's first task, `agent.rounds.prompt`), and every decision carries its
 `AnswerOrigin`: that epoch and the route of the slot that answered (the ladder returns it
 with the answer), for the runner to store with the reply or acknowledgment.
+
+With a `PolicyOf`, each round, subtask and summary is run within its task's channel policy
+(`agent.rounds.channel_policy`): the toolset the round and its subtasks are offered, the
+channel's instructions in the prompt a new session is pinned to (its own epoch), the
+channel's attempt ladder and its cap on model requests.
 """
 
 from __future__ import annotations
@@ -74,6 +79,12 @@ from agent.models.contract import (
     Watch,
 )
 from agent.models.ladder import Answered, Attempts
+from agent.rounds.channel_policy import (
+    DEFAULT_POLICY,
+    ChannelPolicy,
+    PolicyOf,
+    combined_instructions,
+)
 from agent.rounds.citations import Citable
 from agent.rounds.control import Decision, round_controls
 from agent.rounds.loop import run_round
@@ -118,8 +129,12 @@ class ModelResponder:
         memory: Memory | None = None,
         instructions: str = "",
         approvals: ApprovalStore | None = None,
+        policies: PolicyOf | None = None,
     ) -> None:
         self._approvals = approvals
+        self._policies = policies
+        self._instructions = instructions
+        self._epochs: dict[str, PromptEpoch] = {}
         self._memory = memory
         self._live = live
         self._observer = tool_observer
@@ -136,7 +151,8 @@ class ModelResponder:
     async def __call__(self, round_input: RoundInput) -> Decision:
         """Run one round of the task and return how it ended."""
         catalog = ReferenceCatalog.from_window(round_input.window)
-        epoch = round_input.prompt or await self.pin_prompt(round_input.task)
+        policy = self._policy(round_input.task)
+        epoch = round_input.prompt or await self._pin(round_input.task, policy)
         messages = transcript(round_input, catalog, self._subtasks, system=epoch.text)
         citable = Citable(catalog)
         controls = round_controls(
@@ -147,7 +163,7 @@ class ModelResponder:
             citable=citable,
         )
         context = self._tool_context(round_input.task, approvals=self._approvals is not None)
-        toolbox = Toolbox(self._tools, context, self._settings)
+        toolbox = Toolbox(policy.toolset(self._tools), context, self._settings)
         so_far = await self._settled(round_input, toolbox)
         task = round_input.task
         draft = self._live.draft(task, task.reply_id) if self._live is not None else None
@@ -164,7 +180,7 @@ class ModelResponder:
                 so_far=so_far,
             )
 
-        answered = await self._metered(round_input.task).run(attempt)
+        answered = await self._metered(round_input.task, policy).run(attempt)
         return replace(answered.value, origin=AnswerOrigin(epoch.hash, answered.route))
 
     async def ask_text(
@@ -180,23 +196,43 @@ class ModelResponder:
                 raise RoundFailed(f"the model gave no usable text ({response.finish_reason})")
             return response.text
 
-        return (await self._metered(task).run(attempt)).value
+        return (await self._metered(task, self._policy(task)).run(attempt)).value
 
     async def pin_prompt(self, task: Task) -> PromptEpoch:
         """The prompt the task's session is pinned to (pinning it to this deployment's
-        prompt on its first task); this deployment's prompt without a memory."""
+        prompt, with its channel's instructions, on its first task); that prompt without
+        a memory."""
+        return await self._pin(task, self._policy(task))
+
+    def epoch_of(self, task: Task) -> PromptEpoch:
+        """The prompt a new session of the task's channel is pinned to."""
+        return self._epoch(self._policy(task))
+
+    async def _pin(self, task: Task, policy: ChannelPolicy) -> PromptEpoch:
         if self._memory is None:
+            return self._epoch(policy)
+        return await self._memory.pin_prompt(task.session_id, self._epoch(policy))
+
+    def _epoch(self, policy: ChannelPolicy) -> PromptEpoch:
+        """The epoch of the prompt with `policy`'s instructions, made once per text."""
+        if not policy.instructions.strip():
             return self.epoch
-        return await self._memory.pin_prompt(task.session_id, self.epoch)
+        if (known := self._epochs.get(policy.instructions)) is None:
+            instructions = combined_instructions(self._instructions, policy.instructions)
+            known = prompt_epoch(system_prompt(self._subtasks, instructions))
+            self._epochs[policy.instructions] = known
+        return known
+
+    def _policy(self, task: Task) -> ChannelPolicy:
+        return self._policies(task) if self._policies is not None else DEFAULT_POLICY
 
     async def run_subtask(self, subtask: Subtask, task: Task) -> str:
         """The subtask's result text, or `SubtaskFailed` saying (for the model) why not."""
         kind = self._kind(subtask.request.type)
         params = _params(kind, subtask)
+        context = self._subtask_context(task, kind.name, self._policy(task))
         try:
-            return await kind.run(
-                self._subtask_context(task, kind.name), params, subtask.request.references
-            )
+            return await kind.run(context, params, subtask.request.references)
         except _STOPS:
             raise
         except SubtaskFailed:
@@ -230,14 +266,17 @@ class ModelResponder:
             task, self._reader, self._clock, self._observer, subtask_type, approvals=approvals
         )
 
-    def _subtask_context(self, task: Task, kind: str) -> SubtaskContext:
+    def _subtask_context(self, task: Task, kind: str, policy: ChannelPolicy) -> SubtaskContext:
         context = self._tool_context(task, kind)
-        return SubtaskContext(task, self._metered(task), self._tools, context, self._settings)
+        tools = policy.toolset(self._tools)  # a subtask inherits its channel's boundary
+        return SubtaskContext(task, self._metered(task, policy), tools, context, self._settings)
 
-    def _metered(self, task: Task) -> Attempts:
+    def _metered(self, task: Task, policy: ChannelPolicy = DEFAULT_POLICY) -> Attempts:
+        attempts = policy.attempts or self._attempts
         if self._meter is None:
-            return self._attempts
-        return _MeteredAttempts(self._attempts, _Allowance(self._meter, task, self._max_requests))
+            return attempts
+        cap = self._max_requests if policy.max_model_requests is None else policy.max_model_requests
+        return _MeteredAttempts(attempts, _Allowance(self._meter, task, cap))
 
 
 class _Allowance:

@@ -18,7 +18,9 @@ posted beside it. Every final reply carries Slack's feedback buttons (a `context
 block, gateway/slack/interactive.py) on its last message: posted with it, or, when that
 message is the draft's stream, sent with its `chat.stopStream`. Publishing the note that
 someone stopped the task (`task:{id}:stopped`) also ends the thread's agent session
-(gateway/delivery/status.py).
+(gateway/delivery/status.py). The reply to a message a credential was redacted
+from ends with one sentence saying so (`redacted` in the task's address,
+gateway/text/secrets.py): part of the reply's text, it is posted with it exactly once.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from gateway.slack.address import SlackAddress
 from gateway.slack.interactive import feedback_buttons
 from gateway.slack.workspaces import SlackClients
 from gateway.text.rendering import SlackMessage, render_reply
+from gateway.text.secrets import ROTATE_NOTE
 from storage import Outbox
 
 _TOOL_STATES: dict[str, StepState] = {"running": "in_progress", "ok": "complete", "error": "error"}
@@ -112,6 +115,8 @@ class SlackPublisher:
         # The Sources line goes under the text, rendered with it (gateway/delivery/sources.py); a
         # streamed reply gets it with its final stopStream or update.
         sources = await self._sources_line(task, citations) if citations else ""
+        if message_id == task.reply_id and SlackAddress.parse(task.address).redacted:
+            text = f"{text}\n\n{ROTATE_NOTE}"
         parts = render_reply(f"{text}\n\n{sources}" if sources else text)
         if message_id == task.reply_id:
             parts[-1] = _with_feedback(parts[-1], message_id)

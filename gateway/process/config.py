@@ -36,6 +36,8 @@ from agent import (
     RetryPolicy,
     load_mcp_config,
 )
+from gateway.process.channel_config import EMPTY as NO_CHANNEL_CONFIG
+from gateway.process.channel_config import ChannelConfig, load_channel_config
 from gateway.slack.client import carries_tokens_safely
 from gateway.slack.manifest import DESCRIPTION, SuggestedPrompt, parse_prompts
 from storage import (
@@ -173,6 +175,9 @@ class Settings(BaseSettings):
     threadgate_socket_connect_timeout: Annotated[float, Field(gt=0, le=600)] = 30.0
     # MCP servers whose tools the agent may call (a JSON file in the `mcpServers` shape).
     threadgate_mcp_config: Path | None = None
+    # Each channel's tools, instructions, models, limits and Slack Connect answer (a JSON
+    # file, gateway/process/channel_config.py; read again on SIGHUP).
+    threadgate_channel_config: Path | None = None
     # Files on messages (gateway/inbound/files.py): the most read of one file, and which kinds.
     threadgate_file_max_bytes: Annotated[int, Field(ge=1, le=100_000_000)] = 10_000_000
     threadgate_file_types: str = ",".join(FILE_KINDS)
@@ -335,6 +340,19 @@ class Settings(BaseSettings):
         if self.threadgate_mcp_config is None:
             return McpConfig()
         return load_mcp_config(self.threadgate_mcp_config, os.environ)
+
+    def channel_config(self) -> ChannelConfig:
+        """The channel policies (none when THREADGATE_CHANNEL_CONFIG is unset: the default
+        everywhere); a bad file is a ConfigError naming the variable, the file and the field."""
+        if self.threadgate_channel_config is None:
+            return NO_CHANNEL_CONFIG
+        return load_channel_config(self.threadgate_channel_config)
+
+    @property
+    def model_specs(self) -> tuple[str, ...]:
+        """THREADGATE_MODEL then THREADGATE_FALLBACK_MODEL, those that are set."""
+        specs = (self.threadgate_model, self.threadgate_fallback_model)
+        return tuple(spec for spec in specs if spec)
 
     def secret_values(self) -> list[str]:
         """What the log must never show: every secret setting's value, and the parts of

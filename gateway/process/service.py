@@ -14,6 +14,11 @@ MCP servers are connected before the workers start, waiting at most
 `MCP_STARTUP_SECONDS` for each one's first attempt, so the first messages already see
 their tools. A server that does not connect does not stop `serve`: it is logged, its tools
 are not offered, and its connection keeps retrying in the background.
+
+The channel policies (`THREADGATE_CHANNEL_CONFIG`, gateway/process/channel_policies.py)
+are compiled before anything is opened, so a bad file stops `serve` first; the responder
+and every gatekeeper ask them per task and per message, and SIGHUP reads the file again
+(`Gateway.reload`).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import contextlib
 import functools
 import gc
 import logging
+import signal
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +45,7 @@ from agent import (
     AlertSink,
     ApprovalDesk,
     AttemptLadder,
+    CircuitBreaker,
     Compaction,
     CompactionSettings,
     ConfigError,
@@ -47,6 +54,7 @@ from agent import (
     McpClients,
     Model,
     ModelResponder,
+    PolicyOf,
     ProviderSettings,
     Publisher,
     RetryPolicy,
@@ -78,6 +86,7 @@ from gateway.inbound.pins import Pins
 from gateway.inbound.revisions import Revisions
 from gateway.inbound.socket_mode import SocketModeConnection, start_socket_mode
 from gateway.inbound.stops import Stops
+from gateway.process.channel_policies import ChannelPolicies, Ladders
 from gateway.process.config import Settings
 from gateway.process.event_loop import loop_name
 from gateway.process.http import (
@@ -102,6 +111,7 @@ from gateway.slack.oauth import (
 from gateway.slack.scopes import bot_scopes
 from gateway.slack.workspaces import SlackClients, label
 from gateway.telemetry.metrics import MeteredModel, Metrics, ToolCallCounter
+from gateway.text.secrets import KINDS as SECRET_KINDS
 from storage import (
     Database,
     Limits,
@@ -163,6 +173,43 @@ def open_models(settings: Settings) -> list[Model]:
     ]
 
 
+def retry_policy(settings: Settings) -> RetryPolicy:
+    return RetryPolicy(
+        attempts_per_slot=settings.threadgate_model_attempts,
+        base_delay=settings.threadgate_model_retry_seconds,
+    )
+
+
+def channel_policies(
+    settings: Settings, metrics: Metrics, circuit: CircuitBreaker | None
+) -> ChannelPolicies:
+    """The channel config compiled (a bad file is a ConfigError). With a `circuit` (a
+    process that runs workers) each distinct set of channel models gets its ladder, opened
+    now and sharing that circuit; without, no model is opened (an ingress calls none)."""
+    ladders = None
+    if circuit is not None:
+        providers = provider_settings(settings)
+
+        def make(specs: tuple[str, ...]) -> tuple[AttemptLadder, list[Model]]:
+            models: list[Model] = [
+                MeteredModel(open_model(spec, slot=n, settings=providers), metrics, n)
+                for n, spec in enumerate(specs)
+            ]
+            policy = retry_policy(settings)
+            return AttemptLadder(
+                models, policy=policy, circuit=circuit, on_attempt=metrics.on_attempt
+            ), models
+
+        ladders = Ladders(make)
+    return ChannelPolicies(
+        settings.channel_config,
+        models=settings.model_specs,
+        limits=limits(settings),
+        max_model_requests=settings.threadgate_max_model_requests_per_task,
+        ladders=ladders,
+    )
+
+
 def limits(settings: Settings) -> Limits:
     """The guard rails admission enforces (0: that one is off)."""
     return Limits(
@@ -202,19 +249,20 @@ def build_runner(
     registries: tuple[ToolRegistry, SubtaskRegistry] | None = None,
     tool_observer: ToolObserver | None = None,
     desk: ApprovalDesk | None = None,
+    policies: PolicyOf | None = None,
+    circuit: CircuitBreaker | None = None,
 ) -> TaskRunner:
     """The task runner on Postgres, answering through `models`, delivering to `publisher`;
-    `registries` are the tools (MCP ones included) and subtask types it offers. With a
-    `desk` to ask people at, tools that need approval are offered (agent/core/approval.py);
-    without (the console), they are not."""
+    `registries` are the tools (MCP ones included) and subtask types it offers, `policies`
+    each channel's boundary (their ladders share `circuit` with this one). With a `desk` to
+    ask people at, tools that need approval are offered (agent/core/approval.py); without
+    (the console), they are not."""
     tools, subtask_types = registries or default_registries()
     approvals = PostgresApprovals(db) if desk is not None else None
     ladder = AttemptLadder(
         models,
-        policy=RetryPolicy(
-            attempts_per_slot=settings.threadgate_model_attempts,
-            base_delay=settings.threadgate_model_retry_seconds,
-        ),
+        policy=retry_policy(settings),
+        circuit=circuit,
         on_attempt=metrics.on_attempt if metrics else None,
     )
     respond = ModelResponder(
@@ -229,6 +277,7 @@ def build_runner(
         memory=PostgresMemory(db),
         instructions=settings.threadgate_instructions,
         approvals=approvals,
+        policies=policies,
         settings=RoundSettings(
             max_output_tokens=settings.threadgate_max_output_tokens,
             tool_timeout_seconds=settings.threadgate_tool_timeout_seconds,
@@ -239,7 +288,7 @@ def build_runner(
         Compaction(
             PostgresSummaries(db),
             respond.ask_text,
-            epoch=respond.epoch,
+            epoch=respond.epoch_of,
             memory=PostgresMemory(db),
             settings=CompactionSettings(
                 max_chars=settings.threadgate_history_chars,
@@ -319,6 +368,8 @@ class Gateway:
     metrics_port: int | None = None
     mcp: McpClients | None = None
     clients: SlackClients | None = None
+    policies: ChannelPolicies | None = None
+    _circuit: CircuitBreaker = field(default_factory=CircuitBreaker)
     _stack: AsyncExitStack = field(default_factory=AsyncExitStack)
     _socket: SocketModeConnection | None = None
     _downloads: FileDownloader | None = None  # files people attach (gateway/inbound/files.py)
@@ -329,6 +380,9 @@ class Gateway:
         s = self.settings
         s.require_serve()
         s.mcp_config()  # a bad MCP config stops start-up before anything is opened
+        self.policies = channel_policies(s, self.metrics, self._circuit if s.runs_workers else None)
+        self._stack.push_async_callback(self.policies.aclose)
+        self.metrics.show_kinds(SECRET_KINDS)
         # First: a wrong THREADGATE_METRICS_ADDRESS stops start-up before anything is opened.
         await self._start_metrics()
         log.info(
@@ -380,6 +434,14 @@ class Gateway:
 
     async def stop(self) -> None:
         await self._stack.aclose()
+
+    def reload(self) -> None:
+        """Read THREADGATE_CHANNEL_CONFIG again and put it in force (SIGHUP); a file that
+        became malformed keeps the policy in force (gateway/process/channel_policies.py)."""
+        if self.settings.threadgate_channel_config is None:
+            log.info("THREADGATE_CHANNEL_CONFIG is not set: there is no channel config to reload")
+        elif self.policies is not None:
+            self.policies.reload()
 
     async def __aenter__(self) -> Gateway:
         return self
@@ -455,6 +517,8 @@ class Gateway:
             registries=registries,
             tool_observer=tool_observer(db, self.metrics, self.mcp, shown=publisher),
             desk=publisher,
+            policies=self.policies.policy_of if self.policies else None,
+            circuit=self._circuit,
         )
         runner.start()
         self._stack.push_async_callback(runner.stop)
@@ -494,8 +558,8 @@ class Gateway:
             backfill_messages=s.threadgate_backfill_messages,
             dm_threads_apart=not s.threadgate_agent_view,
         )
-        clients = self.clients
-        assert clients is not None  # set by start
+        clients, policies = self.clients, self.policies
+        assert clients is not None and policies is not None  # set by start
         in_flight = InFlight()  # messages being admitted with downloads, process-wide
 
         async def gatekeeper(team_id: str | None, enterprise_id: str | None) -> Gatekeeper:
@@ -511,6 +575,9 @@ class Gateway:
                 on_limited=self.metrics.message_limited,
                 files=self._file_reader(workspace.client),
                 in_flight=in_flight,
+                rules=policies.rules_of,
+                sharing=workspace.sharing,
+                on_redacted=lambda found: self.metrics.redacted(found.kinds),
             )
 
         async def pins(team_id: str | None, enterprise_id: str | None) -> Pins:
@@ -797,7 +864,12 @@ async def serve_forever(settings: Settings, host: str, port: int, stop: asyncio.
     async with Gateway(settings) as gateway:
         await gateway.start(host, port)
         tune_garbage_collector()
-        await stop.wait()
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGHUP, gateway.reload)  # THREADGATE_CHANNEL_CONFIG
+        try:
+            await stop.wait()
+        finally:
+            loop.remove_signal_handler(signal.SIGHUP)
         log.info("threadgate shutting down")
 
 

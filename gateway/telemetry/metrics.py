@@ -9,7 +9,7 @@ are wrapped by `MeteredModel`; this module turns those into series.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -38,7 +38,7 @@ class Metrics:
         r = self.registry
         self.events = Counter(
             "threadgate_events_total",
-            "Slack event deliveries by outcome (admitted, duplicate, ignored, limited, rejected, unauthorized; edited, deleted for edits and deletions).",
+            "Slack event deliveries by outcome (admitted, duplicate, ignored, limited, refused, rejected, unauthorized; edited, deleted for edits and deletions).",
             ["outcome"],
             registry=r,
         )
@@ -57,7 +57,9 @@ class Metrics:
         self.limited = Counter(
             "threadgate_limited_messages_total",
             "Messages acked but not answered because a limit refused them, by the limit"
-            " (user, thread, user_tokens, channel_tokens, all_tokens).",
+            " (user, thread, user_tokens, channel_tokens, all_tokens), or their channel was"
+            " refused (external: shared with another organization; unverified: its sharing"
+            " could not be checked).",
             ["scope"],
             registry=r,
         )
@@ -186,6 +188,13 @@ class Metrics:
         )
         for outcome in ("summarized", "failed"):  # both show, at 0 until the first
             self.compactions.labels(outcome)
+        self.secrets_redacted = Counter(
+            "threadgate_secrets_redacted_total",
+            "Credentials taken out of what people wrote (messages, edits, back-filled"
+            " messages, file text) before it was stored or shown to a model, by kind.",
+            ["kind"],
+            registry=r,
+        )
 
     def watch_pool(self, pool: ConnectionPool) -> None:
         """The pool gauges read `pool` when scraped."""
@@ -224,6 +233,16 @@ class Metrics:
 
     def compacted(self, outcome: str) -> None:
         self.compactions.labels(outcome).inc()
+
+    def redacted(self, kinds: Mapping[str, int]) -> None:
+        """What one admission or edit took out, by kind (every kind of
+        gateway/text/secrets.py shows, at 0, once `show_kinds` named them)."""
+        for kind, count in kinds.items():
+            self.secrets_redacted.labels(kind).inc(count)
+
+    def show_kinds(self, kinds: Iterable[str]) -> None:
+        for kind in kinds:
+            self.secrets_redacted.labels(kind)
 
 
 Origin = Callable[[str], "tuple[str, str] | None"]

@@ -2,7 +2,9 @@
 
 Every user message reaches the model as
 `<turn from="NAME" id="USER_ID" channel="CHANNEL_ID" at="ISO-8601">body</turn>`, with
-`edited="ISO-8601"` after `at` once its author edited it.
+`edited="ISO-8601"` after `at` once its author edited it, and `org="external"` last when its
+author belongs to another organization (a Slack Connect channel that is answered: the
+gatekeeper decides, from the author's team; no text of theirs can set it).
 The body and attributes are escaped (`&`, `<`, `>`, and `"` in attributes), so whatever a
 user types can never close this turn or open another.
 
@@ -31,7 +33,8 @@ __all__ = ["Turn", "TurnParseError", "parse_turn", "render_turn"]
 
 _TURN = re.compile(
     r'<turn from="(?P<name>[^"<>]*)" id="(?P<id>[^"<>]*)" channel="(?P<channel>[^"<>]*)"'
-    r' at="(?P<at>[^"<>]*)"(?: edited="(?P<edited>[^"<>]*)")?>(?P<body>[^<>]*)</turn>',
+    r' at="(?P<at>[^"<>]*)"(?: edited="(?P<edited>[^"<>]*)")?(?: org="(?P<org>[^"<>]*)")?>'
+    r"(?P<body>[^<>]*)</turn>",
     re.DOTALL,
 )
 
@@ -44,6 +47,8 @@ class Turn:
     at: datetime
     body: str
     edited: datetime | None = None  # when its author last edited it (gateway/inbound/edits.py)
+    # "external": its author belongs to another organization (Slack Connect); None: ours.
+    org: str | None = None
 
 
 class TurnParseError(ValueError):
@@ -68,12 +73,16 @@ def render_turn(turn: Turn) -> str:
     return (
         f'<turn from="{escape_attribute(turn.name)}" id="{escape_attribute(turn.user_id)}"'
         f' channel="{escape_attribute(turn.channel)}" at="{turn.at.isoformat()}"'
-        f"{_edited(turn.edited)}>{escape_body(turn.body)}</turn>"
+        f"{_edited(turn.edited)}{_org(turn.org)}>{escape_body(turn.body)}</turn>"
     )
 
 
 def _edited(edited: datetime | None) -> str:
     return "" if edited is None else f' edited="{edited.isoformat()}"'
+
+
+def _org(org: str | None) -> str:
+    return "" if org is None else f' org="{escape_attribute(org)}"'
 
 
 def parse_turn(text: str) -> Turn:
@@ -92,4 +101,5 @@ def parse_turn(text: str) -> Turn:
         at,
         unescape(match["body"]),
         edited,
+        unescape(match["org"]) if match["org"] is not None else None,
     )

@@ -18,7 +18,8 @@ Because it is only an HTTP server it serves a gateway in another process just as
 Methods: auth.test, users.info, chat.postMessage, chat.update, chat.delete,
 chat.postEphemeral, chat.startStream, chat.appendStream, chat.stopStream, conversations.replies,
 conversations.history, assistant.threads.setStatus, files.info (tests/fakes/slack_files.py),
-agents.sessions.setStatus, assistant.threads.setSuggestedPrompts;
+agents.sessions.setStatus, assistant.threads.setSuggestedPrompts,
+conversations.info (tests/fakes/slack_channels.py: `slack.channels.share(…)`);
 anything else answers `unknown_method`.
 apps.connections.open (Socket Mode) wants the app token (`xapp-…`), as Slack does, and
 answers with a URL of the `FakeSocketMode` in `socket_mode` (tests/fakes/socket_mode.py);
@@ -125,6 +126,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from aiohttp import web
 
 from . import WAIT_SECONDS
+from .slack_channels import FakeChannels
 from .slack_events import CLOCK, block_actions, ts_to_micros
 from .slack_files import FakeFiles
 from .slack_permalinks import permalink
@@ -311,6 +313,8 @@ class FakeSlack:
         self.add_user(bot_user_id, name=bot_name, real_name=bot_name, is_bot=True)
         self.files = FakeFiles(bot_token, team_id)  # url_private downloads (slack_files.py)
         self._methods["files.info"] = self.files.info
+        self.channels = FakeChannels(team_id)  # conversations.info (slack_channels.py)
+        self._methods["conversations.info"] = self.channels.info
 
     # -- lifecycle ---------------------------------------------------------------------------
 

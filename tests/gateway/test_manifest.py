@@ -66,6 +66,8 @@ METHOD_SCOPES: dict[str, set[str]] = {
     "apps_connections_open": set(),  # the app-level token's connections:write, not a bot scope
     "chat_getPermalink": set(),  # "No scope required" (docs.slack.dev, chat.getPermalink)
     "files_info": {"files:read"},  # a file an event gives only by id (gateway/slack/file_info.py)
+    # Whether a channel is shared with another organization (gateway/slack/sharing.py).
+    "conversations_info": {"channels:read", "groups:read", "im:read", "mpim:read"},
 }
 # The scope Slack requires for each Events API subscription.
 EVENT_SCOPES = {
