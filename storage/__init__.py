@@ -104,6 +104,7 @@ from storage.summaries import PostgresSummaries
 from storage.token_cipher import TokenCipher, TokenKeyError, is_token_key
 from storage.tool_calls import PostgresToolCalls, StoredToolCall, tool_calls_of
 from storage.usage import PostgresUsageMeter, tokens_today
+from storage.usage_report import USAGE_GROUPINGS, UsageGrouping, UsageLine, usage_report
 
 __all__ = [
     "DEFAULT_LEASE_SECONDS",
@@ -116,6 +117,7 @@ __all__ = [
     "TASK_STATES",
     "TOMBSTONE",
     "UNLIMITED",
+    "USAGE_GROUPINGS",
     "VOTES",
     "Admission",
     "Admitted",
@@ -178,6 +180,8 @@ __all__ = [
     "TokenKeyError",
     "UnknownSession",
     "UnknownTask",
+    "UsageGrouping",
+    "UsageLine",
     "Vote",
     "admit",
     "approvals_of",
@@ -208,5 +212,6 @@ __all__ = [
     "stored_turn_text",
     "tokens_today",
     "tool_calls_of",
+    "usage_report",
     "votes_of",
 ]
