@@ -19,7 +19,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from typing import Literal, Protocol, TypeAlias
 
-AttributeValue: TypeAlias = str | int | float | bool
+AttributeValue: TypeAlias = str | int | float | bool | tuple[str, ...]
 Attributes: TypeAlias = Mapping[str, AttributeValue]
 SpanKind: TypeAlias = Literal["internal", "client", "server"]
 

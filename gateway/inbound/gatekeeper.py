@@ -29,6 +29,10 @@ nothing queued; the first of its window is answered by one polite notice (posted
 worker after the ack, never here). The thread limit is also the loop breaker: an
 integration that answers every bot post in a thread runs into it, gets one notice and
 then no more posts to answer.
+
+A message to be stored starts its trace (agent/core/tracing.py): the `admission` span
+holds its look-ups (names, back-fill, files) and the admission, and its context is stored
+with the task, for every later part of the answer to continue.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal, Protocol, TypeAlias
 
-from agent import Image, bind_log_fields
+from agent import NO_TRACER, Image, Tracer, bind_log_fields
 from gateway.inbound.addressing import addresses_someone_else
 from gateway.inbound.attachments import FileContent, FileReader, files_text, images_of, unread
 from gateway.slack.events import InboundTurn, SharedFile
@@ -83,6 +87,14 @@ LIMIT_NOTICES: Mapping[LimitScope, str] = {
     ),
     "all_tokens": (
         "Sorry, I've used up today's allowance of AI usage for everyone, so I won't answer "
+        "this message or the next ones until tomorrow (UTC)."
+    ),
+    "channel_spend": (
+        "Sorry, this channel has used up today's budget for AI usage, so I won't answer "
+        "here until tomorrow (UTC)."
+    ),
+    "workspace_spend": (
+        "Sorry, this workspace has used up today's budget for AI usage, so I won't answer "
         "this message or the next ones until tomorrow (UTC)."
     ),
 }
@@ -149,7 +161,9 @@ class Gatekeeper:
         on_limited: Callable[[LimitScope], None] | None = None,
         files: FileReader | None = None,
         in_flight: InFlight | None = None,
+        tracer: Tracer = NO_TRACER,
     ) -> None:
+        self._tracer = tracer
         self._files = files
         self._in_flight = in_flight or InFlight()
         self._limits = limits
@@ -206,7 +220,20 @@ class Gatekeeper:
         backfill: bool,
         files: FileReader | None = None,
     ) -> Outcome:
-        """Render the turn (reading its files with `files`), back-fill, and admit."""
+        """Render the turn (reading its files with `files`), back-fill, and admit: the
+        first span of the message's trace (module docstring)."""
+        with self._tracer.resume(None), self._tracer.span("admission", kind="server") as span:
+            outcome = await self._render_and_admit(inbound, bot_user_id, backfill, files)
+            span.set({"threadgate.admission": outcome})
+        return outcome
+
+    async def _render_and_admit(
+        self,
+        inbound: InboundTurn,
+        bot_user_id: str | None,
+        backfill: bool,
+        files: FileReader | None,
+    ) -> Outcome:
         deadline = asyncio.get_running_loop().time() + self._budget
         (turn_text, images), earlier = await asyncio.gather(
             self._turn(inbound, bot_user_id, deadline, files),
@@ -217,6 +244,7 @@ class Gatekeeper:
             turn_text=turn_text,
             images=images,
             earlier=earlier,
+            traceparent=self._tracer.traceparent(),
         )
         outcome = await admit(self._db, admission, self._limits)
         if outcome.limited is not None:

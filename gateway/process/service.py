@@ -10,6 +10,10 @@ job and the MCP clients behind a port with only /healthz and /readyz; `all` is b
 meet in Postgres: admission queues a task, and any worker's lease claims it
 (storage/queue.py), so any number of each can run against one database.
 
+With `OTEL_EXPORTER_OTLP_ENDPOINT` (or `…_TRACES_ENDPOINT`) set, every part gets one
+tracer exporting over OTLP (gateway/telemetry/tracing.py, imported only then); without,
+`agent.NO_TRACER`, and no OpenTelemetry module is loaded.
+
 MCP servers are connected before the workers start, waiting at most
 `MCP_STARTUP_SECONDS` for each one's first attempt, so the first messages already see
 their tools. A server that does not connect does not stop `serve`: it is logged, its tools
@@ -36,6 +40,7 @@ from slack_bolt.oauth.async_oauth_flow import AsyncOAuthFlow
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent import (
+    NO_TRACER,
     AlertSink,
     ApprovalDesk,
     AttemptLadder,
@@ -58,6 +63,7 @@ from agent import (
     ThreadReader,
     ToolObserver,
     ToolRegistry,
+    Tracer,
     default_registries,
     model_transport,
     open_model,
@@ -171,6 +177,8 @@ def limits(settings: Settings) -> Limits:
         user_daily_tokens=settings.threadgate_user_daily_tokens,
         channel_daily_tokens=settings.threadgate_channel_daily_tokens,
         all_daily_tokens=settings.threadgate_daily_tokens_all_workspaces,
+        channel_daily_spend_usd=settings.threadgate_channel_daily_spend_usd,
+        workspace_daily_spend_usd=settings.threadgate_workspace_daily_spend_usd,
         notices=LIMIT_NOTICES,
         pictures=PictureBudgets(
             thread_bytes=settings.threadgate_thread_picture_bytes,
@@ -202,6 +210,7 @@ def build_runner(
     registries: tuple[ToolRegistry, SubtaskRegistry] | None = None,
     tool_observer: ToolObserver | None = None,
     desk: ApprovalDesk | None = None,
+    tracer: Tracer = NO_TRACER,
 ) -> TaskRunner:
     """The task runner on Postgres, answering through `models`, delivering to `publisher`;
     `registries` are the tools (MCP ones included) and subtask types it offers. With a
@@ -229,6 +238,8 @@ def build_runner(
         memory=PostgresMemory(db),
         instructions=settings.threadgate_instructions,
         approvals=approvals,
+        prices=settings.price_table(),
+        prompt_caching=settings.threadgate_prompt_caching,
         settings=RoundSettings(
             max_output_tokens=settings.threadgate_max_output_tokens,
             tool_timeout_seconds=settings.threadgate_tool_timeout_seconds,
@@ -277,7 +288,31 @@ def build_runner(
         compaction=compaction,
         approvals=approvals,
         desk=desk,
+        tracer=tracer,
     )
+
+
+def start_tracer(settings: Settings, stack: AsyncExitStack) -> Tracer:
+    """The process's tracer: OTLP export when an endpoint is configured (its spans flushed
+    when `stack` closes), else the one that records nothing. The OpenTelemetry SDK is
+    imported here, only then."""
+    if not settings.tracing:
+        return NO_TRACER
+    from gateway.telemetry.tracing import otlp_tracer
+
+    tracer = otlp_tracer()
+    stack.callback(tracer.shutdown)
+    log.info("traces go to OTLP/HTTP (OTEL_EXPORTER_OTLP_ENDPOINT)")
+    return tracer
+
+
+def tool_spans(tracer: Tracer) -> ToolObserver | None:
+    """The tool-call spans, when traces are recorded."""
+    if tracer is NO_TRACER:
+        return None
+    from gateway.telemetry.tracing import OtelTracer, ToolSpans
+
+    return ToolSpans(tracer) if isinstance(tracer, OtelTracer) else None
 
 
 async def start_mcp(settings: Settings, tools: ToolRegistry, stack: AsyncExitStack) -> McpClients:
@@ -301,12 +336,16 @@ async def start_mcp(settings: Settings, tools: ToolRegistry, stack: AsyncExitSta
 
 
 def tool_observer(
-    db: Database, metrics: Metrics, mcp: McpClients, shown: ToolObserver | None = None
+    db: Database,
+    metrics: Metrics,
+    mcp: McpClients,
+    shown: ToolObserver | None = None,
+    spans: ToolObserver | None = None,
 ) -> ToolObservers:
-    """Every tool call stored (`tool_calls`), counted (`threadgate_tool_calls_total`) and,
-    with `shown`, shown in its thread while it runs."""
+    """Every tool call stored (`tool_calls`), counted (`threadgate_tool_calls_total`), with
+    `shown` shown in its thread while it runs, and with `spans` traced."""
     observers: list[ToolObserver] = [PostgresToolCalls(db), ToolCallCounter(metrics, mcp.origin)]
-    return ToolObservers([*observers, shown] if shown is not None else observers)
+    return ToolObservers([*observers, *(o for o in (shown, spans) if o is not None)])
 
 
 @dataclass
@@ -324,6 +363,7 @@ class Gateway:
     _downloads: FileDownloader | None = None  # files people attach (gateway/inbound/files.py)
     _decoders: Decoders | None = None  # and their decoder processes (gateway/inbound/decoders.py)
     _workers_started: bool = False
+    tracer: Tracer = NO_TRACER
 
     async def start(self, host: str, port: int) -> None:
         s = self.settings
@@ -337,9 +377,14 @@ class Gateway:
             s.threadgate_role,
             loop_name(asyncio.get_running_loop()),
         )
+        self.tracer = start_tracer(s, self._stack)
         # An ingress calls no model: it opens none and needs no model settings.
+        prices = s.price_table()
         models: list[Model] = (
-            [MeteredModel(m, self.metrics, n) for n, m in enumerate(open_models(s))]
+            [
+                MeteredModel(m, self.metrics, n, prices=prices, tracer=self.tracer)
+                for n, m in enumerate(open_models(s))
+            ]
             if s.runs_workers
             else []
         )
@@ -356,7 +401,7 @@ class Gateway:
         session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
         self._stack.push_async_callback(session.close)
         alarm = TokenAlarm(webhook.get_secret_value() if webhook else None, alert_windows(s, db))
-        clients = SlackClientFactory(s, self.metrics, supervisor, session, alarm)
+        clients = SlackClientFactory(s, self.metrics, supervisor, session, alarm, self.tracer)
         if s.oauth_mode:
             self.clients = clients.many(db)
             identity = None
@@ -437,6 +482,7 @@ class Gateway:
                 else None
             ),
             on_stream_ended=self.metrics.stream_ended,
+            tracer=self.tracer,
         )
         self._stack.push_async_callback(publisher.aclose)
         alerts = OperatorAlerts(
@@ -452,8 +498,11 @@ class Gateway:
             metrics=self.metrics,
             live=publisher if publisher.streaming else None,
             registries=registries,
-            tool_observer=tool_observer(db, self.metrics, self.mcp, shown=publisher),
+            tool_observer=tool_observer(
+                db, self.metrics, self.mcp, shown=publisher, spans=tool_spans(self.tracer)
+            ),
             desk=publisher,
+            tracer=self.tracer,
         )
         runner.start()
         self._stack.push_async_callback(runner.stop)
@@ -510,6 +559,7 @@ class Gateway:
                 on_limited=self.metrics.message_limited,
                 files=self._file_reader(workspace.client),
                 in_flight=in_flight,
+                tracer=self.tracer,
             )
 
         async def pins(team_id: str | None, enterprise_id: str | None) -> Pins:
@@ -672,6 +722,7 @@ class SlackClientFactory:
     supervisor: Supervisor
     session: aiohttp.ClientSession
     alarm: TokenAlarm
+    tracer: Tracer = NO_TRACER
 
     def _client(self, token: str | None, **options: Any) -> MeteredWebClient:
         return slack_client(
@@ -681,6 +732,7 @@ class SlackClientFactory:
             metrics=self.metrics,
             supervisor=self.supervisor,
             session=self.session,
+            tracer=self.tracer,
             **options,
         )
 
