@@ -219,7 +219,16 @@ class Settings(BaseSettings):
     @property
     def tracing(self) -> bool:
         """Whether traces are exported (an OTLP endpoint is configured)."""
-        return bool(self.otel_exporter_otlp_endpoint or self.otel_exporter_otlp_traces_endpoint)
+        return self.otlp_traces_endpoint is not None
+
+    @property
+    def otlp_traces_endpoint(self) -> str | None:
+        """Where spans are sent: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT as it is, else
+        OTEL_EXPORTER_OTLP_ENDPOINT with the signal's path (`/v1/traces`), as OTLP says."""
+        if self.otel_exporter_otlp_traces_endpoint:
+            return self.otel_exporter_otlp_traces_endpoint
+        base = self.otel_exporter_otlp_endpoint
+        return f"{base.rstrip('/')}/v1/traces" if base else None
 
     @field_validator("threadgate_suggested_prompts")
     @classmethod

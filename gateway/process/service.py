@@ -296,13 +296,14 @@ def start_tracer(settings: Settings, stack: AsyncExitStack) -> Tracer:
     """The process's tracer: OTLP export when an endpoint is configured (its spans flushed
     when `stack` closes), else the one that records nothing. The OpenTelemetry SDK is
     imported here, only then."""
-    if not settings.tracing:
+    endpoint = settings.otlp_traces_endpoint
+    if endpoint is None:
         return NO_TRACER
     from gateway.telemetry.tracing import otlp_tracer
 
-    tracer = otlp_tracer()
+    tracer = otlp_tracer(endpoint)
     stack.callback(tracer.shutdown)
-    log.info("traces go to OTLP/HTTP (OTEL_EXPORTER_OTLP_ENDPOINT)")
+    log.info("traces go to %s over OTLP/HTTP (OTEL_EXPORTER_OTLP_ENDPOINT)", endpoint)
     return tracer
 
 

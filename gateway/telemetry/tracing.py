@@ -4,10 +4,10 @@
 resumes it); `OtelTracer` records it with the official SDK. This module is imported only
 when `OTEL_EXPORTER_OTLP_ENDPOINT` or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is set
 (gateway/process/service.py): without them the process imports no OpenTelemetry at all.
-The SDK reads its own variables as it documents them — the endpoint (`/v1/traces` is
-added to `OTEL_EXPORTER_OTLP_ENDPOINT`, not to the traces one), `OTEL_EXPORTER_OTLP_HEADERS`,
-`OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_TRACES_SAMPLER` — so an operator
-configures threadgate as any other instrumented service.
+The endpoint comes from the settings (gateway/process/config.py reads the environment);
+the SDK reads its other variables as it documents them — `OTEL_EXPORTER_OTLP_HEADERS`,
+`OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_TRACES_SAMPLER`, `OTEL_BSP_*` — so
+an operator configures threadgate as any other instrumented service.
 
 Spans are handed to a batch processor: exported from its own thread, every few seconds
 or when a batch is full, never on the event loop; a collector that is down loses spans,
@@ -122,13 +122,13 @@ class OtelTracer:
         self._provider.shutdown()
 
 
-def otlp_tracer(exporter: SpanExporter | None = None) -> OtelTracer:
-    """The tracer exporting over OTLP/HTTP as the OTEL_* variables say (`exporter` for a
+def otlp_tracer(endpoint: str, exporter: SpanExporter | None = None) -> OtelTracer:
+    """The tracer exporting over OTLP/HTTP to `endpoint` (the traces URL; `exporter`, for a
     test that brings its own)."""
     resource = Resource.create({SERVICE_NAME: "threadgate"})  # OTEL_SERVICE_NAME wins
     provider = TracerProvider(resource=resource)
     provider.add_span_processor(TaskLabels())
-    provider.add_span_processor(BatchSpanProcessor(exporter or OTLPSpanExporter()))
+    provider.add_span_processor(BatchSpanProcessor(exporter or OTLPSpanExporter(endpoint)))
     return OtelTracer(provider)
 
 
