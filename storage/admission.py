@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Literal, TypeAlias
 
 import asyncpg
@@ -337,8 +338,8 @@ async def before_downloads(db: Database, a: Admission, limits: Limits) -> Before
         limits.channel_daily_tokens,
         limits.all_daily_tokens,
         a.workspace,
-        limits.channel_daily_spend_usd,
-        limits.workspace_daily_spend_usd,
+        _usd(limits.channel_daily_spend_usd),
+        _usd(limits.workspace_daily_spend_usd),
     )
     assert row is not None
     limited = next((s for s in LIMIT_SCOPES if s == row["limited"]), None)
@@ -360,8 +361,8 @@ async def admit(db: Database, a: Admission, limits: Limits = UNLIMITED) -> Admit
         limits.channel_daily_tokens,
         limits.all_daily_tokens,
         a.workspace,
-        limits.channel_daily_spend_usd,
-        limits.workspace_daily_spend_usd,
+        _usd(limits.channel_daily_spend_usd),
+        _usd(limits.workspace_daily_spend_usd),
     )
     if not a.earlier and not a.images:  # the common case, in one round trip
         row = await db.pool.fetchrow(
@@ -408,6 +409,12 @@ async def admit(db: Database, a: Admission, limits: Limits = UNLIMITED) -> Admit
             )
         await conn.execute("SELECT pg_notify($1, '')", TASKS_CHANNEL)
     return _outcome(True, verdict)
+
+
+def _usd(amount: float) -> Decimal:
+    """A spend limit as the numeric it is compared with: its decimal text, not the binary
+    fraction (0.01 as a float is a hair over 0.01, and a spend of exactly 0.01 would pass)."""
+    return Decimal(str(amount))
 
 
 def _image_columns(images: Sequence[Image]) -> tuple[list[str], list[str], list[bytes]]:
