@@ -67,6 +67,7 @@ from agent.core.ports import (
     History,
     LiveView,
     Memory,
+    ModelCharge,
     Overflow,
     PromptEpoch,
     Publisher,
@@ -92,10 +93,19 @@ from agent.core.text import (
     storable_json,
     storable_text,
 )
+from agent.core.tracing import (
+    NO_TRACER,
+    Attributes,
+    AttributeValue,
+    NoTracer,
+    Span,
+    SpanKind,
+    Tracer,
+)
 from agent.durable.background import Supervisor, stop_task
 from agent.durable.compaction import Compaction, CompactionSettings
 from agent.durable.notices import FailureKind, FailureNotices
-from agent.durable.responder import ModelResponder
+from agent.durable.responder import ModelResponder, route_of
 from agent.durable.runner import (
     DEFAULT_RUNNER,
     Responder,
@@ -106,6 +116,7 @@ from agent.durable.runner import (
 from agent.models.circuit import CircuitBreaker
 from agent.models.contract import (
     AssistantMessage,
+    CacheHint,
     Model,
     ModelMessage,
     ModelRequest,
@@ -123,6 +134,13 @@ from agent.models.contract import (
 )
 from agent.models.function_model import FunctionModel, text_response, tool_response
 from agent.models.ladder import Answered, AttemptLadder, Attempts, RetryPolicy
+from agent.models.prices import (
+    DEFAULT_PRICE_TABLE,
+    DEFAULT_PRICES,
+    Price,
+    PriceTable,
+    parse_prices,
+)
 from agent.models.probe import ProbeResult, probe_model
 from agent.models.providers import (
     DEFAULT_GATEWAY_HEADER,
@@ -162,12 +180,15 @@ __all__ = [
     "DEFAULT_GATEWAY_HEADER",
     "DEFAULT_MAX_OUTPUT_TOKENS",
     "DEFAULT_MODEL_TIMEOUT",
+    "DEFAULT_PRICES",
+    "DEFAULT_PRICE_TABLE",
     "DEFAULT_ROUND",
     "DEFAULT_RUNNER",
     "GATEWAY_HEADER_VARIABLE",
     "GATEWAY_TOKEN_VARIABLE",
     "INVISIBLE_CHARACTERS",
     "MAX_IMAGES_PER_REQUEST",
+    "NO_TRACER",
     "PROMPT_VERSION",
     "TAG_LOOKALIKES",
     "VENDORS",
@@ -186,7 +207,10 @@ __all__ = [
     "AssistantMessage",
     "AttemptLadder",
     "Attempts",
+    "AttributeValue",
+    "Attributes",
     "Backoff",
+    "CacheHint",
     "CallRun",
     "CallRunState",
     "ChannelPolicy",
@@ -222,6 +246,7 @@ __all__ = [
     "Memory",
     "Model",
     "ModelBudgetExceeded",
+    "ModelCharge",
     "ModelError",
     "ModelMessage",
     "ModelRequest",
@@ -229,12 +254,15 @@ __all__ = [
     "ModelResponse",
     "ModelsUnavailable",
     "NamedTool",
+    "NoTracer",
     "NonTransientModelError",
     "Overflow",
     "PauseStateError",
     "Paused",
     "PausedRound",
     "PolicyOf",
+    "Price",
+    "PriceTable",
     "ProbeResult",
     "PromptEpoch",
     "ProviderSettings",
@@ -255,6 +283,8 @@ __all__ = [
     "RunnerObserver",
     "RunnerSettings",
     "Showing",
+    "Span",
+    "SpanKind",
     "Step",
     "StepState",
     "StoredMessage",
@@ -287,6 +317,7 @@ __all__ = [
     "ToolResultMessage",
     "ToolSpec",
     "Toolbox",
+    "Tracer",
     "TransientModelError",
     "Usage",
     "UsageMeter",
@@ -306,11 +337,13 @@ __all__ = [
     "model_transport",
     "open_model",
     "parse_mcp_config",
+    "parse_prices",
     "parse_spec",
     "probe_model",
     "prompt_epoch",
     "reply_id",
     "round_controls",
+    "route_of",
     "run_round",
     "sanitize_text",
     "stop_task",

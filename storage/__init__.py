@@ -105,6 +105,7 @@ from storage.summaries import PostgresSummaries
 from storage.token_cipher import TokenCipher, TokenKeyError, is_token_key
 from storage.tool_calls import PostgresToolCalls, StoredToolCall, tool_calls_of
 from storage.usage import PostgresUsageMeter, tokens_today
+from storage.usage_report import USAGE_GROUPINGS, UsageGrouping, UsageLine, usage_report
 
 __all__ = [
     "DEFAULT_LEASE_SECONDS",
@@ -118,6 +119,7 @@ __all__ = [
     "TASK_STATES",
     "TOMBSTONE",
     "UNLIMITED",
+    "USAGE_GROUPINGS",
     "VOTES",
     "Admission",
     "Admitted",
@@ -180,6 +182,8 @@ __all__ = [
     "TokenKeyError",
     "UnknownSession",
     "UnknownTask",
+    "UsageGrouping",
+    "UsageLine",
     "Vote",
     "admit",
     "approvals_of",
@@ -210,5 +214,6 @@ __all__ = [
     "stored_turn_text",
     "tokens_today",
     "tool_calls_of",
+    "usage_report",
     "votes_of",
 ]

@@ -15,8 +15,9 @@ With a `LiveView`, each round's reply is shown while the model writes it (a draf
 task's reply, `agent.rounds.live_reply`).
 
 With a `UsageMeter`, every model response of a round or a subtask is charged to its task
-(`_MeteredModel` wraps the model in each attempt): the tokens go to the user's and the
-channel's usage of the day, and the task's count of model requests comes back. One
+(`_MeteredModel` wraps the model in each attempt): the tokens, and their cost by the
+price table (agent/models/prices.py), go to the user's, the channel's and the workspace's
+usage of the day, and the task's count of model requests comes back. One
 message could otherwise cost hundreds of requests (rounds × repairs × tool steps ×
 subtasks × retries); at `max_model_requests` the next request is not made and the round
 ends with `ModelBudgetExceeded`. The count is durable, so rounds on other replicas and
@@ -27,6 +28,10 @@ With an `ApprovalStore`, tools that need a person's approval are offered in a ta
 rounds; a round that called one ends `Paused`, and the round that resumes it first settles
 the paused step (agent/rounds/resume.py: approved calls run at most once, the others are
 told they were declined), then asks the model again (agent/core/approval.py).
+
+With `prompt_caching` (the default), every request names its conversation and its stable
+prefix for the provider's prompt cache (agent/rounds/caching.py): the session's for a
+round, the session's and type's for a sub-agent.
 
 With a `Memory`, a round is asked under its session's pinned system prompt (the epoch of
 the session's first task, `agent.rounds.prompt`), and every decision carries its
@@ -55,12 +60,14 @@ from agent.core.errors import (
     ModelsUnavailable,
     QuotaExhausted,
     RoundFailed,
+    Route,
     SubtaskFailed,
 )
 from agent.core.ports import (
     AnswerOrigin,
     LiveView,
     Memory,
+    ModelCharge,
     PromptEpoch,
     Showing,
     Task,
@@ -79,6 +86,8 @@ from agent.models.contract import (
     Watch,
 )
 from agent.models.ladder import Answered, Attempts
+from agent.models.prices import DEFAULT_PRICE_TABLE, PriceTable
+from agent.rounds.caching import cache_key, conversation_cache
 from agent.rounds.channel_policy import (
     DEFAULT_POLICY,
     ChannelPolicy,
@@ -130,7 +139,11 @@ class ModelResponder:
         instructions: str = "",
         approvals: ApprovalStore | None = None,
         policies: PolicyOf | None = None,
+        prices: PriceTable = DEFAULT_PRICE_TABLE,
+        prompt_caching: bool = True,
     ) -> None:
+        self._prices = prices
+        self._caching = prompt_caching
         self._approvals = approvals
         self._policies = policies
         self._instructions = instructions
@@ -167,6 +180,7 @@ class ModelResponder:
         so_far = await self._settled(round_input, toolbox)
         task = round_input.task
         draft = self._live.draft(task, task.reply_id) if self._live is not None else None
+        cache = conversation_cache(self._cache_key(task.session_id), len(messages))
 
         async def attempt(model: Model) -> Decision:
             return await run_round(
@@ -178,6 +192,7 @@ class ModelResponder:
                 draft=draft,
                 citable=citable,
                 so_far=so_far,
+                cache=cache,
             )
 
         answered = await self._metered(round_input.task, policy).run(attempt)
@@ -268,24 +283,31 @@ class ModelResponder:
 
     def _subtask_context(self, task: Task, kind: str, policy: ChannelPolicy) -> SubtaskContext:
         context = self._tool_context(task, kind)
+        key = self._cache_key(f"{task.session_id}:{kind}")
         tools = policy.toolset(self._tools)  # a subtask inherits its channel's boundary
-        return SubtaskContext(task, self._metered(task, policy), tools, context, self._settings)
+        return SubtaskContext(
+            task, self._metered(task, policy), tools, context, self._settings, cache_key=key
+        )
+
+    def _cache_key(self, conversation: str) -> str | None:
+        return cache_key(conversation) if self._caching else None
 
     def _metered(self, task: Task, policy: ChannelPolicy = DEFAULT_POLICY) -> Attempts:
         attempts = policy.attempts or self._attempts
         if self._meter is None:
             return attempts
         cap = self._max_requests if policy.max_model_requests is None else policy.max_model_requests
-        return _MeteredAttempts(attempts, _Allowance(self._meter, task, cap))
+        return _MeteredAttempts(attempts, _Allowance(self._meter, task, cap, self._prices))
 
 
 class _Allowance:
     """One task's model requests, as the meter counts them; 0 as the cap counts only."""
 
-    def __init__(self, meter: UsageMeter, task: Task, cap: int) -> None:
+    def __init__(self, meter: UsageMeter, task: Task, cap: int, prices: PriceTable) -> None:
         self._meter = meter
         self._task = task
         self._cap = cap
+        self._prices = prices
         self._made = 0  # the task's count as last recorded here
 
     def check(self) -> None:
@@ -294,10 +316,38 @@ class _Allowance:
                 f"the task made {self._made} model requests, its limit is {self._cap}"
             )
 
-    async def charge(self, usage: Usage) -> None:
-        self._made = await self._meter.record(self._task, usage.input_tokens, usage.output_tokens)
+    async def charge(self, model: Model, usage: Usage) -> None:
+        self._made = await self._meter.record(self._task, self._charge(model, usage))
         if self._cap and self._made > self._cap:
             self.check()
+
+    def _charge(self, model: Model, usage: Usage) -> ModelCharge:
+        route = route_of(model)
+        cost = self._prices.cost(
+            f"{route.provider}:{route.model}",
+            usage.input_tokens,
+            usage.output_tokens,
+            usage.cached_tokens,
+            usage.cache_write_tokens,
+        )
+        return ModelCharge(
+            route,
+            usage.input_tokens,
+            usage.output_tokens,
+            usage.cached_tokens,
+            usage.cache_write_tokens,
+            cost,
+        )
+
+
+def route_of(model: Model) -> Route:
+    """The route a model answers on: its own (`HTTPModel.route`, through any wrapper), or
+    one read from its name (a double in tests)."""
+    route = getattr(model, "route", None)
+    if isinstance(route, Route):
+        return route
+    provider, _, name = model.name.partition(":")
+    return Route(provider, name) if name else Route("unknown", provider)
 
 
 class _MeteredAttempts:
@@ -331,7 +381,7 @@ class _MeteredModel(Model):
     ) -> ModelResponse:
         self._allowance.check()
         response = await self._inner.request(request, watch=watch, showing=showing)
-        await self._allowance.charge(response.usage)
+        await self._allowance.charge(self._inner, response.usage)
         return response
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
@@ -341,7 +391,7 @@ class _MeteredModel(Model):
             if isinstance(event, Finish):
                 usage = event.usage
             yield event
-        await self._allowance.charge(usage or Usage())
+        await self._allowance.charge(self._inner, usage or Usage())
 
     async def aclose(self) -> None:
         await self._inner.aclose()

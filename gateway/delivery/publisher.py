@@ -30,7 +30,17 @@ from collections.abc import AsyncIterator, Sequence
 
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agent import ApprovalDecision, ApprovalRequest, Citation, Step, StepState, Task, ToolCallRecord
+from agent import (
+    NO_TRACER,
+    ApprovalDecision,
+    ApprovalRequest,
+    Citation,
+    Step,
+    StepState,
+    Task,
+    ToolCallRecord,
+    Tracer,
+)
 from gateway.delivery.approval import ApprovalMessages
 from gateway.delivery.posts import Posts
 from gateway.delivery.reconcile import ThreadSearch
@@ -62,6 +72,7 @@ class SlackPublisher:
         reconcile_seconds: float = 60.0,
         streams: StreamSettings | None = None,
         on_stream_ended: StreamEnded | None = None,
+        tracer: Tracer = NO_TRACER,
     ) -> None:
         # Each task's calls use its workspace's client (gateway/slack/workspaces.py).
         self._clients = client if isinstance(client, SlackClients) else SlackClients.single(client)
@@ -87,7 +98,7 @@ class SlackPublisher:
             reconcile_seconds=reconcile_seconds,
             orphans=self._live is not None,
         )
-        self._posts = Posts(self._clients, outbox, search, self._live)
+        self._posts = Posts(self._clients, outbox, search, self._live, tracer)
         self._sources = SourceLinks(outbox, call_seconds=outbox.call_seconds)
         self._approvals = ApprovalMessages(self._clients, outbox, self._posts)
         self._drafts: dict[tuple[str, str], SlackDraft] = {}  # by task id and message id

@@ -38,6 +38,10 @@ other organizations say so (`org="external"`), and so does the task's address (`
 for `read_thread`. Credentials in what people wrote are redacted as it is rendered
 (`gateway.text.secrets`); the count goes to `on_redacted`, and a turn that had one puts
 `redacted` in its task's address, for the reply to say so once (gateway/delivery/publisher.py).
+
+A message to be stored starts its trace (agent/core/tracing.py): the `admission` span
+holds its look-ups (names, back-fill, files) and the admission, and its context is stored
+with the task, for every later part of the answer to continue.
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal, Protocol, TypeAlias
 
-from agent import Image, bind_log_fields
+from agent import NO_TRACER, Image, Tracer, bind_log_fields
 from gateway.inbound.addressing import addresses_someone_else
 from gateway.inbound.attachments import FileContent, FileReader, files_text, images_of, unread
 from gateway.inbound.channel_rules import DEFAULT_RULES, REFUSAL_NOTICES, RulesOf
@@ -99,6 +103,14 @@ LIMIT_NOTICES: Mapping[LimitScope, str] = {
         "this message or the next ones until tomorrow (UTC)."
     ),
     **REFUSAL_NOTICES,
+    "channel_spend": (
+        "Sorry, this channel has used up today's budget for AI usage, so I won't answer "
+        "here until tomorrow (UTC)."
+    ),
+    "workspace_spend": (
+        "Sorry, this workspace has used up today's budget for AI usage, so I won't answer "
+        "this message or the next ones until tomorrow (UTC)."
+    ),
 }
 
 
@@ -166,10 +178,12 @@ class Gatekeeper:
         rules: RulesOf = lambda channel: DEFAULT_RULES,
         sharing: ChannelSharing | None = None,
         on_redacted: Callable[[Redactions], None] = lambda found: None,
+        tracer: Tracer = NO_TRACER,
     ) -> None:
         self._rules = rules
         self._sharing = sharing
         self._on_redacted = on_redacted
+        self._tracer = tracer
         self._files = files
         self._in_flight = in_flight or InFlight()
         self._limits = limits
@@ -228,7 +242,20 @@ class Gatekeeper:
         backfill: bool,
         files: FileReader | None = None,
     ) -> Outcome:
-        """Render the turn (reading its files with `files`), back-fill, and admit."""
+        """Render the turn (reading its files with `files`), back-fill, and admit: the
+        first span of the message's trace (module docstring)."""
+        with self._tracer.resume(None), self._tracer.span("admission", kind="server") as span:
+            outcome = await self._render_and_admit(inbound, bot_user_id, backfill, files)
+            span.set({"threadgate.admission": outcome})
+        return outcome
+
+    async def _render_and_admit(
+        self,
+        inbound: InboundTurn,
+        bot_user_id: str | None,
+        backfill: bool,
+        files: FileReader | None,
+    ) -> Outcome:
         deadline = asyncio.get_running_loop().time() + self._budget
         inbound = await self._shared(inbound, deadline)
         refused = self._rules(inbound.channel).refusal(inbound.ext_shared)
@@ -247,6 +274,7 @@ class Gatekeeper:
             images=images,
             earlier=earlier,
             refused=refused,
+            traceparent=self._tracer.traceparent(),
         )
         outcome = await admit(self._db, admission, self._limits_of(inbound))
         if tally:

@@ -28,13 +28,16 @@ from agent import (
     DEFAULT_GATEWAY_HEADER,
     DEFAULT_MAX_OUTPUT_TOKENS,
     DEFAULT_MODEL_TIMEOUT,
+    DEFAULT_PRICE_TABLE,
     DEFAULT_ROUND,
     DEFAULT_RUNNER,
     VENDORS,
     ConfigError,
     McpConfig,
+    PriceTable,
     RetryPolicy,
     load_mcp_config,
+    parse_prices,
 )
 from gateway.process.channel_config import EMPTY as NO_CHANNEL_CONFIG
 from gateway.process.channel_config import ChannelConfig, load_channel_config
@@ -162,6 +165,19 @@ class Settings(BaseSettings):
     threadgate_channel_daily_tokens: Annotated[int, Field(ge=0)] = 10_000_000
     # Tokens every workspace together may use per UTC day (0: no such budget).
     threadgate_daily_tokens_all_workspaces: Annotated[int, Field(ge=0)] = 0
+    # USD a channel, and a workspace, may spend per UTC day (0: no limit); priced by
+    # THREADGATE_PRICES over the built-in table (agent/models/prices.py).
+    threadgate_channel_daily_spend_usd: Annotated[float, Field(ge=0)] = 0
+    threadgate_workspace_daily_spend_usd: Annotated[float, Field(ge=0)] = 0
+    # Prices per provider:model added to the built-in ones: inline JSON, or a file holding it.
+    threadgate_prices: str = ""
+    # Requests name their conversation and mark their stable prefix for the providers'
+    # prompt caches (agent/rounds/caching.py); off for a server that refuses the fields.
+    threadgate_prompt_caching: bool = True
+    # Traces over OTLP/HTTP (gateway/telemetry/tracing.py): on when either is set; the
+    # OpenTelemetry SDK reads its other OTEL_* variables itself.
+    otel_exporter_otlp_endpoint: str | None = None
+    otel_exporter_otlp_traces_endpoint: str | None = None
     # A round asks the model a few times (tool steps, repairs); rounds × subtasks × retries
     # could reach ~190 requests for one message without this.
     threadgate_max_model_requests_per_task: Annotated[int, Field(ge=0)] = 60
@@ -194,6 +210,31 @@ class Settings(BaseSettings):
     # Which parts `serve` runs (issue 16): `ingress` verifies, admits and acks Slack's events;
     # `worker` answers the queued tasks; `all` both, in one process. `--role` wins over it.
     threadgate_role: Role = "all"
+
+    @field_validator("threadgate_prices")
+    @classmethod
+    def _prices(cls, value: str) -> str:
+        prices_json(value)  # a ValueError names what is wrong
+        return value
+
+    def price_table(self) -> PriceTable:
+        """The built-in prices with THREADGATE_PRICES's entries over them."""
+        text = prices_json(self.threadgate_prices)
+        return DEFAULT_PRICE_TABLE.with_entries(parse_prices(text) if text else {})
+
+    @property
+    def tracing(self) -> bool:
+        """Whether traces are exported (an OTLP endpoint is configured)."""
+        return self.otlp_traces_endpoint is not None
+
+    @property
+    def otlp_traces_endpoint(self) -> str | None:
+        """Where spans are sent: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT as it is, else
+        OTEL_EXPORTER_OTLP_ENDPOINT with the signal's path (`/v1/traces`), as OTLP says."""
+        if self.otel_exporter_otlp_traces_endpoint:
+            return self.otel_exporter_otlp_traces_endpoint
+        base = self.otel_exporter_otlp_endpoint
+        return f"{base.rstrip('/')}/v1/traces" if base else None
 
     @field_validator("threadgate_suggested_prompts")
     @classmethod
@@ -444,6 +485,20 @@ def load_settings(*, env_file: Path | str | None = None, **overrides: object) ->
         return Settings(_env_file=env_file, **overrides)  # type: ignore[arg-type, call-arg]
     except ValidationError as exc:
         raise ConfigError(describe(exc)) from None
+
+
+def prices_json(value: str) -> str:
+    """THREADGATE_PRICES's JSON: the value itself when it is an object, else the file it
+    names; a `ValueError` (said of the setting) when either is wrong."""
+    text = value.strip()
+    if text and not text.startswith("{"):
+        try:
+            text = Path(text).expanduser().read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ValueError(f"the file {value!r} cannot be read ({exc.strerror})") from None
+    if text:
+        parse_prices(text)
+    return text
 
 
 def describe(exc: ValidationError) -> str:

@@ -10,6 +10,10 @@ job and the MCP clients behind a port with only /healthz and /readyz; `all` is b
 meet in Postgres: admission queues a task, and any worker's lease claims it
 (storage/queue.py), so any number of each can run against one database.
 
+With `OTEL_EXPORTER_OTLP_ENDPOINT` (or `…_TRACES_ENDPOINT`) set, every part gets one
+tracer exporting over OTLP (gateway/telemetry/tracing.py, imported only then); without,
+`agent.NO_TRACER`, and no OpenTelemetry module is loaded.
+
 MCP servers are connected before the workers start, waiting at most
 `MCP_STARTUP_SECONDS` for each one's first attempt, so the first messages already see
 their tools. A server that does not connect does not stop `serve`: it is logged, its tools
@@ -42,6 +46,7 @@ from slack_bolt.oauth.async_oauth_flow import AsyncOAuthFlow
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent import (
+    NO_TRACER,
     AlertSink,
     ApprovalDesk,
     AttemptLadder,
@@ -66,6 +71,7 @@ from agent import (
     ThreadReader,
     ToolObserver,
     ToolRegistry,
+    Tracer,
     default_registries,
     model_transport,
     open_model,
@@ -181,7 +187,10 @@ def retry_policy(settings: Settings) -> RetryPolicy:
 
 
 def channel_policies(
-    settings: Settings, metrics: Metrics, circuit: CircuitBreaker | None
+    settings: Settings,
+    metrics: Metrics,
+    circuit: CircuitBreaker | None,
+    tracer: Tracer = NO_TRACER,
 ) -> ChannelPolicies:
     """The channel config compiled (a bad file is a ConfigError). With a `circuit` (a
     process that runs workers) each distinct set of channel models gets its ladder, opened
@@ -189,10 +198,17 @@ def channel_policies(
     ladders = None
     if circuit is not None:
         providers = provider_settings(settings)
+        prices = settings.price_table()
 
         def make(specs: tuple[str, ...]) -> tuple[AttemptLadder, list[Model]]:
             models: list[Model] = [
-                MeteredModel(open_model(spec, slot=n, settings=providers), metrics, n)
+                MeteredModel(
+                    open_model(spec, slot=n, settings=providers),
+                    metrics,
+                    n,
+                    prices=prices,
+                    tracer=tracer,
+                )
                 for n, spec in enumerate(specs)
             ]
             policy = retry_policy(settings)
@@ -218,6 +234,8 @@ def limits(settings: Settings) -> Limits:
         user_daily_tokens=settings.threadgate_user_daily_tokens,
         channel_daily_tokens=settings.threadgate_channel_daily_tokens,
         all_daily_tokens=settings.threadgate_daily_tokens_all_workspaces,
+        channel_daily_spend_usd=settings.threadgate_channel_daily_spend_usd,
+        workspace_daily_spend_usd=settings.threadgate_workspace_daily_spend_usd,
         notices=LIMIT_NOTICES,
         pictures=PictureBudgets(
             thread_bytes=settings.threadgate_thread_picture_bytes,
@@ -251,6 +269,7 @@ def build_runner(
     desk: ApprovalDesk | None = None,
     policies: PolicyOf | None = None,
     circuit: CircuitBreaker | None = None,
+    tracer: Tracer = NO_TRACER,
 ) -> TaskRunner:
     """The task runner on Postgres, answering through `models`, delivering to `publisher`;
     `registries` are the tools (MCP ones included) and subtask types it offers, `policies`
@@ -278,6 +297,8 @@ def build_runner(
         instructions=settings.threadgate_instructions,
         approvals=approvals,
         policies=policies,
+        prices=settings.price_table(),
+        prompt_caching=settings.threadgate_prompt_caching,
         settings=RoundSettings(
             max_output_tokens=settings.threadgate_max_output_tokens,
             tool_timeout_seconds=settings.threadgate_tool_timeout_seconds,
@@ -326,7 +347,32 @@ def build_runner(
         compaction=compaction,
         approvals=approvals,
         desk=desk,
+        tracer=tracer,
     )
+
+
+def start_tracer(settings: Settings, stack: AsyncExitStack) -> Tracer:
+    """The process's tracer: OTLP export when an endpoint is configured (its spans flushed
+    when `stack` closes), else the one that records nothing. The OpenTelemetry SDK is
+    imported here, only then."""
+    endpoint = settings.otlp_traces_endpoint
+    if endpoint is None:
+        return NO_TRACER
+    from gateway.telemetry.tracing import otlp_tracer
+
+    tracer = otlp_tracer(endpoint)
+    stack.callback(tracer.shutdown)
+    log.info("traces go to %s over OTLP/HTTP (OTEL_EXPORTER_OTLP_ENDPOINT)", endpoint)
+    return tracer
+
+
+def tool_spans(tracer: Tracer) -> ToolObserver | None:
+    """The tool-call spans, when traces are recorded."""
+    if tracer is NO_TRACER:
+        return None
+    from gateway.telemetry.tracing import OtelTracer, ToolSpans
+
+    return ToolSpans(tracer) if isinstance(tracer, OtelTracer) else None
 
 
 async def start_mcp(settings: Settings, tools: ToolRegistry, stack: AsyncExitStack) -> McpClients:
@@ -350,12 +396,16 @@ async def start_mcp(settings: Settings, tools: ToolRegistry, stack: AsyncExitSta
 
 
 def tool_observer(
-    db: Database, metrics: Metrics, mcp: McpClients, shown: ToolObserver | None = None
+    db: Database,
+    metrics: Metrics,
+    mcp: McpClients,
+    shown: ToolObserver | None = None,
+    spans: ToolObserver | None = None,
 ) -> ToolObservers:
-    """Every tool call stored (`tool_calls`), counted (`threadgate_tool_calls_total`) and,
-    with `shown`, shown in its thread while it runs."""
+    """Every tool call stored (`tool_calls`), counted (`threadgate_tool_calls_total`), with
+    `shown` shown in its thread while it runs, and with `spans` traced."""
     observers: list[ToolObserver] = [PostgresToolCalls(db), ToolCallCounter(metrics, mcp.origin)]
-    return ToolObservers([*observers, shown] if shown is not None else observers)
+    return ToolObservers([*observers, *(o for o in (shown, spans) if o is not None)])
 
 
 @dataclass
@@ -375,13 +425,14 @@ class Gateway:
     _downloads: FileDownloader | None = None  # files people attach (gateway/inbound/files.py)
     _decoders: Decoders | None = None  # and their decoder processes (gateway/inbound/decoders.py)
     _workers_started: bool = False
+    tracer: Tracer = NO_TRACER
 
     async def start(self, host: str, port: int) -> None:
         s = self.settings
         s.require_serve()
-        s.mcp_config()  # a bad MCP config stops start-up before anything is opened
-        self.policies = channel_policies(s, self.metrics, self._circuit if s.runs_workers else None)
-        self._stack.push_async_callback(self.policies.aclose)
+        # A bad MCP or channel config stops start-up before anything is opened.
+        s.mcp_config()
+        s.channel_config()
         self.metrics.show_kinds(SECRET_KINDS)
         # First: a wrong THREADGATE_METRICS_ADDRESS stops start-up before anything is opened.
         await self._start_metrics()
@@ -391,9 +442,17 @@ class Gateway:
             s.threadgate_role,
             loop_name(asyncio.get_running_loop()),
         )
+        self.tracer = start_tracer(s, self._stack)
+        circuit = self._circuit if s.runs_workers else None
+        self.policies = channel_policies(s, self.metrics, circuit, self.tracer)
+        self._stack.push_async_callback(self.policies.aclose)
         # An ingress calls no model: it opens none and needs no model settings.
+        prices = s.price_table()
         models: list[Model] = (
-            [MeteredModel(m, self.metrics, n) for n, m in enumerate(open_models(s))]
+            [
+                MeteredModel(m, self.metrics, n, prices=prices, tracer=self.tracer)
+                for n, m in enumerate(open_models(s))
+            ]
             if s.runs_workers
             else []
         )
@@ -410,7 +469,7 @@ class Gateway:
         session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
         self._stack.push_async_callback(session.close)
         alarm = TokenAlarm(webhook.get_secret_value() if webhook else None, alert_windows(s, db))
-        clients = SlackClientFactory(s, self.metrics, supervisor, session, alarm)
+        clients = SlackClientFactory(s, self.metrics, supervisor, session, alarm, self.tracer)
         if s.oauth_mode:
             self.clients = clients.many(db)
             identity = None
@@ -500,6 +559,7 @@ class Gateway:
                 else None
             ),
             on_stream_ended=self.metrics.stream_ended,
+            tracer=self.tracer,
         )
         self._stack.push_async_callback(publisher.aclose)
         alerts = OperatorAlerts(
@@ -515,10 +575,13 @@ class Gateway:
             metrics=self.metrics,
             live=publisher if publisher.streaming else None,
             registries=registries,
-            tool_observer=tool_observer(db, self.metrics, self.mcp, shown=publisher),
+            tool_observer=tool_observer(
+                db, self.metrics, self.mcp, shown=publisher, spans=tool_spans(self.tracer)
+            ),
             desk=publisher,
             policies=self.policies.policy_of if self.policies else None,
             circuit=self._circuit,
+            tracer=self.tracer,
         )
         runner.start()
         self._stack.push_async_callback(runner.stop)
@@ -578,6 +641,7 @@ class Gateway:
                 rules=policies.rules_of,
                 sharing=workspace.sharing,
                 on_redacted=lambda found: self.metrics.redacted(found.kinds),
+                tracer=self.tracer,
             )
 
         async def pins(team_id: str | None, enterprise_id: str | None) -> Pins:
@@ -740,6 +804,7 @@ class SlackClientFactory:
     supervisor: Supervisor
     session: aiohttp.ClientSession
     alarm: TokenAlarm
+    tracer: Tracer = NO_TRACER
 
     def _client(self, token: str | None, **options: Any) -> MeteredWebClient:
         return slack_client(
@@ -749,6 +814,7 @@ class SlackClientFactory:
             metrics=self.metrics,
             supervisor=self.supervisor,
             session=self.session,
+            tracer=self.tracer,
             **options,
         )
 

@@ -156,7 +156,7 @@ async def show_command(settings: Settings, args: argparse.Namespace) -> int:
             tuple(await approvals_of(db, args.id)), tuple(await votes_of(db, reply_id(args.id)))
         )
     if args.json:
-        print(as_json({**_plain(detail), **_plain(people)}))
+        print(as_json({**_plain(detail), "trace_id": detail.trace_id, **_plain(people)}))
     else:
         print(render_detail(detail, people))
     return 0
@@ -305,6 +305,7 @@ def _overview(d: TaskDetail) -> str:
         ("attempts", str(s.attempts)),
         ("lease", lease),
         ("model requests", str(s.model_requests)),
+        ("trace", d.trace_id or "not traced"),
         ("created", _when(s.created_at)),
         ("restarted", _when(d.restarted_at)),
         ("run after", _when(d.run_after)),

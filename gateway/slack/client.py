@@ -25,6 +25,7 @@ unknown, unavailable), mapped there once from whatever slack_sdk, aiohttp or the
 raised. Every call is counted by method and status, and a refusal of our own token
 (`invalid_auth`, `token_revoked`, `account_inactive`) is the one Slack error an operator
 must hear about at once: it is logged at CRITICAL and handed to `on_token_refused`.
+Every call is a span of the trace it is made in (`slack {method}`, agent/core/tracing.py).
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from slack_sdk.http_retry.state import RetryState
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
-from agent import ConfigError, Supervisor
+from agent import NO_TRACER, ConfigError, Supervisor, Tracer
 from gateway.slack.errors import SlackRefused, slack_failure
 from gateway.telemetry.metrics import Metrics
 
@@ -98,9 +99,11 @@ class MeteredWebClient(AsyncWebClient):
         supervisor: Supervisor | None = None,
         call_timeout: float,
         workspace: str | None = None,
+        tracer: Tracer = NO_TRACER,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
+        self._tracer = tracer
         self.workspace = workspace  # which installation's token (OAuth mode), for the log
         self._metrics = metrics
         self._on_token_refused = on_token_refused
@@ -108,6 +111,11 @@ class MeteredWebClient(AsyncWebClient):
         self.call_timeout = call_timeout  # the bound of one call, its retries included
 
     async def api_call(self, api_method: str, **kwargs: Any) -> AsyncSlackResponse:
+        attributes = {"rpc.system": "slack", "rpc.method": api_method}
+        with self._tracer.span(f"slack {api_method}", attributes, kind="client"):
+            return await self._api_call(api_method, **kwargs)
+
+    async def _api_call(self, api_method: str, **kwargs: Any) -> AsyncSlackResponse:
         auth = kwargs.pop("auth", None)
         if isinstance(auth, dict):
             # The app's credentials (oauth.v2.access): slack_sdk would wrap them in aiohttp's
@@ -186,6 +194,7 @@ def slack_client(
     supervisor: Supervisor | None = None,
     session: aiohttp.ClientSession | None = None,
     workspace: str | None = None,
+    tracer: Tracer = NO_TRACER,
 ) -> MeteredWebClient:
     """The client; pass a long-lived `session` to reuse connections (without one, slack_sdk
     opens a connection per call). The caller closes the session. `timeout` bounds each
@@ -206,4 +215,5 @@ def slack_client(
         session=session,
         call_timeout=timeout,
         workspace=workspace,
+        tracer=tracer,
     )

@@ -4,6 +4,11 @@ The registry is per `Gateway` (never the process-global one), so two gateways in
 process do not collide. The agent knows nothing of Prometheus: the runner reports through
 `agent.RunnerObserver`, the ladder through its `on_attempt` callback, and models
 are wrapped by `MeteredModel`; this module turns those into series.
+
+`MeteredModel` also prices each answer (`threadgate_model_cost_usd_total`, by model: not
+by user or channel, whose number has no bound — `threadgate usage` has those) and records
+it as a span of the message's trace, named and labelled as OpenTelemetry's GenAI
+conventions say (`chat {model}`, `gen_ai.*`), through the `agent.Tracer` it is given.
 """
 
 from __future__ import annotations
@@ -15,15 +20,22 @@ from dataclasses import dataclass, field
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from agent import (
+    DEFAULT_PRICE_TABLE,
+    NO_TRACER,
+    Attributes,
     Model,
     ModelRequest,
     ModelResponse,
+    PriceTable,
     Route,
     Showing,
     StreamEvent,
     Task,
     ToolCallRecord,
+    Tracer,
+    Usage,
     Watch,
+    route_of,
 )
 from storage import LIMIT_SCOPES, ConnectionPool
 
@@ -57,9 +69,9 @@ class Metrics:
         self.limited = Counter(
             "threadgate_limited_messages_total",
             "Messages acked but not answered because a limit refused them, by the limit"
-            " (user, thread, user_tokens, channel_tokens, all_tokens), or their channel was"
-            " refused (external: shared with another organization; unverified: its sharing"
-            " could not be checked).",
+            " (user, thread, user_tokens, channel_tokens, all_tokens, channel_spend,"
+            " workspace_spend), or their channel was refused (external: shared with another"
+            " organization; unverified: its sharing could not be checked).",
             ["scope"],
             registry=r,
         )
@@ -101,6 +113,20 @@ class Metrics:
             "threadgate_model_tokens_total",
             "Tokens by kind.",
             ["slot", "model", "kind"],
+            registry=r,
+        )
+        self.cost = Counter(
+            "threadgate_model_cost_usd_total",
+            "What the model answers cost, in USD by the price table (THREADGATE_PRICES over"
+            " the built-in one), by model; answers of a model it has no price for are counted"
+            " in threadgate_model_unpriced_answers_total instead.",
+            ["model"],
+            registry=r,
+        )
+        self.unpriced = Counter(
+            "threadgate_model_unpriced_answers_total",
+            "Model answers the price table has no price for (their cost is unknown), by model.",
+            ["model"],
             registry=r,
         )
         self.slack_calls = Counter(
@@ -265,13 +291,33 @@ class ToolCallCounter:
 
 
 class MeteredModel(Model):
-    """A model that reports latency and tokens of every request it answers."""
+    """A model that reports latency, tokens and cost of every request it answers, each
+    request a span (module docstring)."""
 
-    def __init__(self, inner: Model, metrics: Metrics, slot: int) -> None:
+    def __init__(
+        self,
+        inner: Model,
+        metrics: Metrics,
+        slot: int,
+        *,
+        prices: PriceTable = DEFAULT_PRICE_TABLE,
+        tracer: Tracer = NO_TRACER,
+    ) -> None:
         self.name = inner.name
         self._inner = inner
         self._labels = (str(slot), inner.name)
         self._metrics = metrics
+        self._prices = prices
+        self._tracer = tracer
+        route = route_of(inner)
+        self._route = f"{route.provider}:{route.model}"
+        self._span_name = f"chat {route.model}"
+        self._request_attributes: Attributes = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": route.provider,
+            "gen_ai.request.model": route.model,
+            "threadgate.model.slot": slot,
+        }
 
     async def request(
         self,
@@ -280,21 +326,40 @@ class MeteredModel(Model):
         watch: Watch | None = None,
         showing: Showing | None = None,
     ) -> ModelResponse:
-        started = time.perf_counter()
-        try:
-            response = await self._inner.request(request, watch=watch, showing=showing)
-        finally:
-            self._metrics.model_seconds.labels(*self._labels).observe(time.perf_counter() - started)
-        usage = response.usage
+        with self._tracer.span(self._span_name, self._request_attributes, kind="client") as span:
+            started = time.perf_counter()
+            try:
+                response = await self._inner.request(request, watch=watch, showing=showing)
+            finally:
+                elapsed = time.perf_counter() - started
+                self._metrics.model_seconds.labels(*self._labels).observe(elapsed)
+            cost = self._count(response.usage)
+            span.set(_answer_attributes(response, cost))
+        return response
+
+    def _count(self, usage: Usage) -> float | None:
+        """Count the answer's tokens and cost; the cost in USD (None: unpriced)."""
         for kind, count in (
             ("input", usage.input_tokens),
             ("output", usage.output_tokens),
             ("cached", usage.cached_tokens),
+            ("cache_write", usage.cache_write_tokens),
             ("reasoning", usage.reasoning_tokens),
         ):
             if count:
                 self._metrics.tokens.labels(*self._labels, kind).inc(count)
-        return response
+        cost = self._prices.cost(
+            self._route,
+            usage.input_tokens,
+            usage.output_tokens,
+            usage.cached_tokens,
+            usage.cache_write_tokens,
+        )
+        if cost is None:
+            self._metrics.unpriced.labels(self.name).inc()
+            return None
+        self._metrics.cost.labels(self.name).inc(float(cost))
+        return float(cost)
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
         async for event in self._inner.stream(request):
@@ -306,3 +371,19 @@ class MeteredModel(Model):
     def __getattr__(self, name: str) -> object:
         # `route`, `streaming` and the like belong to the wrapped model.
         return getattr(self._inner, name)
+
+
+def _answer_attributes(response: ModelResponse, cost: float | None) -> Attributes:
+    """What a model span learns from the answer (GenAI conventions, and our cost)."""
+    usage = response.usage
+    attributes: dict[str, str | int | float | bool | tuple[str, ...]] = {
+        "gen_ai.response.model": response.model,
+        "gen_ai.response.finish_reasons": (response.finish_reason,),
+        "gen_ai.usage.input_tokens": usage.input_tokens,
+        "gen_ai.usage.output_tokens": usage.output_tokens,
+        "gen_ai.usage.cache_read.input_tokens": usage.cached_tokens,
+        "gen_ai.usage.cache_creation.input_tokens": usage.cache_write_tokens,
+    }
+    if cost is not None:
+        attributes["threadgate.cost_usd"] = cost
+    return attributes
