@@ -135,9 +135,13 @@ async def test_a_gateway_logs_what_slack_sent_escaped(postgres_dsn: str, tmp_pat
             finally:
                 await gateway.stop()
             log = gateway.log.decode()
-            [line] = [x for x in log.splitlines() if "users.info refused" in x]
+            # One refusal is logged per look-up; under load a second look-up may run before
+            # the first answer is remembered, and each line must hold up on its own.
+            lines = [x for x in log.splitlines() if "users.info refused" in x]
+            assert lines, log
             assert not ACTED_ON.search(log.replace("\n", ""))
-            if style == "json":
-                assert json.loads(line)["message"].endswith(HOSTILE)
-            else:
-                assert "FAKE LINE" in line and "\\u202egnp.exe" in line
+            for line in lines:
+                if style == "json":
+                    assert json.loads(line)["message"].endswith(HOSTILE)
+                else:
+                    assert "FAKE LINE" in line and "\\u202egnp.exe" in line
