@@ -24,6 +24,8 @@ from agent.core.approval import (
     PausedRound,
     Verdict,
 )
+from agent.core.attachments import AttachmentRefusals, not_shown_note
+from agent.core.attachments import describe as describe_attachment
 from agent.core.citations import Citation
 from agent.core.delegation import (
     Delegation,
@@ -36,8 +38,16 @@ from agent.core.delegation import (
     SubtaskRequest,
     SubtaskState,
 )
+from agent.core.documents import (
+    MAX_DOCUMENT_BYTES_PER_REQUEST,
+    MAX_DOCUMENT_PAGES_PER_REQUEST,
+    MAX_DOCUMENTS_PER_REQUEST,
+    PDF,
+    Document,
+)
 from agent.core.errors import (
     AgentError,
+    AttachmentRefused,
     ConfigError,
     ControlCallError,
     CredentialRejected,
@@ -113,6 +123,7 @@ from agent.durable.runner import (
     RunnerSettings,
     TaskRunner,
 )
+from agent.models.capabilities import CAPABILITY_NAMES, Capabilities, default_capabilities
 from agent.models.circuit import CircuitBreaker
 from agent.models.contract import (
     AssistantMessage,
@@ -122,6 +133,7 @@ from agent.models.contract import (
     ModelRequest,
     ModelResponse,
     NamedTool,
+    PageCitation,
     StreamEvent,
     SystemMessage,
     ToolCall,
@@ -143,24 +155,38 @@ from agent.models.prices import (
 )
 from agent.models.probe import ProbeResult, probe_model
 from agent.models.providers import (
+    BUILTIN_KINDS,
     DEFAULT_GATEWAY_HEADER,
     DEFAULT_MODEL_TIMEOUT,
     GATEWAY_HEADER_VARIABLE,
     GATEWAY_TOKEN_VARIABLE,
     VENDORS,
+    OpenRoute,
+    ProviderKind,
     ProviderSettings,
     Vendor,
     open_model,
+    open_route,
     parse_spec,
+    route_capabilities,
 )
+from agent.models.providers.http_model import HTTPModel
+from agent.models.providers.provider import Provider
 from agent.models.providers.transport import model_transport
+from agent.models.routes import NO_SAMPLING, RouteConfig, Sampling
 from agent.rounds.channel_policy import ChannelPolicy, PolicyOf
 from agent.rounds.control import ControlTool, Decision, Delegate, FinalReply, Reply, round_controls
 from agent.rounds.loop import run_round
 from agent.rounds.mcp_config import McpConfig, McpServerConfig, load_mcp_config, parse_mcp_config
 from agent.rounds.mcp_tools import Backoff, Connecting, McpClients, McpServerState, McpTool
 from agent.rounds.pause import PauseStateError, RoundSoFar
-from agent.rounds.plugins import default_registries, load_subtask_types, load_tools
+from agent.rounds.plugins import (
+    default_registries,
+    installed_providers,
+    load_providers,
+    load_subtask_types,
+    load_tools,
+)
 from agent.rounds.prompt import PROMPT_VERSION, prompt_epoch, system_prompt
 from agent.rounds.references import ReferenceCatalog
 from agent.rounds.settings import DEFAULT_MAX_OUTPUT_TOKENS, DEFAULT_ROUND, RoundSettings
@@ -176,6 +202,8 @@ from agent.rounds.tools import (
 )
 
 __all__ = [
+    "BUILTIN_KINDS",
+    "CAPABILITY_NAMES",
     "DEFAULT_APPROVAL_TIMEOUT_SECONDS",
     "DEFAULT_GATEWAY_HEADER",
     "DEFAULT_MAX_OUTPUT_TOKENS",
@@ -187,8 +215,13 @@ __all__ = [
     "GATEWAY_HEADER_VARIABLE",
     "GATEWAY_TOKEN_VARIABLE",
     "INVISIBLE_CHARACTERS",
+    "MAX_DOCUMENTS_PER_REQUEST",
+    "MAX_DOCUMENT_BYTES_PER_REQUEST",
+    "MAX_DOCUMENT_PAGES_PER_REQUEST",
     "MAX_IMAGES_PER_REQUEST",
+    "NO_SAMPLING",
     "NO_TRACER",
+    "PDF",
     "PROMPT_VERSION",
     "TAG_LOOKALIKES",
     "VENDORS",
@@ -205,6 +238,8 @@ __all__ = [
     "ApprovalRequest",
     "ApprovalStore",
     "AssistantMessage",
+    "AttachmentRefusals",
+    "AttachmentRefused",
     "AttemptLadder",
     "Attempts",
     "AttributeValue",
@@ -213,6 +248,7 @@ __all__ = [
     "CacheHint",
     "CallRun",
     "CallRunState",
+    "Capabilities",
     "ChannelPolicy",
     "CircuitBreaker",
     "Citation",
@@ -229,12 +265,14 @@ __all__ = [
     "Delegate",
     "Delegation",
     "DelegationStore",
+    "Document",
     "Draft",
     "FailureKind",
     "FailureNotices",
     "FinalReply",
     "FunctionModel",
     "GatedCall",
+    "HTTPModel",
     "History",
     "Image",
     "LiveView",
@@ -256,7 +294,9 @@ __all__ = [
     "NamedTool",
     "NoTracer",
     "NonTransientModelError",
+    "OpenRoute",
     "Overflow",
+    "PageCitation",
     "PauseStateError",
     "Paused",
     "PausedRound",
@@ -265,6 +305,8 @@ __all__ = [
     "PriceTable",
     "ProbeResult",
     "PromptEpoch",
+    "Provider",
+    "ProviderKind",
     "ProviderSettings",
     "Publisher",
     "QuotaExhausted",
@@ -280,8 +322,10 @@ __all__ = [
     "RoundSoFar",
     "RoundState",
     "Route",
+    "RouteConfig",
     "RunnerObserver",
     "RunnerSettings",
+    "Sampling",
     "Showing",
     "Span",
     "SpanKind",
@@ -329,13 +373,19 @@ __all__ = [
     "WorkTool",
     "approval_id",
     "bind_log_fields",
+    "default_capabilities",
     "default_registries",
+    "describe_attachment",
+    "installed_providers",
     "load_mcp_config",
+    "load_providers",
     "load_subtask_types",
     "load_tools",
     "log_fields",
     "model_transport",
+    "not_shown_note",
     "open_model",
+    "open_route",
     "parse_mcp_config",
     "parse_prices",
     "parse_spec",
@@ -343,6 +393,7 @@ __all__ = [
     "prompt_epoch",
     "reply_id",
     "round_controls",
+    "route_capabilities",
     "route_of",
     "run_round",
     "sanitize_text",

@@ -87,6 +87,8 @@ from storage.pictures import (
     DEFAULT_THREAD_PICTURE_BYTES,
     DEFAULT_WORKSPACE_DAILY_PICTURE_BYTES,
     PictureBudgets,
+    PostgresAttachmentRefusals,
+    attachment_key,
 )
 from storage.pins import PinnedMessage, clear_pin, flag_pin, retain_pin, session_known
 from storage.pool import ConnectionPool
@@ -150,6 +152,7 @@ __all__ = [
     "PostState",
     "PostgresAlertThrottle",
     "PostgresApprovals",
+    "PostgresAttachmentRefusals",
     "PostgresDelegations",
     "PostgresHistory",
     "PostgresInstallations",
@@ -187,6 +190,7 @@ __all__ = [
     "Vote",
     "admit",
     "approvals_of",
+    "attachment_key",
     "before_downloads",
     "cancel_task",
     "cancel_workspace_tasks",

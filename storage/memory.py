@@ -10,7 +10,8 @@ session's next task pins the prompt of the deployment that runs it; it is audite
 `session_interventions`, like task interventions.
 
 Every stored reply and acknowledgment is stamped with the epoch and the route (provider,
-model, slot) that produced it, for `threadgate tasks show`.
+model, slot, and its index in the fallback chain) that produced it, for `threadgate tasks
+show`.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ _REPIN = "UPDATE sessions SET prompt_epoch = $2 WHERE id = $1"
 
 _STAMP = """
 UPDATE messages
-SET prompt_epoch = $2, route_provider = $3, route_model = $4, route_slot = $5
+SET prompt_epoch = $2, route_provider = $3, route_model = $4, route_slot = $5, route_index = $6
 WHERE id = $1 AND prompt_epoch IS NULL AND route_provider IS NULL
 """
 
@@ -128,6 +129,7 @@ class PostgresMemory:
             route.provider if route else None,
             route.model if route else None,
             slot_name(route.slot) if route else None,
+            route.slot if route else None,
         )
 
 

@@ -31,6 +31,7 @@ import asyncio
 import contextlib
 import functools
 import gc
+import hashlib
 import logging
 import signal
 from contextlib import AsyncExitStack
@@ -67,14 +68,17 @@ from agent import (
     RunnerSettings,
     SubtaskRegistry,
     Supervisor,
+    Task,
     TaskRunner,
     ThreadReader,
     ToolObserver,
     ToolRegistry,
     Tracer,
     default_registries,
+    installed_providers,
     model_transport,
-    open_model,
+    open_route,
+    route_capabilities,
     stop_task,
 )
 from gateway.delivery.alerts import AlertWindows, OperatorAlerts, TokenAlarm
@@ -103,6 +107,7 @@ from gateway.process.http import (
     build_metrics_app,
 )
 from gateway.process.tool_observers import ToolObservers
+from gateway.slack.address import SlackAddress
 from gateway.slack.client import MeteredWebClient, slack_client
 from gateway.slack.errors import SlackError, SlackOutcomeUnknown, SlackRefused
 from gateway.slack.file_info import FileInfo
@@ -125,6 +130,7 @@ from storage import (
     PictureBudgets,
     PostgresAlertThrottle,
     PostgresApprovals,
+    PostgresAttachmentRefusals,
     PostgresDelegations,
     PostgresHistory,
     PostgresInstallations,
@@ -164,19 +170,51 @@ def provider_settings(settings: Settings) -> ProviderSettings:
         gateway_token=settings.threadgate_gateway_token,
         timeout=settings.threadgate_model_timeout_seconds,
         transport=functools.partial(model_transport, workers=settings.threadgate_workers),
+        sampling=settings.sampling,
     )
 
 
 def open_models(settings: Settings) -> list[Model]:
-    """The configured model slots; a bad spec or missing key is a ConfigError."""
+    """The fallback chain's models, one per route in order; a bad route or a missing key
+    is a ConfigError naming the setting."""
     providers = provider_settings(settings)
-    slots = [("THREADGATE_MODEL", settings.require("THREADGATE_MODEL"))]
-    if settings.threadgate_fallback_model:
-        slots.append(("THREADGATE_FALLBACK_MODEL", settings.threadgate_fallback_model))
+    variable = _routes_variable(settings)
     return [
-        open_model(spec, slot=slot, settings=providers, variable=variable)
-        for slot, (variable, spec) in enumerate(slots)
+        open_route(
+            route, index=n, settings=providers, kinds=installed_providers(), variable=variable
+        )
+        for n, route in enumerate(settings.require_routes())
     ]
+
+
+def reads_documents(settings: Settings) -> bool:
+    """Whether some route reads PDFs natively (agent/models/capabilities.py): only then
+    are PDFs themselves kept with their turns; every model reads their text anyway."""
+    providers = provider_settings(settings)
+    return any(
+        route_capabilities(route, settings=providers, kinds=installed_providers()).documents
+        for route in settings.routes(keys=False)
+    )
+
+
+def _routes_variable(settings: Settings) -> str:
+    return "THREADGATE_ROUTES" if settings.threadgate_routes.strip() else "THREADGATE_MODEL"
+
+
+def end_user_of(task: Task) -> str | None:
+    """The id the providers are given for the person a task answers (THREADGATE_SEND_USER_ID):
+    a hash of their workspace and Slack user id, never the id itself. The vendors ask for
+    an opaque, stable id so their abuse detection can tell one person's requests from the
+    rest of the deployment's; a Slack id would tell them who the person is in which
+    workspace (and `users.info` turns it into a name and an email). The hash is salted with
+    the workspace, so the same person has unrelated ids in two workspaces; it is not a
+    secret (anyone holding a Slack id can compute it), only unreadable."""
+    address = SlackAddress.parse(task.address)
+    if address.user is None:
+        return None
+    team = address.user_team or address.team or ""
+    digest = hashlib.sha256(f"threadgate-end-user:{team}:{address.user}".encode()).hexdigest()
+    return f"tg-{digest[:32]}"
 
 
 def retry_policy(settings: Settings) -> RetryPolicy:
@@ -201,9 +239,16 @@ def channel_policies(
         prices = settings.price_table()
 
         def make(specs: tuple[str, ...]) -> tuple[AttemptLadder, list[Model]]:
+            variable = "THREADGATE_CHANNEL_CONFIG"
             models: list[Model] = [
                 MeteredModel(
-                    open_model(spec, slot=n, settings=providers),
+                    open_route(
+                        settings.route_for(spec, variable=variable),
+                        index=n,
+                        settings=providers,
+                        kinds=installed_providers(),
+                        variable=variable,
+                    ),
                     metrics,
                     n,
                     prices=prices,
@@ -299,6 +344,8 @@ def build_runner(
         policies=policies,
         prices=settings.price_table(),
         prompt_caching=settings.threadgate_prompt_caching,
+        end_user=end_user_of if settings.threadgate_send_user_id else None,
+        refusals=PostgresAttachmentRefusals(db),
         settings=RoundSettings(
             max_output_tokens=settings.threadgate_max_output_tokens,
             tool_timeout_seconds=settings.threadgate_tool_timeout_seconds,
@@ -777,6 +824,7 @@ class Gateway:
             s.file_kinds,
             on_read=self.metrics.file_read,
             info=FileInfo(slack),
+            documents=reads_documents(s),
         )
 
     async def _start_socket_mode(self, bolt: AsyncApp) -> None:

@@ -8,10 +8,11 @@ slot=0, settings=…)` is the same for a route given by its spec alone (the vend
 URL and key settings). A wrong spec or a missing key raises `ConfigError` with one
 sentence naming the variable.
 
-API keys: a route's own (`apiKey` in THREADGATE_ROUTES) when it has one; else, for a route
-to the vendor's own API, the vendor's (`OPENAI_API_KEY`, `ANTHROPIC_API_KEY`), required
-there. A route to any other base URL (a local vLLM or Ollama, a gateway holding the key
-itself) never gets the vendor's key: without one of its own, no vendor auth header is sent.
+A route without a base URL is reached by its vendor's settings (`OPENAI_BASE_URL`,
+`ANTHROPIC_BASE_URL`) and, without a key of its own, with the vendor's key
+(`OPENAI_API_KEY`, `ANTHROPIC_API_KEY`). A route with a base URL of its own never gets
+the vendor's key: without one of its own (`apiKey` in THREADGATE_ROUTES), no vendor auth
+header is sent. A key is required only where the base URL is the vendor's own API.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import httpx
 from pydantic import SecretStr
 
 from agent.core.errors import ConfigError
+from agent.models.capabilities import Capabilities
 from agent.models.contract import Model
 from agent.models.providers.kinds import BUILTIN_KINDS, OpenRoute, ProviderKind
 from agent.models.providers.vendors import (
@@ -52,6 +54,7 @@ __all__ = [
     "open_model",
     "open_route",
     "parse_spec",
+    "route_capabilities",
 ]
 
 _EXAMPLE = "e.g. openai:gpt-4.1-mini or anthropic:claude-sonnet-4-5"
@@ -115,7 +118,9 @@ def open_model(
     the setting in errors."""
     variable = variable or ("THREADGATE_MODEL" if slot == 0 else "THREADGATE_FALLBACK_MODEL")
     provider, model = parse_spec(spec, variable=variable)
-    return open_route(settings.vendor_route(provider, model), index=slot, settings=settings)
+    return open_route(
+        RouteConfig(provider, model), index=slot, settings=settings, variable=variable
+    )
 
 
 def open_route(
@@ -132,22 +137,26 @@ def open_route(
     if kind is None:
         names = " or ".join(sorted(kinds))
         raise ConfigError(f"{variable} names an unknown provider {route.provider!r}: use {names}.")
+    own_url = route.base_url is not None
+    route = _by_vendor(route, settings, kind)
     base_url = route.base_url or kind.base_url
-    key, credential = route.api_key, route.credential
-    if key is None and route.base_url is None:
-        credential = kind.key_variable
-    if not (key is not None and key.get_secret_value()):
-        key = None
-        if urlsplit(base_url).hostname == kind.host and kind.key_variable:
-            which = credential or kind.key_variable
-            raise ConfigError(f"{which} is not set: put your API key for {kind.host} there.")
+    key = route.api_key if route.api_key is not None and route.api_key.get_secret_value() else None
+    if key is None and kind.key_variable and urlsplit(base_url).hostname == kind.host:
+        if own_url or route.credential != kind.key_variable:
+            raise ConfigError(
+                f"{variable} sends {route.spec} to {kind.host} without a key: name the "
+                "variable holding it in the route's apiKey."
+            )
+        raise ConfigError(
+            f"{kind.key_variable} is not set: put your API key for {kind.host} there."
+        )
     return kind.open(
         OpenRoute(
             replace(route, sampling=route.sampling.over(settings.sampling)),
             index,
             base_url,
             key,
-            credential or kind.key_variable,
+            route.credential,
             kind.capabilities(route.model, base_url).overridden(route.capabilities),
             settings.timeout,
             settings.stream,
@@ -156,3 +165,33 @@ def open_route(
             settings.transport(base_url) if settings.transport is not None else None,
         )
     )
+
+
+def _by_vendor(route: RouteConfig, settings: ProviderSettings, kind: ProviderKind) -> RouteConfig:
+    """A route without a base URL, reached by its vendor's settings: their base URL, and
+    their key when it has none of its own."""
+    if route.base_url is not None:
+        return route
+    vendor = settings.vendor_route(route.provider, route.model)
+    keyed = route.api_key is not None
+    return replace(
+        route,
+        base_url=vendor.base_url or kind.base_url,
+        api_key=route.api_key if keyed else vendor.api_key,
+        credential=route.credential if keyed else vendor.credential or kind.key_variable,
+    )
+
+
+def route_capabilities(
+    route: RouteConfig,
+    *,
+    settings: ProviderSettings,
+    kinds: Mapping[str, ProviderKind] = BUILTIN_KINDS,
+) -> Capabilities:
+    """What the model of `route` accepts (its defaults where it is reached, with the
+    route's overrides), without opening it; an unknown provider's: the plain defaults."""
+    kind = kinds.get(route.provider)
+    if kind is None:
+        return Capabilities().overridden(route.capabilities)
+    base_url = _by_vendor(route, settings, kind).base_url or kind.base_url
+    return kind.capabilities(route.model, base_url).overridden(route.capabilities)

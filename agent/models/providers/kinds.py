@@ -100,7 +100,7 @@ class VendorKind(ProviderKind):
         )
         return self._model(
             route.config.model,
-            provider=provider,  # type: ignore[arg-type]  # the vendor's own provider class
+            provider=provider,
             slot=route.index,
             stream=route.stream,
             capabilities=route.capabilities,
