@@ -24,7 +24,7 @@ from agent.core.approval import (
     PausedRound,
     Verdict,
 )
-from agent.core.attachments import AttachmentRefusals, not_shown_note
+from agent.core.attachments import AttachmentRefusals, attachment_key, message_of, not_shown_note
 from agent.core.attachments import describe as describe_attachment
 from agent.core.citations import Citation
 from agent.core.delegation import (
@@ -197,6 +197,7 @@ from agent.rounds.tools import (
     ReadThread,
     Toolbox,
     ToolContext,
+    ToolOutput,
     ToolRegistry,
     WorkTool,
 )
@@ -357,6 +358,7 @@ __all__ = [
     "ToolChoice",
     "ToolContext",
     "ToolObserver",
+    "ToolOutput",
     "ToolRegistry",
     "ToolResultMessage",
     "ToolSpec",
@@ -372,6 +374,7 @@ __all__ = [
     "Window",
     "WorkTool",
     "approval_id",
+    "attachment_key",
     "bind_log_fields",
     "default_capabilities",
     "default_registries",
@@ -382,6 +385,7 @@ __all__ = [
     "load_subtask_types",
     "load_tools",
     "log_fields",
+    "message_of",
     "model_transport",
     "not_shown_note",
     "open_model",

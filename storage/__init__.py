@@ -88,7 +88,6 @@ from storage.pictures import (
     DEFAULT_WORKSPACE_DAILY_PICTURE_BYTES,
     PictureBudgets,
     PostgresAttachmentRefusals,
-    attachment_key,
 )
 from storage.pins import PinnedMessage, clear_pin, flag_pin, retain_pin, session_known
 from storage.pool import ConnectionPool
@@ -190,7 +189,6 @@ __all__ = [
     "Vote",
     "admit",
     "approvals_of",
-    "attachment_key",
     "before_downloads",
     "cancel_task",
     "cancel_workspace_tasks",

@@ -43,11 +43,11 @@ from agent import (
     StoredMessage,
     Task,
     Window,
+    attachment_key,
 )
 from storage.database import Database
 from storage.errors import translate_errors
 from storage.memory import slot_name
-from storage.pictures import attachment_key
 
 _COLUMNS = "id, session_id, role, kind, text, pinned, citations"
 
@@ -132,16 +132,28 @@ def citations_to_json(citations: Sequence[Citation]) -> str | None:
     """A reply's citations as stored (`messages.citations`); None when it has none."""
     if not citations:
         return None
-    return json.dumps(
-        [{"message": c.message_id} if c.message_id else {"url": c.url} for c in citations]
-    )
+    return json.dumps([_citation_json(c) for c in citations])
+
+
+def _citation_json(c: Citation) -> dict[str, object]:
+    if c.url is not None:
+        return {"url": c.url}
+    passage = {"document": c.document, "page": c.page, "quote": c.quote}
+    return {"message": c.message_id} | {k: v for k, v in passage.items() if v is not None}
 
 
 def citations_from_json(stored: str | None) -> tuple[Citation, ...]:
     if not stored:
         return ()
     return tuple(
-        Citation(message_id=item.get("message"), url=item.get("url")) for item in json.loads(stored)
+        Citation(
+            message_id=item.get("message"),
+            url=item.get("url"),
+            document=item.get("document"),
+            page=item.get("page"),
+            quote=item.get("quote"),
+        )
+        for item in json.loads(stored)
     )
 
 

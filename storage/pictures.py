@@ -45,7 +45,14 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from agent import AttachmentRefusals, Document, Image, Route, describe_attachment, not_shown_note
+from agent import (
+    AttachmentRefusals,
+    Document,
+    Image,
+    Route,
+    describe_attachment,
+    not_shown_note,
+)
 from storage.database import Database
 from storage.errors import translate_errors
 from storage.migrations import Connection
@@ -239,11 +246,6 @@ class PostgresAttachmentRefusals(AttachmentRefusals):
                 why = f"the provider refused {'it' if len(described) == 1 else 'them'}: {reason}"
                 await conn.execute(_NOTE, message_id, not_shown_note(described, why))
         log.info("%d attachment(s) refused by %s:%s marked", len(rows), route.provider, route.model)
-
-
-def attachment_key(message_id: str, ordinal: int) -> str:
-    """How the agent names a stored attachment (`Image.key`, `Document.key`)."""
-    return f"{message_id}#{ordinal}"
 
 
 def _parse_key(key: str) -> tuple[str, int] | None:

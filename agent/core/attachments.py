@@ -51,3 +51,15 @@ def describe(kind: str, name: str, size: int) -> str:
     """`the picture "a.png" (12,345 bytes)`; `kind` is "picture" or "document"."""
     shown = quoted_name(name) if name else "without a name"
     return f"the {kind} {shown} ({size:,} bytes)"
+
+
+def attachment_key(message_id: str, ordinal: int) -> str:
+    """How a stored attachment is named (`Image.key`, `Document.key`): its message's id and
+    its place among the message's attachments."""
+    return f"{message_id}#{ordinal}"
+
+
+def message_of(key: str) -> str | None:
+    """The id of the message an attachment key belongs to; None for a key of no message."""
+    message_id, _, ordinal = key.rpartition("#")
+    return message_id if message_id and ordinal.isdigit() else None

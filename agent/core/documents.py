@@ -35,6 +35,9 @@ class Document:
     media_type: str = PDF
     # Which stored attachment it is (`message id#ordinal`), as for `Image.key`.
     key: str = field(default="", compare=False)
+    # How the request titles it (`document 2`), set by the prompt in window order: the
+    # model cites it by that number, and the vendor's citations name it by that title.
+    label: str = field(default="", compare=False)
 
     def __repr__(self) -> str:  # the bytes would flood a log line or a test failure
         return f"Document({self.name!r}, {len(self.data)} bytes, {self.pages} pages)"

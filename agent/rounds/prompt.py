@@ -161,22 +161,31 @@ def newest_images(
 
 def newest_documents(window: Sequence[StoredMessage]) -> dict[str, tuple[Document, ...]]:
     """The PDFs the request carries, by message id: the newest of the window, as many as
-    fit the bounds of one request (agent/core/documents.py); an older one, or one too
-    large for what is left, is read from its text in the turn."""
-    chosen: dict[str, list[Document]] = {}
-    count = pages = size = 0
+    fit the bounds of one request (agent/core/documents.py), titled `document N` in window
+    order (the model cites them by N); an older one, or one too large for what is left,
+    is read from its text in the turn."""
+    chosen: set[str] = set()
+    pages = size = 0
     for message in reversed(window):
         for document in message.documents:
-            if count == MAX_DOCUMENTS_PER_REQUEST:
+            if len(chosen) == MAX_DOCUMENTS_PER_REQUEST:
                 break
             if (
                 pages + document.pages > MAX_DOCUMENT_PAGES_PER_REQUEST
                 or size + len(document.data) > MAX_DOCUMENT_BYTES_PER_REQUEST
             ):
                 continue
-            chosen.setdefault(message.id, []).append(document)
-            count, pages, size = count + 1, pages + document.pages, size + len(document.data)
-    return {message_id: tuple(docs) for message_id, docs in chosen.items()}
+            chosen.add(document.key or str(id(document)))
+            pages, size = pages + document.pages, size + len(document.data)
+    shown: dict[str, tuple[Document, ...]] = {}
+    for message in window:
+        kept = [d for d in message.documents if (d.key or str(id(d))) in chosen]
+        if kept:
+            first = sum(len(docs) for docs in shown.values()) + 1
+            shown[message.id] = tuple(
+                replace(d, label=f"document {first + n}") for n, d in enumerate(kept)
+            )
+    return shown
 
 
 def _as_shown(message: StoredMessage) -> StoredMessage:

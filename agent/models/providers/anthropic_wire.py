@@ -13,8 +13,8 @@ after the last message. Anthropic renders tools, then system, then messages, so 
 first two cover what every request of a deployment shares; the last lets the next step
 of a round (or the next message of the thread) read everything this one sent.
 
-A person's PDFs go as `document` blocks (base64, after the turn's pictures), titled
-`document N` in request order and with citations enabled (Anthropic wants them on all
+A person's PDFs go as `document` blocks (base64, after the turn's pictures), titled as the
+prompt numbered them (`document N`) and with citations enabled (Anthropic wants them on all
 documents or none); a text block citing one carries `page_location` citations (`cited_text`,
 `document_index`, `start_page_number`, `end_page_number` exclusive), streamed as
 `citations_delta`s, which the answer keeps (`ModelResponse.citations`). A tool's pictures
@@ -176,7 +176,7 @@ def _document(document: Document, number: int) -> dict[str, Any]:
     return {
         "type": "document",
         "source": {"type": "base64", "media_type": document.media_type, "data": data},
-        "title": f"document {number}",
+        "title": document.label or f"document {number}",
         "citations": {"enabled": True},
     }
 

@@ -9,7 +9,7 @@ OpenAI caches prompt prefixes by itself (1,024 tokens and longer); a request wit
 routed to the same cache. What it read is `usage.prompt_tokens_details.cached_tokens`.
 
 Pictures are `image_url` parts with data URLs; a person's PDFs are `file` parts
-(`file_data` as a data URL, named `document N.pdf` in request order: the file's own name
+(`file_data` as a data URL, named as the prompt numbered them, `document N.pdf`: the file's own name
 stays inside the turn). A tool message carries text only, so the pictures a tool returned
 follow the run of tool messages in one user message, each after a note naming its call.
 The end user's id is `user`; `parallel_tool_calls: false` when the route takes one call
