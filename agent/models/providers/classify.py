@@ -377,7 +377,10 @@ _NO_FILES = re.compile(
 )
 _PICTURE = re.compile(r"\bimages?\b", re.IGNORECASE)
 _DOCUMENT = re.compile(r"\bpdf\b|\bdocument\b", re.IGNORECASE)
-_TOO_LARGE = re.compile(r"exceed|too large|maximum|too many pages|size", re.IGNORECASE)
+_TOO_LARGE = re.compile(r"\bexceeds?\b|too large|too big|too many pages", re.IGNORECASE)
+_UNREADABLE = re.compile(
+    r"unsupported|not (?:a )?valid|invalid|could not|does not appear", re.IGNORECASE
+)
 # Where in the body: Anthropic's message starts with the path, OpenAI's `param` is one.
 _PATH = re.compile(r"messages\.\[?(\d+)\]?\.content\.\[?(\d+)\]?")
 
@@ -393,7 +396,8 @@ def read_attachment_refusal(body: bytes, route: Route) -> AttachmentRefused | No
     if kind is None:
         return None
     scope = "model" if (_NO_PICTURES if kind == "picture" else _NO_FILES).search(text) else None
-    reason = "it is too large" if _TOO_LARGE.search(text) else "it could not be read"
+    too_large = _TOO_LARGE.search(text) and not _UNREADABLE.search(text)
+    reason = "it is too large" if too_large else "it could not be read"
     found = _PATH.search(param or "") or _PATH.search(text)
     path = (int(found[1]), int(found[2])) if found else None
     if scope == "model":
