@@ -13,7 +13,6 @@ import pytest
 
 from agent import (
     Capabilities,
-    ConfigError,
     Image,
     Model,
     OpenRoute,

@@ -21,6 +21,7 @@ from agent import (
     RouteConfig,
     Sampling,
     open_route,
+    route_of,
 )
 from agent.core.errors import ConfigError
 from agent.models.contract import ModelRequest, PageCitation, SystemMessage, UserMessage
@@ -97,17 +98,19 @@ async def test_each_route_has_its_own_base_url_and_key(opened: Opened) -> None:
         ("/v1/chat/completions", "Bearer sk-vendor", "gpt-b"),
         ("/c/v1/chat/completions", None, "gpt-c"),
     ]
-    assert [getattr(m, "route") for m in (first, second)] == [
+    assert [route_of(m) for m in (first, second)] == [
         Route("openai", "gpt-a", 0),
         Route("openai", "gpt-b", 1),
     ]
-    assert getattr(first, "route").credential == "KEY_A"
+    assert route_of(first).credential == "KEY_A"
 
 
 def test_a_route_to_the_vendor_without_a_key_names_the_setting_to_fill() -> None:
     """A route of its own to api.openai.com without a key is refused before anything runs."""
     route = RouteConfig("openai", "gpt-4.1", "https://api.openai.com/v1")
-    with pytest.raises(ConfigError, match="THREADGATE_ROUTES sends openai:gpt-4.1 to api.openai"):
+    with pytest.raises(
+        ConfigError, match=r"THREADGATE_ROUTES sends openai:gpt-4\.1 to api\.openai"
+    ):
         open_route(route, index=0, settings=ProviderSettings())
 
 

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from pydantic import SecretStr
 
 from agent import ConfigError, RouteConfig, Sampling
+from gateway.process.channel_config import parse_channel_config
 from gateway.process.config import load_settings
 from gateway.process.route_config import parse_routes
 from tests.gateway.process import run_cli
@@ -171,3 +172,33 @@ def test_any_value_is_routes_or_one_config_error(text: str) -> None:
         parse_routes(text, {"K": "the-key-value"}, known=KNOWN)
     except ConfigError as exc:
         assert "the-key-value" not in str(exc)
+
+
+def test_a_channels_model_is_reached_by_the_deployments_routes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A channel naming a model the chain has gets that route (its capabilities too);
+    another model of a provider the chain reaches gets that provider's first route's URL
+    and key, and the model's own defaults. A channel naming only `model` keeps every
+    fallback of the chain."""
+    for name, value in ENV.items():
+        monkeypatch.setenv(name, value)
+    settings = load_settings(threadgate_routes=json.dumps(CHAIN))
+    variable = "THREADGATE_CHANNEL_CONFIG"
+    same = settings.route_for("openai:gpt-4.1-mini", variable=variable)
+    assert same.capabilities == {"documents": False, "parallel_tool_calls": False}
+    kin = settings.route_for("openai:gpt-4.1", variable=variable)
+    assert (kin.base_url, kin.credential, kin.capabilities) == (
+        "https://gateway.example/openai/v1",
+        "GATEWAY_KEY",
+        {},
+    )
+    assert settings.route_for("anthropic:claude-haiku-4-5", variable=variable).api_key == (
+        SecretStr("sk-ant-claude-secret")
+    )
+    config = parse_channel_config({"channels": {"C0SUPPORT": {"model": "openai:gpt-4.1"}}})
+    assert config.effective("C0SUPPORT", settings.model_specs).models == (
+        "openai:gpt-4.1",
+        "openai:gpt-4.1-mini",
+        "openai:llama3:8b",
+    )
