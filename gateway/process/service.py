@@ -470,6 +470,7 @@ class Gateway:
     _stack: AsyncExitStack = field(default_factory=AsyncExitStack)
     _socket: SocketModeConnection | None = None
     _downloads: FileDownloader | None = None  # files people attach (gateway/inbound/files.py)
+    _reads_documents: bool = False  # some route reads PDFs: they are kept with their turns
     _decoders: Decoders | None = None  # and their decoder processes (gateway/inbound/decoders.py)
     _workers_started: bool = False
     tracer: Tracer = NO_TRACER
@@ -812,6 +813,7 @@ class Gateway:
             client = httpx.AsyncClient(timeout=s.threadgate_lookup_budget_seconds)
             self._stack.push_async_callback(client.aclose)
             self._downloads = FileDownloader(client, max_bytes=s.threadgate_file_max_bytes)
+            self._reads_documents = reads_documents(s)  # once: the routes do not change
             self._decoders = Decoders(
                 processes=s.threadgate_file_decoders,
                 memory_bytes=s.threadgate_file_decode_memory_mb * 2**20,
@@ -824,7 +826,7 @@ class Gateway:
             s.file_kinds,
             on_read=self.metrics.file_read,
             info=FileInfo(slack),
-            documents=reads_documents(s),
+            documents=self._reads_documents,
         )
 
     async def _start_socket_mode(self, bolt: AsyncApp) -> None:

@@ -13,7 +13,7 @@ saying the model takes no pictures (or no documents) at all, though its route de
 them, is remembered for the life of this object and the request is sent again without
 them; a 400 about one attachment is raised with the attachment it names placed
 (`AttachmentRefused.attachment`), for the task's model to withhold and remember
-(agent/models/attachment_guard.py).
+(agent/models/task_model.py).
 """
 
 from __future__ import annotations
