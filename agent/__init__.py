@@ -42,6 +42,7 @@ from agent.core.errors import (
     ControlCallError,
     CredentialRejected,
     CredentialSource,
+    InvalidSchedule,
     ModelBudgetExceeded,
     ModelError,
     ModelsUnavailable,
@@ -84,6 +85,22 @@ from agent.core.ports import (
     ToolObserver,
     UsageMeter,
     Window,
+)
+from agent.core.recurrence import (
+    Recurrence,
+    RecurrenceKind,
+    format_seconds,
+    recur_cron,
+    recur_every,
+    recur_once,
+)
+from agent.core.schedules import (
+    Missed,
+    ScheduleBook,
+    ScheduleEntry,
+    ScheduleRequest,
+    ScheduleWhere,
+    Silence,
 )
 from agent.core.text import (
     INVISIBLE_CHARACTERS,
@@ -135,7 +152,15 @@ from agent.models.providers import (
     open_model,
 )
 from agent.models.providers.transport import model_transport
-from agent.rounds.control import ControlTool, Decision, Delegate, FinalReply, Reply, round_controls
+from agent.rounds.control import (
+    ControlTool,
+    Decision,
+    Delegate,
+    FinalReply,
+    NoReply,
+    Reply,
+    round_controls,
+)
 from agent.rounds.loop import run_round
 from agent.rounds.mcp_config import McpConfig, McpServerConfig, load_mcp_config, parse_mcp_config
 from agent.rounds.mcp_tools import Backoff, Connecting, McpClients, McpServerState, McpTool
@@ -143,6 +168,12 @@ from agent.rounds.pause import PauseStateError, RoundSoFar
 from agent.rounds.plugins import default_registries, load_subtask_types, load_tools
 from agent.rounds.prompt import PROMPT_VERSION, prompt_epoch, system_prompt
 from agent.rounds.references import ReferenceCatalog
+from agent.rounds.schedule_tools import (
+    ScheduleCreate,
+    ScheduleDelete,
+    ScheduleList,
+    schedule_tools,
+)
 from agent.rounds.settings import DEFAULT_MAX_OUTPUT_TOKENS, DEFAULT_ROUND, RoundSettings
 from agent.rounds.subagent import AgentSubtask
 from agent.rounds.subtask_types import SubtaskContext, SubtaskRegistry, SubtaskType
@@ -210,6 +241,7 @@ __all__ = [
     "GatedCall",
     "History",
     "Image",
+    "InvalidSchedule",
     "LiveView",
     "McpClients",
     "McpConfig",
@@ -217,6 +249,7 @@ __all__ = [
     "McpServerState",
     "McpTool",
     "Memory",
+    "Missed",
     "Model",
     "ModelBudgetExceeded",
     "ModelError",
@@ -226,6 +259,7 @@ __all__ = [
     "ModelResponse",
     "ModelsUnavailable",
     "NamedTool",
+    "NoReply",
     "NonTransientModelError",
     "Overflow",
     "PauseStateError",
@@ -237,6 +271,8 @@ __all__ = [
     "Publisher",
     "QuotaExhausted",
     "ReadThread",
+    "Recurrence",
+    "RecurrenceKind",
     "ReferenceCatalog",
     "Reply",
     "Responder",
@@ -250,7 +286,15 @@ __all__ = [
     "Route",
     "RunnerObserver",
     "RunnerSettings",
+    "ScheduleBook",
+    "ScheduleCreate",
+    "ScheduleDelete",
+    "ScheduleEntry",
+    "ScheduleList",
+    "ScheduleRequest",
+    "ScheduleWhere",
     "Showing",
+    "Silence",
     "Step",
     "StepState",
     "StoredMessage",
@@ -295,6 +339,7 @@ __all__ = [
     "approval_id",
     "bind_log_fields",
     "default_registries",
+    "format_seconds",
     "load_mcp_config",
     "load_subtask_types",
     "load_tools",
@@ -304,10 +349,14 @@ __all__ = [
     "parse_mcp_config",
     "probe_model",
     "prompt_epoch",
+    "recur_cron",
+    "recur_every",
+    "recur_once",
     "reply_id",
     "round_controls",
     "run_round",
     "sanitize_text",
+    "schedule_tools",
     "stop_task",
     "storable_json",
     "storable_text",

@@ -45,6 +45,8 @@ class Task:
     stored_reply: bool | None = None
     # Someone pressed Stop in its thread: the task only says so and ends (storage/stops.py).
     stopped: bool = False
+    # The schedule whose period this task runs (agent/core/schedules.py); None: a person's message.
+    schedule_id: str | None = None
 
     @property
     def user_message_id(self) -> str:

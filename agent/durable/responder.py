@@ -145,6 +145,7 @@ class ModelResponder:
             catalog=catalog,
             max_subtasks=self._settings.max_subtasks,
             citable=citable,
+            silent=round_input.task.schedule_id is not None,  # a schedule's run may say nothing
         )
         context = self._tool_context(round_input.task, approvals=self._approvals is not None)
         toolbox = Toolbox(self._tools, context, self._settings)
