@@ -181,7 +181,8 @@ async def create_schedule(db: Database, new: NewSchedule) -> StoredSchedule:
     """Store `new`, its first period planned after now."""
     r = new.recurrence
     async with db.pool.acquire() as conn, conn.transaction():
-        now = await conn.fetchval("SELECT now()")
+        # Whole seconds: every period starts on one, so its task id (to the second) names it.
+        now = await conn.fetchval("SELECT date_trunc('second', now())")
         first = r.after(now, anchor=now)
         created = await conn.fetchval(
             _INSERT,

@@ -142,7 +142,7 @@ def recur_once(at: str | datetime, time_zone: str = "UTC") -> Recurrence:
             ) from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=zone)
-    return Recurrence("at", time_zone=zone.key, at=_utc(moment))
+    return Recurrence("at", time_zone=zone.key, at=_utc(moment).replace(microsecond=0))
 
 
 def format_seconds(seconds: int) -> str:

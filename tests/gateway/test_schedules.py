@@ -169,9 +169,7 @@ async def test_a_person_creates_lists_and_deletes_their_own_schedule_by_asking(
     rig.model.default = digest_model(fallback=asking)
     env = env_of(rig)
     await mention(rig, "every second, say hi")
-    await rig.slack.wait_until(
-        lambda: any("Created. Schedule" in t for t in told(rig)), 30
-    )
+    await rig.slack.wait_until(lambda: any("Created. Schedule" in t for t in told(rig)), 30)
     [mine] = await list_schedules(rig.db, owner=f"T1:{DEFAULT_USER}")
     assert mine.target == "channel" and mine.channel == DEFAULT_CHANNEL
     await rig.slack.wait_until(lambda: len(digests(rig.slack, mine.id)) >= 1, 30)
