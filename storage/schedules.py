@@ -20,7 +20,7 @@ cancelled. Every change NOTIFYs `SCHEDULES_CHANNEL`, so schedulers wake for it.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal, TypeAlias
@@ -320,11 +320,13 @@ async def due_schedules(db: Database, *, limit: int = 100) -> list[StoredSchedul
 
 
 @translate_errors("The next due schedule could not be read")
-async def seconds_until_due(db: Database) -> float | None:
-    """Seconds until the earliest active period starts (0 if one has); None: none will."""
+async def seconds_until_due(db: Database, *, excluding: Sequence[str] = ()) -> float | None:
+    """Seconds until the earliest active period starts (0 if one has), of the schedules
+    not `excluding`; None: none will."""
     value = await db.pool.fetchval(
         "SELECT greatest(0, extract(epoch FROM min(next_run_at) - now()))::float8 "
-        "FROM schedules WHERE state = 'active'"
+        "FROM schedules WHERE state = 'active' AND NOT (id = ANY($1::bigint[]))",
+        [_number(i) for i in excluding],
     )
     return None if value is None else float(value)
 

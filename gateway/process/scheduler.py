@@ -9,8 +9,9 @@ to do. The task is then an ordinary task, claimed by any worker.
 
 Between passes the loop sleeps until the next period starts, or until a schedule changes
 (storage NOTIFYs `threadgate_schedules`: the CLI, a person's tool call, another replica's
-fire), at most `idle_seconds` — never polling hot: a schedule another replica holds, or one
-whose check failed for a while, is looked at again only after `retry_seconds`.
+fire), at most `idle_seconds` — never polling hot: a schedule another replica is firing is
+looked at again a moment later (its transaction takes milliseconds), one whose check
+failed only after `retry_seconds`.
 
 The check before a run, one Slack call: `conversations.info` for a channel or a thread
 (archived, or not there: `channel_not_found`), `conversations.open` for a person's DM (the
@@ -62,6 +63,8 @@ _GONE = {
     "invalid_auth": "the workspace's token is no longer valid (the app was uninstalled)",
 }
 
+# A schedule another scheduler holds is mid-fire: its transaction takes milliseconds.
+_HELD = 0.25
 Observe = Callable[[str], None]
 Tell = Callable[[StoredSchedule, str], Awaitable[None]]
 
@@ -94,30 +97,33 @@ class Scheduler:
         while True:
             self._db.schedules_changed.clear()
             try:
-                waited_on = await self.run_due()
-                wait = await seconds_until_due(self._db)
+                left = await self.run_due()
+                wait = await seconds_until_due(self._db, excluding=list(left))
+                if left:  # due, and left to another replica or to a later check
+                    wait = min(wait if wait is not None else self._idle, *left.values())
             except Exception:
                 log.exception("the scheduler's pass failed; trying again")
-                waited_on, wait = True, None
-            if waited_on:  # due, yet left to another replica or to a later check
-                wait = max(wait or 0.0, self._retry)
+                wait = self._retry
             await self._sleep(self._idle if wait is None else min(wait, self._idle))
 
-    async def run_due(self) -> bool:
-        """Fire every due schedule this process may; True when one was left due."""
-        left = False
+    async def run_due(self) -> dict[str, float]:
+        """Fire every due schedule this process may; those left due, with the seconds
+        until this process looks at each again."""
+        left: dict[str, float] = {}
         for schedule in await due_schedules(self._db):
-            if self._not_before.get(schedule.id, 0.0) > time.monotonic():
-                left = True
+            wait = self._not_before.get(schedule.id, 0.0) - time.monotonic()
+            if wait > 0:
+                left[schedule.id] = wait
                 continue
             self._not_before.pop(schedule.id, None)
             if not await self._fire(schedule):
-                left = True
+                held = self._not_before.get(schedule.id)
+                left[schedule.id] = _HELD if held is None else held - time.monotonic()
         return left
 
     async def _fire(self, schedule: StoredSchedule) -> bool:
-        """Check and fire one schedule; False when it stays due (held elsewhere, or its
-        check could not be made)."""
+        """Check and fire one schedule; False when it stays due (another scheduler holds
+        it, or its check could not be made)."""
         channel = await self._check(schedule)
         if channel is None:  # paused now (settled), or to be checked again later
             return schedule.id not in self._not_before
