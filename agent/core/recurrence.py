@@ -142,6 +142,10 @@ def recur_once(at: str | datetime, time_zone: str = "UTC") -> Recurrence:
             ) from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=zone)
+    if moment <= datetime.now(UTC):
+        raise InvalidSchedule(
+            f"{moment.isoformat(timespec='minutes')} is in the past: give a time still to come."
+        )
     return Recurrence("at", time_zone=zone.key, at=_utc(moment).replace(microsecond=0))
 
 

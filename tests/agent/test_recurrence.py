@@ -68,8 +68,8 @@ def test_a_weekday_cron_runs_at_nine_in_its_own_zone() -> None:
 
 def test_a_one_time_schedule_has_one_period() -> None:
     """`at` is its only period: after it, none."""
-    r = recur_once("2026-03-01T09:00", "Europe/Berlin")
-    assert r.at == datetime(2026, 3, 1, 8, tzinfo=UTC)
+    r = recur_once("2126-03-01T09:00", "Europe/Berlin")
+    assert r.at == datetime(2126, 3, 1, 8, tzinfo=UTC)
     before = datetime(2026, 1, 1, tzinfo=UTC)
     assert r.after(before, anchor=before) == r.at
     assert r.after(r.at, anchor=before) is None
@@ -86,6 +86,7 @@ def test_a_one_time_schedule_has_one_period() -> None:
         (lambda: recur_cron("* * * * *", minimum_seconds=120), "too often"),
         (lambda: recur_cron("0 9 * * *", "Mars/Olympus"), "is not a time zone"),
         (lambda: recur_once("next tuesday"), "is not a time"),
+        (lambda: recur_once("2001-01-01T09:00"), "is in the past"),
     ],
 )
 def test_a_schedule_written_wrongly_says_how_to_write_it(make: object, words: str) -> None:

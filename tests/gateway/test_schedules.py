@@ -7,11 +7,13 @@ their own schedules by asking the bot."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from storage import get_schedule, list_schedules
+from agent import recur_once
+from storage import NewSchedule, create_schedule, get_schedule, list_schedules
 from tests.fakes.openai_api import RecordedRequest, Reply, reply_with_tool
 from tests.fakes.slack_events import (
     DEFAULT_CHANNEL,
@@ -302,3 +304,33 @@ async def test_a_dm_schedule_opens_the_dm_once_and_a_thread_schedule_posts_in_it
     }
     opened = rig.slack.calls_to("conversations.open")
     assert [c.params.get("users") for c in opened] == ["U0PERSON01"]
+
+
+@pytest.mark.rig(
+    overrides={
+        **FAST,
+        "THREADGATE_SLACK_TIMEOUT_SECONDS": "3",
+        "THREADGATE_SLACK_SETTLE_SECONDS": "0.2",
+    }
+)
+async def test_a_top_level_post_whose_response_was_lost_is_not_posted_twice(
+    rig: Rig, tmp_path: Path
+) -> None:
+    """A run's post lands at the top of the channel but its answer is cut: the retry
+    looks for it in the channel's history (there is no thread to read) and finds it."""
+    rig.model.default = digest_model()
+    rig.slack.drop_after_recording("chat.postMessage")
+    env = env_of(rig)
+    soon = datetime.now(UTC) + timedelta(seconds=1)
+    new = NewSchedule("T1", "channel", "Once", recur_once(soon), "test", channel="C0LOSTPOST")
+    sid = (await create_schedule(rig.db, new)).id
+    await rig.slack.wait_until(lambda: len(digests(rig.slack, sid)) >= 1, 30, what="the post")
+    await runs_settled(rig.db, sid)
+    assert (
+        json.loads(await cli(env, tmp_path, "schedules", "show", sid, "--json"))["last_outcome"]
+        == "posted"
+    )
+    assert len([p for p in rig.slack.posts if p.channel == "C0LOSTPOST"]) == 1
+    assert [c.params.get("channel") for c in rig.slack.calls_to("conversations.history")] == [
+        "C0LOSTPOST"
+    ]
