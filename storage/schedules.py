@@ -333,10 +333,11 @@ async def seconds_until_due(db: Database, *, excluding: Sequence[str] = ()) -> f
 
 @translate_errors("The schedule could not be fired")
 async def fire_schedule(
-    db: Database, schedule_id: str, plan: Planner, *, late_seconds: float
+    db: Database, schedule_id: str, plan: Planner, *, late_seconds: float, skip: bool = False
 ) -> Fired | None:
-    """Run the schedule's due period (module docstring); None when it is not due or
-    another scheduler holds it."""
+    """Run the schedule's due period (module docstring), or with `skip` (a budget is
+    spent) move past it without a run; None when it is not due or another scheduler
+    holds it."""
     async with db.pool.acquire() as conn, conn.transaction():
         row = await conn.fetchrow(_LOCK_DUE, _number(schedule_id))
         if row is None:
@@ -346,7 +347,8 @@ async def fire_schedule(
         assert schedule.next_run_at is not None  # due
         period = r.latest(schedule.next_run_at, now, anchor=anchor)
         following = r.after(max(period, now), anchor=anchor)
-        if schedule.missed == "skip" and (now - period).total_seconds() > late_seconds:
+        missed = schedule.missed == "skip" and (now - period).total_seconds() > late_seconds
+        if skip or missed:
             await conn.execute(_ADVANCE, _number(schedule_id), following, None, None, 1)
             return Fired(schedule, period, None, skipped=True)
         task_id = run_task_id(schedule.id, period)

@@ -17,7 +17,9 @@ The check before a run, one Slack call: `conversations.info` for a channel or a 
 (archived, or not there: `channel_not_found`), `conversations.open` for a person's DM (the
 first time: its channel is kept). A schedule whose channel is gone, whose person is gone,
 or whose workspace no longer has the app is paused with the reason, counted (`paused`) and
-told to the operators; any other failure of the check is not a reason not to run.
+told to the operators; any other failure of the check is not a reason not to run. A run
+counts against the daily token budgets of its owner and channel like a person's message,
+and a period whose budget is spent is not run (`limited`).
 
 The run's turn is the schedule speaking (`render_schedule_turn`): nothing a person writes
 can produce one. A channel's run posts at the top of the channel (its address has no
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -40,9 +43,13 @@ from gateway.slack.errors import SlackError, SlackRefused
 from gateway.slack.workspaces import NotInstalled, SlackClients
 from gateway.text.provenance import ScheduleTurn, render_schedule_turn
 from storage import (
+    Admission,
     Database,
+    Limits,
+    LimitScope,
     ScheduledRun,
     StoredSchedule,
+    before_downloads,
     due_schedules,
     fire_schedule,
     pause_unrunnable,
@@ -80,6 +87,7 @@ class Scheduler:
         late_seconds: float,
         observe: Observe,
         tell_operators: Tell,
+        limits: Limits | None = None,
         idle_seconds: float = 300.0,
         retry_seconds: float = 5.0,
     ) -> None:
@@ -88,6 +96,12 @@ class Scheduler:
         self._late = late_seconds
         self._observe = observe
         self._tell = tell_operators
+        # Only the token budgets: a run is no message a person sent in the hour.
+        self._limits = (
+            None
+            if limits is None
+            else dataclasses.replace(limits, user_messages_per_hour=0, thread_messages_per_hour=0)
+        )
         self._idle = idle_seconds
         self._retry = retry_seconds
         self._not_before: dict[str, float] = {}  # a schedule to leave alone until then
@@ -127,15 +141,22 @@ class Scheduler:
         channel = await self._check(schedule)
         if channel is None:  # paused now (settled), or to be checked again later
             return schedule.id not in self._not_before
+        limited = await self._over_budget(schedule, channel)
         fired = await fire_schedule(
             self._db,
             schedule.id,
             lambda s, period: self._plan(s, period, channel),
             late_seconds=self._late,
+            skip=limited is not None,
         )
         if fired is None:
             return False
-        if fired.skipped:
+        if limited is not None:
+            log.warning(
+                "schedule %s: period %s not run: %s is spent", schedule.id, fired.period, limited
+            )
+            self._observe("limited")
+        elif fired.skipped:
             log.info("schedule %s: period %s was missed; skipped", schedule.id, fired.period)
             self._observe("skipped")
         elif fired.created:
@@ -143,6 +164,18 @@ class Scheduler:
                 "schedule %s: period %s runs as task %s", schedule.id, fired.period, fired.task_id
             )
         return True
+
+    async def _over_budget(self, schedule: StoredSchedule, channel: str) -> LimitScope | None:
+        """The daily token budget a run would go past (its owner's, its channel's, every
+        workspace's: what admission refuses a person's message for), if any."""
+        if self._limits is None:
+            return None
+        session = _session(schedule, channel)
+        asked = Admission(
+            None, "", session, {}, "", user=schedule.owner, channel=f"{schedule.team}:{channel}"
+        )
+        verdict = await before_downloads(self._db, asked, self._limits)
+        return verdict.limited
 
     async def _check(self, schedule: StoredSchedule) -> str | None:
         """The channel the run posts in, checked with Slack; None when it cannot run now

@@ -480,6 +480,7 @@ class Gateway:
             late_seconds=s.threadgate_schedule_late_seconds,
             observe=self.metrics.schedule_run_settled,
             tell_operators=functools.partial(tell_paused, alerts),
+            limits=limits(s),
         )
         job = asyncio.create_task(scheduler.run(), name="scheduler")
         self._stack.push_async_callback(stop_task, job)

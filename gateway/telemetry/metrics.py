@@ -28,7 +28,7 @@ from agent import (
 from storage import LIMIT_SCOPES, ConnectionPool
 
 # How a schedule's period can end (`threadgate_schedule_runs_total`).
-SCHEDULE_OUTCOMES = ("posted", "silent", "failed", "skipped", "paused")
+SCHEDULE_OUTCOMES = ("posted", "silent", "failed", "skipped", "limited", "paused")
 _LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
 
@@ -75,7 +75,8 @@ class Metrics:
         self.schedule_runs = Counter(
             "threadgate_schedule_runs_total",
             "Periods of schedules, by outcome: posted, silent (no_reply), failed; skipped"
-            " (missed while down, skip); paused (its channel or workspace is gone).",
+            " (missed while down, skip); limited (a daily token budget was spent); paused"
+            " (its channel or workspace is gone).",
             ["outcome"],
             registry=r,
         )

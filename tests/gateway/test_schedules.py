@@ -6,13 +6,14 @@ their own schedules by asking the bot."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from agent import recur_once
+from agent import recur_every, recur_once
 from storage import NewSchedule, create_schedule, get_schedule, list_schedules
 from tests.fakes.openai_api import RecordedRequest, Reply, reply_with_tool
 from tests.fakes.slack_events import (
@@ -21,7 +22,7 @@ from tests.fakes.slack_events import (
     app_mention_event,
     event_callback,
 )
-from tests.gateway.rig import Rig, gateway_env, last_user_text
+from tests.gateway.rig import STREAMING, Rig, gateway_env, last_user_text
 from tests.gateway.schedules_help import (
     add_schedule,
     cli,
@@ -334,3 +335,96 @@ async def test_a_top_level_post_whose_response_was_lost_is_not_posted_twice(
     assert [c.params.get("channel") for c in rig.slack.calls_to("conversations.history")] == [
         "C0LOSTPOST"
     ]
+
+
+@pytest.mark.rig(overrides={**FAST, **STREAMING})
+async def test_with_streaming_a_channel_run_posts_whole_and_a_thread_run_streams(
+    rig: Rig, tmp_path: Path
+) -> None:
+    """Streams go into threads: a run at the top of a channel is posted whole, one in a
+    thread streams there (addressed to the schedule's person), each once."""
+    rig.model.default = digest_model()
+    env = env_of(rig)
+    top = (
+        await add_schedule(
+            env,
+            tmp_path,
+            "--team",
+            "T1",
+            "--channel",
+            "C0STREAM01",
+            "--every",
+            "1s",
+            "--prompt",
+            "top",
+        )
+    )["id"]
+    root = "1700000000.000200"
+    rig.slack.seed_message("C0STREAM02", root, DEFAULT_USER, "a thread")
+    new = NewSchedule(
+        "T1",
+        "thread",
+        "in thread",
+        recur_every("1s"),
+        DEFAULT_USER,
+        channel="C0STREAM02",
+        thread_ts=root,
+        owner=f"T1:{DEFAULT_USER}",
+    )
+    threaded = (await create_schedule(rig.db, new)).id
+    await rig.slack.wait_until(
+        lambda: (
+            len(digests(rig.slack, top)) >= 1
+            and any("digest" in s.text for s in rig.slack.streams if s.channel == "C0STREAM02")
+        ),
+        30,
+        what="a posted run and a streamed one",
+    )
+    assert all(p.thread_ts is None for p in digests(rig.slack, top))
+    assert not [s for s in rig.slack.streams if s.channel == "C0STREAM01"]
+    streamed = [s for s in rig.slack.streams if s.channel == "C0STREAM02"]
+    assert all(s.thread_ts == root for s in streamed)
+    assert threaded != top
+
+
+@pytest.mark.rig(overrides={**FAST, "THREADGATE_CHANNEL_DAILY_TOKENS": "1"})
+async def test_a_period_whose_token_budget_is_spent_is_not_run(rig: Rig, tmp_path: Path) -> None:
+    """A run is charged to its channel's daily budget like a person's message; once the
+    budget is spent, later periods make no task and no post, and are counted `limited`."""
+    rig.model.default = digest_model()
+    env = env_of(rig)
+    sid = (
+        await add_schedule(
+            env,
+            tmp_path,
+            "--team",
+            "T1",
+            "--channel",
+            "C0BUDGET01",
+            "--every",
+            "1s",
+            "--prompt",
+            "spend",
+        )
+    )["id"]
+    await rig.slack.wait_until(lambda: len(digests(rig.slack, sid)) >= 1, 30, what="a digest")
+    await until_metric(rig, "limited", 1)
+    await runs_settled(rig.db, sid)
+    posted = len(digests(rig.slack, sid))
+    tasks = await rig.db.pool.fetchval(
+        "SELECT count(*) FROM tasks WHERE schedule_id = $1", int(sid)
+    )
+    await until_metric(rig, "limited", 3)
+    assert len(digests(rig.slack, sid)) == posted
+    assert (
+        await rig.db.pool.fetchval("SELECT count(*) FROM tasks WHERE schedule_id = $1", int(sid))
+        == tasks
+    )
+
+
+async def until_metric(rig: Rig, outcome: str, n: float) -> None:
+    """Wait, looking again every moment, until the schedule outcome `outcome` was counted
+    `n` times; a deadline turns a hang into a failure."""
+    async with asyncio.timeout(30):
+        while await metric(rig, outcome) < n:  # noqa: ASYNC110 - a pause between looks
+            await asyncio.sleep(0.2)
