@@ -25,10 +25,16 @@ from agent import (
     run_round,
     schedule_tools,
 )
+from agent.core.delegation import RoundInput
 from agent.core.errors import RoundFailed
-from agent.models.contract import UserMessage
+from agent.core.ports import StoredMessage
+from agent.durable.responder import ModelResponder
+from agent.models.contract import ModelRequest, ModelResponse, UserMessage
+from agent.models.function_model import FunctionModel, tool_response
+from agent.models.ladder import AttemptLadder
 from agent.rounds.references import ReferenceCatalog
 from agent.rounds.subtask_types import SubtaskRegistry
+from tests.agent.test_approval_rounds import Deploy, Look, MemoryApprovals
 from tests.agent.test_control import REGISTRY, call, scripted, step
 from tests.agent.test_runner import TASK, Agent, Rig, raising
 
@@ -203,3 +209,25 @@ def test_the_tools_are_not_offered_in_a_run_or_to_a_sub_agent() -> None:
     run_task = dataclasses.replace(ASKER, schedule_id="7")
     assert toolbox(book, run_task).names == frozenset()
     assert toolbox(book, ASKER, subtask_type="agent").names == frozenset()
+
+
+async def test_a_run_is_offered_no_reply_and_no_tool_that_waits_for_a_person() -> None:
+    """The responder offers a schedule's run `no_reply` and withholds tools that need
+    approval (nobody watches a run to approve them); a person's round the other way round."""
+    offered: list[list[str]] = []
+
+    def answer(request: ModelRequest) -> ModelResponse:
+        offered.append([t.name for t in request.tools])
+        return tool_response("final_reply", {"text": "ok"})
+
+    responder = ModelResponder(
+        AttemptLadder([FunctionModel(answer)]),
+        tools=ToolRegistry([Deploy(), Look()]),
+        approvals=MemoryApprovals(),
+    )
+    window = [StoredMessage(TASK.user_message_id, TASK.session_id, "user", "turn", "hi")]
+    await responder(RoundInput(RUN, window))
+    await responder(RoundInput(TASK, window))
+    run_tools, person_tools = offered
+    assert "no_reply" in run_tools and "deploy" not in run_tools and "look" in run_tools
+    assert "no_reply" not in person_tools and "deploy" in person_tools
