@@ -68,6 +68,7 @@ from agent.core.ports import (
     History,
     LiveView,
     Memory,
+    ModelCharge,
     Overflow,
     PromptEpoch,
     Publisher,
@@ -109,10 +110,19 @@ from agent.core.text import (
     storable_json,
     storable_text,
 )
+from agent.core.tracing import (
+    NO_TRACER,
+    Attributes,
+    AttributeValue,
+    NoTracer,
+    Span,
+    SpanKind,
+    Tracer,
+)
 from agent.durable.background import Supervisor, stop_task
 from agent.durable.compaction import Compaction, CompactionSettings
 from agent.durable.notices import FailureKind, FailureNotices
-from agent.durable.responder import ModelResponder
+from agent.durable.responder import ModelResponder, route_of
 from agent.durable.runner import (
     DEFAULT_RUNNER,
     Responder,
@@ -123,6 +133,7 @@ from agent.durable.runner import (
 from agent.models.circuit import CircuitBreaker
 from agent.models.contract import (
     AssistantMessage,
+    CacheHint,
     Model,
     ModelMessage,
     ModelRequest,
@@ -140,6 +151,13 @@ from agent.models.contract import (
 )
 from agent.models.function_model import FunctionModel, text_response, tool_response
 from agent.models.ladder import Answered, AttemptLadder, Attempts, RetryPolicy
+from agent.models.prices import (
+    DEFAULT_PRICE_TABLE,
+    DEFAULT_PRICES,
+    Price,
+    PriceTable,
+    parse_prices,
+)
 from agent.models.probe import ProbeResult, probe_model
 from agent.models.providers import (
     DEFAULT_GATEWAY_HEADER,
@@ -150,8 +168,10 @@ from agent.models.providers import (
     ProviderSettings,
     Vendor,
     open_model,
+    parse_spec,
 )
 from agent.models.providers.transport import model_transport
+from agent.rounds.channel_policy import ChannelPolicy, PolicyOf
 from agent.rounds.control import (
     ControlTool,
     Decision,
@@ -191,12 +211,15 @@ __all__ = [
     "DEFAULT_GATEWAY_HEADER",
     "DEFAULT_MAX_OUTPUT_TOKENS",
     "DEFAULT_MODEL_TIMEOUT",
+    "DEFAULT_PRICES",
+    "DEFAULT_PRICE_TABLE",
     "DEFAULT_ROUND",
     "DEFAULT_RUNNER",
     "GATEWAY_HEADER_VARIABLE",
     "GATEWAY_TOKEN_VARIABLE",
     "INVISIBLE_CHARACTERS",
     "MAX_IMAGES_PER_REQUEST",
+    "NO_TRACER",
     "PROMPT_VERSION",
     "TAG_LOOKALIKES",
     "VENDORS",
@@ -215,9 +238,13 @@ __all__ = [
     "AssistantMessage",
     "AttemptLadder",
     "Attempts",
+    "AttributeValue",
+    "Attributes",
     "Backoff",
+    "CacheHint",
     "CallRun",
     "CallRunState",
+    "ChannelPolicy",
     "CircuitBreaker",
     "Citation",
     "Compaction",
@@ -252,6 +279,7 @@ __all__ = [
     "Missed",
     "Model",
     "ModelBudgetExceeded",
+    "ModelCharge",
     "ModelError",
     "ModelMessage",
     "ModelRequest",
@@ -260,11 +288,15 @@ __all__ = [
     "ModelsUnavailable",
     "NamedTool",
     "NoReply",
+    "NoTracer",
     "NonTransientModelError",
     "Overflow",
     "PauseStateError",
     "Paused",
     "PausedRound",
+    "PolicyOf",
+    "Price",
+    "PriceTable",
     "ProbeResult",
     "PromptEpoch",
     "ProviderSettings",
@@ -295,6 +327,8 @@ __all__ = [
     "ScheduleWhere",
     "Showing",
     "Silence",
+    "Span",
+    "SpanKind",
     "Step",
     "StepState",
     "StoredMessage",
@@ -327,6 +361,7 @@ __all__ = [
     "ToolResultMessage",
     "ToolSpec",
     "Toolbox",
+    "Tracer",
     "TransientModelError",
     "Usage",
     "UsageMeter",
@@ -347,6 +382,8 @@ __all__ = [
     "model_transport",
     "open_model",
     "parse_mcp_config",
+    "parse_prices",
+    "parse_spec",
     "probe_model",
     "prompt_epoch",
     "recur_cron",
@@ -354,6 +391,7 @@ __all__ = [
     "recur_once",
     "reply_id",
     "round_controls",
+    "route_of",
     "run_round",
     "sanitize_text",
     "schedule_tools",

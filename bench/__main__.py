@@ -15,6 +15,7 @@ from typing import Any
 from bench import (
     ack_latency,
     admissions,
+    costs,
     cpu,
     first_text,
     flat_cost,
@@ -46,6 +47,7 @@ async def measure() -> dict[str, Any]:
             ("first_text", first_text.run_all),
             ("roles", roles.run_all),
             ("admissions", admissions.run_all),
+            ("costs", costs.run_all),
         ):
             print(f"bench: {name}", flush=True)
             results[name] = await step(dsn, data)

@@ -65,7 +65,7 @@ def write(results: dict[str, Any]) -> None:
 def render(r: dict[str, Any]) -> str:
     sections = [_header(r), _summary(r), _cpu(r), _ack(r), _throughput(r), _first_text(r)]
     sections += [_flat(r), _sql(r)]
-    sections += [_roles(r), _scale(r), _rss(r), _profile(r), FINDINGS]
+    sections += [_roles(r), _scale(r), _rss(r), _costs(r), _profile(r), FINDINGS]
     return "\n\n".join(sections) + "\n"
 
 
@@ -219,6 +219,17 @@ What still stands in the way:
   other.
 - **ack p99 ≤ 2× bare bolt** (20×): acks share the event loop with the workers' streams.
 """
+
+
+def _costs(r: dict[str, Any]) -> str:
+    """bench/costs.py's section: from this run's figures, else from its own last run
+    (`python -m bench.costs` alone writes bench/results/costs.json)."""
+    from bench import costs
+
+    figures = r.get("costs")
+    if figures is None and costs.RESULTS.exists():
+        figures = json.loads(costs.RESULTS.read_text())
+    return costs.render(figures or {})
 
 
 def med(runs: list[dict[str, Any]], side: str, key: str) -> float:

@@ -7,6 +7,7 @@ package (`storage.errors.translate_errors`).
 
 from storage.admission import (
     LIMIT_SCOPES,
+    REFUSALS,
     UNLIMITED,
     Admission,
     Admitted,
@@ -127,6 +128,7 @@ from storage.summaries import PostgresSummaries
 from storage.token_cipher import TokenCipher, TokenKeyError, is_token_key
 from storage.tool_calls import PostgresToolCalls, StoredToolCall, tool_calls_of
 from storage.usage import PostgresUsageMeter, tokens_today
+from storage.usage_report import USAGE_GROUPINGS, UsageGrouping, UsageLine, usage_report
 
 __all__ = [
     "DEFAULT_LEASE_SECONDS",
@@ -135,10 +137,12 @@ __all__ = [
     "DEFAULT_WORKSPACE_DAILY_PICTURE_BYTES",
     "LIMIT_SCOPES",
     "OUTBOX_STATES",
+    "REFUSALS",
     "SEEN_EVENTS_KEPT",
     "TASK_STATES",
     "TOMBSTONE",
     "UNLIMITED",
+    "USAGE_GROUPINGS",
     "VOTES",
     "Admission",
     "Admitted",
@@ -209,6 +213,8 @@ __all__ = [
     "UnknownSchedule",
     "UnknownSession",
     "UnknownTask",
+    "UsageGrouping",
+    "UsageLine",
     "Vote",
     "admit",
     "approvals_of",
@@ -252,5 +258,6 @@ __all__ = [
     "stored_turn_text",
     "tokens_today",
     "tool_calls_of",
+    "usage_report",
     "votes_of",
 ]

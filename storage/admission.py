@@ -6,8 +6,9 @@ that already has a task (Slack sends both `message` and `app_mention` for one me
 admits nothing. The NOTIFY in the same transaction wakes a worker the moment it commits.
 
 The guard rails against abuse and runaway cost are checked in the same statement, so they
-hold across replicas (`Limits`): messages per user and per thread in the clock hour, and
-the tokens a user and a channel used today. The hourly counters are rows bumped by an
+hold across replicas (`Limits`): messages per user and per thread in the clock hour, the
+tokens a user and a channel used today, and what a channel and a workspace spent today
+(in USD, by the price table: storage/usage.py). The hourly counters are rows bumped by an
 upsert, whose row lock serialises concurrent admissions: two replicas cannot both slip
 past a limit. The token budgets read what the model responses recorded (storage/usage.py),
 so tasks already running when a budget runs out may go past it by what they use.
@@ -29,6 +30,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Literal, TypeAlias
 
 import asyncpg
@@ -60,16 +62,40 @@ class Admission:
     user: str | None = None  # who wrote it ("team:user"), for the limits and the usage
     channel: str | None = None  # where ("team:channel"), for the channel's token budget
     images: tuple[Image, ...] = ()  # pictures shown with the turn, stored beside it
+    refused: LimitScope | None = None  # one of `REFUSALS`: the channel is not answered
+    traceparent: str | None = None  # the message's trace, stored with its task
+
+    @property
+    def workspace(self) -> str | None:
+        """The installation's team, for the workspace's spend limit."""
+        return self.address.get("team")
 
 
-LimitScope: TypeAlias = Literal["user", "thread", "user_tokens", "channel_tokens", "all_tokens"]
+LimitScope: TypeAlias = Literal[
+    "user",
+    "thread",
+    "user_tokens",
+    "channel_tokens",
+    "all_tokens",
+    "channel_spend",
+    "workspace_spend",
+    "external",
+    "unverified",
+]
 LIMIT_SCOPES: tuple[LimitScope, ...] = (
     "user",
     "thread",
     "user_tokens",
     "channel_tokens",
     "all_tokens",
+    "channel_spend",
+    "workspace_spend",
+    "external",
+    "unverified",
 )
+# Not limits but refusals of the channel (`Admission.refused`): shared with another
+# organization, or its sharing could not be checked. Acked and noticed like a limit.
+REFUSALS: frozenset[LimitScope] = frozenset({"external", "unverified"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +111,9 @@ class Limits:
     user_daily_tokens: int = 0
     channel_daily_tokens: int = 0
     all_daily_tokens: int = 0
+    # USD a channel, and a workspace, may spend per UTC day (unpriced models count nothing).
+    channel_daily_spend_usd: float = 0
+    workspace_daily_spend_usd: float = 0
     notices: Mapping[LimitScope, str] = field(default_factory=dict)
     pictures: PictureBudgets = NO_BUDGETS
 
@@ -120,8 +149,11 @@ ON CONFLICT (id) DO NOTHING
 
 # The gate: the delivery, the hourly counters, the budgets and the notice claim. Nothing
 # after `go` happens for a delivery seen before or a message that has its task already.
-# $1 event id, $2 session, $3 task, $4 user, $5 channel, $6-$10 the limits (0: none). The
-# budget of every workspace together sums today's channel rows, only when it is set.
+# $1 event id, $2 session, $3 task, $4 user, $5 channel, $6-$10 the limits (0: none), $11
+# the workspace, $12-$13 its channel's and its own spend limits, $14 the refusal of a
+# channel (`REFUSALS`; NULL: none), which outranks every limit and whose notice is claimed
+# once per thread and day. The budget of every workspace together sums today's channel
+# rows, only when it is set.
 _GATE = """
 WITH ev AS (
     INSERT INTO seen_events (event_id) SELECT $1::text WHERE $1::text IS NOT NULL
@@ -139,13 +171,20 @@ WITH ev AS (
     DO UPDATE SET messages = admission_counts.messages + 1
     RETURNING scope, key, messages
 ), spent AS (
-    SELECT u.scope, u.key, u.input_tokens + u.output_tokens AS tokens FROM usage_daily u
+    SELECT u.scope, u.key, u.input_tokens + u.output_tokens AS tokens, u.cost_usd AS spent
+    FROM usage_daily u
     WHERE u.day = (now() AT TIME ZONE 'UTC')::date
       AND ((u.scope = 'user' AND u.key = $4::text AND $8::bigint > 0)
-           OR (u.scope = 'channel' AND u.key = $5::text AND $9::bigint > 0))
+           OR (u.scope = 'channel' AND u.key = $5::text
+               AND ($9::bigint > 0 OR $12::numeric > 0))
+           OR (u.scope = 'workspace' AND u.key = $11::text AND $13::numeric > 0))
 ), over AS (
     SELECT o.scope, o.key, o.window_start FROM go, (
-        SELECT 1 AS rank, 'user' AS scope, key, date_trunc('hour', now(), 'UTC') AS window_start
+        SELECT 0 AS rank, $14::text AS scope, $2::text AS key,
+               date_trunc('day', now(), 'UTC') AS window_start
+        WHERE $14::text IS NOT NULL
+        UNION ALL
+        SELECT 1, 'user', key, date_trunc('hour', now(), 'UTC')
         FROM counted WHERE scope = 'user' AND messages > $6::int
         UNION ALL
         SELECT 2, 'thread', key, date_trunc('hour', now(), 'UTC')
@@ -155,7 +194,13 @@ WITH ev AS (
         FROM spent WHERE scope = 'user' AND tokens >= $8::bigint
         UNION ALL
         SELECT 4, 'channel_tokens', key, date_trunc('day', now(), 'UTC')
-        FROM spent WHERE scope = 'channel' AND tokens >= $9::bigint
+        FROM spent WHERE scope = 'channel' AND $9::bigint > 0 AND tokens >= $9::bigint
+        UNION ALL
+        SELECT 6, 'channel_spend', key, date_trunc('day', now(), 'UTC')
+        FROM spent WHERE scope = 'channel' AND $12::numeric > 0 AND spent >= $12::numeric
+        UNION ALL
+        SELECT 7, 'workspace_spend', key, date_trunc('day', now(), 'UTC')
+        FROM spent WHERE scope = 'workspace' AND spent >= $13::numeric
         UNION ALL
         SELECT 5, 'all_tokens', coalesce($4::text, $5::text, '*'), date_trunc('day', now(), 'UTC')
         FROM (
@@ -183,23 +228,23 @@ _ADMIT = (
     + """, ses AS (
     INSERT INTO sessions (id) SELECT $2 FROM pass ON CONFLICT DO NOTHING
 ), task AS (
-    INSERT INTO tasks (id, session_id, address, user_id, channel)
-    SELECT $3, $2, $11::jsonb, $4, $5 FROM pass
+    INSERT INTO tasks (id, session_id, address, user_id, channel, traceparent)
+    SELECT $3, $2, $15::jsonb, $4, $5, $22 FROM pass
     ON CONFLICT DO NOTHING RETURNING id
 ), turn AS (
     INSERT INTO messages (seq, id, session_id, anchor, role, kind, text)
-    SELECT s.seq, $12, $2, s.seq, 'user', 'turn', $13
+    SELECT s.seq, $16, $2, s.seq, 'user', 'turn', $17
     FROM task, LATERAL (SELECT nextval(pg_get_serial_sequence('messages', 'seq')) AS seq) s
     ON CONFLICT (id) DO NOTHING
     RETURNING seq
 ), reply AS (
     INSERT INTO messages (id, session_id, anchor, role, kind, text)
-    SELECT $16, $2, turn.seq, 'assistant', 'reply',
-           coalesce($15::jsonb ->> notice.scope, $17)
+    SELECT $20, $2, turn.seq, 'assistant', 'reply',
+           coalesce($19::jsonb ->> notice.scope, $21)
     FROM turn, notice
     ON CONFLICT (id) DO NOTHING
 )
-SELECT (SELECT count(pg_notify($14, '')) > 0 FROM task) AS created,
+SELECT (SELECT count(pg_notify($18, '')) > 0 FROM task) AS created,
        (SELECT scope FROM over) AS limited,
        EXISTS (SELECT 1 FROM notice) AS noticed
 """
@@ -241,7 +286,8 @@ async def session_exists(db: Database, session_id: str) -> bool:
 # Before the files of a message are downloaded: whether it has its task already, and the
 # limit its admission would refuse it by (the `over` of `_GATE`, read without counting:
 # `messages` there is the count after this message, here the count before it).
-# $1 task, $2 user, $3 thread (session), $4 channel, $5-$9 the limits (0: none).
+# $1 task, $2 user, $3 thread (session), $4 channel, $5-$9 the limits (0: none), $10 the
+# workspace, $11-$12 the spend limits.
 _BEFORE_DOWNLOADS = """
 SELECT EXISTS (SELECT 1 FROM tasks WHERE id = $1) AS has_task, (
     SELECT o.scope FROM (
@@ -268,6 +314,14 @@ SELECT EXISTS (SELECT 1 FROM tasks WHERE id = $1) AS has_task, (
             WHERE $9::bigint > 0 AND scope = 'channel'
               AND day = (now() AT TIME ZONE 'UTC')::date
         ) everyone WHERE everyone.tokens >= $9::bigint
+        UNION ALL
+        SELECT 6, 'channel_spend' FROM usage_daily
+        WHERE $11::numeric > 0 AND scope = 'channel' AND key = $4::text
+          AND day = (now() AT TIME ZONE 'UTC')::date AND cost_usd >= $11::numeric
+        UNION ALL
+        SELECT 7, 'workspace_spend' FROM usage_daily
+        WHERE $12::numeric > 0 AND scope = 'workspace' AND key = $10::text
+          AND day = (now() AT TIME ZONE 'UTC')::date AND cost_usd >= $12::numeric
     ) o ORDER BY o.rank LIMIT 1
 ) AS limited
 """
@@ -297,6 +351,9 @@ async def before_downloads(db: Database, a: Admission, limits: Limits) -> Before
         limits.user_daily_tokens,
         limits.channel_daily_tokens,
         limits.all_daily_tokens,
+        a.workspace,
+        _usd(limits.channel_daily_spend_usd),
+        _usd(limits.workspace_daily_spend_usd),
     )
     assert row is not None
     limited = next((s for s in LIMIT_SCOPES if s == row["limited"]), None)
@@ -317,6 +374,10 @@ async def admit(db: Database, a: Admission, limits: Limits = UNLIMITED) -> Admit
         limits.user_daily_tokens,
         limits.channel_daily_tokens,
         limits.all_daily_tokens,
+        a.workspace,
+        _usd(limits.channel_daily_spend_usd),
+        _usd(limits.workspace_daily_spend_usd),
+        a.refused,
     )
     if not a.earlier and not a.images:  # the common case, in one round trip
         row = await db.pool.fetchrow(
@@ -329,6 +390,7 @@ async def admit(db: Database, a: Admission, limits: Limits = UNLIMITED) -> Admit
             json.dumps(dict(limits.notices)),
             reply_id(a.task_id),
             FALLBACK_NOTICE,
+            a.traceparent,
         )
         assert row is not None
         return _outcome(bool(row["created"]), row)
@@ -339,13 +401,14 @@ async def admit(db: Database, a: Admission, limits: Limits = UNLIMITED) -> Admit
             return _outcome(False, verdict)
         created = await conn.fetchval(
             "WITH s AS (INSERT INTO sessions (id) VALUES ($1) ON CONFLICT DO NOTHING) "
-            "INSERT INTO tasks (id, session_id, address, user_id, channel) "
-            "VALUES ($2, $1, $3, $4, $5) ON CONFLICT DO NOTHING RETURNING true",
+            "INSERT INTO tasks (id, session_id, address, user_id, channel, traceparent) "
+            "VALUES ($2, $1, $3, $4, $5, $6) ON CONFLICT DO NOTHING RETURNING true",
             a.session_id,
             a.task_id,
             json.dumps(dict(a.address)),
             a.user,
             a.channel,
+            a.traceparent,
         )
         if not created:
             return _outcome(False, verdict)
@@ -361,6 +424,12 @@ async def admit(db: Database, a: Admission, limits: Limits = UNLIMITED) -> Admit
             )
         await conn.execute("SELECT pg_notify($1, '')", TASKS_CHANNEL)
     return _outcome(True, verdict)
+
+
+def _usd(amount: float) -> Decimal:
+    """A spend limit as the numeric it is compared with: its decimal text, not the binary
+    fraction (0.01 as a float is a hair over 0.01, and a spend of exactly 0.01 would pass)."""
+    return Decimal(str(amount))
 
 
 def _image_columns(images: Sequence[Image]) -> tuple[list[str], list[str], list[bytes]]:

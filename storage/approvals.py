@@ -7,7 +7,7 @@ asks with that one.
 
 The way back mirrors delegation's hand-back (storage/delegations.py): the task waits
 (`await_decisions`, the release of migration 013 under another name) and is woken by
-`decide_approval` (migration 018) when the last of its requests is decided. Both lock the
+`decide_approval` (migration 017) when the last of its requests is decided. Both lock the
 task row first, so whichever comes second wakes it; and the claim's recovery look treats a
 waiting task with nothing left to decide — or whose requests' time ran out — as runnable
 (storage/queue.py), so a lost wake-up or a decision nobody made cannot strand it. A request

@@ -150,12 +150,13 @@ _CLAIM_NEXT = (
     + TASK_LEASE.format(p="t_", owner="$1", lease="$4")
     + """)
 SELECT s.task_id AS id, t.session_id, t.address, t.attempts, NULL::timestamptz AS created_at,
-       NULL::boolean AS stored_reply, NULL::boolean AS stopped, t.schedule_id,
+       NULL::boolean AS stored_reply, NULL::boolean AS stopped, t.traceparent, t.schedule_id,
        s.round, s.index, s.type, s.params, s.refs, s.attempts AS subtask_attempts, s.remaining,
        s.recovered
 FROM s_leased s JOIN tasks t ON t.id = s.task_id
 UNION ALL
-SELECT id, session_id, address, attempts, created_at, stored_reply, stopped, schedule_id,
+SELECT id, session_id, address, attempts, created_at, stored_reply, stopped, traceparent,
+       schedule_id,
        NULL, NULL, NULL, NULL, NULL, NULL, NULL, recovered
 FROM t_leased
 """
@@ -275,7 +276,8 @@ class PostgresDelegations:
         if row["recovered"]:
             self._recovery.found()
         task_row = await self._db.pool.fetchrow(
-            "SELECT id, session_id, address, attempts FROM tasks WHERE id = $1", row["task_id"]
+            "SELECT id, session_id, address, attempts, traceparent FROM tasks WHERE id = $1",
+            row["task_id"],
         )
         assert task_row is not None
         return _subtask(row, row["task_id"], row["attempts"]), task_from_row(task_row)

@@ -130,6 +130,13 @@ class TaskDetail:
     posts: tuple[PostRecord, ...] = ()
     interventions: tuple[InterventionRecord, ...] = field(default=())
     tool_calls: tuple[StoredToolCall, ...] = ()
+    traceparent: str | None = None  # its message's trace (W3C), when tracing was on
+
+    @property
+    def trace_id(self) -> str | None:
+        """The trace id (32 hex digits) of its message's trace, as trace viewers show it."""
+        parts = (self.traceparent or "").split("-")
+        return parts[1] if len(parts) == 4 and len(parts[1]) == 32 else None
 
 
 _SUMMARY = """
@@ -150,7 +157,7 @@ LIMIT $6
 """
 
 _TASK = f"""
-SELECT {_SUMMARY}, session_id, run_after, restarted_at, lease_owner, lease_expires
+SELECT {_SUMMARY}, session_id, run_after, restarted_at, lease_owner, lease_expires, traceparent
 FROM tasks WHERE id = $1
 """
 
@@ -219,6 +226,7 @@ async def inspect_task(db: Database, task_id: str) -> TaskDetail:
         tuple(PostRecord(**p) for p in posts),
         tuple(InterventionRecord(**i) for i in interventions),
         tuple(StoredToolCall(**dict(c)) for c in tool_calls),
+        row["traceparent"],
     )
 
 

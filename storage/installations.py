@@ -8,9 +8,14 @@ equal, an org-wide install has no team, and the latest install of a workspace wi
 reinstall with more scopes simply adds a newer row. `gateway.slack.workspaces` adapts this to
 slack_sdk's `AsyncInstallationStore`; storage/ stays free of Slack types.
 
-The bot token is a secret. Only `find` reads it; `installations` — what `doctor` and
-operators see — selects every column but that one, and nothing here logs a row. With a
-`TokenCipher` (THREADGATE_TOKEN_KEY, storage/token_cipher.py) it is stored sealed.
+The bot token is a secret. Only `find` (and `seal_stored`) reads it; `installations` —
+what `doctor` and operators see — selects every column but that one, and nothing here
+logs a row. With a `TokenCipher` (THREADGATE_TOKEN_KEY, storage/token_cipher.py) it is
+stored sealed, and `seal_stored` seals the rows stored before the key was set: each
+gateway calls it at start-up. It is safe to run anywhere at once: a row is sealed by an
+UPDATE that finds it still holding the plaintext it read, so of two replicas sealing the
+same row one writes and the other finds nothing left to do, and a row sealed already is
+never read as plaintext again.
 
 OAuth states are one-use and expire: `consume` deletes the row and says whether it was
 still fresh, so a replayed or stale redirect is refused. Anyone may ask for one (the
@@ -27,7 +32,7 @@ from datetime import datetime
 from storage.database import Database
 from storage.errors import translate_errors
 from storage.queue import InterventionRefused, UnknownTask, cancel_task
-from storage.token_cipher import TokenCipher, open_token
+from storage.token_cipher import SEALED, TokenCipher, open_token
 
 
 @dataclass(frozen=True, slots=True, repr=False)
@@ -92,6 +97,25 @@ SELECT DISTINCT ON (enterprise_id, team_id) enterprise_id, team_id, team_name,
 FROM slack_installations WHERE client_id = $1 AND bot_token IS NOT NULL
 ORDER BY enterprise_id, team_id, installed_at DESC, id DESC
 """
+
+
+# Rows still holding a token as Slack issued it, `$3` at a time after id `$2`.
+_UNSEALED = f"""
+SELECT id, bot_token FROM slack_installations
+WHERE client_id = $1 AND id > $2 AND bot_token IS NOT NULL AND bot_token NOT LIKE '{SEALED}%'
+ORDER BY id LIMIT $3
+"""
+# Each row sealed only if it still holds the plaintext it was read with.
+_SEAL = """
+UPDATE slack_installations AS stored SET bot_token = sealed.token
+FROM unnest($1::bigint[], $2::text[], $3::text[]) AS sealed(id, plain, token)
+WHERE stored.id = sealed.id AND stored.bot_token = sealed.plain
+"""
+_COUNT_UNSEALED = f"""
+SELECT count(*) FROM slack_installations
+WHERE client_id = $1 AND bot_token IS NOT NULL AND bot_token NOT LIKE '{SEALED}%'
+"""
+_SEAL_BATCH = 100
 
 
 class PostgresInstallations:
@@ -166,6 +190,31 @@ class PostgresInstallations:
             enterprise_id,
             team_id,
         )
+
+    @translate_errors("The stored Slack bot tokens could not be sealed")
+    async def seal_stored(self) -> int:
+        """Seal every bot token stored as issued (before THREADGATE_TOKEN_KEY was set);
+        how many this call sealed. Nothing to do without a cipher."""
+        if self._cipher is None:
+            return 0
+        sealed, after = 0, 0
+        while rows := await self._db.pool.fetch(_UNSEALED, self.client_id, after, _SEAL_BATCH):
+            plain = [row["bot_token"] for row in rows]
+            result = await self._db.pool.execute(
+                _SEAL,
+                [row["id"] for row in rows],
+                plain,
+                [self._cipher.seal(token) for token in plain],
+            )
+            sealed += int(result.split()[-1])
+            after = rows[-1]["id"]
+        return sealed
+
+    @translate_errors("The stored Slack bot tokens could not be counted")
+    async def unsealed(self) -> int:
+        """How many bot tokens are stored as issued, not sealed."""
+        count: int = await self._db.pool.fetchval(_COUNT_UNSEALED, self.client_id)
+        return count
 
     @translate_errors("The Slack installations could not be listed")
     async def installations(self) -> list[InstallationSummary]:

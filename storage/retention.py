@@ -5,7 +5,7 @@ this order:
 
 1. finished tasks (done, failed, cancelled) that finished before the cutoff, and every row
    that belongs to one: its subtasks, delegating rounds, tool calls, interventions, limit
-   notice and outbox rows (the posts `task:{id}:…`, parts included). The schema has no
+   notice, model usage (what `threadgate usage` sums) and outbox rows (the posts `task:{id}:…`, parts included). The schema has no
    cascades, so the children go first, in the same transaction as their task;
 2. messages created before the cutoff (their pictures cascade), then summaries written
    before it, except in a session that still has a queued, running or waiting task: that
@@ -65,6 +65,7 @@ _TASK_CHILDREN = (
     ("tool_calls", "DELETE FROM tool_calls WHERE task_id = ANY($1::text[])"),
     ("task_interventions", "DELETE FROM task_interventions WHERE task_id = ANY($1::text[])"),
     ("limit_notices", "DELETE FROM limit_notices WHERE task_id = ANY($1::text[])"),
+    ("model_usage", "DELETE FROM model_usage WHERE task_id = ANY($1::text[])"),
     (
         "outbox",
         "DELETE FROM outbox o USING unnest($1::text[]) AS t (id) "

@@ -6,9 +6,10 @@ per workspace. With a key, every token is stored sealed — Fernet, from `crypto
 key) — as `fernet:…`, and opened only when it is handed to its workspace's Slack client.
 Well-kept code made for exactly this, rather than our own use of a cipher.
 
-Rows stored before a key was set stay readable (they carry no prefix) and are sealed at
-their next install; a sealed row read without the key, or with another key, is a
-`TokenKeyError` naming the variable — never a token passed to Slack as garbage.
+Rows stored before a key was set stay readable (they carry no prefix) and are sealed when
+a gateway with the key starts (`PostgresInstallations.seal_stored`); a sealed row read
+without the key, or with another key, is a `TokenKeyError` naming the variable — never a
+token passed to Slack as garbage.
 """
 
 from __future__ import annotations

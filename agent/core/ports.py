@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
+from decimal import Decimal
 from typing import Literal, Protocol, TypeAlias, overload
 
 from agent.core import ids
@@ -45,6 +46,8 @@ class Task:
     stored_reply: bool | None = None
     # Someone pressed Stop in its thread: the task only says so and ends (storage/stops.py).
     stopped: bool = False
+    # The trace of its message (a W3C traceparent, agent/core/tracing.py); None: not traced.
+    traceparent: str | None = None
     # The schedule whose period this task runs (agent/core/schedules.py); None: a person's message.
     schedule_id: str | None = None
 
@@ -285,12 +288,27 @@ class ThreadReader(Protocol):
         must not read as another message)."""
 
 
+@dataclass(frozen=True, slots=True)
+class ModelCharge:
+    """One model response, as it is charged: the route that answered, its tokens as the
+    provider reported them (`input_tokens` the whole prompt, cached and written parts
+    included) and its cost in USD (None: the price table does not know the model)."""
+
+    route: Route
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+    cache_write_tokens: int = 0
+    cost_usd: Decimal | None = None
+
+
 class UsageMeter(Protocol):
     """Counts what answering a message costs, durably (across rounds, subtasks, replicas)."""
 
-    async def record(self, task: Task, input_tokens: int, output_tokens: int) -> int:
-        """Charge one model response to the task (and to its user's and channel's usage
-        today); return the number of model requests the task has made so far."""
+    async def record(self, task: Task, charge: ModelCharge) -> int:
+        """Charge one model response to the task (and to its user's, channel's and
+        workspace's usage today); return the number of model requests the task has made
+        so far."""
 
 
 class AlertSink(Protocol):

@@ -18,7 +18,8 @@ the turns reach the model framed as data (`agent.rounds.framing`), turn tags int
 the previous summary and our replies with theirs escaped: only people's turns are turns.
 
 A compaction also starts the session's next prompt epoch: the session is re-pinned to
-this deployment's system prompt (the summary is written now, for the prompt of now).
+this deployment's system prompt (the summary is written now, for the prompt of now) — its
+channel's, when `epoch` is a function of the task (`ModelResponder.epoch_of`).
 
 Nothing here may fail a task. A summary that cannot be had (models down, a refusal, past
 its time limit) is logged and counted as `failed`, and the window drops the old turns as
@@ -95,7 +96,7 @@ class Compaction:
         store: SummaryStore,
         ask: TextAsker,
         *,
-        epoch: PromptEpoch,
+        epoch: PromptEpoch | Callable[[Task], PromptEpoch],
         memory: Memory | None = None,
         settings: CompactionSettings = CompactionSettings(),
         observe: Callable[[str], None] = lambda outcome: None,
@@ -125,9 +126,10 @@ class Compaction:
         if text is None:
             return False
         summary = Summary(overflow.covers_from, overflow.covers_to, text)
-        await self._store.store_summary(task.session_id, summary, self._epoch.hash)
+        epoch = self._epoch if isinstance(self._epoch, PromptEpoch) else self._epoch(task)
+        await self._store.store_summary(task.session_id, summary, epoch.hash)
         if self._memory is not None:
-            await self._memory.repin_prompt(task.session_id, self._epoch)
+            await self._memory.repin_prompt(task.session_id, epoch)
         self._observe("summarized")
         return True
 

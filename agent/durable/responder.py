@@ -15,8 +15,9 @@ With a `LiveView`, each round's reply is shown while the model writes it (a draf
 task's reply, `agent.rounds.live_reply`).
 
 With a `UsageMeter`, every model response of a round or a subtask is charged to its task
-(`_MeteredModel` wraps the model in each attempt): the tokens go to the user's and the
-channel's usage of the day, and the task's count of model requests comes back. One
+(`_MeteredModel` wraps the model in each attempt): the tokens, and their cost by the
+price table (agent/models/prices.py), go to the user's, the channel's and the workspace's
+usage of the day, and the task's count of model requests comes back. One
 message could otherwise cost hundreds of requests (rounds × repairs × tool steps ×
 subtasks × retries); at `max_model_requests` the next request is not made and the round
 ends with `ModelBudgetExceeded`. The count is durable, so rounds on other replicas and
@@ -28,10 +29,19 @@ rounds; a round that called one ends `Paused`, and the round that resumes it fir
 the paused step (agent/rounds/resume.py: approved calls run at most once, the others are
 told they were declined), then asks the model again (agent/core/approval.py).
 
+With `prompt_caching` (the default), every request names its conversation and its stable
+prefix for the provider's prompt cache (agent/rounds/caching.py): the session's for a
+round, the session's and type's for a sub-agent.
+
 With a `Memory`, a round is asked under its session's pinned system prompt (the epoch of
 the session's first task, `agent.rounds.prompt`), and every decision carries its
 `AnswerOrigin`: that epoch and the route of the slot that answered (the ladder returns it
 with the answer), for the runner to store with the reply or acknowledgment.
+
+With a `PolicyOf`, each round, subtask and summary is run within its task's channel policy
+(`agent.rounds.channel_policy`): the toolset the round and its subtasks are offered, the
+channel's instructions in the prompt a new session is pinned to (its own epoch), the
+channel's attempt ladder and its cap on model requests.
 """
 
 from __future__ import annotations
@@ -50,12 +60,14 @@ from agent.core.errors import (
     ModelsUnavailable,
     QuotaExhausted,
     RoundFailed,
+    Route,
     SubtaskFailed,
 )
 from agent.core.ports import (
     AnswerOrigin,
     LiveView,
     Memory,
+    ModelCharge,
     PromptEpoch,
     Showing,
     Task,
@@ -74,6 +86,14 @@ from agent.models.contract import (
     Watch,
 )
 from agent.models.ladder import Answered, Attempts
+from agent.models.prices import DEFAULT_PRICE_TABLE, PriceTable
+from agent.rounds.caching import cache_key, conversation_cache
+from agent.rounds.channel_policy import (
+    DEFAULT_POLICY,
+    ChannelPolicy,
+    PolicyOf,
+    combined_instructions,
+)
 from agent.rounds.citations import Citable
 from agent.rounds.control import Decision, round_controls
 from agent.rounds.loop import run_round
@@ -118,8 +138,16 @@ class ModelResponder:
         memory: Memory | None = None,
         instructions: str = "",
         approvals: ApprovalStore | None = None,
+        policies: PolicyOf | None = None,
+        prices: PriceTable = DEFAULT_PRICE_TABLE,
+        prompt_caching: bool = True,
     ) -> None:
+        self._prices = prices
+        self._caching = prompt_caching
         self._approvals = approvals
+        self._policies = policies
+        self._instructions = instructions
+        self._epochs: dict[str, PromptEpoch] = {}
         self._memory = memory
         self._live = live
         self._observer = tool_observer
@@ -136,7 +164,8 @@ class ModelResponder:
     async def __call__(self, round_input: RoundInput) -> Decision:
         """Run one round of the task and return how it ended."""
         catalog = ReferenceCatalog.from_window(round_input.window)
-        epoch = round_input.prompt or await self.pin_prompt(round_input.task)
+        policy = self._policy(round_input.task)
+        epoch = round_input.prompt or await self._pin(round_input.task, policy)
         messages = transcript(round_input, catalog, self._subtasks, system=epoch.text)
         citable = Citable(catalog)
         controls = round_controls(
@@ -150,10 +179,11 @@ class ModelResponder:
         # A schedule's run has nobody watching it to approve a call: such tools are withheld.
         approvals = self._approvals is not None and round_input.task.schedule_id is None
         context = self._tool_context(round_input.task, approvals=approvals)
-        toolbox = Toolbox(self._tools, context, self._settings)
+        toolbox = Toolbox(policy.toolset(self._tools), context, self._settings)
         so_far = await self._settled(round_input, toolbox)
         task = round_input.task
         draft = self._live.draft(task, task.reply_id) if self._live is not None else None
+        cache = conversation_cache(self._cache_key(task.session_id), len(messages))
 
         async def attempt(model: Model) -> Decision:
             return await run_round(
@@ -165,9 +195,10 @@ class ModelResponder:
                 draft=draft,
                 citable=citable,
                 so_far=so_far,
+                cache=cache,
             )
 
-        answered = await self._metered(round_input.task).run(attempt)
+        answered = await self._metered(round_input.task, policy).run(attempt)
         return replace(answered.value, origin=AnswerOrigin(epoch.hash, answered.route))
 
     async def ask_text(
@@ -183,23 +214,43 @@ class ModelResponder:
                 raise RoundFailed(f"the model gave no usable text ({response.finish_reason})")
             return response.text
 
-        return (await self._metered(task).run(attempt)).value
+        return (await self._metered(task, self._policy(task)).run(attempt)).value
 
     async def pin_prompt(self, task: Task) -> PromptEpoch:
         """The prompt the task's session is pinned to (pinning it to this deployment's
-        prompt on its first task); this deployment's prompt without a memory."""
+        prompt, with its channel's instructions, on its first task); that prompt without
+        a memory."""
+        return await self._pin(task, self._policy(task))
+
+    def epoch_of(self, task: Task) -> PromptEpoch:
+        """The prompt a new session of the task's channel is pinned to."""
+        return self._epoch(self._policy(task))
+
+    async def _pin(self, task: Task, policy: ChannelPolicy) -> PromptEpoch:
         if self._memory is None:
+            return self._epoch(policy)
+        return await self._memory.pin_prompt(task.session_id, self._epoch(policy))
+
+    def _epoch(self, policy: ChannelPolicy) -> PromptEpoch:
+        """The epoch of the prompt with `policy`'s instructions, made once per text."""
+        if not policy.instructions.strip():
             return self.epoch
-        return await self._memory.pin_prompt(task.session_id, self.epoch)
+        if (known := self._epochs.get(policy.instructions)) is None:
+            instructions = combined_instructions(self._instructions, policy.instructions)
+            known = prompt_epoch(system_prompt(self._subtasks, instructions))
+            self._epochs[policy.instructions] = known
+        return known
+
+    def _policy(self, task: Task) -> ChannelPolicy:
+        return self._policies(task) if self._policies is not None else DEFAULT_POLICY
 
     async def run_subtask(self, subtask: Subtask, task: Task) -> str:
         """The subtask's result text, or `SubtaskFailed` saying (for the model) why not."""
         kind = self._kind(subtask.request.type)
         params = _params(kind, subtask)
+        context = self._subtask_context(task, kind.name, self._policy(task))
         try:
-            return await kind.run(
-                self._subtask_context(task, kind.name), params, subtask.request.references
-            )
+            return await kind.run(context, params, subtask.request.references)
         except _STOPS:
             raise
         except SubtaskFailed:
@@ -233,23 +284,33 @@ class ModelResponder:
             task, self._reader, self._clock, self._observer, subtask_type, approvals=approvals
         )
 
-    def _subtask_context(self, task: Task, kind: str) -> SubtaskContext:
+    def _subtask_context(self, task: Task, kind: str, policy: ChannelPolicy) -> SubtaskContext:
         context = self._tool_context(task, kind)
-        return SubtaskContext(task, self._metered(task), self._tools, context, self._settings)
+        key = self._cache_key(f"{task.session_id}:{kind}")
+        tools = policy.toolset(self._tools)  # a subtask inherits its channel's boundary
+        return SubtaskContext(
+            task, self._metered(task, policy), tools, context, self._settings, cache_key=key
+        )
 
-    def _metered(self, task: Task) -> Attempts:
+    def _cache_key(self, conversation: str) -> str | None:
+        return cache_key(conversation) if self._caching else None
+
+    def _metered(self, task: Task, policy: ChannelPolicy = DEFAULT_POLICY) -> Attempts:
+        attempts = policy.attempts or self._attempts
         if self._meter is None:
-            return self._attempts
-        return _MeteredAttempts(self._attempts, _Allowance(self._meter, task, self._max_requests))
+            return attempts
+        cap = self._max_requests if policy.max_model_requests is None else policy.max_model_requests
+        return _MeteredAttempts(attempts, _Allowance(self._meter, task, cap, self._prices))
 
 
 class _Allowance:
     """One task's model requests, as the meter counts them; 0 as the cap counts only."""
 
-    def __init__(self, meter: UsageMeter, task: Task, cap: int) -> None:
+    def __init__(self, meter: UsageMeter, task: Task, cap: int, prices: PriceTable) -> None:
         self._meter = meter
         self._task = task
         self._cap = cap
+        self._prices = prices
         self._made = 0  # the task's count as last recorded here
 
     def check(self) -> None:
@@ -258,10 +319,38 @@ class _Allowance:
                 f"the task made {self._made} model requests, its limit is {self._cap}"
             )
 
-    async def charge(self, usage: Usage) -> None:
-        self._made = await self._meter.record(self._task, usage.input_tokens, usage.output_tokens)
+    async def charge(self, model: Model, usage: Usage) -> None:
+        self._made = await self._meter.record(self._task, self._charge(model, usage))
         if self._cap and self._made > self._cap:
             self.check()
+
+    def _charge(self, model: Model, usage: Usage) -> ModelCharge:
+        route = route_of(model)
+        cost = self._prices.cost(
+            f"{route.provider}:{route.model}",
+            usage.input_tokens,
+            usage.output_tokens,
+            usage.cached_tokens,
+            usage.cache_write_tokens,
+        )
+        return ModelCharge(
+            route,
+            usage.input_tokens,
+            usage.output_tokens,
+            usage.cached_tokens,
+            usage.cache_write_tokens,
+            cost,
+        )
+
+
+def route_of(model: Model) -> Route:
+    """The route a model answers on: its own (`HTTPModel.route`, through any wrapper), or
+    one read from its name (a double in tests)."""
+    route = getattr(model, "route", None)
+    if isinstance(route, Route):
+        return route
+    provider, _, name = model.name.partition(":")
+    return Route(provider, name) if name else Route("unknown", provider)
 
 
 class _MeteredAttempts:
@@ -295,7 +384,7 @@ class _MeteredModel(Model):
     ) -> ModelResponse:
         self._allowance.check()
         response = await self._inner.request(request, watch=watch, showing=showing)
-        await self._allowance.charge(response.usage)
+        await self._allowance.charge(self._inner, response.usage)
         return response
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
@@ -305,7 +394,7 @@ class _MeteredModel(Model):
             if isinstance(event, Finish):
                 usage = event.usage
             yield event
-        await self._allowance.charge(usage or Usage())
+        await self._allowance.charge(self._inner, usage or Usage())
 
     async def aclose(self) -> None:
         await self._inner.aclose()

@@ -57,6 +57,10 @@ their workers stop through the same path. The stopped task is queued again, mark
 (`Task.stopped`): the worker that claims it, on any replica, asks no model, posts the note
 that the work was stopped (`task:{id}:stopped`, once) and finishes it; it is counted as
 `stopped`.
+
+Traced (agent/core/tracing.py): each lease resumes its message's trace (`Task.traceparent`)
+in a `run` span, each round its `round` span inside it, each subtask a `subtask` span,
+so the work of one message on every replica is one trace.
 """
 
 from __future__ import annotations
@@ -117,6 +121,7 @@ from agent.core.ports import (
     Window,
 )
 from agent.core.schedules import Silence
+from agent.core.tracing import NO_TRACER, Tracer
 from agent.durable.background import stop_task
 from agent.durable.compaction import DEFAULT_HISTORY_CHARS, Compaction
 from agent.durable.notices import DEFAULT_NOTICES, FailureKind, FailureNotices
@@ -222,7 +227,9 @@ class TaskRunner:
         compaction: Compaction | None = None,
         approvals: ApprovalStore | None = None,
         desk: ApprovalDesk | None = None,
+        tracer: Tracer = NO_TRACER,
     ) -> None:
+        self._tracer = tracer
         self._approvals = approvals
         self._desk = desk
         self._compaction = compaction
@@ -277,7 +284,11 @@ class TaskRunner:
 
     async def run_task(self, task: Task) -> None:
         """Run one round of a leased task and settle it, whatever happens."""
-        with bind_log_fields(task=task.id, **task.address):
+        with (
+            bind_log_fields(task=task.id, **task.address),
+            self._tracer.resume(task.traceparent),
+            self._tracer.span("run", {"threadgate.attempt": task.attempts}),
+        ):
             await self._run_task(task)
 
     async def _run_task(self, task: Task) -> None:
@@ -388,19 +399,21 @@ class TaskRunner:
         if compaction is not None and await compaction(task, window):
             window = await self._window(task)
             prompt = None  # compaction re-pins the session's prompt: the round reads it anew
-        decision = await self._within_time_limit(
-            task,
-            RoundInput(
+        with self._tracer.span(f"round {number}", {"threadgate.round": number}) as span:
+            decision = await self._within_time_limit(
                 task,
-                list(window),
-                state.finished,
-                number,
-                number >= self._settings.max_rounds - 1,
-                prompt,
-                resume,
-            ),
-            waited=latest.waited_seconds if latest is not None else 0.0,
-        )
+                RoundInput(
+                    task,
+                    list(window),
+                    state.finished,
+                    number,
+                    number >= self._settings.max_rounds - 1,
+                    prompt,
+                    resume,
+                ),
+                waited=latest.waited_seconds if latest is not None else 0.0,
+            )
+            span.set({"threadgate.decision": type(decision).__name__.lower()})
         self._observer.round_decided(type(decision).__name__.lower())
         if isinstance(decision, Paused):
             return await self._pause(task, number, latest, decision)
@@ -621,7 +634,12 @@ class TaskRunner:
 
     async def run_subtask(self, subtask: Subtask, task: Task) -> None:
         """Run a leased subtask within its time limit and record how it ended."""
-        with bind_log_fields(task=task.id, subtask=subtask.id, **task.address):
+        attributes = {"threadgate.subtask.type": subtask.request.type}
+        with (
+            bind_log_fields(task=task.id, subtask=subtask.id, **task.address),
+            self._tracer.resume(task.traceparent),
+            self._tracer.span(f"subtask {subtask.request.type}", attributes),
+        ):
             await self._run_subtask(subtask, task)
 
     async def _run_subtask(self, subtask: Subtask, task: Task) -> None:

@@ -105,6 +105,19 @@ ModelMessage: TypeAlias = SystemMessage | UserMessage | AssistantMessage | ToolR
 
 
 @dataclass(frozen=True, slots=True)
+class CacheHint:
+    """How a request may use the provider's prompt cache (agent/rounds/caching.py).
+
+    `key` names the conversation, the same for all its rounds and messages (OpenAI's
+    `prompt_cache_key`); the first `stable` messages are the conversation's stable prefix,
+    the same in every later request of it (Anthropic marks a breakpoint after them, and
+    after the tools, the system prompt and the last message)."""
+
+    key: str
+    stable: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class ModelRequest:
     messages: tuple[ModelMessage, ...]
     tools: tuple[ToolSpec, ...] = ()
@@ -113,14 +126,20 @@ class ModelRequest:
     temperature: float | None = None
     stop: tuple[str, ...] = ()
     provider_options: Mapping[str, Any] = field(default_factory=dict)
+    cache: CacheHint | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Usage:
+    """Tokens of one answer, as the provider reported them. `input_tokens` is the whole
+    prompt, `cached_tokens` (read from the prompt cache) and `cache_write_tokens` (written
+    to it: Anthropic charges those apart) included."""
+
     input_tokens: int = 0
     output_tokens: int = 0
     cached_tokens: int = 0
     reasoning_tokens: int = 0
+    cache_write_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)

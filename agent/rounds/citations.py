@@ -2,11 +2,14 @@
 
 `final_reply` takes an optional `citations` array: `{"ref": N}` for a numbered message of
 the window (`agent.rounds.references`), `{"url": "https://…"}` for an address that
-appeared in what the model read this round — the window's text, earlier rounds' subtask
-results, the outputs of the tools it called. The round loop notes all of that here as it
-goes (`note`), so a citation is checked against what the model actually saw: a URL it made
-up, or remembered from training, is refused with a message for the model that lists what
-it may cite, and the round repairs it like any other bad control call.
+appeared in what the model read this round — people's turns in the window, earlier
+rounds' subtask results, the outputs of the tools it called. The round loop notes all of
+that here as it goes (`note`), so a citation is checked against what the model actually
+saw: a URL it made up, or remembered from training, is refused with a message for the
+model that lists what it may cite, and the round repairs it like any other bad control
+call. The bot's own earlier replies and acknowledgments are not a source: a URL it once
+made up would otherwise become citable by being repeated (its message may still be cited
+by `ref`, which says what it is).
 
 URLs are found with a deliberately simple pattern (http or https, up to whitespace or a
 character that cannot stand unescaped in a URL), with trailing sentence punctuation
@@ -22,12 +25,7 @@ from dataclasses import dataclass, field
 
 from agent.core.citations import Citation
 from agent.core.errors import ControlCallError
-from agent.models.contract import (
-    AssistantMessage,
-    ModelMessage,
-    ToolResultMessage,
-    UserMessage,
-)
+from agent.models.contract import ModelMessage, ToolResultMessage, UserMessage
 from agent.rounds.references import ReferenceCatalog
 
 _URL = re.compile(r"https?://[^\s<>\"'`|\\^{}\[\]]+", re.IGNORECASE)
@@ -66,9 +64,10 @@ class Citable:
     urls: set[str] = field(default_factory=set)
 
     def note(self, messages: Iterable[ModelMessage]) -> None:
-        """Remember the URLs in what the model is shown (not its own words)."""
+        """Remember the URLs in what the model is shown — people's words, tool and subtask
+        results — and not those in its own (the window's replies of the bot)."""
         for message in messages:
-            if isinstance(message, UserMessage | AssistantMessage):
+            if isinstance(message, UserMessage):
                 self.urls.update(_urls_in(message.text))
             elif isinstance(message, ToolResultMessage):
                 self.urls.update(_urls_in(message.content))

@@ -48,6 +48,7 @@ from agent.core.errors import ControlCallError, RoundFailed
 from agent.core.ports import Draft
 from agent.models.contract import (
     AssistantMessage,
+    CacheHint,
     Model,
     ModelMessage,
     ModelRequest,
@@ -110,21 +111,25 @@ async def run_round(
     draft: Draft | None = None,
     citable: Citable | None = None,
     so_far: RoundSoFar | None = None,
+    cache: CacheHint | None = None,
 ) -> Decision:
     """Run one round on `model` and return the decision of its control call; with a
     `draft`, the reply is shown while it is written. What the model is shown (the
     messages, then each work result) is noted in `citable`, which `final_reply` checks
     its citations against. `so_far`: the round continues after these messages of its
-    own (a paused round, its paused step settled: agent/rounds/resume.py)."""
+    own (a paused round, its paused step settled: agent/rounds/resume.py). `cache`: every
+    request of the round carries it (agent/rounds/caching.py)."""
     seen = citable if citable is not None else Citable()
     seen.note(messages)
     start = so_far or RoundSoFar()
     seen.note(start.tail)
     if draft is None:
-        return await _run_round(model, messages, controls, settings, toolbox, None, seen, start)
+        return await _run_round(
+            model, messages, controls, settings, toolbox, None, seen, start, cache
+        )
     try:
         decision = await _run_round(
-            model, messages, controls, settings, toolbox, draft, seen, start
+            model, messages, controls, settings, toolbox, draft, seen, start, cache
         )
     except BaseException:
         await draft.discard()
@@ -143,6 +148,7 @@ async def _run_round(
     draft: Draft | None,
     citable: Citable,
     start: RoundSoFar,
+    cache: CacheHint | None,
 ) -> Decision:
     conversation = [*messages, *start.tail]
     tools = tuple(c.spec for c in controls) + (toolbox.specs if toolbox else ())
@@ -151,7 +157,7 @@ async def _run_round(
     showing = draft.showing if draft is not None else None
     while True:
         tap = ReplyTap(draft) if draft is not None else None
-        request = _request(conversation, tools, settings)
+        request = _request(conversation, tools, settings, cache)
         response = await model.request(request, watch=tap, showing=showing)
         conversation.append(AssistantMessage(response.text, response.tool_calls))
         step = decide(
@@ -190,7 +196,10 @@ async def _run_round(
 
 
 def _request(
-    conversation: list[ModelMessage], tools: tuple[ToolSpec, ...], settings: RoundSettings
+    conversation: list[ModelMessage],
+    tools: tuple[ToolSpec, ...],
+    settings: RoundSettings,
+    cache: CacheHint | None,
 ) -> ModelRequest:
     return ModelRequest(
         tuple(conversation),
@@ -198,6 +207,7 @@ def _request(
         tool_choice="required",
         max_output_tokens=settings.max_output_tokens,
         temperature=settings.temperature,
+        cache=cache,
     )
 
 

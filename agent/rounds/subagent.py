@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from agent.core.errors import RoundFailed
 from agent.core.text import neutralize_turns
 from agent.models.contract import Model, ModelMessage, SystemMessage, UserMessage
+from agent.rounds.caching import conversation_cache
 from agent.rounds.control import FinalReply, Reply
 from agent.rounds.framing import DATA_RULE, escape_for_frame
 from agent.rounds.loop import run_round
@@ -61,10 +62,11 @@ class AgentSubtask(SubtaskType[AgentParams]):
     ) -> str:
         messages = subagent_messages(params.instructions, references)
         toolbox = Toolbox(context.tools, context.tool_context, context.settings)
+        cache = conversation_cache(context.cache_key, len(messages))
 
         async def attempt(model: Model) -> str:
             decision = await run_round(
-                model, messages, (FinalReply(),), context.settings, toolbox=toolbox
+                model, messages, (FinalReply(),), context.settings, toolbox=toolbox, cache=cache
             )
             if not isinstance(decision, Reply):  # only final_reply was offered
                 raise RoundFailed(f"{model.name} ended a sub-agent round without final_reply")

@@ -36,6 +36,9 @@ class SubtaskContext:
     tools: ToolRegistry
     tool_context: ToolContext
     settings: RoundSettings = DEFAULT_ROUND
+    # The sub-agent's conversation, for the provider's prompt cache (agent/rounds/caching.py);
+    # None: caching is off.
+    cache_key: str | None = None
 
 
 class SubtaskType(ABC, Generic[ParamsT]):

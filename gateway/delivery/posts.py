@@ -33,6 +33,9 @@ the rest; storage/stops.py ends the task).
 With streaming on (gateway/delivery/streams.py), an acknowledgment with steps starts a
 streamed message whose task cards follow the subtasks, and a post whose row is 'open'
 completes that message instead of posting another.
+
+Each post is a span of its message's trace (`outbox {kind}`): the claims it took, and what
+the last one answered, are its settlement.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agent import Step, Task
+from agent import NO_TRACER, Step, Task, Tracer
 from gateway.delivery.reconcile import NOTHING_THERE, ThreadSearch, post_metadata
 from gateway.delivery.streams import LiveMessages, Streamed, markdown_chunk, task_update
 from gateway.slack.address import SlackAddress
@@ -81,7 +84,9 @@ class Posts:
         outbox: Outbox,
         search: ThreadSearch,
         live: LiveMessages | None = None,
+        tracer: Tracer = NO_TRACER,
     ) -> None:
+        self._tracer = tracer
         self._clients = clients
         self._outbox = outbox
         self._search = search
@@ -108,10 +113,12 @@ class Posts:
         post = _Post(
             task, SlackAddress.parse(task.address), post_id, message, streamed, tuple(steps)
         )
-        for _ in range(_CLAIMS_PER_POST):
-            claim = await self._outbox.claim(post_id, task.id, task.attempts)
-            if await self.on_claim[claim.state](post, claim):
-                return
+        with self._tracer.span(f"outbox {post.kind}", {"threadgate.outbox.id": post_id}) as span:
+            for n in range(1, _CLAIMS_PER_POST + 1):
+                claim = await self._outbox.claim(post_id, task.id, task.attempts)
+                span.set({"threadgate.outbox.claims": n, "threadgate.outbox.claim": claim.state})
+                if await self.on_claim[claim.state](post, claim):
+                    return
         raise PostNotSettled(f"{_CALLS_PER_POST} calls to Slack for {post_id} went unanswered")
 
     async def _sent(self, post: _Post, claim: Claim) -> bool:

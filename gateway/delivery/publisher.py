@@ -18,7 +18,9 @@ posted beside it. Every final reply carries Slack's feedback buttons (a `context
 block, gateway/slack/interactive.py) on its last message: posted with it, or, when that
 message is the draft's stream, sent with its `chat.stopStream`. Publishing the note that
 someone stopped the task (`task:{id}:stopped`) also ends the thread's agent session
-(gateway/delivery/status.py).
+(gateway/delivery/status.py). The reply to a message a credential was redacted
+from ends with one sentence saying so (`redacted` in the task's address,
+gateway/text/secrets.py): part of the reply's text, it is posted with it exactly once.
 """
 
 from __future__ import annotations
@@ -28,7 +30,17 @@ from collections.abc import AsyncIterator, Sequence
 
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agent import ApprovalDecision, ApprovalRequest, Citation, Step, StepState, Task, ToolCallRecord
+from agent import (
+    NO_TRACER,
+    ApprovalDecision,
+    ApprovalRequest,
+    Citation,
+    Step,
+    StepState,
+    Task,
+    ToolCallRecord,
+    Tracer,
+)
 from gateway.delivery.approval import ApprovalMessages
 from gateway.delivery.posts import Posts
 from gateway.delivery.reconcile import ThreadSearch
@@ -39,6 +51,7 @@ from gateway.slack.address import SlackAddress
 from gateway.slack.interactive import feedback_buttons
 from gateway.slack.workspaces import SlackClients
 from gateway.text.rendering import SlackMessage, render_reply
+from gateway.text.secrets import ROTATE_NOTE
 from storage import Outbox
 
 _TOOL_STATES: dict[str, StepState] = {"running": "in_progress", "ok": "complete", "error": "error"}
@@ -59,6 +72,7 @@ class SlackPublisher:
         reconcile_seconds: float = 60.0,
         streams: StreamSettings | None = None,
         on_stream_ended: StreamEnded | None = None,
+        tracer: Tracer = NO_TRACER,
     ) -> None:
         # Each task's calls use its workspace's client (gateway/slack/workspaces.py).
         self._clients = client if isinstance(client, SlackClients) else SlackClients.single(client)
@@ -84,7 +98,7 @@ class SlackPublisher:
             reconcile_seconds=reconcile_seconds,
             orphans=self._live is not None,
         )
-        self._posts = Posts(self._clients, outbox, search, self._live)
+        self._posts = Posts(self._clients, outbox, search, self._live, tracer)
         self._sources = SourceLinks(outbox, call_seconds=outbox.call_seconds)
         self._approvals = ApprovalMessages(self._clients, outbox, self._posts)
         self._drafts: dict[tuple[str, str], SlackDraft] = {}  # by task id and message id
@@ -112,6 +126,8 @@ class SlackPublisher:
         # The Sources line goes under the text, rendered with it (gateway/delivery/sources.py); a
         # streamed reply gets it with its final stopStream or update.
         sources = await self._sources_line(task, citations) if citations else ""
+        if message_id == task.reply_id and SlackAddress.parse(task.address).redacted:
+            text = f"{text}\n\n{ROTATE_NOTE}"
         parts = render_reply(f"{text}\n\n{sources}" if sources else text)
         if message_id == task.reply_id:
             parts[-1] = _with_feedback(parts[-1], message_id)

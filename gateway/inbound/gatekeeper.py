@@ -29,6 +29,19 @@ nothing queued; the first of its window is answered by one polite notice (posted
 worker after the ack, never here). The thread limit is also the loop breaker: an
 integration that answers every bot post in a thread runs into it, gets one notice and
 then no more posts to answer.
+
+Each channel has its rules (`gateway.inbound.channel_rules`): its own limits, and whether it
+is answered when shared with another organization. A refused message (`refused`) is stored
+without its files or its thread, and the first of its thread that day gets one notice,
+like an over-limit one. In a shared channel that is answered, the turns of authors of
+other organizations say so (`org="external"`), and so does the task's address (`shared`),
+for `read_thread`. Credentials in what people wrote are redacted as it is rendered
+(`gateway.text.secrets`); the count goes to `on_redacted`, and a turn that had one puts
+`redacted` in its task's address, for the reply to say so once (gateway/delivery/publisher.py).
+
+A message to be stored starts its trace (agent/core/tracing.py): the `admission` span
+holds its look-ups (names, back-fill, files) and the admission, and its context is stored
+with the task, for every later part of the answer to continue.
 """
 
 from __future__ import annotations
@@ -40,14 +53,18 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal, Protocol, TypeAlias
 
-from agent import Image, bind_log_fields
+from agent import NO_TRACER, Image, Tracer, bind_log_fields
 from gateway.inbound.addressing import addresses_someone_else
 from gateway.inbound.attachments import FileContent, FileReader, files_text, images_of, unread
+from gateway.inbound.channel_rules import DEFAULT_RULES, REFUSAL_NOTICES, RulesOf
 from gateway.slack.events import InboundTurn, SharedFile
-from gateway.slack.threads import ThreadMessage, render_message, slack_time
+from gateway.slack.sharing import ChannelSharing
+from gateway.slack.threads import EXTERNAL, ThreadMessage, foreign, render_message, slack_time
 from gateway.slack.users import NameDirectory
 from gateway.text.markup import mentioned_user_ids
+from gateway.text.secrets import Redactions
 from storage import (
+    REFUSALS,
     UNLIMITED,
     Admission,
     Database,
@@ -61,7 +78,7 @@ from storage import (
 
 log = logging.getLogger(__name__)
 
-Outcome: TypeAlias = Literal["admitted", "duplicate", "ignored", "limited"]
+Outcome: TypeAlias = Literal["admitted", "duplicate", "ignored", "limited", "refused"]
 
 # What the first over-limit message of a window is answered with.
 LIMIT_NOTICES: Mapping[LimitScope, str] = {
@@ -83,6 +100,15 @@ LIMIT_NOTICES: Mapping[LimitScope, str] = {
     ),
     "all_tokens": (
         "Sorry, I've used up today's allowance of AI usage for everyone, so I won't answer "
+        "this message or the next ones until tomorrow (UTC)."
+    ),
+    **REFUSAL_NOTICES,
+    "channel_spend": (
+        "Sorry, this channel has used up today's budget for AI usage, so I won't answer "
+        "here until tomorrow (UTC)."
+    ),
+    "workspace_spend": (
+        "Sorry, this workspace has used up today's budget for AI usage, so I won't answer "
         "this message or the next ones until tomorrow (UTC)."
     ),
 }
@@ -149,7 +175,15 @@ class Gatekeeper:
         on_limited: Callable[[LimitScope], None] | None = None,
         files: FileReader | None = None,
         in_flight: InFlight | None = None,
+        rules: RulesOf = lambda channel: DEFAULT_RULES,
+        sharing: ChannelSharing | None = None,
+        on_redacted: Callable[[Redactions], None] = lambda found: None,
+        tracer: Tracer = NO_TRACER,
     ) -> None:
+        self._rules = rules
+        self._sharing = sharing
+        self._on_redacted = on_redacted
+        self._tracer = tracer
         self._files = files
         self._in_flight = in_flight or InFlight()
         self._limits = limits
@@ -191,7 +225,9 @@ class Gatekeeper:
         # Downloads are the costly part: they wait for Slack's other event for this message
         # (in this process), and for a look at whether admission would take it at all.
         async with self._in_flight.turn(inbound.task_id):
-            before = await before_downloads(self._db, self._admission(inbound), self._limits)
+            before = await before_downloads(
+                self._db, self._admission(inbound), self._limits_of(inbound)
+            )
             if before.has_task:
                 return "duplicate"  # what admission would say, without fetching the files
             if before.limited:  # refused (or answered by the notice): nothing to fetch
@@ -206,26 +242,64 @@ class Gatekeeper:
         backfill: bool,
         files: FileReader | None = None,
     ) -> Outcome:
-        """Render the turn (reading its files with `files`), back-fill, and admit."""
+        """Render the turn (reading its files with `files`), back-fill, and admit: the
+        first span of the message's trace (module docstring)."""
+        with self._tracer.resume(None), self._tracer.span("admission", kind="server") as span:
+            outcome = await self._render_and_admit(inbound, bot_user_id, backfill, files)
+            span.set({"threadgate.admission": outcome})
+        return outcome
+
+    async def _render_and_admit(
+        self,
+        inbound: InboundTurn,
+        bot_user_id: str | None,
+        backfill: bool,
+        files: FileReader | None,
+    ) -> Outcome:
         deadline = asyncio.get_running_loop().time() + self._budget
+        inbound = await self._shared(inbound, deadline)
+        refused = self._rules(inbound.channel).refusal(inbound.ext_shared)
+        if refused is not None:  # nothing more of the channel is read for a refused message
+            backfill, files = False, None
+        tally = Redactions()
         (turn_text, images), earlier = await asyncio.gather(
-            self._turn(inbound, bot_user_id, deadline, files),
-            self._backfill(inbound, bot_user_id, deadline, files) if backfill else _nothing(),
+            self._turn(inbound, bot_user_id, deadline, files, tally),
+            self._backfill(inbound, bot_user_id, deadline, files, tally)
+            if backfill
+            else _nothing(),
         )
         admission = replace(
-            self._admission(inbound),
+            self._admission(inbound, redacted=sum(tally.kinds.values())),
             turn_text=turn_text,
             images=images,
             earlier=earlier,
+            refused=refused,
+            traceparent=self._tracer.traceparent(),
         )
-        outcome = await admit(self._db, admission, self._limits)
+        outcome = await admit(self._db, admission, self._limits_of(inbound))
+        if tally:
+            self._on_redacted(tally)
         if outcome.limited is not None:
             self._on_limited(outcome.limited)
-            return "limited"
+            return "refused" if outcome.limited in REFUSALS else "limited"
         return "admitted" if outcome else "duplicate"
 
-    def _admission(self, inbound: InboundTurn) -> Admission:
-        """The message's admission, its turn not rendered yet."""
+    async def _shared(self, inbound: InboundTurn, deadline: float) -> InboundTurn:
+        """The turn with its channel's sharing known, as the event said it or as
+        `conversations.info` says (None: it could not be checked; see `ChannelRules`)."""
+        if inbound.ext_shared is not None or self._sharing is None:
+            return inbound
+        sharing = await self._sharing.sharing(inbound.channel, deadline)
+        if sharing == "unknown":
+            return inbound
+        return replace(inbound, ext_shared=sharing == "external")
+
+    def _limits_of(self, inbound: InboundTurn) -> Limits:
+        return self._rules(inbound.channel).limits or self._limits
+
+    def _admission(self, inbound: InboundTurn, *, redacted: int = 0) -> Admission:
+        """The message's admission, its turn not rendered yet (`redacted`: the credentials
+        taken out of what it brought)."""
         return Admission(
             event_id=inbound.event_id,
             task_id=inbound.task_id,
@@ -240,6 +314,10 @@ class Gatekeeper:
                 **({"enterprise": inbound.enterprise} if inbound.enterprise else {}),
                 # The writer's workspace (Slack Connect: not the tenant's), a stream's recipient.
                 **({"user_team": inbound.user_team} if inbound.user_team else {}),
+                # A channel shared with another organization (for `read_thread`'s turns), and
+                # the credentials redacted from the turn (for the reply's note).
+                **({"shared": EXTERNAL} if inbound.ext_shared is not False else {}),
+                **({"redacted": str(redacted)} if redacted else {}),
             },
             turn_text="",
             user=f"{inbound.team}:{inbound.user}",
@@ -257,11 +335,18 @@ class Gatekeeper:
         """The turn's text as admission stores it, its files never fetched: `files_note`
         (what the stored version says of them) when given, else described as not read. An
         edit is stored again this way; the pictures stored with the first version stay."""
+        inbound = await self._shared(inbound, deadline)
+        tally = Redactions()
         if files_note is None:
-            text, _ = await self._turn(inbound, bot_user_id, deadline, None)
-            return text
-        names = await self._names([inbound.user, *mentioned_user_ids(inbound.text)], deadline)
-        return render_inbound(inbound, names, bot_user_id=bot_user_id, files_note=files_note)
+            text, _ = await self._turn(inbound, bot_user_id, deadline, None, tally)
+        else:
+            names = await self._names([inbound.user, *mentioned_user_ids(inbound.text)], deadline)
+            text = render_inbound(
+                inbound, names, bot_user_id=bot_user_id, files_note=files_note, redactions=tally
+            )
+        if tally:
+            self._on_redacted(tally)
+        return text
 
     async def _turn(
         self,
@@ -269,13 +354,16 @@ class Gatekeeper:
         bot_user_id: str | None,
         deadline: float,
         files: FileReader | None,
+        redactions: Redactions,
     ) -> tuple[str, tuple[Image, ...]]:
         """The turn's text and its pictures: names and files looked up at once."""
         names, contents = await asyncio.gather(
             self._names([inbound.user, *mentioned_user_ids(inbound.text)], deadline),
             _read_files(files, inbound.files, deadline),
         )
-        text = render_inbound(inbound, names, bot_user_id=bot_user_id, contents=contents)
+        text = render_inbound(
+            inbound, names, bot_user_id=bot_user_id, contents=contents, redactions=redactions
+        )
         return text, images_of(contents)
 
     async def _backfill(
@@ -284,6 +372,7 @@ class Gatekeeper:
         bot_user_id: str | None,
         deadline: float,
         files: FileReader | None,
+        redactions: Redactions,
     ) -> Sequence[EarlierMessage]:
         """The thread's messages before this one, rendered as turns with ids from their ts."""
         if self._threads is None or not inbound.thread_ts:
@@ -302,11 +391,18 @@ class Gatekeeper:
             self._names(sorted(users), deadline),
             asyncio.gather(*(_read_files(files, m.files, deadline) for m in before)),
         )
+        shared = inbound.ext_shared is not False
         return tuple(
             EarlierMessage(
                 earlier_message_id(inbound.team, inbound.channel, m.ts),
                 render_message(
-                    m, inbound.channel, names, bot_user_id=bot_user_id, note=files_text(read)
+                    m,
+                    inbound.channel,
+                    names,
+                    bot_user_id=bot_user_id,
+                    note=files_text(read),
+                    external=shared and foreign(m.team, inbound.team, inbound.enterprise),
+                    redactions=redactions,
                 ),
                 images_of(read),
             )
@@ -368,16 +464,26 @@ def render_inbound(
     bot_user_id: str | None,
     contents: Sequence[FileContent] | None = None,
     files_note: str | None = None,
+    redactions: Redactions | None = None,
 ) -> str:
     """The message as the model will read it: its text, then what came of its files
     (`contents`; None: described, not read; or `files_note`, as rendered before), in one
-    provenance tag."""
+    provenance tag; marked as another organization's when the channel is shared (or its
+    sharing unknown) and its author's team is not the tenant's."""
     message = ThreadMessage(inbound.user, inbound.text, inbound.ts)
     read = unread(inbound.files) if contents is None else contents
     note = files_text(read, inbound.files_not_described) if files_note is None else files_note
     edited = slack_time(inbound.edited) if inbound.edited else None
+    shared = inbound.ext_shared is not False
     return render_message(
-        message, inbound.channel, names, bot_user_id=bot_user_id, note=note, edited=edited
+        message,
+        inbound.channel,
+        names,
+        bot_user_id=bot_user_id,
+        note=note,
+        edited=edited,
+        external=shared and foreign(inbound.user_team, inbound.team, inbound.enterprise),
+        redactions=redactions,
     )
 
 

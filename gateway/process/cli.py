@@ -24,6 +24,7 @@ from gateway.process.feedback_report import add_feedback_parser
 from gateway.process.schedule_commands import add_schedules_parser
 from gateway.process.service import database_dsn, serve_forever
 from gateway.process.task_commands import add_sessions_parser, add_tasks_parser
+from gateway.process.usage_report import add_usage_parser
 from gateway.slack.manifest import events_url, render_manifest
 from gateway.telemetry.logs import configure_logging
 from storage import Database, StorageError
@@ -89,6 +90,7 @@ def parser() -> argparse.ArgumentParser:
     add_schedules_parser(sub)
     add_sessions_parser(sub)
     add_feedback_parser(sub)
+    add_usage_parser(sub)
     return p
 
 

@@ -28,14 +28,20 @@ from agent import (
     DEFAULT_GATEWAY_HEADER,
     DEFAULT_MAX_OUTPUT_TOKENS,
     DEFAULT_MODEL_TIMEOUT,
+    DEFAULT_PRICE_TABLE,
     DEFAULT_ROUND,
     DEFAULT_RUNNER,
     VENDORS,
     ConfigError,
     McpConfig,
+    PriceTable,
     RetryPolicy,
     load_mcp_config,
+    parse_prices,
 )
+from gateway.process.channel_config import EMPTY as NO_CHANNEL_CONFIG
+from gateway.process.channel_config import ChannelConfig, load_channel_config
+from gateway.slack.client import carries_tokens_safely
 from gateway.slack.manifest import DESCRIPTION, SuggestedPrompt, parse_prompts
 from storage import (
     DEFAULT_LEASE_SECONDS,
@@ -159,6 +165,19 @@ class Settings(BaseSettings):
     threadgate_channel_daily_tokens: Annotated[int, Field(ge=0)] = 10_000_000
     # Tokens every workspace together may use per UTC day (0: no such budget).
     threadgate_daily_tokens_all_workspaces: Annotated[int, Field(ge=0)] = 0
+    # USD a channel, and a workspace, may spend per UTC day (0: no limit); priced by
+    # THREADGATE_PRICES over the built-in table (agent/models/prices.py).
+    threadgate_channel_daily_spend_usd: Annotated[float, Field(ge=0)] = 0
+    threadgate_workspace_daily_spend_usd: Annotated[float, Field(ge=0)] = 0
+    # Prices per provider:model added to the built-in ones: inline JSON, or a file holding it.
+    threadgate_prices: str = ""
+    # Requests name their conversation and mark their stable prefix for the providers'
+    # prompt caches (agent/rounds/caching.py); off for a server that refuses the fields.
+    threadgate_prompt_caching: bool = True
+    # Traces over OTLP/HTTP (gateway/telemetry/tracing.py): on when either is set; the
+    # OpenTelemetry SDK reads its other OTEL_* variables itself.
+    otel_exporter_otlp_endpoint: str | None = None
+    otel_exporter_otlp_traces_endpoint: str | None = None
     # A round asks the model a few times (tool steps, repairs); rounds × subtasks × retries
     # could reach ~190 requests for one message without this.
     threadgate_max_model_requests_per_task: Annotated[int, Field(ge=0)] = 60
@@ -172,6 +191,9 @@ class Settings(BaseSettings):
     threadgate_socket_connect_timeout: Annotated[float, Field(gt=0, le=600)] = 30.0
     # MCP servers whose tools the agent may call (a JSON file in the `mcpServers` shape).
     threadgate_mcp_config: Path | None = None
+    # Each channel's tools, instructions, models, limits and Slack Connect answer (a JSON
+    # file, gateway/process/channel_config.py; read again on SIGHUP).
+    threadgate_channel_config: Path | None = None
     # Files on messages (gateway/inbound/files.py): the most read of one file, and which kinds.
     threadgate_file_max_bytes: Annotated[int, Field(ge=1, le=100_000_000)] = 10_000_000
     threadgate_file_types: str = ",".join(FILE_KINDS)
@@ -188,6 +210,31 @@ class Settings(BaseSettings):
     # Which parts `serve` runs (issue 16): `ingress` verifies, admits and acks Slack's events;
     # `worker` answers the queued tasks; `all` both, in one process. `--role` wins over it.
     threadgate_role: Role = "all"
+
+    @field_validator("threadgate_prices")
+    @classmethod
+    def _prices(cls, value: str) -> str:
+        prices_json(value)  # a ValueError names what is wrong
+        return value
+
+    def price_table(self) -> PriceTable:
+        """The built-in prices with THREADGATE_PRICES's entries over them."""
+        text = prices_json(self.threadgate_prices)
+        return DEFAULT_PRICE_TABLE.with_entries(parse_prices(text) if text else {})
+
+    @property
+    def tracing(self) -> bool:
+        """Whether traces are exported (an OTLP endpoint is configured)."""
+        return self.otlp_traces_endpoint is not None
+
+    @property
+    def otlp_traces_endpoint(self) -> str | None:
+        """Where spans are sent: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT as it is, else
+        OTEL_EXPORTER_OTLP_ENDPOINT with the signal's path (`/v1/traces`), as OTLP says."""
+        if self.otel_exporter_otlp_traces_endpoint:
+            return self.otel_exporter_otlp_traces_endpoint
+        base = self.otel_exporter_otlp_endpoint
+        return f"{base.rstrip('/')}/v1/traces" if base else None
 
     @field_validator("threadgate_suggested_prompts")
     @classmethod
@@ -261,6 +308,16 @@ class Settings(BaseSettings):
             )
         return value
 
+    @field_validator("slack_api_url")
+    @classmethod
+    def _api_url(cls, value: str) -> str:
+        if not carries_tokens_safely(value):
+            raise ValueError(
+                "expected an https:// URL, or plain http to a loopback address such as "
+                "127.0.0.1: every call sends the bot token there"
+            )
+        return value
+
     @field_validator("threadgate_oauth_redirect_url")
     @classmethod
     def _redirect_url(cls, value: str | None) -> str | None:
@@ -329,6 +386,19 @@ class Settings(BaseSettings):
             return McpConfig()
         return load_mcp_config(self.threadgate_mcp_config, os.environ)
 
+    def channel_config(self) -> ChannelConfig:
+        """The channel policies (none when THREADGATE_CHANNEL_CONFIG is unset: the default
+        everywhere); a bad file is a ConfigError naming the variable, the file and the field."""
+        if self.threadgate_channel_config is None:
+            return NO_CHANNEL_CONFIG
+        return load_channel_config(self.threadgate_channel_config)
+
+    @property
+    def model_specs(self) -> tuple[str, ...]:
+        """THREADGATE_MODEL then THREADGATE_FALLBACK_MODEL, those that are set."""
+        specs = (self.threadgate_model, self.threadgate_fallback_model)
+        return tuple(spec for spec in specs if spec)
+
     def secret_values(self) -> list[str]:
         """What the log must never show: every secret setting's value, and the parts of
         URLs that carry one — a password in any URL setting (a database or proxy URL), the
@@ -391,16 +461,18 @@ class Settings(BaseSettings):
 
     def require_oauth(self) -> None:
         """Check the OAuth mode's settings: both app credentials, well-formed, and no
-        SLACK_BOT_TOKEN beside them (exactly one of the two modes)."""
+        SLACK_BOT_TOKEN beside them (exactly one of the two modes). A worker runs no
+        install flow — it only reads the stored tokens — so it needs no client secret
+        (one given is still checked)."""
         if self.slack_bot_token is not None:
             raise ConfigError(
                 "SLACK_BOT_TOKEN and SLACK_CLIENT_ID/SLACK_CLIENT_SECRET are both set: set "
                 "SLACK_BOT_TOKEN for one workspace, or the client id and secret for many, not both."
             )
-        for variable, shape in (
-            ("SLACK_CLIENT_ID", _CLIENT_ID),
-            ("SLACK_CLIENT_SECRET", _CLIENT_SECRET),
-        ):
+        needed = [("SLACK_CLIENT_ID", _CLIENT_ID)]
+        if self.serves_events or self.slack_client_secret is not None:
+            needed.append(("SLACK_CLIENT_SECRET", _CLIENT_SECRET))
+        for variable, shape in needed:
             if not shape.fullmatch(self.require(variable)):
                 raise ConfigError(
                     f"{variable} does not look like one: put {_HINTS[variable]} there."
@@ -417,6 +489,20 @@ def load_settings(*, env_file: Path | str | None = None, **overrides: object) ->
         return Settings(_env_file=env_file, **overrides)  # type: ignore[arg-type, call-arg]
     except ValidationError as exc:
         raise ConfigError(describe(exc)) from None
+
+
+def prices_json(value: str) -> str:
+    """THREADGATE_PRICES's JSON: the value itself when it is an object, else the file it
+    names; a `ValueError` (said of the setting) when either is wrong."""
+    text = value.strip()
+    if text and not text.startswith("{"):
+        try:
+            text = Path(text).expanduser().read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ValueError(f"the file {value!r} cannot be read ({exc.strerror})") from None
+    if text:
+        parse_prices(text)
+    return text
 
 
 def describe(exc: ValidationError) -> str:

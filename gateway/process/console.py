@@ -156,6 +156,7 @@ class Conversation:
             thread_ts=self._thread_ts,
             direct=False,
             event_id=None,
+            ext_shared=False,  # a terminal is nobody else's organization
         )
         self._thread_ts = self._thread_ts or ts
         return turn

@@ -17,7 +17,10 @@ the setting to fix:
 - the database: reachable, and which migrations `serve` will apply at start (not a failure);
 - MCP servers (`THREADGATE_MCP_CONFIG`): each one connected or not (and why), with the
   tools it offers the model. A server that does not connect is a problem to report, even
-  though `serve` would start without it.
+  though `serve` would start without it;
+- channels (`THREADGATE_CHANNEL_CONFIG`): the file's problem, or the effective policy of
+  the default and of each configured channel, one line each — models, tools (and which
+  built-in ones they offer), Slack Connect, instructions, limits.
 
 A check whose input is missing is skipped (its cause is already reported as a problem),
 and so is one the role (THREADGATE_ROLE) does not need: an ingress calls no model and
@@ -35,15 +38,19 @@ from typing import Literal, TypeAlias
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from agent import (
+    ChannelPolicy,
     ConfigError,
     McpClients,
     McpServerState,
     Model,
     ToolRegistry,
+    default_registries,
     open_model,
     probe_model,
 )
 from gateway.inbound.socket_mode import probe_socket_mode
+from gateway.process.channel_config import Effective
+from gateway.process.channel_policies import prompt_instructions
 from gateway.process.config import Settings
 from gateway.process.service import database_dsn, provider_settings, token_cipher
 from gateway.slack.client import slack_client
@@ -110,6 +117,7 @@ async def diagnose(settings: Settings, limits: Limits | None = None) -> list[Fin
         *models,
         *database,
         *mcp,
+        *check_channels(settings),
     ]
 
 
@@ -163,8 +171,10 @@ def mode(settings: Settings) -> str:
 def config_problems(settings: Settings) -> list[ConfigError]:
     """Every missing variable the mode requires; when none is missing, a malformed one."""
     transport = "SLACK_APP_TOKEN" if settings.socket_mode else "SLACK_SIGNING_SECRET"
-    credentials = ("SLACK_CLIENT_ID", "SLACK_CLIENT_SECRET") if settings.oauth_mode else ()
-    # A worker takes no events (no transport secret); an ingress calls no model.
+    # A worker takes no events (no transport secret) and runs no install flow (no client
+    # secret); an ingress calls no model.
+    secret = ("SLACK_CLIENT_SECRET",) if settings.serves_events else ()
+    credentials = ("SLACK_CLIENT_ID", *secret) if settings.oauth_mode else ()
     checks: list[Callable[[], object]] = [
         *(functools.partial(settings.require, variable) for variable in credentials),
         *(() if credentials else (lambda: settings.require("SLACK_BOT_TOKEN"),)),
@@ -265,7 +275,26 @@ async def check_installations(settings: Settings, limit: float) -> list[Finding]
         if not found:
             detail = "no workspace has installed the app yet: open /slack/install on the gateway"
             return [Finding("slack", "ok", detail)]
-        return [await _try_installation(settings, installations, s, limit) for s in found]
+        tried = [await _try_installation(settings, installations, s, limit) for s in found]
+        return [
+            *tried,
+            await token_sealing(installations, sealing=token_cipher(settings) is not None),
+        ]
+
+
+async def token_sealing(installations: PostgresInstallations, *, sealing: bool) -> Finding:
+    """Whether the stored bot tokens are sealed (THREADGATE_TOKEN_KEY), and how many not."""
+    try:
+        left = await installations.unsealed()
+    except StorageError as exc:
+        return Finding("tokens", "skip", f"not counted ({exc}); see the database check")
+    if not left:
+        return Finding("tokens", "ok", "every stored bot token is sealed")
+    if sealing:
+        detail = f"{left} stored bot token(s) not sealed yet: `threadgate serve` seals them"
+    else:
+        detail = f"THREADGATE_TOKEN_KEY is unset: {left} bot token(s) stored as Slack issued them"
+    return Finding("tokens", "warn", detail)
 
 
 async def _try_installation(
@@ -466,6 +495,52 @@ def mcp_finding(state: McpServerState, limit: float) -> Finding:
         return Finding(check, "FAIL", f"not connected over {state.transport} ({why})")
     tools = ", ".join(state.tools) if state.tools else "none (check allowedTools)"
     return Finding(check, "ok", f"connected over {state.transport}; tools: {tools}")
+
+
+# -- channels -------------------------------------------------------------------------------
+
+
+def check_channels(settings: Settings) -> list[Finding]:
+    """The effective policy of the default and of each channel the file names."""
+    if settings.threadgate_channel_config is None:
+        return []  # one policy everywhere: the deployment's, Slack Connect refused
+    try:
+        config = settings.channel_config()
+    except ConfigError as exc:
+        return [Finding("channels", "FAIL", str(exc))]
+    builtin = default_registries()[0].names
+    channels: list[str | None] = [None, *config.channels]
+    return [
+        Finding(
+            f"channel {channel or 'default'}",
+            "ok",
+            describe_policy(config.effective(channel, settings.model_specs), builtin),
+        )
+        for channel in channels
+    ]
+
+
+def describe_policy(effective: Effective, builtin: tuple[str, ...]) -> str:
+    """A channel's effective policy in one line, as `doctor` prints it."""
+    if effective.models is None:
+        models = "the deployment's models"
+    else:
+        models = " then ".join(effective.models) + ("" if len(effective.models) > 1 else " only")
+    matching = ChannelPolicy(tools=effective.tools)  # the agent's own matching of names
+    offered = [name for name in builtin if matching.offers(name)]
+    tools = f"tools {', '.join(effective.tools)} (built-in offered: {', '.join(offered) or 'none'})"
+    connect = "answered" if effective.external == "allow" else "refused"
+    instructions = prompt_instructions(effective)
+    told = f"instructions {_quoted(instructions)}" if instructions else "no instructions of its own"
+    given = effective.limits.model_dump(by_alias=True, exclude_none=True)
+    limits = ", ".join(f"{k} {v}" for k, v in given.items()) or "the deployment's"
+    return f"{models}; {tools}; Slack Connect {connect}; {told}; limits {limits}"
+
+
+def _quoted(text: str, most: int = 80) -> str:
+    flat = " ".join(text.split())
+    shown = flat if len(flat) <= most else f"{flat[: most - 1]}…"
+    return f'"{shown}" ({len(text):,} characters)'
 
 
 def report(findings: list[Finding]) -> str:

@@ -10,10 +10,19 @@ job and the MCP clients behind a port with only /healthz and /readyz; `all` is b
 meet in Postgres: admission queues a task, and any worker's lease claims it
 (storage/queue.py), so any number of each can run against one database.
 
+With `OTEL_EXPORTER_OTLP_ENDPOINT` (or `…_TRACES_ENDPOINT`) set, every part gets one
+tracer exporting over OTLP (gateway/telemetry/tracing.py, imported only then); without,
+`agent.NO_TRACER`, and no OpenTelemetry module is loaded.
+
 MCP servers are connected before the workers start, waiting at most
 `MCP_STARTUP_SECONDS` for each one's first attempt, so the first messages already see
 their tools. A server that does not connect does not stop `serve`: it is logged, its tools
 are not offered, and its connection keeps retrying in the background.
+
+The channel policies (`THREADGATE_CHANNEL_CONFIG`, gateway/process/channel_policies.py)
+are compiled before anything is opened, so a bad file stops `serve` first; the responder
+and every gatekeeper ask them per task and per message, and SIGHUP reads the file again
+(`Gateway.reload`).
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ import contextlib
 import functools
 import gc
 import logging
+import signal
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,9 +46,11 @@ from slack_bolt.oauth.async_oauth_flow import AsyncOAuthFlow
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent import (
+    NO_TRACER,
     AlertSink,
     ApprovalDesk,
     AttemptLadder,
+    CircuitBreaker,
     Compaction,
     CompactionSettings,
     ConfigError,
@@ -47,6 +59,7 @@ from agent import (
     McpClients,
     Model,
     ModelResponder,
+    PolicyOf,
     ProviderSettings,
     Publisher,
     RetryPolicy,
@@ -58,6 +71,7 @@ from agent import (
     ThreadReader,
     ToolObserver,
     ToolRegistry,
+    Tracer,
     default_registries,
     model_transport,
     open_model,
@@ -79,6 +93,7 @@ from gateway.inbound.pins import Pins
 from gateway.inbound.revisions import Revisions
 from gateway.inbound.socket_mode import SocketModeConnection, start_socket_mode
 from gateway.inbound.stops import Stops
+from gateway.process.channel_policies import ChannelPolicies, Ladders
 from gateway.process.config import Settings
 from gateway.process.event_loop import loop_name
 from gateway.process.http import (
@@ -104,6 +119,7 @@ from gateway.slack.oauth import (
 from gateway.slack.scopes import bot_scopes
 from gateway.slack.workspaces import SlackClients, label
 from gateway.telemetry.metrics import MeteredModel, Metrics, ToolCallCounter
+from gateway.text.secrets import KINDS as SECRET_KINDS
 from storage import (
     Database,
     Limits,
@@ -166,6 +182,53 @@ def open_models(settings: Settings) -> list[Model]:
     ]
 
 
+def retry_policy(settings: Settings) -> RetryPolicy:
+    return RetryPolicy(
+        attempts_per_slot=settings.threadgate_model_attempts,
+        base_delay=settings.threadgate_model_retry_seconds,
+    )
+
+
+def channel_policies(
+    settings: Settings,
+    metrics: Metrics,
+    circuit: CircuitBreaker | None,
+    tracer: Tracer = NO_TRACER,
+) -> ChannelPolicies:
+    """The channel config compiled (a bad file is a ConfigError). With a `circuit` (a
+    process that runs workers) each distinct set of channel models gets its ladder, opened
+    now and sharing that circuit; without, no model is opened (an ingress calls none)."""
+    ladders = None
+    if circuit is not None:
+        providers = provider_settings(settings)
+        prices = settings.price_table()
+
+        def make(specs: tuple[str, ...]) -> tuple[AttemptLadder, list[Model]]:
+            models: list[Model] = [
+                MeteredModel(
+                    open_model(spec, slot=n, settings=providers),
+                    metrics,
+                    n,
+                    prices=prices,
+                    tracer=tracer,
+                )
+                for n, spec in enumerate(specs)
+            ]
+            policy = retry_policy(settings)
+            return AttemptLadder(
+                models, policy=policy, circuit=circuit, on_attempt=metrics.on_attempt
+            ), models
+
+        ladders = Ladders(make)
+    return ChannelPolicies(
+        settings.channel_config,
+        models=settings.model_specs,
+        limits=limits(settings),
+        max_model_requests=settings.threadgate_max_model_requests_per_task,
+        ladders=ladders,
+    )
+
+
 def limits(settings: Settings) -> Limits:
     """The guard rails admission enforces (0: that one is off)."""
     return Limits(
@@ -174,6 +237,8 @@ def limits(settings: Settings) -> Limits:
         user_daily_tokens=settings.threadgate_user_daily_tokens,
         channel_daily_tokens=settings.threadgate_channel_daily_tokens,
         all_daily_tokens=settings.threadgate_daily_tokens_all_workspaces,
+        channel_daily_spend_usd=settings.threadgate_channel_daily_spend_usd,
+        workspace_daily_spend_usd=settings.threadgate_workspace_daily_spend_usd,
         notices=LIMIT_NOTICES,
         pictures=PictureBudgets(
             thread_bytes=settings.threadgate_thread_picture_bytes,
@@ -205,19 +270,21 @@ def build_runner(
     registries: tuple[ToolRegistry, SubtaskRegistry] | None = None,
     tool_observer: ToolObserver | None = None,
     desk: ApprovalDesk | None = None,
+    policies: PolicyOf | None = None,
+    circuit: CircuitBreaker | None = None,
+    tracer: Tracer = NO_TRACER,
 ) -> TaskRunner:
     """The task runner on Postgres, answering through `models`, delivering to `publisher`;
-    `registries` are the tools (MCP ones included) and subtask types it offers. With a
-    `desk` to ask people at, tools that need approval are offered (agent/core/approval.py);
-    without (the console), they are not."""
+    `registries` are the tools (MCP ones included) and subtask types it offers, `policies`
+    each channel's boundary (their ladders share `circuit` with this one). With a `desk` to
+    ask people at, tools that need approval are offered (agent/core/approval.py); without
+    (the console), they are not."""
     tools, subtask_types = registries or default_registries()
     approvals = PostgresApprovals(db) if desk is not None else None
     ladder = AttemptLadder(
         models,
-        policy=RetryPolicy(
-            attempts_per_slot=settings.threadgate_model_attempts,
-            base_delay=settings.threadgate_model_retry_seconds,
-        ),
+        policy=retry_policy(settings),
+        circuit=circuit,
         on_attempt=metrics.on_attempt if metrics else None,
     )
     respond = ModelResponder(
@@ -232,6 +299,9 @@ def build_runner(
         memory=PostgresMemory(db),
         instructions=settings.threadgate_instructions,
         approvals=approvals,
+        policies=policies,
+        prices=settings.price_table(),
+        prompt_caching=settings.threadgate_prompt_caching,
         settings=RoundSettings(
             max_output_tokens=settings.threadgate_max_output_tokens,
             tool_timeout_seconds=settings.threadgate_tool_timeout_seconds,
@@ -242,7 +312,7 @@ def build_runner(
         Compaction(
             PostgresSummaries(db),
             respond.ask_text,
-            epoch=respond.epoch,
+            epoch=respond.epoch_of,
             memory=PostgresMemory(db),
             settings=CompactionSettings(
                 max_chars=settings.threadgate_history_chars,
@@ -280,7 +350,32 @@ def build_runner(
         compaction=compaction,
         approvals=approvals,
         desk=desk,
+        tracer=tracer,
     )
+
+
+def start_tracer(settings: Settings, stack: AsyncExitStack) -> Tracer:
+    """The process's tracer: OTLP export when an endpoint is configured (its spans flushed
+    when `stack` closes), else the one that records nothing. The OpenTelemetry SDK is
+    imported here, only then."""
+    endpoint = settings.otlp_traces_endpoint
+    if endpoint is None:
+        return NO_TRACER
+    from gateway.telemetry.tracing import otlp_tracer
+
+    tracer = otlp_tracer(endpoint)
+    stack.callback(tracer.shutdown)
+    log.info("traces go to %s over OTLP/HTTP (OTEL_EXPORTER_OTLP_ENDPOINT)", endpoint)
+    return tracer
+
+
+def tool_spans(tracer: Tracer) -> ToolObserver | None:
+    """The tool-call spans, when traces are recorded."""
+    if tracer is NO_TRACER:
+        return None
+    from gateway.telemetry.tracing import OtelTracer, ToolSpans
+
+    return ToolSpans(tracer) if isinstance(tracer, OtelTracer) else None
 
 
 async def start_mcp(settings: Settings, tools: ToolRegistry, stack: AsyncExitStack) -> McpClients:
@@ -304,12 +399,16 @@ async def start_mcp(settings: Settings, tools: ToolRegistry, stack: AsyncExitSta
 
 
 def tool_observer(
-    db: Database, metrics: Metrics, mcp: McpClients, shown: ToolObserver | None = None
+    db: Database,
+    metrics: Metrics,
+    mcp: McpClients,
+    shown: ToolObserver | None = None,
+    spans: ToolObserver | None = None,
 ) -> ToolObservers:
-    """Every tool call stored (`tool_calls`), counted (`threadgate_tool_calls_total`) and,
-    with `shown`, shown in its thread while it runs."""
+    """Every tool call stored (`tool_calls`), counted (`threadgate_tool_calls_total`), with
+    `shown` shown in its thread while it runs, and with `spans` traced."""
     observers: list[ToolObserver] = [PostgresToolCalls(db), ToolCallCounter(metrics, mcp.origin)]
-    return ToolObservers([*observers, shown] if shown is not None else observers)
+    return ToolObservers([*observers, *(o for o in (shown, spans) if o is not None)])
 
 
 @dataclass
@@ -322,16 +421,22 @@ class Gateway:
     metrics_port: int | None = None
     mcp: McpClients | None = None
     clients: SlackClients | None = None
+    policies: ChannelPolicies | None = None
+    _circuit: CircuitBreaker = field(default_factory=CircuitBreaker)
     _stack: AsyncExitStack = field(default_factory=AsyncExitStack)
     _socket: SocketModeConnection | None = None
     _downloads: FileDownloader | None = None  # files people attach (gateway/inbound/files.py)
     _decoders: Decoders | None = None  # and their decoder processes (gateway/inbound/decoders.py)
     _workers_started: bool = False
+    tracer: Tracer = NO_TRACER
 
     async def start(self, host: str, port: int) -> None:
         s = self.settings
         s.require_serve()
-        s.mcp_config()  # a bad MCP config stops start-up before anything is opened
+        # A bad MCP or channel config stops start-up before anything is opened.
+        s.mcp_config()
+        s.channel_config()
+        self.metrics.show_kinds(SECRET_KINDS)
         # First: a wrong THREADGATE_METRICS_ADDRESS stops start-up before anything is opened.
         await self._start_metrics()
         log.info(
@@ -340,9 +445,17 @@ class Gateway:
             s.threadgate_role,
             loop_name(asyncio.get_running_loop()),
         )
+        self.tracer = start_tracer(s, self._stack)
+        circuit = self._circuit if s.runs_workers else None
+        self.policies = channel_policies(s, self.metrics, circuit, self.tracer)
+        self._stack.push_async_callback(self.policies.aclose)
         # An ingress calls no model: it opens none and needs no model settings.
+        prices = s.price_table()
         models: list[Model] = (
-            [MeteredModel(m, self.metrics, n) for n, m in enumerate(open_models(s))]
+            [
+                MeteredModel(m, self.metrics, n, prices=prices, tracer=self.tracer)
+                for n, m in enumerate(open_models(s))
+            ]
             if s.runs_workers
             else []
         )
@@ -359,10 +472,11 @@ class Gateway:
         session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
         self._stack.push_async_callback(session.close)
         alarm = TokenAlarm(webhook.get_secret_value() if webhook else None, alert_windows(s, db))
-        clients = SlackClientFactory(s, self.metrics, supervisor, session, alarm)
+        clients = SlackClientFactory(s, self.metrics, supervisor, session, alarm, self.tracer)
         if s.oauth_mode:
             self.clients = clients.many(db)
             identity = None
+            await seal_stored_tokens(clients.installations(db))
             if not s.install_allowlist:
                 log.warning("%s", OPEN_INSTALLS)
         else:
@@ -388,6 +502,14 @@ class Gateway:
 
     async def stop(self) -> None:
         await self._stack.aclose()
+
+    def reload(self) -> None:
+        """Read THREADGATE_CHANNEL_CONFIG again and put it in force (SIGHUP); a file that
+        became malformed keeps the policy in force (gateway/process/channel_policies.py)."""
+        if self.settings.threadgate_channel_config is None:
+            log.info("THREADGATE_CHANNEL_CONFIG is not set: there is no channel config to reload")
+        elif self.policies is not None:
+            self.policies.reload()
 
     async def __aenter__(self) -> Gateway:
         return self
@@ -446,6 +568,7 @@ class Gateway:
                 else None
             ),
             on_stream_ended=self.metrics.stream_ended,
+            tracer=self.tracer,
         )
         self._stack.push_async_callback(publisher.aclose)
         alerts = OperatorAlerts(
@@ -461,8 +584,13 @@ class Gateway:
             metrics=self.metrics,
             live=publisher if publisher.streaming else None,
             registries=registries,
-            tool_observer=tool_observer(db, self.metrics, self.mcp, shown=publisher),
+            tool_observer=tool_observer(
+                db, self.metrics, self.mcp, shown=publisher, spans=tool_spans(self.tracer)
+            ),
             desk=publisher,
+            policies=self.policies.policy_of if self.policies else None,
+            circuit=self._circuit,
+            tracer=self.tracer,
         )
         runner.start()
         self._stack.push_async_callback(runner.stop)
@@ -519,8 +647,8 @@ class Gateway:
             backfill_messages=s.threadgate_backfill_messages,
             dm_threads_apart=not s.threadgate_agent_view,
         )
-        clients = self.clients
-        assert clients is not None  # set by start
+        clients, policies = self.clients, self.policies
+        assert clients is not None and policies is not None  # set by start
         in_flight = InFlight()  # messages being admitted with downloads, process-wide
 
         async def gatekeeper(team_id: str | None, enterprise_id: str | None) -> Gatekeeper:
@@ -536,6 +664,10 @@ class Gateway:
                 on_limited=self.metrics.message_limited,
                 files=self._file_reader(workspace.client),
                 in_flight=in_flight,
+                rules=policies.rules_of,
+                sharing=workspace.sharing,
+                on_redacted=lambda found: self.metrics.redacted(found.kinds),
+                tracer=self.tracer,
             )
 
         async def pins(team_id: str | None, enterprise_id: str | None) -> Pins:
@@ -698,6 +830,7 @@ class SlackClientFactory:
     supervisor: Supervisor
     session: aiohttp.ClientSession
     alarm: TokenAlarm
+    tracer: Tracer = NO_TRACER
 
     def _client(self, token: str | None, **options: Any) -> MeteredWebClient:
         return slack_client(
@@ -707,6 +840,7 @@ class SlackClientFactory:
             metrics=self.metrics,
             supervisor=self.supervisor,
             session=self.session,
+            tracer=self.tracer,
             **options,
         )
 
@@ -762,6 +896,14 @@ class SlackClientFactory:
         )
 
 
+async def seal_stored_tokens(installations: PostgresInstallations | None) -> None:
+    """Seal the bot tokens stored before THREADGATE_TOKEN_KEY was set (every role, every
+    start: safe beside other replicas doing the same, and nothing to do the next time)."""
+    sealed = await installations.seal_stored() if installations is not None else 0
+    if sealed:
+        log.info("sealed %d stored bot token(s) with THREADGATE_TOKEN_KEY", sealed)
+
+
 def token_cipher(settings: Settings) -> TokenCipher | None:
     """What seals the stored bot tokens (THREADGATE_TOKEN_KEY), if anything."""
     key = settings.threadgate_token_key
@@ -814,7 +956,12 @@ async def serve_forever(settings: Settings, host: str, port: int, stop: asyncio.
     async with Gateway(settings) as gateway:
         await gateway.start(host, port)
         tune_garbage_collector()
-        await stop.wait()
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGHUP, gateway.reload)  # THREADGATE_CHANNEL_CONFIG
+        try:
+            await stop.wait()
+        finally:
+            loop.remove_signal_handler(signal.SIGHUP)
         log.info("threadgate shutting down")
 
 

@@ -9,8 +9,11 @@ or JSON (`--json`) for scripts.
 
 Everything rendered for a terminal passes through `printable`: task texts are what people
 wrote in Slack, and a message carrying terminal escape sequences must not repaint the
-operator's screen. Tasks hold no secrets (Slack ids and conversation text), so nothing is
-redacted; the database URL is never printed.
+operator's screen, nor bidi controls reorder a line so it reads as something else. The
+table and pages show each such character as an escape (`\\x1b`, `\\u202e`; the logs' rule,
+`gateway.telemetry.logs.printable`); `--json` has them as JSON's `\\u` escapes, so a script
+reads the text as it was. Tasks hold no secrets (Slack ids and conversation text), so
+nothing is redacted; the database URL is never printed.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ from typing import Any
 from agent import reply_id
 from gateway.process.config import Settings
 from gateway.process.service import database_dsn
+from gateway.telemetry.logs import printable as shown
+from gateway.telemetry.logs import printable_json
 from storage import (
     TASK_STATES,
     Database,
@@ -57,8 +62,6 @@ ACTOR = "operator via threadgate tasks"
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _DURATION = re.compile(r"(?:\d+(?:\.\d+)?[smhdw])+|\d+(?:\.\d+)?")
 _PART = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
-# Every control character but newline: C0, DEL and C1 (ESC and CSI start terminal escapes).
-_CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
 
 
 def parse_duration(text: str) -> float:
@@ -153,7 +156,7 @@ async def show_command(settings: Settings, args: argparse.Namespace) -> int:
             tuple(await approvals_of(db, args.id)), tuple(await votes_of(db, reply_id(args.id)))
         )
     if args.json:
-        print(as_json({**_plain(detail), **_plain(people)}))
+        print(as_json({**_plain(detail), "trace_id": detail.trace_id, **_plain(people)}))
     else:
         print(render_detail(detail, people))
     return 0
@@ -230,8 +233,8 @@ def _now() -> datetime:
 
 
 def printable(text: str) -> str:
-    """`text` with every control character but newline shown as `\\xNN`."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    """`text` with every character a terminal acts on but newline shown as its escape."""
+    return shown(text, newlines=True)
 
 
 def one_line(text: str | None, width: int) -> str:
@@ -302,6 +305,7 @@ def _overview(d: TaskDetail) -> str:
         ("attempts", str(s.attempts)),
         ("lease", lease),
         ("model requests", str(s.model_requests)),
+        ("trace", d.trace_id or "not traced"),
         ("created", _when(s.created_at)),
         ("restarted", _when(d.restarted_at)),
         ("run after", _when(d.run_after)),
@@ -396,8 +400,9 @@ def _when(at: datetime | None) -> str:
 
 
 def as_json(value: object) -> str:
-    """Records as JSON: dataclasses as objects, times in ISO 8601."""
-    return json.dumps(_plain(value), indent=2, ensure_ascii=False)
+    """Records as JSON: dataclasses as objects, times in ISO 8601; nothing a terminal acts
+    on, raw (`printable_json`)."""
+    return printable_json(json.dumps(_plain(value), indent=2, ensure_ascii=False))
 
 
 def _plain(value: object) -> Any:

@@ -12,6 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+# How `shared` is stored: the channel is shared with another organization (Slack Connect).
+SHARED = "external"
+
 
 @dataclass(frozen=True, slots=True)
 class SlackAddress:
@@ -20,7 +23,9 @@ class SlackAddress:
     `team` (and on Enterprise Grid the `enterprise`) whose installation's client calls
     Slack for it (gateway/slack/workspaces.py); the `user` who asked, to whom a stream
     outside a DM is addressed, and `user_team`, that user's own workspace when it is not
-    `team` (a Slack Connect channel). Older tasks may lack team and user."""
+    `team` (a Slack Connect channel); `shared`, a channel shared with another organization
+    (or whose sharing could not be checked), and `redacted`, how many credentials were
+    taken out of the message. Older tasks may lack team and user."""
 
     channel: str
     thread_ts: str
@@ -28,6 +33,8 @@ class SlackAddress:
     user: str | None = None
     enterprise: str | None = None
     user_team: str | None = None
+    shared: bool = False
+    redacted: int = 0
 
     @classmethod
     def parse(cls, address: Mapping[str, str]) -> SlackAddress:
@@ -40,6 +47,8 @@ class SlackAddress:
             user=address.get("user"),
             enterprise=address.get("enterprise"),
             user_team=address.get("user_team"),
+            shared=address.get("shared") == SHARED,
+            redacted=int(redacted) if (redacted := address.get("redacted", "")).isdigit() else 0,
         )
 
     @property

@@ -1,6 +1,10 @@
 """The Slack Web API client every part of the gateway shares.
 
 `base_url` comes from `SLACK_API_URL`, so egress proxies and test doubles see every call.
+Every call carries a token, so the base must be https — or plain http to a loopback
+address, where only a test double on this host listens (`carries_tokens_safely`); any
+other is refused with a `ConfigError` naming the variable, here and where the settings
+are read.
 
 Retries: a 429 is retried by slack_sdk's handler, honoring Retry-After: Slack refused the
 call, so nothing happened and sending it again is safe. A 5xx is not like that: Slack may
@@ -21,12 +25,14 @@ unknown, unavailable), mapped there once from whatever slack_sdk, aiohttp or the
 raised. Every call is counted by method and status, and a refusal of our own token
 (`invalid_auth`, `token_revoked`, `account_inactive`) is the one Slack error an operator
 must hear about at once: it is logged at CRITICAL and handed to `on_token_refused`.
+Every call is a span of the trace it is made in (`slack {method}`, agent/core/tracing.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import ipaddress
 import logging
 import math
 from collections.abc import Callable, Coroutine
@@ -44,7 +50,7 @@ from slack_sdk.http_retry.state import RetryState
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
-from agent import Supervisor
+from agent import NO_TRACER, ConfigError, Supervisor, Tracer
 from gateway.slack.errors import SlackRefused, slack_failure
 from gateway.telemetry.metrics import Metrics
 
@@ -93,9 +99,11 @@ class MeteredWebClient(AsyncWebClient):
         supervisor: Supervisor | None = None,
         call_timeout: float,
         workspace: str | None = None,
+        tracer: Tracer = NO_TRACER,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
+        self._tracer = tracer
         self.workspace = workspace  # which installation's token (OAuth mode), for the log
         self._metrics = metrics
         self._on_token_refused = on_token_refused
@@ -103,6 +111,11 @@ class MeteredWebClient(AsyncWebClient):
         self.call_timeout = call_timeout  # the bound of one call, its retries included
 
     async def api_call(self, api_method: str, **kwargs: Any) -> AsyncSlackResponse:
+        attributes = {"rpc.system": "slack", "rpc.method": api_method}
+        with self._tracer.span(f"slack {api_method}", attributes, kind="client"):
+            return await self._api_call(api_method, **kwargs)
+
+    async def _api_call(self, api_method: str, **kwargs: Any) -> AsyncSlackResponse:
         auth = kwargs.pop("auth", None)
         if isinstance(auth, dict):
             # The app's credentials (oauth.v2.access): slack_sdk would wrap them in aiohttp's
@@ -149,6 +162,28 @@ def basic_auth(credentials: dict[str, str]) -> dict[str, str]:
     return {"Authorization": "Basic " + base64.b64encode(pair).decode("ascii")}
 
 
+INSECURE_API_URL = (
+    "SLACK_API_URL must be an https:// URL (plain http only to a loopback address such as "
+    "127.0.0.1): every call sends the bot token to it."
+)
+
+
+def carries_tokens_safely(base_url: str) -> bool:
+    """Whether a token sent to `base_url` stays private: https, or http to a loopback IP
+    literal (127.0.0.0/8, ::1: a name could resolve anywhere)."""
+    try:
+        parts = urlsplit(base_url)
+        host = parts.hostname or ""
+    except ValueError:
+        return False
+    if parts.scheme == "https":
+        return bool(host)
+    try:
+        return parts.scheme == "http" and ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def slack_client(
     token: str | None,
     base_url: str,
@@ -159,10 +194,13 @@ def slack_client(
     supervisor: Supervisor | None = None,
     session: aiohttp.ClientSession | None = None,
     workspace: str | None = None,
+    tracer: Tracer = NO_TRACER,
 ) -> MeteredWebClient:
     """The client; pass a long-lived `session` to reuse connections (without one, slack_sdk
     opens a connection per call). The caller closes the session. `timeout` bounds each
-    call as a whole, in seconds."""
+    call as a whole, in seconds. A `base_url` that would expose the token is refused."""
+    if not carries_tokens_safely(base_url):
+        raise ConfigError(INSECURE_API_URL)
     return MeteredWebClient(
         token=token,
         base_url=base_url if base_url.endswith("/") else base_url + "/",
@@ -177,4 +215,5 @@ def slack_client(
         session=session,
         call_timeout=timeout,
         workspace=workspace,
+        tracer=tracer,
     )

@@ -31,13 +31,17 @@ under one installation must be answered with its token, counted against its limi
 cancelled by its uninstall, never another's. The writer's own workspace rides along on
 the turn as data (`user_team`). Only a payload without `authorizations` (older shapes)
 falls back on the envelope's team.
+
+Whether the channel is shared with another organization rides along as the envelope says
+it (`is_ext_shared_channel`; None when the envelope does not say, and the gatekeeper asks
+`conversations.info`, gateway/slack/sharing.py).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Annotated, Any
 
 from pydantic import BaseModel, StringConstraints, ValidationError
@@ -60,6 +64,8 @@ class _Envelope(BaseModel):
     type: str
     event_id: EventId | None = None
     event: dict[str, Any]
+    # Only a boolean says anything; any other value is as good as absent (then looked up).
+    is_ext_shared_channel: Any = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +171,8 @@ class InboundTurn:
     # experience); in the agent experience every DM message is its own thread, and all of
     # them continue the DM's one conversation, its history from our store.
     dm_threads_apart: bool = True
+    # Shared with another organization (Slack Connect), as the envelope says; None: unsaid.
+    ext_shared: bool | None = None
 
     @property
     def task_id(self) -> str:
@@ -231,7 +239,9 @@ def inbound_turn(body: Mapping[str, Any]) -> InboundTurn | None:
     event = envelope.event
     if not _addressed_to_us(event):
         return None
-    return message_turn(event_tenant(body), envelope.event_id, event)
+    shared = envelope.is_ext_shared_channel
+    turn = message_turn(event_tenant(body), envelope.event_id, event)
+    return replace(turn, ext_shared=shared) if isinstance(shared, bool) else turn
 
 
 class _SessionStopped(BaseModel):

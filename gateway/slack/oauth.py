@@ -21,7 +21,10 @@ Who may install is the operator's to say: every installed workspace can spend th
 quota. With an allowlist (`InstallAllowlist`), an install whose team and enterprise are
 both off it ends on a page saying so, and nothing is stored. The install page itself is
 public and each visit issues an OAuth state (a row): past `PostgresOAuthStates`'s bound
-the page answers 429 until states expire or are used.
+the page answers 429 until states expire or are used. Its `?team=` (which workspace Slack
+should offer first) is the visitor's text: slack_sdk puts it in the authorize link as it
+came, so `?team=T1%26redirect_uri%3D…` would add parameters of the visitor's choosing to
+our link; `InstallFlow` encodes it as one value.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlencode
 
 from slack_bolt.authorization import AuthorizeResult
 from slack_bolt.authorization.async_authorize import AsyncAuthorize
@@ -285,8 +289,8 @@ BUSY_PAGE = (
 class InstallFlow(AsyncOAuthFlow):
     """bolt's flow, where an exchange of the code that did not succeed for any reason shows
     the installer bolt's failure page (bolt itself catches only a refusal), an install the
-    allowlist refuses is stored nowhere and says why, and an install page past the bound
-    on outstanding states is a 429."""
+    allowlist refuses is stored nowhere and says why, an install page past the bound on
+    outstanding states is a 429, and `?team=` is one encoded value of the link."""
 
     def __init__(self, *, allowlist: InstallAllowlist, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -299,6 +303,11 @@ class InstallFlow(AsyncOAuthFlow):
             return await failure(args)
 
         self.failure_handler = refused_or_failed
+
+    async def build_authorize_url(self, state: str, request: AsyncBoltRequest) -> str:
+        url = self.settings.authorize_url_generator.generate(state=state)
+        teams = request.query.get("team")
+        return f"{url}&{urlencode({'team': teams[0]})}" if teams else url
 
     async def handle_installation(self, request: AsyncBoltRequest) -> BoltResponse:
         try:

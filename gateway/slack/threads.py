@@ -8,6 +8,12 @@ renders a typed one (`render_message`): in a `<turn>` tag with the author's id, 
 channel and the time, so nothing a person wrote can pass for someone else's words.
 Reads are bounded in count and time; a failure to read (any of `gateway.slack.errors`'
 outcomes, which the client raises) is never a failure to answer.
+
+`render_message` is also where a pasted credential leaves what people wrote
+(`gateway.text.secrets`): every turn, back-filled message, thread read and file text the
+model or the database ever sees is rendered here first. In a Slack Connect channel that
+is answered, a message whose author's team is not the installation's says so
+(`org="external"`), for thread reads too (the task's address records the channel's sharing).
 """
 
 from __future__ import annotations
@@ -22,12 +28,14 @@ from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agent import Task
+from agent import Task, sanitize_text
+from gateway.slack.address import SHARED, SlackAddress
 from gateway.slack.errors import SlackError
 from gateway.slack.events import ANSWERED_SUBTYPES, MalformedEvent, SharedFile, shared_files
 from gateway.slack.users import NameDirectory
 from gateway.text.markup import mentioned_user_ids, slack_to_text
 from gateway.text.provenance import Turn, render_turn
+from gateway.text.secrets import Redactions
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +50,7 @@ class ThreadMessage:
     text: str
     ts: str
     files: tuple[SharedFile, ...] = ()  # read by the gatekeeper's back-fill
+    team: str | None = None  # its author's workspace (in a Slack Connect channel, maybe not ours)
 
 
 class SlackThreads:
@@ -95,7 +104,12 @@ class SlackThreads:
         names = await self._users.names(
             sorted({m.user for m in found} | {u for m in found for u in mentioned_user_ids(m.text)})
         )
-        return [render_message(m, channel, names) for m in found]
+        address = SlackAddress.parse(task.address)
+        tenant = (address.team, address.enterprise)
+        return [
+            render_message(m, channel, names, external=address.shared and foreign(m.team, *tenant))
+            for m in found
+        ]
 
 
 def render_message(
@@ -106,14 +120,38 @@ def render_message(
     bot_user_id: str | None = None,
     note: str = "",
     edited: datetime | None = None,
+    external: bool = False,
+    redactions: Redactions | None = None,
 ) -> str:
     """A person's message as the model reads it: Slack markup as plain text, in a turn tag
     with the author's id, the channel and the time (the bot's own mention dropped), and
-    `note` (what the gateway knows of attached files) after the text, inside the same tag."""
-    body = slack_to_text(message.text, user_names=names, bot_user_id=bot_user_id)
+    `note` (what the gateway knows of attached files) after the text, inside the same tag.
+    Credentials in the text and the note are redacted, counted in `redactions` if given;
+    `external` marks an author of another organization."""
+    tally = redactions if redactions is not None else Redactions()
+    # Sanitized first: an invisible character inside a token would hide it from the shapes,
+    # and the tag removes it afterwards.
+    body = tally.redact(
+        sanitize_text(slack_to_text(message.text, user_names=names, bot_user_id=bot_user_id))
+    )
+    note = tally.redact(sanitize_text(note))
     body = f"{body}\n\n{note}" if body and note else body or note
     author = names.get(message.user, message.user)
-    return render_turn(Turn(author, message.user, channel, slack_time(message.ts), body, edited))
+    org = EXTERNAL if external else None
+    return render_turn(
+        Turn(author, message.user, channel, slack_time(message.ts), body, edited, org)
+    )
+
+
+# How a turn says "another organization" (and a task's address, `SlackAddress.shared`).
+EXTERNAL = SHARED
+
+
+def foreign(author_team: str | None, team: str | None, enterprise: str | None = None) -> bool:
+    """Whether an author of `author_team` is of another organization than the installation
+    (`team`, and `enterprise` on Enterprise Grid). An unknown team counts as foreign: in a
+    channel shared with another organization, not knowing is not trusting."""
+    return author_team is None or author_team not in {team, enterprise}
 
 
 def _oldest_first(messages: list[ThreadMessage], thread_ts: str) -> list[ThreadMessage]:
@@ -139,4 +177,5 @@ def _person_message(message: Mapping[str, Any]) -> ThreadMessage | None:
     if not _SLACK_TS.fullmatch(ts):
         return None  # not a message we could place in time, nor order against others
     text = str(message.get("text") or "")
-    return ThreadMessage(str(message["user"]), text, ts, shared_files(message.get("files")))
+    team = next((t for k in ("user_team", "team") if isinstance(t := message.get(k), str)), None)
+    return ThreadMessage(str(message["user"]), text, ts, shared_files(message.get("files")), team)

@@ -28,6 +28,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from agent import Task
 from gateway.slack.client import MeteredWebClient
 from gateway.slack.errors import SlackUnavailable
+from gateway.slack.sharing import ChannelSharing
 from gateway.slack.threads import SlackThreads
 from gateway.slack.users import UserDirectory
 from storage import PostgresInstallations, StoredInstallation
@@ -54,11 +55,12 @@ class Workspace:
     users: UserDirectory
     threads: SlackThreads
     installation: StoredInstallation | None = None  # None: the one SLACK_BOT_TOKEN workspace
+    sharing: ChannelSharing | None = None  # which of its channels are shared (Slack Connect)
 
 
 def open_workspace(client: AsyncWebClient, found: StoredInstallation | None = None) -> Workspace:
     users = UserDirectory(client)
-    return Workspace(client, users, SlackThreads(client, users), found)
+    return Workspace(client, users, SlackThreads(client, users), found, ChannelSharing(client))
 
 
 def label(found: StoredInstallation) -> str:

@@ -14,6 +14,14 @@ credentials part of any URL, Slack tokens (`xoxb-…`, `xapp-…`), the paths of
 hosts, and query parameters named like secrets (`token=`, `key=`, `ticket=`, …). The
 libraries' loggers keep their levels: httpx's request line is the one record of each call
 to the model, and it is safe once redacted.
+
+What a line quotes may come from elsewhere — an error code a proxy sent, a name from an
+event — and a terminal or log viewer acts on some characters instead of showing them: ESC
+and CSI start escape sequences that repaint the screen, CR and LF forge lines, bidi
+controls reorder what follows, tag and zero-width characters hide text. `printable` shows
+each as an escape (`\\x1b`, `\\u202e`): text lines carry none of them (a traceback keeps its
+own line breaks), and JSON lines have them as `\\u` escapes, so a pipeline still reads the
+text as it was. `threadgate tasks` shows people's words the same way.
 """
 
 from __future__ import annotations
@@ -25,10 +33,54 @@ import sys
 from collections.abc import Iterable
 from typing import TextIO
 
-from agent import log_fields
+from agent import INVISIBLE_CHARACTERS, log_fields
 
 REDACTED = "[redacted]"
 MIN_SECRET = 8
+
+# What a terminal acts on rather than shows: C0 controls, DEL, C1 (CSI is U+009B), the line
+# and paragraph separators, and what reorders or hides text (bidi controls, tag characters,
+# zero-width ones).
+_ACTED_ON = (
+    [chr(c) for c in range(0x20)]
+    + [chr(c) for c in range(0x7F, 0xA0)]
+    + ["\u2028", "\u2029"]
+    + sorted(INVISIBLE_CHARACTERS)
+)
+_UNPRINTABLE = re.compile("[" + re.escape("".join(_ACTED_ON)) + "]")
+_UNPRINTABLE_BUT_NEWLINE = re.compile(
+    "[" + re.escape("".join(c for c in _ACTED_ON if c != "\n")) + "]"
+)
+
+
+def printable(text: str, *, newlines: bool = False) -> str:
+    """`text` with every character a terminal would act on shown as its escape (`\\x1b`,
+    `\\u202e`, `\\U000e0041`); line breaks kept when `newlines`."""
+    pattern = _UNPRINTABLE_BUT_NEWLINE if newlines else _UNPRINTABLE
+    return pattern.sub(lambda m: _escape(m.group()), text)
+
+
+def printable_json(encoded: str) -> str:
+    """JSON text (from `json.dumps(..., ensure_ascii=False)`) with those characters as
+    `\\u` escapes: the same JSON value, and nothing a terminal acts on. (Inside its
+    strings JSON has already escaped every C0 control; a line break is its own layout.)"""
+    return _UNPRINTABLE_BUT_NEWLINE.sub(lambda m: _json_escape(m.group()), encoded)
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def _json_escape(char: str) -> str:
+    code = ord(char)
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    high, low = divmod(code - 0x10000, 0x400)  # a UTF-16 surrogate pair, as JSON spells it
+    return f"\\u{0xD800 + high:04x}\\u{0xDC00 + low:04x}"
+
 
 _URL_CREDENTIALS = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.\-]*://)[^\s/?#@'\"<>]+@")
 _SLACK_TOKEN = re.compile(r"\bx(?:ox[abposre]|app)-[A-Za-z0-9-]+")
@@ -106,10 +158,22 @@ def _capped(text: str) -> str:
 
 
 class TextFormatter(logging.Formatter):
+    """`key=value` lines: the message and the fields on one line, escaped (`printable`);
+    a traceback after it keeps its line breaks."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = printable(record.message)
+        return super().formatMessage(record)
+
     def format(self, record: logging.LogRecord) -> str:
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = printable(record.exc_text, newlines=True)
         line = _capped(super().format(record))
         fields = getattr(record, "fields", {})
-        return f"{line} {' '.join(f'{k}={v}' for k, v in fields.items())}".rstrip()
+        shown = " ".join(f"{k}={printable(str(v))}" for k, v in fields.items())
+        return f"{line} {shown}".rstrip()
 
 
 class JSONFormatter(logging.Formatter):
@@ -125,7 +189,7 @@ class JSONFormatter(logging.Formatter):
             record.exc_text = self.formatException(record.exc_info)
         if record.exc_text:  # the redacted traceback, when SecretsFilter ran
             entry["exception"] = _capped(record.exc_text)
-        return json.dumps(entry, ensure_ascii=False)
+        return printable_json(json.dumps(entry, ensure_ascii=False))
 
 
 def log_handler(

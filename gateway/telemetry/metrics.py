@@ -4,26 +4,38 @@ The registry is per `Gateway` (never the process-global one), so two gateways in
 process do not collide. The agent knows nothing of Prometheus: the runner reports through
 `agent.RunnerObserver`, the ladder through its `on_attempt` callback, and models
 are wrapped by `MeteredModel`; this module turns those into series.
+
+`MeteredModel` also prices each answer (`threadgate_model_cost_usd_total`, by model: not
+by user or channel, whose number has no bound — `threadgate usage` has those) and records
+it as a span of the message's trace, named and labelled as OpenTelemetry's GenAI
+conventions say (`chat {model}`, `gen_ai.*`), through the `agent.Tracer` it is given.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from agent import (
+    DEFAULT_PRICE_TABLE,
+    NO_TRACER,
+    Attributes,
     Model,
     ModelRequest,
     ModelResponse,
+    PriceTable,
     Route,
     Showing,
     StreamEvent,
     Task,
     ToolCallRecord,
+    Tracer,
+    Usage,
     Watch,
+    route_of,
 )
 from storage import LIMIT_SCOPES, ConnectionPool
 
@@ -40,7 +52,7 @@ class Metrics:
         r = self.registry
         self.events = Counter(
             "threadgate_events_total",
-            "Slack event deliveries by outcome (admitted, duplicate, ignored, limited, rejected, unauthorized; edited, deleted for edits and deletions).",
+            "Slack event deliveries by outcome (admitted, duplicate, ignored, limited, refused, rejected, unauthorized; edited, deleted for edits and deletions).",
             ["outcome"],
             registry=r,
         )
@@ -59,7 +71,9 @@ class Metrics:
         self.limited = Counter(
             "threadgate_limited_messages_total",
             "Messages acked but not answered because a limit refused them, by the limit"
-            " (user, thread, user_tokens, channel_tokens, all_tokens).",
+            " (user, thread, user_tokens, channel_tokens, all_tokens, channel_spend,"
+            " workspace_spend), or their channel was refused (external: shared with another"
+            " organization; unverified: its sharing could not be checked).",
             ["scope"],
             registry=r,
         )
@@ -111,6 +125,20 @@ class Metrics:
             "threadgate_model_tokens_total",
             "Tokens by kind.",
             ["slot", "model", "kind"],
+            registry=r,
+        )
+        self.cost = Counter(
+            "threadgate_model_cost_usd_total",
+            "What the model answers cost, in USD by the price table (THREADGATE_PRICES over"
+            " the built-in one), by model; answers of a model it has no price for are counted"
+            " in threadgate_model_unpriced_answers_total instead.",
+            ["model"],
+            registry=r,
+        )
+        self.unpriced = Counter(
+            "threadgate_model_unpriced_answers_total",
+            "Model answers the price table has no price for (their cost is unknown), by model.",
+            ["model"],
             registry=r,
         )
         self.slack_calls = Counter(
@@ -198,6 +226,13 @@ class Metrics:
         )
         for outcome in ("summarized", "failed"):  # both show, at 0 until the first
             self.compactions.labels(outcome)
+        self.secrets_redacted = Counter(
+            "threadgate_secrets_redacted_total",
+            "Credentials taken out of what people wrote (messages, edits, back-filled"
+            " messages, file text) before it was stored or shown to a model, by kind.",
+            ["kind"],
+            registry=r,
+        )
 
     def watch_pool(self, pool: ConnectionPool) -> None:
         """The pool gauges read `pool` when scraped."""
@@ -240,6 +275,16 @@ class Metrics:
     def compacted(self, outcome: str) -> None:
         self.compactions.labels(outcome).inc()
 
+    def redacted(self, kinds: Mapping[str, int]) -> None:
+        """What one admission or edit took out, by kind (every kind of
+        gateway/text/secrets.py shows, at 0, once `show_kinds` named them)."""
+        for kind, count in kinds.items():
+            self.secrets_redacted.labels(kind).inc(count)
+
+    def show_kinds(self, kinds: Iterable[str]) -> None:
+        for kind in kinds:
+            self.secrets_redacted.labels(kind)
+
 
 Origin = Callable[[str], "tuple[str, str] | None"]
 
@@ -261,13 +306,33 @@ class ToolCallCounter:
 
 
 class MeteredModel(Model):
-    """A model that reports latency and tokens of every request it answers."""
+    """A model that reports latency, tokens and cost of every request it answers, each
+    request a span (module docstring)."""
 
-    def __init__(self, inner: Model, metrics: Metrics, slot: int) -> None:
+    def __init__(
+        self,
+        inner: Model,
+        metrics: Metrics,
+        slot: int,
+        *,
+        prices: PriceTable = DEFAULT_PRICE_TABLE,
+        tracer: Tracer = NO_TRACER,
+    ) -> None:
         self.name = inner.name
         self._inner = inner
         self._labels = (str(slot), inner.name)
         self._metrics = metrics
+        self._prices = prices
+        self._tracer = tracer
+        route = route_of(inner)
+        self._route = f"{route.provider}:{route.model}"
+        self._span_name = f"chat {route.model}"
+        self._request_attributes: Attributes = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": route.provider,
+            "gen_ai.request.model": route.model,
+            "threadgate.model.slot": slot,
+        }
 
     async def request(
         self,
@@ -276,21 +341,40 @@ class MeteredModel(Model):
         watch: Watch | None = None,
         showing: Showing | None = None,
     ) -> ModelResponse:
-        started = time.perf_counter()
-        try:
-            response = await self._inner.request(request, watch=watch, showing=showing)
-        finally:
-            self._metrics.model_seconds.labels(*self._labels).observe(time.perf_counter() - started)
-        usage = response.usage
+        with self._tracer.span(self._span_name, self._request_attributes, kind="client") as span:
+            started = time.perf_counter()
+            try:
+                response = await self._inner.request(request, watch=watch, showing=showing)
+            finally:
+                elapsed = time.perf_counter() - started
+                self._metrics.model_seconds.labels(*self._labels).observe(elapsed)
+            cost = self._count(response.usage)
+            span.set(_answer_attributes(response, cost))
+        return response
+
+    def _count(self, usage: Usage) -> float | None:
+        """Count the answer's tokens and cost; the cost in USD (None: unpriced)."""
         for kind, count in (
             ("input", usage.input_tokens),
             ("output", usage.output_tokens),
             ("cached", usage.cached_tokens),
+            ("cache_write", usage.cache_write_tokens),
             ("reasoning", usage.reasoning_tokens),
         ):
             if count:
                 self._metrics.tokens.labels(*self._labels, kind).inc(count)
-        return response
+        cost = self._prices.cost(
+            self._route,
+            usage.input_tokens,
+            usage.output_tokens,
+            usage.cached_tokens,
+            usage.cache_write_tokens,
+        )
+        if cost is None:
+            self._metrics.unpriced.labels(self.name).inc()
+            return None
+        self._metrics.cost.labels(self.name).inc(float(cost))
+        return float(cost)
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
         async for event in self._inner.stream(request):
@@ -302,3 +386,19 @@ class MeteredModel(Model):
     def __getattr__(self, name: str) -> object:
         # `route`, `streaming` and the like belong to the wrapped model.
         return getattr(self._inner, name)
+
+
+def _answer_attributes(response: ModelResponse, cost: float | None) -> Attributes:
+    """What a model span learns from the answer (GenAI conventions, and our cost)."""
+    usage = response.usage
+    attributes: dict[str, str | int | float | bool | tuple[str, ...]] = {
+        "gen_ai.response.model": response.model,
+        "gen_ai.response.finish_reasons": (response.finish_reason,),
+        "gen_ai.usage.input_tokens": usage.input_tokens,
+        "gen_ai.usage.output_tokens": usage.output_tokens,
+        "gen_ai.usage.cache_read.input_tokens": usage.cached_tokens,
+        "gen_ai.usage.cache_creation.input_tokens": usage.cache_write_tokens,
+    }
+    if cost is not None:
+        attributes["threadgate.cost_usd"] = cost
+    return attributes

@@ -4,7 +4,9 @@ Model text is untrusted (it may repeat what a hostile message or web page told i
 a link's visible text is the oldest trick there is: `[https://good.example](https://evil.example)`
 or mrkdwn's `<https://evil.example|https://good.example>` shows one host and opens another.
 So before a reply is posted, every link in its prose (code is left alone) is checked
-against the host it really opens:
+against the host it really opens — in every form a reader may see one open: inline,
+with a line break before its `(url)`, by reference, an image, Slack's `<url|text>`, an
+autolink or a bare URL (`gateway.text.link_forms` finds them):
 
 - a label that names that host and no other (`[docs.python.org](https://docs.python.org/3/)`)
   stays as written;
@@ -12,7 +14,9 @@ against the host it really opens:
   dropped: the link becomes its own target (`<https://evil.example>`), so the reader sees
   the real address and nothing else;
 - any other label keeps its words and gets the real host after the link
-  (`[the report](https://evil.example/r) (evil.example)`), readable and hiding nothing.
+  (`[the report](https://evil.example/r) (evil.example)`), readable and hiding nothing;
+  a reference link is written inline then (`[the report][r]` would read as
+  `[r] (evil.example)`, a link to "evil.example", to a lenient renderer).
   A bare `README.md` or `good.example` label is treated as words here: `.md` is a real
   top-level domain, and "good.example (evil.example)" already shows the truth.
 
@@ -20,6 +24,7 @@ Hosts are compared and shown in their ASCII (punycode) form, lower-case and with
 leading `www.`. A target whose host is not ASCII (a Cyrillic look-alike of a Latin name)
 or carries credentials before it (`https://good.example@evil.example/`) always gets its
 ASCII host added, even after an honest-looking label or when the label is dropped.
+An autolink or a bare URL is its own label: it only ever gets that ASCII host added.
 Targets without a host (relative paths, anchors) are left alone: there is nowhere else for
 them to go. Browsers' leniency is followed where it matters: `\\` reads as `/`, and
 `https:evil.example` opens evil.example.
@@ -30,17 +35,10 @@ from __future__ import annotations
 import re
 from urllib.parse import SplitResult, urlsplit
 
-from gateway.text.markdown import code_spans, fenced_blocks
+from gateway.text.link_forms import Link, find_links
 
 __all__ = ["reveal_link_hosts"]
 
-# `](destination "optional title")`: the end of a Markdown inline link.
-_DESTINATION = re.compile(
-    r"\]\([ \t]*(?:<(?P<bracketed>[^<>\n]*)>|(?P<bare>[^\s()<>`]*(?:\([^\s()<>`]*\)[^\s()<>`]*)*))"
-    r"(?:[ \t]+(?:\"[^\"\n]*\"|'[^'\n]*'|\([^()\n]*\)))?[ \t]*\)"
-)
-# `<target|label>`: a Slack mrkdwn link (mentions and commands start with `@`, `#`, `!`).
-_MRKDWN_LINK = re.compile(r"<(?P<target>[^!@#|<>\s][^|<>\s]*)\|(?P<label>[^<>]*)>")
 _ADDRESS = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://|mailto:|www\.", re.IGNORECASE)
 _DOMAIN = re.compile(r"(?:[\w-]+\.)+[^\W\d_]{2,}\.?", re.UNICODE)
 _TOKEN_SPLIT = re.compile(r"[\s()\[\]<>\"',;!?*~`|]+")
@@ -50,43 +48,13 @@ _SHOWABLE = re.compile(r"[^A-Za-z0-9._\-:\[\]]")
 
 def reveal_link_hosts(text: str) -> str:
     """`text` with every link outside code showing the host it opens (see the module doc)."""
-    pieces = []
-    for start, end, fenced in fenced_blocks(text):
-        prose = text[start:end]
-        pieces.append(prose if fenced else _reveal_mrkdwn(_reveal_markdown(prose)))
-    return "".join(pieces)
+    edits = [edit for link in find_links(text) for edit in _edits(link)]
+    return _apply(text, _outermost(edits))
 
 
-def _reveal_markdown(prose: str) -> str:
-    """Markdown inline links `[label](target)`; code spans are opaque while looking."""
-    masked = _masked(prose, code_spans(prose))
-    openers = _bracket_pairs(masked)
-    edits: list[tuple[int, int, str]] = []
-    for match in _DESTINATION.finditer(masked):
-        opener = openers.get(match.start())
-        if opener is None or (edits and opener < edits[-1][1]):
-            continue
-        if opener > 0 and masked[opener - 1] == "!" and not _escaped(masked, opener - 1):
-            continue  # an image: its text is a description, and it opens nothing
-        group = "bracketed" if match["bracketed"] is not None else "bare"
-        target = prose[match.start(group) : match.end(group)]
-        label = prose[opener + 1 : match.start()]
-        edits += _edits(label, target, opener, match.end())
-    return _apply(prose, edits)
-
-
-def _reveal_mrkdwn(prose: str) -> str:
-    """mrkdwn links `<target|label>` outside code spans."""
-    spans = code_spans(prose)
-    edits: list[tuple[int, int, str]] = []
-    for match in _MRKDWN_LINK.finditer(prose):
-        if not any(start <= match.start() < end for start, end in spans):
-            edits += _edits(match["label"], match["target"], match.start(), match.end())
-    return _apply(prose, edits)
-
-
-def _edits(label: str, target: str, start: int, end: int) -> list[tuple[int, int, str]]:
-    """How to rewrite the link spanning `start:end` so it shows where it goes (or nothing)."""
+def _edits(link: Link) -> list[tuple[int, int, str]]:
+    """How to rewrite `link` so it shows where it goes (or nothing)."""
+    label, target, start, end = link.label, link.target, link.start, link.end
     parts = _parse(target)
     host = _host(parts) if parts is not None else None
     if parts is None or host is None:
@@ -97,11 +65,17 @@ def _edits(label: str, target: str, start: int, end: int) -> list[tuple[int, int
     # label (and a bare target): the ASCII host is then always added.
     disguised = parts.username is not None or not all(h.isascii() for h in [host, *shown])
     added = [(end, end, f" ({_showable(host)})")]
-    if names_it:
-        return added if disguised else []
-    if _is_address(label):
+    if names_it or link.kind in ("autolink", "bare"):
+        shown_host = added if disguised else []
+    elif _is_address(label):
         return [(start, end, f"<{target}>"), *(added if disguised else [])]
-    return added
+    else:
+        shown_host = added
+    if shown_host and link.by_reference:
+        # `[text][ref] (host)` could read as `[ref] (host)`, a link to "host": written
+        # inline, its text (and what is in it) left where it is.
+        return [(link.label_at[1], end, f"](<{target}>)"), *shown_host]
+    return shown_host
 
 
 def _parse(target: str) -> SplitResult | None:
@@ -169,40 +143,13 @@ def _showable(host: str) -> str:
     return _SHOWABLE.sub("?", _ascii(host).rstrip("."))
 
 
-def _bracket_pairs(text: str) -> dict[int, int]:
-    """For each `]` that closes a `[` in the same paragraph, the index of that `[`."""
-    pairs: dict[int, int] = {}
-    openers: list[int] = []
-    blank = True
-    for index, char in enumerate(text):
-        if char == "\n":
-            if blank:
-                openers.clear()  # a blank line ends the paragraph, and every open label
-            blank = True
-            continue
-        if char not in " \t":
-            blank = False
-        if char == "[" and not _escaped(text, index):
-            openers.append(index)
-        elif char == "]" and openers and not _escaped(text, index):
-            pairs[index] = openers.pop()
-    return pairs
-
-
-def _escaped(text: str, index: int) -> bool:
-    before = index
-    while before > 0 and text[before - 1] == "\\":
-        before -= 1
-    return (index - before) % 2 == 1
-
-
-def _masked(text: str, spans: list[tuple[int, int]]) -> str:
-    """`text` with each code span's characters replaced by `x`, positions unchanged."""
-    pieces, position = [], 0
-    for start, end in spans:
-        pieces += [text[position:start], "x" * (end - start)]
-        position = end
-    return "".join([*pieces, text[position:]])
+def _outermost(edits: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
+    """The edits in order, without those inside a span that is replaced (an image in the
+    text of a link that becomes its own target goes with it). What is inserted where a
+    replaced span starts or ends stays: it goes before or after it."""
+    ordered = sorted(edits, key=lambda edit: (edit[0], edit[1]))
+    replaced = [(start, end) for start, end, _ in ordered if start < end]
+    return [edit for edit in ordered if not any(s < edit[0] < e for s, e in replaced)]
 
 
 def _apply(text: str, edits: list[tuple[int, int, str]]) -> str:

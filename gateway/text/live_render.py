@@ -8,9 +8,15 @@ complete. So `LiveRenderer` holds back every span that could still become such a
 and renders only what is settled:
 
 - from `<`, `&` or `@` until the next whitespace (a mention, an entity spelling of `<`,
-  `@here`: none contains whitespace);
-- from `[` until the end of its line — or, while its `]` has not come, the end of its
-  paragraph — so that a link is rendered whole;
+  `@here`: none contains whitespace), and a Slack link `<url|text>` until its `>` or
+  the end of its line;
+- from `[` (an image's `![`) until the end of the line its `]` is on — or, while its
+  `]` has not come, the end of its paragraph — and, when that `]` ends its line, through
+  the next line if it opens with `(` (`[text]\n(url)`), so that a link is rendered whole;
+- a word that is, or may still become, a bare URL (`h`, `http`, `https://…`, `www.…`)
+  until the next whitespace, and a URL whole when another rule would cut it (at its
+  `@`, say), so its host is judged on all of it; a `!` or a backslash at the end until
+  what follows, which it may make an image or escape;
 - from a run of backticks that no later run has closed yet until it is closed or its
   paragraph ends, because the run may open a code span (or, on a line of its own, a
   fenced block) that turns what follows into code;
@@ -18,9 +24,15 @@ and renders only what is settled:
   everywhere (`neutralize_everywhere`: code spans are not known yet, so code may carry
   an invisible joiner more than the final rendering gives it).
 
+A reference definition (`[ref]: url`) may come at the end of a reply and turn text shown
+long before into links, so streamed text has every definition disarmed
+(`disarm_definitions`): while it streams, `[text][ref]` reads as written, and the final
+rendering, with each use showing its host, replaces it at the end.
+
 Settled text is rendered in its context, not on its own: the paragraph it belongs to, or
 the fenced block it is in (`_Context`). A link after a fence line is code, and stays as
-written, even when the fence line was settled and shown in an earlier piece.
+written, even when the fence line was settled and shown in an earlier piece; after the
+closing fence line it is prose again.
 
 What was streamed may thus differ from the final rendering by invisible characters, or
 where a construct spans lines; the publisher compares the two when the reply is complete
@@ -31,11 +43,29 @@ from __future__ import annotations
 
 import re
 
+from gateway.text.link_forms import (
+    URL_CHARACTERS,
+    URL_STARTS,
+    definition_starts,
+    disarm_definitions,
+    find_links,
+)
 from gateway.text.links import reveal_link_hosts
 from gateway.text.markdown import code_spans, fenced_blocks
 from gateway.text.rendering import neutralize_everywhere
 
-_HOLD_TO_SPACE = re.compile(r"[<&@]\S*$")
+# Held from where they match in the line being written: a possible mention or entity
+# until whitespace, a Slack link until its `>`, a `!` or backslash until what it makes an
+# image or escapes.
+_HELD_IN_LINE = (
+    re.compile(r"[<&@]\S*$"),
+    re.compile(r"<[^!@#|<>\s][^|<>\s]*\|[^<>]*$"),
+    re.compile(r"[!\\]+$"),
+)
+_BRACKET = re.compile(r"[\[\]]")
+_URL_WORD = re.compile(rf"{URL_CHARACTERS}+")
+# `<` and the entity spellings of it that gateway.text.rendering joins before `!@#`.
+_ENDS_WITH_LESS_THAN = re.compile(r"(?:<|&(?:lt|LT);|&#0*60;|&#[xX]0*3[cC];)$")
 _PARAGRAPH_END = "\n\n"
 _BLANK_LINE = re.compile(r"\n[ \t]*\n")
 _BACKTICKS = re.compile(r"`+")
@@ -103,6 +133,8 @@ def _reduced(raw: str) -> str:
     start, fenced = _last_unit(raw)
     if not fenced:
         return raw[start:]
+    if raw.endswith("\n") and not _last_unit(raw + "x")[1]:
+        return ""  # the fence is closed: what follows starts afresh
     fence_line_end = raw.find("\n", start) + 1
     if not fence_line_end:  # the fence line is the last line, not ended yet
         return raw[start:]
@@ -124,26 +156,59 @@ def _last_unit(text: str) -> tuple[int, bool]:
 
 def render_settled(text: str) -> str:
     """Settled text as it is streamed to Slack."""
-    return neutralize_everywhere(reveal_link_hosts(text)) if text else ""
+    return neutralize_everywhere(reveal_link_hosts(disarm_definitions(text))) if text else ""
 
 
 def _settled(context: str, pending: str) -> int:
     """How much of `pending` is settled: everything before the first held-back span."""
-    cut = len(pending)
-    bracket = _open_bracket(pending)
-    if bracket is not None:
-        cut = bracket
+    growing = len(pending) - len(pending.rstrip("`"))
+    if growing:
+        # A run of backticks at the end may still grow (into one that closes nothing, or
+        # opens a fence): held, and what is before it judged without it.
+        return min(_settled(context, pending[:-growing]), len(pending) - growing)
     line_start = pending.rfind("\n") + 1
     partial = pending[line_start:]
-    held = _HOLD_TO_SPACE.search(partial)
-    if held is not None:
-        cut = min(cut, line_start + held.start())
-    if "[" in partial:
-        cut = min(cut, line_start + partial.index("["))
+    in_line = [_held_url(partial), *(_start(p.search(partial)) for p in _HELD_IN_LINE)]
+    holds = [line_start + h for h in in_line if h is not None]
+    link = _held_link(pending, line_start)
+    cut = min([len(pending), *holds, *([] if link is None else [link])])
     # Last, on what is left: a run closed only by held-back text is still open. Cutting at
     # the first open run leaves every earlier span whole, so one pass is enough.
     backticks = _open_backticks(context, pending[:cut])
-    return cut if backticks is None else backticks
+    cut = _before_url(context, pending, cut if backticks is None else backticks)
+    # Never between a `<` (or an entity spelling of one) and what follows it: the `!` of
+    # an image held back would make `<!` with it once both are shown.
+    before = _ENDS_WITH_LESS_THAN.search(pending, 0, cut)
+    return cut if before is None else before.start()
+
+
+def _before_url(context: str, pending: str, cut: int) -> int:
+    """`cut`, or the start of the bare URL it would cut (at its `@`, `&`, `[` or a
+    backtick): a URL is judged whole, in its context, as `render_settled` will see it."""
+    if cut == len(pending) or not _url_word_at(pending, cut):
+        return cut  # nothing held, or no URL to cut there
+    text = context + pending
+    starts = definition_starts(text)
+
+    def in_pending(index: int) -> int:  # an index of `text` disarmed, as one of `pending`
+        return index - sum(1 for n, start in enumerate(starts) if start + n < index) - len(context)
+
+    for url in find_links(disarm_definitions(text)):
+        start, end = in_pending(url.start), in_pending(url.end)
+        if url.kind == "bare" and start < cut < end:
+            return max(start, 0)
+    return cut
+
+
+def _url_word_at(pending: str, cut: int) -> bool:
+    """Whether the word `cut` falls inside (a run of URL characters) may hold a URL: the
+    cheap look before `_before_url`'s full one."""
+    after = _URL_WORD.match(pending, cut)
+    start = cut
+    while start > 0 and _URL_WORD.match(pending[start - 1]):
+        start -= 1
+    word = pending[start : after.end() if after else cut].lower()
+    return start < cut and after is not None and ("://" in word or "www." in word)
 
 
 def _open_backticks(context: str, pending: str) -> int | None:
@@ -166,17 +231,44 @@ def _open_backticks(context: str, pending: str) -> int | None:
     return None
 
 
-def _open_bracket(pending: str) -> int | None:
-    """Where a `[` whose `]` has not come yet starts, within the current paragraph."""
+def _start(match: re.Match[str] | None) -> int | None:
+    return None if match is None else match.start()
+
+
+def _held_link(pending: str, line_start: int) -> int | None:
+    """Where a link that may not be whole yet starts, in the last paragraph of `pending`:
+    at a `[` not closed yet, closed on the line still being written, or closed at the end
+    of the last whole line while the next may still open its `(url)`."""
     paragraph = pending.rfind(_PARAGRAPH_END)
     start = 0 if paragraph < 0 else paragraph + len(_PARAGRAPH_END)
-    depth, opened = 0, None
-    for index in range(start, len(pending)):
-        char = pending[index]
-        if char == "[":
-            if depth == 0:
-                opened = index
-            depth += 1
-        elif char == "]" and depth:
-            depth -= 1
-    return opened if depth else None
+    partial = pending[line_start:].lstrip(" \t")
+    continued = not partial or partial.startswith("(")
+    openers: list[int] = []
+    held: list[int] = []
+    for bracket in _BRACKET.finditer(pending, start):
+        index = bracket.start()
+        if bracket.group() == "[":
+            openers.append(index)
+        elif openers:
+            opener = openers.pop()
+            ends_line = line_start > 0 and not pending[index + 1 : line_start - 1].strip(" \t")
+            if index >= line_start or (continued and ends_line):
+                held.append(opener)
+    first = min([*openers[:1], *held], default=None)
+    # With what changes how it reads: an image's `!`, a backslash that escapes it.
+    while first is not None and first > 0 and pending[first - 1] in "!\\":
+        first -= 1
+    return first
+
+
+def _held_url(partial: str) -> int | None:
+    """Where, in the line being written, the last word has a part that is or may become a
+    bare URL (one may start anywhere in a word, as `gateway.text.link_forms` finds them)."""
+    word_start = len(partial)
+    while word_start > 0 and _URL_WORD.match(partial[word_start - 1]):
+        word_start -= 1
+    for start in range(word_start, len(partial)):
+        rest = partial[start:].lower()
+        if any(s.startswith(rest) or rest.startswith(s) for s in URL_STARTS):
+            return start
+    return None

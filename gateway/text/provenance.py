@@ -2,7 +2,9 @@
 
 Every user message reaches the model as
 `<turn from="NAME" id="USER_ID" channel="CHANNEL_ID" at="ISO-8601">body</turn>`, with
-`edited="ISO-8601"` after `at` once its author edited it.
+`edited="ISO-8601"` after `at` once its author edited it, and `org="external"` last when its
+author belongs to another organization (a Slack Connect channel that is answered: the
+gatekeeper decides, from the author's team; no text of theirs can set it).
 The body and attributes are escaped (`&`, `<`, `>`, and `"` in attributes), so whatever a
 user types can never close this turn or open another.
 
@@ -45,7 +47,8 @@ __all__ = [
 
 _TURN = re.compile(
     r'<turn from="(?P<name>[^"<>]*)" id="(?P<id>[^"<>]*)" channel="(?P<channel>[^"<>]*)"'
-    r' at="(?P<at>[^"<>]*)"(?: edited="(?P<edited>[^"<>]*)")?>(?P<body>[^<>]*)</turn>',
+    r' at="(?P<at>[^"<>]*)"(?: edited="(?P<edited>[^"<>]*)")?(?: org="(?P<org>[^"<>]*)")?>'
+    r"(?P<body>[^<>]*)</turn>",
     re.DOTALL,
 )
 _SCHEDULE_TURN = re.compile(
@@ -63,6 +66,8 @@ class Turn:
     at: datetime
     body: str
     edited: datetime | None = None  # when its author last edited it (gateway/inbound/edits.py)
+    # "external": its author belongs to another organization (Slack Connect); None: ours.
+    org: str | None = None
 
 
 class TurnParseError(ValueError):
@@ -87,12 +92,16 @@ def render_turn(turn: Turn) -> str:
     return (
         f'<turn from="{escape_attribute(turn.name)}" id="{escape_attribute(turn.user_id)}"'
         f' channel="{escape_attribute(turn.channel)}" at="{turn.at.isoformat()}"'
-        f"{_edited(turn.edited)}>{escape_body(turn.body)}</turn>"
+        f"{_edited(turn.edited)}{_org(turn.org)}>{escape_body(turn.body)}</turn>"
     )
 
 
 def _edited(edited: datetime | None) -> str:
     return "" if edited is None else f' edited="{edited.isoformat()}"'
+
+
+def _org(org: str | None) -> str:
+    return "" if org is None else f' org="{escape_attribute(org)}"'
 
 
 def parse_turn(text: str) -> Turn:
@@ -111,6 +120,7 @@ def parse_turn(text: str) -> Turn:
         at,
         unescape(match["body"]),
         edited,
+        unescape(match["org"]) if match["org"] is not None else None,
     )
 
 

@@ -62,9 +62,18 @@ ANTHROPIC = {
 ANTHROPIC_PERMISSION = {"type": "error", "error": {"type": "permission_error", "message": "no"}}
 
 
-def classify(status: int, body: object = b"", headers: dict[str, str] | None = None) -> ModelError:
+def classify(
+    status: int,
+    body: object = b"",
+    headers: dict[str, str] | None = None,
+    *,
+    gateway_token: bool = True,
+) -> ModelError:
+    """As a request carrying a gateway token (unless told otherwise) would be answered."""
     raw = body if isinstance(body, bytes) else json.dumps(body).encode()
-    return classify_status(status, headers or {}, raw, route=ROUTE, now=lambda: 1_000_000.0)
+    return classify_status(
+        status, headers or {}, raw, route=ROUTE, gateway_token=gateway_token, now=lambda: 1e6
+    )
 
 
 STATUS_TABLE = [
@@ -273,8 +282,14 @@ def test_vendor_error_reader_never_raises_on_json(body: object) -> None:
 
 @pytest.fixture
 async def model() -> AsyncIterator[tuple[OpenAIServer, OpenAIModel]]:
+    """A model behind an AI gateway: its requests carry a gateway token."""
     async with OpenAIServer() as server:
-        provider = OpenAIProvider(base_url=server.url, api_key=SecretStr("sk-test"))
+        provider = OpenAIProvider(
+            base_url=server.url,
+            api_key=SecretStr("sk-test"),
+            gateway_header="cf-aig-authorization",
+            gateway_token=SecretStr("Bearer gw-test"),
+        )
         model = OpenAIModel("gpt-test", provider=provider)
         yield server, model
         await model.aclose()

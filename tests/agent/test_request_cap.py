@@ -11,7 +11,7 @@ from collections import Counter
 
 from agent.core.delegation import RoundInput, Subtask, SubtaskRequest
 from agent.core.errors import ModelBudgetExceeded
-from agent.core.ports import StoredMessage, Task
+from agent.core.ports import ModelCharge, StoredMessage, Task
 from agent.durable.notices import DEFAULT_NOTICES
 from agent.durable.responder import ModelResponder
 from agent.models.contract import ModelRequest, ModelResponse, Usage
@@ -33,10 +33,10 @@ class Meter:
         self.requests: Counter[str] = Counter({TASK.id: already})
         self.tokens: Counter[tuple[str, str]] = Counter()
 
-    async def record(self, task: Task, input_tokens: int, output_tokens: int) -> int:
+    async def record(self, task: Task, charge: ModelCharge) -> int:
         self.requests[task.id] += 1
-        self.tokens[task.id, "input"] += input_tokens
-        self.tokens[task.id, "output"] += output_tokens
+        self.tokens[task.id, "input"] += charge.input_tokens
+        self.tokens[task.id, "output"] += charge.output_tokens
         return self.requests[task.id]
 
 

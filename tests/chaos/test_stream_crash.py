@@ -114,7 +114,7 @@ async def test_a_reply_killed_mid_stream_ends_as_one_whole_message(
         assert len(mine) == 1, f"{sent.marker}: {len(mine)} messages\n{slack.describe()}"
         [message] = mine
         assert message["metadata"]["event_payload"]["outbox_id"] == f"task:{sent.task_id}:reply"
-        shown = message["blocks"][0]["text"] if message.get("blocks") else message["text"]
+        shown = _shown(message)
         assert f"That was all about {sent.marker}." in shown
         assert shown.count(f"The answer to {sent.marker} begins") == 20
     assert slack.posts == [], "a second message was posted beside the streamed one"
@@ -126,6 +126,13 @@ def _messages(slack: FakeSlack, channel: str, thread_ts: str) -> list[dict]:  # 
         for m in slack.messages.get(channel, [])
         if m.get("user") == slack.bot_user_id and m.get("thread_ts") == thread_ts
     ]
+
+
+def _shown(message: dict) -> str:  # type: ignore[type-arg]
+    """The text a person reads: a markdown block that replaced the stream's text, else the
+    streamed text (blocks below it, such as a reply's feedback buttons, carry none)."""
+    texts = [b["text"] for b in message.get("blocks") or () if b.get("type") == "markdown"]
+    return texts[0] if texts else str(message["text"])
 
 
 def _complete(slack: FakeSlack, channel: str, thread_ts: str) -> bool:

@@ -18,13 +18,18 @@ Anthropic-specific
     `error_reply(status, type, message)`              `{"type":"error","error":{…}}`
     `overloaded()`                                    the 529 `overloaded_error`
     `events(*(name, data))`                           encode named SSE events
+
+Prompt caching: `server.cache = AnthropicCache()` (tests/fakes/prompt_cache.py) makes a
+`Message` without a given `usage` report what the cache counted — `input_tokens`,
+`cache_read_input_tokens`, `cache_creation_input_tokens` in `message_start` (and the whole
+usage again in `message_delta`, as the API does), with its own output tokens.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -39,6 +44,7 @@ from tests.fakes.openai_api import (
     Reply,
     StreamReply,
 )
+from tests.fakes.prompt_cache import count_tokens
 
 __all__ = [
     "AnthropicServer",
@@ -90,7 +96,8 @@ class Message:
     text: str | None = None
     tool_calls: Sequence[FakeToolCall] = ()
     stop_reason: str | None = None
-    usage: Mapping[str, Any] = field(default_factory=lambda: dict(DEFAULT_USAGE))
+    # None: DEFAULT_USAGE, or what the server's cache counted and this reply's output.
+    usage: Mapping[str, Any] | None = None
     model: str = "claude-test"
 
     @property
@@ -98,9 +105,15 @@ class Message:
         return self.stop_reason or ("tool_use" if self.tool_calls else "end_turn")
 
     async def send(self, request: web.Request, seen: RecordedRequest) -> web.StreamResponse:
+        usage = seen.report(self._usage(seen))
         if seen.streaming:
-            return await StreamReply(self.chunks()).send(request, seen)
-        return await JSONReply(self.body()).send(request, seen)
+            return await StreamReply(self.chunks(usage)).send(request, seen)
+        return await JSONReply(self.body(usage)).send(request, seen)
+
+    def _usage(self, seen: RecordedRequest) -> Mapping[str, Any]:
+        if self.usage is not None or seen.counted is None:
+            return self.usage if self.usage is not None else DEFAULT_USAGE
+        return {**seen.counted, "output_tokens": max(1, count_tokens(self._blocks()))}
 
     def _blocks(self) -> list[dict[str, Any]]:
         blocks: list[dict[str, Any]] = [{"type": "text", "text": self.text}] if self.text else []
@@ -109,18 +122,23 @@ class Message:
             for c in self.tool_calls
         ]
 
-    def body(self) -> dict[str, Any]:
+    def body(self, usage: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """The non-streaming response body."""
-        return {**self._envelope(), "content": self._blocks(), "stop_reason": self.reason}
+        envelope = self._envelope(usage)
+        return {**envelope, "content": self._blocks(), "stop_reason": self.reason}
 
-    def _envelope(self) -> dict[str, Any]:
+    def _envelope(self, usage: Mapping[str, Any] | None) -> dict[str, Any]:
         envelope = {"id": "msg_fake", "type": "message", "role": "assistant", "model": self.model}
-        return {**envelope, "stop_sequence": None, "usage": dict(self.usage)}
+        sent = dict(usage or self.usage or DEFAULT_USAGE)
+        return {**envelope, "stop_sequence": None, "usage": sent}
 
-    def chunks(self) -> list[bytes]:
-        """The streaming response as Anthropic sends it."""
-        start = {**self._envelope(), "content": [], "stop_reason": None}
-        start["usage"] = {**self.usage, "output_tokens": 1}
+    def chunks(self, usage: Mapping[str, Any] | None = None) -> list[bytes]:
+        """The streaming response as Anthropic sends it: the prompt's usage in
+        `message_start`, the output's (cumulative, with the cache's counts when there are
+        any) in `message_delta`."""
+        start = {**self._envelope(usage), "content": [], "stop_reason": None}
+        sent = start["usage"]
+        start["usage"] = {**sent, "output_tokens": 1}
         items: list[tuple[str, Mapping[str, Any]]] = [
             ("message_start", {"type": "message_start", "message": start})
         ]
@@ -128,8 +146,12 @@ class Message:
         for index, block in enumerate(self._blocks()):
             items += _block_events(index, block)
         delta = {"stop_reason": self.reason, "stop_sequence": None}
-        usage = {"output_tokens": self.usage.get("output_tokens", 0)}
-        items.append(("message_delta", {"type": "message_delta", "delta": delta, "usage": usage}))
+        cache_fields = ("cache_read_input_tokens", "cache_creation_input_tokens")
+        final = {k: v for k, v in sent.items() if k == "output_tokens" or k in cache_fields}
+        final.setdefault("output_tokens", 0)
+        if any(k in sent for k in cache_fields):
+            final["input_tokens"] = sent.get("input_tokens", 0)
+        items.append(("message_delta", {"type": "message_delta", "delta": delta, "usage": final}))
         items.append(("message_stop", {"type": "message_stop"}))
         return events(*items)
 

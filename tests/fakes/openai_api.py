@@ -10,6 +10,12 @@ script, so the real provider code runs over a real socket against it::
         assert server.requests[0].body["tool_choice"] == "required"
         assert server.requests[0].headers["authorization"] == "Bearer sk-test"
 
+Prompt caching
+    `server.cache = OpenAICache()` (tests/fakes/prompt_cache.py): a `Completion` that was
+    not given a `usage` then reports the prompt as counted by the cache — prompt tokens,
+    and the cached ones in `prompt_tokens_details` — and its own output tokens. Every usage
+    the server sent is in `server.reported`, in order.
+
 Scripting
     `server.script(*replies)` queues replies, answered in order, one per request. A reply is
     a `Reply` or a function `(RecordedRequest) -> Reply`. When the queue is empty the
@@ -30,7 +36,8 @@ Replies (all usable for both servers; the Anthropic fake has its own `Message`)
     `sse(*events)`                       encode dicts as `data:` events ending in `[DONE]`
 
 `RecordedRequest` has `method`, `path`, `headers` (lower-case keys), `body` (parsed JSON or
-None), `raw` bytes and `at`, when it arrived (`time.monotonic`).
+None), `raw` bytes, `at`, when it arrived (`time.monotonic`), and `counted`, the prompt's
+usage as the server's cache counted it (None without one).
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import json
 import time
 from collections import deque
@@ -47,6 +55,8 @@ from typing import Any, Protocol
 
 import aiohttp
 from aiohttp import web
+
+from tests.fakes.prompt_cache import count_tokens
 
 
 @dataclass(frozen=True)
@@ -59,6 +69,16 @@ class RecordedRequest:
     body: Any
     raw: bytes
     at: float = 0.0  # when it arrived (`time.monotonic`)
+    counted: Mapping[str, Any] | None = None  # the prompt's usage, with a cache
+    # The server's list of the usage it sent: a reply adds what it reports.
+    reported: list[dict[str, Any]] | None = field(default=None, compare=False, repr=False)
+
+    def report(self, usage: Mapping[str, Any]) -> dict[str, Any]:
+        """`usage` as sent, noted in the server's `reported`."""
+        sent = dict(usage)
+        if self.reported is not None:
+            self.reported.append(sent)
+        return sent
 
     @property
     def streaming(self) -> bool:
@@ -222,12 +242,20 @@ def _nothing_scripted(seen: RecordedRequest) -> Reply:
     return JSONReply({"error": {"message": "fake server: nothing scripted"}}, status=500)
 
 
+class PromptCounter(Protocol):
+    """A vendor's prompt cache (tests/fakes/prompt_cache.py)."""
+
+    def usage(self, body: Any) -> dict[str, Any]: ...
+
+
 class LoopbackServer:
     """An aiohttp server on 127.0.0.1 with a random port that answers from a script."""
 
     prefix = ""
 
     def __init__(self) -> None:
+        self.cache: PromptCounter | None = None
+        self.reported: list[dict[str, Any]] = []
         self.requests: list[RecordedRequest] = []
         self.default: Callable[[RecordedRequest], Reply] = _nothing_scripted
         self._queue: deque[Script] = deque()
@@ -268,6 +296,10 @@ class LoopbackServer:
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         seen = await _record(request)
+        counted = (
+            self.cache.usage(seen.body) if self.cache and isinstance(seen.body, dict) else None
+        )
+        seen = dataclasses.replace(seen, counted=counted, reported=self.reported)
         self.requests.append(seen)
         return await self._next_reply(seen).send(request, seen)
 
@@ -332,7 +364,8 @@ class Completion:
     text: str | None = None
     tool_calls: Sequence[FakeToolCall] = ()
     finish_reason: str | None = None
-    usage: Mapping[str, Any] = field(default_factory=lambda: dict(DEFAULT_USAGE))
+    # None: DEFAULT_USAGE, or what the server's cache counted and this reply's output.
+    usage: Mapping[str, Any] | None = None
     model: str = "gpt-test"
 
     @property
@@ -340,11 +373,21 @@ class Completion:
         return self.finish_reason or ("tool_calls" if self.tool_calls else "stop")
 
     async def send(self, request: web.Request, seen: RecordedRequest) -> web.StreamResponse:
+        usage = seen.report(self._usage(seen))
         if seen.streaming:
-            return await StreamReply(self.chunks()).send(request, seen)
-        return await JSONReply(self.body()).send(request, seen)
+            return await StreamReply(self.chunks(usage)).send(request, seen)
+        return await JSONReply(self.body(usage)).send(request, seen)
 
-    def body(self) -> dict[str, Any]:
+    def _usage(self, seen: RecordedRequest) -> Mapping[str, Any]:
+        if self.usage is not None or seen.counted is None:
+            return self.usage if self.usage is not None else DEFAULT_USAGE
+        output = max(
+            1, count_tokens([self.text or "", *(c.raw_arguments for c in self.tool_calls)])
+        )
+        total = seen.counted["prompt_tokens"] + output
+        return {**seen.counted, "completion_tokens": output, "total_tokens": total}
+
+    def body(self, usage: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """The non-streaming response body."""
         message: dict[str, Any] = {"role": "assistant", "content": self.text}
         if self.tool_calls:
@@ -353,10 +396,10 @@ class Completion:
         return {
             **_envelope(self.model, "chat.completion"),
             "choices": [choice],
-            "usage": self.usage,
+            "usage": dict(usage or self.usage or DEFAULT_USAGE),
         }
 
-    def chunks(self) -> list[bytes]:
+    def chunks(self, usage: Mapping[str, Any] | None = None) -> list[bytes]:
         """The streaming response: role, text in pieces, tool calls in pieces, finish, usage."""
         deltas: list[dict[str, Any]] = [{"role": "assistant", "content": ""}]
         deltas += [{"content": piece} for piece in _pieces(self.text or "")]
@@ -364,8 +407,10 @@ class Completion:
             deltas += _call_deltas(index, call)
         events = [_chunk(self.model, delta, None) for delta in deltas]
         events.append(_chunk(self.model, {}, self.reason))
+        # The final chunk (the request asked `stream_options.include_usage`).
+        sent = dict(usage or self.usage or DEFAULT_USAGE)
         events.append(
-            {**_envelope(self.model, "chat.completion.chunk"), "choices": [], "usage": self.usage}
+            {**_envelope(self.model, "chat.completion.chunk"), "choices": [], "usage": sent}
         )
         return sse(*events)
 

@@ -17,9 +17,10 @@ Because it is only an HTTP server it serves a gateway in another process just as
 
 Methods: auth.test, users.info, chat.postMessage, chat.update, chat.delete,
 chat.postEphemeral, chat.startStream, chat.appendStream, chat.stopStream, conversations.replies,
-conversations.history, conversations.info, conversations.open (a DM's channel is D + the
-person's id without its U), assistant.threads.setStatus, files.info (tests/fakes/slack_files.py),
-agents.sessions.setStatus, assistant.threads.setSuggestedPrompts;
+conversations.history, assistant.threads.setStatus, files.info (tests/fakes/slack_files.py),
+agents.sessions.setStatus, assistant.threads.setSuggestedPrompts,
+conversations.info (tests/fakes/slack_channels.py: `slack.channels.share(…)`), conversations.open
+(a DM's channel is D + the person's id without its U);
 anything else answers `unknown_method`.
 apps.connections.open (Socket Mode) wants the app token (`xapp-…`), as Slack does, and
 answers with a URL of the `FakeSocketMode` in `socket_mode` (tests/fakes/socket_mode.py);
@@ -129,6 +130,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from aiohttp import web
 
 from . import WAIT_SECONDS
+from .slack_channels import FakeChannels
 from .slack_events import CLOCK, block_actions, ts_to_micros
 from .slack_files import FakeFiles
 from .slack_permalinks import permalink
@@ -291,11 +293,7 @@ class FakeSlack:
         # experience setSuggestedPrompts with a `thread_ts` silently does nothing.
         self.experience: Literal["agent", "assistant"] = "agent"
         self.suggested_prompts: list[SuggestedPrompts] = []
-        # Channels archived or deleted (`archive_channel`, `delete_channel`), and people
-        # gone (`remove_user`): conversations.info and .open and chat.postMessage answer
-        # as Slack does for them.
-        self.archived: set[str] = set()
-        self.deleted: set[str] = set()
+        # People gone: conversations.open answers `user_not_found` for them.
         self.gone_users: set[str] = set()
         self._changed = asyncio.Condition()
         self._runner: web.AppRunner | None = None
@@ -312,7 +310,6 @@ class FakeSlack:
             "chat.stopStream": self._chat_stop_stream,
             "conversations.replies": self._conversations_replies,
             "conversations.history": self._conversations_history,
-            "conversations.info": self._conversations_info,
             "conversations.open": self._conversations_open,
             "assistant.threads.setStatus": self._assistant_threads_set_status,
             "agents.sessions.setStatus": self._agents_sessions_set_status,
@@ -323,6 +320,10 @@ class FakeSlack:
         self.add_user(bot_user_id, name=bot_name, real_name=bot_name, is_bot=True)
         self.files = FakeFiles(bot_token, team_id)  # url_private downloads (slack_files.py)
         self._methods["files.info"] = self.files.info
+        self.channels = FakeChannels(team_id)  # conversations.info (slack_channels.py)
+        self._methods["conversations.info"] = self.channels.info
+        # Channels archived or deleted (slack_channels.py), as chat.postMessage sees them too.
+        self.archived, self.deleted = self.channels.archived, self.channels.deleted
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -977,16 +978,6 @@ class FakeSlack:
         if channel in self.deleted:
             return "channel_not_found"
         return "is_archived" if channel in self.archived else None
-
-    def _conversations_info(self, params: Params) -> Body:
-        channel = str(params.get("channel") or "")
-        if not channel:
-            return _invalid_arguments("channel")
-        if channel in self.deleted:
-            return {"ok": False, "error": "channel_not_found"}
-        kind = {"C": "is_channel", "G": "is_group", "D": "is_im"}.get(channel[:1], "is_channel")
-        info = {"id": channel, kind: True, "is_archived": channel in self.archived}
-        return {"ok": True, "channel": info}
 
     def _conversations_open(self, params: Params) -> Body:
         """A DM with one person: its channel id follows from theirs (D + the id's rest)."""

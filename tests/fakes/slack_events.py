@@ -422,9 +422,12 @@ def event_callback(
     event_id: str | None = None,
     event_time: int | None = None,
     token: str = "verification-token-unused",
+    ext_shared: bool | None = False,
 ) -> dict[str, Any]:
-    """Wrap an event in Slack's `event_callback` envelope (fresh `event_id` unless given)."""
-    return {
+    """Wrap an event in Slack's `event_callback` envelope (fresh `event_id` unless given).
+    `ext_shared` is the envelope's `is_ext_shared_channel` (True in a Slack Connect
+    channel); None leaves it out, as older payloads do."""
+    envelope = {
         "token": token,
         "team_id": team_id,
         "context_team_id": team_id,
@@ -443,8 +446,11 @@ def event_callback(
                 "is_enterprise_install": False,
             }
         ],
-        "is_ext_shared_channel": False,
+        "is_ext_shared_channel": ext_shared,
     }
+    if ext_shared is None:
+        del envelope["is_ext_shared_channel"]
+    return envelope
 
 
 def url_verification(

@@ -126,3 +126,24 @@ async def test_no_sources_line_can_ping(shown: list[str], reply: str) -> None:
         assert PING.search(block_text(message)) is None
         assert PING.search(message.text) is None
         assert not any(sequence in message.text for sequence in FORBIDDEN)
+
+
+async def test_a_url_only_the_bot_wrote_is_no_source(rig: Rig) -> None:
+    """The bot's first answer mentions a URL; citing it in the thread's next answer is
+    refused (it appeared in nothing anyone else wrote), and the repaired reply is posted."""
+    rig.model.script(
+        reply_with_tool("final_reply", {"text": "It is at https://made.up/claim."}),
+        reply_with_tool(
+            "final_reply", {"text": "As I said.", "citations": [{"url": "https://made.up/claim"}]}
+        ),
+        reply_with_tool("final_reply", {"text": "As I said, without a source."}),
+    )
+    first = app_mention_event(text="<@UBOT> where is it?")
+    await rig.send(event_callback(first))
+    await rig.slack.wait_for_posts(1)
+    await rig.send(event_callback(app_mention_event(text="<@UBOT> sure?", thread_ts=first["ts"])))
+    posts = await rig.slack.wait_for_posts(2)
+    feedback = rig.model.requests[2].body["messages"][-1]
+    assert feedback["role"] == "tool" and "did not appear" in feedback["content"]
+    assert posts[1].text.startswith("As I said, without a source.")
+    assert "Sources:" not in posts[1].text

@@ -187,7 +187,9 @@ async def test_a_model_that_never_answers_is_bounded_in_time(
         env = gateway_env(slack, hanging, await create_database(postgres_dsn, "doctor_hang"))
         status, out, _ = await run_cli_output(["doctor", "--timeout", "1"], env, tmp_path)
     assert status == 1
-    assert lines(out, "FAIL") == ["FAIL model: openai:gpt-test: no answer within 1 s"]
+    # Only the model's line is this test's: on a loaded machine the other checks may run
+    # out of the same 1 s too.
+    assert "FAIL model: openai:gpt-test: no answer within 1 s" in lines(out, "FAIL")
 
 
 async def test_a_slack_that_fails_or_cannot_be_reached_does_not_blame_the_token(

@@ -125,6 +125,7 @@ async def test_a_user_over_the_daily_token_budget_gets_the_notice_instead_of_an_
     assert [tuple(r) for r in usage] == [
         ("channel", f"{DEFAULT_TEAM}:{DEFAULT_CHANNEL}", 10, 5),
         ("user", f"{DEFAULT_TEAM}:{first['user']}", 10, 5),
+        ("workspace", DEFAULT_TEAM, 10, 5),
     ]
     second = app_mention_event(text="<@UBOT> second")
     theirs = app_mention_event(text="<@UBOT> someone else", user=OTHER_USER)

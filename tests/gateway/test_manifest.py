@@ -66,8 +66,9 @@ METHOD_SCOPES: dict[str, set[str]] = {
     "apps_connections_open": set(),  # the app-level token's connections:write, not a bot scope
     "chat_getPermalink": set(),  # "No scope required" (docs.slack.dev, chat.getPermalink)
     "files_info": {"files:read"},  # a file an event gives only by id (gateway/slack/file_info.py)
-    # A schedule's channel checked before it runs, a person's DM opened (issue 34).
-    "conversations_info": {"channels:read", "groups:read"},
+    # Whether a channel is shared with another organization (gateway/slack/sharing.py).
+    "conversations_info": {"channels:read", "groups:read", "im:read", "mpim:read"},
+    # A person's DM opened for a schedule that posts there (issue 34).
     "conversations_open": {"im:write"},
 }
 # The scope Slack requires for each Events API subscription.

@@ -20,9 +20,10 @@ from tests.fakes.slack_events import (
     DEFAULT_CHANNEL,
     DEFAULT_USER,
     app_mention_event,
+    deliver,
     event_callback,
 )
-from tests.gateway.rig import STREAMING, Rig, gateway_env, last_user_text
+from tests.gateway.rig import SECRET, STREAMING, Rig, gateway_env, last_user_text
 from tests.gateway.schedules_help import (
     add_schedule,
     cli,
@@ -428,3 +429,41 @@ async def until_metric(rig: Rig, outcome: str, n: float) -> None:
     async with asyncio.timeout(30):
         while await metric(rig, outcome) < n:  # noqa: ASYNC110 - a pause between looks
             await asyncio.sleep(0.2)
+
+
+async def test_a_channel_policy_withholds_the_schedule_tools_like_any_other(
+    rig: Rig, tmp_path: Path
+) -> None:
+    """The schedule tools are ordinary tool names: a channel whose policy does not list
+    them is not offered them, and a call to one there makes no schedule; elsewhere they
+    are offered."""
+    config = tmp_path / "channels.json"
+    config.write_text(
+        json.dumps(
+            {
+                "default": {"tools": ["*"]},
+                "channels": {"C0NOSCHED1": {"tools": ["current_time", "read_thread"]}},
+            }
+        )
+    )
+    await rig.gateway.stop()  # the one gateway is the one with the policy: its workers decide
+    gateway = await rig.start_gateway(
+        socket_mode=False, overrides={**FAST, "THREADGATE_CHANNEL_CONFIG": str(config)}
+    )
+    rig.model.default = asking
+    url = f"http://127.0.0.1:{gateway.port}/slack/events"
+    for channel in ("C0NOSCHED1", DEFAULT_CHANNEL):
+        event = app_mention_event(text="<@UBOT> every second, say hi", channel=channel)
+        assert (await deliver(rig.http, url, event_callback(event), SECRET))[0] == 200
+    await rig.slack.wait_until(lambda: len(told(rig)) >= 2, 30, what="both answers")
+    offered = {channel_of(r): tool_names(r) for r in rig.model.requests if channel_of(r)}
+    assert "schedule_create" not in offered["C0NOSCHED1"]
+    assert {"schedule_create", "schedule_list", "schedule_delete"} <= offered[DEFAULT_CHANNEL]
+    assert [s.channel for s in await list_schedules(rig.db)] == [DEFAULT_CHANNEL]
+
+
+def channel_of(seen: RecordedRequest) -> str:
+    """The channel of the person's turn a request answers ("" for none)."""
+    text = last_user_text(seen.body)
+    marker = ' channel="'
+    return text.split(marker, 1)[1].split('"', 1)[0] if marker in text else ""

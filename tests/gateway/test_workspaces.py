@@ -146,12 +146,17 @@ def connect_mention(host: str, writer: str, text: str) -> tuple[dict[str, Any], 
 
 
 async def test_a_slack_connect_message_belongs_to_the_installation_it_was_delivered_for(
-    fresh_dsn: str,
+    fresh_dsn: str, tmp_path: Path
 ) -> None:
-    """A mention delivered for T2's installation but written from T3 (Slack Connect) is a
-    task of T2: answered into T2's channel with T2's token, counted against T2's limits,
-    and not cancelled when T3 uninstalls."""
-    overrides = {"THREADGATE_USER_MESSAGES_PER_HOUR": "1"}
+    """A mention delivered for T2's installation but written from T3 (Slack Connect, in a
+    deployment that answers there) is a task of T2: answered into T2's channel with T2's
+    token, counted against T2's limits, and not cancelled when T3 uninstalls."""
+    config = tmp_path / "channels.json"
+    config.write_text(json.dumps({"default": {"externalChannels": "allow"}}))
+    overrides = {
+        "THREADGATE_USER_MESSAGES_PER_HOUR": "1",
+        "THREADGATE_CHANNEL_CONFIG": str(config),
+    }
     async with Rig(fresh_dsn, oauth=True, overrides=overrides) as rig:
         assert rig.slack.oauth is not None
         for team, channel in TEAMS.items():

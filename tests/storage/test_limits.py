@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
-from agent import Task
+from agent import ModelCharge, Route, Task
 from storage.admission import Admission, EarlierMessage, Limits, admit, before_downloads
 from storage.database import Database
 from storage.usage import PostgresUsageMeter, tokens_today
@@ -22,6 +22,11 @@ NOTICES = Limits(
         "channel_tokens": "channel tokens notice",
     }
 )
+
+
+def charge(input_tokens: int, output_tokens: int) -> ModelCharge:
+    """A response of a model the price table does not know (no cost)."""
+    return ModelCharge(Route("openai", "unpriced"), input_tokens, output_tokens)
 
 
 def message(
@@ -125,9 +130,9 @@ async def test_the_meter_counts_requests_per_task_and_tokens_per_user_and_channe
     assert await admit(db, message("5.2", user="T1:UE", channel="CE"))
     meter = PostgresUsageMeter(db)
     first, second = Task("T1:CE:5.1", "T1:CE:5.1", {}), Task("T1:CE:5.2", "T1:CE:5.2", {})
-    assert await meter.record(first, 100, 10) == 1
-    assert await meter.record(first, 200, 20) == 2
-    assert await meter.record(second, 1000, 100) == 1
+    assert await meter.record(first, charge(100, 10)) == 1
+    assert await meter.record(first, charge(200, 20)) == 2
+    assert await meter.record(second, charge(1000, 100)) == 1
     rows = await db.pool.fetch(
         "SELECT scope, key, input_tokens, output_tokens FROM usage_daily"
         " WHERE key IN ('T1:UE', 'T1:CE') ORDER BY scope"
@@ -143,7 +148,7 @@ async def test_the_meter_counts_requests_per_task_and_tokens_per_user_and_channe
 async def test_a_user_over_the_daily_token_budget_gets_the_notice(db: Database) -> None:
     rule = limits(user_daily_tokens=1000, channel_daily_tokens=5000)
     assert await admit(db, message("6.1", user="T1:UF", channel="CF"), rule)
-    await PostgresUsageMeter(db).record(Task("T1:CF:6.1", "T1:CF:6.1", {}), 900, 100)
+    await PostgresUsageMeter(db).record(Task("T1:CF:6.1", "T1:CF:6.1", {}), charge(900, 100))
     over = await admit(db, message("6.2", user="T1:UF", channel="CF"), rule)
     later = await admit(db, message("6.3", user="T1:UF", channel="CF"), rule)
     assert (over.limited, over.noticed, bool(over)) == ("user_tokens", True, False)
@@ -156,7 +161,7 @@ async def test_a_user_over_the_daily_token_budget_gets_the_notice(db: Database) 
 async def test_a_channel_over_its_daily_token_budget_refuses_everyone(db: Database) -> None:
     rule = limits(user_daily_tokens=10_000, channel_daily_tokens=1000)
     assert await admit(db, message("7.1", user="T1:UH", channel="CG"), rule)
-    await PostgresUsageMeter(db).record(Task("T1:CG:7.1", "T1:CG:7.1", {}), 1000, 0)
+    await PostgresUsageMeter(db).record(Task("T1:CG:7.1", "T1:CG:7.1", {}), charge(1000, 0))
     outcome = await admit(db, message("7.2", user="T1:UI", channel="CG"), rule)
     assert (outcome.limited, outcome.noticed) == ("channel_tokens", True)
     assert await reply_of(db, "T1:CG:7.2") == "channel tokens notice"

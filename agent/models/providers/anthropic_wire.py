@@ -6,6 +6,12 @@ message (consecutive results share one message), `max_tokens` is required, and a
 a sequence of named events (`message_start`, `content_block_*`, `message_delta`, `ping`,
 `error`, `message_stop`). Usage `input_tokens` here is the whole prompt: Anthropic's
 uncached input plus cache reads and cache writes, so it compares with OpenAI's.
+
+A request with a `CacheHint` marks cache breakpoints (`cache_control`, at most four):
+after the tools, after the system prompt, after the conversation's stable prefix and
+after the last message. Anthropic renders tools, then system, then messages, so the
+first two cover what every request of a deployment shares; the last lets the next step
+of a round (or the next message of the thread) read everything this one sent.
 """
 
 from __future__ import annotations
@@ -41,6 +47,9 @@ from agent.models.providers.call_events import CallEvents
 from agent.models.providers.classify import StreamFailed
 
 DEFAULT_MAX_TOKENS = 4096
+# A breakpoint: the prefix up to and including the block that carries it is cached (for
+# five minutes, refreshed by each read).
+EPHEMERAL: dict[str, str] = {"type": "ephemeral"}
 
 _STOP_REASONS: dict[str, FinishReason] = {
     "end_turn": "stop",
@@ -74,7 +83,33 @@ def build_body(request: ModelRequest, model: str, *, stream: bool) -> dict[str, 
         body["stop_sequences"] = list(request.stop)
     if stream:
         body["stream"] = True
+    if request.cache is not None:
+        mark_breakpoints(body, request.messages, request.cache.stable)
     return body | dict(request.provider_options)
+
+
+def mark_breakpoints(body: dict[str, Any], messages: tuple[ModelMessage, ...], stable: int) -> None:
+    """Put `cache_control` on the last tool, the system prompt, the last block of the
+    stable prefix's last message and the last block of the last message (module docstring)."""
+    if body.get("tools"):
+        body["tools"][-1] = body["tools"][-1] | {"cache_control": EPHEMERAL}
+    if "system" in body:
+        body["system"] = [{"type": "text", "text": body["system"], "cache_control": EPHEMERAL}]
+    wire = body["messages"]
+    ends = {len(build_messages(messages[:stable])) - 1, len(wire) - 1} if wire else set()
+    for index in sorted(e for e in ends if e >= 0):
+        wire[index] = _marked(wire[index])
+
+
+def _marked(message: dict[str, Any]) -> dict[str, Any]:
+    """The message with a breakpoint on its last content block (text becomes a block:
+    Anthropic renders both forms alike, so the cached prefix is the same)."""
+    content = message["content"]
+    blocks = [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
+    if not blocks:
+        return message
+    blocks[-1] = blocks[-1] | {"cache_control": EPHEMERAL}
+    return message | {"content": blocks}
 
 
 def build_messages(messages: tuple[ModelMessage, ...]) -> list[dict[str, Any]]:
@@ -146,11 +181,23 @@ class _Usage(_Wire):
     cache_read_input_tokens: int | None = 0
     cache_creation_input_tokens: int | None = 0
 
-    def usage(self, output_tokens: int | None = None) -> Usage:
+    def usage(self) -> Usage:
         cached = self.cache_read_input_tokens or 0
-        prompt = (self.input_tokens or 0) + cached + (self.cache_creation_input_tokens or 0)
-        output = output_tokens if output_tokens is not None else self.output_tokens
-        return Usage(input_tokens=prompt, output_tokens=output or 0, cached_tokens=cached)
+        written = self.cache_creation_input_tokens or 0
+        prompt = (self.input_tokens or 0) + cached + written
+        return Usage(
+            input_tokens=prompt,
+            output_tokens=self.output_tokens or 0,
+            cached_tokens=cached,
+            cache_write_tokens=written,
+        )
+
+    def updated(self, later: _Usage) -> _Usage:
+        """These counts with those `later` carries (`message_delta`'s are cumulative, and
+        name only what they update: the output tokens, and sometimes the input's)."""
+        return self.model_copy(
+            update={name: getattr(later, name) for name in later.model_fields_set}
+        )
 
 
 class _Block(_Wire):
@@ -213,7 +260,6 @@ class EventReader:
         self.done = False
         self._reason: str | None = None
         self._usage = _Usage()
-        self._output: int | None = None
         self._calls = CallEvents(lambda index: f"toolu_{index}")
 
     @property
@@ -246,7 +292,8 @@ class EventReader:
                 yield from self._calls.end(event.index)
             case "message_delta":
                 self._reason = event.delta.stop_reason if event.delta else None
-                self._output = event.usage.output_tokens if event.usage else None
+                if event.usage is not None:
+                    self._usage = self._usage.updated(event.usage)
             case "message_stop":
                 self.done = True
 
@@ -266,4 +313,4 @@ class EventReader:
 
     def end(self) -> Iterator[StreamEvent]:
         yield from self._calls.finish()
-        yield Finish(stop_reason(self._reason), self._usage.usage(self._output))
+        yield Finish(stop_reason(self._reason), self._usage.usage())

@@ -10,6 +10,8 @@ attempt ladder can decide by type alone (invariant 4 in docs/ARCHITECTURE.md):
     429 with code/type insufficient_quota       QuotaExhausted
     402, Anthropic billing_error                QuotaExhausted
     401, 403                                    CredentialRejected       provider/gateway/unknown
+                                                                         (gateway: only when a
+                                                                         gateway token was sent)
     400, 404, 413, 422, any other status,       NonTransientModelError
       LocalProtocolError, UnsupportedProtocol,
       DecodingError, TooManyRedirects, InvalidURL,
@@ -23,7 +25,11 @@ attempt ladder can decide by type alone (invariant 4 in docs/ARCHITECTURE.md):
 
 Which authority refused a credential is read from the body's *shape* only; an HTML page,
 an empty body or JSON we do not recognise is `unknown` (an honest answer beats a guess that
-sends an operator to rotate the wrong secret). Messages name the secret to check and at
+sends an operator to rotate the wrong secret). A gateway's shape (Cloudflare AI Gateway's,
+a LiteLLM proxy's) says `gateway` only when a gateway token (THREADGATE_GATEWAY_TOKEN) was
+sent: a LiteLLM proxy checks the very key sent as the provider's (its "virtual key"), so
+without a gateway token of our own its refusal does not tell which of our secrets to
+rotate — `unknown`, whose message names both. Messages name the secret to check and at
 most a vendor error code — never a response body, which could echo a key.
 """
 
@@ -123,11 +129,16 @@ def classify_status(
     body: bytes,
     *,
     route: Route,
+    gateway_token: bool = False,
     now: Callable[[], float] = time.time,
 ) -> ModelError:
-    """The error for an HTTP response with a non-2xx `status`."""
+    """The error for an HTTP response with a non-2xx `status` to a request that carried a
+    gateway token or not (`gateway_token`)."""
     retry_after = parse_retry_after(headers, now=now)
-    return _classify(status, read_vendor_error(body), route, f"HTTP {status}", retry_after)
+    vendor = read_vendor_error(body)
+    if vendor.author == "gateway" and not gateway_token:
+        vendor = VendorError("unknown", vendor.code)  # no gateway token of ours to blame
+    return _classify(status, vendor, route, f"HTTP {status}", retry_after)
 
 
 def stream_failure(route: Route, partial_text: str, failure: StreamFailed) -> ModelError:
@@ -276,9 +287,13 @@ def _cloudflare(data: dict[str, Any]) -> VendorError | None:
 
 
 def _litellm(data: dict[str, Any]) -> VendorError | None:
+    """A LiteLLM proxy's refusal: its `ProxyException` body, `{"error": {"message":
+    "Authentication Error, …", "type": "auth_error", "param": …, "code": "401"}}`."""
     error = data.get("error")
     message = error.get("message") if isinstance(error, dict) else None
-    if not isinstance(message, str) or "proxy server token" not in message.lower():
+    if not isinstance(error, dict) or not isinstance(message, str):
+        return None
+    if error.get("type") != "auth_error" and "proxy server token" not in message.lower():
         return None
     return VendorError("gateway", "litellm auth_error")
 

@@ -3,6 +3,10 @@
 Pure functions, no I/O: `build_body` turns a `ModelRequest` into the request body,
 `parse_completion` reads a non-streaming answer, and `ChunkReader` turns streamed chunks
 into `StreamEvent`s. Vendor JSON is validated with pydantic here, at the trust boundary.
+
+OpenAI caches prompt prefixes by itself (1,024 tokens and longer); a request with a
+`CacheHint` sends its key as `prompt_cache_key`, so the requests of one conversation are
+routed to the same cache. What it read is `usage.prompt_tokens_details.cached_tokens`.
 """
 
 from __future__ import annotations
@@ -80,6 +84,8 @@ def build_body(request: ModelRequest, model: str, *, stream: bool) -> dict[str, 
     if stream:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
+    if request.cache is not None:
+        body["prompt_cache_key"] = request.cache.key
     return body | dict(request.provider_options)
 
 

@@ -88,7 +88,11 @@ class Provider(ABC):
             raise classify_exception(exc, route=route) from exc
         if not response.is_success:
             raise classify_status(
-                response.status_code, response.headers, response.content, route=route
+                response.status_code,
+                response.headers,
+                response.content,
+                route=route,
+                gateway_token=self._gateway is not None,
             )
         return response
 
@@ -116,7 +120,7 @@ class Provider(ABC):
         except httpx.HTTPError as exc:
             raise classify_exception(exc, route=route) from exc
         try:
-            await _raise_for_status(response, route)
+            await _raise_for_status(response, route, gateway_token=self._gateway is not None)
             yield response
         finally:
             await response.aclose()
@@ -130,14 +134,15 @@ class Provider(ABC):
         return f"{type(self).__name__}(base_url={self.base_url!r}, gateway_header={gateway!r})"
 
 
-async def _raise_for_status(response: httpx.Response, route: Route) -> None:
+async def _raise_for_status(response: httpx.Response, route: Route, *, gateway_token: bool) -> None:
     if response.is_success:
         return
     try:
         body = await response.aread()
     except httpx.HTTPError:
         body = b""
-    raise classify_status(response.status_code, response.headers, body, route=route)
+    status = response.status_code
+    raise classify_status(status, response.headers, body, route=route, gateway_token=gateway_token)
 
 
 class OpenAIProvider(Provider):

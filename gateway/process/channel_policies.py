@@ -1,0 +1,161 @@
+"""The channel policy in force: the config file compiled for the agent and the gatekeeper,
+swapped whole when the file is read again (SIGHUP).
+
+`ChannelPolicies` turns each channel's effective entry (gateway/process/channel_config.py)
+into the two halves that enforce it: an `agent.ChannelPolicy` for the responder (tools,
+instructions, ladder, cap on model requests; `policy_of(task)`, by the task's channel) and
+a `ChannelRules` for the gatekeeper (Slack Connect, limits; `rules_of(channel)`). A channel
+the file does not name gets the default entry's.
+
+A channel's own model means a ladder of its own: `Ladders` opens one per distinct set of
+model specs, once, and every channel naming the same set shares it, and the circuit of
+the deployment's ladder (a refused key is refused for every channel that uses it). Ladders
+stay open until the gateway stops: a reload that drops a model may still have rounds
+running on it.
+
+`reload` reads the file again and compiles it before anything is swapped: the new policy
+replaces the old in one assignment, so a round, a subtask or an admission sees one or the
+other, never a mix. A file that became unreadable or malformed keeps the policy in force,
+and says so in one log line; `serve` goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from agent import Attempts, ChannelPolicy, ConfigError, Model, Task
+from gateway.inbound.channel_rules import DEFAULT_RULES, ChannelRules
+from gateway.process.channel_config import VARIABLE, ChannelConfig, ChannelLimits, Effective
+from gateway.slack.address import SlackAddress
+from storage import Limits
+
+log = logging.getLogger(__name__)
+
+# Said in the prompt of a channel that answers Slack Connect (after its instructions).
+EXTERNAL_NOTE = (
+    "This channel may be shared with other organizations (Slack Connect). A turn whose tag "
+    'has org="external" was written by someone outside the organization that runs you: '
+    "do not tell them anything internal that the conversation does not already show them."
+)
+
+
+class Ladders:
+    """One attempt ladder per distinct list of model specs, made once and shared."""
+
+    def __init__(self, make: Callable[[tuple[str, ...]], tuple[Attempts, Sequence[Model]]]) -> None:
+        # `make` opens the specs' models and builds their ladder: (ladder, models to close).
+        self._make = make
+        self._ladders: dict[tuple[str, ...], Attempts] = {}
+        self._models: list[Model] = []
+
+    def ladder(self, specs: tuple[str, ...]) -> Attempts:
+        if (known := self._ladders.get(specs)) is None:
+            known, models = self._make(specs)
+            self._models.extend(models)
+            self._ladders[specs] = known
+        return known
+
+    async def aclose(self) -> None:
+        for model in self._models:
+            await model.aclose()
+
+
+@dataclass(frozen=True, slots=True)
+class _Compiled:
+    default: tuple[ChannelPolicy, ChannelRules] = (ChannelPolicy(), DEFAULT_RULES)
+    channels: Mapping[str, tuple[ChannelPolicy, ChannelRules]] = field(default_factory=dict)
+
+
+class ChannelPolicies:
+    """The policy of every channel, from the file `load` reads (see the module docstring)."""
+
+    def __init__(
+        self,
+        load: Callable[[], ChannelConfig],
+        *,
+        models: tuple[str, ...],
+        limits: Limits,
+        max_model_requests: int,
+        ladders: Ladders | None = None,
+    ) -> None:
+        self._load = load
+        self._models = models  # the deployment's specs (THREADGATE_MODEL, _FALLBACK_MODEL)
+        self._limits = limits
+        self._max_requests = max_model_requests
+        self._ladders = ladders
+        self._compiled = self._compile(load())  # a bad file stops start-up here
+
+    def policy_of(self, task: Task) -> ChannelPolicy:
+        """`agent.PolicyOf`: the policy of the task's channel."""
+        return self._of(SlackAddress.parse(task.address).channel)[0]
+
+    def rules_of(self, channel: str) -> ChannelRules:
+        """`RulesOf`: what the gatekeeper enforces in `channel`."""
+        return self._of(channel)[1]
+
+    def reload(self) -> bool:
+        """Read the file again and put it in force; False (the policy in force kept, one
+        line logged) when it cannot be read or is malformed."""
+        try:
+            compiled = self._compile(self._load())
+        except ConfigError as exc:
+            log.error("%s was not reloaded, the channel policy in force is kept: %s", VARIABLE, exc)
+            return False
+        self._compiled = compiled
+        log.info("%s reloaded: %d channel(s) configured", VARIABLE, len(compiled.channels))
+        return True
+
+    async def aclose(self) -> None:
+        """Close the channels' models (the gateway is stopping)."""
+        if self._ladders is not None:
+            await self._ladders.aclose()
+
+    def _of(self, channel: str) -> tuple[ChannelPolicy, ChannelRules]:
+        compiled = self._compiled  # one read: the whole of one policy or the other
+        return compiled.channels.get(channel, compiled.default)
+
+    def _compile(self, config: ChannelConfig) -> _Compiled:
+        return _Compiled(
+            self._pair(config.effective(None, self._models)),
+            {c: self._pair(config.effective(c, self._models)) for c in config.channels},
+        )
+
+    def _pair(self, effective: Effective) -> tuple[ChannelPolicy, ChannelRules]:
+        limits = effective.limits
+        ladder = None
+        if effective.models is not None and self._ladders is not None:
+            ladder = self._ladders.ladder(effective.models)
+        policy = ChannelPolicy(
+            tools=effective.tools,
+            instructions=prompt_instructions(effective),
+            attempts=ladder,
+            max_model_requests=limits.model_requests_per_message,
+        )
+        rules = ChannelRules(effective.external, channel_limits(self._limits, limits))
+        return policy, rules
+
+
+def channel_limits(deployment: Limits, own: ChannelLimits) -> Limits:
+    """The deployment's limits with the channel's own in their place."""
+    d = deployment
+    return replace(
+        d,
+        user_messages_per_hour=_given(own.user_messages_per_hour, d.user_messages_per_hour),
+        thread_messages_per_hour=_given(own.thread_messages_per_hour, d.thread_messages_per_hour),
+        user_daily_tokens=_given(own.user_daily_tokens, d.user_daily_tokens),
+        channel_daily_tokens=_given(own.channel_daily_tokens, d.channel_daily_tokens),
+    )
+
+
+def _given(own: int | None, deployment: int) -> int:
+    return deployment if own is None else own
+
+
+def prompt_instructions(effective: Effective) -> str:
+    """What a channel adds to the system prompt: its instructions, and where Slack Connect
+    is answered, what `org="external"` means."""
+    if effective.external != "allow":
+        return effective.instructions
+    return "\n\n".join(part for part in (effective.instructions.strip(), EXTERNAL_NOTE) if part)
