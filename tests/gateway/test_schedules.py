@@ -467,3 +467,24 @@ def channel_of(seen: RecordedRequest) -> str:
     text = last_user_text(seen.body)
     marker = ' channel="'
     return text.split(marker, 1)[1].split('"', 1)[0] if marker in text else ""
+
+
+@pytest.mark.rig(oauth=True, workspaces={"T2": "C2ALPHA", "T3": "C3BRAVO"}, overrides=FAST)
+async def test_an_uninstall_pauses_that_workspaces_schedules(rig: Rig) -> None:
+    """app_uninstalled pauses every schedule of the workspace, saying why; another
+    workspace's schedules stay active."""
+    for team in ("T2", "T3"):
+        await rig.install(team)
+    made = {
+        team: await create_schedule(
+            rig.db,
+            NewSchedule(team, "channel", "digest", recur_every("1h"), "test", channel=channel),
+        )
+        for team, channel in (("T2", "C2ALPHA"), ("T3", "C3BRAVO"))
+    }
+    assert rig.slack.oauth is not None
+    rig.slack.oauth.uninstall("T2")
+    assert (await rig.send(event_callback({"type": "app_uninstalled"}, team_id="T2")))[0] == 200
+    gone, kept = [await get_schedule(rig.db, made[t].id) for t in ("T2", "T3")]
+    assert gone.state == "paused" and "uninstalled" in (gone.paused_reason or "")
+    assert kept.state == "active"
