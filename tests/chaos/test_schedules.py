@@ -89,8 +89,9 @@ async def test_a_schedule_on_two_replicas_posts_once_per_period_through_a_sigkil
     assert gaps == {timedelta(seconds=PERIOD)}, starts
     assert all(p.channel == CHANNEL and p.thread_ts is None for p in made)
     assert shown["last_outcome"] == "posted" and sid in listing
-    print(f"\n{listing}\n")
-    print(one_run(slack, made[-1]))
+    # What the closing note of issue 34 shows (visible with `pytest -s`).
+    posts = "\n".join(f"{p.ts} {p.channel} thread={p.thread_ts} {p.text!r}" for p in made)
+    print(f"\n{listing}\n\n{posts}\n\n{one_run(slack, made[-1])}")
 
 
 def one_run(slack: FakeSlack, post: Post) -> str:
