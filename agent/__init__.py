@@ -42,6 +42,7 @@ from agent.core.errors import (
     ControlCallError,
     CredentialRejected,
     CredentialSource,
+    InvalidSchedule,
     ModelBudgetExceeded,
     ModelError,
     ModelsUnavailable,
@@ -85,6 +86,22 @@ from agent.core.ports import (
     ToolObserver,
     UsageMeter,
     Window,
+)
+from agent.core.recurrence import (
+    Recurrence,
+    RecurrenceKind,
+    format_seconds,
+    recur_cron,
+    recur_every,
+    recur_once,
+)
+from agent.core.schedules import (
+    Missed,
+    ScheduleBook,
+    ScheduleEntry,
+    ScheduleRequest,
+    ScheduleWhere,
+    Silence,
 )
 from agent.core.text import (
     INVISIBLE_CHARACTERS,
@@ -155,7 +172,15 @@ from agent.models.providers import (
 )
 from agent.models.providers.transport import model_transport
 from agent.rounds.channel_policy import ChannelPolicy, PolicyOf
-from agent.rounds.control import ControlTool, Decision, Delegate, FinalReply, Reply, round_controls
+from agent.rounds.control import (
+    ControlTool,
+    Decision,
+    Delegate,
+    FinalReply,
+    NoReply,
+    Reply,
+    round_controls,
+)
 from agent.rounds.loop import run_round
 from agent.rounds.mcp_config import McpConfig, McpServerConfig, load_mcp_config, parse_mcp_config
 from agent.rounds.mcp_tools import Backoff, Connecting, McpClients, McpServerState, McpTool
@@ -163,6 +188,12 @@ from agent.rounds.pause import PauseStateError, RoundSoFar
 from agent.rounds.plugins import default_registries, load_subtask_types, load_tools
 from agent.rounds.prompt import PROMPT_VERSION, prompt_epoch, system_prompt
 from agent.rounds.references import ReferenceCatalog
+from agent.rounds.schedule_tools import (
+    ScheduleCreate,
+    ScheduleDelete,
+    ScheduleList,
+    schedule_tools,
+)
 from agent.rounds.settings import DEFAULT_MAX_OUTPUT_TOKENS, DEFAULT_ROUND, RoundSettings
 from agent.rounds.subagent import AgentSubtask
 from agent.rounds.subtask_types import SubtaskContext, SubtaskRegistry, SubtaskType
@@ -237,6 +268,7 @@ __all__ = [
     "GatedCall",
     "History",
     "Image",
+    "InvalidSchedule",
     "LiveView",
     "McpClients",
     "McpConfig",
@@ -244,6 +276,7 @@ __all__ = [
     "McpServerState",
     "McpTool",
     "Memory",
+    "Missed",
     "Model",
     "ModelBudgetExceeded",
     "ModelCharge",
@@ -254,6 +287,7 @@ __all__ = [
     "ModelResponse",
     "ModelsUnavailable",
     "NamedTool",
+    "NoReply",
     "NoTracer",
     "NonTransientModelError",
     "Overflow",
@@ -269,6 +303,8 @@ __all__ = [
     "Publisher",
     "QuotaExhausted",
     "ReadThread",
+    "Recurrence",
+    "RecurrenceKind",
     "ReferenceCatalog",
     "Reply",
     "Responder",
@@ -282,7 +318,15 @@ __all__ = [
     "Route",
     "RunnerObserver",
     "RunnerSettings",
+    "ScheduleBook",
+    "ScheduleCreate",
+    "ScheduleDelete",
+    "ScheduleEntry",
+    "ScheduleList",
+    "ScheduleRequest",
+    "ScheduleWhere",
     "Showing",
+    "Silence",
     "Span",
     "SpanKind",
     "Step",
@@ -330,6 +374,7 @@ __all__ = [
     "approval_id",
     "bind_log_fields",
     "default_registries",
+    "format_seconds",
     "load_mcp_config",
     "load_subtask_types",
     "load_tools",
@@ -341,11 +386,15 @@ __all__ = [
     "parse_spec",
     "probe_model",
     "prompt_epoch",
+    "recur_cron",
+    "recur_every",
+    "recur_once",
     "reply_id",
     "round_controls",
     "route_of",
     "run_round",
     "sanitize_text",
+    "schedule_tools",
     "stop_task",
     "storable_json",
     "storable_text",

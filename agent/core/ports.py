@@ -48,6 +48,8 @@ class Task:
     stopped: bool = False
     # The trace of its message (a W3C traceparent, agent/core/tracing.py); None: not traced.
     traceparent: str | None = None
+    # The schedule whose period this task runs (agent/core/schedules.py); None: a person's message.
+    schedule_id: str | None = None
 
     @property
     def user_message_id(self) -> str:

@@ -174,8 +174,11 @@ class ModelResponder:
             catalog=catalog,
             max_subtasks=self._settings.max_subtasks,
             citable=citable,
+            silent=round_input.task.schedule_id is not None,  # a schedule's run may say nothing
         )
-        context = self._tool_context(round_input.task, approvals=self._approvals is not None)
+        # A schedule's run has nobody watching it to approve a call: such tools are withheld.
+        approvals = self._approvals is not None and round_input.task.schedule_id is None
+        context = self._tool_context(round_input.task, approvals=approvals)
         toolbox = Toolbox(policy.toolset(self._tools), context, self._settings)
         so_far = await self._settled(round_input, toolbox)
         task = round_input.task

@@ -39,6 +39,7 @@ from agent.models.contract import (
 )
 from agent.rounds.framing import DATA_RULE, frame_output
 from agent.rounds.references import ReferenceCatalog
+from agent.rounds.schedule_tools import SCHEDULED_TURNS
 from agent.rounds.subtask_types import SubtaskRegistry
 
 _INTRO = """\
@@ -80,7 +81,7 @@ among your tools, answer with final_reply. The subtask types are:"""
 
 # The version of the text above; bump it with any change to it, so that `tasks show` tells
 # prompts apart by a name and not only by a hash.
-PROMPT_VERSION = "2"
+PROMPT_VERSION = "3"
 
 _OPERATOR = "The operators of this workspace add these instructions:"
 
@@ -95,10 +96,11 @@ def system_prompt(subtasks: SubtaskRegistry, instructions: str = "") -> str:
     """The system prompt for a deployment with these subtask types (and the operator's
     `instructions`, when there are any); stable across tasks."""
     own = f"\n\n{_OPERATOR}\n{instructions.strip()}" if instructions.strip() else ""
+    intro = f"{_INTRO}\n\n{SCHEDULED_TURNS}"
     if len(subtasks) == 0:
-        return f"{_INTRO}\n\n{DATA_RULE}{own}\n"
+        return f"{intro}\n\n{DATA_RULE}{own}\n"
     kinds = "\n".join(f"- {kind.name}: {kind.description}" for kind in subtasks)
-    return f"{_INTRO}\n\n{DATA_RULE}\n\n{_DELEGATION}\n{kinds}{own}\n"
+    return f"{intro}\n\n{DATA_RULE}\n\n{_DELEGATION}\n{kinds}{own}\n"
 
 
 def prompt_epoch(text: str) -> PromptEpoch:

@@ -21,6 +21,7 @@ from gateway.process.console import run_console
 from gateway.process.doctor import Limits, diagnose, report
 from gateway.process.event_loop import loop_factory
 from gateway.process.feedback_report import add_feedback_parser
+from gateway.process.schedule_commands import add_schedules_parser
 from gateway.process.service import database_dsn, serve_forever
 from gateway.process.task_commands import add_sessions_parser, add_tasks_parser
 from gateway.process.usage_report import add_usage_parser
@@ -86,6 +87,7 @@ def parser() -> argparse.ArgumentParser:
     console.set_defaults(command=console_command)
     add_manifest_parser(sub)
     add_tasks_parser(sub)
+    add_schedules_parser(sub)
     add_sessions_parser(sub)
     add_feedback_parser(sub)
     add_usage_parser(sub)

@@ -293,6 +293,10 @@ class Settings(BaseSettings):
         DEFAULT_RUNNER.approval_timeout_seconds
     )
     threadgate_approvers: str = ""
+    # Schedules (gateway/process/scheduler.py): the shortest period one may have, and how
+    # late a period may be seen before a schedule that skips missed runs skips it.
+    threadgate_schedule_min_period_seconds: Annotated[int, Field(ge=1, le=86_400)] = 60
+    threadgate_schedule_late_seconds: Annotated[float, Field(ge=1, le=86_400)] = 60.0
 
     @field_validator("threadgate_token_key")
     @classmethod

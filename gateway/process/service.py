@@ -75,6 +75,7 @@ from agent import (
     default_registries,
     model_transport,
     open_model,
+    schedule_tools,
     stop_task,
 )
 from gateway.delivery.alerts import AlertWindows, OperatorAlerts, TokenAlarm
@@ -102,6 +103,7 @@ from gateway.process.http import (
     build_http_app,
     build_metrics_app,
 )
+from gateway.process.scheduler import Scheduler, tell_paused
 from gateway.process.tool_observers import ToolObservers
 from gateway.slack.client import MeteredWebClient, slack_client
 from gateway.slack.errors import SlackError, SlackOutcomeUnknown, SlackRefused
@@ -130,6 +132,7 @@ from storage import (
     PostgresInstallations,
     PostgresMemory,
     PostgresOAuthStates,
+    PostgresScheduleBook,
     PostgresSummaries,
     PostgresTaskQueue,
     PostgresToolCalls,
@@ -482,9 +485,15 @@ class Gateway:
             self.clients = SlackClients.single(client)
         if s.runs_workers:
             registries = default_registries()
+            book = PostgresScheduleBook(
+                db, minimum_seconds=s.threadgate_schedule_min_period_seconds
+            )
+            for tool in schedule_tools(book):  # people's own schedules (issue 34)
+                registries[0].register(tool)
             self.mcp = await start_mcp(s, registries[0], self._stack)
             self._start_runner(db, self.clients, models, identity, registries)
             self._start_retention(db)
+            self._start_scheduler(db, self.clients)
         self._start_queue_sampler(db)
         if s.serves_events:
             await self._start_http(db, clients, host, port, identity, supervisor)
@@ -586,6 +595,23 @@ class Gateway:
         runner.start()
         self._stack.push_async_callback(runner.stop)
         self._workers_started = True
+
+    def _start_scheduler(self, db: Database, clients: SlackClients) -> None:
+        """Each period of each schedule, one task (gateway/process/scheduler.py)."""
+        s = self.settings
+        alerts = OperatorAlerts(
+            clients.operator, s.threadgate_operator_channel, alert_windows(s, db)
+        )
+        scheduler = Scheduler(
+            db,
+            clients,
+            late_seconds=s.threadgate_schedule_late_seconds,
+            observe=self.metrics.schedule_run_settled,
+            tell_operators=functools.partial(tell_paused, alerts),
+            limits=limits(s),
+        )
+        job = asyncio.create_task(scheduler.run(), name="scheduler")
+        self._stack.push_async_callback(stop_task, job)
 
     def _start_queue_sampler(self, db: Database) -> None:
         sampler = asyncio.create_task(sample_queue(db, self.metrics), name="queue-sampler")
