@@ -1,6 +1,6 @@
 """Schedules in Postgres: stored, steered, and each period fired exactly once.
 
-A schedule is a row (migration 022); its runs are ordinary tasks. `fire` is the one
+A schedule is a row (migration 020); its runs are ordinary tasks. `fire` is the one
 statement sequence that matters (`fire_schedule`), in one transaction: lock the schedule if its period is
 due (`FOR UPDATE SKIP LOCKED`: a replica that finds it locked moves on), insert the
 period's task — its id derived from the schedule and the period (`run_task_id`), so
