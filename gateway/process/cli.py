@@ -2,6 +2,10 @@
 
 Each subcommand reads the settings once, and any `ConfigError` or unreachable database
 ends the command with one sentence on stderr and a non-zero status — never a traceback.
+
+Each subcommand imports what it runs when it runs: `manifest`, `migrate`, `tasks`,
+`sessions` and `feedback` answer without loading the Slack app, the HTTP server and the
+task runner (`gateway.process.service`), which take most of a start-up.
 """
 
 from __future__ import annotations
@@ -17,11 +21,8 @@ from collections.abc import Sequence
 
 from agent import ConfigError
 from gateway.process.config import ROLES, Settings, load_settings
-from gateway.process.console import run_console
-from gateway.process.doctor import Limits, diagnose, report
 from gateway.process.event_loop import loop_factory
 from gateway.process.feedback_report import add_feedback_parser
-from gateway.process.service import database_dsn, serve_forever
 from gateway.process.task_commands import add_sessions_parser, add_tasks_parser
 from gateway.process.usage_report import add_usage_parser
 from gateway.slack.manifest import events_url, render_manifest
@@ -113,6 +114,8 @@ def _events_url(url: str) -> str:
 
 
 async def serve_command(settings: Settings, args: argparse.Namespace) -> int:
+    from gateway.process.service import serve_forever
+
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -149,6 +152,8 @@ def bind_failure(exc: OSError, host: str, port: int) -> str:
 
 
 async def migrate_command(settings: Settings, args: argparse.Namespace) -> int:
+    from gateway.process.service import database_dsn
+
     async with Database(await database_dsn(settings), min_size=1, max_size=1) as db:
         applied = await db.migrate()
     print(f"applied migrations: {applied}" if applied else "the schema is up to date")
@@ -156,6 +161,8 @@ async def migrate_command(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def doctor_command(settings: Settings, args: argparse.Namespace) -> int:
+    from gateway.process.doctor import Limits, diagnose, report
+
     limits = Limits.uniform(args.timeout) if args.timeout else Limits()
     findings = await diagnose(settings, limits)
     print(report(findings), flush=True)
@@ -163,6 +170,8 @@ async def doctor_command(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def console_command(settings: Settings, args: argparse.Namespace) -> int:
+    from gateway.process.console import run_console
+
     return await run_console(settings)
 
 
