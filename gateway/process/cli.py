@@ -20,7 +20,7 @@ import sys
 from collections.abc import Sequence
 
 from agent import ConfigError
-from gateway.process.config import ROLES, Settings, load_settings
+from gateway.process.config import ROLES, Settings, database_dsn, load_settings
 from gateway.process.event_loop import loop_factory
 from gateway.process.feedback_report import add_feedback_parser
 from gateway.process.task_commands import add_sessions_parser, add_tasks_parser
@@ -152,8 +152,6 @@ def bind_failure(exc: OSError, host: str, port: int) -> str:
 
 
 async def migrate_command(settings: Settings, args: argparse.Namespace) -> int:
-    from gateway.process.service import database_dsn
-
     async with Database(await database_dsn(settings), min_size=1, max_size=1) as db:
         applied = await db.migrate()
     print(f"applied migrations: {applied}" if applied else "the schema is up to date")

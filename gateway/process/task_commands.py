@@ -29,7 +29,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from agent import reply_id
-from gateway.process.config import Settings
+from gateway.process.config import Settings, database_dsn
 from gateway.telemetry.logs import printable as shown
 from gateway.telemetry.logs import printable_json
 from storage import (
@@ -216,10 +216,6 @@ def actor() -> str:
 @contextlib.asynccontextmanager
 async def database(settings: Settings) -> AsyncIterator[Database]:
     """The database, checked to be migrated (for commands that read or change it)."""
-    # Here, not at the top: the commands' parsers are built by every `threadgate` command,
-    # and the composition root is most of a start-up (see gateway/process/cli.py).
-    from gateway.process.service import database_dsn
-
     async with Database(await database_dsn(settings), min_size=1, max_size=2) as db:
         if not await db.is_ready():
             raise StorageError(
