@@ -60,7 +60,7 @@ def test_a_start_without_an_otlp_endpoint_loads_no_opentelemetry() -> None:
 
 # What `serve` needs and the short commands do not: the composition root, and with it the
 # Slack app, the HTTP server and the task runner.
-SERVING = ("gateway.process.service", "slack_bolt", "gateway.inbound.bolt_app", "prometheus_client")
+SERVING = ("gateway.process.service", "slack_bolt", "gateway.inbound.bolt_app")
 
 
 @pytest.mark.parametrize(
