@@ -4,8 +4,8 @@ Each subcommand reads the settings once, and any `ConfigError` or unreachable da
 ends the command with one sentence on stderr and a non-zero status — never a traceback.
 
 Each subcommand imports what it runs when it runs: `manifest`, `migrate`, `tasks`,
-`sessions` and `feedback` answer without loading the Slack app, the HTTP server and the
-task runner (`gateway.process.service`), which take most of a start-up.
+`sessions`, `feedback` and `usage` answer without loading the Slack app, the HTTP server
+and the task runner (`gateway.process.service`), which take most of a start-up.
 """
 
 from __future__ import annotations
