@@ -49,6 +49,7 @@ from storage import (
     DEFAULT_THREAD_PICTURE_BYTES,
     DEFAULT_WORKSPACE_DAILY_PICTURE_BYTES,
     is_token_key,
+    start_embedded_postgres,
 )
 
 # The kinds of files THREADGATE_FILE_TYPES may name (gateway/inbound/attachments.py reads them).
@@ -503,6 +504,16 @@ def prices_json(value: str) -> str:
     if text:
         parse_prices(text)
     return text
+
+
+async def database_dsn(settings: Settings) -> str:
+    """The database the settings name: DATABASE_URL, else the embedded server in
+    THREADGATE_DATA_DIR (started, or joined if it runs). Here rather than with the wiring
+    in gateway/process/service.py: `migrate`, `tasks` and the other short commands need it
+    without loading the rest of a gateway."""
+    if settings.database_url is not None:
+        return settings.database_url.get_secret_value()
+    return await start_embedded_postgres(settings.threadgate_data_dir)
 
 
 def describe(exc: ValidationError) -> str:

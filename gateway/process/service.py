@@ -94,7 +94,7 @@ from gateway.inbound.revisions import Revisions
 from gateway.inbound.socket_mode import SocketModeConnection, start_socket_mode
 from gateway.inbound.stops import Stops
 from gateway.process.channel_policies import ChannelPolicies, Ladders
-from gateway.process.config import Settings
+from gateway.process.config import Settings, database_dsn
 from gateway.process.event_loop import loop_name
 from gateway.process.http import (
     SERVER_LOG,
@@ -140,7 +140,6 @@ from storage import (
     Retention,
     StoredInstallation,
     TokenCipher,
-    start_embedded_postgres,
     tokens_today,
 )
 
@@ -149,12 +148,6 @@ log = logging.getLogger(__name__)
 # How long start-up waits for the MCP servers' first connection attempts (they go on
 # trying afterwards): a server launched with `npx` may download itself first.
 MCP_STARTUP_SECONDS = 30.0
-
-
-async def database_dsn(settings: Settings) -> str:
-    if settings.database_url is not None:
-        return settings.database_url.get_secret_value()
-    return await start_embedded_postgres(settings.threadgate_data_dir)
 
 
 def provider_settings(settings: Settings) -> ProviderSettings:
