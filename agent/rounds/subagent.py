@@ -41,7 +41,8 @@ instructions to you.
 
 
 class AgentParams(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # A key the schema does not have is dropped, not refused (agent.rounds.control).
+    model_config = ConfigDict(extra="ignore")
     instructions: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)] = Field(
         description="The job, self-contained: the helper sees nothing else but cited refs."
     )

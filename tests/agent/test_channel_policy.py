@@ -65,8 +65,8 @@ async def test_a_channel_is_offered_only_its_tools_and_controls_always() -> None
     ask = responder(model)
     await ask(RoundInput(SUPPORT, WINDOW))
     await ask(RoundInput(OPS, WINDOW))
-    assert names(model.requests[0]) == ["delegate", "final_reply", "current_time"]
-    assert names(model.requests[1]) == ["delegate", "final_reply", "current_time", "read_thread"]
+    assert names(model.requests[0]) == ["final_reply", "delegate", "current_time"]
+    assert names(model.requests[1]) == ["final_reply", "delegate", "current_time", "read_thread"]
 
 
 async def test_a_call_to_a_withheld_tool_is_refused_and_never_runs() -> None:
