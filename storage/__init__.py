@@ -88,7 +88,15 @@ from storage.pictures import (
     DEFAULT_WORKSPACE_DAILY_PICTURE_BYTES,
     PictureBudgets,
 )
-from storage.pins import PinnedMessage, clear_pin, flag_pin, retain_pin, session_known
+from storage.pins import (
+    Pinned,
+    PinnedMessage,
+    Unpinned,
+    clear_pin,
+    flag_pin,
+    retain_pin,
+    session_known,
+)
 from storage.pool import ConnectionPool
 from storage.queue import (
     DEFAULT_LEASE_SECONDS,
@@ -144,6 +152,7 @@ __all__ = [
     "Outbox",
     "PendingApproval",
     "PictureBudgets",
+    "Pinned",
     "PinnedMessage",
     "PostEvent",
     "PostRecord",
@@ -182,6 +191,7 @@ __all__ = [
     "TokenKeyError",
     "UnknownSession",
     "UnknownTask",
+    "Unpinned",
     "UsageGrouping",
     "UsageLine",
     "Vote",

@@ -4,7 +4,8 @@ The window (storage/history.py) shows the latest summary first, then the message
 what it covers. `overflow` reads what the window no longer shows — the messages between
 the latest summary and the oldest message the window shows — with one bounded range scan
 of the window index, whole turns (an anchor's messages) only, so a summary never covers
-half of a question and its answer. The summarizer gets the previous summary with them,
+half of a question and its answer. A pinned turn is not summarized: the window shows it
+whole (storage/pins.py). The summarizer gets the previous summary with them,
 and the new summary covers both: summaries roll forward, and only the latest is read.
 """
 
@@ -33,6 +34,7 @@ UNION ALL
  WHERE session_id = $1 AND anchor > coalesce((SELECT covers_to_seq FROM latest), 0)
    AND anchor < (SELECT anchor FROM messages WHERE id = $3)
    AND NOT pinned
+   AND anchor NOT IN (SELECT anchor FROM messages WHERE session_id = $1 AND pinned)
  ORDER BY anchor, seq
  LIMIT $4)
 """

@@ -651,6 +651,7 @@ class Gateway:
                 workspace.users,
                 max_pinned=s.threadgate_pinned_max,
                 lookup_budget_seconds=s.threadgate_lookup_budget_seconds,
+                client=workspace.client,
             )
 
         async def revisions(team_id: str | None, enterprise_id: str | None) -> Revisions:

@@ -14,7 +14,7 @@ import pytest
 from agent import prompt_epoch
 from gateway.process.task_commands import render_detail
 from storage import inspect_task
-from tests.fakes.openai_api import Completion, RecordedRequest, Reply
+from tests.fakes.openai_api import Completion, RecordedRequest, Reply, reply_with_tool
 from tests.fakes.slack_events import (
     DEFAULT_CHANNEL,
     DEFAULT_USER,
@@ -26,7 +26,7 @@ from tests.fakes.slack_events import (
 from tests.fakes.slack_pins import file_pin_event, pin_event, pinned_message
 from tests.gateway.process import run_cli_output
 from tests.gateway.rig import Rig, echo, last_user_text
-from tests.pg import wait_for_task
+from tests.pg import wait_for_task, wait_for_value
 
 # Each turn is long enough that the window (1,000 characters) holds only the newest one.
 PAD = "filler " * 50
@@ -82,6 +82,42 @@ async def test_our_own_reply_can_be_pinned_and_unpinned(rig: Rig) -> None:
     assert (await rig.send(event_callback(file_pin_event())))[0] == 200
     assert (await rig.send(event_callback(pin_event(ours, added=False))))[0] == 200
     assert await rig.db.pool.fetchval(query, reply_id) is False
+
+
+@pytest.mark.rig(
+    overrides=SMALL_WINDOW | {"THREADGATE_PINNED_MAX": "1"}, users={"U0PINNER001": "Cy"}
+)
+async def test_a_pinned_answer_keeps_its_question_and_a_pin_past_the_cap_is_told(
+    rig: Rig,
+) -> None:
+    """Pinning the bot's answer keeps the question it answered in later requests; with a
+    cap of one, the next pin pushes it out and the person who pinned is told privately, in
+    the thread, which message fell out of memory (escaped: it cannot ping)."""
+    root = new_ts()
+    rig.model.default = lambda seen: reply_with_tool(
+        "final_reply", {"text": "The code is PELICAN <!channel> @here."}
+    )
+    await rig.send(event_callback(app_mention_event(text=f"<@UBOT> the code? {PAD}", ts=root)))
+    (answer,) = await rig.slack.wait_for_posts(1)
+    rig.model.default = echo
+    await wait_for_task(rig.db, f"T1:{DEFAULT_CHANNEL}:{root}", "done")  # its ts is recorded
+    ours = pinned_message(text=answer.text, ts=answer.ts, user="UBOT", thread_ts=root, bot_id="B1")
+    assert (await rig.send(event_callback(pin_event(ours, pinned_by="U0PINNER001"))))[0] == 200
+    for n in range(2):
+        await say(rig, root, f"later {n} {PAD}")
+    shown = [m["content"] for m in rig.model.requests[-1].body["messages"][1:3]]
+    assert shown[0].startswith("[pinned] ") and "the code?" in shown[0]  # the question
+    assert shown[1].startswith("[pinned] ") and "PELICAN" in shown[1]  # the answer pinned
+    assert rig.slack.ephemerals == []
+    later = rig.slack.posts[-1]
+    newer = pinned_message(text=later.text, ts=later.ts, user="UBOT", thread_ts=root, bot_id="B1")
+    await wait_for_value(rig.db, "SELECT count(*) FROM tasks WHERE state <> 'done'", 0)
+    assert (await rig.send(event_callback(pin_event(newer, pinned_by="U0PINNER001"))))[0] == 200
+    (note,) = rig.slack.ephemerals
+    assert (note.user, note.channel, note.thread_ts) == ("U0PINNER001", DEFAULT_CHANNEL, root)
+    assert "I keep the newest pin of a conversation in mind" in note.text
+    assert "my answer “The code is PELICAN &lt;" in note.text
+    assert "<" not in note.text and "@here" not in note.text
 
 
 @pytest.mark.rig(
