@@ -45,7 +45,9 @@ from storage.feedback import (
 )
 from storage.history import DEFAULT_PINNED_MAX, PostgresHistory
 from storage.inspection import (
+    EPOCHS_SHOWN,
     TASK_STATES,
+    EpochRecord,
     InterventionRecord,
     MessageRecord,
     PostRecord,
@@ -120,6 +122,7 @@ __all__ = [
     "DEFAULT_PINNED_MAX",
     "DEFAULT_THREAD_PICTURE_BYTES",
     "DEFAULT_WORKSPACE_DAILY_PICTURE_BYTES",
+    "EPOCHS_SHOWN",
     "LIMIT_SCOPES",
     "OUTBOX_STATES",
     "REFUSALS",
@@ -140,6 +143,7 @@ __all__ = [
     "Decided",
     "Deleted",
     "EarlierMessage",
+    "EpochRecord",
     "FeedbackLine",
     "InstallationSummary",
     "Intervention",

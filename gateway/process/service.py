@@ -310,7 +310,6 @@ def build_runner(
             PostgresSummaries(db),
             respond.ask_text,
             epoch=respond.epoch_of,
-            memory=PostgresMemory(db),
             settings=CompactionSettings(
                 max_chars=settings.threadgate_history_chars,
                 keep_chars=settings.threadgate_history_chars // 2,

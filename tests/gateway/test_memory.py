@@ -1,6 +1,7 @@
-"""What the bot remembers, through the whole gateway: pinned messages stay in view, a
-thread keeps the system prompt it started with across a deploy, and `tasks show` says
-which prompt and route wrote each answer."""
+"""What the bot remembers, through the whole gateway: pinned messages stay in view with
+their turns (and a pin past the cap is told), a thread keeps the system prompt it started
+with across a deploy that changes only the words, begins a recorded epoch when the offer
+changes, and `tasks show` says which epoch and route wrote each answer."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from agent import prompt_epoch
 from gateway.process.task_commands import render_detail
 from storage import inspect_task
 from tests.fakes.openai_api import Completion, RecordedRequest, Reply, reply_with_tool
@@ -179,12 +179,18 @@ async def test_a_thread_keeps_its_prompt_across_a_deploy_until_reset(
 
     new_task = f"T1:{DEFAULT_CHANNEL}:{new_root}"
     await wait_for_task(rig.db, new_task, "done")
-    page = render_detail(await inspect_task(rig.db, new_task))
-    epoch = prompt_epoch(new_prompt).hash[:12]
-    assert f"prompt epoch {epoch}, route openai:gpt-test (primary)" in page
+    texts = "SELECT text FROM prompt_epochs WHERE hash = $1"
+    detail = await inspect_task(rig.db, new_task)
+    (epoch,) = detail.epochs
+    assert await rig.db.pool.fetchval(texts, epoch.hash) == new_prompt
+    page = render_detail(detail)
+    assert f"prompt epoch #1 {epoch.hash[:12]}, route openai:gpt-test (primary)" in page
     old_task = f"T1:{DEFAULT_CHANNEL}:{old_root}"
-    old_page = render_detail(await inspect_task(rig.db, old_task))
-    assert f"prompt epoch {prompt_epoch(old_prompt).hash[:12]}, route openai" in old_page
+    old_detail = await inspect_task(rig.db, old_task)
+    (old_epoch,) = old_detail.epochs  # new words alone begin no epoch
+    assert old_epoch.reason == "start"
+    assert await rig.db.pool.fetchval(texts, old_epoch.hash) == old_prompt
+    assert f"prompt epoch #1 {old_epoch.hash[:12]}, route openai" in render_detail(old_detail)
 
     session = f"T1:{DEFAULT_CHANNEL}:{old_root}"
     status, out, err = await run_cli_output(
@@ -196,6 +202,52 @@ async def test_a_thread_keeps_its_prompt_across_a_deploy_until_reset(
     await say(rig, old_root, "and now?")
     assert system_text(rig.model.requests[-1].body) == new_prompt
     assert "operators of this workspace" not in old_prompt
+    epochs = (await inspect_task(rig.db, old_task)).epochs
+    assert [(e.number, e.reason) for e in epochs] == [(1, "start"), (2, "reset")]
+
+
+def tool_names(body: dict[str, Any]) -> list[str]:
+    return [t["function"]["name"] for t in body["tools"]]
+
+
+async def test_a_deploy_that_changes_the_offer_begins_a_recorded_epoch(
+    rig: Rig, tmp_path: Path
+) -> None:
+    """After a restart that withholds read_thread (and rewords the prompt), the old
+    thread's next request is a new epoch — the new words with the new offer, never the old
+    words beside it — offering exactly the tools `tasks show` lists for that epoch, which
+    it shows as #2, offer_changed, after #1 start."""
+    root = new_ts()
+    await rig.send(event_callback(app_mention_event(text="<@UBOT> hello", ts=root)))
+    await rig.slack.wait_for_posts(1)
+    before = rig.model.requests[-1].body
+    assert "read_thread" in tool_names(before)
+    config = tmp_path / "channels.json"
+    config.write_text(
+        json.dumps({"default": {"tools": ["current_time"], "instructions": "Be a pirate."}})
+    )
+    await rig.gateway.stop()
+    rig.gateway = await rig.start_gateway(
+        socket_mode=False, overrides={"THREADGATE_CHANNEL_CONFIG": str(config)}
+    )
+    await say(rig, root, "again")
+    after = rig.model.requests[-1].body
+    assert tool_names(after) == ["final_reply", "delegate", "current_time"]
+    assert system_text(after).endswith("Be a pirate.\n") and system_text(before) != system_text(
+        after
+    )
+
+    await wait_for_value(rig.db, "SELECT count(*) FROM tasks WHERE state <> 'done'", 0)
+    again = await rig.db.pool.fetchval(
+        "SELECT id FROM tasks WHERE session_id = $1 ORDER BY seq DESC LIMIT 1",
+        f"T1:{DEFAULT_CHANNEL}:{root}",
+    )
+    page = render_detail(await inspect_task(rig.db, again))
+    lines = page.split("Prompt epochs of the session\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert [line.split(" at ")[0].strip() for line in lines] == ["#1 start", "#2 offer_changed"]
+    assert lines[1].endswith(f"offers {', '.join(tool_names(after))}")
+    assert lines[0].endswith(f"offers {', '.join(tool_names(before))}")
+    assert ", prompt epoch #2 " in page
 
 
 async def long_thread(rig: Rig, replies: list[str]) -> None:

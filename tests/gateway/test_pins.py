@@ -13,9 +13,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway.inbound.pins import QUOTE_CHARS, cap_notice, pin_change
+from gateway.slack.events import MalformedEvent
 from gateway.text.provenance import Turn, render_turn
 from storage import Unpinned
-from gateway.slack.events import MalformedEvent
 from tests.fakes.slack_events import DEFAULT_DM, app_mention_event, event_callback
 from tests.fakes.slack_pins import file_pin_event, pin_event, pinned_message
 
