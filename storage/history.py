@@ -80,8 +80,9 @@ LIMIT $2
 # turns, the latest summary before the task's turn, and the recent messages after what
 # that summary covers (one index scan bounded by $4), each row marked with its `part`.
 # A pin's turn is its anchor's rows (a retained pin, anchor 0, is alone), all marked
-# pinned. `has_images` says whether a user turn has pictures, so that the pictures are
-# read only when one has.
+# pinned; each is an index lookup (by anchor, by id), whatever the session's length.
+# `has_images` says whether a user turn has pictures, so that the pictures are read only
+# when one has.
 _WINDOW = f"""
 WITH target AS (SELECT seq FROM messages WHERE id = $2),
 summary AS (
@@ -94,11 +95,13 @@ pins AS (
     WHERE session_id = $1 AND pinned AND anchor <= (SELECT seq FROM target)
     ORDER BY pinned_at DESC LIMIT $3
 )
-(SELECT 'pinned' AS part, id, session_id, role, kind, text, true AS pinned, citations, anchor, seq,
-        {_HAS_IMAGES}
+(SELECT 'pinned' AS part, id, session_id, role, kind, text, true AS pinned, citations,
+        anchor, seq, {_HAS_IMAGES}
  FROM messages m
- WHERE session_id = $1
-   AND (id IN (SELECT id FROM pins) OR anchor IN (SELECT anchor FROM pins WHERE anchor > 0)))
+ WHERE session_id = $1 AND anchor IN (SELECT anchor FROM pins WHERE anchor > 0))
+UNION ALL
+(SELECT 'pinned', id, session_id, role, kind, text, true, citations, anchor, seq, {_HAS_IMAGES}
+ FROM messages m WHERE id IN (SELECT id FROM pins WHERE anchor = 0))
 UNION ALL
 (SELECT 'summary', 'summary:' || $1 || ':' || covers_to_seq, $1, 'user', 'summary', text,
         false, NULL::jsonb, covers_to_seq, 0, false
