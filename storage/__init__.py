@@ -45,7 +45,9 @@ from storage.feedback import (
 )
 from storage.history import DEFAULT_PINNED_MAX, PostgresHistory
 from storage.inspection import (
+    EPOCHS_SHOWN,
     TASK_STATES,
+    EpochRecord,
     InterventionRecord,
     MessageRecord,
     PostRecord,
@@ -88,7 +90,15 @@ from storage.pictures import (
     DEFAULT_WORKSPACE_DAILY_PICTURE_BYTES,
     PictureBudgets,
 )
-from storage.pins import PinnedMessage, clear_pin, flag_pin, retain_pin, session_known
+from storage.pins import (
+    Pinned,
+    PinnedMessage,
+    Unpinned,
+    clear_pin,
+    flag_pin,
+    retain_pin,
+    session_known,
+)
 from storage.pool import ConnectionPool
 from storage.queue import (
     DEFAULT_LEASE_SECONDS,
@@ -135,6 +145,7 @@ __all__ = [
     "DEFAULT_PINNED_MAX",
     "DEFAULT_THREAD_PICTURE_BYTES",
     "DEFAULT_WORKSPACE_DAILY_PICTURE_BYTES",
+    "EPOCHS_SHOWN",
     "LIMIT_SCOPES",
     "OUTBOX_STATES",
     "REFUSALS",
@@ -155,6 +166,7 @@ __all__ = [
     "Decided",
     "Deleted",
     "EarlierMessage",
+    "EpochRecord",
     "FeedbackLine",
     "Fired",
     "InstallationSummary",
@@ -169,6 +181,7 @@ __all__ = [
     "Outbox",
     "PendingApproval",
     "PictureBudgets",
+    "Pinned",
     "PinnedMessage",
     "PostEvent",
     "PostRecord",
@@ -213,6 +226,7 @@ __all__ = [
     "UnknownSchedule",
     "UnknownSession",
     "UnknownTask",
+    "Unpinned",
     "UsageGrouping",
     "UsageLine",
     "Vote",

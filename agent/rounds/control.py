@@ -15,8 +15,16 @@ what was wrong and how to call it right. The round, not the provider, validates.
                   so that a digest with nothing to say stays silent
 
 Precedence is by commitment: `delegate` starts work and posts a message, so it outranks
-`final_reply` in the same step, and anything that posts outranks `no_reply`. `round_controls` returns the controls of a round in that
-order; the round loop lets the first one called decide.
+`final_reply` in the same step, and anything that posts outranks `no_reply`.
+`round_controls` returns the controls of a round in that order; the round loop lets the
+first one called decide. The model is shown them in another order (`declared`):
+`final_reply` first, so that the order of the tool list does not nudge it toward
+delegating what it could answer; precedence stays the round's.
+
+The round reads a call leniently and its values strictly: a key the schema does not have
+is dropped, not refused (the schema still says `additionalProperties: false`, to tell the
+model; a key it adds anyway costs no repair), while a value of the wrong type is refused.
+`final_reply`'s text is stored trimmed, as `delegate`'s acknowledgment is.
 """
 
 from __future__ import annotations
@@ -93,14 +101,15 @@ def _parse_input(call: ToolCall, model: type[M], usage: str) -> M:
 MAX_CITATIONS = 10
 
 
+# Unknown keys are dropped, wrong types refused (the module docstring).
 class _CitationInput(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="ignore", strict=True)
     ref: int | None = None
     url: str | None = None
 
 
 class _FinalReplyInput(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="ignore")
     text: str
     citations: list[_CitationInput] = Field(default_factory=list, max_length=MAX_CITATIONS)
 
@@ -173,18 +182,18 @@ class FinalReply:
             )
         refs = [c.ref for c in parsed.citations]
         urls = [c.url for c in parsed.citations]
-        return Reply(parsed.text, self._citable.resolve(refs, urls))
+        return Reply(parsed.text.strip(), self._citable.resolve(refs, urls))
 
 
 class _SubtaskCall(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="ignore", strict=True)
     type: str
     params: dict[str, Any] = Field(default_factory=dict)
     refs: list[int] = Field(default_factory=list)
 
 
 class _DelegateInput(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="ignore", strict=True)
     acknowledgment: str
     subtasks: list[_SubtaskCall]
 
@@ -362,3 +371,10 @@ def round_controls(
     if final or len(subtasks) == 0:
         return (reply, *quiet)
     return (Delegate(subtasks, catalog, max_subtasks=max_subtasks), reply, *quiet)
+
+
+def declared(controls: Sequence[ControlTool]) -> tuple[ToolSpec, ...]:
+    """The controls' specs in the order the model is shown them: `final_reply` first, the
+    others in precedence order after it (the module docstring says why)."""
+    specs = [c.spec for c in controls]
+    return tuple(sorted(specs, key=lambda spec: spec.name != FinalReply.spec.name))

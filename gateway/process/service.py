@@ -306,7 +306,6 @@ def build_runner(
             PostgresSummaries(db),
             respond.ask_text,
             epoch=respond.epoch_of,
-            memory=PostgresMemory(db),
             settings=CompactionSettings(
                 max_chars=settings.threadgate_history_chars,
                 keep_chars=settings.threadgate_history_chars // 2,
@@ -670,6 +669,7 @@ class Gateway:
                 workspace.users,
                 max_pinned=s.threadgate_pinned_max,
                 lookup_budget_seconds=s.threadgate_lookup_budget_seconds,
+                client=workspace.client,
             )
 
         async def revisions(team_id: str | None, enterprise_id: str | None) -> Revisions:
