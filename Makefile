@@ -17,7 +17,7 @@ run: $(STAMP)
 	$(BIN)/threadgate serve
 
 test: $(STAMP) check
-	$(BIN)/pytest -q -n 2
+	$(BIN)/pytest -q -n 2 --dist worksteal
 
 check: lint types
 

@@ -52,6 +52,7 @@ from agent.core.errors import (
     ControlCallError,
     CredentialRejected,
     CredentialSource,
+    InvalidSchedule,
     ModelBudgetExceeded,
     ModelError,
     ModelsUnavailable,
@@ -74,6 +75,7 @@ from agent.core.ports import (
     AlertTurn,
     AnswerOrigin,
     Draft,
+    EpochReason,
     History,
     LiveView,
     Memory,
@@ -95,6 +97,22 @@ from agent.core.ports import (
     ToolObserver,
     UsageMeter,
     Window,
+)
+from agent.core.recurrence import (
+    Recurrence,
+    RecurrenceKind,
+    format_seconds,
+    recur_cron,
+    recur_every,
+    recur_once,
+)
+from agent.core.schedules import (
+    Missed,
+    ScheduleBook,
+    ScheduleEntry,
+    ScheduleRequest,
+    ScheduleWhere,
+    Silence,
 )
 from agent.core.text import (
     INVISIBLE_CHARACTERS,
@@ -175,7 +193,15 @@ from agent.models.providers.provider import Provider
 from agent.models.providers.transport import model_transport
 from agent.models.routes import NO_SAMPLING, RouteConfig, Sampling
 from agent.rounds.channel_policy import ChannelPolicy, PolicyOf
-from agent.rounds.control import ControlTool, Decision, Delegate, FinalReply, Reply, round_controls
+from agent.rounds.control import (
+    ControlTool,
+    Decision,
+    Delegate,
+    FinalReply,
+    NoReply,
+    Reply,
+    round_controls,
+)
 from agent.rounds.loop import run_round
 from agent.rounds.mcp_config import McpConfig, McpServerConfig, load_mcp_config, parse_mcp_config
 from agent.rounds.mcp_tools import Backoff, Connecting, McpClients, McpServerState, McpTool
@@ -189,6 +215,12 @@ from agent.rounds.plugins import (
 )
 from agent.rounds.prompt import PROMPT_VERSION, prompt_epoch, system_prompt
 from agent.rounds.references import ReferenceCatalog
+from agent.rounds.schedule_tools import (
+    ScheduleCreate,
+    ScheduleDelete,
+    ScheduleList,
+    schedule_tools,
+)
 from agent.rounds.settings import DEFAULT_MAX_OUTPUT_TOKENS, DEFAULT_ROUND, RoundSettings
 from agent.rounds.subagent import AgentSubtask
 from agent.rounds.subtask_types import SubtaskContext, SubtaskRegistry, SubtaskType
@@ -268,6 +300,7 @@ __all__ = [
     "DelegationStore",
     "Document",
     "Draft",
+    "EpochReason",
     "FailureKind",
     "FailureNotices",
     "FinalReply",
@@ -276,6 +309,7 @@ __all__ = [
     "HTTPModel",
     "History",
     "Image",
+    "InvalidSchedule",
     "LiveView",
     "McpClients",
     "McpConfig",
@@ -283,6 +317,7 @@ __all__ = [
     "McpServerState",
     "McpTool",
     "Memory",
+    "Missed",
     "Model",
     "ModelBudgetExceeded",
     "ModelCharge",
@@ -293,6 +328,7 @@ __all__ = [
     "ModelResponse",
     "ModelsUnavailable",
     "NamedTool",
+    "NoReply",
     "NoTracer",
     "NonTransientModelError",
     "OpenRoute",
@@ -312,6 +348,8 @@ __all__ = [
     "Publisher",
     "QuotaExhausted",
     "ReadThread",
+    "Recurrence",
+    "RecurrenceKind",
     "ReferenceCatalog",
     "Reply",
     "Responder",
@@ -327,7 +365,15 @@ __all__ = [
     "RunnerObserver",
     "RunnerSettings",
     "Sampling",
+    "ScheduleBook",
+    "ScheduleCreate",
+    "ScheduleDelete",
+    "ScheduleEntry",
+    "ScheduleList",
+    "ScheduleRequest",
+    "ScheduleWhere",
     "Showing",
+    "Silence",
     "Span",
     "SpanKind",
     "Step",
@@ -379,6 +425,7 @@ __all__ = [
     "default_capabilities",
     "default_registries",
     "describe_attachment",
+    "format_seconds",
     "installed_providers",
     "load_mcp_config",
     "load_providers",
@@ -395,12 +442,16 @@ __all__ = [
     "parse_spec",
     "probe_model",
     "prompt_epoch",
+    "recur_cron",
+    "recur_every",
+    "recur_once",
     "reply_id",
     "round_controls",
     "route_capabilities",
     "route_of",
     "run_round",
     "sanitize_text",
+    "schedule_tools",
     "stop_task",
     "storable_json",
     "storable_text",

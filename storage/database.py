@@ -1,8 +1,9 @@
 """The connection to Postgres: a pool for work and one long-lived connection for signals.
 
 The long-lived connection does two jobs. It LISTENs for `threadgate_tasks`, so idle
-workers wake the moment a task is queued or a session's previous task finishes, and for
-`threadgate_stops`, so a worker whose task someone stopped learns it at once. And it is
+workers wake the moment a task is queued or a session's previous task finishes, for
+`threadgate_stops`, so a worker whose task someone stopped learns it at once, and for
+`threadgate_schedules`, so the scheduler hears of a new or changed schedule. And it is
 this process's identity in leases: it picks a random owner number and holds a
 session-level advisory lock on it for as long as it lives. Every lease the process takes
 names that owner; another process may take a lease over at once when its owner's lock is
@@ -37,6 +38,8 @@ from storage.pool import ConnectionPool
 TASKS_CHANNEL = "threadgate_tasks"
 # A task was stopped (storage/stops.py): every worker's heartbeat looks at its lease now.
 STOPS_CHANNEL = "threadgate_stops"
+# A schedule was added or changed (storage/schedules.py): schedulers look again now.
+SCHEDULES_CHANNEL = "threadgate_schedules"
 
 # The advisory lock key space of lease owners ("tgls"); `lease_owner_alive` in
 # migrations/003_fencing.sql looks for the same number. The owner is the second key.
@@ -79,6 +82,9 @@ class Database:
         self._owner: int | None = None
         self._in_doubt = asyncio.Event()
         self.wakeup = asyncio.Event()  # for observers (tests): set on every signal
+        # Set on every change of a schedule, and on every reconnect (one may have been
+        # missed meanwhile); the scheduler clears it before it looks.
+        self.schedules_changed = asyncio.Event()
         self._tickets = asyncio.Semaphore(0)
         self._pending_tickets = 0
         self._max_tickets = 64
@@ -165,12 +171,14 @@ class Database:
             owner = await _take_owner_lock(conn)
             await conn.add_listener(TASKS_CHANNEL, self._on_notify)
             await conn.add_listener(STOPS_CHANNEL, self._on_stop)
+            await conn.add_listener(SCHEDULES_CHANNEL, self._on_schedules)
         except BaseException:
             await conn.close()
             raise
         conn.add_termination_listener(self._on_terminated)
         self._owner = owner
         self._signals = conn
+        self.schedules_changed.set()
         self.wake()  # anything queued while we were not listening is now ours to find
 
     def wake(self) -> None:
@@ -200,6 +208,9 @@ class Database:
         # and the stopped one finds its lease gone (agent/durable/runner.py). A stop is
         # rare and a beat one UPDATE, so every lease is asked rather than tracked by id.
         self._doubt()
+
+    def _on_schedules(self, conn: object, pid: int, channel: str, payload: object) -> None:
+        self.schedules_changed.set()
 
     def _on_terminated(self, conn: object) -> None:
         if conn is not self._signals:

@@ -150,12 +150,13 @@ _CLAIM_NEXT = (
     + TASK_LEASE.format(p="t_", owner="$1", lease="$4")
     + """)
 SELECT s.task_id AS id, t.session_id, t.address, t.attempts, NULL::timestamptz AS created_at,
-       NULL::boolean AS stored_reply, NULL::boolean AS stopped, t.traceparent,
+       NULL::boolean AS stored_reply, NULL::boolean AS stopped, t.traceparent, t.schedule_id,
        s.round, s.index, s.type, s.params, s.refs, s.attempts AS subtask_attempts, s.remaining,
        s.recovered
 FROM s_leased s JOIN tasks t ON t.id = s.task_id
 UNION ALL
 SELECT id, session_id, address, attempts, created_at, stored_reply, stopped, traceparent,
+       schedule_id,
        NULL, NULL, NULL, NULL, NULL, NULL, NULL, recovered
 FROM t_leased
 """

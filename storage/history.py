@@ -6,7 +6,9 @@ The window is one index scan bounded by `max_messages`; the character budget is 
 to those rows, newest first. The cost of a round does not grow with the conversation.
 
 What the session remembers beyond that comes with it, in the same statement: its pinned
-messages (at most `max_pinned`, storage/pins.py), shown wherever they are and marked, and
+messages (the newest `max_pinned` pins, storage/pins.py), each with the rest of its turn —
+the messages of the same anchor: a pinned answer keeps its question, a pinned question
+its answer — shown wherever they are and marked, and
 the latest summary of its older turns (storage/summaries.py), shown first; the recent
 messages are then those after what the summary covers. Pinned messages and the summary
 are paid for first out of the character budget; the task's turn is always shown. The
@@ -89,20 +91,32 @@ WHERE r.n <= CASE WHEN r.document THEN $3::int ELSE $2::int END
 ORDER BY r.position DESC, a.ordinal
 """
 
-# The window in one statement: the pinned messages (newest pins, bounded), the latest
-# summary before the task's turn, and the recent messages after what that summary covers
-# (one index scan bounded by $4), each row marked with its `part`. `has_images` says
-# whether a user turn has pictures, so that the pictures are read only when one has.
+# The window in one statement: the pinned messages (newest pins, bounded) with their
+# turns, the latest summary before the task's turn, and the recent messages after what
+# that summary covers (one index scan bounded by $4), each row marked with its `part`.
+# A pin's turn is its anchor's rows (a retained pin, anchor 0, is alone), all marked
+# pinned; each is an index lookup (by anchor, by id), whatever the session's length.
+# `has_images` says whether a user turn has pictures, so that the pictures are read only
+# when one has.
 _WINDOW = f"""
 WITH target AS (SELECT seq FROM messages WHERE id = $2),
 summary AS (
     SELECT covers_to_seq, text FROM summaries
     WHERE session_id = $1 AND covers_to_seq < (SELECT seq FROM target)
     ORDER BY covers_to_seq DESC LIMIT 1
+),
+pins AS (
+    SELECT id, anchor FROM messages
+    WHERE session_id = $1 AND pinned AND anchor <= (SELECT seq FROM target)
+    ORDER BY pinned_at DESC LIMIT $3
 )
-(SELECT 'pinned' AS part, {_COLUMNS}, anchor, seq, {_HAS_IMAGES} FROM messages m
- WHERE session_id = $1 AND pinned AND anchor <= (SELECT seq FROM target)
- ORDER BY pinned_at DESC LIMIT $3)
+(SELECT 'pinned' AS part, id, session_id, role, kind, text, true AS pinned, citations,
+        anchor, seq, {_HAS_IMAGES}
+ FROM messages m
+ WHERE session_id = $1 AND anchor IN (SELECT anchor FROM pins WHERE anchor > 0))
+UNION ALL
+(SELECT 'pinned', id, session_id, role, kind, text, true, citations, anchor, seq, {_HAS_IMAGES}
+ FROM messages m WHERE id IN (SELECT id FROM pins WHERE anchor = 0))
 UNION ALL
 (SELECT 'summary', 'summary:' || $1 || ':' || covers_to_seq, $1, 'user', 'summary', text,
         false, NULL::jsonb, covers_to_seq, 0, false

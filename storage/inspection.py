@@ -3,7 +3,9 @@
 Everything about one task lives in several tables — the task row (state, attempts, lease,
 last error, model requests), its messages in the history (the person's turn, the
 acknowledgments, the reply), its delegating rounds and their subtasks, its outbox rows
-(one per post, with the `ts` Slack gave it), and what operators did to it. This module
+(one per post, with the `ts` Slack gave it), what operators did to it, and the prompt
+epochs of its session (the newest `EPOCHS_SHOWN`: number, why it began, when, what it
+offered; storage/memory.py). This module
 gathers them into plain records for `gateway/process/task_commands.py` to render; the changes
 (cancel, retry) are next to the queue's, in storage/queue.py.
 
@@ -85,6 +87,30 @@ class SubtaskRecord:
     result: str | None
     deadline: datetime
     finished_at: datetime | None
+    prompt_epoch: str | None = None  # the epoch its (last) run was asked under
+
+
+@dataclass(frozen=True, slots=True)
+class EpochRecord:
+    """One epoch of the task's session: its number there, why and when it began, and the
+    epoch itself — its hash, prompt version and the tools it offered, in the order the
+    model saw them (`offer_hash` None: not recorded, an epoch from before they were)."""
+
+    number: int
+    reason: str
+    at: datetime
+    hash: str
+    version: str
+    tools: tuple[str, ...]
+    offer_hash: str | None
+
+    def covers(self, epoch: str | None, at: datetime) -> bool:
+        """Whether an answer stamped `epoch` at `at` may have been asked under this one."""
+        return epoch == self.hash and self.at <= at
+
+
+# A session's epochs shown with a task (the newest; numbers say how many came before).
+EPOCHS_SHOWN = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +157,12 @@ class TaskDetail:
     interventions: tuple[InterventionRecord, ...] = field(default=())
     tool_calls: tuple[StoredToolCall, ...] = ()
     traceparent: str | None = None  # its message's trace (W3C), when tracing was on
+    epochs: tuple[EpochRecord, ...] = ()  # its session's, oldest first (the newest shown)
+
+    def epoch_of(self, epoch: str | None, at: datetime) -> EpochRecord | None:
+        """The session epoch an answer stamped `epoch` at `at` was asked under: the latest
+        with that hash begun by then (a session can return to an epoch it had)."""
+        return next((e for e in reversed(self.epochs) if e.covers(epoch, at)), None)
 
     @property
     def trace_id(self) -> str | None:
@@ -171,8 +203,16 @@ SELECT number, acknowledgment, created_at FROM task_rounds WHERE task_id = $1 OR
 """
 
 _SUBTASKS = """
-SELECT round, index, type, params, state, attempts, result, deadline, finished_at
+SELECT round, index, type, params, state, attempts, result, deadline, finished_at, prompt_epoch
 FROM subtasks WHERE task_id = $1 ORDER BY round, index
+"""
+
+_EPOCHS = """
+SELECT * FROM (
+    SELECT se.number, se.reason, se.at, e.hash, e.version, e.tools, e.offer_hash
+    FROM session_epochs se JOIN prompt_epochs e ON e.hash = se.epoch
+    WHERE se.session_id = $1 ORDER BY se.number DESC LIMIT $2
+) newest ORDER BY number
 """
 
 _POSTS = """
@@ -214,6 +254,7 @@ async def inspect_task(db: Database, task_id: str) -> TaskDetail:
         posts = await conn.fetch(_POSTS, _post_ids(task, len(rounds)))
         interventions = await conn.fetch(_INTERVENTIONS, task_id)
         tool_calls = await conn.fetch(TOOL_CALLS_OF_TASK, task_id)
+        epochs = await conn.fetch(_EPOCHS, row["session_id"], EPOCHS_SHOWN)
     return TaskDetail(
         _summary(row),
         row["session_id"],
@@ -227,6 +268,7 @@ async def inspect_task(db: Database, task_id: str) -> TaskDetail:
         tuple(InterventionRecord(**i) for i in interventions),
         tuple(StoredToolCall(**dict(c)) for c in tool_calls),
         row["traceparent"],
+        tuple(EpochRecord(**{**dict(e), "tools": tuple(e["tools"])}) for e in epochs),
     )
 
 
@@ -243,6 +285,7 @@ async def _rounds(conn: Connection, task_id: str) -> tuple[RoundRecord, ...]:
             s["result"],
             s["deadline"],
             s["finished_at"],
+            s["prompt_epoch"],
         )
         subtasks.setdefault(s["round"], []).append(record)
     return tuple(

@@ -9,18 +9,28 @@ never stored (someone's message the bot never saw, from before it joined the thr
 stored as a retained turn of its session with provenance `pin`, placed before the
 conversation the bot stored (anchor 0), its time in its turn tag; unpinning deletes it.
 
+A pin keeps its whole turn in view: the window shows, with each pinned message, the
+messages of the same anchor (storage/history.py) — a pinned answer keeps the question it
+answered, a pinned question its acknowledgments and answer. Only the message someone
+pinned is flagged, so unpinning it lets the turn go, and the cap counts pins, not rows.
+
 At most `max_pinned` messages per session are kept pinned: the newest pins win, an older
-one beyond the cap is unpinned (and deleted, if it was only retained for its pin).
-Everything here is idempotent, so a redelivered event changes nothing.
+one beyond the cap is unpinned (and deleted, if it was only retained for its pin). The
+pins that fell out come back from the call that pushed them out (`Pinned.unpinned`), so
+the person who pinned can be told which (gateway/inbound/pins.py): a cap is never silent.
+Everything here is idempotent, so a redelivered event changes nothing (and a second
+delivery pushes nothing out: the first did).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from storage.database import Database
 from storage.errors import translate_errors
+from storage.migrations import Connection
 
 _FLAG = """
 WITH ours AS (
@@ -39,16 +49,20 @@ ON CONFLICT (id) DO UPDATE SET pinned = true, pinned_at = coalesce(messages.pinn
 RETURNING id
 """
 
+# The pins past the cap are unpinned (a retained one deleted) and come back, oldest first.
 _CAP = """
 WITH beyond AS (
-    SELECT id FROM messages WHERE session_id = $1 AND pinned
+    SELECT id, role, kind, text, pinned_at, seq FROM messages WHERE session_id = $1 AND pinned
     ORDER BY pinned_at DESC, seq DESC OFFSET $2
 ),
 dropped AS (
     DELETE FROM messages WHERE id IN (SELECT id FROM beyond) AND provenance = 'pin'
+),
+cleared AS (
+    UPDATE messages SET pinned = false, pinned_at = NULL
+    WHERE id IN (SELECT id FROM beyond) AND provenance IS DISTINCT FROM 'pin'
 )
-UPDATE messages SET pinned = false, pinned_at = NULL
-WHERE id IN (SELECT id FROM beyond) AND provenance IS DISTINCT FROM 'pin'
+SELECT id, role, kind, text, pinned_at FROM beyond ORDER BY pinned_at, seq
 """
 
 _UNPIN = """
@@ -83,25 +97,53 @@ class PinnedMessage:
     retained_id: str  # the id it is stored under when retained for its pin
 
 
+@dataclass(frozen=True, slots=True)
+class Unpinned:
+    """A pin the cap pushed out of the bot's memory (it stays pinned in Slack): the stored
+    message, as the window would have shown it, and when it had been pinned."""
+
+    id: str
+    role: str
+    kind: str
+    text: str
+    pinned_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Pinned:
+    """What a pin did: whether it kept a message (`kept`), and which older pins it pushed
+    past the cap, oldest first."""
+
+    kept: bool
+    unpinned: tuple[Unpinned, ...] = ()
+
+    def __bool__(self) -> bool:
+        return self.kept
+
+
 @translate_errors("The pin could not be stored")
-async def flag_pin(db: Database, pin: PinnedMessage, *, max_pinned: int) -> bool:
-    """Flag the stored message `pin` names; False when none is stored."""
+async def flag_pin(db: Database, pin: PinnedMessage, *, max_pinned: int) -> Pinned:
+    """Flag the stored message `pin` names; not `kept` when none is stored."""
     async with db.pool.acquire() as conn, conn.transaction():
         found = await conn.fetch(_FLAG, list(pin.candidate_ids), pin.ts, pin.session_id)
-        if found:
-            await conn.execute(_CAP, pin.session_id, max_pinned)
-    return bool(found)
+        if not found:
+            return Pinned(False)
+        return Pinned(True, await _cap(conn, pin.session_id, max_pinned))
 
 
 @translate_errors("The pinned message could not be stored")
-async def retain_pin(db: Database, pin: PinnedMessage, text: str, *, max_pinned: int) -> bool:
-    """Store a message we never stored as a retained, pinned turn (already rendered);
-    False when its session is unknown (a thread the bot takes no part in)."""
+async def retain_pin(db: Database, pin: PinnedMessage, text: str, *, max_pinned: int) -> Pinned:
+    """Store a message we never stored as a retained, pinned turn (already rendered); not
+    `kept` when its session is unknown (a thread the bot takes no part in)."""
     async with db.pool.acquire() as conn, conn.transaction():
         stored = await conn.fetchval(_RETAIN, pin.retained_id, pin.session_id, text)
-        if stored is not None:
-            await conn.execute(_CAP, pin.session_id, max_pinned)
-    return stored is not None
+        if stored is None:
+            return Pinned(False)
+        return Pinned(True, await _cap(conn, pin.session_id, max_pinned))
+
+
+async def _cap(conn: Connection, session_id: str, max_pinned: int) -> tuple[Unpinned, ...]:
+    return tuple(Unpinned(**row) for row in await conn.fetch(_CAP, session_id, max_pinned))
 
 
 @translate_errors("The pin could not be removed")

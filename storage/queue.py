@@ -100,7 +100,7 @@ RETURNING tasks.id, tasks.session_id, tasks.address, tasks.attempts,
           coalesce(tasks.restarted_at, tasks.created_at) AS created_at,
           EXISTS (SELECT 1 FROM messages m WHERE m.id = 'task:' || tasks.id || ':reply')
               AS stored_reply,
-          tasks.stopped_at IS NOT NULL AS stopped, tasks.traceparent,
+          tasks.stopped_at IS NOT NULL AS stopped, tasks.traceparent, tasks.schedule_id,
           {p}candidate.recovered
 """
 
@@ -195,6 +195,7 @@ def task_from_row(row: asyncpg.Record) -> Task:
     # stored: nothing there needs them.
     created, stored = row.get("created_at"), row.get("stored_reply")
     stopped, traceparent = bool(row.get("stopped")), row.get("traceparent")
+    schedule = row.get("schedule_id")
     return Task(
         row["id"],
         row["session_id"],
@@ -204,6 +205,7 @@ def task_from_row(row: asyncpg.Record) -> Task:
         stored,
         stopped,
         traceparent,
+        str(schedule) if schedule is not None else None,
     )
 
 

@@ -4,16 +4,22 @@ The window (storage/history.py) shows the latest summary first, then the message
 what it covers. `overflow` reads what the window no longer shows — the messages between
 the latest summary and the oldest message the window shows — with one bounded range scan
 of the window index, whole turns (an anchor's messages) only, so a summary never covers
-half of a question and its answer. The summarizer gets the previous summary with them,
+half of a question and its answer. A pinned turn is not summarized: the window shows it
+whole (storage/pins.py). The summarizer gets the previous summary with them,
 and the new summary covers both: summaries roll forward, and only the latest is read.
+
+Storing a summary begins the session's next epoch (`compaction`, storage/memory.py) in
+the same transaction: the summary was written for this deployment's prompt, and a crash
+between the two cannot leave one without the other.
 """
 
 from __future__ import annotations
 
-from agent import Overflow, StoredMessage, Summary, Task
+from agent import Overflow, PromptEpoch, StoredMessage, Summary, Task
 from storage.database import Database
 from storage.errors import translate_errors
 from storage.history import message_from_row
+from storage.memory import begin_epoch, lock_session
 
 # The latest summary before the task's turn (the row marked `latest`) and the messages
 # after it that the window no longer shows, in one statement.
@@ -33,6 +39,7 @@ UNION ALL
  WHERE session_id = $1 AND anchor > coalesce((SELECT covers_to_seq FROM latest), 0)
    AND anchor < (SELECT anchor FROM messages WHERE id = $3)
    AND NOT pinned
+   AND anchor NOT IN (SELECT anchor FROM messages WHERE session_id = $1 AND pinned)
  ORDER BY anchor, seq
  LIMIT $4)
 """
@@ -41,6 +48,7 @@ _STORE = """
 INSERT INTO summaries (session_id, covers_from_seq, covers_to_seq, text, prompt_epoch)
 VALUES ($1, $2, $3, $4, $5)
 ON CONFLICT (session_id, covers_to_seq) DO NOTHING
+RETURNING true
 """
 
 
@@ -68,10 +76,16 @@ class PostgresSummaries:
         return Overflow(covers_from, taken[-1][0], previous, [m for _, m in taken])
 
     @translate_errors("The conversation's summary could not be stored")
-    async def store_summary(self, session_id: str, summary: Summary, epoch: str | None) -> None:
-        await self._db.pool.execute(
-            _STORE, session_id, summary.covers_from, summary.covers_to, summary.text, epoch
-        )
+    async def store_summary(self, session_id: str, summary: Summary, epoch: PromptEpoch) -> None:
+        s = summary
+        async with self._db.pool.acquire() as conn, conn.transaction():
+            if not await lock_session(conn, session_id):
+                return  # no such session: nothing to summarize into
+            stored = await conn.fetchval(
+                _STORE, session_id, s.covers_from, s.covers_to, s.text, epoch.hash
+            )
+            if stored:  # a summary stored before (a re-run) began its epoch then
+                await begin_epoch(conn, session_id, epoch, "compaction")
 
 
 def whole_turns(

@@ -28,8 +28,36 @@ _templates: dict[str, str] = {}
 _making_template = asyncio.Lock()
 
 
+# The suite's embedded server holds nothing that must outlive a crash of the machine (its
+# databases are made anew by every run), so it does not wait for the disk: no fsync, no
+# commit waiting for its WAL flush, no full-page images. Each test creates databases and
+# commits thousands of times, and every flush was a wait on a disk other suites share. A
+# server given by DATABASE_URL is someone else's and left as it is.
+_NO_FLUSHES = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
+
+
 async def server_dsn(data_dir: Path) -> str:
-    return os.environ.get("DATABASE_URL") or await start_embedded_postgres(data_dir)
+    if url := os.environ.get("DATABASE_URL"):
+        return url
+    dsn = await start_embedded_postgres(data_dir)
+    await _without_flushes(dsn)
+    return dsn
+
+
+async def _without_flushes(dsn: str) -> None:
+    """Turn the flushes off (`_NO_FLUSHES`) on the embedded server, once: ALTER SYSTEM
+    keeps them in its data directory, and a reload applies them to every connection."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        changed = False
+        for name, value in _NO_FLUSHES.items():
+            if await conn.fetchval(f"SHOW {name}") != value:
+                await conn.execute(f"ALTER SYSTEM SET {name} = {value}")
+                changed = True
+        if changed:
+            await conn.execute("SELECT pg_reload_conf()")
+    finally:
+        await conn.close()
 
 
 def with_database(dsn: str, name: str) -> str:

@@ -2,6 +2,8 @@
 
     ConfigError                   a setting is missing or wrong: a usage mistake, found before
                                   anything runs, so it is not an AgentError (nothing failed)
+    InvalidSchedule               a schedule's period, cron expression, time zone or time is
+                                  written wrongly: one sentence saying how to write it
 
     AgentError                    a run-time failure of the agent
     ├── ControlCallError          a control tool was called wrongly; the message is for the model
@@ -56,6 +58,11 @@ class ConfigError(Exception):
     A usage mistake, not a run-time failure: code that handles `AgentError` (a task that
     failed) must never swallow it.
     """
+
+
+class InvalidSchedule(ValueError):
+    """A schedule written wrongly (agent/core/recurrence.py): a usage mistake, whose message
+    says how to write it, for a person at the command line or for the model."""
 
 
 class AgentError(Exception):

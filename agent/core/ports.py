@@ -49,6 +49,8 @@ class Task:
     stopped: bool = False
     # The trace of its message (a W3C traceparent, agent/core/tracing.py); None: not traced.
     traceparent: str | None = None
+    # The schedule whose period this task runs (agent/core/schedules.py); None: a person's message.
+    schedule_id: str | None = None
 
     @property
     def user_message_id(self) -> str:
@@ -356,12 +358,34 @@ class AlertThrottle(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class PromptEpoch:
-    """One system prompt's identity: the hash of its text, the version of the code that
-    wrote it, and the text itself (stored once per hash)."""
+    """What a session's rounds are asked under, as one identity: the system prompt (`text`,
+    and the `version` of the code that wrote it), what the model is offered with it (the
+    tools, by `offer_hash` and, in the order the model sees them, `tools`) and the system
+    prompts of its sub-agents (`subagents`, by subtask type). `hash` covers all of it.
+
+    An epoch from before offers were recorded has no `offer_hash` (and its `hash` is its
+    text's alone). `offer` is the offer itself as canonical JSON, for storing: an epoch
+    read back from storage does not carry it (`offer_hash` stands for it)."""
 
     hash: str
     version: str
     text: str
+    offer_hash: str | None = None
+    tools: tuple[str, ...] = ()
+    subagents: tuple[tuple[str, str], ...] = ()
+    offer: str | None = field(default=None, compare=False, repr=False)
+
+    def offers_as(self, other: PromptEpoch) -> bool:
+        """Whether the model is offered the same under this epoch as under `other`."""
+        return self.offer_hash == other.offer_hash
+
+    def subagent_prompt(self, kind: str) -> str | None:
+        """The system prompt of the sub-agent of subtask type `kind` (None: it has none)."""
+        return next((text for name, text in self.subagents if name == kind), None)
+
+
+# Why a session's epoch began (`Memory.pin_prompt`; storage/memory.py's docstring).
+EpochReason: TypeAlias = Literal["start", "compaction", "reset", "offer_changed", "legacy"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -396,17 +420,22 @@ class Overflow:
 
 class Memory(Protocol):
     """What a session remembers beyond its window: the prompt epoch it is pinned to, and
-    the origin of each answer."""
+    the origin of each answer and subtask result."""
 
     async def pin_prompt(self, session_id: str, current: PromptEpoch) -> PromptEpoch:
-        """Store `current` (once per hash); pin the session to it unless it is pinned
-        already; return the session's epoch, text included."""
-
-    async def repin_prompt(self, session_id: str, current: PromptEpoch) -> None:
-        """Pin the session to `current` (after a compaction: the summary starts afresh)."""
+        """The session's epoch, text included: the one it is pinned to when that offers
+        what `current` offers (`PromptEpoch.offers_as`); else `current`, stored once per
+        hash and begun as the session's next epoch — `start` for its first, `reset` after
+        an operator's reset, `offer_changed` when the pinned one offered something else."""
 
     async def stamp(self, message_id: str, origin: AnswerOrigin) -> None:
         """Record where a stored answer came from, unless that was recorded already."""
+
+    async def stamp_subtask(
+        self, task_id: str, round_number: int, index: int, attempt: int, epoch: str
+    ) -> None:
+        """Record the epoch (so the sub-agent prompt) the subtask's run `attempt` is asked
+        under; a later attempt's stamp replaces it, an earlier one's changes nothing."""
 
 
 class SummaryStore(Protocol):
@@ -420,5 +449,7 @@ class SummaryStore(Protocol):
         turns only, at most `max_messages` and `max_chars` of them; None when there are
         none."""
 
-    async def store_summary(self, session_id: str, summary: Summary, epoch: str | None) -> None:
-        """Store a summary (idempotent per session and `covers_to`)."""
+    async def store_summary(self, session_id: str, summary: Summary, epoch: PromptEpoch) -> None:
+        """Store a summary (idempotent per session and `covers_to`) and, in the same
+        transaction, begin the session's next epoch on `epoch` (reason `compaction`: the
+        summary was written for the prompt of now)."""

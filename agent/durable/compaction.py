@@ -17,9 +17,11 @@ a later task) and the previous summary, itself capped. Its prompt is short and i
 the turns reach the model framed as data (`agent.rounds.framing`), turn tags intact, and
 the previous summary and our replies with theirs escaped: only people's turns are turns.
 
-A compaction also starts the session's next prompt epoch: the session is re-pinned to
-this deployment's system prompt (the summary is written now, for the prompt of now) — its
-channel's, when `epoch` is a function of the task (`ModelResponder.epoch_of`).
+A compaction also begins the session's next epoch (reason `compaction`): the session is
+re-pinned to this deployment's epoch (the summary is written now, for the prompt of now) —
+its channel's, when `epoch` is a function of the task (`ModelResponder.epoch_of`). The
+summary and the re-pin are one transaction (`SummaryStore.store_summary`): a crash between
+them cannot leave a summary read under an epoch it was not written for.
 
 Nothing here may fail a task. A summary that cannot be had (models down, a refusal, past
 its time limit) is logged and counted as `failed`, and the window drops the old turns as
@@ -35,7 +37,6 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from agent.core.ports import (
-    Memory,
     Overflow,
     PromptEpoch,
     StoredMessage,
@@ -97,14 +98,12 @@ class Compaction:
         ask: TextAsker,
         *,
         epoch: PromptEpoch | Callable[[Task], PromptEpoch],
-        memory: Memory | None = None,
         settings: CompactionSettings = CompactionSettings(),
         observe: Callable[[str], None] = lambda outcome: None,
     ) -> None:
         self._store = store
         self._ask = ask
         self._epoch = epoch
-        self._memory = memory
         self._settings = settings
         self._observe = observe
 
@@ -127,9 +126,7 @@ class Compaction:
             return False
         summary = Summary(overflow.covers_from, overflow.covers_to, text)
         epoch = self._epoch if isinstance(self._epoch, PromptEpoch) else self._epoch(task)
-        await self._store.store_summary(task.session_id, summary, epoch.hash)
-        if self._memory is not None:
-            await self._memory.repin_prompt(task.session_id, epoch)
+        await self._store.store_summary(task.session_id, summary, epoch)
         self._observe("summarized")
         return True
 

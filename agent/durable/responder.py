@@ -33,10 +33,20 @@ With `prompt_caching` (the default), every request names its conversation and it
 prefix for the provider's prompt cache (agent/rounds/caching.py): the session's for a
 round, the session's and type's for a sub-agent.
 
-With a `Memory`, a round is asked under its session's pinned system prompt (the epoch of
-the session's first task, `agent.rounds.prompt`), and every decision carries its
-`AnswerOrigin`: that epoch and the route of the slot that answered (the ladder returns it
-with the answer), for the runner to store with the reply or acknowledgment.
+With a `Memory`, a round is asked under its session's epoch (`agent.rounds.prompt`): the
+system prompt the session was pinned to, with exactly the offer it was pinned with — the
+controls, the subtask types, the work tools, as `round_offer` spells them, compared by
+hash at every round and every subtask. When the offer changed (a deploy, a channel's
+policy, an MCP server gone), the session begins a new epoch, `offer_changed`, recorded
+(`threadgate tasks show` lists a session's epochs), with this deployment's prompt: the
+old offer cannot be kept — a tool no longer registered cannot run, one whose schema
+changed would be called the old way, and one a channel's policy now withholds must not be
+offered at all — and the old prompt is never shown beside an offer it was not written
+with (the silent hybrid). A change of the prompt's words alone keeps the old epoch. A
+sub-agent's prompt is the one its session's epoch pinned, and its subtask records the
+epoch it ran under. Every decision carries its `AnswerOrigin`: the epoch and the route of
+the slot that answered (the ladder returns it with the answer), for the runner to store
+with the reply or acknowledgment.
 
 Every model an attempt is handed is the task's (`agent.models.task_model.TaskModel`): with
 `end_user`, each request names the task's person by the gateway's opaque id; with
@@ -102,8 +112,8 @@ from agent.rounds.channel_policy import (
     combined_instructions,
 )
 from agent.rounds.citations import Citable
-from agent.rounds.control import Decision, round_controls
-from agent.rounds.loop import run_round
+from agent.rounds.control import ControlTool, Decision, round_controls
+from agent.rounds.loop import offered, run_round
 from agent.rounds.pause import RoundSoFar
 from agent.rounds.prompt import prompt_epoch, system_prompt, transcript
 from agent.rounds.references import ReferenceCatalog
@@ -158,7 +168,7 @@ class ModelResponder:
         self._approvals = approvals
         self._policies = policies
         self._instructions = instructions
-        self._epochs: dict[str, PromptEpoch] = {}
+        self._prompts: dict[str, str] = {}  # system prompts, by a channel's instructions
         self._memory = memory
         self._live = live
         self._observer = tool_observer
@@ -170,13 +180,27 @@ class ModelResponder:
         self._reader = thread_reader
         self._settings = settings
         self._clock = clock
-        self.epoch = prompt_epoch(system_prompt(self._subtasks, instructions))
+        # What any round but a task's last offers beside its work tools (its catalog is
+        # the round's own, but the specs do not depend on it), and the sub-agents' prompts.
+        # A schedule's run is offered `no_reply` too (keyed by whether a round may be silent).
+        self._offered_controls: dict[bool, tuple[ControlTool, ...]] = {
+            silent: round_controls(
+                final=False,
+                subtasks=self._subtasks,
+                catalog=ReferenceCatalog.from_window(()),
+                max_subtasks=settings.max_subtasks,
+                silent=silent,
+            )
+            for silent in (False, True)
+        }
+        self._subagents = {k.name: k.prompt for k in self._subtasks if k.prompt is not None}
 
     async def __call__(self, round_input: RoundInput) -> Decision:
         """Run one round of the task and return how it ended."""
         catalog = ReferenceCatalog.from_window(round_input.window)
         policy = self._policy(round_input.task)
-        epoch = round_input.prompt or await self._pin(round_input.task, policy)
+        toolbox = self._toolbox(round_input.task, policy)
+        epoch = await self._pin(round_input.task, policy, toolbox, round_input.prompt)
         messages = transcript(round_input, catalog, self._subtasks, system=epoch.text)
         citable = Citable(catalog)
         controls = round_controls(
@@ -185,9 +209,8 @@ class ModelResponder:
             catalog=catalog,
             max_subtasks=self._settings.max_subtasks,
             citable=citable,
+            silent=round_input.task.schedule_id is not None,  # a schedule's run may say nothing
         )
-        context = self._tool_context(round_input.task, approvals=self._approvals is not None)
-        toolbox = Toolbox(policy.toolset(self._tools), context, self._settings)
         so_far = await self._settled(round_input, toolbox)
         task = round_input.task
         draft = self._live.draft(task, task.reply_id) if self._live is not None else None
@@ -225,38 +248,69 @@ class ModelResponder:
         return (await self._metered(task, self._policy(task)).run(attempt)).value
 
     async def pin_prompt(self, task: Task) -> PromptEpoch:
-        """The prompt the task's session is pinned to (pinning it to this deployment's
-        prompt, with its channel's instructions, on its first task); that prompt without
-        a memory."""
-        return await self._pin(task, self._policy(task))
+        """The epoch the task's session is asked under (the module docstring): its pinned
+        one while that offers what this deployment offers the task, else this deployment's
+        (with the channel's instructions), begun as the session's next epoch; this
+        deployment's without a memory."""
+        policy = self._policy(task)
+        return await self._pin(task, policy, self._toolbox(task, policy))
 
     def epoch_of(self, task: Task) -> PromptEpoch:
-        """The prompt a new session of the task's channel is pinned to."""
-        return self._epoch(self._policy(task))
+        """The epoch a session of the task's channel begins on this deployment."""
+        policy = self._policy(task)
+        return self._epoch(policy, self._toolbox(task, policy))
 
-    async def _pin(self, task: Task, policy: ChannelPolicy) -> PromptEpoch:
+    async def _pin(
+        self,
+        task: Task,
+        policy: ChannelPolicy,
+        toolbox: Toolbox,
+        known: PromptEpoch | None = None,
+    ) -> PromptEpoch:
+        """The session's epoch for a round offered `toolbox`: `known` (read beside the
+        window) if it offers the same, else the memory's answer."""
+        current = self._epoch(policy, toolbox)
+        if known is not None and known.offers_as(current):
+            return known
         if self._memory is None:
-            return self._epoch(policy)
-        return await self._memory.pin_prompt(task.session_id, self._epoch(policy))
+            return current
+        return await self._memory.pin_prompt(task.session_id, current)
 
-    def _epoch(self, policy: ChannelPolicy) -> PromptEpoch:
-        """The epoch of the prompt with `policy`'s instructions, made once per text."""
-        if not policy.instructions.strip():
-            return self.epoch
-        if (known := self._epochs.get(policy.instructions)) is None:
+    def _epoch(self, policy: ChannelPolicy, toolbox: Toolbox) -> PromptEpoch:
+        """This deployment's epoch for a round offered `toolbox` in `policy`'s channel."""
+        silent = toolbox.context.task.schedule_id is not None
+        offer = offered(self._offered_controls[silent], toolbox)
+        return prompt_epoch(self._system(policy), offer=offer, subagents=self._subagents)
+
+    def _system(self, policy: ChannelPolicy) -> str:
+        """The system prompt with `policy`'s instructions, made once per text."""
+        if (known := self._prompts.get(policy.instructions)) is None:
             instructions = combined_instructions(self._instructions, policy.instructions)
-            known = prompt_epoch(system_prompt(self._subtasks, instructions))
-            self._epochs[policy.instructions] = known
+            known = system_prompt(self._subtasks, instructions)
+            self._prompts[policy.instructions] = known
         return known
+
+    def _toolbox(self, task: Task, policy: ChannelPolicy) -> Toolbox:
+        """The work tools the task's own rounds are offered (its channel's). A schedule's
+        run has nobody watching it to approve a call: such tools are withheld from it."""
+        approvals = self._approvals is not None and task.schedule_id is None
+        context = self._tool_context(task, approvals=approvals)
+        return Toolbox(policy.toolset(self._tools), context, self._settings)
 
     def _policy(self, task: Task) -> ChannelPolicy:
         return self._policies(task) if self._policies is not None else DEFAULT_POLICY
 
     async def run_subtask(self, subtask: Subtask, task: Task) -> str:
-        """The subtask's result text, or `SubtaskFailed` saying (for the model) why not."""
+        """The subtask's result text, or `SubtaskFailed` saying (for the model) why not;
+        run under its session's epoch (its sub-agent's prompt), which it records."""
         kind = self._kind(subtask.request.type)
         params = _params(kind, subtask)
-        context = self._subtask_context(task, kind.name, self._policy(task))
+        policy = self._policy(task)
+        epoch = await self._pin(task, policy, self._toolbox(task, policy))
+        if self._memory is not None:
+            s = subtask
+            await self._memory.stamp_subtask(s.task_id, s.round, s.index, s.attempts, epoch.hash)
+        context = self._subtask_context(task, kind.name, policy, epoch.subagent_prompt(kind.name))
         try:
             return await kind.run(context, params, subtask.request.references)
         except _STOPS:
@@ -292,12 +346,15 @@ class ModelResponder:
             task, self._reader, self._clock, self._observer, subtask_type, approvals=approvals
         )
 
-    def _subtask_context(self, task: Task, kind: str, policy: ChannelPolicy) -> SubtaskContext:
+    def _subtask_context(
+        self, task: Task, kind: str, policy: ChannelPolicy, prompt: str | None
+    ) -> SubtaskContext:
         context = self._tool_context(task, kind)
         key = self._cache_key(f"{task.session_id}:{kind}")
         tools = policy.toolset(self._tools)  # a subtask inherits its channel's boundary
+        attempts = self._metered(task, policy)
         return SubtaskContext(
-            task, self._metered(task, policy), tools, context, self._settings, cache_key=key
+            task, attempts, tools, context, self._settings, cache_key=key, prompt=prompt
         )
 
     def _cache_key(self, conversation: str) -> str | None:

@@ -24,6 +24,7 @@ How a task ends otherwise:
   meter): the round is cut, the user told the message used up its allowance, the task
   failed — the thread moves on;
 - any other agent failure: the user is told, the task failed;
+- a schedule's run that has nothing to say (`no_reply`): nothing is posted, the task done;
 - an unexpected error (Slack down, a bug): retried with backoff, failed after a bound.
 A subtask ends done, failed or timed out, and its task's next round is told which.
 
@@ -119,6 +120,7 @@ from agent.core.ports import (
     TaskQueue,
     Window,
 )
+from agent.core.schedules import Silence
 from agent.core.tracing import NO_TRACER, Tracer
 from agent.durable.background import stop_task
 from agent.durable.compaction import DEFAULT_HISTORY_CHARS, Compaction
@@ -165,6 +167,9 @@ class RunnerObserver(Protocol):
 
     def subtask_settled(self, state: str) -> None: ...
 
+    def schedule_run_settled(self, outcome: str) -> None:
+        """A schedule's run ended: `posted`, `silent` or `failed`."""
+
 
 class _Unobserved:
     def task_settled(self, outcome: str) -> None:
@@ -174,6 +179,9 @@ class _Unobserved:
         pass
 
     def subtask_settled(self, state: str) -> None:
+        pass
+
+    def schedule_run_settled(self, outcome: str) -> None:
         pass
 
 
@@ -409,6 +417,8 @@ class TaskRunner:
         self._observer.round_decided(type(decision).__name__.lower())
         if isinstance(decision, Paused):
             return await self._pause(task, number, latest, decision)
+        if isinstance(decision, Silence):
+            return await self._end_silently(task, decision)
         if isinstance(decision, Reply):
             draft = StoredMessage(
                 task.reply_id,
@@ -533,7 +543,19 @@ class TaskRunner:
     async def _deliver_reply(self, task: Task, reply: StoredMessage) -> None:
         await self._publisher.publish(task, reply.id, reply.text, citations=reply.citations)
         self._observer.task_settled("answered")
+        self._schedule_run_settled(task, "posted")
         await self._queue.finish(task)
+
+    async def _end_silently(self, task: Task, silence: Silence) -> None:
+        """A schedule's run with nothing to say: nothing is posted, the task is done."""
+        log.info("task %s ended without a post: %s", task.id, silence.reason or "no reason given")
+        self._observer.task_settled("silent")
+        self._schedule_run_settled(task, "silent")
+        await self._queue.finish(task)
+
+    def _schedule_run_settled(self, task: Task, outcome: str) -> None:
+        if task.schedule_id is not None:
+            self._observer.schedule_run_settled(outcome)
 
     async def _wait_for(self, task: Task, number: int, delegation: Delegation) -> None:
         steps = [
@@ -549,6 +571,7 @@ class TaskRunner:
         self, task: Task, error: Exception, kind: FailureKind, *, alerted: bool = False
     ) -> None:
         log.warning("task %s failed (%s): %s", task.id, kind, error)
+        self._schedule_run_settled(task, "failed")
         notice = self._settings.notices.text(kind, alerted=alerted)
         try:
             await self._publisher.publish(task, task.failure_id, notice)

@@ -11,10 +11,20 @@ what was wrong and how to call it right. The round, not the provider, validates.
     delegate      post an acknowledgment now and start subtasks whose results come back
                   in the next round; two or more calls in one step are refused (`select`
                   raises), because each call would start its own batch of durable work
+    no_reply      post nothing: offered only in a schedule's runs (agent/core/schedules.py),
+                  so that a digest with nothing to say stays silent
 
 Precedence is by commitment: `delegate` starts work and posts a message, so it outranks
-`final_reply` in the same step. `round_controls` returns the controls of a round in that
-order; the round loop lets the first one called decide.
+`final_reply` in the same step, and anything that posts outranks `no_reply`.
+`round_controls` returns the controls of a round in that order; the round loop lets the
+first one called decide. The model is shown them in another order (`declared`):
+`final_reply` first, so that the order of the tool list does not nudge it toward
+delegating what it could answer; precedence stays the round's.
+
+The round reads a call leniently and its values strictly: a key the schema does not have
+is dropped, not refused (the schema still says `additionalProperties: false`, to tell the
+model; a key it adds anyway costs no repair), while a value of the wrong type is refused.
+`final_reply`'s text is stored trimmed, as `delegate`'s acknowledgment is.
 """
 
 from __future__ import annotations
@@ -31,6 +41,7 @@ from agent.core.citations import Citation
 from agent.core.delegation import Delegation, SubtaskRequest
 from agent.core.errors import ControlCallError
 from agent.core.ports import AnswerOrigin
+from agent.core.schedules import Silence
 from agent.core.text import storable_json, storable_text
 from agent.models.contract import ToolCall, ToolSpec
 from agent.rounds.citations import Citable, Passage
@@ -55,8 +66,9 @@ class Reply:
 
 
 # A round ends with a reply, a delegation, or paused at a step whose calls need a person
-# (agent/core/approval.py; control tools never make that one, the loop does).
-Decision: TypeAlias = Reply | Delegation | Paused
+# (agent/core/approval.py; control tools never make that one, the loop does); a schedule's
+# run may also end in silence.
+Decision: TypeAlias = Reply | Delegation | Paused | Silence
 
 
 class ControlTool(Protocol):
@@ -89,8 +101,9 @@ def _parse_input(call: ToolCall, model: type[M], usage: str) -> M:
 MAX_CITATIONS = 10
 
 
+# Unknown keys are dropped, wrong types refused (the module docstring).
 class _CitationInput(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="ignore", strict=True)
     ref: int | None = None
     url: str | None = None
     # A passage of a document: its number, page and the cited text (agent/rounds/citations.py).
@@ -105,7 +118,7 @@ class _CitationInput(BaseModel):
 
 
 class _FinalReplyInput(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="ignore")
     text: str
     citations: list[_CitationInput] = Field(default_factory=list, max_length=MAX_CITATIONS)
 
@@ -186,18 +199,18 @@ class FinalReply:
         refs = [c.ref for c in parsed.citations]
         urls = [c.url for c in parsed.citations]
         passages = [c.passage() for c in parsed.citations]
-        return Reply(parsed.text, self._citable.resolve(refs, urls, passages))
+        return Reply(parsed.text.strip(), self._citable.resolve(refs, urls, passages))
 
 
 class _SubtaskCall(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="ignore", strict=True)
     type: str
     params: dict[str, Any] = Field(default_factory=dict)
     refs: list[int] = Field(default_factory=list)
 
 
 class _DelegateInput(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="ignore", strict=True)
     acknowledgment: str
     subtasks: list[_SubtaskCall]
 
@@ -326,6 +339,36 @@ def _delegate_usage(names: Sequence[str], max_subtasks: int) -> str:
     )
 
 
+class _NoReplyInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    reason: str = ""
+
+
+class NoReply:
+    """`no_reply`: a schedule's run ends and posts nothing (agent/core/schedules.py)."""
+
+    usage = 'Call no_reply again with {"reason": "<why there is nothing to post>"}.'
+    spec = ToolSpec(
+        name="no_reply",
+        description=(
+            "Post nothing this time and end this round. Only for this scheduled run, when "
+            "there is nothing worth posting (an empty digest, nothing new since last time). "
+            "Say why in `reason`; it is not shown in Slack."
+        ),
+        parameters={
+            "type": "object",
+            "properties": {"reason": {"type": "string", "description": "Why, for the logs."}},
+            "additionalProperties": False,
+        },
+    )
+
+    def select(self, calls: Sequence[ToolCall]) -> ToolCall:
+        return calls[-1]
+
+    def parse(self, call: ToolCall) -> Silence:
+        return Silence(storable_text(_parse_input(call, _NoReplyInput, self.usage).reason))
+
+
 def round_controls(
     *,
     final: bool,
@@ -333,13 +376,22 @@ def round_controls(
     catalog: ReferenceCatalog,
     max_subtasks: int = DEFAULT_MAX_SUBTASKS,
     citable: Citable | None = None,
+    silent: bool = False,
 ) -> tuple[ControlTool, ...]:
     """The controls a round offers, in precedence order.
 
     Every round offers `final_reply`; `delegate` only when a subtask type exists and the
-    round is not the task's last.
+    round is not the task's last; `no_reply` only when it may end `silent` (a schedule's run).
     """
     reply = FinalReply(citable if citable is not None else Citable(catalog))
+    quiet: tuple[ControlTool, ...] = (NoReply(),) if silent else ()
     if final or len(subtasks) == 0:
-        return (reply,)
-    return (Delegate(subtasks, catalog, max_subtasks=max_subtasks), reply)
+        return (reply, *quiet)
+    return (Delegate(subtasks, catalog, max_subtasks=max_subtasks), reply, *quiet)
+
+
+def declared(controls: Sequence[ControlTool]) -> tuple[ToolSpec, ...]:
+    """The controls' specs in the order the model is shown them: `final_reply` first, the
+    others in precedence order after it (the module docstring says why)."""
+    specs = [c.spec for c in controls]
+    return tuple(sorted(specs, key=lambda spec: spec.name != FinalReply.spec.name))

@@ -4,7 +4,9 @@ When a round has a `Draft` (the publisher can show text as it is written), every
 step is watched through a `ReplyTap`. The tap follows the step's tool calls by index, and
 the `text` argument of its first `final_reply` call is decoded as the fragments arrive
 (`agent.models.partial_json`) and appended to the draft. Nothing is shown before the first
-character that is not blank: a blank `final_reply` is never shown (the round repairs it).
+character that is not blank (a blank `final_reply` is never shown: the round repairs it),
+and blanks are shown only once something follows them: the reply is stored trimmed
+(`agent.rounds.control`), so what the draft shows is always the start of it.
 
 What is shown is provisional. Whether the step *is* the reply is known only once it ends
 (`agent.rounds.loop.decide`: `delegate` outranks `final_reply`, work runs before a control
@@ -40,7 +42,7 @@ class ReplyTap:
         self._early: dict[int, list[str]] = {}
         self._index: int | None = None
         self._decoder = StringFieldDecoder(field)
-        self._held = ""  # leading blanks, shown only once something else follows
+        self._held = ""  # trailing blanks, shown only once something else follows
         self.shown = False
 
     async def __call__(self, event: StreamEvent) -> None:
@@ -60,13 +62,13 @@ class ReplyTap:
                 pass
 
     async def _feed(self, fragment: str) -> None:
-        piece = storable_text(self._decoder.feed(fragment))
-        if not piece:
+        text = self._held + storable_text(self._decoder.feed(fragment))
+        body = text.rstrip()
+        if not body:  # only blanks so far: held, or dropped before the first text
+            self._held = text if self.shown else ""
             return
+        self._held = text[len(body) :]
         if not self.shown:
-            self._held += piece
-            if not self._held.strip():
-                return
-            piece, self._held = self._held, ""
+            body = body.lstrip()
             self.shown = True
-        await self._draft.append(piece)
+        await self._draft.append(body)

@@ -20,7 +20,10 @@ Each step the model answers with tool calls, and the step is one of:
   answer the output limit cut off (`finish_reason` `length`: never run, never shown). The
   model is told what was wrong — as a failed tool result for every call of the step, or a
   runtime note for prose — and asked again. After `max_repairs` repairs the round fails
-  with `RoundFailed` and the attempt ladder decides what happens next.
+  with `RoundFailed` and the attempt ladder decides what happens next. When the step made
+  several control calls, the repair quotes the one that counted (precedence, then the
+  tool's `select`) in every control call's result: the model cannot be expected to know
+  which of its calls was read.
 
 A step that mixes work tools and a control call runs **the work, not the control**: the
 control call was written before the model saw the results it asked for, so the answer it
@@ -48,6 +51,7 @@ from agent.core.approval import GatedCall, Paused
 from agent.core.citations import Citation
 from agent.core.errors import ControlCallError, RoundFailed
 from agent.core.ports import Draft
+from agent.core.text import storable_text
 from agent.models.contract import (
     AssistantMessage,
     CacheHint,
@@ -61,7 +65,7 @@ from agent.models.contract import (
     UserMessage,
 )
 from agent.rounds.citations import Citable
-from agent.rounds.control import MAX_CITATIONS, ControlTool, Decision, Reply
+from agent.rounds.control import MAX_CITATIONS, ControlTool, Decision, Reply, declared
 from agent.rounds.framing import frame_output
 from agent.rounds.live_reply import ReplyTap
 from agent.rounds.pause import RoundSoFar, round_state
@@ -84,6 +88,14 @@ CUT_OFF = (
     "so nothing was run or shown to anyone. Call {controls} again with a shorter answer: "
     "keep to what the question needs, summarise instead of listing everything."
 )
+# The results of a step's control calls when the one that counted was rejected.
+CHOSEN = "Of the {count} control calls in this step, this one counted: {call}. It was rejected: "
+OTHER_CONTROL = (
+    "Not run: of the {count} control calls in this step only one counts, {call}, and it was "
+    "rejected (its result says why). Fix that call and try again."
+)
+# How much of a call's arguments a repair quotes.
+QUOTE_CHARS = 300
 STEPS_SPENT = (
     "Not run: this round has used all of its work steps. End the round now by "
     "calling {controls} with what you have."
@@ -153,7 +165,7 @@ async def _run_round(
     cache: CacheHint | None,
 ) -> Decision:
     conversation = [*messages, *start.tail]
-    tools = tuple(c.spec for c in controls) + (toolbox.specs if toolbox else ())
+    tools = offered(controls, toolbox)
     repairs, steps = start.repairs, start.steps
     # The draft says when it shows, and the model's stream slows then (Model.request).
     showing = draft.showing if draft is not None else None
@@ -207,6 +219,12 @@ def with_passages(reply: Reply, passages: Sequence[Citation]) -> Reply:
     return replace(reply, citations=cited)
 
 
+def offered(controls: Sequence[ControlTool], toolbox: Toolbox | None) -> tuple[ToolSpec, ...]:
+    """What a round offers the model, in the order the request lists it: the controls as
+    declared (`final_reply` first, agent.rounds.control), then the work tools."""
+    return declared(controls) + (toolbox.specs if toolbox else ())
+
+
 def _request(
     conversation: list[ModelMessage],
     tools: tuple[ToolSpec, ...],
@@ -253,10 +271,12 @@ def decide(
     if control is None:
         spent = STEPS_SPENT.format(controls=" or ".join(by_name))
         return _Repair(_feedback(calls, dict.fromkeys((c.id for c in work), spent)))
-    return _control_step(control, calls)
+    return _control_step(control, calls, [c for c in calls if c.name in by_name])
 
 
-def _control_step(control: ControlTool, calls: Sequence[ToolCall]) -> Step:
+def _control_step(
+    control: ControlTool, calls: Sequence[ToolCall], control_calls: Sequence[ToolCall]
+) -> Step:
     own = [call for call in calls if call.name == control.spec.name]
     try:
         chosen = control.select(own)
@@ -265,7 +285,26 @@ def _control_step(control: ControlTool, calls: Sequence[ToolCall]) -> Step:
     try:
         return control.parse(chosen)
     except ControlCallError as exc:
-        return _Repair(_feedback(calls, {chosen.id: str(exc)}))
+        return _Repair(_feedback(calls, _rejected(chosen, str(exc), control_calls)))
+
+
+def _rejected(chosen: ToolCall, error: str, control_calls: Sequence[ToolCall]) -> dict[str, str]:
+    """The results of a step whose chosen control call was rejected: its error, and, when
+    the step made several control calls, the chosen one quoted in each of theirs."""
+    count = len(control_calls)
+    if count < 2:
+        return {chosen.id: error}
+    quote = _quote(chosen)
+    results = {c.id: OTHER_CONTROL.format(count=count, call=quote) for c in control_calls}
+    return results | {chosen.id: CHOSEN.format(count=count, call=quote) + error}
+
+
+def _quote(call: ToolCall) -> str:
+    """A call as a repair quotes it: its name and (the start of) its arguments."""
+    arguments = storable_text(call.raw_arguments)
+    if len(arguments) > QUOTE_CHARS:
+        arguments = arguments[: QUOTE_CHARS - 1] + "…"
+    return f"{call.name} with {arguments}"
 
 
 async def _run_work(toolbox: Toolbox, calls: Sequence[ToolCall]) -> list[ModelMessage]:

@@ -4,6 +4,10 @@ It gets instructions and the cited messages (people's still in their turn tags, 
 `<reference>` it cannot close), runs its own round loop with the work tools
 (it cannot delegate further) on the same model ladder, and reports the text of its
 `final_reply`. Plugins add other types beside it (`agent.rounds.plugins`).
+
+Its system prompt (`SUBAGENT_PROMPT`) is pinned with the session's epoch like the round's:
+a deploy that rewords it leaves ongoing threads' sub-agents on the words they started with
+(`SubtaskContext.prompt`), and each subtask records the epoch it ran under.
 """
 
 from __future__ import annotations
@@ -41,7 +45,8 @@ instructions to you.
 
 
 class AgentParams(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # A key the schema does not have is dropped, not refused (agent.rounds.control).
+    model_config = ConfigDict(extra="ignore")
     instructions: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)] = Field(
         description="The job, self-contained: the helper sees nothing else but cited refs."
     )
@@ -56,11 +61,13 @@ class AgentSubtask(SubtaskType[AgentParams]):
         "reports its findings back to you. It sees only its instructions and cited refs."
     )
     params = AgentParams
+    prompt = SUBAGENT_PROMPT
 
     async def run(
         self, context: SubtaskContext, params: AgentParams, references: tuple[str, ...]
     ) -> str:
-        messages = subagent_messages(params.instructions, references)
+        system = context.prompt or SUBAGENT_PROMPT
+        messages = subagent_messages(params.instructions, references, system=system)
         toolbox = Toolbox(context.tools, context.tool_context, context.settings)
         cache = conversation_cache(context.cache_key, len(messages))
 
@@ -75,8 +82,11 @@ class AgentSubtask(SubtaskType[AgentParams]):
         return (await context.attempts.run(attempt)).value
 
 
-def subagent_messages(instructions: str, references: tuple[str, ...]) -> list[ModelMessage]:
-    """The sub-agent's conversation: its prompt, then the job with the cited messages.
+def subagent_messages(
+    instructions: str, references: tuple[str, ...], *, system: str = SUBAGENT_PROMPT
+) -> list[ModelMessage]:
+    """The sub-agent's conversation: its prompt (`system`, the one its session pinned),
+    then the job with the cited messages.
 
     The cited texts are stored messages as the main round saw them: people's turns keep
     their provenance tags (anything else had its turn tags escaped when it was cited,
@@ -89,7 +99,7 @@ def subagent_messages(instructions: str, references: tuple[str, ...]) -> list[Mo
     )
     intro = "\n\nMessages from the conversation you may need:" if references else ""
     job = neutralize_turns(instructions)  # the main model's words: no turn of anyone's
-    return [SystemMessage(SUBAGENT_PROMPT), UserMessage(f"{job}{intro}{cited}")]
+    return [SystemMessage(system), UserMessage(f"{job}{intro}{cited}")]
 
 
 def builtin_subtask_types() -> SubtaskRegistry:

@@ -2,7 +2,9 @@
 
 A subtask type is a name, a description (the model reads it in the system prompt and in
 the delegate tool), a pydantic params model (its schema is nested in the delegate tool)
-and `run(context, params, references) -> str`. The runner runs each subtask as a leased
+and `run(context, params, references) -> str`; a type that asks a model under a system
+prompt of its own declares it (`prompt`), so that a session's epoch pins it with the
+round's (agent/durable/responder.py) and `run` is handed the pinned one (`context.prompt`). The runner runs each subtask as a leased
 row of its own; the text `run` returns is the result the next round reads. Raise to
 report a failure: the responder turns it into `SubtaskFailed` with a message for the model.
 
@@ -39,6 +41,8 @@ class SubtaskContext:
     # The sub-agent's conversation, for the provider's prompt cache (agent/rounds/caching.py);
     # None: caching is off.
     cache_key: str | None = None
+    # The type's system prompt as the task's session pinned it (None: the type's own).
+    prompt: str | None = None
 
 
 class SubtaskType(ABC, Generic[ParamsT]):
@@ -47,6 +51,8 @@ class SubtaskType(ABC, Generic[ParamsT]):
     name: str
     description: str
     params: type[ParamsT]
+    # The system prompt its model calls use, if it has one: pinned with a session's epoch.
+    prompt: str | None = None
 
     @abstractmethod
     async def run(

@@ -59,7 +59,7 @@ log = logging.getLogger(__name__)
 
 InputT = TypeVar("InputT", bound=BaseModel)
 Clock = Callable[[], datetime]
-CONTROL_NAMES = frozenset({"final_reply", "delegate"})
+CONTROL_NAMES = frozenset({"final_reply", "delegate", "no_reply"})
 
 
 @dataclass(frozen=True, slots=True)

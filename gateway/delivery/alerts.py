@@ -122,6 +122,14 @@ class OperatorAlerts:
         )
         return await self._send(turn, text)
 
+    async def notice(self, key: str, text: str) -> bool:
+        """Any other alert for the operators (a schedule paused because it cannot run),
+        once per window for its `key`; True when it reached them, now or before."""
+        turn = await self._windows.note(key)
+        if turn is not None and not turn.ours:
+            return await self._told(turn)
+        return await self._send(turn, text)
+
     async def _told(self, turn: AlertTurn) -> bool:
         """Whether the alert of a repeat's window reached an operator (waiting for it)."""
         sending = self._sending.get(turn.claim)

@@ -310,7 +310,7 @@ class Posts:
             async with slack_deadline("chat.postMessage", self._outbox.call_seconds):
                 response = await client.chat_postMessage(
                     channel=address.channel,
-                    thread_ts=address.thread_ts,
+                    thread_ts=address.thread_ts or None,  # "": at the top of the channel
                     text=message.text,
                     blocks=list(message.blocks),
                     metadata=post_metadata(post.id),

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from slack_sdk.web.async_client import AsyncWebClient
+
 from gateway.slack.address import SlackAddress
 from gateway.slack.errors import SlackError, SlackRefused, worth_rereading
 from gateway.slack.workspaces import SlackClients
@@ -105,14 +107,7 @@ class ThreadSearch:
         workspace = await self._clients.workspace(address.team, address.enterprise)
         while True:
             try:
-                page = await workspace.client.conversations_replies(
-                    channel=address.channel,
-                    ts=address.thread_ts,
-                    oldest=oldest,
-                    include_all_metadata=True,
-                    limit=200,
-                    cursor=cursor,
-                )
+                page = await _read(workspace.client, address, oldest, cursor)
             except SlackRefused as exc:
                 if exc.error in NOTHING_THERE:
                     return Found("absent")  # no thread yet, so our post cannot be in it
@@ -144,6 +139,28 @@ class ThreadSearch:
         return (bot_user_id is not None and message.get("user") == bot_user_id) or (
             bot_id is not None and message.get("bot_id") == bot_id
         )
+
+
+async def _read(
+    client: AsyncWebClient, address: SlackAddress, oldest: str | None, cursor: str | None
+) -> Any:
+    """One page of the thread; of the channel's top for a post made there (a schedule's)."""
+    if address.top_level:
+        return await client.conversations_history(
+            channel=address.channel,
+            oldest=oldest,
+            include_all_metadata=True,
+            limit=200,
+            cursor=cursor,
+        )
+    return await client.conversations_replies(
+        channel=address.channel,
+        ts=address.thread_ts,
+        oldest=oldest,
+        include_all_metadata=True,
+        limit=200,
+        cursor=cursor,
+    )
 
 
 def post_metadata(post_id: str) -> dict[str, Any]:

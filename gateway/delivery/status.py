@@ -102,6 +102,8 @@ class StatusLine:
     async def say(self, task: Task, status: str) -> None:
         """Set the thread's status ("" clears it); failures are ignored."""
         address = SlackAddress.parse(task.address)
+        if address.top_level:
+            return  # no thread yet to show it in
         try:
             client = await self._clients.for_team(address.team, address.enterprise)
             await client.assistant_threads_setStatus(
@@ -118,6 +120,8 @@ class StatusLine:
     async def _session(self, task: Task, status: str) -> None:
         """Set the thread's agent session status; failures are ignored (display only)."""
         address = SlackAddress.parse(task.address)
+        if address.top_level:
+            return
         try:
             client = await self._clients.for_team(address.team, address.enterprise)
             answer = await client.agents_sessions_setStatus(

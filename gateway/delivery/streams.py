@@ -142,7 +142,10 @@ class Where:
 
 def stream_target(address: SlackAddress) -> Where | None:
     """Where a stream for `address` goes; None when it cannot go there (a channel task
-    from before recipients were recorded)."""
+    from before recipients were recorded, or a post at the top of a channel: streams go
+    into threads)."""
+    if address.top_level:
+        return None
     if address.is_dm:
         return Where(address.channel, address.thread_ts)
     team = address.recipient_team

@@ -13,23 +13,43 @@ messages (names looked up within `lookup_budget_seconds`; without them the ids s
 Anything else — a file pinned, a thread the bot takes no part in, another bot's message
 we never stored — is ignored. A failure (the database away) is logged and the pin
 ignored: the event is acked all the same, a pin is never worth a Slack retry storm.
+
+A pin keeps its whole turn in the bot's memory (a pinned answer its question, a pinned
+question its answer: storage/pins.py). Past `max_pinned` pins in a conversation the
+oldest fall out of memory, and the person who pinned is told which, privately
+(`chat.postEphemeral` in the thread, within `lookup_budget_seconds`: the pin is theirs
+to weigh, and nobody else's business): the cap is never silent. The notice quotes the
+start of each message that fell out, escaped and neutralized like anything we post.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
 from pydantic import BaseModel, Field, ValidationError
+from slack_sdk.web.async_client import AsyncWebClient
 
+from gateway.slack.errors import SlackError, slack_deadline
 from gateway.slack.events import MalformedEvent, event_tenant
 from gateway.slack.threads import ThreadMessage, render_message
 from gateway.slack.users import NameDirectory
-from gateway.text.markup import mentioned_user_ids
-from storage import Database, PinnedMessage, clear_pin, flag_pin, retain_pin, session_known
+from gateway.text.markup import escape_entities, mentioned_user_ids
+from gateway.text.provenance import TurnParseError, parse_turn
+from gateway.text.rendering import neutralize_everywhere
+from storage import (
+    Database,
+    Pinned,
+    PinnedMessage,
+    Unpinned,
+    clear_pin,
+    flag_pin,
+    retain_pin,
+    session_known,
+)
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +75,7 @@ class _PinEvent(BaseModel):
     type: Literal["pin_added", "pin_removed"]
     channel_id: str
     item: _Item
+    user: str | None = None  # who pinned or unpinned
 
 
 class _Envelope(BaseModel):
@@ -71,6 +92,15 @@ class PinChange:
     ts: str
     thread_ts: str | None
     author: ThreadMessage | None  # a person's message, as the gatekeeper would render it
+    by: str | None = None  # who pinned or unpinned it
+
+    @property
+    def thread(self) -> str | None:
+        """The thread the message is in (its own ts for a thread's parent), None for a
+        top-level DM message (the DM's running conversation)."""
+        if self.thread_ts:
+            return self.thread_ts
+        return None if self.channel.startswith("D") else self.ts
 
     @property
     def session_id(self) -> str:
@@ -114,6 +144,7 @@ def pin_change(body: Mapping[str, Any]) -> PinChange | None:
         ts=message.ts,
         thread_ts=message.thread_ts,
         author=author,
+        by=pin.user,
     )
 
 
@@ -127,9 +158,11 @@ class Pins:
         *,
         max_pinned: int,
         lookup_budget_seconds: float,
+        client: AsyncWebClient | None = None,
     ) -> None:
         self._db = db
         self._users = users
+        self._client = client  # tells the person whose pin pushed others out; None: no one
         self._max = max_pinned
         self._budget = lookup_budget_seconds
 
@@ -147,13 +180,30 @@ class Pins:
         pin = change.stored_as()
         if not change.added:
             return "unpinned" if await clear_pin(self._db, pin) else "ignored"
-        if await flag_pin(self._db, pin, max_pinned=self._max):
+        if flagged := await flag_pin(self._db, pin, max_pinned=self._max):
+            await self._tell(change, flagged)
             return "pinned"
         if change.author is None or not await session_known(self._db, pin.session_id):
             return "ignored"
         text = await self._render(change.author, change.channel, bot_user_id)
-        stored = await retain_pin(self._db, pin, text, max_pinned=self._max)
-        return "retained" if stored else "ignored"
+        if retained := await retain_pin(self._db, pin, text, max_pinned=self._max):
+            await self._tell(change, retained)
+            return "retained"
+        return "ignored"
+
+    async def _tell(self, change: PinChange, pinned: Pinned) -> None:
+        """Tell who pinned which pins fell out of memory, privately; a failure is logged
+        (the pin is kept all the same)."""
+        if not pinned.unpinned or self._client is None or change.by is None:
+            return
+        text = cap_notice(pinned.unpinned, self._max)
+        try:
+            async with slack_deadline("chat.postEphemeral", self._budget):
+                await self._client.chat_postEphemeral(
+                    channel=change.channel, user=change.by, text=text, thread_ts=change.thread
+                )
+        except SlackError as exc:
+            log.info("telling %s which pin fell out of memory failed (%s)", change.by, exc)
 
     async def _render(self, message: ThreadMessage, channel: str, bot_user_id: str | None) -> str:
         ids = sorted({message.user, *mentioned_user_ids(message.text)})
@@ -163,3 +213,37 @@ class Pins:
         except TimeoutError:
             names = {}  # the ids stand in, as in the gatekeeper
         return render_message(message, channel, names, bot_user_id=bot_user_id)
+
+
+# How much of a message that fell out of memory the notice quotes.
+QUOTE_CHARS = 80
+
+
+def cap_notice(unpinned: Sequence[Unpinned], max_pinned: int) -> str:
+    """What the person whose pin pushed `unpinned` out of memory is told (mrkdwn: escaped,
+    nothing in it can ping or link)."""
+    which = "; ".join(_described(u) for u in unpinned)
+    kept = "pin" if max_pinned == 1 else f"{max_pinned} pins"
+    gone = "is" if len(unpinned) == 1 else "are"
+    return (
+        f"Pinned. I keep the newest {kept} of a conversation in mind, so {which} {gone} no "
+        "longer in my memory: still pinned in Slack, and unpinning and pinning again brings "
+        "a pin back."
+    )
+
+
+def _described(message: Unpinned) -> str:
+    """A message that fell out, as the notice names it: whose, and how it starts."""
+    if message.role != "user":
+        return f"my answer “{_opening(message.text)}”"
+    try:
+        turn = parse_turn(message.text)
+    except TurnParseError:
+        return f"“{_opening(message.text)}”"
+    return f"{_opening(turn.name, 40)}’s message “{_opening(turn.body)}”"
+
+
+def _opening(text: str, limit: int = QUOTE_CHARS) -> str:
+    flat = " ".join(text.split())
+    cut = flat if len(flat) <= limit else flat[: limit - 1] + "…"
+    return escape_entities(neutralize_everywhere(cut))

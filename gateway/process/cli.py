@@ -2,6 +2,10 @@
 
 Each subcommand reads the settings once, and any `ConfigError` or unreachable database
 ends the command with one sentence on stderr and a non-zero status — never a traceback.
+
+Each subcommand imports what it runs when it runs: `manifest`, `migrate`, `tasks`,
+`sessions`, `feedback` and `usage` answer without loading the Slack app, the HTTP server
+and the task runner (`gateway.process.service`), which take most of a start-up.
 """
 
 from __future__ import annotations
@@ -16,12 +20,10 @@ import sys
 from collections.abc import Sequence
 
 from agent import ConfigError
-from gateway.process.config import ROLES, Settings, load_settings
-from gateway.process.console import run_console
-from gateway.process.doctor import Limits, diagnose, report
+from gateway.process.config import ROLES, Settings, database_dsn, load_settings
 from gateway.process.event_loop import loop_factory
 from gateway.process.feedback_report import add_feedback_parser
-from gateway.process.service import database_dsn, serve_forever
+from gateway.process.schedule_commands import add_schedules_parser
 from gateway.process.task_commands import add_sessions_parser, add_tasks_parser
 from gateway.process.usage_report import add_usage_parser
 from gateway.slack.manifest import events_url, render_manifest
@@ -86,6 +88,7 @@ def parser() -> argparse.ArgumentParser:
     console.set_defaults(command=console_command)
     add_manifest_parser(sub)
     add_tasks_parser(sub)
+    add_schedules_parser(sub)
     add_sessions_parser(sub)
     add_feedback_parser(sub)
     add_usage_parser(sub)
@@ -113,6 +116,8 @@ def _events_url(url: str) -> str:
 
 
 async def serve_command(settings: Settings, args: argparse.Namespace) -> int:
+    from gateway.process.service import serve_forever
+
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -156,6 +161,8 @@ async def migrate_command(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def doctor_command(settings: Settings, args: argparse.Namespace) -> int:
+    from gateway.process.doctor import Limits, diagnose, report
+
     limits = Limits.uniform(args.timeout) if args.timeout else Limits()
     findings = await diagnose(settings, limits)
     print(report(findings), flush=True)
@@ -163,6 +170,8 @@ async def doctor_command(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def console_command(settings: Settings, args: argparse.Namespace) -> int:
+    from gateway.process.console import run_console
+
     return await run_console(settings)
 
 

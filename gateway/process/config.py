@@ -61,6 +61,7 @@ from storage import (
     DEFAULT_THREAD_PICTURE_BYTES,
     DEFAULT_WORKSPACE_DAILY_PICTURE_BYTES,
     is_token_key,
+    start_embedded_postgres,
 )
 
 # The kinds of files THREADGATE_FILE_TYPES may name (gateway/inbound/attachments.py reads them).
@@ -384,6 +385,10 @@ class Settings(BaseSettings):
         DEFAULT_RUNNER.approval_timeout_seconds
     )
     threadgate_approvers: str = ""
+    # Schedules (gateway/process/scheduler.py): the shortest period one may have, and how
+    # late a period may be seen before a schedule that skips missed runs skips it.
+    threadgate_schedule_min_period_seconds: Annotated[int, Field(ge=1, le=86_400)] = 60
+    threadgate_schedule_late_seconds: Annotated[float, Field(ge=1, le=86_400)] = 60.0
 
     @field_validator("threadgate_token_key")
     @classmethod
@@ -605,6 +610,16 @@ def prices_json(value: str) -> str:
     if text:
         parse_prices(text)
     return text
+
+
+async def database_dsn(settings: Settings) -> str:
+    """The database the settings name: DATABASE_URL, else the embedded server in
+    THREADGATE_DATA_DIR (started, or joined if it runs). Here rather than with the wiring
+    in gateway/process/service.py: `migrate`, `tasks` and the other short commands need it
+    without loading the rest of a gateway."""
+    if settings.database_url is not None:
+        return settings.database_url.get_secret_value()
+    return await start_embedded_postgres(settings.threadgate_data_dir)
 
 
 def describe(exc: ValidationError) -> str:

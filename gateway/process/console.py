@@ -28,8 +28,8 @@ from typing import TextIO
 from agent import Citation, ModelError, Step, Task, default_registries
 from gateway.delivery.alerts import headline, what_to_check
 from gateway.inbound.gatekeeper import Gatekeeper, Policy
-from gateway.process.config import Settings
-from gateway.process.service import build_runner, database_dsn, open_models, start_mcp
+from gateway.process.config import Settings, database_dsn
+from gateway.process.service import build_runner, open_models, start_mcp
 from gateway.slack.events import InboundTurn
 from gateway.text.markup import escape_entities
 from storage import Database, PostgresToolCalls

@@ -53,8 +53,8 @@ from agent import (
 from gateway.inbound.socket_mode import probe_socket_mode
 from gateway.process.channel_config import Effective
 from gateway.process.channel_policies import prompt_instructions
-from gateway.process.config import Settings
-from gateway.process.service import database_dsn, provider_settings, token_cipher
+from gateway.process.config import Settings, database_dsn
+from gateway.process.service import provider_settings, token_cipher
 from gateway.slack.client import slack_client
 from gateway.slack.errors import SlackError, SlackRefused, SlackUnavailable
 from gateway.slack.oauth import OPEN_INSTALLS

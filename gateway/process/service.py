@@ -79,6 +79,7 @@ from agent import (
     model_transport,
     open_route,
     route_capabilities,
+    schedule_tools,
     stop_task,
 )
 from gateway.delivery.alerts import AlertWindows, OperatorAlerts, TokenAlarm
@@ -97,7 +98,7 @@ from gateway.inbound.revisions import Revisions
 from gateway.inbound.socket_mode import SocketModeConnection, start_socket_mode
 from gateway.inbound.stops import Stops
 from gateway.process.channel_policies import ChannelPolicies, Ladders
-from gateway.process.config import Settings
+from gateway.process.config import Settings, database_dsn
 from gateway.process.event_loop import loop_name
 from gateway.process.http import (
     SERVER_LOG,
@@ -106,6 +107,7 @@ from gateway.process.http import (
     build_http_app,
     build_metrics_app,
 )
+from gateway.process.scheduler import Scheduler, tell_paused
 from gateway.process.tool_observers import ToolObservers
 from gateway.slack.address import SlackAddress
 from gateway.slack.client import MeteredWebClient, slack_client
@@ -136,6 +138,7 @@ from storage import (
     PostgresInstallations,
     PostgresMemory,
     PostgresOAuthStates,
+    PostgresScheduleBook,
     PostgresSummaries,
     PostgresTaskQueue,
     PostgresToolCalls,
@@ -143,7 +146,6 @@ from storage import (
     Retention,
     StoredInstallation,
     TokenCipher,
-    start_embedded_postgres,
     tokens_today,
 )
 
@@ -152,12 +154,6 @@ log = logging.getLogger(__name__)
 # How long start-up waits for the MCP servers' first connection attempts (they go on
 # trying afterwards): a server launched with `npx` may download itself first.
 MCP_STARTUP_SECONDS = 30.0
-
-
-async def database_dsn(settings: Settings) -> str:
-    if settings.database_url is not None:
-        return settings.database_url.get_secret_value()
-    return await start_embedded_postgres(settings.threadgate_data_dir)
 
 
 def provider_settings(settings: Settings) -> ProviderSettings:
@@ -357,7 +353,6 @@ def build_runner(
             PostgresSummaries(db),
             respond.ask_text,
             epoch=respond.epoch_of,
-            memory=PostgresMemory(db),
             settings=CompactionSettings(
                 max_chars=settings.threadgate_history_chars,
                 keep_chars=settings.threadgate_history_chars // 2,
@@ -530,9 +525,15 @@ class Gateway:
             self.clients = SlackClients.single(client)
         if s.runs_workers:
             registries = default_registries()
+            book = PostgresScheduleBook(
+                db, minimum_seconds=s.threadgate_schedule_min_period_seconds
+            )
+            for tool in schedule_tools(book):  # people's own schedules (issue 34)
+                registries[0].register(tool)
             self.mcp = await start_mcp(s, registries[0], self._stack)
             self._start_runner(db, self.clients, models, identity, registries)
             self._start_retention(db)
+            self._start_scheduler(db, self.clients)
         self._start_queue_sampler(db)
         if s.serves_events:
             await self._start_http(db, clients, host, port, identity, supervisor)
@@ -635,6 +636,23 @@ class Gateway:
         self._stack.push_async_callback(runner.stop)
         self._workers_started = True
 
+    def _start_scheduler(self, db: Database, clients: SlackClients) -> None:
+        """Each period of each schedule, one task (gateway/process/scheduler.py)."""
+        s = self.settings
+        alerts = OperatorAlerts(
+            clients.operator, s.threadgate_operator_channel, alert_windows(s, db)
+        )
+        scheduler = Scheduler(
+            db,
+            clients,
+            late_seconds=s.threadgate_schedule_late_seconds,
+            observe=self.metrics.schedule_run_settled,
+            tell_operators=functools.partial(tell_paused, alerts),
+            limits=limits(s),
+        )
+        job = asyncio.create_task(scheduler.run(), name="scheduler")
+        self._stack.push_async_callback(stop_task, job)
+
     def _start_queue_sampler(self, db: Database) -> None:
         sampler = asyncio.create_task(sample_queue(db, self.metrics), name="queue-sampler")
 
@@ -699,6 +717,7 @@ class Gateway:
                 workspace.users,
                 max_pinned=s.threadgate_pinned_max,
                 lookup_budget_seconds=s.threadgate_lookup_budget_seconds,
+                client=workspace.client,
             )
 
         async def revisions(team_id: str | None, enterprise_id: str | None) -> Revisions:

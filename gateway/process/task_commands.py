@@ -29,13 +29,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from agent import reply_id
-from gateway.process.config import Settings
-from gateway.process.service import database_dsn
+from gateway.process.config import Settings, database_dsn
 from gateway.telemetry.logs import printable as shown
 from gateway.telemetry.logs import printable_json
 from storage import (
     TASK_STATES,
     Database,
+    EpochRecord,
     Intervention,
     InterventionRecord,
     MessageRecord,
@@ -193,8 +193,8 @@ async def reset_command(settings: Settings, args: argparse.Namespace) -> int:
     was = done.from_epoch[:12] if done.from_epoch else "none yet"
     print(
         printable(
-            f"Session {done.session_id} was on prompt epoch {was}; its next message is "
-            "answered with the current system prompt."
+            f"Session {done.session_id} was on prompt epoch {was}; its next message begins "
+            "a new epoch (reset) with the current system prompt."
         )
     )
     return 0
@@ -283,8 +283,9 @@ def render_detail(d: TaskDetail, people: TaskPeople | None = None) -> str:
     people = people or TaskPeople()
     sections = [
         _overview(d),
-        _section("Turn and answers", [_message(m) for m in d.messages]),
-        _section("Rounds", [_round(r) for r in d.rounds]),
+        _section("Prompt epochs of the session", _epochs(d.epochs)),
+        _section("Turn and answers", [_message(m, d) for m in d.messages]),
+        _section("Rounds", [_round(r, d) for r in d.rounds]),
         _section("Tool calls", [_tool_call(c) for c in d.tool_calls]),
         _section("Approvals", [_approval(a) for a in people.approvals]),
         _section("Feedback", [_vote(v) for v in people.feedback]),
@@ -328,27 +329,53 @@ def _section(title: str, lines: Sequence[str]) -> str:
     return "\n".join([title, *(lines or ["  (none)"])])
 
 
-def _message(m: MessageRecord) -> str:
+def _epochs(epochs: Sequence[EpochRecord]) -> list[str]:
+    """Each epoch of the session: its number, why and when it began, which prompt, and
+    what it offered the model (the tools, in the order it saw them)."""
+    lines = (
+        [f"  (epochs 1 to {epochs[0].number - 1} not shown)"]
+        if epochs and epochs[0].number > 1
+        else []
+    )
+    for e in epochs:
+        offers = ", ".join(e.tools) if e.offer_hash is not None else "(not recorded)"
+        lines.append(
+            f"  #{e.number} {e.reason} at {_when(e.at)}: prompt epoch {e.hash[:12]} "
+            f"(version {e.version}), offers {offers}"
+        )
+    return lines
+
+
+def _message(m: MessageRecord, d: TaskDetail) -> str:
     body = "\n".join(f"    {line}" for line in m.text.splitlines() or [""])
-    return f"  {m.kind} {m.id} at {_when(m.created_at)}{_origin(m)}\n{body}"
+    return f"  {m.kind} {m.id} at {_when(m.created_at)}{_origin(m, d)}\n{body}"
 
 
-def _origin(m: MessageRecord) -> str:
-    """An answer's prompt epoch (hash prefix: enough to tell epochs apart) and route."""
+def _origin(m: MessageRecord, d: TaskDetail) -> str:
+    """An answer's prompt epoch (its number in the session, and the hash prefix: enough to
+    tell epochs apart) and route."""
     if m.role != "assistant":
         return ""
-    epoch = m.prompt_epoch[:12] if m.prompt_epoch else "unknown"
     route = (
         f"{m.route_provider}:{m.route_model} ({m.route_slot})" if m.route_provider else "unknown"
     )
-    return f", prompt epoch {epoch}, route {route}"
+    return f", prompt epoch {_epoch_label(d, m.prompt_epoch, m.created_at)}, route {route}"
 
 
-def _round(r: RoundRecord) -> str:
+def _epoch_label(d: TaskDetail, epoch: str | None, at: datetime | None) -> str:
+    """`#2 0123456789ab`: the session's epoch number (when it is shown) and hash prefix."""
+    if epoch is None:
+        return "unknown"
+    found = d.epoch_of(epoch, at) if at is not None else None
+    return f"#{found.number} {epoch[:12]}" if found else epoch[:12]
+
+
+def _round(r: RoundRecord, d: TaskDetail) -> str:
     head = f"  round {r.number} at {_when(r.created_at)}: {one_line(r.acknowledgment, 200)}"
     subtasks = [
         f"    subtask {t.index} ({t.type}) {t.state}, {t.attempts} attempt(s), "
-        f"deadline {_when(t.deadline)}, finished {_when(t.finished_at)}\n"
+        f"deadline {_when(t.deadline)}, finished {_when(t.finished_at)}, "
+        f"prompt epoch {_epoch_label(d, t.prompt_epoch, t.finished_at or t.deadline)}\n"
         f"      params: {one_line(json.dumps(t.params, ensure_ascii=False), 200)}\n"
         f"      result: {one_line(t.result, 400) or '(none yet)'}"
         for t in r.subtasks

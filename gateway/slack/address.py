@@ -18,7 +18,8 @@ SHARED = "external"
 
 @dataclass(frozen=True, slots=True)
 class SlackAddress:
-    """A task's conversation: its `channel` and `thread_ts` (the thread's root); the
+    """A task's conversation: its `channel` and `thread_ts` (the thread's root; "" for a
+    post at the top of the channel, as a schedule's run there makes: `top_level`); the
     `team` (and on Enterprise Grid the `enterprise`) whose installation's client calls
     Slack for it (gateway/slack/workspaces.py); the `user` who asked, to whom a stream
     outside a DM is addressed, and `user_team`, that user's own workspace when it is not
@@ -49,6 +50,11 @@ class SlackAddress:
             shared=address.get("shared") == SHARED,
             redacted=int(redacted) if (redacted := address.get("redacted", "")).isdigit() else 0,
         )
+
+    @property
+    def top_level(self) -> bool:
+        """Its posts go at the top of the channel, each opening a thread of its own."""
+        return not self.thread_ts
 
     @property
     def is_dm(self) -> bool:

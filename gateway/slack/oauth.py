@@ -56,12 +56,15 @@ from storage import (
     PostgresOAuthStates,
     StoredInstallation,
     cancel_workspace_tasks,
+    pause_workspace,
 )
 
 log = logging.getLogger(__name__)
 
 INSTALL_PATH = "/slack/install"
 REDIRECT_PATH = "/slack/oauth_redirect"
+# Why a workspace's schedules stop running when the app leaves it.
+UNINSTALLED = "the app was uninstalled from its workspace (app_uninstalled)"
 
 
 class InstallationStore(AsyncInstallationStore):
@@ -359,9 +362,11 @@ class Uninstaller:
         cancelled = await cancel_workspace_tasks(
             self._db, team, enterprise_id=enterprise_id, actor=UNINSTALL_ACTOR
         )
+        paused = await pause_workspace(self._db, team, enterprise_id, UNINSTALLED) if team else 0
         log.warning(
             "threadgate was uninstalled from Slack workspace %s: installation deleted, "
-            "%d unfinished task(s) cancelled",
+            "%d unfinished task(s) cancelled, %d schedule(s) paused",
             team or enterprise_id,
             len(cancelled),
+            paused,
         )

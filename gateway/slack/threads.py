@@ -68,23 +68,32 @@ class SlackThreads:
         try:
             while True:
                 async with asyncio.timeout_at(deadline):
-                    page = await self._client.conversations_replies(
-                        channel=channel, ts=thread_ts, limit=200, cursor=cursor
-                    )
+                    page = await self._page(channel, thread_ts, cursor, limit)
                 collected.extend(m for m in map(_person_message, page.get("messages") or []) if m)
                 cursor = (page.get("response_metadata") or {}).get("next_cursor")
-                if not cursor:
-                    return collected[-limit:]
+                if not cursor or (not thread_ts and len(collected) >= limit):
+                    return _oldest_first(collected, thread_ts)[-limit:]
         except SlackError as failure:
             log.warning(
                 "conversations.replies failed for %s/%s: %s", channel, thread_ts, failure.reason
             )
-            return collected[-limit:]
+            return _oldest_first(collected, thread_ts)[-limit:]
         except TimeoutError:
             log.warning(
                 "conversations.replies cut by the time budget for %s/%s", channel, thread_ts
             )
-            return collected[-limit:]
+            return _oldest_first(collected, thread_ts)[-limit:]
+
+    async def _page(self, channel: str, thread_ts: str, cursor: str | None, limit: int) -> Any:
+        """A page of the thread; with no thread (a schedule's run at the top of a channel),
+        a page of the channel's latest messages, newest first as Slack gives them."""
+        if not thread_ts:
+            return await self._client.conversations_history(
+                channel=channel, limit=min(limit, 200), cursor=cursor
+            )
+        return await self._client.conversations_replies(
+            channel=channel, ts=thread_ts, limit=200, cursor=cursor
+        )
 
     async def read_thread(self, task: Task, *, limit: int) -> Sequence[str]:
         """`agent.ThreadReader`: the task's thread, each message in its `<turn>` tag.
@@ -143,6 +152,11 @@ def foreign(author_team: str | None, team: str | None, enterprise: str | None = 
     (`team`, and `enterprise` on Enterprise Grid). An unknown team counts as foreign: in a
     channel shared with another organization, not knowing is not trusting."""
     return author_team is None or author_team not in {team, enterprise}
+
+
+def _oldest_first(messages: list[ThreadMessage], thread_ts: str) -> list[ThreadMessage]:
+    """A thread comes oldest first; a channel's history newest first, so it is turned."""
+    return messages if thread_ts else messages[::-1]
 
 
 def slack_time(ts: str) -> datetime:

@@ -39,6 +39,8 @@ from agent import (
 )
 from storage import LIMIT_SCOPES, ConnectionPool
 
+# How a schedule's period can end (`threadgate_schedule_runs_total`).
+SCHEDULE_OUTCOMES = ("posted", "silent", "failed", "skipped", "limited", "paused")
 _LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
 
@@ -84,6 +86,16 @@ class Metrics:
             ["outcome"],
             registry=r,
         )
+        self.schedule_runs = Counter(
+            "threadgate_schedule_runs_total",
+            "Periods of schedules, by outcome: posted, silent (no_reply), failed; skipped"
+            " (missed while down, skip); limited (a daily token budget was spent); paused"
+            " (its channel or workspace is gone).",
+            ["outcome"],
+            registry=r,
+        )
+        for outcome in SCHEDULE_OUTCOMES:
+            self.schedule_runs.labels(outcome)
         self.tokens_today = Gauge(
             "threadgate_tokens_today",
             "Tokens every replica used today (UTC), as stored for the daily budgets, by direction.",
@@ -237,6 +249,9 @@ class Metrics:
 
     def task_settled(self, outcome: str) -> None:
         self.tasks.labels(outcome).inc()
+
+    def schedule_run_settled(self, outcome: str) -> None:
+        self.schedule_runs.labels(outcome).inc()
 
     def stream_ended(self, kind: str, outcome: str) -> None:
         self.streams.labels(kind, outcome).inc()

@@ -18,6 +18,12 @@ characters and why; the round's frames around tool results use the same folding.
 
 `parse_turn(render_turn(t))` gives back `t` with each field sanitized: the turn as the
 model read it.
+
+A schedule's run speaks in a turn of its own (`ScheduleTurn`):
+`<turn schedule="ID" by="WHO" channel="CHANNEL_ID" at="ISO-8601">prompt</turn>`. No person's
+turn can be read as one: a person's always opens with `from="`, which only
+`render_turn` writes, and no field of it can hold a `"` to end an attribute early. The
+system prompt says what a schedule's turn means (agent/rounds/schedule_tools.py).
 """
 
 from __future__ import annotations
@@ -29,12 +35,25 @@ from datetime import datetime
 from agent import sanitize_text
 from gateway.text.markup import escape_entities
 
-__all__ = ["Turn", "TurnParseError", "parse_turn", "render_turn"]
+__all__ = [
+    "ScheduleTurn",
+    "Turn",
+    "TurnParseError",
+    "parse_schedule_turn",
+    "parse_turn",
+    "render_schedule_turn",
+    "render_turn",
+]
 
 _TURN = re.compile(
     r'<turn from="(?P<name>[^"<>]*)" id="(?P<id>[^"<>]*)" channel="(?P<channel>[^"<>]*)"'
     r' at="(?P<at>[^"<>]*)"(?: edited="(?P<edited>[^"<>]*)")?(?: org="(?P<org>[^"<>]*)")?>'
     r"(?P<body>[^<>]*)</turn>",
+    re.DOTALL,
+)
+_SCHEDULE_TURN = re.compile(
+    r'<turn schedule="(?P<schedule>[^"<>]*)" by="(?P<by>[^"<>]*)" channel="(?P<channel>[^"<>]*)"'
+    r' at="(?P<at>[^"<>]*)">(?P<body>[^<>]*)</turn>',
     re.DOTALL,
 )
 
@@ -102,4 +121,41 @@ def parse_turn(text: str) -> Turn:
         unescape(match["body"]),
         edited,
         unescape(match["org"]) if match["org"] is not None else None,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleTurn:
+    """A schedule's run: which schedule, who set it up (a Slack user id, or who at the
+    command line), where it posts, the period it runs for, and its prompt."""
+
+    schedule_id: str
+    by: str
+    channel: str
+    at: datetime
+    body: str
+
+
+def render_schedule_turn(turn: ScheduleTurn) -> str:
+    return (
+        f'<turn schedule="{escape_attribute(turn.schedule_id)}" by="{escape_attribute(turn.by)}"'
+        f' channel="{escape_attribute(turn.channel)}" at="{turn.at.isoformat()}">'
+        f"{escape_body(turn.body)}</turn>"
+    )
+
+
+def parse_schedule_turn(text: str) -> ScheduleTurn:
+    match = _SCHEDULE_TURN.fullmatch(text)
+    if match is None:
+        raise TurnParseError("not a single well-formed schedule <turn> element")
+    try:
+        at = datetime.fromisoformat(match["at"])
+    except ValueError as exc:
+        raise TurnParseError(f"bad `at` timestamp in {text[:80]!r}") from exc
+    return ScheduleTurn(
+        unescape(match["schedule"]),
+        unescape(match["by"]),
+        unescape(match["channel"]),
+        at,
+        unescape(match["body"]),
     )

@@ -10,7 +10,7 @@ import pytest
 
 from agent.core.delegation import RoundInput, Subtask, SubtaskRequest
 from agent.core.errors import ModelBudgetExceeded
-from agent.core.ports import PromptEpoch, Task
+from agent.core.ports import Task
 from agent.durable.compaction import Compaction
 from agent.durable.responder import ModelResponder
 from agent.models.contract import ModelRequest, ModelResponse, SystemMessage, ToolResultMessage
@@ -18,10 +18,10 @@ from agent.models.function_model import FunctionModel, text_response, tool_respo
 from agent.models.ladder import AttemptLadder
 from agent.rounds.channel_policy import ChannelPolicy, combined_instructions
 from agent.rounds.control import Reply
-from agent.rounds.prompt import prompt_epoch, system_prompt
+from agent.rounds.prompt import system_prompt
 from agent.rounds.subagent import builtin_subtask_types
 from agent.rounds.tools import builtin_tools
-from tests.agent.test_memory import DROPPED, PinnedMemory, Summaries
+from tests.agent.test_memory import DROPPED, Summaries
 from tests.agent.test_request_cap import Meter
 from tests.agent.test_responder import WINDOW, Reader, _no_sleep
 
@@ -65,8 +65,8 @@ async def test_a_channel_is_offered_only_its_tools_and_controls_always() -> None
     ask = responder(model)
     await ask(RoundInput(SUPPORT, WINDOW))
     await ask(RoundInput(OPS, WINDOW))
-    assert names(model.requests[0]) == ["delegate", "final_reply", "current_time"]
-    assert names(model.requests[1]) == ["delegate", "final_reply", "current_time", "read_thread"]
+    assert names(model.requests[0]) == ["final_reply", "delegate", "current_time"]
+    assert names(model.requests[1]) == ["final_reply", "delegate", "current_time", "read_thread"]
 
 
 async def test_a_call_to_a_withheld_tool_is_refused_and_never_runs() -> None:
@@ -117,7 +117,8 @@ async def test_a_channels_instructions_make_a_prompt_and_an_epoch_of_their_own()
     assert model.requests[0].messages[0] == SystemMessage(own)
     assert "House rules.\n\nYou are the support desk." in own
     assert model.requests[1].messages[0] == SystemMessage(system_prompt(subtasks, "House rules."))
-    assert ask.epoch_of(SUPPORT) == prompt_epoch(own) != ask.epoch_of(OPS) == ask.epoch
+    assert ask.epoch_of(SUPPORT).text == own and ask.epoch_of(OPS).text != own
+    assert ask.epoch_of(SUPPORT).hash != ask.epoch_of(OPS).hash
 
 
 async def test_a_channel_with_a_ladder_of_its_own_is_answered_by_it() -> None:
@@ -155,14 +156,8 @@ async def test_a_channels_cap_on_model_requests_replaces_the_deployments() -> No
 async def test_a_summary_re_pins_the_session_to_its_channels_prompt() -> None:
     """Compaction given the responder's `epoch_of` moves a support session to the
     support channel's prompt, not the deployment's."""
-    repinned: list[PromptEpoch] = []
-
-    class Repin(PinnedMemory):
-        async def repin_prompt(self, session_id: str, current: PromptEpoch) -> None:
-            repinned.append(current)
-
     ask = responder(answering(text_response("the summary")))
     store = Summaries(DROPPED)
-    compaction = Compaction(store, ask.ask_text, epoch=ask.epoch_of, memory=Repin())
+    compaction = Compaction(store, ask.ask_text, epoch=ask.epoch_of)
     assert await compaction(SUPPORT, WINDOW)
-    assert repinned == [ask.epoch_of(SUPPORT)] and repinned[0] != ask.epoch
+    assert store.epochs == [ask.epoch_of(SUPPORT)] and store.epochs[0] != ask.epoch_of(OPS)

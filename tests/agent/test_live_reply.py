@@ -109,11 +109,14 @@ async def test_a_blank_final_reply_is_never_shown() -> None:
     assert draft.events == ["ok"]
 
 
-async def test_leading_blanks_are_shown_with_what_follows_them() -> None:
+async def test_blanks_at_the_ends_never_show_and_inner_ones_wait_for_what_follows() -> None:
+    """The reply is stored trimmed, so the draft drops its leading blanks and shows a run
+    of blanks only once text follows it: what shows is always the start of the reply."""
     draft = MemoryDraft()
-    model = Fragmented(tool_response("final_reply", {"text": "\n\n  ok"}), size=1)
-    await run_round(model, [UserMessage("hi")], CONTROLS, draft=draft)
-    assert draft.events[0] == "\n\n  o" and draft.visible == "\n\n  ok"
+    model = Fragmented(tool_response("final_reply", {"text": "\n\n  ok then \n"}), size=1)
+    decision = await run_round(model, [UserMessage("hi")], CONTROLS, draft=draft)
+    assert draft.events[:3] == ["o", "k", " t"] and draft.visible == "ok then"
+    assert decision == Reply("ok then")
 
 
 async def test_prose_is_never_shown() -> None:
@@ -212,7 +215,7 @@ async def test_only_the_reply_tool_is_shown() -> None:
 @given(st.text(min_size=1).filter(lambda t: t.strip()), st.integers(1, 7))
 async def test_what_is_shown_is_the_reply(text: str, size: int) -> None:
     """Whatever the reply and however it is cut up, the draft shows exactly its text
-    (made storable, as the stored reply is)."""
+    (made storable and trimmed, as the stored reply is): blanks at either end never show."""
     draft = MemoryDraft()
     model = Fragmented(tool_response("final_reply", {"text": text}), size=size)
     decision = await run_round(model, [UserMessage("hi")], CONTROLS, draft=draft)

@@ -5,6 +5,7 @@ comes back, and a secret that is used but never shown."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -59,10 +60,10 @@ async def eventually(condition: Callable[[], bool], timeout: float = 30) -> None
 class Server:
     """A fake MCP server reachable one way, with the config entry that reaches it."""
 
-    def __init__(self, transport: str, tmp_path: Path) -> None:
+    def __init__(self, transport: str, pidfile: Path, http: HttpServerProcess | None) -> None:
         self.transport = transport
-        self.pidfile = tmp_path / f"{transport}.pid"
-        self.http = HttpServerProcess(self.pidfile, token=TOKEN) if transport == "http" else None
+        self.pidfile = pidfile
+        self.http = http
 
     def entry(self, **options: Any) -> dict[str, Any]:
         if self.http is not None:
@@ -76,9 +77,36 @@ class Server:
         return int(self.pidfile.read_text())
 
 
+@pytest.fixture(scope="module")
+async def http_server(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Server]:
+    """One server over HTTP for the module's tests that leave it running: each start is an
+    interpreter loading the MCP SDK's server. (Every test connects a client of its own.)"""
+    pidfile = tmp_path_factory.mktemp("mcp") / "http.pid"
+    served = Server("http", pidfile, HttpServerProcess(pidfile, token=TOKEN))
+    async with started(served):
+        yield served
+
+
 @pytest.fixture(params=["stdio", "http"])
-async def server(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Server]:
-    served = Server(request.param, tmp_path)
+def server(request: pytest.FixtureRequest, tmp_path: Path) -> Server:
+    """A server one way; over HTTP the module's."""
+    if request.param == "http":
+        return request.getfixturevalue("http_server")
+    return Server("stdio", tmp_path / "stdio.pid", None)
+
+
+@pytest.fixture(params=["stdio", "http"])
+async def own_server(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Server]:
+    """A server one way, of this test's own: it may kill it."""
+    pidfile = tmp_path / f"{request.param}.pid"
+    http = HttpServerProcess(pidfile, token=TOKEN) if request.param == "http" else None
+    async with started(Server(request.param, pidfile, http)) as served:
+        yield served
+
+
+@contextlib.asynccontextmanager
+async def started(served: Server) -> AsyncIterator[Server]:
+    """`served`, its HTTP server (if it has one) running until the block ends."""
     if served.http is not None:
         await served.http.start()
     try:
@@ -213,10 +241,11 @@ async def test_a_disallowed_tool_is_never_offered(server: Server) -> None:
         await clients.aclose()
 
 
-async def test_a_server_that_dies_comes_back(server: Server) -> None:
+async def test_a_server_that_dies_comes_back(own_server: Server) -> None:
     """Killed, the server's tools are no longer offered and a call in flight or made
     meanwhile is a failed result; once it is back (stdio: respawned by the client; HTTP:
     restarted), it is reconnected and answers."""
+    server = own_server
     clients, registry = await connect(server)
     try:
         box = Toolbox(registry, ToolContext(TASK))

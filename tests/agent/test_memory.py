@@ -49,11 +49,13 @@ class PinnedMemory:
         self.asked.append(current)
         return OLD
 
-    async def repin_prompt(self, session_id: str, current: PromptEpoch) -> None:
-        raise AssertionError("not used here")
-
     async def stamp(self, message_id: str, origin: AnswerOrigin) -> None:
         raise AssertionError("the responder stores nothing")
+
+    async def stamp_subtask(
+        self, task_id: str, round_number: int, index: int, attempt: int, epoch: str
+    ) -> None:
+        raise AssertionError("no subtask runs here")
 
 
 def replying_hi(seen: list[ModelRequest]) -> Callable[[ModelRequest], ModelResponse]:
@@ -78,7 +80,8 @@ async def test_a_round_is_asked_under_the_sessions_pinned_prompt() -> None:
     )
     decision = await responder(RoundInput(TASK, WINDOW))
     assert seen[0].messages[0] == SystemMessage(OLD.text)
-    assert memory.asked == [prompt_epoch(system_prompt(SubtaskRegistry(), "Be brief."))]
+    assert memory.asked == [responder.epoch_of(TASK)]
+    assert memory.asked[0].text == system_prompt(SubtaskRegistry(), "Be brief.")
     assert decision.origin is not None and decision.origin.prompt_epoch == OLD.hash
 
 
@@ -91,9 +94,23 @@ async def test_a_round_handed_its_sessions_prompt_does_not_read_it_again() -> No
         AttemptLadder([FunctionModel(replying_hi(seen))], sleep=_no_sleep), memory=memory
     )
     assert await responder.pin_prompt(TASK) == OLD and len(memory.asked) == 1
-    decision = await responder(RoundInput(TASK, WINDOW, prompt=OLD))
+    pinned = replace(responder.epoch_of(TASK), hash="old", text=OLD.text)  # the same offer
+    decision = await responder(RoundInput(TASK, WINDOW, prompt=pinned))
     assert seen[0].messages[0] == SystemMessage(OLD.text) and len(memory.asked) == 1
-    assert decision.origin is not None and decision.origin.prompt_epoch == OLD.hash
+    assert decision.origin is not None and decision.origin.prompt_epoch == "old"
+
+
+async def test_a_round_handed_an_epoch_with_another_offer_asks_the_memory() -> None:
+    """An epoch read beside the window that offers other tools than this round's (a
+    deploy in between) is not used as it is: the memory decides (a new epoch)."""
+    seen: list[ModelRequest] = []
+    memory = PinnedMemory()
+    responder = ModelResponder(
+        AttemptLadder([FunctionModel(replying_hi(seen))], sleep=_no_sleep), memory=memory
+    )
+    stale = replace(responder.epoch_of(TASK), hash="stale", offer_hash="another offer")
+    await responder(RoundInput(TASK, WINDOW, prompt=stale))
+    assert memory.asked == [responder.epoch_of(TASK)]
 
 
 async def test_a_decision_names_the_route_that_answered() -> None:
@@ -104,7 +121,7 @@ async def test_a_decision_names_the_route_that_answered() -> None:
     responder = ModelResponder(AttemptLadder([broken, fallback], sleep=_no_sleep))
     decision = await responder(RoundInput(TASK, WINDOW))
     assert decision.origin == AnswerOrigin(
-        responder.epoch.hash, Route("anthropic", "claude-test", 1)
+        responder.epoch_of(TASK).hash, Route("anthropic", "claude-test", 1)
     )
 
 
@@ -128,14 +145,16 @@ class Summaries:
     def __init__(self, overflow: Overflow | None) -> None:
         self._overflow = overflow
         self.stored: list[Summary] = []
+        self.epochs: list[PromptEpoch] = []  # the epochs begun with them
 
     async def overflow(
         self, task: Task, *, edge_id: str, max_chars: int, max_messages: int
     ) -> Overflow | None:
         return self._overflow
 
-    async def store_summary(self, session_id: str, summary: Summary, epoch: str | None) -> None:
+    async def store_summary(self, session_id: str, summary: Summary, epoch: PromptEpoch) -> None:
         self.stored.append(summary)
+        self.epochs.append(epoch)
 
 
 DROPPED = Overflow(1, 7, None, [StoredMessage("old", "s1", "user", "turn", "<turn>old</turn>")])
@@ -167,19 +186,13 @@ async def test_nothing_dropped_asks_nothing() -> None:
 
 
 async def test_a_summary_covers_the_overflow_and_re_pins_the_prompt() -> None:
-    """The summary is stored with the span it covers, and the session moves to this
-    deployment's prompt."""
-    repinned: list[PromptEpoch] = []
-
-    class Repin(PinnedMemory):
-        async def repin_prompt(self, session_id: str, current: PromptEpoch) -> None:
-            repinned.append(current)
-
+    """The summary is stored with the span it covers, and with it (one call, one
+    transaction in storage) the session begins this deployment's epoch."""
     responder = ModelResponder(AttemptLadder([scripted(text_response("S"))], sleep=_no_sleep))
     store = Summaries(DROPPED)
-    compaction = Compaction(store, responder.ask_text, epoch=OLD, memory=Repin())
+    compaction = Compaction(store, responder.ask_text, epoch=OLD)
     assert await compaction(TASK, WINDOW)
-    assert store.stored == [Summary(1, 7, "S")] and repinned == [OLD]
+    assert store.stored == [Summary(1, 7, "S")] and store.epochs == [OLD]
 
 
 class CountingSummaries(Summaries):

@@ -71,13 +71,14 @@ def responder(
 
 
 async def test_a_round_ends_in_a_reply() -> None:
-    """final_reply's text is the decision; controls come first, then the work tools."""
+    """final_reply's text is the decision; controls come first (final_reply before
+    delegate), then the work tools."""
     model = scripted(tool_response("final_reply", {"text": "hi"}))
     assert await responder(model, Reader())(RoundInput(TASK, WINDOW)) == Reply("hi")
     request = model.requests[0]
     assert [t.name for t in request.tools] == [
-        "delegate",
         "final_reply",
+        "delegate",
         "current_time",
         "read_thread",
     ]
@@ -102,7 +103,7 @@ async def test_the_max_subtasks_setting_bounds_delegate() -> None:
     """RoundSettings.max_subtasks is the delegate tool's bound."""
     model = scripted(tool_response("final_reply", {"text": "hi"}))
     await responder(model, max_subtasks=2)(RoundInput(TASK, WINDOW))
-    assert model.requests[0].tools[0].parameters["properties"]["subtasks"]["maxItems"] == 2
+    assert model.requests[0].tools[1].parameters["properties"]["subtasks"]["maxItems"] == 2
 
 
 async def test_the_final_round_offers_no_delegate() -> None:

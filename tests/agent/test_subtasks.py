@@ -194,13 +194,18 @@ def test_builtin_subtask_types() -> None:
 
 
 @pytest.mark.parametrize(
-    "params",
-    [{}, {"instructions": ""}, {"instructions": " \n"}, {"instructions": "x", "model": "y"}],
+    "params", [{}, {"instructions": ""}, {"instructions": " \n"}, {"instructions": 3}]
 )
 def test_agent_params_are_strict(params: dict[str, Any]) -> None:
-    """The agent type needs non-empty instructions and nothing else."""
+    """The agent type needs non-empty instructions, a string."""
     with pytest.raises(ValidationError):
         AgentParams.model_validate(params)
+
+
+def test_an_agent_params_key_it_does_not_have_is_dropped() -> None:
+    """A key the agent type does not have is dropped, not refused (issue 35)."""
+    params = AgentParams.model_validate({"instructions": " x ", "model": "y"})
+    assert params.model_dump() == {"instructions": "x"}
 
 
 def test_agent_brief_without_references_is_the_instructions() -> None:

@@ -79,8 +79,10 @@ async def gateway(
 
 
 def rate_limited(slack: FakeSlack) -> None:
-    """7 in a row: past slack_sdk's own 5 retries of a 429."""
-    slack.rate_limit(REPLIES, times=7, retry_after=1)
+    """7 in a row: past slack_sdk's own 5 retries of a 429. `Retry-After: 0`, because the
+    count is the point here, not the wait (tests/chaos/test_slack_faults.py checks that a
+    Retry-After is honoured; slack_sdk still waits up to a second after each)."""
+    slack.rate_limit(REPLIES, times=7, retry_after=0)
 
 
 def server_errors(slack: FakeSlack) -> None:

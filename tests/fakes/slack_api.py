@@ -19,7 +19,8 @@ Methods: auth.test, users.info, chat.postMessage, chat.update, chat.delete,
 chat.postEphemeral, chat.startStream, chat.appendStream, chat.stopStream, conversations.replies,
 conversations.history, assistant.threads.setStatus, files.info (tests/fakes/slack_files.py),
 agents.sessions.setStatus, assistant.threads.setSuggestedPrompts,
-conversations.info (tests/fakes/slack_channels.py: `slack.channels.share(…)`);
+conversations.info (tests/fakes/slack_channels.py: `slack.channels.share(…)`), conversations.open
+(a DM's channel is D + the person's id without its U);
 anything else answers `unknown_method`.
 apps.connections.open (Socket Mode) wants the app token (`xapp-…`), as Slack does, and
 answers with a URL of the `FakeSocketMode` in `socket_mode` (tests/fakes/socket_mode.py);
@@ -51,6 +52,9 @@ title, state, metadata, recipients), `stream(channel, ts)`, `wait_for_streams(n)
 streamed message's current text, edits applied, deleted ones gone.
 
 conversations.replies and .history honor `oldest`, `latest` and `inclusive` as Slack does.
+`archived` and `deleted` (sets of channel ids) make conversations.info say `is_archived` or
+answer `channel_not_found`, and chat.postMessage refuse with `is_archived` or
+`channel_not_found`; a user id in `gone_users` makes conversations.open answer `user_not_found`.
 
 Streaming (native streamed replies; chunk rules in tests/fakes/slack_streams.py). The error
 codes are those of Slack's method reference; the choices marked * are not documented there
@@ -289,6 +293,8 @@ class FakeSlack:
         # experience setSuggestedPrompts with a `thread_ts` silently does nothing.
         self.experience: Literal["agent", "assistant"] = "agent"
         self.suggested_prompts: list[SuggestedPrompts] = []
+        # People gone: conversations.open answers `user_not_found` for them.
+        self.gone_users: set[str] = set()
         self._changed = asyncio.Condition()
         self._runner: web.AppRunner | None = None
         self._url: str | None = None
@@ -304,6 +310,7 @@ class FakeSlack:
             "chat.stopStream": self._chat_stop_stream,
             "conversations.replies": self._conversations_replies,
             "conversations.history": self._conversations_history,
+            "conversations.open": self._conversations_open,
             "assistant.threads.setStatus": self._assistant_threads_set_status,
             "agents.sessions.setStatus": self._agents_sessions_set_status,
             "assistant.threads.setSuggestedPrompts": self._set_suggested_prompts,
@@ -315,6 +322,8 @@ class FakeSlack:
         self._methods["files.info"] = self.files.info
         self.channels = FakeChannels(team_id)  # conversations.info (slack_channels.py)
         self._methods["conversations.info"] = self.channels.info
+        # Channels archived or deleted (slack_channels.py), as chat.postMessage sees them too.
+        self.archived, self.deleted = self.channels.archived, self.channels.deleted
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -711,7 +720,7 @@ class FakeSlack:
         return {"ok": True, "user": user}
 
     def _chat_post_message(self, params: Params) -> Body:
-        error = _check_message(params, need_channel=True)
+        error = _check_message(params, need_channel=True) or self._unpostable(params)
         if error:
             return {"ok": False, "error": error}
         channel, ts = str(params["channel"]), CLOCK.next()
@@ -963,6 +972,24 @@ class FakeSlack:
             if _in_window(m["ts"], params)
         ]
         return _paginate(rendered, params)
+
+    def _unpostable(self, params: Params) -> str | None:
+        channel = str(params.get("channel") or "")
+        if channel in self.deleted:
+            return "channel_not_found"
+        return "is_archived" if channel in self.archived else None
+
+    def _conversations_open(self, params: Params) -> Body:
+        """A DM with one person: its channel id follows from theirs (D + the id's rest)."""
+        users = [u for u in str(params.get("users") or "").split(",") if u]
+        if len(users) != 1:
+            return {
+                "ok": False,
+                "error": "users_list_not_supplied" if not users else "not_supported",
+            }
+        if users[0] in self.gone_users:
+            return {"ok": False, "error": "user_not_found"}
+        return {"ok": True, "channel": {"id": f"D{users[0][1:]}"}}
 
     def _assistant_threads_set_status(self, params: Params) -> Body:
         channel_id, thread_ts = params.get("channel_id"), params.get("thread_ts")

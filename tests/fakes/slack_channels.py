@@ -12,6 +12,9 @@ fake makes any channel answer so, or `missing_scope`).
 
     slack.channels.share("C0CONNECT01", external=True, teams=["T1", "T9"])
 
+A channel id in `archived` answers with `is_archived` true; one in `deleted`,
+`channel_not_found` (chat.postMessage refuses both: slack_api.py).
+
 Kept here, not in `slack_api.py`, which only registers the method.
 """
 
@@ -27,6 +30,8 @@ class FakeChannels:
 
     team_id: str
     sharing: dict[str, dict[str, Any]] = field(default_factory=dict)
+    archived: set[str] = field(default_factory=set)
+    deleted: set[str] = field(default_factory=set)
 
     def share(
         self,
@@ -49,7 +54,7 @@ class FakeChannels:
 
     def info(self, params: dict[str, Any]) -> dict[str, Any]:
         channel = str(params.get("channel") or "")
-        if not channel:
+        if not channel or channel in self.deleted:
             return {"ok": False, "error": "channel_not_found"}
         if channel.startswith("D"):
             im = {"id": channel, "is_im": True, "is_org_shared": False, "user": "U0A1B2C3D4E"}
@@ -72,7 +77,7 @@ class FakeChannels:
                 "is_im": False,
                 "is_mpim": False,
                 "is_private": False,
-                "is_archived": False,
+                "is_archived": channel in self.archived,
                 "is_member": True,
                 "context_team_id": self.team_id,
                 "pending_shared": [],

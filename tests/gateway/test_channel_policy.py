@@ -92,7 +92,7 @@ async def test_each_channel_is_offered_its_tools_instructions_and_model_and_sigh
         try:
             await channels.ask(SUPPORT, "where is order 7?")
             first, refused = model.requests[0], model.requests[1]
-            assert tools_of(first) == ["delegate", "final_reply", "fake__echo"]
+            assert tools_of(first) == ["final_reply", "delegate", "fake__echo"]
             assert first.body["model"] == "gpt-support" and DESK in system_of(first)
             result = [m for m in refused.body["messages"] if m["role"] == "tool"][-1]
             assert "no tool named 'fake__token_is_set'" in result["content"]
@@ -107,13 +107,13 @@ async def test_each_channel_is_offered_its_tools_instructions_and_model_and_sigh
             await channels.reload(rb"THREADGATE_CHANNEL_CONFIG reloaded: 1 channel")
             await channels.ask(SUPPORT, "and now?")
             after = model.requests[-1]
-            assert tools_of(after) == ["delegate", "final_reply", "current_time"]
+            assert tools_of(after) == ["final_reply", "delegate", "current_time"]
             assert "Now the ops desk." in system_of(after) and after.body["model"] == "gpt-test"
 
             config.write_text(json.dumps({"channels": {SUPPORT: {"tool": ["*"]}}}))
             await channels.reload(rb"was not reloaded, the channel policy in force is kept")
             await channels.ask(SUPPORT, "still you?")
-            assert tools_of(model.requests[-1]) == ["delegate", "final_reply", "current_time"]
+            assert tools_of(model.requests[-1]) == ["final_reply", "delegate", "current_time"]
         finally:
             assert await gateway.stop() == 0
     async with Database(dsn) as db:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 
 from agent.rounds.subagent import SUBAGENT_PROMPT
+from gateway.process.task_commands import render_detail
+from storage import inspect_task
 from tests.fakes.openai_api import Held, RecordedRequest, Reply, reply_with_tool
 from tests.fakes.slack_events import app_mention_event, event_callback
 from tests.gateway.rig import Rig
@@ -44,6 +46,25 @@ async def test_delegation_posts_the_ack_then_the_reply_each_once(rig: Rig) -> No
     task_id = f"T1:{event['channel']}:{event['ts']}"
     await wait_for_task(rig.db, task_id, "done")
     assert len(rig.slack.posts) == 2
+
+
+async def test_each_subtask_records_the_epoch_its_sub_agent_was_asked_under(rig: Rig) -> None:
+    """Both subtasks record the session's epoch (the one the reply was asked under, whose
+    sub-agent prompt they were given), and `tasks show` prints it beside each."""
+    rig.model.default = delegating_model
+    event = app_mention_event(text="<@UBOT> research two things")
+    await rig.send(event_callback(event))
+    task_id = f"T1:{event['channel']}:{event['ts']}"
+    await wait_for_task(rig.db, task_id, "done")
+    detail = await inspect_task(rig.db, task_id)
+    (epoch,) = detail.epochs
+    stamped = [t.prompt_epoch for t in detail.rounds[0].subtasks]
+    assert stamped == [epoch.hash, epoch.hash]
+    reply = next(m for m in detail.messages if m.kind == "reply")
+    assert reply.prompt_epoch == epoch.hash
+    stored = "SELECT subagents->>'agent' FROM prompt_epochs WHERE hash = $1"
+    assert await rig.db.pool.fetchval(stored, epoch.hash) == SUBAGENT_PROMPT
+    assert render_detail(detail).count(f"prompt epoch #1 {epoch.hash[:12]}") == 4  # 2 + ack + reply
 
 
 async def test_subtasks_run_in_parallel(rig: Rig) -> None:

@@ -68,6 +68,8 @@ METHOD_SCOPES: dict[str, set[str]] = {
     "files_info": {"files:read"},  # a file an event gives only by id (gateway/slack/file_info.py)
     # Whether a channel is shared with another organization (gateway/slack/sharing.py).
     "conversations_info": {"channels:read", "groups:read", "im:read", "mpim:read"},
+    # A person's DM opened for a schedule that posts there (issue 34).
+    "conversations_open": {"im:write"},
 }
 # The scope Slack requires for each Events API subscription.
 EVENT_SCOPES = {

@@ -1,6 +1,7 @@
-"""What the bot remembers, through the whole gateway: pinned messages stay in view, a
-thread keeps the system prompt it started with across a deploy, and `tasks show` says
-which prompt and route wrote each answer."""
+"""What the bot remembers, through the whole gateway: pinned messages stay in view with
+their turns (and a pin past the cap is told), a thread keeps the system prompt it started
+with across a deploy that changes only the words, begins a recorded epoch when the offer
+changes, and `tasks show` says which epoch and route wrote each answer."""
 
 from __future__ import annotations
 
@@ -11,10 +12,9 @@ from typing import Any
 
 import pytest
 
-from agent import prompt_epoch
 from gateway.process.task_commands import render_detail
 from storage import inspect_task
-from tests.fakes.openai_api import Completion, RecordedRequest, Reply
+from tests.fakes.openai_api import Completion, RecordedRequest, Reply, reply_with_tool
 from tests.fakes.slack_events import (
     DEFAULT_CHANNEL,
     DEFAULT_USER,
@@ -26,7 +26,7 @@ from tests.fakes.slack_events import (
 from tests.fakes.slack_pins import file_pin_event, pin_event, pinned_message
 from tests.gateway.process import run_cli_output
 from tests.gateway.rig import Rig, echo, last_user_text
-from tests.pg import wait_for_task
+from tests.pg import wait_for_task, wait_for_value
 
 # Each turn is long enough that the window (1,000 characters) holds only the newest one.
 PAD = "filler " * 50
@@ -82,6 +82,42 @@ async def test_our_own_reply_can_be_pinned_and_unpinned(rig: Rig) -> None:
     assert (await rig.send(event_callback(file_pin_event())))[0] == 200
     assert (await rig.send(event_callback(pin_event(ours, added=False))))[0] == 200
     assert await rig.db.pool.fetchval(query, reply_id) is False
+
+
+@pytest.mark.rig(
+    overrides=SMALL_WINDOW | {"THREADGATE_PINNED_MAX": "1"}, users={"U0PINNER001": "Cy"}
+)
+async def test_a_pinned_answer_keeps_its_question_and_a_pin_past_the_cap_is_told(
+    rig: Rig,
+) -> None:
+    """Pinning the bot's answer keeps the question it answered in later requests; with a
+    cap of one, the next pin pushes it out and the person who pinned is told privately, in
+    the thread, which message fell out of memory (escaped: it cannot ping)."""
+    root = new_ts()
+    rig.model.default = lambda seen: reply_with_tool(
+        "final_reply", {"text": "The code is PELICAN <!channel> @here."}
+    )
+    await rig.send(event_callback(app_mention_event(text=f"<@UBOT> the code? {PAD}", ts=root)))
+    (answer,) = await rig.slack.wait_for_posts(1)
+    rig.model.default = echo
+    await wait_for_task(rig.db, f"T1:{DEFAULT_CHANNEL}:{root}", "done")  # its ts is recorded
+    ours = pinned_message(text=answer.text, ts=answer.ts, user="UBOT", thread_ts=root, bot_id="B1")
+    assert (await rig.send(event_callback(pin_event(ours, pinned_by="U0PINNER001"))))[0] == 200
+    for n in range(2):
+        await say(rig, root, f"later {n} {PAD}")
+    shown = [m["content"] for m in rig.model.requests[-1].body["messages"][1:3]]
+    assert shown[0].startswith("[pinned] ") and "the code?" in shown[0]  # the question
+    assert shown[1].startswith("[pinned] ") and "PELICAN" in shown[1]  # the answer pinned
+    assert rig.slack.ephemerals == []
+    later = rig.slack.posts[-1]
+    newer = pinned_message(text=later.text, ts=later.ts, user="UBOT", thread_ts=root, bot_id="B1")
+    await wait_for_value(rig.db, "SELECT count(*) FROM tasks WHERE state <> 'done'", 0)
+    assert (await rig.send(event_callback(pin_event(newer, pinned_by="U0PINNER001"))))[0] == 200
+    (note,) = rig.slack.ephemerals
+    assert (note.user, note.channel, note.thread_ts) == ("U0PINNER001", DEFAULT_CHANNEL, root)
+    assert "I keep the newest pin of a conversation in mind" in note.text
+    assert "my answer “The code is PELICAN &lt;" in note.text
+    assert "<" not in note.text and "@here" not in note.text
 
 
 @pytest.mark.rig(
@@ -143,12 +179,18 @@ async def test_a_thread_keeps_its_prompt_across_a_deploy_until_reset(
 
     new_task = f"T1:{DEFAULT_CHANNEL}:{new_root}"
     await wait_for_task(rig.db, new_task, "done")
-    page = render_detail(await inspect_task(rig.db, new_task))
-    epoch = prompt_epoch(new_prompt).hash[:12]
-    assert f"prompt epoch {epoch}, route openai:gpt-test (primary)" in page
+    texts = "SELECT text FROM prompt_epochs WHERE hash = $1"
+    detail = await inspect_task(rig.db, new_task)
+    (epoch,) = detail.epochs
+    assert await rig.db.pool.fetchval(texts, epoch.hash) == new_prompt
+    page = render_detail(detail)
+    assert f"prompt epoch #1 {epoch.hash[:12]}, route openai:gpt-test (primary)" in page
     old_task = f"T1:{DEFAULT_CHANNEL}:{old_root}"
-    old_page = render_detail(await inspect_task(rig.db, old_task))
-    assert f"prompt epoch {prompt_epoch(old_prompt).hash[:12]}, route openai" in old_page
+    old_detail = await inspect_task(rig.db, old_task)
+    (old_epoch,) = old_detail.epochs  # new words alone begin no epoch
+    assert old_epoch.reason == "start"
+    assert await rig.db.pool.fetchval(texts, old_epoch.hash) == old_prompt
+    assert f"prompt epoch #1 {old_epoch.hash[:12]}, route openai" in render_detail(old_detail)
 
     session = f"T1:{DEFAULT_CHANNEL}:{old_root}"
     status, out, err = await run_cli_output(
@@ -160,6 +202,52 @@ async def test_a_thread_keeps_its_prompt_across_a_deploy_until_reset(
     await say(rig, old_root, "and now?")
     assert system_text(rig.model.requests[-1].body) == new_prompt
     assert "operators of this workspace" not in old_prompt
+    epochs = (await inspect_task(rig.db, old_task)).epochs
+    assert [(e.number, e.reason) for e in epochs] == [(1, "start"), (2, "reset")]
+
+
+def tool_names(body: dict[str, Any]) -> list[str]:
+    return [t["function"]["name"] for t in body["tools"]]
+
+
+async def test_a_deploy_that_changes_the_offer_begins_a_recorded_epoch(
+    rig: Rig, tmp_path: Path
+) -> None:
+    """After a restart that withholds read_thread (and rewords the prompt), the old
+    thread's next request is a new epoch — the new words with the new offer, never the old
+    words beside it — offering exactly the tools `tasks show` lists for that epoch, which
+    it shows as #2, offer_changed, after #1 start."""
+    root = new_ts()
+    await rig.send(event_callback(app_mention_event(text="<@UBOT> hello", ts=root)))
+    await rig.slack.wait_for_posts(1)
+    before = rig.model.requests[-1].body
+    assert "read_thread" in tool_names(before)
+    config = tmp_path / "channels.json"
+    config.write_text(
+        json.dumps({"default": {"tools": ["current_time"], "instructions": "Be a pirate."}})
+    )
+    await rig.gateway.stop()
+    rig.gateway = await rig.start_gateway(
+        socket_mode=False, overrides={"THREADGATE_CHANNEL_CONFIG": str(config)}
+    )
+    await say(rig, root, "again")
+    after = rig.model.requests[-1].body
+    assert tool_names(after) == ["final_reply", "delegate", "current_time"]
+    assert system_text(after).endswith("Be a pirate.\n") and system_text(before) != system_text(
+        after
+    )
+
+    await wait_for_value(rig.db, "SELECT count(*) FROM tasks WHERE state <> 'done'", 0)
+    again = await rig.db.pool.fetchval(
+        "SELECT id FROM tasks WHERE session_id = $1 ORDER BY seq DESC LIMIT 1",
+        f"T1:{DEFAULT_CHANNEL}:{root}",
+    )
+    page = render_detail(await inspect_task(rig.db, again))
+    lines = page.split("Prompt epochs of the session\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert [line.split(" at ")[0].strip() for line in lines] == ["#1 start", "#2 offer_changed"]
+    assert lines[1].endswith(f"offers {', '.join(tool_names(after))}")
+    assert lines[0].endswith(f"offers {', '.join(tool_names(before))}")
+    assert ", prompt epoch #2 " in page
 
 
 async def long_thread(rig: Rig, replies: list[str]) -> None:

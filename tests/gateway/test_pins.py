@@ -1,17 +1,21 @@
 """Pin payloads: a pin of a message becomes a `PinChange` in the right conversation;
-anything else is None; a malformed one is a `MalformedEvent` (a 400), never a crash."""
+anything else is None; a malformed one is a `MalformedEvent` (a 400), never a crash. The
+notice to whoever pinned past the cap names what fell out, and cannot ping."""
 
 from __future__ import annotations
 
 import contextlib
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.inbound.pins import pin_change
+from gateway.inbound.pins import QUOTE_CHARS, cap_notice, pin_change
 from gateway.slack.events import MalformedEvent
+from gateway.text.provenance import Turn, render_turn
+from storage import Unpinned
 from tests.fakes.slack_events import DEFAULT_DM, app_mention_event, event_callback
 from tests.fakes.slack_pins import file_pin_event, pin_event, pinned_message
 
@@ -36,6 +40,16 @@ def test_a_top_level_dm_message_belongs_to_the_dm_conversation() -> None:
     event = pin_event(pinned_message(text="hi", ts=TS), channel=DEFAULT_DM, added=False)
     change = pin_change(event_callback(event))
     assert change is not None and not change.added and change.session_id == f"T1:{DEFAULT_DM}"
+
+
+def test_a_pin_says_who_pinned_and_where_to_tell_them() -> None:
+    """The pinner comes from the event's `user`; the thread to tell them in is the
+    message's, its own ts for a thread's parent, none for a top-level DM message."""
+    reply = pin_change(event_callback(pin_event(pinned_message(text="hi", ts=TS, thread_ts=ROOT))))
+    parent = pin_change(event_callback(pin_event(pinned_message(text="hi", ts=ROOT))))
+    dm = pin_change(event_callback(pin_event(pinned_message(text="hi", ts=TS), channel=DEFAULT_DM)))
+    assert reply is not None and parent is not None and dm is not None
+    assert (reply.by, reply.thread, parent.thread, dm.thread) == ("U0A1B2C3D4E", ROOT, ROOT, None)
 
 
 def test_other_events_and_pins_are_not_pin_changes() -> None:
@@ -82,3 +96,28 @@ def test_any_pin_payload_is_a_change_none_or_malformed(
     with contextlib.suppress(MalformedEvent):
         change = pin_change(event_callback(event))
         assert change is None or change.ts == message["ts"]
+
+
+def unpinned(text: str, role: str = "user") -> Unpinned:
+    return Unpinned("m1", role, "turn" if role == "user" else "reply", text, datetime.now(UTC))
+
+
+def test_the_cap_notice_names_whose_message_fell_out_and_how_it_starts() -> None:
+    """A person's turn is named by its author and its opening words; our answer as ours."""
+    turn = render_turn(Turn("Ada", "U1", "C1", datetime.now(UTC), "budget is 42k " * 20))
+    notice = cap_notice([unpinned(turn), unpinned("Use the **blue** one.", "assistant")], 3)
+    assert notice.startswith("Pinned. I keep the newest 3 pins of a conversation in mind, so ")
+    assert "Ada’s message “budget is 42k budget" in notice and "…”" in notice
+    assert "my answer “Use the **blue** one.”" in notice and " are no longer " in notice
+
+
+@given(text=st.text(), name=st.text(), role=st.sampled_from(["user", "assistant"]))
+def test_no_cap_notice_can_ping_or_link(text: str, name: str, role: str) -> None:
+    """Whatever the message that fell out said, and whoever wrote it, the notice holds no
+    `<` (no mention, broadcast or link can form), no bare broadcast, and quotes a bounded
+    part of it."""
+    stored = render_turn(Turn(name, "U1", "C1", datetime.now(UTC), text)) if name else text
+    notice = cap_notice([unpinned(stored, role)], 10)
+    assert "<" not in notice
+    assert not any(f"@{word}" in notice for word in ("here", "channel", "everyone"))
+    assert len(notice) < 400 + 6 * QUOTE_CHARS

@@ -159,12 +159,13 @@ async def test_stop_cuts_the_subtasks_that_run(rig: Rig) -> None:
     rig.model.default = delegate_then_hold(release)
     event = app_mention_event(text="<@UBOT> research this")
     await send(rig, event_callback(event))
+    # Two waits, so a failure says which of the two never came.
     await rig.slack.wait_until(
-        lambda: (
-            len(rig.model.requests) >= 3
-            and rig.slack.session_status(event["channel"], event["ts"]) == "processing"
-        ),
-        what="both sub-agents asking the model",
+        lambda: len(rig.model.requests) >= 3, what="both sub-agents asking the model"
+    )
+    await rig.slack.wait_until(
+        lambda: rig.slack.session_status(event["channel"], event["ts"]) == "processing",
+        what="the session processing while the sub-agents work",
     )
     pressed = await press_stop(rig, event)
     await stopped_note(rig, event)

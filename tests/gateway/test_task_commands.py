@@ -140,7 +140,12 @@ async def test_list_show_and_retry_done_failed_and_running_tasks(rig: Rig, tmp_p
     running = await mention(rig, "slow", "1700000030.000100")
     await asyncio.wait_for(called.wait(), 30)  # its task is running: the model has it
 
-    status, table, _ = await run_cli_output(["tasks", "list"], env, tmp_path)
+    # The three reads change nothing, so they run at once (each is a `threadgate` start-up).
+    (status, table, _), (_, listed, _), (shown, page, _) = await asyncio.gather(
+        run_cli_output(["tasks", "list"], env, tmp_path),
+        run_cli_output(["tasks", "list", "--state", "failed", "--json"], env, tmp_path),
+        run_cli_output(["tasks", "show", failed], env, tmp_path),
+    )
     assert status == 0
     header, *rows = table.splitlines()
     assert header.split()[:3] == ["ID", "STATE", "CHANNEL"]
@@ -149,15 +154,11 @@ async def test_list_show_and_retry_done_failed_and_running_tasks(rig: Rig, tmp_p
         [failed, "failed"],
         [done, "done"],
     ]
-    status, listed, _ = await run_cli_output(
-        ["tasks", "list", "--state", "failed", "--json"], env, tmp_path
-    )
     [only] = json.loads(listed)
     assert (only["id"], only["state"], only["team"]) == (failed, "failed", "T1")
     assert "model_not_found" in only["last_error"] or "does not exist" in only["last_error"]
 
-    status, page, _ = await run_cli_output(["tasks", "show", failed], env, tmp_path)
-    assert status == 0 and "last error:" in page and "Turn and answers" in page
+    assert shown == 0 and "last error:" in page and "Turn and answers" in page
     assert f"task:{failed}:failure" in page  # the failure notice's outbox row, with its ts
     status, out, _ = await run_cli_output(["tasks", "retry", failed], env, tmp_path)
     assert (status, out.strip()) == (0, f"Task {failed} is queued again (it was failed).")
@@ -165,12 +166,14 @@ async def test_list_show_and_retry_done_failed_and_running_tasks(rig: Rig, tmp_p
     await wait_for_task(rig.db, failed, "done")
     assert any("doomed" in p.text for p in rig.slack.posts)
 
-    for args, sentence in (
+    refusals = (
         (["tasks", "retry", done], f"Task {done} is done (answered); only a failed"),
         (["tasks", "cancel", done], f"Task {done} is already done (answered)"),
         (["tasks", "show", "T1:nope"], "No task has the id 'T1:nope'"),
-    ):
-        status, out, err = await run_cli_output(args, env, tmp_path)
+    )
+    # Each is refused without a change, so they too run at once.
+    answers = await asyncio.gather(*(run_cli_output(a, env, tmp_path) for a, _ in refusals))
+    for (_, sentence), (status, out, err) in zip(refusals, answers, strict=True):
         assert status == 1 and out == "" and err.startswith(f"threadgate: {sentence}"), err
         assert len(err.strip().splitlines()) == 1
 

@@ -3,9 +3,11 @@ is shown first and the window goes on after what it covers; summaries roll forwa
 
 from __future__ import annotations
 
-from agent import Summary
+from agent import Summary, prompt_epoch
 from storage import Database, PostgresHistory, PostgresSummaries
 from tests.storage.test_history import new_task, reply
+
+EPOCH = prompt_epoch("The prompt summaries are written for.")
 
 
 async def test_overflow_is_what_the_window_drops_in_whole_turns(db: Database) -> None:
@@ -46,7 +48,7 @@ async def test_a_summary_is_shown_first_and_the_next_one_rolls_forward(db: Datab
     )
     assert first is not None and [m.text for m in first.messages][-1] == "question 2"
     await summaries.store_summary(
-        tasks[5].session_id, Summary(first.covers_from, first.covers_to, "S1"), "epoch"
+        tasks[5].session_id, Summary(first.covers_from, first.covers_to, "S1"), EPOCH
     )
     window = await history.window(tasks[5], max_chars=10_000, max_messages=50)
     assert [(m.kind, m.text) for m in window][:2] == [("summary", "S1"), ("turn", "question 3")]
@@ -92,7 +94,7 @@ async def test_a_complete_window_leaves_nothing_for_compaction_to_read(db: Datab
     )
     assert first is not None
     await summaries.store_summary(
-        last.session_id, Summary(first.covers_from, first.covers_to, "S1"), "epoch"
+        last.session_id, Summary(first.covers_from, first.covers_to, "S1"), EPOCH
     )
     assert await check(100_000, 50) and await check(100_000, 8)
     assert not await check(100_000, 3) and not await check(30, 50)

@@ -1,4 +1,4 @@
--- Capabilities and routes (issue 35, items 2 and 3).
+-- Capabilities and routes (issue 35, items 2 and 3); 020 and 021 are schedules and epochs.
 
 -- A person's PDFs are stored beside their turn like pictures, for the models that read
 -- documents natively (agent/core/documents.py), with the pages the decoder counted.
