@@ -377,7 +377,8 @@ async def test_a_tools_pictures_reach_a_model_that_can_see_them(tmp_path: Path) 
     shown]". Now a real picture goes with the result — inside the `tool_result` on the
     Messages API, in a user message after the tool messages on Chat Completions — and an
     "image" whose bytes are not a picture is named, with why."""
-    clients, registry = await connect(Server("stdio", tmp_path), allowed=["screenshot"])
+    stdio = Server("stdio", tmp_path / "stdio.pid", None)
+    clients, registry = await connect(stdio, allowed=["screenshot"])
     try:
         box = Toolbox(registry, ToolContext(TASK))
         [result] = await box.run([call("fake__screenshot", "{}")])
