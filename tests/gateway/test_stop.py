@@ -160,7 +160,7 @@ async def test_stop_cuts_the_subtasks_that_run(rig: Rig) -> None:
     event = app_mention_event(text="<@UBOT> research this")
     await send(rig, event_callback(event))
     # Two waits, so a failure says which of the two never came.
-    await rig.slack.wait_until(
+    await rig.model.wait_until(
         lambda: len(rig.model.requests) >= 3, what="both sub-agents asking the model"
     )
     await rig.slack.wait_until(
