@@ -258,6 +258,7 @@ class LoopbackServer:
         self.default: Callable[[RecordedRequest], Reply] = _nothing_scripted
         self._queue: deque[Script] = deque()
         self._runner: web.AppRunner | None = None
+        self._arrived = asyncio.Condition()
         self.origin = ""
 
     @property
@@ -273,6 +274,24 @@ class LoopbackServer:
     def pending(self) -> int:
         """How many scripted replies are still unused."""
         return len(self._queue)
+
+    async def wait_until(
+        self,
+        predicate: Callable[[], bool],
+        timeout: float = 30,  # noqa: ASYNC109 - a test's deadline, stated where it waits
+        *,
+        what: str = "condition",
+    ) -> None:
+        """Wait, re-checking as each request arrives, until `predicate()` holds (a condition
+        on `requests`: another fake's waits re-check only on that fake's own calls)."""
+        try:
+            async with asyncio.timeout(timeout), self._arrived:
+                await self._arrived.wait_for(predicate)
+        except TimeoutError:
+            raise AssertionError(
+                f"{type(self).__name__}: timed out after {timeout}s waiting for {what};"
+                f" {len(self.requests)} requests arrived"
+            ) from None
 
     async def __aenter__(self) -> LoopbackServer:
         app = web.Application()
@@ -299,6 +318,8 @@ class LoopbackServer:
         )
         seen = dataclasses.replace(seen, counted=counted, reported=self.reported)
         self.requests.append(seen)
+        async with self._arrived:
+            self._arrived.notify_all()
         return await self._next_reply(seen).send(request, seen)
 
     def _next_reply(self, seen: RecordedRequest) -> Reply:

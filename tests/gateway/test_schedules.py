@@ -149,7 +149,7 @@ async def test_a_run_with_nothing_to_say_posts_nothing(rig: Rig, tmp_path: Path)
             "Digest, if anything happened",
         )
     )["id"]
-    await rig.slack.wait_until(lambda: any(schedule_run(r) for r in rig.model.requests), 30)
+    await rig.model.wait_until(lambda: any(schedule_run(r) for r in rig.model.requests), 30)
     await cli(env, tmp_path, "schedules", "pause", sid)
     await runs_settled(rig.db, sid)
     shown = json.loads(await cli(env, tmp_path, "schedules", "show", sid, "--json"))

@@ -137,16 +137,11 @@ async def test_stop_ends_the_work_once_and_the_thread_goes_on(rig: Rig) -> None:
     assert [(a["action"], a["actor"]) for a in actions] == [("stop", "slack:U0A1B2C3D4E")]
 
 
-def delegate_then_hold(release: asyncio.Event, asked: asyncio.Event | None = None) -> Any:
-    """The task delegates two sub-agent tasks whose model requests hang until `release`;
-    `asked` is set once both sub-agents have asked."""
-    subagents: list[RecordedRequest] = []
+def delegate_then_hold(release: asyncio.Event) -> Any:
+    """The task delegates two sub-agent tasks whose model requests hang until `release`."""
 
     def answer(seen: RecordedRequest) -> Reply:
         if str(seen.body["messages"][0]["content"]) == SUBAGENT_PROMPT:
-            subagents.append(seen)
-            if asked is not None and len(subagents) >= 2:
-                asked.set()
             return Gated(reply_with_tool("final_reply", {"text": "found"}), release, before=1)
         subtasks = [
             {"type": "agent", "params": {"instructions": "look one way"}},
@@ -160,15 +155,14 @@ def delegate_then_hold(release: asyncio.Event, asked: asyncio.Event | None = Non
 async def test_stop_cuts_the_subtasks_that_run(rig: Rig) -> None:
     """A Stop while sub-agents work: they are cut (failed, no model request after the
     Stop), the task is cancelled and says so once."""
-    release, asked = asyncio.Event(), asyncio.Event()
-    rig.model.default = delegate_then_hold(release, asked)
+    release = asyncio.Event()
+    rig.model.default = delegate_then_hold(release)
     event = app_mention_event(text="<@UBOT> research this")
     await send(rig, event_callback(event))
-    # Two waits, so a failure says which of the two never came. The sub-agents' requests
-    # are waited for at the model (FakeSlack re-checks a condition only on Slack's calls,
-    # and the last of those may come before the second sub-agent asks).
-    async with asyncio.timeout(30):
-        await asked.wait()
+    # Two waits, so a failure says which of the two never came.
+    await rig.model.wait_until(
+        lambda: len(rig.model.requests) >= 3, what="both sub-agents asking the model"
+    )
     await rig.slack.wait_until(
         lambda: rig.slack.session_status(event["channel"], event["ts"]) == "processing",
         what="the session processing while the sub-agents work",

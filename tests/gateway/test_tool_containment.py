@@ -99,7 +99,7 @@ async def test_a_backtracking_pattern_neither_freezes_the_gateway_nor_passes(
                 app_mention_event(text="<@UBOT> spell it", ts="1700000001.000100")
             )
             assert (await deliver(http, gateway.events_url, first, SECRET))[0] == 200
-            await slack.wait_until(lambda: len(model.requests) >= 1, what="the tool calls")
+            await model.wait_until(lambda: len(model.requests) >= 1, what="the tool calls")
             second = event_callback(
                 app_mention_event(text="<@UBOT> second", ts="1700000002.000100")
             )
