@@ -24,6 +24,8 @@ from agent.core.approval import (
     PausedRound,
     Verdict,
 )
+from agent.core.attachments import AttachmentRefusals, attachment_key, message_of, not_shown_note
+from agent.core.attachments import describe as describe_attachment
 from agent.core.citations import Citation
 from agent.core.delegation import (
     Delegation,
@@ -36,8 +38,16 @@ from agent.core.delegation import (
     SubtaskRequest,
     SubtaskState,
 )
+from agent.core.documents import (
+    MAX_DOCUMENT_BYTES_PER_REQUEST,
+    MAX_DOCUMENT_PAGES_PER_REQUEST,
+    MAX_DOCUMENTS_PER_REQUEST,
+    PDF,
+    Document,
+)
 from agent.core.errors import (
     AgentError,
+    AttachmentRefused,
     ConfigError,
     ControlCallError,
     CredentialRejected,
@@ -131,6 +141,7 @@ from agent.durable.runner import (
     RunnerSettings,
     TaskRunner,
 )
+from agent.models.capabilities import CAPABILITY_NAMES, Capabilities, default_capabilities
 from agent.models.circuit import CircuitBreaker
 from agent.models.contract import (
     AssistantMessage,
@@ -140,6 +151,7 @@ from agent.models.contract import (
     ModelRequest,
     ModelResponse,
     NamedTool,
+    PageCitation,
     StreamEvent,
     SystemMessage,
     ToolCall,
@@ -161,17 +173,25 @@ from agent.models.prices import (
 )
 from agent.models.probe import ProbeResult, probe_model
 from agent.models.providers import (
+    BUILTIN_KINDS,
     DEFAULT_GATEWAY_HEADER,
     DEFAULT_MODEL_TIMEOUT,
     GATEWAY_HEADER_VARIABLE,
     GATEWAY_TOKEN_VARIABLE,
     VENDORS,
+    OpenRoute,
+    ProviderKind,
     ProviderSettings,
     Vendor,
     open_model,
+    open_route,
     parse_spec,
+    route_capabilities,
 )
+from agent.models.providers.http_model import HTTPModel
+from agent.models.providers.provider import Provider
 from agent.models.providers.transport import model_transport
+from agent.models.routes import NO_SAMPLING, RouteConfig, Sampling
 from agent.rounds.channel_policy import ChannelPolicy, PolicyOf
 from agent.rounds.control import (
     ControlTool,
@@ -186,7 +206,13 @@ from agent.rounds.loop import run_round
 from agent.rounds.mcp_config import McpConfig, McpServerConfig, load_mcp_config, parse_mcp_config
 from agent.rounds.mcp_tools import Backoff, Connecting, McpClients, McpServerState, McpTool
 from agent.rounds.pause import PauseStateError, RoundSoFar
-from agent.rounds.plugins import default_registries, load_subtask_types, load_tools
+from agent.rounds.plugins import (
+    default_registries,
+    installed_providers,
+    load_providers,
+    load_subtask_types,
+    load_tools,
+)
 from agent.rounds.prompt import PROMPT_VERSION, prompt_epoch, system_prompt
 from agent.rounds.references import ReferenceCatalog
 from agent.rounds.schedule_tools import (
@@ -203,11 +229,14 @@ from agent.rounds.tools import (
     ReadThread,
     Toolbox,
     ToolContext,
+    ToolOutput,
     ToolRegistry,
     WorkTool,
 )
 
 __all__ = [
+    "BUILTIN_KINDS",
+    "CAPABILITY_NAMES",
     "DEFAULT_APPROVAL_TIMEOUT_SECONDS",
     "DEFAULT_GATEWAY_HEADER",
     "DEFAULT_MAX_OUTPUT_TOKENS",
@@ -219,8 +248,13 @@ __all__ = [
     "GATEWAY_HEADER_VARIABLE",
     "GATEWAY_TOKEN_VARIABLE",
     "INVISIBLE_CHARACTERS",
+    "MAX_DOCUMENTS_PER_REQUEST",
+    "MAX_DOCUMENT_BYTES_PER_REQUEST",
+    "MAX_DOCUMENT_PAGES_PER_REQUEST",
     "MAX_IMAGES_PER_REQUEST",
+    "NO_SAMPLING",
     "NO_TRACER",
+    "PDF",
     "PROMPT_VERSION",
     "TAG_LOOKALIKES",
     "VENDORS",
@@ -237,6 +271,8 @@ __all__ = [
     "ApprovalRequest",
     "ApprovalStore",
     "AssistantMessage",
+    "AttachmentRefusals",
+    "AttachmentRefused",
     "AttemptLadder",
     "Attempts",
     "AttributeValue",
@@ -245,6 +281,7 @@ __all__ = [
     "CacheHint",
     "CallRun",
     "CallRunState",
+    "Capabilities",
     "ChannelPolicy",
     "CircuitBreaker",
     "Citation",
@@ -261,6 +298,7 @@ __all__ = [
     "Delegate",
     "Delegation",
     "DelegationStore",
+    "Document",
     "Draft",
     "EpochReason",
     "FailureKind",
@@ -268,6 +306,7 @@ __all__ = [
     "FinalReply",
     "FunctionModel",
     "GatedCall",
+    "HTTPModel",
     "History",
     "Image",
     "InvalidSchedule",
@@ -292,7 +331,9 @@ __all__ = [
     "NoReply",
     "NoTracer",
     "NonTransientModelError",
+    "OpenRoute",
     "Overflow",
+    "PageCitation",
     "PauseStateError",
     "Paused",
     "PausedRound",
@@ -301,6 +342,8 @@ __all__ = [
     "PriceTable",
     "ProbeResult",
     "PromptEpoch",
+    "Provider",
+    "ProviderKind",
     "ProviderSettings",
     "Publisher",
     "QuotaExhausted",
@@ -318,8 +361,10 @@ __all__ = [
     "RoundSoFar",
     "RoundState",
     "Route",
+    "RouteConfig",
     "RunnerObserver",
     "RunnerSettings",
+    "Sampling",
     "ScheduleBook",
     "ScheduleCreate",
     "ScheduleDelete",
@@ -359,6 +404,7 @@ __all__ = [
     "ToolChoice",
     "ToolContext",
     "ToolObserver",
+    "ToolOutput",
     "ToolRegistry",
     "ToolResultMessage",
     "ToolSpec",
@@ -374,15 +420,23 @@ __all__ = [
     "Window",
     "WorkTool",
     "approval_id",
+    "attachment_key",
     "bind_log_fields",
+    "default_capabilities",
     "default_registries",
+    "describe_attachment",
     "format_seconds",
+    "installed_providers",
     "load_mcp_config",
+    "load_providers",
     "load_subtask_types",
     "load_tools",
     "log_fields",
+    "message_of",
     "model_transport",
+    "not_shown_note",
     "open_model",
+    "open_route",
     "parse_mcp_config",
     "parse_prices",
     "parse_spec",
@@ -393,6 +447,7 @@ __all__ = [
     "recur_once",
     "reply_id",
     "round_controls",
+    "route_capabilities",
     "route_of",
     "run_round",
     "sanitize_text",

@@ -89,6 +89,7 @@ from storage.pictures import (
     DEFAULT_THREAD_PICTURE_BYTES,
     DEFAULT_WORKSPACE_DAILY_PICTURE_BYTES,
     PictureBudgets,
+    PostgresAttachmentRefusals,
 )
 from storage.pins import (
     Pinned,
@@ -188,6 +189,7 @@ __all__ = [
     "PostState",
     "PostgresAlertThrottle",
     "PostgresApprovals",
+    "PostgresAttachmentRefusals",
     "PostgresDelegations",
     "PostgresHistory",
     "PostgresInstallations",

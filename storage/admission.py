@@ -20,9 +20,10 @@ posts it through the outbox like any reply (after the ack, exactly once, in the 
 order), without asking a model. Every later over-limit message of the window is acked and
 dropped.
 
-A message with pictures, or with back-filled messages, is admitted statement by statement
-in one transaction: the pictures are weighed against their budgets there
-(storage/pictures.py), and one past a budget is not stored; the message says so.
+A message with pictures (or PDFs kept for the models that read documents), or with
+back-filled messages, is admitted statement by statement in one transaction: the
+attachments are weighed against their budgets there (storage/pictures.py), and one past a
+budget is not stored; the message says so.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from typing import Literal, TypeAlias
 
 import asyncpg
 
-from agent import Image, reply_id, user_message_id
+from agent import Document, Image, reply_id, user_message_id
 from storage.database import TASKS_CHANNEL, Database
 from storage.errors import translate_errors
 from storage.migrations import Connection
@@ -48,7 +49,7 @@ class EarlierMessage:
 
     id: str
     text: str
-    images: tuple[Image, ...] = ()
+    images: tuple[Image | Document, ...] = ()  # pictures and kept PDFs, in file order
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +62,9 @@ class Admission:
     earlier: Sequence[EarlierMessage] = field(default_factory=tuple)
     user: str | None = None  # who wrote it ("team:user"), for the limits and the usage
     channel: str | None = None  # where ("team:channel"), for the channel's token budget
-    images: tuple[Image, ...] = ()  # pictures shown with the turn, stored beside it
+    # Pictures shown with the turn, and PDFs kept for the models that read documents, in
+    # file order: stored beside it.
+    images: tuple[Image | Document, ...] = ()
     refused: LimitScope | None = None  # one of `REFUSALS`: the channel is not answered
     traceparent: str | None = None  # the message's trace, stored with its task
 
@@ -250,13 +253,13 @@ SELECT (SELECT count(pg_notify($18, '')) > 0 FROM task) AS created,
 """
 )
 
-# A message's pictures; the bytes stored, for the budgets' counters.
+# A message's pictures and documents; the bytes stored, for the budgets' counters.
 _INSERT_IMAGES = """
 WITH stored AS (
-    INSERT INTO message_attachments (message_id, ordinal, name, media_type, data)
-    SELECT $1, a.ordinal, a.name, a.media_type, a.data
-    FROM unnest($2::text[], $3::text[], $4::bytea[])
-         WITH ORDINALITY AS a (name, media_type, data, ordinal)
+    INSERT INTO message_attachments (message_id, ordinal, name, media_type, data, pages)
+    SELECT $1, a.ordinal, a.name, a.media_type, a.data, a.pages
+    FROM unnest($2::text[], $3::text[], $4::bytea[], $5::int[])
+         WITH ORDINALITY AS a (name, media_type, data, pages, ordinal)
     ON CONFLICT DO NOTHING
     RETURNING octet_length(data) AS size
 )
@@ -432,9 +435,16 @@ def _usd(amount: float) -> Decimal:
     return Decimal(str(amount))
 
 
-def _image_columns(images: Sequence[Image]) -> tuple[list[str], list[str], list[bytes]]:
-    """The pictures as the three arrays the statements unnest, in order."""
-    return [i.name for i in images], [i.media_type for i in images], [i.data for i in images]
+def _image_columns(
+    attachments: Sequence[Image | Document],
+) -> tuple[list[str], list[str], list[bytes], list[int]]:
+    """The attachments as the four arrays the statements unnest, in order."""
+    return (
+        [a.name for a in attachments],
+        [a.media_type for a in attachments],
+        [a.data for a in attachments],
+        [a.pages if isinstance(a, Document) else 0 for a in attachments],
+    )
 
 
 async def _store_messages(
@@ -458,8 +468,10 @@ async def _store_messages(
     await count_pictures(conn, session_id=a.session_id, workspace=workspace, stored_bytes=stored)
 
 
-async def _store_images(conn: Connection, message_id: str, images: Sequence[Image]) -> int:
-    """Store the pictures; the bytes stored (none for a message that had its pictures)."""
+async def _store_images(
+    conn: Connection, message_id: str, images: Sequence[Image | Document]
+) -> int:
+    """Store the attachments; the bytes stored (none for a message that had its own)."""
     if not images:
         return 0
     return int(await conn.fetchval(_INSERT_IMAGES, message_id, *_image_columns(images)))

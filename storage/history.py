@@ -15,11 +15,14 @@ are paid for first out of the character budget; the task's turn is always shown.
 window says whether the budget left anything out (`Window.complete`): when it did not,
 compaction has nothing to read.
 
-Pictures shown with user turns (`message_attachments`) come from one more query, made
-only when a kept turn has any (the window's rows say so), bounded like the prompt that
-uses them: the newest `MAX_IMAGES_PER_REQUEST` of the messages the window kept. A turn
-whose pictures are older than those carries none here; its text still names them. A
-deleted turn carries none.
+Pictures and PDFs shown with user turns (`message_attachments`) come from one more query,
+made only when a kept turn has any (the window's rows say so), bounded like the prompt
+that uses them: the newest `MAX_IMAGES_PER_REQUEST` pictures and `MAX_DOCUMENTS_PER_REQUEST`
+documents of the messages the window kept (which are chosen first, without their bytes,
+so only those are read). A turn whose attachments are older than those carries none
+here; its text still names them. A deleted turn carries none, and neither does an
+attachment a provider refused (storage/pictures.py): its turn says so instead. Each
+carries its key (`message id#ordinal`), by which a refusal names it.
 """
 
 from __future__ import annotations
@@ -32,13 +35,17 @@ from collections.abc import Sequence
 import asyncpg
 
 from agent import (
+    MAX_DOCUMENTS_PER_REQUEST,
     MAX_IMAGES_PER_REQUEST,
+    PDF,
     AnswerOrigin,
     Citation,
+    Document,
     Image,
     StoredMessage,
     Task,
     Window,
+    attachment_key,
 )
 from storage.database import Database
 from storage.errors import translate_errors
@@ -50,13 +57,13 @@ _COLUMNS = "id, session_id, role, kind, text, pinned, citations"
 _HAS_IMAGES = """(role = 'user' AND deleted_at IS NULL AND EXISTS (
     SELECT 1 FROM message_attachments a WHERE a.message_id = m.id)) AS has_images"""
 
-# The answer's origin is stored with it ($8-$11; storage/memory.py `stamp`), in the same
+# The answer's origin is stored with it ($8-$12; storage/memory.py `stamp`), in the same
 # statement: only when this call stored it, as a stamp of a stored answer would be.
 _APPEND = f"""
 WITH inserted AS (
     INSERT INTO messages (id, session_id, anchor, role, kind, text, citations,
-                          prompt_epoch, route_provider, route_model, route_slot)
-    SELECT $1, $2, q.seq, $3, $4, $5, $7::jsonb, $8, $9, $10, $11
+                          prompt_epoch, route_provider, route_model, route_slot, route_index)
+    SELECT $1, $2, q.seq, $3, $4, $5, $7::jsonb, $8, $9, $10, $11, $12
     FROM messages q WHERE q.id = $6
     ON CONFLICT (id) DO NOTHING
     RETURNING {_COLUMNS}
@@ -67,13 +74,21 @@ SELECT {_COLUMNS} FROM messages WHERE id = $1
 LIMIT 1
 """
 
-# $1 the window's message ids, oldest first; $2 how many pictures at most.
-_IMAGES = """
-SELECT a.message_id, a.name, a.media_type, a.data
-FROM unnest($1::text[]) WITH ORDINALITY AS w (id, position)
-JOIN message_attachments a ON a.message_id = w.id
-ORDER BY w.position DESC, a.ordinal
-LIMIT $2
+# $1 the window's message ids, oldest first; $2 how many pictures, $3 how many documents
+# at most: the newest of each, chosen without reading any bytes, then only theirs read.
+_ATTACHMENTS = f"""
+WITH ranked AS (
+    SELECT a.message_id, a.ordinal, w.position, a.media_type = '{PDF}' AS document,
+           row_number() OVER (PARTITION BY a.media_type = '{PDF}'
+                              ORDER BY w.position DESC, a.ordinal) AS n
+    FROM unnest($1::text[]) WITH ORDINALITY AS w (id, position)
+    JOIN message_attachments a ON a.message_id = w.id
+    WHERE a.refused_at IS NULL
+)
+SELECT a.message_id, a.ordinal, a.name, a.media_type, a.data, a.pages
+FROM ranked r JOIN message_attachments a USING (message_id, ordinal)
+WHERE r.n <= CASE WHEN r.document THEN $3::int ELSE $2::int END
+ORDER BY r.position DESC, a.ordinal
 """
 
 # The window in one statement: the pinned messages (newest pins, bounded) with their
@@ -131,16 +146,28 @@ def citations_to_json(citations: Sequence[Citation]) -> str | None:
     """A reply's citations as stored (`messages.citations`); None when it has none."""
     if not citations:
         return None
-    return json.dumps(
-        [{"message": c.message_id} if c.message_id else {"url": c.url} for c in citations]
-    )
+    return json.dumps([_citation_json(c) for c in citations])
+
+
+def _citation_json(c: Citation) -> dict[str, object]:
+    if c.url is not None:
+        return {"url": c.url}
+    passage = {"document": c.document, "page": c.page, "quote": c.quote}
+    return {"message": c.message_id} | {k: v for k, v in passage.items() if v is not None}
 
 
 def citations_from_json(stored: str | None) -> tuple[Citation, ...]:
     if not stored:
         return ()
     return tuple(
-        Citation(message_id=item.get("message"), url=item.get("url")) for item in json.loads(stored)
+        Citation(
+            message_id=item.get("message"),
+            url=item.get("url"),
+            document=item.get("document"),
+            page=item.get("page"),
+            quote=item.get("quote"),
+        )
+        for item in json.loads(stored)
     )
 
 
@@ -181,6 +208,7 @@ class PostgresHistory:
             route.provider if route else None,
             route.model if route else None,
             slot_name(route.slot) if route else None,
+            route.slot if route else None,
         )
         if row is None:
             raise LookupError(
@@ -201,25 +229,36 @@ class PostgresHistory:
         # every recent message (a pinned one is shown anyway).
         shown = {m.id for m in window}
         complete = len(recent) < max_messages and all(r["id"] in shown for r in recent)
-        messages = await self._with_images(window, {r["id"] for r in rows if r["has_images"]})
+        messages = await self._with_attachments(window, {r["id"] for r in rows if r["has_images"]})
         return Window(tuple(messages), complete)
 
-    async def _with_images(
-        self, window: list[StoredMessage], with_images: set[str]
+    async def _with_attachments(
+        self, window: list[StoredMessage], with_attachments: set[str]
     ) -> list[StoredMessage]:
-        """The window with the newest pictures of its user turns attached (those in
-        `with_images` have some: the others add none, and no read when none has)."""
-        turns = [m.id for m in window if m.id in with_images]
+        """The window with the newest pictures and documents of its user turns attached
+        (those in `with_attachments` have some: no read when none has)."""
+        turns = [m.id for m in window if m.id in with_attachments]
         if not turns:
             return window
-        rows = await self._db.pool.fetch(_IMAGES, turns, MAX_IMAGES_PER_REQUEST)
+        rows = await self._db.pool.fetch(
+            _ATTACHMENTS, turns, MAX_IMAGES_PER_REQUEST, MAX_DOCUMENTS_PER_REQUEST
+        )
         images: defaultdict[str, list[Image]] = defaultdict(list)
-        for row in rows:  # each message's pictures in their order
-            images[row["message_id"]].append(
-                Image(row["media_type"], bytes(row["data"]), row["name"])
-            )
+        documents: defaultdict[str, list[Document]] = defaultdict(list)
+        for row in rows:  # each message's attachments in their order
+            key = attachment_key(row["message_id"], row["ordinal"])
+            if row["media_type"] == PDF:
+                documents[row["message_id"]].append(
+                    Document(bytes(row["data"]), row["name"], row["pages"], key=key)
+                )
+            else:
+                images[row["message_id"]].append(
+                    Image(row["media_type"], bytes(row["data"]), row["name"], key=key)
+                )
         return [
-            dataclasses.replace(m, images=tuple(images[m.id])) if m.id in images else m
+            dataclasses.replace(m, images=tuple(images[m.id]), documents=tuple(documents[m.id]))
+            if m.id in images or m.id in documents
+            else m
             for m in window
         ]
 

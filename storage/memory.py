@@ -20,8 +20,9 @@ Sessions pinned before epochs were numbered have theirs as number 1, `legacy` (m
 forth between their epochs, each move recorded.
 
 Every stored reply and acknowledgment is stamped with the epoch and the route (provider,
-model, slot) that produced it, and every subtask with the epoch its run was asked under
-(its sub-agent's prompt), for `threadgate tasks show`.
+model, slot, and its index in the fallback chain) that produced it, and every subtask
+with the epoch its run was asked under (its sub-agent's prompt), for `threadgate tasks
+show`.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ RETURNING number
 
 _STAMP = """
 UPDATE messages
-SET prompt_epoch = $2, route_provider = $3, route_model = $4, route_slot = $5
+SET prompt_epoch = $2, route_provider = $3, route_model = $4, route_slot = $5, route_index = $6
 WHERE id = $1 AND prompt_epoch IS NULL AND route_provider IS NULL
 """
 
@@ -148,6 +149,7 @@ class PostgresMemory:
             route.provider if route else None,
             route.model if route else None,
             slot_name(route.slot) if route else None,
+            route.slot if route else None,
         )
 
     @translate_errors("The epoch a subtask ran under could not be stored")

@@ -27,6 +27,15 @@ when it fits both budgets, so a small one may still fit after a large one did no
 The counters are the session's row (`sessions.picture_bytes`) and the workspace's day
 (`picture_days`), both locked for the rest of the admission's transaction, so replicas
 admitting pictures of one thread or workspace at once take turns and never both slip past.
+
+PDFs kept for the models that read documents (agent/core/documents.py) are stored the
+same way, in the same budgets, after the pictures of their message.
+
+An attachment a provider refused is marked (`PostgresAttachmentRefusals`, the agent's
+`AttachmentRefusals`): its bytes are dropped, no later window carries it
+(storage/history.py), and its turn's text gets a note saying it was not shown and why,
+kept with the budgets' note so an edit keeps it too. The mark and the note are one
+statement: a replica marking it at the same time marks nothing and adds no second note.
 """
 
 from __future__ import annotations
@@ -36,7 +45,16 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from agent import Image
+from agent import (
+    AttachmentRefusals,
+    Document,
+    Image,
+    Route,
+    describe_attachment,
+    not_shown_note,
+)
+from storage.database import Database
+from storage.errors import translate_errors
 from storage.migrations import Connection
 
 log = logging.getLogger(__name__)
@@ -83,7 +101,7 @@ NO_BUDGETS = PictureBudgets(0, 0)
 class Kept:
     """A message's pictures within the budgets, and what its text says of the others."""
 
-    images: tuple[Image, ...]
+    images: tuple[Image | Document, ...]
     note: str | None = None  # appended to the message's text; None when all were kept
     left_out: int = 0
 
@@ -96,10 +114,10 @@ class PictureRoom:
         self._thread_left = budgets.thread_bytes - thread_used
         self._day_left = budgets.workspace_daily_bytes - day_used
 
-    def keep(self, images: Sequence[Image]) -> Kept:
-        """Each picture that fits what is left (and takes its room); the others named."""
-        kept: list[Image] = []
-        refused: list[tuple[Image, str]] = []
+    def keep(self, images: Sequence[Image | Document]) -> Kept:
+        """Each attachment that fits what is left (and takes its room); the others named."""
+        kept: list[Image | Document] = []
+        refused: list[tuple[Image | Document, str]] = []
         for image in images:
             reason = self._refusal(len(image.data))
             if reason is None:
@@ -125,11 +143,13 @@ class PictureRoom:
         return None
 
 
-def not_kept_note(refused: Sequence[tuple[Image, str]]) -> str | None:
-    """The note appended to a message's text for pictures not kept, with the reasons."""
+def not_kept_note(refused: Sequence[tuple[Image | Document, str]]) -> str | None:
+    """The note appended to a message's text for pictures (and PDFs) not kept, with the
+    reasons."""
     if not refused:
         return None
-    which = "a picture" if len(refused) == 1 else f"{len(refused)} pictures"
+    noun = "picture" if all(isinstance(i, Image) for i, _ in refused) else "attachment"
+    which = f"a {noun}" if len(refused) == 1 else f"{len(refused)} {noun}s"
     its = "it" if len(refused) == 1 else "them"
     each = "; ".join(
         f"{_quoted(image.name)} ({len(image.data):,} bytes): {reason}" for image, reason in refused
@@ -150,7 +170,7 @@ async def keep_pictures(
     *,
     session_id: str,
     workspace: str | None,
-    messages: Sequence[Sequence[Image]],
+    messages: Sequence[Sequence[Image | Document]],
 ) -> list[Kept]:
     """Weigh the messages' pictures, in the order given, against what the thread and the
     workspace's day have stored; lock both counters until the transaction ends (no
@@ -172,3 +192,63 @@ async def count_pictures(
     """Add what the admission stored to the thread's and the workspace's day's counters."""
     if stored_bytes:
         await conn.execute(_COUNT, session_id, workspace, stored_bytes)
+
+
+# $1 message ids, $2 ordinals (pairs), $3 the route, $4 the note's reason. The rows not yet
+# marked are marked and emptied; each one's turn gets its note, in the same statement.
+_REFUSE = """
+WITH old AS (
+    SELECT a.message_id, a.ordinal, a.name, a.media_type, octet_length(a.data) AS size
+    FROM unnest($1::text[], $2::int[]) AS k (message_id, ordinal)
+    JOIN message_attachments a USING (message_id, ordinal)
+    WHERE a.refused_at IS NULL
+    FOR UPDATE OF a
+), marked AS (
+    UPDATE message_attachments a SET refused_at = now(), refused_by = $3, data = ''::bytea
+    FROM old WHERE a.message_id = old.message_id AND a.ordinal = old.ordinal
+    RETURNING a.message_id
+)
+SELECT old.message_id, old.ordinal, old.name, old.media_type, old.size FROM old
+ORDER BY old.message_id, old.ordinal
+"""
+
+_NOTE = """
+UPDATE messages SET text = text || $2, pictures_note = coalesce(pictures_note, '') || $2
+WHERE id = $1 AND deleted_at IS NULL
+"""
+
+
+class PostgresAttachmentRefusals(AttachmentRefusals):
+    """`agent.AttachmentRefusals` on Postgres (module docstring)."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    @translate_errors("An attachment the provider refused could not be marked")
+    async def refuse(self, keys: Sequence[str], *, route: Route, reason: str) -> None:
+        pairs = [p for p in map(_parse_key, keys) if p is not None]
+        if not pairs:
+            return
+        async with self._db.pool.acquire() as conn, conn.transaction():
+            rows = await conn.fetch(
+                _REFUSE,
+                [m for m, _ in pairs],
+                [o for _, o in pairs],
+                f"{route.provider}:{route.model}",
+            )
+            notes: dict[str, list[str]] = {}
+            for row in rows:
+                kind = "document" if row["media_type"] == "application/pdf" else "picture"
+                notes.setdefault(row["message_id"], []).append(
+                    describe_attachment(kind, row["name"], row["size"])
+                )
+            for message_id, described in notes.items():
+                why = f"the provider refused {'it' if len(described) == 1 else 'them'}: {reason}"
+                await conn.execute(_NOTE, message_id, not_shown_note(described, why))
+        log.info("%d attachment(s) refused by %s:%s marked", len(rows), route.provider, route.model)
+
+
+def _parse_key(key: str) -> tuple[str, int] | None:
+    """The message id and ordinal of an attachment key; None for one of another shape."""
+    message_id, _, ordinal = key.rpartition("#")
+    return (message_id, int(ordinal)) if message_id and ordinal.isdigit() else None

@@ -1,9 +1,12 @@
-"""What a final reply cites, as the agent records it: a message or a URL.
+"""What a final reply cites, as the agent records it: a message, a URL, or a passage of a
+document.
 
-The model cites by what it was shown (`[ref N]`, a URL in the window or a tool's output;
-agent/rounds/citations.py checks that); the round turns a `ref` into the cited message's
-stored id, which means the same thing after the window is gone. The gateway renders
-citations under the reply (its "Sources" line) and knows how to link a message id.
+The model cites by what it was shown (`[ref N]`, a URL in the window or a tool's output,
+a page of a document sent beside a turn; agent/rounds/citations.py checks that); the
+round turns a `ref` into the cited message's stored id, which means the same thing after
+the window is gone, and a document into the message it came with, its name, the page and
+the cited text. The gateway renders citations under the reply (its "Sources" line) and
+knows how to link a message id.
 """
 
 from __future__ import annotations
@@ -14,11 +17,18 @@ from dataclasses import dataclass
 @dataclass(frozen=True, slots=True)
 class Citation:
     """One source of a reply: exactly one of `message_id` (a stored message of the
-    conversation) and `url` (an http(s) address the model was shown)."""
+    conversation) and `url` (an http(s) address the model was shown). A passage of a
+    document is a message's citation with the document's `document` name, its `page`
+    (1-based) and the cited text (`quote`)."""
 
     message_id: str | None = None
     url: str | None = None
+    document: str | None = None
+    page: int | None = None
+    quote: str | None = None
 
     def __post_init__(self) -> None:
         if (self.message_id is None) == (self.url is None):
             raise ValueError("a citation is a message id or a URL, exactly one of them")
+        if self.page is not None and (self.message_id is None or self.page < 1):
+            raise ValueError("a page is cited of a message's document, counting from 1")

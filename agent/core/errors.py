@@ -15,6 +15,7 @@
     │   ├── TransientModelError   timeouts, connection errors, 408/409/429, 5xx, 529, cut streams
     │   │   └── StreamInterrupted a stream ended early; keeps the text received so far
     │   ├── NonTransientModelError 400, 404, 413, malformed answers: another model may do better
+    │   │   └── AttachmentRefused a 400 about a picture or document the request carried
     │   ├── CredentialRejected    401/403: `source` says which authority refused
     │   └── QuotaExhausted        the account is out of credit (OpenAI `insufficient_quota`)
     └── ModelsUnavailable         every slot stayed transiently down: try the task again later
@@ -25,19 +26,27 @@ never from request headers.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, TypeAlias
+
+from agent.core.documents import Document
+from agent.core.images import Image
 
 CredentialSource: TypeAlias = Literal["provider", "gateway", "unknown"]
 
 
 @dataclass(frozen=True, slots=True)
 class Route:
-    """Which model a call went to: `provider:model` in slot `slot` (0 primary, 1 fallback)."""
+    """Which model a call went to: `provider:model`, the route at index `slot` of the
+    fallback chain (0 the primary, 1 the first fallback, …). `credential` names the
+    setting that holds the route's key (e.g. `OPENAI_API_KEY`; "" for the vendor's
+    usual one): what an operator is told to check, and what keeps two routes to one
+    model with different keys apart in the circuit."""
 
     provider: str
     model: str
     slot: int = 0
+    credential: str = field(default="", compare=False)
 
     def __str__(self) -> str:
         return f"{self.provider}:{self.model} (slot {self.slot})"
@@ -118,6 +127,38 @@ class StreamInterrupted(TransientModelError):
 
 class NonTransientModelError(ModelError):
     """Retrying this model will not help; the next model slot might."""
+
+
+AttachmentKind: TypeAlias = Literal["picture", "document"]
+
+
+class AttachmentRefused(NonTransientModelError):
+    """The provider refused a picture or a document of the request (a 400 that says so).
+
+    `scope` is `model` when the model takes no attachments of that `kind` at all, and
+    `attachment` when it refused one: `path` is where the vendor said it was in the
+    request body (message and content indexes), when it said; `attachment` is the one
+    that was, once the model that sent the request has placed it (None: not known). The
+    reason is ours ("it is too large", "it could not be read"), never the vendor's text."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        kind: AttachmentKind,
+        scope: Literal["model", "attachment"],
+        reason: str,
+        path: tuple[int, ...] | None = None,
+        route: Route | None = None,
+        status_code: int | None = None,
+    ) -> None:
+        super().__init__(message, route=route, status_code=status_code)
+        self.kind: AttachmentKind = kind
+        self.scope = scope
+        self.reason = reason
+        self.path = path
+        # The attachment refused, once the model that sent it has placed `path`.
+        self.attachment: Image | Document | None = None
 
 
 class CredentialRejected(ModelError):

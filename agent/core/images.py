@@ -8,7 +8,7 @@ type is all the agent knows of one: no URL, no Slack id, only what a model can r
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # How many images one model request carries at most: the newest of the window. An image
 # costs a model ~1,600 input tokens at the size we scale to, so eight keep a round's
@@ -23,6 +23,9 @@ class Image:
     media_type: str  # "image/png", "image/jpeg", "image/gif" or "image/webp"
     data: bytes
     name: str = ""
+    # Which stored picture it is (`message id#ordinal`, storage/history.py), so a picture a
+    # provider refused can be marked and never sent again; "" for one not stored (a tool's).
+    key: str = field(default="", compare=False)
 
     def __repr__(self) -> str:  # the bytes would flood a log line or a test failure
         return f"Image({self.media_type!r}, {len(self.data)} bytes, {self.name!r})"

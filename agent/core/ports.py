@@ -20,6 +20,7 @@ from typing import Literal, Protocol, TypeAlias, overload
 
 from agent.core import ids
 from agent.core.citations import Citation
+from agent.core.documents import Document
 from agent.core.errors import Route
 from agent.core.images import Image
 
@@ -92,6 +93,7 @@ class StoredMessage:
     images: tuple[Image, ...] = ()
     pinned: bool = field(default=False, compare=False)  # pinned in the conversation
     citations: tuple[Citation, ...] = ()  # a reply's sources (agent/core/citations.py)
+    documents: tuple[Document, ...] = ()  # PDFs shown with a user turn, stored like pictures
 
 
 @dataclass(frozen=True, slots=True)

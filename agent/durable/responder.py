@@ -48,6 +48,11 @@ epoch it ran under. Every decision carries its `AnswerOrigin`: the epoch and the
 the slot that answered (the ladder returns it with the answer), for the runner to store
 with the reply or acknowledgment.
 
+Every model an attempt is handed is the task's (`agent.models.task_model.TaskModel`): with
+`end_user`, each request names the task's person by the gateway's opaque id; with
+`refusals`, a picture or document a provider refused is withheld from the task's later
+requests and recorded, so no later round of any replica sends it again.
+
 With a `PolicyOf`, each round, subtask and summary is run within its task's channel policy
 (`agent.rounds.channel_policy`): the toolset the round and its subtasks are offered, the
 channel's instructions in the prompt a new session is pinned to (its own epoch), the
@@ -63,6 +68,7 @@ from typing import Any, TypeVar
 from pydantic import ValidationError
 
 from agent.core.approval import ApprovalStore
+from agent.core.attachments import AttachmentRefusals
 from agent.core.delegation import RoundInput, Subtask
 from agent.core.errors import (
     CredentialRejected,
@@ -97,6 +103,7 @@ from agent.models.contract import (
 )
 from agent.models.ladder import Answered, Attempts
 from agent.models.prices import DEFAULT_PRICE_TABLE, PriceTable
+from agent.models.task_model import TaskModel, Withheld
 from agent.rounds.caching import cache_key, conversation_cache
 from agent.rounds.channel_policy import (
     DEFAULT_POLICY,
@@ -151,7 +158,11 @@ class ModelResponder:
         policies: PolicyOf | None = None,
         prices: PriceTable = DEFAULT_PRICE_TABLE,
         prompt_caching: bool = True,
+        end_user: Callable[[Task], str | None] | None = None,
+        refusals: AttachmentRefusals | None = None,
     ) -> None:
+        self._end_user = end_user
+        self._refusals = refusals
         self._prices = prices
         self._caching = prompt_caching
         self._approvals = approvals
@@ -350,11 +361,19 @@ class ModelResponder:
         return cache_key(conversation) if self._caching else None
 
     def _metered(self, task: Task, policy: ChannelPolicy = DEFAULT_POLICY) -> Attempts:
+        """The channel's ladder, each model it hands an attempt charged to the task's
+        allowance (with a meter) and made the task's (`TaskModel`)."""
         attempts = policy.attempts or self._attempts
-        if self._meter is None:
-            return attempts
-        cap = self._max_requests if policy.max_model_requests is None else policy.max_model_requests
-        return _MeteredAttempts(attempts, _Allowance(self._meter, task, cap, self._prices))
+        allowance = None
+        if self._meter is not None:
+            cap = (
+                self._max_requests
+                if policy.max_model_requests is None
+                else policy.max_model_requests
+            )
+            allowance = _Allowance(self._meter, task, cap, self._prices)
+        end_user = self._end_user(task) if self._end_user is not None else None
+        return _MeteredAttempts(attempts, allowance, end_user, self._refusals)
 
 
 class _Allowance:
@@ -408,15 +427,34 @@ def route_of(model: Model) -> Route:
 
 
 class _MeteredAttempts:
-    """The ladder, with every model it hands an attempt charged to one task's allowance."""
+    """The ladder, with every model it hands an attempt charged to one task's allowance
+    (when there is one) and made the task's: its person named, refused attachments
+    withheld (one `Withheld` for all of the run's routes)."""
 
-    def __init__(self, inner: Attempts, allowance: _Allowance) -> None:
+    def __init__(
+        self,
+        inner: Attempts,
+        allowance: _Allowance | None,
+        end_user: str | None = None,
+        refusals: AttachmentRefusals | None = None,
+    ) -> None:
         self._inner = inner
         self._allowance = allowance
+        self._end_user = end_user
+        self._refusals = refusals
+        self._withheld = Withheld()
 
     async def run(self, attempt: Callable[[Model], Awaitable[T]]) -> Answered[T]:
         async def metered(model: Model) -> T:
-            return await attempt(_MeteredModel(model, self._allowance))
+            charged = _MeteredModel(model, self._allowance) if self._allowance else model
+            return await attempt(
+                TaskModel(
+                    charged,
+                    end_user=self._end_user,
+                    refusals=self._refusals,
+                    withheld=self._withheld,
+                )
+            )
 
         return await self._inner.run(metered)
 

@@ -34,7 +34,7 @@ class CircuitBreaker:
     ) -> None:
         self.cooldown = cooldown
         self._clock = clock
-        self._open: dict[tuple[str, str], _Open] = {}
+        self._open: dict[tuple[str, str, str], _Open] = {}
 
     def trip(self, route: Route, error: Refusal) -> None:
         """Open the circuit for `route` with the refusal that justified it."""
@@ -59,9 +59,10 @@ class CircuitBreaker:
         self._open.pop(_key(route), None)
 
 
-def _key(route: Route) -> tuple[str, str]:
-    # The slot does not matter: the same provider and model use the same credential.
-    return (route.provider, route.model)
+def _key(route: Route) -> tuple[str, str, str]:
+    # The index does not matter (channels order their routes differently): a provider
+    # and model reached with one credential are refused together.
+    return (route.provider, route.model, route.credential)
 
 
 def _replay(error: Refusal, route: Route, remaining: float) -> Refusal:

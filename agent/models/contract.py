@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterat
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
+from agent.core.documents import Document
 from agent.core.images import Image
 
 if TYPE_CHECKING:
@@ -79,10 +80,12 @@ class SystemMessage:
 
 @dataclass(frozen=True, slots=True)
 class UserMessage:
-    """A person's words, and the pictures they showed with them (sent beside the text)."""
+    """A person's words, and the pictures and documents they showed with them (sent
+    beside the text, to a model that takes them: agent/models/capabilities.py)."""
 
     text: str
     images: tuple[Image, ...] = ()
+    documents: tuple[Document, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +102,7 @@ class ToolResultMessage:
     name: str
     content: str
     is_error: bool = False
+    images: tuple[Image, ...] = ()  # pictures the tool returned (an MCP tool's image content)
 
 
 ModelMessage: TypeAlias = SystemMessage | UserMessage | AssistantMessage | ToolResultMessage
@@ -119,6 +123,12 @@ class CacheHint:
 
 @dataclass(frozen=True, slots=True)
 class ModelRequest:
+    """One request. `temperature`, `top_p` and `stop` left unset take the route's settings
+    (agent/models/routes.py); `end_user` is the opaque id of the person asked for, sent as
+    the vendor's end-user field (OpenAI `user`, Anthropic `metadata.user_id`) when set;
+    `output_schema` asks for a plain answer that is one JSON object of that schema
+    (natively where the route declares structured output, else said in the prompt)."""
+
     messages: tuple[ModelMessage, ...]
     tools: tuple[ToolSpec, ...] = ()
     tool_choice: ToolChoice = "auto"
@@ -127,6 +137,10 @@ class ModelRequest:
     stop: tuple[str, ...] = ()
     provider_options: Mapping[str, Any] = field(default_factory=dict)
     cache: CacheHint | None = None
+    top_p: float | None = None
+    end_user: str | None = None
+    output_schema: Mapping[str, Any] | None = None
+    parallel_tool_calls: bool = True  # False: one tool call per step
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,12 +157,26 @@ class Usage:
 
 
 @dataclass(frozen=True, slots=True)
+class PageCitation:
+    """A passage of a document the answer's text cites, as the provider gave it
+    (Anthropic's `page_location`): the document's index among the request's documents
+    (0-based, in order), the cited text, and its pages (`end_page` exclusive)."""
+
+    document_index: int
+    cited_text: str
+    start_page: int
+    end_page: int
+    document_title: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ModelResponse:
     text: str
     tool_calls: tuple[ToolCall, ...]
     finish_reason: FinishReason
     usage: Usage
     model: str
+    citations: tuple[PageCitation, ...] = ()  # of documents, in the answer's text
 
 
 # Stream events. Tool-call events are keyed by the call's *index* in the response, because
@@ -190,6 +218,8 @@ class ToolCallEnd:
 class Finish:
     reason: FinishReason
     usage: Usage
+    # The document citations of the answer's text, gathered as they streamed.
+    citations: tuple[PageCitation, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,7 +247,7 @@ def events_of(response: ModelResponse) -> Iterator[StreamEvent]:
         yield ToolCallStart(index, call.id, call.name)
         yield ToolCallDelta(index, call.raw_arguments)
         yield ToolCallEnd(index)
-    yield Finish(response.finish_reason, response.usage)
+    yield Finish(response.finish_reason, response.usage, response.citations)
 
 
 def join_deltas(events: Iterable[StreamEvent]) -> list[StreamEvent]:
@@ -293,6 +323,7 @@ class StreamAccumulator:
         self._calls: dict[int, _PartialCall] = {}
         self.finish_reason: FinishReason | None = None
         self.usage = Usage()
+        self.citations: tuple[PageCitation, ...] = ()
 
     def feed(self, event: StreamEvent) -> None:
         match event:
@@ -304,9 +335,10 @@ class StreamAccumulator:
                 self._call(index).start(call_id, name)
             case ToolCallDelta(index=index, arguments=fragment):
                 self._call(index).fragments.append(fragment)
-            case Finish(reason=reason, usage=usage):
+            case Finish(reason=reason, usage=usage, citations=citations):
                 self.finish_reason = reason
                 self.usage = usage
+                self.citations = citations
             case ToolCallEnd() | StreamError():
                 pass
 
@@ -320,7 +352,7 @@ class StreamAccumulator:
     def result(self) -> ModelResponse:
         calls = tuple(call.call() for _, call in sorted(self._calls.items()))
         reason = self.finish_reason or ("tool_calls" if calls else "stop")
-        return ModelResponse(self.text, calls, reason, self.usage, self.model)
+        return ModelResponse(self.text, calls, reason, self.usage, self.model, self.citations)
 
 
 class Model(ABC):

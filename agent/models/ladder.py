@@ -17,9 +17,9 @@ so `ModelsUnavailable(retry_after=…)` is raised (the runner re-queues the task
 slot failed for good, the last error is re-raised. Sleep, random jitter and the circuit's
 clock are injected, so tests record delays instead of waiting.
 
-`run` returns what the attempt returned together with the route (provider, model, slot)
-it ran on (`Answered`), so whoever stores the answer can record which model wrote it
-(`tasks show`).
+`run` returns what the attempt returned together with the route (provider, model, and
+its index in the chain as `slot`) it ran on (`Answered`), so whoever stores the answer can
+record which route wrote it (`tasks show`, `messages.route_index`).
 """
 
 from __future__ import annotations
@@ -81,7 +81,8 @@ class _SlotExhausted(Exception):
 
 
 class AttemptLadder:
-    """Runs attempts over model slots (0 = THREADGATE_MODEL, 1 = THREADGATE_FALLBACK_MODEL)."""
+    """Runs attempts over the routes of the fallback chain, in order (0 the primary:
+    `THREADGATE_ROUTES`' first, or THREADGATE_MODEL; then THREADGATE_FALLBACK_MODEL…)."""
 
     def __init__(
         self,
@@ -185,6 +186,6 @@ def route_of(model: Model, slot: int) -> Route:
     """The route of `model` in `slot`: its `route` if it has one, else parsed from its name."""
     route = getattr(model, "route", None)
     if isinstance(route, Route):
-        return Route(route.provider, route.model, slot)
+        return Route(route.provider, route.model, slot, route.credential)
     provider, _, name = model.name.partition(":")
     return Route(provider, name or provider, slot)

@@ -1,9 +1,14 @@
-"""What a round's final reply may cite: the messages and URLs the model was shown.
+"""What a round's final reply may cite: the messages, URLs and documents the model was shown.
 
 `final_reply` takes an optional `citations` array: `{"ref": N}` for a numbered message of
 the window (`agent.rounds.references`), `{"url": "https://…"}` for an address that
 appeared in what the model read this round — people's turns in the window, earlier
-rounds' subtask results, the outputs of the tools it called. The round loop notes all of
+rounds' subtask results, the outputs of the tools it called — and `{"document": N,
+"page": P, "quote": "…"}` for a passage of a PDF sent beside a turn (titled `document N`
+by the prompt): the document must be one the request carried, the page one it has; the
+quote is the model's, shown as it cited it. The provider's own citations of a document
+(Anthropic's `page_location`, in the text of an answer: `cited_passages`) are mapped the
+same way, by the document's title. The round loop notes all of
 that here as it goes (`note`), so a citation is checked against what the model actually
 saw: a URL it made up, or remembered from training, is refused with a message for the
 model that lists what it may cite, and the round repairs it like any other bad control
@@ -23,15 +28,28 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from agent.core.attachments import message_of
 from agent.core.citations import Citation
+from agent.core.documents import Document
 from agent.core.errors import ControlCallError
-from agent.models.contract import ModelMessage, ToolResultMessage, UserMessage
+from agent.models.contract import ModelMessage, PageCitation, ToolResultMessage, UserMessage
 from agent.rounds.references import ReferenceCatalog
 
 _URL = re.compile(r"https?://[^\s<>\"'`|\\^{}\[\]]+", re.IGNORECASE)
 _TRAILING = ".,;:!?)*_~'\""
 _LISTED = 10  # at most this many URLs are listed in an error
 MAX_URL = 2_000  # longer "URLs" are not links anyone can follow
+MAX_QUOTE = 300  # a cited passage is a sentence or two, not the page
+_LABEL = re.compile(r"document (\d+)")
+
+
+@dataclass(frozen=True, slots=True)
+class Passage:
+    """A passage of a document, as `final_reply` cites it."""
+
+    document: int
+    page: int
+    quote: str = ""
 
 
 def _urls_in(text: str) -> Iterable[str]:
@@ -62,25 +80,40 @@ class Citable:
 
     catalog: ReferenceCatalog = field(default_factory=ReferenceCatalog)
     urls: set[str] = field(default_factory=set)
+    documents: dict[int, Document] = field(default_factory=dict)  # by their number
 
     def note(self, messages: Iterable[ModelMessage]) -> None:
         """Remember the URLs in what the model is shown — people's words, tool and subtask
-        results — and not those in its own (the window's replies of the bot)."""
+        results — and not those in its own (the window's replies of the bot); and the
+        documents sent beside turns, by their number."""
         for message in messages:
             if isinstance(message, UserMessage):
                 self.urls.update(_urls_in(message.text))
+                for document in message.documents:
+                    if (found := _LABEL.fullmatch(document.label)) is not None:
+                        self.documents[int(found[1])] = document
             elif isinstance(message, ToolResultMessage):
                 self.urls.update(_urls_in(message.content))
 
     def resolve(
-        self, refs: Sequence[int | None], urls: Sequence[str | None]
+        self,
+        refs: Sequence[int | None],
+        urls: Sequence[str | None],
+        passages: Sequence[Passage | None] | None = None,
     ) -> tuple[Citation, ...]:
         """The citations, in order and each once, or a `ControlCallError` for the model."""
         cited: list[Citation] = []
         problems: list[str] = []
-        for index, (ref, url) in enumerate(zip(refs, urls, strict=True)):
+        cited_passages = passages if passages is not None else [None] * len(refs)
+        for index, (ref, url, passage) in enumerate(zip(refs, urls, cited_passages, strict=True)):
             where = f"citations[{index}]"
-            if ref is not None:
+            if passage is not None:
+                found = self._passage(passage)
+                if isinstance(found, str):
+                    problems.append(f"{where}: {found}")
+                else:
+                    cited.append(found)
+            elif ref is not None:
                 if 1 <= ref <= len(self.catalog.messages):
                     cited.append(Citation(message_id=self.catalog.messages[ref - 1].id))
                 else:
@@ -97,6 +130,33 @@ class Citable:
             )
         return tuple(dict.fromkeys(cited))
 
+    def _passage(self, passage: Passage) -> Citation | str:
+        """The citation of `passage`, or what is wrong with it (for the model)."""
+        document = self.documents.get(passage.document)
+        if document is None:
+            return f"there is no document {passage.document} among those you were shown"
+        if passage.page < 1 or (document.pages and passage.page > document.pages):
+            return (
+                f"document {passage.document} has no page {passage.page} ({document.pages} pages)"
+            )
+        citation = _document_citation(document, passage.page, passage.quote)
+        return citation if citation is not None else f"document {passage.document} cannot be cited"
+
+    def cited_passages(self, citations: Sequence[PageCitation]) -> tuple[Citation, ...]:
+        """The provider's document citations (`ModelResponse.citations`) as ours, each by
+        the document's title (the prompt's `document N`); one naming no document shown is
+        left out."""
+        by_title = {d.label: d for d in self.documents.values()}
+        found = []
+        for cited in citations:
+            document = by_title.get(cited.document_title or "")
+            if document is None:
+                continue
+            citation = _document_citation(document, cited.start_page, cited.cited_text)
+            if citation is not None:
+                found.append(citation)
+        return tuple(dict.fromkeys(found))
+
     def what_may_be_cited(self) -> str:
         """What the model may cite, said for the model."""
         refs = (
@@ -104,6 +164,11 @@ class Citable:
             if self.catalog.messages
             else "No message can be cited by number"
         )
+        if self.documents:
+            listed_docs = ", ".join(
+                f"document {n} ({d.pages} pages)" for n, d in sorted(self.documents.items())
+            )
+            refs = f"{refs}; you may cite pages of {listed_docs}"
         if not self.urls:
             return f"{refs}; no URL appeared in what you read, so cite no URL."
         shown = sorted(self.urls)
@@ -111,3 +176,14 @@ class Citable:
             f" and {len(shown) - _LISTED} more" if len(shown) > _LISTED else ""
         )
         return f"{refs}; the URLs you may cite are {listed}."
+
+
+def _document_citation(document: Document, page: int, quote: str) -> Citation | None:
+    """A passage of `document` as a citation of the message it came with (None when it
+    came with none: a document that is not a person's)."""
+    message_id = message_of(document.key)
+    if message_id is None:
+        return None
+    text = " ".join(quote.split())
+    shown = text if len(text) <= MAX_QUOTE else text[: MAX_QUOTE - 1].rstrip() + "…"
+    return Citation(message_id=message_id, document=document.name, page=page, quote=shown or None)

@@ -44,7 +44,7 @@ from agent.core.ports import AnswerOrigin
 from agent.core.schedules import Silence
 from agent.core.text import storable_json, storable_text
 from agent.models.contract import ToolCall, ToolSpec
-from agent.rounds.citations import Citable
+from agent.rounds.citations import Citable, Passage
 from agent.rounds.settings import DEFAULT_MAX_SUBTASKS
 from agent.rounds.tools import model_schema, validation_problems
 
@@ -106,6 +106,15 @@ class _CitationInput(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)
     ref: int | None = None
     url: str | None = None
+    # A passage of a document: its number, page and the cited text (agent/rounds/citations.py).
+    document: int | None = None
+    page: int | None = None
+    quote: str | None = Field(default=None, max_length=2_000)
+
+    def passage(self) -> Passage | None:
+        if self.document is None:
+            return None
+        return Passage(self.document, self.page or 0, self.quote or "")
 
 
 class _FinalReplyInput(BaseModel):
@@ -119,15 +128,19 @@ _CITATIONS = {
     "maxItems": MAX_CITATIONS,
     "description": (
         "Optional: the sources of your answer, shown under it. Each item is either "
-        '{"ref": N} for a [ref N] message of this conversation, or {"url": "https://…"} '
-        "for an address that appeared in what you read (messages, tool results). "
-        "Cite only what you were shown."
+        '{"ref": N} for a [ref N] message of this conversation, {"url": "https://…"} '
+        "for an address that appeared in what you read (messages, tool results), or "
+        '{"document": N, "page": P, "quote": "…"} for a passage on page P of the PDF '
+        'titled "document N" that you were given. Cite only what you were shown.'
     ),
     "items": {
         "type": "object",
         "properties": {
             "ref": {"type": "integer", "minimum": 1},
             "url": {"type": "string"},
+            "document": {"type": "integer", "minimum": 1},
+            "page": {"type": "integer", "minimum": 1},
+            "quote": {"type": "string"},
         },
         "additionalProperties": False,
     },
@@ -173,16 +186,20 @@ class FinalReply:
                 "Call final_reply again with your full answer in `text`."
             )
         shapeless = [
-            n for n, c in enumerate(parsed.citations) if (c.ref is None) == (c.url is None)
+            n
+            for n, c in enumerate(parsed.citations)
+            if [c.ref, c.url, c.document].count(None) != 2
+            or (c.document is not None) != (c.page is not None)
         ]
         if shapeless:
             raise ControlCallError(
                 f"final_reply was not sent: citations[{shapeless[0]}] must have exactly one of "
-                f'"ref" or "url". {self.usage}'
+                f'"ref", "url" or "document" (with its "page"). {self.usage}'
             )
         refs = [c.ref for c in parsed.citations]
         urls = [c.url for c in parsed.citations]
-        return Reply(parsed.text.strip(), self._citable.resolve(refs, urls))
+        passages = [c.passage() for c in parsed.citations]
+        return Reply(parsed.text.strip(), self._citable.resolve(refs, urls, passages))
 
 
 class _SubtaskCall(BaseModel):

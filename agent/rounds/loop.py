@@ -5,7 +5,8 @@ Each step the model answers with tool calls, and the step is one of:
 - **a decision**: a control tool was called (and no work tool, see below); the first
   control in precedence order that was called decides (`delegate` before `final_reply`),
   its `select` picks the call that counts and its `parse` turns it into the round's
-  `Decision`. The round ends; the other calls of the step need no results.
+  `Decision`. The round ends; the other calls of the step need no results. A reply also
+  keeps the document passages the provider cited in that answer's text (`with_passages`).
 - **work**: work tools were called. They run (concurrently, see `agent.rounds.tools`), their
   results are fed back — each framed as data, not instructions (`agent.rounds.framing`) —
   and the model is asked again. At most `max_steps` work steps run
@@ -43,10 +44,11 @@ attempt that fails — discards what was shown. Each model request is told the d
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeAlias, TypeVar
 
 from agent.core.approval import GatedCall, Paused
+from agent.core.citations import Citation
 from agent.core.errors import ControlCallError, RoundFailed
 from agent.core.ports import Draft
 from agent.core.text import storable_text
@@ -63,7 +65,7 @@ from agent.models.contract import (
     UserMessage,
 )
 from agent.rounds.citations import Citable
-from agent.rounds.control import ControlTool, Decision, Reply, declared
+from agent.rounds.control import MAX_CITATIONS, ControlTool, Decision, Reply, declared
 from agent.rounds.framing import frame_output
 from agent.rounds.live_reply import ReplyTap
 from agent.rounds.pause import RoundSoFar, round_state
@@ -196,6 +198,8 @@ async def _run_round(
             conversation.extend(results)
             steps += 1
             continue
+        if isinstance(step, Reply) and response.citations:
+            step = with_passages(step, citable.cited_passages(response.citations))
         if not isinstance(step, _Repair):
             return step
         repairs += 1
@@ -205,6 +209,14 @@ async def _run_round(
                 f"after {settings.max_repairs} repairs."
             )
         conversation.extend(step.feedback)
+
+
+def with_passages(reply: Reply, passages: Sequence[Citation]) -> Reply:
+    """The reply with the passages the provider cited in the answer's text (Anthropic's
+    document citations) after its own citations, each once, within the bound of one
+    reply's sources."""
+    cited = tuple(dict.fromkeys((*reply.citations, *passages)))[:MAX_CITATIONS]
+    return replace(reply, citations=cited)
 
 
 def offered(controls: Sequence[ControlTool], toolbox: Toolbox | None) -> tuple[ToolSpec, ...]:
@@ -339,6 +351,7 @@ def framed(result: ToolResultMessage, toolbox: Toolbox) -> ToolResultMessage:
         result.name,
         frame_output(result.name, result.content, keep_turns=keep_turns),
         is_error=result.is_error,
+        images=result.images,
     )
 
 

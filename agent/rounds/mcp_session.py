@@ -11,10 +11,17 @@ with `jsonschema` on the event loop, where a backtracking `pattern` in that sche
 freeze the gateway as surely as one in an input schema: `CheckedSession` overrides that
 check (`validate_tool_result`, the SDK's public hook) with the bounded one of
 `agent.rounds.mcp_schemas`. A result the check refuses is a failed tool result.
+
+A result's image content is a picture for the model (`Answer.images`): at most
+`MAX_TOOL_IMAGES` of them, each a png, jpeg, gif or webp by its own bytes (not only by the
+type the server claims) within `MAX_TOOL_IMAGE_BYTES`, what the providers take; its text
+names each one, and any other image as not shown, with why.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
@@ -27,6 +34,7 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
+from agent.core.images import Image
 from agent.rounds.mcp_config import McpServerConfig
 from agent.rounds.mcp_schemas import SchemaCheck, schema_check
 
@@ -34,6 +42,16 @@ from agent.rounds.mcp_schemas import SchemaCheck, schema_check
 # verbose tool outright instead of letting the output cap cut it.
 MAX_SSE_EVENT_BYTES = 64 * 1024 * 1024
 _PAGES = 100  # a server that pages its tool list forever cannot hang start-up
+# Pictures of one tool result: as many as a request's own bound allows for one call, each
+# within what the providers take (agent/core/images.py, gateway/inbound/file_contents.py).
+MAX_TOOL_IMAGES = 4
+MAX_TOOL_IMAGE_BYTES = 3_750_000
+_MAGIC = (
+    (b"\x89PNG\r\n\x1a\n", "image/png"),
+    (b"\xff\xd8\xff", "image/jpeg"),
+    (b"GIF87a", "image/gif"),
+    (b"GIF89a", "image/gif"),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +62,7 @@ class Answer:
     text: str
     failed: bool = False
     closed: bool = False
+    images: tuple[Image, ...] = ()
 
 
 class CheckedSession(ClientSession):
@@ -110,7 +129,8 @@ class Session:
             return Answer(f"the server refused the call: {exc.message}", True, closed)
         except RuntimeError as exc:  # the SDK's complaint about a result, e.g. its schema
             return Answer(str(exc), failed=True)
-        return Answer(render_result(result), failed=bool(result.is_error))
+        text, images = read_result(result, tool)
+        return Answer(text, failed=bool(result.is_error), images=images)
 
 
 @asynccontextmanager
@@ -149,10 +169,54 @@ def _transport(
 
 def render_result(result: mcp_types.CallToolResult) -> str:
     """A tool result as text for the model: text as is, other content described."""
-    parts = [_render_block(block) for block in result.content]
+    return read_result(result)[0]
+
+
+def read_result(
+    result: mcp_types.CallToolResult, tool: str = "the tool"
+) -> tuple[str, tuple[Image, ...]]:
+    """A tool result for the model: its text (text as is, other content described) and
+    the pictures it returned (module docstring)."""
+    parts: list[str] = []
+    images: list[Image] = []
+    for block in result.content:
+        picture = _picture(block, len(images), tool)
+        if isinstance(picture, Image):
+            images.append(picture)
+            parts.append(
+                f"[image {len(images)} ({picture.media_type}, {len(picture.data):,} bytes): attached]"
+            )
+        else:
+            parts.append(picture or _render_block(block))
     if not parts and result.structured_content is not None:
         parts.append(json.dumps(result.structured_content, ensure_ascii=False))
-    return "\n".join(parts) if parts else "(the tool returned nothing)"
+    return ("\n".join(parts) if parts else "(the tool returned nothing)"), tuple(images)
+
+
+def _picture(block: mcp_types.ContentBlock, taken: int, tool: str) -> Image | str | None:
+    """An image block as a picture, or the text saying why it is not shown; None for a
+    block of another kind."""
+    if not isinstance(block, mcp_types.ImageContent):
+        return None
+    if taken >= MAX_TOOL_IMAGES:
+        return f"[image ({block.mime_type}) not shown: more than {MAX_TOOL_IMAGES} in one result]"
+    try:
+        data = base64.b64decode(block.data, validate=True)
+    except (binascii.Error, ValueError):
+        return f"[image ({block.mime_type}) not shown: not valid base64]"
+    media_type = _media_type(data)
+    if media_type is None:
+        return f"[image ({block.mime_type}) not shown: not a png, jpeg, gif or webp picture]"
+    if len(data) > MAX_TOOL_IMAGE_BYTES:
+        return f"[image ({media_type}, {len(data):,} bytes) not shown: larger than a model takes]"
+    return Image(media_type, data, f"{tool} image {taken + 1}")
+
+
+def _media_type(data: bytes) -> str | None:
+    """The picture type of `data` by its magic bytes (webp: RIFF….WEBP)."""
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return next((kind for magic, kind in _MAGIC if data.startswith(magic)), None)
 
 
 def _render_block(block: mcp_types.ContentBlock) -> str:

@@ -55,7 +55,7 @@ from agent.core.errors import AgentError
 from agent.core.text import neutralize_turns, sanitize_text
 from agent.rounds.mcp_config import McpConfig, McpServerConfig
 from agent.rounds.mcp_schemas import SchemaCheck, schema_check
-from agent.rounds.tools import ToolContext, ToolRegistry, WorkTool
+from agent.rounds.tools import ToolContext, ToolOutput, ToolRegistry, WorkTool
 
 if TYPE_CHECKING:
     import mcp_types
@@ -260,8 +260,9 @@ class McpConnection:
                 async with asyncio.timeout(self._ping_seconds):
                     await session.ping()
 
-    async def call(self, tool: str, arguments: dict[str, Any]) -> str:
-        """The tool's output as text; `McpToolError` or `McpServerUnavailable` if none."""
+    async def call(self, tool: str, arguments: dict[str, Any]) -> ToolOutput:
+        """The tool's output (its text, and the pictures it returned); `McpToolError` or
+        `McpServerUnavailable` if none."""
         session = self._session
         if session is None:
             raise McpServerUnavailable(
@@ -284,7 +285,7 @@ class McpConnection:
         text = self.redact(answer.text)
         if answer.failed:
             raise McpToolError(text)
-        return text
+        return ToolOutput(text, answer.images)
 
     def state(self) -> McpServerState:
         return McpServerState(
@@ -379,7 +380,7 @@ class McpTool(WorkTool[McpArguments]):
             )
         return McpArguments(values=values)
 
-    async def execute(self, context: ToolContext, input: McpArguments) -> str:
+    async def execute(self, context: ToolContext, input: McpArguments) -> ToolOutput:
         return await self.connection.call(self.tool, input.values)
 
 

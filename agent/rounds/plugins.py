@@ -1,25 +1,30 @@
-"""Plugins: work tools and subtask types from installed distributions.
+"""Plugins: work tools, subtask types and providers from installed distributions.
 
 A distribution adds a tool by declaring an entry point in the group `threadgate.tools`
-(a subtask type: `threadgate.subtask_types`) naming either a `WorkTool` (`SubtaskType`)
-instance or a zero-argument factory returning one, a class included::
+(a subtask type: `threadgate.subtask_types`; a provider a route can name:
+`threadgate.providers`, agent/models/providers/kinds.py) naming either a `WorkTool`
+(`SubtaskType`, `ProviderKind`) instance or a zero-argument factory returning one, a
+class included::
 
     [project.entry-points."threadgate.tools"]
     weather = "acme_weather:WeatherTool"
 
 A broken plugin — it does not import, its factory raises, it returns the wrong kind of
 object, its name is taken — is skipped with a warning naming it: one bad package must not
-keep the bot from starting. The entry-point lookup is a parameter so tests can hand in
-`EntryPoint` objects without installing anything.
+keep the bot from starting. A provider may not take a built-in provider's name (a plugin
+could otherwise receive the keys meant for OpenAI or Anthropic). The entry-point lookup is
+a parameter so tests can hand in `EntryPoint` objects without installing anything.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from importlib import metadata
 from typing import Any, TypeVar
 
+from agent.models.providers.kinds import BUILTIN_KINDS, ProviderKind
 from agent.rounds.subagent import builtin_subtask_types
 from agent.rounds.subtask_types import SubtaskRegistry, SubtaskType
 from agent.rounds.tools import ToolRegistry, WorkTool, builtin_tools
@@ -28,6 +33,7 @@ log = logging.getLogger(__name__)
 
 TOOLS_GROUP = "threadgate.tools"
 SUBTASK_TYPES_GROUP = "threadgate.subtask_types"
+PROVIDERS_GROUP = "threadgate.providers"
 
 EntryPointLookup = Callable[..., Iterable[metadata.EntryPoint]]
 P = TypeVar("P")
@@ -43,6 +49,30 @@ def load_subtask_types(
 ) -> list[SubtaskType[Any]]:
     """The subtask types installed plugins provide; broken ones are skipped with a warning."""
     return _load(SUBTASK_TYPES_GROUP, SubtaskType, entry_points)  # type: ignore[type-abstract]
+
+
+def load_providers(
+    entry_points: EntryPointLookup = metadata.entry_points,
+) -> dict[str, ProviderKind]:
+    """The built-in providers and every plugin's that loads, by name."""
+    kinds = dict(BUILTIN_KINDS)
+    for kind in _load(PROVIDERS_GROUP, ProviderKind, entry_points):  # type: ignore[type-abstract]
+        name = getattr(kind, "name", None)
+        if not isinstance(name, str) or not name or ":" in name or name in kinds:
+            log.warning(
+                "skipping plugin provider %r in %s: its name is taken or invalid",
+                name,
+                PROVIDERS_GROUP,
+            )
+            continue
+        kinds[name] = kind
+    return kinds
+
+
+@functools.cache
+def installed_providers() -> Mapping[str, ProviderKind]:
+    """`load_providers` of this installation, looked up once per process."""
+    return load_providers()
 
 
 def default_registries(

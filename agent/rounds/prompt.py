@@ -31,6 +31,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from agent.core.delegation import RoundInput, RoundRecord, SubtaskOutcome
+from agent.core.documents import (
+    MAX_DOCUMENT_BYTES_PER_REQUEST,
+    MAX_DOCUMENT_PAGES_PER_REQUEST,
+    MAX_DOCUMENTS_PER_REQUEST,
+    Document,
+)
 from agent.core.images import MAX_IMAGES_PER_REQUEST, Image
 from agent.core.ports import PromptEpoch, StoredMessage
 from agent.core.text import neutralize_turns
@@ -162,12 +168,13 @@ def transcript(
     window = round_input.window
     if window and window[0].role != "user":  # a pinned answer of ours comes first
         messages.append(UserMessage(PINNED_FIRST))
-    images = newest_images(window)
+    images, documents = newest_images(window), newest_documents(window)
     for message in window:
         text = catalog.label(_as_shown(message))
         text = PINNED_MARK + text if message.pinned else text
         if message.role == "user":
-            messages.append(UserMessage(text, images.get(message.id, ())))
+            shown = images.get(message.id, ()), documents.get(message.id, ())
+            messages.append(UserMessage(text, *shown))
         else:
             messages.append(AssistantMessage(text))
     for record in round_input.rounds:
@@ -191,6 +198,35 @@ def newest_images(
             chosen[message.id] = message.images[:left]
             left -= len(chosen[message.id])
     return chosen
+
+
+def newest_documents(window: Sequence[StoredMessage]) -> dict[str, tuple[Document, ...]]:
+    """The PDFs the request carries, by message id: the newest of the window, as many as
+    fit the bounds of one request (agent/core/documents.py), titled `document N` in window
+    order (the model cites them by N); an older one, or one too large for what is left,
+    is read from its text in the turn."""
+    chosen: set[str] = set()
+    pages = size = 0
+    for message in reversed(window):
+        for document in message.documents:
+            if len(chosen) == MAX_DOCUMENTS_PER_REQUEST:
+                break
+            if (
+                pages + document.pages > MAX_DOCUMENT_PAGES_PER_REQUEST
+                or size + len(document.data) > MAX_DOCUMENT_BYTES_PER_REQUEST
+            ):
+                continue
+            chosen.add(document.key or str(id(document)))
+            pages, size = pages + document.pages, size + len(document.data)
+    shown: dict[str, tuple[Document, ...]] = {}
+    for message in window:
+        kept = [d for d in message.documents if (d.key or str(id(d))) in chosen]
+        if kept:
+            first = sum(len(docs) for docs in shown.values()) + 1
+            shown[message.id] = tuple(
+                replace(d, label=f"document {first + n}") for n, d in enumerate(kept)
+            )
+    return shown
 
 
 def _as_shown(message: StoredMessage) -> StoredMessage:

@@ -1,7 +1,8 @@
 """Work tools: what the model may do inside a round before it ends the round.
 
 A work tool is a name, a description, a pydantic input model (whose JSON Schema is what
-the model sees) and `execute(context, input) -> str`. The round runs the work calls of a
+the model sees) and `execute(context, input) -> str` (or a `ToolOutput`: text and the
+pictures the tool returned, which reach a model that can see them). The round runs the work calls of a
 step through a `Toolbox` — the registry bound to one task's `ToolContext` — and feeds the
 results back. Nothing a tool does can crash the round: input that does not validate and
 exceptions raised inside a tool both become failed tool results the model reads and can
@@ -48,6 +49,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agent.core.images import Image
 from agent.core.ports import Task, ThreadReader, ToolCallRecord, ToolCallState, ToolObserver
 from agent.models.contract import ToolCall, ToolResultMessage, ToolSpec
 from agent.rounds.registry import Registry
@@ -58,6 +60,15 @@ log = logging.getLogger(__name__)
 InputT = TypeVar("InputT", bound=BaseModel)
 Clock = Callable[[], datetime]
 CONTROL_NAMES = frozenset({"final_reply", "delegate", "no_reply"})
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutput:
+    """What a tool returned: its text, and pictures (an MCP tool's image content), sent
+    with the result to a model that can see them and named to one that cannot."""
+
+    text: str
+    images: tuple[Image, ...] = ()
 
 
 def utc_now() -> datetime:
@@ -122,7 +133,7 @@ class WorkTool(ABC, Generic[InputT]):
         return True
 
     @abstractmethod
-    async def execute(self, context: ToolContext, input: InputT) -> str:
+    async def execute(self, context: ToolContext, input: InputT) -> str | ToolOutput:
         """Do the work and return the text the model reads; raise to report a failure."""
 
 
@@ -199,9 +210,9 @@ class Toolbox:
             log.warning("tool %s failed", call.name, exc_info=True)
             text = f"{call.name} failed: {type(exc).__name__}: {exc}"
             return ToolResultMessage(call.id, call.name, text, is_error=True)
-        return ToolResultMessage(
-            call.id, call.name, _capped(output, tool.output_chars or self._max_chars)
-        )
+        result = output if isinstance(output, ToolOutput) else ToolOutput(output)
+        text = _capped(result.text, tool.output_chars or self._max_chars)
+        return ToolResultMessage(call.id, call.name, text, images=result.images)
 
     async def _observe(self, call: ToolCall, state: ToolCallState, output: str = "") -> None:
         observer = self.context.observer

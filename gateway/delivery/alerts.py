@@ -209,7 +209,11 @@ def headline(error: Exception, provider: str) -> str:
 
 def what_to_check(error: Exception, provider: str) -> str:
     vendor = VENDORS.get(provider)
-    key = vendor.key_variable if vendor else "the provider API key"
+    route = error.route if isinstance(error, ModelError) else None
+    # A route with a key of its own (THREADGATE_ROUTES' apiKey) names that variable.
+    key = (route.credential if route else "") or (
+        vendor.key_variable if vendor else "the provider API key"
+    )
     gateway = f"{GATEWAY_TOKEN_VARIABLE} (and {GATEWAY_HEADER_VARIABLE})"
     if isinstance(error, QuotaExhausted):
         return f"Check the billing and limits of the account behind {key}."

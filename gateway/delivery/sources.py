@@ -5,6 +5,11 @@ stored id, and URLs the model was shown. Under the reply they become one Markdow
 
     **Sources:** [message 1](<https://acme.slack.com/archives/C1/p1700000000000100>) · [example.com](<https://example.com/a>)
 
+A passage of a document a person attached links to the message it came with, labelled
+with the document's name and page, the cited text after it in quotes:
+`[report.pdf, page 3](<permalink>) “the cited sentence”` (the name and the quote are
+the sender's and the model's text: the renderer treats them as words, never as a link).
+
 A cited message links to its permalink (`chat.getPermalink`); when Slack does not give one
 (a refusal, a timeout, a message it cannot find) the link is built the way Slack's own
 permalinks are, `https://slack.com/archives/{channel}/p{ts without the dot}`, which Slack
@@ -40,7 +45,22 @@ _PERSON = re.compile(
 )
 _OURS = re.compile(r"task:[^:]+:(?P<channel>[^:]+):\d+\.\d+:(?:reply|ack:\d+)")
 _UNSAFE = re.compile(r"[<>\s]")
+# Markdown that could end a link's label or start markup in a name or a quote.
+_MARKUP = re.compile(r"[\[\]()<>`*_~|\\]")
 SEPARATOR = " · "
+
+
+def passage_link(citation: Citation, url: str) -> str:
+    """`[name, page P](<url>) “quote”`, the name and quote made plain words: no bracket,
+    backtick or line break of theirs can end the label or open markup."""
+    name = _plain(citation.document or "document", 80)
+    link = f"[{name}, page {citation.page}](<{url}>)"
+    return f"{link} “{_plain(citation.quote, 200)}”" if citation.quote else link
+
+
+def _plain(text: str, limit: int) -> str:
+    words = " ".join(_MARKUP.sub(" ", text).split())
+    return words if len(words) <= limit else words[: limit - 1].rstrip() + "…"
 
 
 def fallback_permalink(channel: str, ts: str) -> str:
@@ -64,6 +84,10 @@ class SourceLinks:
             if citation.url is not None and not _UNSAFE.search(citation.url):
                 host = urlsplit(citation.url).hostname or citation.url
                 links.append(f"[{host}](<{citation.url}>)")
+            elif citation.message_id is not None and citation.page is not None:
+                url = await self._message_link(citation.message_id, client)
+                if url is not None:
+                    links.append(passage_link(citation, url))
             elif citation.message_id is not None:
                 url = await self._message_link(citation.message_id, client)
                 if url is not None:

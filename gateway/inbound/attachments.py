@@ -10,6 +10,12 @@ comes of it:
 
 - a picture becomes an `agent.Image`, stored with the turn and sent to the model beside
   its text; the turn names it (`[image "name" (type, size): attached]`);
+- a PDF, with `documents` on (some route reads documents natively), is also kept as an
+  `agent.Document` — bounded like one request's documents: at most
+  `MAX_DOCUMENT_PAGES_PER_REQUEST` pages and `MAX_DOCUMENT_BYTES_PER_REQUEST` bytes — stored
+  with the turn and sent beside it to those models, which read its pages as they look; a
+  scan with no text layer is then read too, its turn naming it (`[document "name" (type,
+  size): attached]`) where it would otherwise say "not read: no text layer";
 - text (text files, code, Markdown, CSV, JSON; a PDF's text layer) goes into the turn,
   after the sender's words, in a labelled block: `[file "name" (type, size)]`, the text,
   `[end of file "name"]`. It is the sender's text like their words: the provenance tag
@@ -32,11 +38,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
-from agent import Image, storable_text
+from agent import (
+    MAX_DOCUMENT_BYTES_PER_REQUEST,
+    MAX_DOCUMENT_PAGES_PER_REQUEST,
+    Document,
+    Image,
+    storable_text,
+)
 from gateway.inbound.decoders import Decoders
 from gateway.inbound.files import FileDownloader
 from gateway.inbound.reasons import (
     DOWNLOAD_FAILED,
+    NO_TEXT_LAYER,
     NOT_DESCRIBED,
     NOT_TEXT,
     OUT_OF_TIME,
@@ -153,12 +166,14 @@ _TEXT_FILETYPES = frozenset(
 
 @dataclass(frozen=True, slots=True)
 class FileContent:
-    """One file after reading: its text, or its picture, or why it was not read."""
+    """One file after reading: its text, or its picture, or why it was not read; a PDF
+    kept for the models that read documents has its `document` too."""
 
     shared: SharedFile
     text: str | None = None
     image: Image | None = None
     problem: str | None = None
+    document: Document | None = None
 
 
 def kind_of(shared: SharedFile) -> Kind | None:
@@ -187,7 +202,9 @@ class FileReader:
         kinds: frozenset[str],
         on_read: Callable[[str, str], None] = lambda kind, outcome: None,
         info: FileInfo | None = None,
+        documents: bool = False,
     ) -> None:
+        self._documents = documents  # keep PDFs themselves: some route reads documents
         self._downloader = downloader
         self._decoders = decoders
         self._info = info  # `files.info` for files Slack gives only by id
@@ -248,7 +265,20 @@ class FileReader:
         if decoded.media_type is not None:
             image = Image(decoded.media_type, decoded.data, shared.name or "")
             return FileContent(shared, image=image)
-        return FileContent(shared, text=storable_text(decoded.text or ""))
+        text = storable_text(decoded.text or "")
+        document = self._document(shared, data, decoded.pages)
+        if not text.strip() and document is None:
+            raise NotRead(NO_TEXT_LAYER)
+        return FileContent(shared, text=text if text.strip() else None, document=document)
+
+    def _document(self, shared: SharedFile, data: bytes, pages: int) -> Document | None:
+        """The PDF itself, when it is kept for the models that read documents and fits
+        what one request may carry."""
+        if not self._documents or not 0 < pages <= MAX_DOCUMENT_PAGES_PER_REQUEST:
+            return None
+        if len(data) > MAX_DOCUMENT_BYTES_PER_REQUEST:
+            return None
+        return Document(data, shared.name or "", pages)
 
 
 def _slug(reason: str) -> str:
@@ -269,8 +299,10 @@ def unread(files: Sequence[SharedFile]) -> tuple[FileContent, ...]:
     return tuple(FileContent(f) for f in files)
 
 
-def images_of(contents: Sequence[FileContent]) -> tuple[Image, ...]:
-    return tuple(c.image for c in contents if c.image is not None)
+def images_of(contents: Sequence[FileContent]) -> tuple[Image | Document, ...]:
+    """What is stored beside the turn, in file order: its pictures, and its PDFs kept as
+    documents."""
+    return tuple(a for c in contents if (a := c.image or c.document) is not None)
 
 
 def files_text(contents: Sequence[FileContent], more: int = 0) -> str:
@@ -283,6 +315,8 @@ def files_text(contents: Sequence[FileContent], more: int = 0) -> str:
     for content in contents:
         if content.image is not None:
             parts.append(f"[image {describe(content.shared)}: attached]")
+        elif content.text is None and content.document is not None:  # a scan
+            parts.append(f"[document {describe(content.shared)}: attached]")
         elif content.text is not None and budget > 0:
             parts.append(_text_block(content, budget))
             budget -= len(content.text)

@@ -63,7 +63,8 @@ def _decode(
             picture = file_contents.read_image(data)
             return {"media_type": picture.media_type}, picture.data, False
         if kind == "pdf":
-            return {"text": file_contents.read_pdf(data, int(request["max_chars"]))}, b"", False
+            text, pages = file_contents.read_pdf_pages(data, int(request["max_chars"]))
+            return {"text": text, "pages": pages}, b"", False
         return {"problem": DECODER_FAILED}, b"", False
     except NotRead as exc:
         return {"problem": exc.reason}, b"", isinstance(exc.__cause__, MemoryError)

@@ -7,7 +7,9 @@ Each is checked against the bytes, never against what the upload claimed (text f
   whole request, in this round and every later one of the thread), and scaled down when
   over what the providers take: longest side 1568 px, 3.75 MB;
 - PDFs are their text layer, as `pypdf` extracts it, from the first `MAX_PDF_PAGES`
-  pages, until as much of it is read as the turn can show; a scan has no text to give.
+  pages, until as much of it is read as the turn can show, and their page count; a scan
+  has no text to give (`read_pdf_pages` then gives "": the PDF itself may still go to a
+  model that reads documents, gateway/inbound/attachments.py).
 
 What an image costs is decided from its header, before a pixel is decoded: its decoded
 size (width × height × bands bytes) must fit `MAX_DECODED_BYTES`. A PNG of a few hundred
@@ -151,18 +153,24 @@ def _encode(picture: PILImage.Image, image_format: str, **options: int) -> bytes
 def read_pdf(data: bytes, max_chars: int) -> str:
     """The text layer of the first MAX_PDF_PAGES pages; extraction stops at the first page
     that brings it past `max_chars` (what the turn can show), and the text is cut at twice
-    that (the turn counts what it does not show)."""
+    that (the turn counts what it does not show). A PDF without one is `NotRead`."""
+    text, _ = read_pdf_pages(data, max_chars)
+    if not text.strip():
+        raise NotRead(NO_TEXT_LAYER)
+    return text
+
+
+def read_pdf_pages(data: bytes, max_chars: int) -> tuple[str, int]:
+    """`read_pdf`'s text ("" for a scan) and the PDF's page count."""
     if not data.startswith(b"%PDF-"):
         raise NotRead(NOT_A_PDF)
     try:
-        text = _pdf_text(pypdf.PdfReader(io.BytesIO(data)), max_chars)
+        reader = pypdf.PdfReader(io.BytesIO(data))
+        return _pdf_text(reader, max_chars), len(reader.pages)
     except MemoryError as exc:
         raise NotRead(TOO_LARGE_DECODED) from exc
     except Exception as exc:  # pypdf raises many kinds on damaged or encrypted files
         raise NotRead(NOT_A_PDF) from exc
-    if not text.strip():
-        raise NotRead(NO_TEXT_LAYER)
-    return text
 
 
 def _pdf_text(reader: pypdf.PdfReader, max_chars: int) -> str:

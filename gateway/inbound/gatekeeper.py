@@ -53,7 +53,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal, Protocol, TypeAlias
 
-from agent import NO_TRACER, Image, Tracer, bind_log_fields
+from agent import NO_TRACER, Document, Image, Tracer, bind_log_fields
 from gateway.inbound.addressing import addresses_someone_else
 from gateway.inbound.attachments import FileContent, FileReader, files_text, images_of, unread
 from gateway.inbound.channel_rules import DEFAULT_RULES, REFUSAL_NOTICES, RulesOf
@@ -355,8 +355,9 @@ class Gatekeeper:
         deadline: float,
         files: FileReader | None,
         redactions: Redactions,
-    ) -> tuple[str, tuple[Image, ...]]:
-        """The turn's text and its pictures: names and files looked up at once."""
+    ) -> tuple[str, tuple[Image | Document, ...]]:
+        """The turn's text and its pictures (and PDFs kept as documents): names and files
+        looked up at once."""
         names, contents = await asyncio.gather(
             self._names([inbound.user, *mentioned_user_ids(inbound.text)], deadline),
             _read_files(files, inbound.files, deadline),

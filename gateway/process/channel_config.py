@@ -23,8 +23,11 @@ Keys of an entry (all optional; a channel's entry overrides the default's key by
   tools are always offered, and subtasks get the channel's tools.
 - `instructions`: added to the system prompt after THREADGATE_INSTRUCTIONS; a change starts
   a new prompt epoch (new threads get it, ongoing ones keep theirs).
-- `model`, `fallbackModel`: `provider:model`, in place of THREADGATE_MODEL and
-  THREADGATE_FALLBACK_MODEL (`"fallbackModel": null`: no fallback in that channel).
+- `model`, `fallbackModel`: `provider:model`, in place of the first route of the
+  deployment's fallback chain (THREADGATE_MODEL, or THREADGATE_ROUTES' first) and of the
+  routes after it (`"fallbackModel": null`: no fallback in that channel). A spec reaches
+  its model by the deployment's route of that spec, else by the first route of its
+  provider (its base URL and key), else by the vendor's settings.
 - `externalChannels`: `refuse` (the default) or `allow` a channel shared with another
   organization (Slack Connect).
 - `limits`: `userMessagesPerHour`, `threadMessagesPerHour`, `userDailyTokens`,
@@ -125,7 +128,7 @@ class ChannelConfig:
 
     def effective(self, channel: str | None, deployment: tuple[str, ...]) -> Effective:
         """The policy of `channel` (None: the default), given the deployment's model specs
-        (THREADGATE_MODEL, then THREADGATE_FALLBACK_MODEL if set)."""
+        (its routes' `provider:model`, in order)."""
         entry = self.default
         if channel is not None and channel in self.channels:
             entry = self.channels[channel].over(self.default)
@@ -148,11 +151,12 @@ def _models(entry: ChannelEntry, deployment: tuple[str, ...]) -> tuple[str, ...]
     primary = entry.model or (deployment[0] if deployment else None)
     if primary is None:
         return None
+    rest: tuple[str, ...]
     if "fallback_model" in entry.model_fields_set:
-        fallback = entry.fallback_model
+        rest = (entry.fallback_model,) if entry.fallback_model else ()
     else:
-        fallback = deployment[1] if len(deployment) > 1 else None
-    return (primary, fallback) if fallback else (primary,)
+        rest = tuple(deployment[1:])  # the deployment's fallbacks, all of them
+    return (primary, *rest)
 
 
 def load_channel_config(path: Path) -> ChannelConfig:

@@ -36,11 +36,23 @@ from agent import (
     McpConfig,
     PriceTable,
     RetryPolicy,
+    RouteConfig,
+    Sampling,
+    installed_providers,
     load_mcp_config,
     parse_prices,
+    parse_spec,
 )
 from gateway.process.channel_config import EMPTY as NO_CHANNEL_CONFIG
 from gateway.process.channel_config import ChannelConfig, load_channel_config
+from gateway.process.route_config import (
+    VARIABLE as ROUTES_VARIABLE,
+)
+from gateway.process.route_config import (
+    parse_routes,
+    parse_stop_sequences,
+    routes_json,
+)
 from gateway.slack.client import carries_tokens_safely
 from gateway.slack.manifest import DESCRIPTION, SuggestedPrompt, parse_prompts
 from storage import (
@@ -92,6 +104,18 @@ class Settings(BaseSettings):
     threadgate_data_dir: Path = Path(".threadgate")
     threadgate_model: str | None = None
     threadgate_fallback_model: str | None = None
+    # The fallback chain as a list of routes, each its own provider, model, base URL and
+    # key (gateway/process/route_config.py); THREADGATE_MODEL and _FALLBACK_MODEL are the
+    # two-route shorthand. Inline JSON, or a file holding it.
+    threadgate_routes: str = ""
+    # Sampling for every request that sets none (a route's own win; a model that takes
+    # none is not sent them). Unset: the provider's defaults.
+    threadgate_temperature: Annotated[float, Field(ge=0, le=2)] | None = None
+    threadgate_top_p: Annotated[float, Field(gt=0, le=1)] | None = None
+    threadgate_stop_sequences: str = ""
+    # Send the provider an opaque id of the person asked for (OpenAI `user`, Anthropic
+    # `metadata.user_id`): a hash, never the Slack id (gateway/process/service.py says why).
+    threadgate_send_user_id: bool = False
     openai_api_key: SecretStr | None = None
     openai_base_url: str = OPENAI_BASE_URL
     anthropic_api_key: SecretStr | None = None
@@ -211,6 +235,73 @@ class Settings(BaseSettings):
     # Which parts `serve` runs (issue 16): `ingress` verifies, admits and acks Slack's events;
     # `worker` answers the queued tasks; `all` both, in one process. `--role` wins over it.
     threadgate_role: Role = "all"
+
+    @field_validator("threadgate_stop_sequences")
+    @classmethod
+    def _stops(cls, value: str) -> str:
+        parse_stop_sequences(value)  # a ValueError names what is wrong
+        return value
+
+    @field_validator("threadgate_routes")
+    @classmethod
+    def _routes(cls, value: str) -> str:
+        routes_json(value)  # the file must be readable; its content is read by `routes`
+        return value
+
+    @property
+    def sampling(self) -> Sampling:
+        """The deployment's sampling settings (THREADGATE_TEMPERATURE, _TOP_P, _STOP_SEQUENCES)."""
+        return Sampling(
+            self.threadgate_temperature,
+            self.threadgate_top_p,
+            parse_stop_sequences(self.threadgate_stop_sequences),
+        )
+
+    def routes(self, *, keys: bool = True) -> tuple[RouteConfig, ...]:
+        """The fallback chain: THREADGATE_ROUTES, or THREADGATE_MODEL then
+        THREADGATE_FALLBACK_MODEL (none when neither is set). A route without a base URL
+        is reached by its vendor's settings (OPENAI_BASE_URL and OPENAI_API_KEY, …).
+        Keys named `${VAR}` are read from the process environment, here; without `keys`
+        they are not (an ingress, which calls no model, may not have them)."""
+        known = tuple(installed_providers())
+        if self.threadgate_routes.strip():
+            if self.threadgate_model or self.threadgate_fallback_model:
+                raise ConfigError(
+                    f"{ROUTES_VARIABLE} and THREADGATE_MODEL/THREADGATE_FALLBACK_MODEL are both "
+                    f"set: list every route in {ROUTES_VARIABLE}, or unset it."
+                )
+            text = routes_json(self.threadgate_routes)
+            return parse_routes(text, os.environ if keys else None, known=known)
+        named = (
+            ("THREADGATE_MODEL", self.threadgate_model),
+            ("THREADGATE_FALLBACK_MODEL", self.threadgate_fallback_model),
+        )
+        return tuple(
+            RouteConfig(*parse_spec(spec, variable=variable, known=known))
+            for variable, spec in named
+            if spec
+        )
+
+    def route_for(self, spec: str, *, variable: str) -> RouteConfig:
+        """The route a channel's `provider:model` stands for: the deployment's route of that
+        spec; else one to that model by the first route of its provider (its base URL and
+        key); else by the vendor's settings."""
+        provider, model = parse_spec(spec, variable=variable, known=tuple(installed_providers()))
+        routes = self.routes()
+        same = [r for r in routes if r.spec == f"{provider}:{model}"]
+        if same:
+            return same[0]
+        kin = [r for r in routes if r.provider == provider]
+        if kin:
+            return RouteConfig(
+                provider,
+                model,
+                kin[0].base_url,
+                kin[0].api_key,
+                kin[0].credential,
+                sampling=kin[0].sampling,
+            )
+        return RouteConfig(provider, model)
 
     @field_validator("threadgate_prices")
     @classmethod
@@ -396,7 +487,10 @@ class Settings(BaseSettings):
 
     @property
     def model_specs(self) -> tuple[str, ...]:
-        """THREADGATE_MODEL then THREADGATE_FALLBACK_MODEL, those that are set."""
+        """The chain's `provider:model`s in order (THREADGATE_ROUTES', or THREADGATE_MODEL
+        then THREADGATE_FALLBACK_MODEL, those that are set)."""
+        if self.threadgate_routes.strip():
+            return tuple(route.spec for route in self.routes())
         specs = (self.threadgate_model, self.threadgate_fallback_model)
         return tuple(spec for spec in specs if spec)
 
@@ -409,6 +503,8 @@ class Settings(BaseSettings):
         # A bad file is reported where it is used; one we cannot read holds no values.
         with contextlib.suppress(ConfigError):
             values += self.mcp_config().secrets()
+        with contextlib.suppress(ConfigError, ValueError):
+            values += [r.api_key.get_secret_value() for r in self.routes() if r.api_key]
         for value in self.model_dump().values():
             text = value.get_secret_value() if isinstance(value, SecretStr) else value
             if not isinstance(text, str) or not text:
@@ -458,7 +554,17 @@ class Settings(BaseSettings):
         elif self.serves_events:
             self.require("SLACK_SIGNING_SECRET")
         if self.runs_workers:
-            self.require("THREADGATE_MODEL")
+            self.require_routes()
+
+    def require_routes(self) -> tuple[RouteConfig, ...]:
+        """The fallback chain, which a process calling models cannot run without."""
+        routes = self.routes()
+        if not routes:
+            raise ConfigError(
+                f"THREADGATE_MODEL is not set: put {_HINTS['THREADGATE_MODEL']} there, or list "
+                f"the fallback chain in {ROUTES_VARIABLE}."
+            )
+        return routes
 
     def require_oauth(self) -> None:
         """Check the OAuth mode's settings: both app credentials, well-formed, and no

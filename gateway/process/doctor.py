@@ -43,9 +43,11 @@ from agent import (
     McpClients,
     McpServerState,
     Model,
+    RouteConfig,
     ToolRegistry,
     default_registries,
-    open_model,
+    installed_providers,
+    open_route,
     probe_model,
 )
 from gateway.inbound.socket_mode import probe_socket_mode
@@ -392,28 +394,36 @@ def missing_scope(scope: str) -> str:
 
 
 async def check_models(settings: Settings, limit: float) -> list[Finding]:
+    """One tiny call to each route of the fallback chain, all at once."""
     if not settings.runs_workers:
         return [Finding("model", "skip", "not checked: an ingress calls no model")]
-    if not settings.threadgate_model:
+    try:
+        routes = settings.routes()
+    except ConfigError as exc:
+        return [Finding("model", "FAIL", str(exc))]
+    if not routes:
         return [Finding("model", "skip", "not checked: THREADGATE_MODEL is not set")]
-    slots = [("THREADGATE_MODEL", settings.threadgate_model)]
-    if settings.threadgate_fallback_model:
-        slots.append(("THREADGATE_FALLBACK_MODEL", settings.threadgate_fallback_model))
     findings = await asyncio.gather(
-        *(
-            check_slot(settings, slot, variable, spec, limit)
-            for slot, (variable, spec) in enumerate(slots)
-        )
+        *(check_route(settings, n, route, limit) for n, route in enumerate(routes))
     )
     return list(findings)
 
 
-async def check_slot(
-    settings: Settings, slot: int, variable: str, spec: str, limit: float
-) -> Finding:
-    """One slot on its own, so a bad fallback does not hide how the primary is doing."""
+async def check_route(settings: Settings, index: int, route: RouteConfig, limit: float) -> Finding:
+    """One route on its own, so a bad fallback does not hide how the primary is doing."""
+    variable = (
+        "THREADGATE_ROUTES"
+        if settings.threadgate_routes.strip()
+        else ("THREADGATE_MODEL" if index == 0 else "THREADGATE_FALLBACK_MODEL")
+    )
     try:
-        model = open_model(spec, slot=slot, settings=provider_settings(settings), variable=variable)
+        model = open_route(
+            route,
+            index=index,
+            settings=provider_settings(settings),
+            kinds=installed_providers(),
+            variable=variable,
+        )
     except ConfigError as exc:
         return Finding("model", "FAIL", str(exc))
     try:

@@ -31,6 +31,7 @@ import asyncio
 import contextlib
 import functools
 import gc
+import hashlib
 import logging
 import signal
 from contextlib import AsyncExitStack
@@ -67,14 +68,17 @@ from agent import (
     RunnerSettings,
     SubtaskRegistry,
     Supervisor,
+    Task,
     TaskRunner,
     ThreadReader,
     ToolObserver,
     ToolRegistry,
     Tracer,
     default_registries,
+    installed_providers,
     model_transport,
-    open_model,
+    open_route,
+    route_capabilities,
     schedule_tools,
     stop_task,
 )
@@ -105,6 +109,7 @@ from gateway.process.http import (
 )
 from gateway.process.scheduler import Scheduler, tell_paused
 from gateway.process.tool_observers import ToolObservers
+from gateway.slack.address import SlackAddress
 from gateway.slack.client import MeteredWebClient, slack_client
 from gateway.slack.errors import SlackError, SlackOutcomeUnknown, SlackRefused
 from gateway.slack.file_info import FileInfo
@@ -127,6 +132,7 @@ from storage import (
     PictureBudgets,
     PostgresAlertThrottle,
     PostgresApprovals,
+    PostgresAttachmentRefusals,
     PostgresDelegations,
     PostgresHistory,
     PostgresInstallations,
@@ -160,19 +166,51 @@ def provider_settings(settings: Settings) -> ProviderSettings:
         gateway_token=settings.threadgate_gateway_token,
         timeout=settings.threadgate_model_timeout_seconds,
         transport=functools.partial(model_transport, workers=settings.threadgate_workers),
+        sampling=settings.sampling,
     )
 
 
 def open_models(settings: Settings) -> list[Model]:
-    """The configured model slots; a bad spec or missing key is a ConfigError."""
+    """The fallback chain's models, one per route in order; a bad route or a missing key
+    is a ConfigError naming the setting."""
     providers = provider_settings(settings)
-    slots = [("THREADGATE_MODEL", settings.require("THREADGATE_MODEL"))]
-    if settings.threadgate_fallback_model:
-        slots.append(("THREADGATE_FALLBACK_MODEL", settings.threadgate_fallback_model))
+    variable = _routes_variable(settings)
     return [
-        open_model(spec, slot=slot, settings=providers, variable=variable)
-        for slot, (variable, spec) in enumerate(slots)
+        open_route(
+            route, index=n, settings=providers, kinds=installed_providers(), variable=variable
+        )
+        for n, route in enumerate(settings.require_routes())
     ]
+
+
+def reads_documents(settings: Settings) -> bool:
+    """Whether some route reads PDFs natively (agent/models/capabilities.py): only then
+    are PDFs themselves kept with their turns; every model reads their text anyway."""
+    providers = provider_settings(settings)
+    return any(
+        route_capabilities(route, settings=providers, kinds=installed_providers()).documents
+        for route in settings.routes(keys=False)
+    )
+
+
+def _routes_variable(settings: Settings) -> str:
+    return "THREADGATE_ROUTES" if settings.threadgate_routes.strip() else "THREADGATE_MODEL"
+
+
+def end_user_of(task: Task) -> str | None:
+    """The id the providers are given for the person a task answers (THREADGATE_SEND_USER_ID):
+    a hash of their workspace and Slack user id, never the id itself. The vendors ask for
+    an opaque, stable id so their abuse detection can tell one person's requests from the
+    rest of the deployment's; a Slack id would tell them who the person is in which
+    workspace (and `users.info` turns it into a name and an email). The hash is salted with
+    the workspace, so the same person has unrelated ids in two workspaces; it is not a
+    secret (anyone holding a Slack id can compute it), only unreadable."""
+    address = SlackAddress.parse(task.address)
+    if address.user is None:
+        return None
+    team = address.user_team or address.team or ""
+    digest = hashlib.sha256(f"threadgate-end-user:{team}:{address.user}".encode()).hexdigest()
+    return f"tg-{digest[:32]}"
 
 
 def retry_policy(settings: Settings) -> RetryPolicy:
@@ -197,9 +235,16 @@ def channel_policies(
         prices = settings.price_table()
 
         def make(specs: tuple[str, ...]) -> tuple[AttemptLadder, list[Model]]:
+            variable = "THREADGATE_CHANNEL_CONFIG"
             models: list[Model] = [
                 MeteredModel(
-                    open_model(spec, slot=n, settings=providers),
+                    open_route(
+                        settings.route_for(spec, variable=variable),
+                        index=n,
+                        settings=providers,
+                        kinds=installed_providers(),
+                        variable=variable,
+                    ),
                     metrics,
                     n,
                     prices=prices,
@@ -295,6 +340,8 @@ def build_runner(
         policies=policies,
         prices=settings.price_table(),
         prompt_caching=settings.threadgate_prompt_caching,
+        end_user=end_user_of if settings.threadgate_send_user_id else None,
+        refusals=PostgresAttachmentRefusals(db),
         settings=RoundSettings(
             max_output_tokens=settings.threadgate_max_output_tokens,
             tool_timeout_seconds=settings.threadgate_tool_timeout_seconds,
@@ -418,6 +465,7 @@ class Gateway:
     _stack: AsyncExitStack = field(default_factory=AsyncExitStack)
     _socket: SocketModeConnection | None = None
     _downloads: FileDownloader | None = None  # files people attach (gateway/inbound/files.py)
+    _reads_documents: bool = False  # some route reads PDFs: they are kept with their turns
     _decoders: Decoders | None = None  # and their decoder processes (gateway/inbound/decoders.py)
     _workers_started: bool = False
     tracer: Tracer = NO_TRACER
@@ -784,6 +832,7 @@ class Gateway:
             client = httpx.AsyncClient(timeout=s.threadgate_lookup_budget_seconds)
             self._stack.push_async_callback(client.aclose)
             self._downloads = FileDownloader(client, max_bytes=s.threadgate_file_max_bytes)
+            self._reads_documents = reads_documents(s)  # once: the routes do not change
             self._decoders = Decoders(
                 processes=s.threadgate_file_decoders,
                 memory_bytes=s.threadgate_file_decode_memory_mb * 2**20,
@@ -796,6 +845,7 @@ class Gateway:
             s.file_kinds,
             on_read=self.metrics.file_read,
             info=FileInfo(slack),
+            documents=self._reads_documents,
         )
 
     async def _start_socket_mode(self, bolt: AsyncApp) -> None:

@@ -20,17 +20,30 @@ from agent import (
     Backoff,
     Connecting,
     McpClients,
+    ProviderSettings,
+    ReferenceCatalog,
+    Reply,
+    RouteConfig,
+    SubtaskRegistry,
     Task,
     Toolbox,
     ToolCall,
     ToolCallRecord,
     ToolContext,
     ToolRegistry,
+    UserMessage,
+    open_route,
     parse_mcp_config,
+    round_controls,
+    run_round,
 )
 from agent.rounds.mcp_tools import offered_name
 from agent.rounds.tools import builtin_tools
-from tests.fakes.mcp_server import HttpServerProcess, stdio_entry
+from tests.fakes.anthropic_api import AnthropicServer
+from tests.fakes.anthropic_api import reply_with_tool as anthropic_tool_reply
+from tests.fakes.mcp_server import SCREENSHOT_PNG, HttpServerProcess, stdio_entry
+from tests.fakes.openai_api import OpenAIServer
+from tests.fakes.openai_api import reply_with_tool as openai_tool_reply
 
 TASK = Task("T1", "S1", {})
 TOKEN = "mcp-token-0123456789-secret"
@@ -357,3 +370,53 @@ def test_offered_names_follow_the_providers_rule(
     assert re.fullmatch(r"[a-zA-Z0-9_-]{1,64}", name)
     assert name.startswith(f"{server}__")
     assert offered_name(server, tool + "y") != name
+
+
+async def test_a_tools_pictures_reach_a_model_that_can_see_them(tmp_path: Path) -> None:
+    """Before: an MCP tool's image content reached the model as "[image (image/png) not
+    shown]". Now a real picture goes with the result — inside the `tool_result` on the
+    Messages API, in a user message after the tool messages on Chat Completions — and an
+    "image" whose bytes are not a picture is named, with why."""
+    stdio = Server("stdio", tmp_path / "stdio.pid", None)
+    clients, registry = await connect(stdio, allowed=["screenshot"])
+    try:
+        box = Toolbox(registry, ToolContext(TASK))
+        [result] = await box.run([call("fake__screenshot", "{}")])
+        assert [(i.media_type, i.data) for i in result.images] == [("image/png", SCREENSHOT_PNG)]
+        assert "[image 1 (image/png, 69 bytes): attached]" in result.content
+        assert "not shown: not a png, jpeg, gif or webp picture" in result.content
+        async with AnthropicServer() as claude, OpenAIServer() as server:
+            claude.script(
+                anthropic_tool_reply("fake__screenshot", {}),
+                anthropic_tool_reply("final_reply", {"text": "a shop"}),
+            )
+            server.script(
+                openai_tool_reply("fake__screenshot", {}),
+                openai_tool_reply("final_reply", {"text": "a shop"}),
+            )
+            for url, provider in ((claude.url, "anthropic"), (server.url, "openai")):
+                model = open_route(
+                    RouteConfig(provider, "seer", url),
+                    index=0,
+                    settings=ProviderSettings(stream=False),
+                )
+                try:
+                    decision = await run_round(
+                        model,
+                        [UserMessage("<turn>what does the shop look like?</turn>")],
+                        round_controls(
+                            final=True, subtasks=SubtaskRegistry(), catalog=ReferenceCatalog()
+                        ),
+                        toolbox=box,
+                    )
+                finally:
+                    await model.aclose()
+                assert isinstance(decision, Reply) and decision.text == "a shop"
+        tool_result = claude.requests[1].body["messages"][-1]["content"][0]
+        assert tool_result["type"] == "tool_result"
+        assert [b["type"] for b in tool_result["content"]] == ["text", "image"]
+        after = server.requests[1].body["messages"]
+        assert [m["role"] for m in after[-2:]] == ["tool", "user"]
+        assert server.requests[1].images() == [("image/png", SCREENSHOT_PNG)]
+    finally:
+        await clients.aclose()

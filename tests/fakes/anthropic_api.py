@@ -18,6 +18,8 @@ Anthropic-specific
     `error_reply(status, type, message)`              `{"type":"error","error":{…}}`
     `overloaded()`                                    the 529 `overloaded_error`
     `events(*(name, data))`                           encode named SSE events
+    `Message(text, citations=[page_citation(…)])`     a text block citing document pages
+                                                      (`citations_delta`s when streamed)
 
 Prompt caching: `server.cache = AnthropicCache()` (tests/fakes/prompt_cache.py) makes a
 `Message` without a given `usage` report what the cache counted — `input_tokens`,
@@ -28,12 +30,13 @@ usage again in `message_delta`, as the API does), with its own output tokens.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
+from tests.fakes.attachments import anthropic_refusal
 from tests.fakes.openai_api import (
     FakeToolCall,
     Hang,
@@ -58,6 +61,7 @@ __all__ = [
     "error_reply",
     "events",
     "overloaded",
+    "page_citation",
     "reply_with_tool",
 ]
 
@@ -99,6 +103,9 @@ class Message:
     # None: DEFAULT_USAGE, or what the server's cache counted and this reply's output.
     usage: Mapping[str, Any] | None = None
     model: str = "claude-test"
+    # Citations of the text block (`page_location` objects, `page_citation`), sent as its
+    # `citations` or, streamed, as `citations_delta`s before its text.
+    citations: Sequence[Mapping[str, Any]] = ()
 
     @property
     def reason(self) -> str:
@@ -116,7 +123,10 @@ class Message:
         return {**seen.counted, "output_tokens": max(1, count_tokens(self._blocks()))}
 
     def _blocks(self) -> list[dict[str, Any]]:
-        blocks: list[dict[str, Any]] = [{"type": "text", "text": self.text}] if self.text else []
+        text: dict[str, Any] = {"type": "text", "text": self.text}
+        if self.citations:
+            text["citations"] = [dict(c) for c in self.citations]
+        blocks: list[dict[str, Any]] = [text] if self.text else []
         return blocks + [
             {"type": "tool_use", "id": c.id, "name": c.name, "input": json.loads(c.raw_arguments)}
             for c in self.tool_calls
@@ -157,19 +167,39 @@ class Message:
 
 
 def _block_events(index: int, block: dict[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    deltas: list[dict[str, Any]]
     if block["type"] == "text":
-        head, delta = {"type": "text", "text": ""}, {"type": "text_delta", "text": block["text"]}
+        head: dict[str, Any] = {"type": "text", "text": ""}
+        if "citations" in block:
+            head["citations"] = []
+        deltas = [{"type": "citations_delta", "citation": c} for c in block.get("citations", [])]
+        deltas.append({"type": "text_delta", "text": block["text"]})
     else:
         head = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
-        delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
+        deltas = [{"type": "input_json_delta", "partial_json": json.dumps(block["input"])}]
+    start = {"type": "content_block_start", "index": index, "content_block": head}
     return [
-        (
-            "content_block_start",
-            {"type": "content_block_start", "index": index, "content_block": head},
+        ("content_block_start", start),
+        *(
+            ("content_block_delta", {"type": "content_block_delta", "index": index, "delta": d})
+            for d in deltas
         ),
-        ("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}),
         ("content_block_stop", {"type": "content_block_stop", "index": index}),
     ]
+
+
+def page_citation(
+    cited_text: str, *, document_index: int = 0, title: str = "document 1", page: int = 1
+) -> dict[str, Any]:
+    """A `page_location` citation of one page, as the API writes it (end page exclusive)."""
+    return {
+        "type": "page_location",
+        "cited_text": cited_text,
+        "document_index": document_index,
+        "document_title": title,
+        "start_page_number": page,
+        "end_page_number": page + 1,
+    }
 
 
 def reply_with_tool(
@@ -183,8 +213,13 @@ class AnthropicServer(LoopbackServer):
     """The Anthropic fake; `url` is `http://127.0.0.1:PORT` (requests go to /v1/messages).
 
     Like the real API it refuses, with a 400, a conversation whose first message is not
-    the user's, before any scripted reply is used.
+    the user's, and a request carrying a picture or PDF that is not one, or any picture to
+    a model in `no_vision` (tests/fakes/attachments.py), before any scripted reply is used.
     """
+
+    def __init__(self, *, no_vision: Collection[str] = ()) -> None:
+        super().__init__()
+        self.no_vision = set(no_vision)
 
     async def __aenter__(self) -> AnthropicServer:
         await super().__aenter__()
@@ -194,4 +229,7 @@ class AnthropicServer(LoopbackServer):
         messages = seen.body.get("messages") if isinstance(seen.body, dict) else None
         if messages and messages[0].get("role") != "user":
             return error_reply(400, message='messages: first message must use the "user" role')
+        refusal = anthropic_refusal(seen.body, self.no_vision)
+        if refusal is not None:
+            return error_reply(400, message=refusal)
         return super()._next_reply(seen)

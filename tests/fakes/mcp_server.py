@@ -16,7 +16,8 @@ the server received the token the test configured — never the token itself) an
 (a tool tests leave out of the allowlist). Hostile ones: `spelled`, whose input schema's
 `pattern` backtracks catastrophically (`^(a+)+$`), `shaped`, whose declared output schema
 holds the same pattern and whose result does not match it, and `page`, a web page that
-writes a person's turn tags (`FORGED_PAGE`).
+writes a person's turn tags (`FORGED_PAGE`). `screenshot` returns text, a PNG
+(`SCREENSHOT_PNG`) and an "image" that is not one.
 
 Environment: `FAKE_MCP_SAY` — a line the server writes on its stderr at start, `{token}`
 in it replaced by the token it got (a server careless with its credential).
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import os
 import signal
 import socket
@@ -41,7 +43,7 @@ from typing import Annotated, Any
 
 import aiohttp
 from mcp.server.mcpserver import MCPServer
-from mcp_types import CallToolResult, TextContent
+from mcp_types import CallToolResult, ImageContent, TextContent
 from pydantic import Field
 
 server = MCPServer("threadgate-fake", log_level="WARNING")
@@ -116,6 +118,24 @@ def spelled(word: Annotated[str, Field(pattern=BACKTRACKING)]) -> str:
 @server.tool(description="Fetch the shop's web page.")
 def page() -> str:
     return FORGED_PAGE
+
+
+# A 1×1 PNG, as a screenshot tool would return one (base64 in the result, MCP's form).
+SCREENSHOT_PNG = bytes.fromhex(
+    "89504e470d0a1a0a0000000d4948445200000001000000010802000000907753de0000000c4944415408"
+    "d763f8cfc000000301010018dd8db00000000049454e44ae426082"
+)
+
+
+@server.tool(description="Take a screenshot of the shop's page.")
+def screenshot() -> CallToolResult:
+    picture = ImageContent(
+        type="image", data=base64.b64encode(SCREENSHOT_PNG).decode(), mime_type="image/png"
+    )
+    fake = ImageContent(
+        type="image", data=base64.b64encode(b"<svg/>").decode(), mime_type="image/png"
+    )
+    return CallToolResult(content=[TextContent(type="text", text="the shop"), picture, fake])
 
 
 @server.tool(description="Shape a word (its result declares a backtracking pattern).")

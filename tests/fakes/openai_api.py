@@ -43,19 +43,19 @@ usage as the server's cache counted it (None without one).
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import dataclasses
 import json
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import aiohttp
 from aiohttp import web
 
+from tests.fakes.attachments import openai_refusal, parts
 from tests.fakes.prompt_cache import count_tokens
 
 
@@ -86,18 +86,16 @@ class RecordedRequest:
 
     def images(self) -> list[tuple[str, bytes]]:
         """The images the request carries, in order, as (media type, bytes): OpenAI's
-        `image_url` data-URL parts and Anthropic's base64 `image` blocks alike."""
-        found: list[tuple[str, bytes]] = []
-        for message in self.body.get("messages", []) if isinstance(self.body, dict) else []:
-            parts = message.get("content")
-            for part in parts if isinstance(parts, list) else []:
-                if part.get("type") == "image_url":
-                    head, _, data = part["image_url"]["url"].partition(";base64,")
-                    found.append((head.removeprefix("data:"), base64.b64decode(data)))
-                elif part.get("type") == "image":
-                    source = part["source"]
-                    found.append((source["media_type"], base64.b64decode(source["data"])))
-        return found
+        `image_url` data-URL parts and Anthropic's base64 `image` blocks alike (a tool
+        result's too)."""
+        return [
+            (p.media_type, p.data) for p in parts(self.body) if p.media_type.startswith("image/")
+        ]
+
+    def documents(self) -> list[tuple[str, bytes]]:
+        """The PDFs the request carries, in order, as (title or file name, bytes):
+        Anthropic's `document` blocks and OpenAI's `file` parts alike."""
+        return [(p.title, p.data) for p in parts(self.body) if p.media_type == "application/pdf"]
 
 
 class Reply(Protocol):
@@ -473,10 +471,24 @@ def _pieces(text: str, size: int = 4) -> Iterable[str]:
 
 
 class OpenAIServer(LoopbackServer):
-    """The OpenAI fake; `url` is `http://127.0.0.1:PORT/v1` (any path is accepted and recorded)."""
+    """The OpenAI fake; `url` is `http://127.0.0.1:PORT/v1` (any path is accepted and recorded).
+
+    Like the real API it refuses, with a 400, a request carrying a picture that is not one
+    or a PDF that is not one, and any picture to a model in `no_vision`
+    (tests/fakes/attachments.py), before any scripted reply is used."""
 
     prefix = "/v1"
+
+    def __init__(self, *, no_vision: Collection[str] = ()) -> None:
+        super().__init__()
+        self.no_vision = set(no_vision)
 
     async def __aenter__(self) -> OpenAIServer:
         await super().__aenter__()
         return self
+
+    def _next_reply(self, seen: RecordedRequest) -> Reply:
+        refusal = openai_refusal(seen.body, self.no_vision)
+        if refusal is not None:
+            return JSONReply(refusal, status=400)
+        return super()._next_reply(seen)

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 
 import pytest
 
 from agent import CredentialRejected, Route, Task
-from gateway.delivery.alerts import AlertWindows, OperatorAlerts
+from agent.models.providers.classify import classify_status
+from gateway.delivery.alerts import AlertWindows, OperatorAlerts, describe_failure
 from gateway.slack.client import slack_client
 from storage import Database, PostgresAlertThrottle
 from tests.fakes.slack_api import FakeSlack
@@ -115,3 +117,16 @@ async def test_an_alert_is_sent_when_the_database_cannot_be_asked(fresh_dsn: str
         alerts = OperatorAlerts(client, "COPS", windows(database))
         assert await alerts.credential_failure(TASK, REFUSED) is True
     assert [p.channel for p in slack.posts] == ["COPS"]
+
+
+def test_an_alert_names_the_key_of_the_route_that_was_refused() -> None:
+    """A route with a key of its own (THREADGATE_ROUTES' `apiKey`): the refusal and the
+    operator alert name that variable, not the vendor's usual one (issue 35)."""
+    route = Route("openai", "gpt-4.1", 1, "GATEWAY_OPENAI_KEY")
+    error = classify_status(
+        401, {}, b'{"error": {"message": "bad", "code": "invalid_api_key"}}', route=route
+    )
+    assert isinstance(error, CredentialRejected) and "GATEWAY_OPENAI_KEY" in str(error)
+    now = datetime.now(UTC)
+    alert = describe_failure(error, first_seen=now, last_seen=now, suppressed=0)
+    assert "Check GATEWAY_OPENAI_KEY" in alert and "OPENAI_API_KEY" not in alert

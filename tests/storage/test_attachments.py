@@ -1,11 +1,20 @@
-"""Pictures stored with their turn at admission, and read back by the history window."""
+"""Pictures (and PDFs) stored with their turn at admission, read back by the history window,
+and marked when a provider refused one (issue 35, item 2)."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 
-from agent import MAX_IMAGES_PER_REQUEST, Image, Task
-from storage import Admission, Database, EarlierMessage, PostgresHistory, admit
+from agent import MAX_IMAGES_PER_REQUEST, Document, Image, Route, Task
+from storage import (
+    Admission,
+    Database,
+    EarlierMessage,
+    PostgresAttachmentRefusals,
+    PostgresHistory,
+    admit,
+)
 
 
 def picture(n: int) -> Image:
@@ -16,7 +25,9 @@ def task_in(thread: str, ts: str) -> Task:
     return Task(f"T1:C7:{ts}", f"T1:C7:{thread}", {"channel": "C7", "thread_ts": thread})
 
 
-async def admit_with(db: Database, task: Task, images: tuple[Image, ...], **more: object) -> None:
+async def admit_with(
+    db: Database, task: Task, images: tuple[Image | Document, ...], **more: object
+) -> None:
     admission = Admission(None, task.id, task.session_id, task.address, f"turn {task.id}")
     assert await admit(db, dataclasses.replace(admission, images=images, **more))
 
@@ -58,3 +69,50 @@ async def test_the_window_carries_only_the_newest_pictures(db: Database) -> None
     window = await PostgresHistory(db).window(tasks[-1], max_chars=10_000, max_messages=10)
     assert [len(m.images) for m in window] == [0, 4, 4]
     assert sum(len(m.images) for m in window) == MAX_IMAGES_PER_REQUEST
+
+
+def pdf(n: int, pages: int = 2) -> Document:
+    return Document(b"%PDF-1.7 " + bytes([n]) * 8, f"d{n}.pdf", pages)
+
+
+async def test_a_kept_pdf_comes_back_as_a_document_with_its_pages_and_key(db: Database) -> None:
+    """A PDF stored beside the turn (after its picture, in file order) is a `Document` of
+    the window's turn with its page count; each attachment carries its key."""
+    task = task_in("5.0", "5.0")
+    await admit_with(db, task, (picture(1), pdf(2, pages=7)))
+    [turn] = await PostgresHistory(db).window(task, max_chars=10_000, max_messages=10)
+    assert turn.images == (picture(1),) and turn.documents == (pdf(2, pages=7),)
+    assert [turn.images[0].key, turn.documents[0].key] == [
+        f"{task.user_message_id}#1",
+        f"{task.user_message_id}#2",
+    ]
+
+
+async def test_a_refused_picture_is_marked_once_and_never_in_a_window_again(db: Database) -> None:
+    """Before: a picture a provider refused came back with every window of its thread, and
+    each round failed on it. Now it is marked (by which route), its bytes dropped, the turn
+    says it was not shown and why, every later window leaves it out, and a second replica
+    marking it at the same time adds nothing."""
+    task = task_in("6.0", "6.0")
+    await admit_with(db, task, (picture(1), picture(2)))
+    [turn] = await PostgresHistory(db).window(task, max_chars=10_000, max_messages=10)
+    refused = turn.images[1].key
+    refusals = PostgresAttachmentRefusals(db)
+    route = Route("anthropic", "claude-sonnet-4-5", 1)
+    await asyncio.gather(
+        refusals.refuse([refused], route=route, reason="it could not be read"),
+        refusals.refuse([refused], route=route, reason="it could not be read"),
+    )
+    [after] = await PostgresHistory(db).window(task, max_chars=10_000, max_messages=10)
+    assert after.images == (picture(1),)
+    assert after.text.count("<runtime>Not shown to you") == 1
+    assert after.text.endswith(
+        "<runtime>Not shown to you (the provider refused it: it could not be read): the "
+        'picture "p2.png" (16 bytes).</runtime>'
+    )
+    row = await db.pool.fetchrow(
+        "SELECT refused_by, octet_length(data) AS size FROM message_attachments "
+        "WHERE message_id = $1 AND ordinal = 2",
+        task.user_message_id,
+    )
+    assert (row["refused_by"], row["size"]) == ("anthropic:claude-sonnet-4-5", 0)

@@ -12,6 +12,14 @@ after the tools, after the system prompt, after the conversation's stable prefix
 after the last message. Anthropic renders tools, then system, then messages, so the
 first two cover what every request of a deployment shares; the last lets the next step
 of a round (or the next message of the thread) read everything this one sent.
+
+A person's PDFs go as `document` blocks (base64, after the turn's pictures), titled as the
+prompt numbered them (`document N`) and with citations enabled (Anthropic wants them on all
+documents or none); a text block citing one carries `page_location` citations (`cited_text`,
+`document_index`, `start_page_number`, `end_page_number` exclusive), streamed as
+`citations_delta`s, which the answer keeps (`ModelResponse.citations`). A tool's pictures
+go inside its `tool_result`. `top_p` is sent only without `temperature`: the current
+models refuse both at once. The end user's id goes in `metadata.user_id`.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from typing import Any
 from httpx_sse import ServerSentEvent
 from pydantic import BaseModel, ConfigDict
 
+from agent.core.documents import Document
 from agent.core.images import Image
 from agent.models.contract import (
     AssistantMessage,
@@ -34,6 +43,7 @@ from agent.models.contract import (
     ModelRequest,
     ModelResponse,
     NamedTool,
+    PageCitation,
     StreamEvent,
     SystemMessage,
     TextDelta,
@@ -76,11 +86,17 @@ def build_body(request: ModelRequest, model: str, *, stream: bool) -> dict[str, 
             {"name": t.name, "description": t.description, "input_schema": dict(t.parameters)}
             for t in request.tools
         ]
-        body["tool_choice"] = _tool_choice(request.tool_choice)
+        body["tool_choice"] = _tool_choice(request.tool_choice, request.parallel_tool_calls)
     if request.temperature is not None:
         body["temperature"] = request.temperature
+    elif request.top_p is not None:
+        body["top_p"] = request.top_p
     if request.stop:
         body["stop_sequences"] = list(request.stop)
+    if request.end_user:
+        body["metadata"] = {"user_id": request.end_user}
+    if request.output_schema is not None:
+        body["output_format"] = {"type": "json_schema", "schema": dict(request.output_schema)}
     if stream:
         body["stream"] = True
     if request.cache is not None:
@@ -115,11 +131,14 @@ def _marked(message: dict[str, Any]) -> dict[str, Any]:
 def build_messages(messages: tuple[ModelMessage, ...]) -> list[dict[str, Any]]:
     """User and assistant turns; consecutive tool results are merged into one user turn."""
     out: list[dict[str, Any]] = []
+    documents = 0  # numbered in request order, as the model cites them
     for message in messages:
         if isinstance(message, ToolResultMessage) and out and _is_tool_results(out[-1]):
             out[-1]["content"].append(_tool_result(message))
         elif not isinstance(message, SystemMessage):
-            out.append(_message(message))
+            out.append(_message(message, documents))
+            if isinstance(message, UserMessage):
+                documents += len(message.documents)
     return out
 
 
@@ -128,14 +147,17 @@ def _is_tool_results(message: dict[str, Any]) -> bool:
     return isinstance(content, list) and bool(content) and content[0]["type"] == "tool_result"
 
 
-def _message(message: UserMessage | AssistantMessage | ToolResultMessage) -> dict[str, Any]:
+def _message(
+    message: UserMessage | AssistantMessage | ToolResultMessage, documents_before: int = 0
+) -> dict[str, Any]:
     match message:
-        case UserMessage(text=text, images=()):
+        case UserMessage(text=text, images=(), documents=()):
             return {"role": "user", "content": text}
-        case UserMessage(text=text, images=images):
-            # The words first, then the pictures they came with, in one user turn.
+        case UserMessage(text=text, images=images, documents=documents):
+            # The words first, then the pictures and documents they came with, in one turn.
             text_block = [{"type": "text", "text": text}] if text else []
-            return {"role": "user", "content": text_block + [_image(i) for i in images]}
+            docs = [_document(d, documents_before + n) for n, d in enumerate(documents, 1)]
+            return {"role": "user", "content": text_block + [_image(i) for i in images] + docs}
         case AssistantMessage(text=text, tool_calls=calls):
             blocks = [{"type": "text", "text": text}] if text else []
             return {"role": "assistant", "content": blocks + [_tool_use(c) for c in calls]}
@@ -149,6 +171,16 @@ def _image(image: Image) -> dict[str, Any]:
     return {"type": "image", "source": source}
 
 
+def _document(document: Document, number: int) -> dict[str, Any]:
+    data = base64.b64encode(document.data).decode("ascii")
+    return {
+        "type": "document",
+        "source": {"type": "base64", "media_type": document.media_type, "data": data},
+        "title": document.label or f"document {number}",
+        "citations": {"enabled": True},
+    }
+
+
 def _tool_use(call: ToolCall) -> dict[str, Any]:
     # Anthropic wants an object; arguments the model sent malformed are replayed as empty.
     arguments = dict(call.arguments) if call.arguments is not None else {}
@@ -156,14 +188,21 @@ def _tool_use(call: ToolCall) -> dict[str, Any]:
 
 
 def _tool_result(result: ToolResultMessage) -> dict[str, Any]:
-    block = {"type": "tool_result", "tool_use_id": result.call_id, "content": result.content}
+    content: str | list[dict[str, Any]] = result.content
+    if result.images:  # the tool's words, then the pictures it returned
+        content = [{"type": "text", "text": result.content}] + [_image(i) for i in result.images]
+    block = {"type": "tool_result", "tool_use_id": result.call_id, "content": content}
     return block | ({"is_error": True} if result.is_error else {})
 
 
-def _tool_choice(choice: ToolChoice) -> dict[str, Any]:
+def _tool_choice(choice: ToolChoice, parallel: bool = True) -> dict[str, Any]:
     if isinstance(choice, NamedTool):
-        return {"type": "tool", "name": choice.name}
-    return {"type": {"auto": "auto", "required": "any", "none": "none"}[choice]}
+        chosen: dict[str, Any] = {"type": "tool", "name": choice.name}
+    else:
+        chosen = {"type": {"auto": "auto", "required": "any", "none": "none"}[choice]}
+    if not parallel and chosen["type"] != "none":
+        chosen["disable_parallel_tool_use"] = True
+    return chosen
 
 
 def stop_reason(reason: str | None) -> FinishReason:
@@ -200,12 +239,36 @@ class _Usage(_Wire):
         )
 
 
+class _Citation(_Wire):
+    type: str = ""
+    cited_text: str = ""
+    document_index: int = 0
+    document_title: str | None = None
+    start_page_number: int | None = None
+    end_page_number: int | None = None
+
+    def page(self) -> PageCitation | None:
+        """A document page's citation; None for any other kind (a text document's
+        characters, a search result): only PDFs are sent as documents."""
+        if self.type != "page_location" or self.start_page_number is None:
+            return None
+        end = self.end_page_number or self.start_page_number + 1
+        return PageCitation(
+            self.document_index, self.cited_text, self.start_page_number, end, self.document_title
+        )
+
+
+def _pages(citations: list[_Citation] | None) -> tuple[PageCitation, ...]:
+    return tuple(c for c in (raw.page() for raw in citations or ()) if c is not None)
+
+
 class _Block(_Wire):
     type: str
     text: str | None = None
     id: str | None = None
     name: str | None = None
     input: Any = None
+    citations: list[_Citation] | None = None
 
 
 class _Message(_Wire):
@@ -225,8 +288,9 @@ def parse_message(raw: bytes, model: str) -> ModelResponse:
         if b.type == "tool_use"
     )
     usage = message.usage.usage()
+    citations = tuple(c for b in message.content if b.type == "text" for c in _pages(b.citations))
     return ModelResponse(
-        text, calls, stop_reason(message.stop_reason), usage, message.model or model
+        text, calls, stop_reason(message.stop_reason), usage, message.model or model, citations
     )
 
 
@@ -235,6 +299,7 @@ class _Delta(_Wire):
     text: str | None = None
     partial_json: str | None = None
     stop_reason: str | None = None
+    citation: _Citation | None = None
 
 
 class _ErrorBody(_Wire):
@@ -261,6 +326,7 @@ class EventReader:
         self._reason: str | None = None
         self._usage = _Usage()
         self._calls = CallEvents(lambda index: f"toolu_{index}")
+        self._citations: list[PageCitation] = []
 
     @property
     def finished(self) -> bool:
@@ -310,7 +376,9 @@ class EventReader:
             yield TextDelta(delta.text)
         elif delta.type == "input_json_delta" and delta.partial_json:
             yield from self._calls.fragment(index, arguments=delta.partial_json)
+        elif delta.type == "citations_delta" and delta.citation is not None:
+            self._citations.extend(_pages([delta.citation]))
 
     def end(self) -> Iterator[StreamEvent]:
         yield from self._calls.finish()
-        yield Finish(stop_reason(self._reason), self._usage.usage())
+        yield Finish(stop_reason(self._reason), self._usage.usage(), tuple(self._citations))

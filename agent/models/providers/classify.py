@@ -12,6 +12,9 @@ attempt ladder can decide by type alone (invariant 4 in docs/ARCHITECTURE.md):
     401, 403                                    CredentialRejected       provider/gateway/unknown
                                                                          (gateway: only when a
                                                                          gateway token was sent)
+    400 about a picture or a document           AttachmentRefused        the model takes none of
+                                                                         that kind, or refused
+                                                                         one (where, if said)
     400, 404, 413, 422, any other status,       NonTransientModelError
       LocalProtocolError, UnsupportedProtocol,
       DecodingError, TooManyRedirects, InvalidURL,
@@ -46,6 +49,8 @@ from typing import Any
 import httpx
 
 from agent.core.errors import (
+    AttachmentKind,
+    AttachmentRefused,
     CredentialRejected,
     CredentialSource,
     ModelError,
@@ -138,6 +143,8 @@ def classify_status(
     vendor = read_vendor_error(body)
     if vendor.author == "gateway" and not gateway_token:
         vendor = VendorError("unknown", vendor.code)  # no gateway token of ours to blame
+    if status == 400 and (refused := read_attachment_refusal(body, route)) is not None:
+        return refused
     return _classify(status, vendor, route, f"HTTP {status}", retry_after)
 
 
@@ -226,7 +233,7 @@ def _credential_error(
 ) -> CredentialRejected:
     known = VENDORS.get(route.provider)
     key_name = known.key_name if known else "the provider API key"
-    key_var = key_variable(route.provider)
+    key_var = route.credential or key_variable(route.provider)
     detail = f"{answer}{_code(vendor)}, {route}"
     messages = {
         "provider": f"{key_name} ({key_var}) was refused by the provider ({detail})",
@@ -244,7 +251,7 @@ def _credential_error(
 
 
 def _quota_error(status: int, vendor: VendorError, route: Route, answer: str) -> QuotaExhausted:
-    key_var = key_variable(route.provider)
+    key_var = route.credential or key_variable(route.provider)
     message = (
         f"the account behind {key_var} is out of quota or credit "
         f"({answer}{_code(vendor)}, {route}): add credit or use another key"
@@ -350,3 +357,82 @@ def _seconds_until(date: str, now: float) -> float | None:
     if when.tzinfo is None:
         return None
     return max(when.timestamp() - now, 0.0)
+
+
+# What the vendors say when a model takes no pictures (OpenAI's "Invalid content type.
+# image_url is only supported by certain models.", vLLM's "… is not a multimodal model")
+# or no file parts, and when they refuse one picture or document (Anthropic's
+# "messages.2.content.1.image.source.base64: image exceeds 5 MB maximum", "Could not
+# process image", "The PDF specified was not valid"; OpenAI's "You uploaded an unsupported
+# image", "The image data you provided does not represent a valid image").
+_NO_PICTURES = re.compile(
+    r"image_url is only supported|not a multimodal model|does not support (?:image|vision)|"
+    r"image input is not supported|images are not supported",
+    re.IGNORECASE,
+)
+_NO_FILES = re.compile(
+    r"\bfile is only supported|does not support (?:pdf|file|document)|"
+    r"(?:pdf|file|document)s? (?:input )?(?:is|are) not supported",
+    re.IGNORECASE,
+)
+_PICTURE = re.compile(r"\bimages?\b", re.IGNORECASE)
+_DOCUMENT = re.compile(r"\bpdf\b|\bdocument\b", re.IGNORECASE)
+_TOO_LARGE = re.compile(r"\bexceeds?\b|too large|too big|too many pages", re.IGNORECASE)
+_UNREADABLE = re.compile(
+    r"unsupported|not (?:a )?valid|invalid|could not|does not appear", re.IGNORECASE
+)
+# Where in the body: Anthropic's message starts with the path, OpenAI's `param` is one.
+_PATH = re.compile(r"messages\.\[?(\d+)\]?\.content\.\[?(\d+)\]?")
+
+
+def read_attachment_refusal(body: bytes, route: Route) -> AttachmentRefused | None:
+    """The `AttachmentRefused` a 400's body describes, or None when it is about something
+    else. Only the facts are kept (kind, scope, where, a reason in our words): the
+    vendor's text is not quoted, as for every other error."""
+    text, param = _error_text(body)
+    if text is None:
+        return None
+    kind = _refused_kind(text)
+    if kind is None:
+        return None
+    scope = "model" if (_NO_PICTURES if kind == "picture" else _NO_FILES).search(text) else None
+    too_large = _TOO_LARGE.search(text) and not _UNREADABLE.search(text)
+    reason = "it is too large" if too_large else "it could not be read"
+    found = _PATH.search(param or "") or _PATH.search(text)
+    path = (int(found[1]), int(found[2])) if found else None
+    if scope == "model":
+        message = f"{route} takes no {kind}s (HTTP 400)"
+        return AttachmentRefused(
+            message, kind=kind, scope="model", reason="", route=route, status_code=400
+        )
+    message = f"{route} refused a {kind} of the request: {reason} (HTTP 400)"
+    return AttachmentRefused(
+        message,
+        kind=kind,
+        scope="attachment",
+        reason=reason,
+        path=path,
+        route=route,
+        status_code=400,
+    )
+
+
+def _refused_kind(text: str) -> AttachmentKind | None:
+    if _NO_PICTURES.search(text) or _PICTURE.search(text):
+        return "picture"
+    if _NO_FILES.search(text) or _DOCUMENT.search(text):
+        return "document"
+    return None
+
+
+def _error_text(body: bytes) -> tuple[str | None, str | None]:
+    """An error body's message and `param` (OpenAI's), or None when it has no message."""
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return None, None
+    error = data.get("error") if isinstance(data, dict) else None
+    if not isinstance(error, dict) or not isinstance(error.get("message"), str):
+        return None, None
+    param = error.get("param")
+    return error["message"], param if isinstance(param, str) else None

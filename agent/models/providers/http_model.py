@@ -6,20 +6,31 @@ or not, reading SSE, detecting a cut stream, bounding the whole request by a wal
 deadline (streams included: keep-alive comments do not extend it), and turning every
 failure into one class of `agent.core.errors` (via `agent.models.providers.classify`). `read_stream` is that reading
 on its own: a streaming `httpx.Response` in, `StreamEvent`s or one error out.
+
+Before the wire format sees a request, the route's sampling settings fill what it left
+unset and it is fitted to the model's capabilities (agent/models/capabilities.py). A 400
+saying the model takes no pictures (or no documents) at all, though its route declared
+them, is remembered for the life of this object and the request is sent again without
+them; a 400 about one attachment is raised with the attachment it names placed
+(`AttachmentRefused.attachment`), for the task's model to withhold and remember
+(agent/models/task_model.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from abc import abstractmethod
 from collections.abc import AsyncIterator, Iterable, Iterator
 from contextlib import aclosing
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
 from httpx_sse import ServerSentEvent
 
-from agent.core.errors import Route
+from agent.core.errors import AttachmentRefused, Route
+from agent.models.capabilities import Capabilities, fit_request
 from agent.models.contract import (
     Model,
     ModelRequest,
@@ -30,6 +41,7 @@ from agent.models.contract import (
     events_of,
     join_deltas,
 )
+from agent.models.providers.attachment_paths import refused_attachment
 from agent.models.providers.classify import (
     StreamFailed,
     cut_stream,
@@ -40,9 +52,12 @@ from agent.models.providers.classify import (
 )
 from agent.models.providers.provider import Provider
 from agent.models.providers.sse_frames import is_event_stream, reads
+from agent.models.routes import NO_SAMPLING, Sampling
 
 if TYPE_CHECKING:
     from agent.core.ports import Showing
+
+log = logging.getLogger(__name__)
 
 
 class StreamReader(Protocol):
@@ -71,13 +86,23 @@ class HTTPModel(Model):
     path: str
 
     def __init__(
-        self, model: str, *, provider: Provider, slot: int = 0, stream: bool = False
+        self,
+        model: str,
+        *,
+        provider: Provider,
+        slot: int = 0,
+        stream: bool = False,
+        capabilities: Capabilities | None = None,
+        sampling: Sampling = NO_SAMPLING,
+        credential: str = "",
     ) -> None:
         self.model = model
         self.name = f"{provider.name}:{model}"
-        self.route = Route(provider.name, model, slot)
+        self.route = Route(provider.name, model, slot, credential)
         self.streaming = stream
         self.provider = provider
+        self.capabilities = capabilities or Capabilities()
+        self.sampling = sampling
 
     @abstractmethod
     def build_body(self, request: ModelRequest, *, stream: bool) -> dict[str, Any]: ...
@@ -100,9 +125,41 @@ class HTTPModel(Model):
         deadline = self.provider.deadline
         try:
             async with asyncio.timeout(deadline):
-                return await self._request(request, watch, showing)
+                return await self._fitted(self.sampling.applied(request), watch, showing)
         except TimeoutError as exc:
             raise past_deadline(self.route, deadline) from exc
+
+    async def _fitted(
+        self, request: ModelRequest, watch: Watch | None, showing: Showing | None
+    ) -> ModelResponse:
+        """The answer to `request` as the model takes it; sent once more when the model
+        turns out to take no attachments of a kind its route declared."""
+        fitted = fit_request(request, self.capabilities)
+        try:
+            return await self._request(fitted, watch, showing)
+        except AttachmentRefused as exc:
+            if exc.scope == "model" and self._unlearn(exc):
+                return await self._request(fit_request(request, self.capabilities), watch, showing)
+            exc.attachment = refused_attachment(
+                self.build_body(fitted, stream=False), fitted, exc.path
+            )
+            raise
+
+    def _unlearn(self, refused: AttachmentRefused) -> bool:
+        """Take the kind `refused` says the model cannot take off its capabilities; False
+        when it was off already (the 400 was about something else)."""
+        field = "vision" if refused.kind == "picture" else "documents"
+        if not getattr(self.capabilities, field):
+            return False
+        self.capabilities = replace(self.capabilities, **{field: False})
+        log.warning(
+            "%s takes no %ss though its route declares them: they are named, not sent, from "
+            'now on; declare it in THREADGATE_ROUTES ("capabilities": {"%s": false})',
+            self.name,
+            refused.kind,
+            field,
+        )
+        return True
 
     async def _request(
         self, request: ModelRequest, watch: Watch | None, showing: Showing | None

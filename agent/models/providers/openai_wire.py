@@ -7,6 +7,13 @@ into `StreamEvent`s. Vendor JSON is validated with pydantic here, at the trust b
 OpenAI caches prompt prefixes by itself (1,024 tokens and longer); a request with a
 `CacheHint` sends its key as `prompt_cache_key`, so the requests of one conversation are
 routed to the same cache. What it read is `usage.prompt_tokens_details.cached_tokens`.
+
+Pictures are `image_url` parts with data URLs; a person's PDFs are `file` parts
+(`file_data` as a data URL, named as the prompt numbered them, `document N.pdf`: the file's own name
+stays inside the turn). A tool message carries text only, so the pictures a tool returned
+follow the run of tool messages in one user message, each after a note naming its call.
+The end user's id is `user`; `parallel_tool_calls: false` when the route takes one call
+per step; an `output_schema` is the `json_schema` response format.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter
 # pydantic reads TypedDicts from typing_extensions only, before Python 3.12.
 from typing_extensions import TypedDict
 
+from agent.core.documents import Document
 from agent.core.images import Image
 from agent.models.contract import (
     AssistantMessage,
@@ -69,18 +77,27 @@ def output_limit_parameter(model: str) -> str:
 
 def build_body(request: ModelRequest, model: str, *, stream: bool) -> dict[str, Any]:
     """The JSON body for `POST {base_url}/chat/completions`."""
-    body: dict[str, Any] = {"model": model, "messages": [_message(m) for m in request.messages]}
+    body: dict[str, Any] = {"model": model, "messages": build_messages(request.messages)}
     if request.tools:
         body["tools"] = [_tool(t) for t in request.tools]
         body["tool_choice"] = _tool_choice(request.tool_choice)
+        if not request.parallel_tool_calls:
+            body["parallel_tool_calls"] = False
     if request.max_output_tokens is not None and not (
         {"max_tokens", "max_completion_tokens"} & request.provider_options.keys()
     ):
         body[output_limit_parameter(model)] = request.max_output_tokens
     if request.temperature is not None:
         body["temperature"] = request.temperature
+    if request.top_p is not None:
+        body["top_p"] = request.top_p
     if request.stop:
         body["stop"] = list(request.stop)
+    if request.end_user:
+        body["user"] = request.end_user
+    if request.output_schema is not None:
+        schema = {"name": "answer", "schema": dict(request.output_schema)}
+        body["response_format"] = {"type": "json_schema", "json_schema": schema}
     if stream:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
@@ -89,12 +106,45 @@ def build_body(request: ModelRequest, model: str, *, stream: bool) -> dict[str, 
     return body | dict(request.provider_options)
 
 
+def build_messages(messages: tuple[ModelMessage, ...]) -> list[dict[str, Any]]:
+    """The messages in order; documents numbered in request order; the pictures of a run
+    of tool results in one user message after it."""
+    out: list[dict[str, Any]] = []
+    documents = 0
+    pending: list[ToolResultMessage] = []  # tool results of the current run with pictures
+    for message in messages:
+        if pending and not isinstance(message, ToolResultMessage):
+            out.append(_tool_pictures(pending))
+            pending = []
+        if isinstance(message, UserMessage):
+            out.append(
+                {"role": "user", "content": _user_content(message, documents)},
+            )
+            documents += len(message.documents)
+        else:
+            out.append(_message(message))
+        if isinstance(message, ToolResultMessage) and message.images:
+            pending.append(message)
+    if pending:
+        out.append(_tool_pictures(pending))
+    return out
+
+
+def _tool_pictures(results: list[ToolResultMessage]) -> dict[str, Any]:
+    parts: list[dict[str, Any]] = []
+    for result in results:
+        note = f"<runtime>The pictures {result.name} returned (call {result.call_id}):</runtime>"
+        parts.append({"type": "text", "text": note})
+        parts += [_image_part(i) for i in result.images]
+    return {"role": "user", "content": parts}
+
+
 def _message(message: ModelMessage) -> dict[str, Any]:
     match message:
         case SystemMessage(text=text):
             return {"role": "system", "content": text}
-        case UserMessage(text=text, images=images):
-            return {"role": "user", "content": _user_content(text, images)}
+        case UserMessage():
+            return {"role": "user", "content": _user_content(message, 0)}
         case AssistantMessage(text=text, tool_calls=calls):
             return _assistant(text, calls)
         case ToolResultMessage(call_id=call_id, content=content, is_error=is_error):
@@ -103,12 +153,23 @@ def _message(message: ModelMessage) -> dict[str, Any]:
             return {"role": "tool", "tool_call_id": call_id, "content": text}
 
 
-def _user_content(text: str, images: tuple[Image, ...]) -> str | list[dict[str, Any]]:
-    """Plain text, or the text then its pictures as `image_url` parts (data URLs: the
-    provider never fetches anything of ours)."""
-    if not images:
-        return text
-    return [{"type": "text", "text": text}] + [_image_part(i) for i in images]
+def _user_content(message: UserMessage, documents_before: int) -> str | list[dict[str, Any]]:
+    """Plain text, or the text then its pictures as `image_url` parts and its documents as
+    `file` parts (data URLs: the provider never fetches anything of ours)."""
+    if not message.images and not message.documents:
+        return message.text
+    files = [_file_part(d, documents_before + n) for n, d in enumerate(message.documents, 1)]
+    pictures = [_image_part(i) for i in message.images]
+    return [{"type": "text", "text": message.text}, *pictures, *files]
+
+
+def _file_part(document: Document, number: int) -> dict[str, Any]:
+    data = base64.b64encode(document.data).decode("ascii")
+    file = {
+        "filename": f"document {number}.pdf",
+        "file_data": f"data:{document.media_type};base64,{data}",
+    }
+    return {"type": "file", "file": file}
 
 
 def _image_part(image: Image) -> dict[str, Any]:
