@@ -17,7 +17,7 @@ run: $(STAMP)
 	$(BIN)/threadgate serve
 
 test: $(STAMP) check
-	$(BIN)/pytest -q -n 2 --dist worksteal
+	$(BIN)/pytest -q -n 3 --dist worksteal
 
 check: lint types
 

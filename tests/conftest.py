@@ -19,7 +19,7 @@ from hypothesis import settings
 from storage import Database
 from tests import hermetic
 from tests.netguard import loopback_guard
-from tests.pg import create_database, server_dsn
+from tests.pg import create_database, prepare_embedded_server, server_dsn
 
 # Hypothesis fails an example that runs longer than 200 ms by default: a timed assertion,
 # and a flaky one on a busy machine running several suites at once. Speed lives in bench/.
@@ -34,6 +34,8 @@ def pytest_configure(config: pytest.Config) -> None:
     environment, and the first connection anyone makes is already guarded."""
     _scrubbed[:] = hermetic.scrub(os.environ)
     loopback_guard.install()
+    if not hasattr(config, "workerinput"):  # the run's first process, xdist's or the only one
+        prepare_embedded_server(TEST_DATA_DIR)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

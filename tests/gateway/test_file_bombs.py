@@ -103,7 +103,11 @@ async def stack(
         aiohttp.ClientSession() as http,
     ):
         model.default = echo
-        gateway = GatewayProcess(gateway_env(slack, model, dsn), tmp_path)
+        # The whole pre-ack budget Slack's deadline allows: on a loaded machine a decoder's
+        # start alone (Python, Pillow, pypdf) has taken most of the default 1.5 s, and the
+        # PNG came back "too slow" instead of refused from its header.
+        env = gateway_env(slack, model, dsn) | {"THREADGATE_LOOKUP_BUDGET_SECONDS": "2.5"}
+        gateway = GatewayProcess(env, tmp_path)
         await gateway.start()
         try:
             yield Stack(gateway, slack, model, http)
