@@ -16,8 +16,15 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/threadgate serve
 
+# The suite starts hundreds of Python processes (gateways, the CLI, MCP servers) and three
+# workers that each rewrite every test module's asserts. Where PYTHONDONTWRITEBYTECODE is
+# set, as in many CI images, none of that was kept, and each process compiled all our code
+# from source again: a third of a second of CPU per gateway started. The suite writes its
+# bytecode (into the ignored __pycache__ folders) whatever the shell says.
+PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest
+
 test: $(STAMP) check
-	$(BIN)/pytest -q -n 3 --dist worksteal
+	$(PYTEST) -q -n 3 --dist worksteal
 
 check: lint types
 
@@ -38,7 +45,7 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python -m bench
 
 chaos: $(STAMP)
-	THREADGATE_CHAOS_SCALE=full $(BIN)/pytest -q tests/chaos
+	THREADGATE_CHAOS_SCALE=full $(PYTEST) -q tests/chaos
 
 clean:
 	rm -rf $(VENV) .threadgate .pytest_cache .mypy_cache .ruff_cache

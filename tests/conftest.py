@@ -41,7 +41,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The chaos scenarios first, each module's tests still together and in order: they are
     the longest tests (real gateway processes, many messages), and a run whose last test is
-    a long one has one worker on it while the other waits (`-n 2 --dist worksteal`)."""
+    a long one has one worker on it while the others wait (`-n 3 --dist worksteal`)."""
     items.sort(key=lambda item: not item.nodeid.startswith("tests/chaos/"))
 
 
