@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import errno
 import functools
+import gc
 import logging
 import signal
 import sys
@@ -171,6 +172,8 @@ async def doctor_command(settings: Settings, args: argparse.Namespace) -> int:
 
 async def console_command(settings: Settings, args: argparse.Namespace) -> int:
     from gateway.process.console import run_console
+
+    gc.enable()  # off while the command loaded (gateway/process/__main__.py)
 
     return await run_console(settings)
 

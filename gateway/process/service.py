@@ -1032,3 +1032,4 @@ def tune_garbage_collector() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
+    gc.enable()  # off while the command loaded (gateway/process/__main__.py)
