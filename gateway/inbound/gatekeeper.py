@@ -262,11 +262,8 @@ class Gatekeeper:
         if refused is not None:  # nothing more of the channel is read for a refused message
             backfill, files = False, None
         tally = Redactions()
-        (turn_text, images), earlier = await asyncio.gather(
-            self._turn(inbound, bot_user_id, deadline, files, tally),
-            self._backfill(inbound, bot_user_id, deadline, files, tally)
-            if backfill
-            else _nothing(),
+        (turn_text, images), earlier = await self._turn_and_earlier(
+            inbound, bot_user_id, deadline, files, tally, backfill=backfill
         )
         admission = replace(
             self._admission(inbound, redacted=sum(tally.kinds.values())),
@@ -283,6 +280,26 @@ class Gatekeeper:
             self._on_limited(outcome.limited)
             return "refused" if outcome.limited in REFUSALS else "limited"
         return "admitted" if outcome else "duplicate"
+
+    async def _turn_and_earlier(
+        self,
+        inbound: InboundTurn,
+        bot_user_id: str | None,
+        deadline: float,
+        files: FileReader | None,
+        redactions: Redactions,
+        *,
+        backfill: bool,
+    ) -> tuple[tuple[str, tuple[Image | Document, ...]], Sequence[EarlierMessage]]:
+        """The turn and, with `backfill`, the thread's earlier messages, read at once. Only
+        then gathered: a gather runs each part as a task of its own, and each costs the ack
+        a turn of the event loop, behind whatever else the loop has to do."""
+        turn = self._turn(inbound, bot_user_id, deadline, files, redactions)
+        if not backfill:
+            return await turn, ()
+        return await asyncio.gather(
+            turn, self._backfill(inbound, bot_user_id, deadline, files, redactions)
+        )
 
     async def _shared(self, inbound: InboundTurn, deadline: float) -> InboundTurn:
         """The turn with its channel's sharing known, as the event said it or as
@@ -358,10 +375,13 @@ class Gatekeeper:
     ) -> tuple[str, tuple[Image | Document, ...]]:
         """The turn's text and its pictures (and PDFs kept as documents): names and files
         looked up at once."""
-        names, contents = await asyncio.gather(
-            self._names([inbound.user, *mentioned_user_ids(inbound.text)], deadline),
-            _read_files(files, inbound.files, deadline),
-        )
+        user_ids = [inbound.user, *mentioned_user_ids(inbound.text)]
+        if files is None or not inbound.files:  # nothing to download: no gather (above)
+            names, contents = await self._names(user_ids, deadline), unread(inbound.files)
+        else:
+            names, contents = await asyncio.gather(
+                self._names(user_ids, deadline), _read_files(files, inbound.files, deadline)
+            )
         text = render_inbound(
             inbound, names, bot_user_id=bot_user_id, contents=contents, redactions=redactions
         )
@@ -421,10 +441,6 @@ class Gatekeeper:
 def earlier_message_id(team: str, channel: str, ts: str) -> str:
     """The stored id of a back-filled message (one that has no task of its own)."""
     return f"slack:{team}:{channel}:{ts}"
-
-
-async def _nothing() -> Sequence[EarlierMessage]:
-    return ()
 
 
 async def _read_files(
