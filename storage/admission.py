@@ -4,6 +4,8 @@ Admission records, atomically: the delivery (by event id), the session, the user
 and the task that will answer it. A delivery seen before, or a second event for a message
 that already has a task (Slack sends both `message` and `app_mention` for one mention),
 admits nothing. The NOTIFY in the same transaction wakes a worker the moment it commits.
+Its statements run on the admission connections (`Database.admissions`), where no reply
+work holds one while an ack waits.
 
 The guard rails against abuse and runaway cost are checked in the same statement, so they
 hold across replicas (`Limits`): messages per user and per thread in the clock hour, the
@@ -283,7 +285,7 @@ SELECT EXISTS (SELECT 1 FROM pass) AS pass,
 @translate_errors("The session could not be looked up")
 async def session_exists(db: Database, session_id: str) -> bool:
     """Whether this conversation has been seen (the bot takes part in it)."""
-    return bool(await db.pool.fetchval("SELECT true FROM sessions WHERE id = $1", session_id))
+    return bool(await db.admissions.fetchval("SELECT true FROM sessions WHERE id = $1", session_id))
 
 
 # Before the files of a message are downloaded: whether it has its task already, and the
@@ -343,7 +345,7 @@ class BeforeDownloads:
 async def before_downloads(db: Database, a: Admission, limits: Limits) -> BeforeDownloads:
     """Whether `a` (its turn not rendered yet) is worth its downloads: one read, nothing
     counted. The answer may be out of date by the time of admission, which decides."""
-    row = await db.pool.fetchrow(
+    row = await db.admissions.fetchrow(
         _BEFORE_DOWNLOADS,
         a.task_id,
         a.user,
@@ -383,7 +385,7 @@ async def admit(db: Database, a: Admission, limits: Limits = UNLIMITED) -> Admit
         a.refused,
     )
     if not a.earlier and not a.images:  # the common case, in one round trip
-        row = await db.pool.fetchrow(
+        row = await db.admissions.fetchrow(
             _ADMIT,
             *gate,
             json.dumps(dict(a.address)),
@@ -397,7 +399,7 @@ async def admit(db: Database, a: Admission, limits: Limits = UNLIMITED) -> Admit
         )
         assert row is not None
         return _outcome(bool(row["created"]), row)
-    async with db.pool.acquire() as conn, conn.transaction():
+    async with db.admissions.acquire() as conn, conn.transaction():
         verdict = await conn.fetchrow(_GATE_ONLY, *gate)
         assert verdict is not None
         if not verdict["pass"]:

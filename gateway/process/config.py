@@ -56,6 +56,7 @@ from gateway.process.route_config import (
 from gateway.slack.client import carries_tokens_safely
 from gateway.slack.manifest import DESCRIPTION, SuggestedPrompt, parse_prompts
 from storage import (
+    DEFAULT_ADMISSION_CONNECTIONS,
     DEFAULT_LEASE_SECONDS,
     DEFAULT_PINNED_MAX,
     DEFAULT_THREAD_PICTURE_BYTES,
@@ -130,6 +131,9 @@ class Settings(BaseSettings):
     # The agent's and storage's own defaults, so each is written once (their modules say why).
     threadgate_workers: Annotated[int, Field(ge=1, le=256)] = DEFAULT_RUNNER.workers
     threadgate_lease_seconds: Annotated[float, Field(gt=0)] = DEFAULT_LEASE_SECONDS
+    threadgate_admission_connections: Annotated[int, Field(ge=0, le=64)] = (
+        DEFAULT_ADMISSION_CONNECTIONS
+    )
     threadgate_history_chars: Annotated[int, Field(ge=1000)] = DEFAULT_RUNNER.history_chars
     threadgate_log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
     threadgate_log_format: Literal["text", "json"] = "text"

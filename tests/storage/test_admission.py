@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from agent import Image
-from storage.admission import Admission, EarlierMessage, Limits, admit
+from storage.admission import Admission, EarlierMessage, Limits, admit, session_exists
 from storage.database import Database
 from tests.pg import create_database
 
@@ -141,3 +141,14 @@ async def test_the_back_filling_admission_writes_what_the_one_statement_writes(
     rows = await written_rows(fast)
     assert len(rows["tasks"]) == 3 and rows["limit_notices"] != []  # every outcome came
     assert rows == await written_rows(backfilled)
+
+
+async def test_admission_commits_while_every_work_connection_is_lent(fresh_dsn: str) -> None:
+    """With connections of its own, an admission commits while reply work holds every
+    connection of the work pool."""
+    async with Database(fresh_dsn, min_size=1, max_size=1, admission_size=1) as db:
+        async with db.pool.acquire():  # reply work holds the only work connection
+            assert db.pool.lent == db.pool.max_size
+            assert await admit(db, admission("Ev9", "100.9"))
+            assert await session_exists(db, "T1:C1:100.9")
+        assert await db.pool.fetchval("SELECT state FROM tasks WHERE id = 'T1:C1:100.9'")
