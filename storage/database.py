@@ -2,9 +2,12 @@
 connection for signals.
 
 Admissions (storage/admission.py: the statements an ack waits on) may have connections
-of their own (`admission_size`): reply work — streams, posts, heartbeats, claims — can
-then hold every connection of the work pool without an ack waiting behind it, and an
-ack waits at most behind other acks. With `admission_size` 0 they share the work pool.
+kept for them (`admission_size`): an admission takes a work connection when one is free,
+and one of its own when reply work — streams, posts, heartbeats, claims — holds every
+work connection, so it waits at most behind other acks. Not its own connections only:
+under load a connection is held for as long as its statement's answer waits for the
+event loop, not just for the statement, and two of them could not carry 100 events/s
+(BENCHMARKS.md). With `admission_size` 0 admissions share the work pool.
 
 The long-lived connection does two jobs. It LISTENs for `threadgate_tasks`, so idle
 workers wake the moment a task is queued or a session's previous task finishes, for
@@ -152,10 +155,12 @@ class Database:
 
     @property
     def admissions(self) -> ConnectionPool:
-        """The connections admissions use: their own (module docstring), else the pool."""
-        if self._pool is None:
-            raise DatabaseUnavailable("The database is not open.")
-        return self._admission or self._pool
+        """Where an admission's next statement runs: the work pool while it has a
+        connection free, else the connections kept for admissions (module docstring)."""
+        pool = self.pool
+        if self._admission is None or pool.available:
+            return pool
+        return self._admission
 
     async def lease_owner(self) -> int:
         """The owner number this process's leases are taken under now, reconnecting the

@@ -144,11 +144,13 @@ async def test_the_back_filling_admission_writes_what_the_one_statement_writes(
 
 
 async def test_admission_commits_while_every_work_connection_is_lent(fresh_dsn: str) -> None:
-    """With connections of its own, an admission commits while reply work holds every
-    connection of the work pool."""
+    """With connections kept for it, an admission commits while reply work holds every
+    connection of the work pool (and takes a work connection while one is free)."""
     async with Database(fresh_dsn, min_size=1, max_size=1, admission_size=1) as db:
+        assert db.admissions is db.pool  # a work connection is free: it is taken first
         async with db.pool.acquire():  # reply work holds the only work connection
             assert db.pool.lent == db.pool.max_size
+            assert db.admissions is not db.pool
             assert await admit(db, admission("Ev9", "100.9"))
             assert await session_exists(db, "T1:C1:100.9")
         assert await db.pool.fetchval("SELECT state FROM tasks WHERE id = 'T1:C1:100.9'")
