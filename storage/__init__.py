@@ -16,6 +16,7 @@ from storage.admission import (
     Limits,
     LimitScope,
     admit,
+    admit_in_known_session,
     before_downloads,
     session_exists,
 )
@@ -234,6 +235,7 @@ __all__ = [
     "UsageLine",
     "Vote",
     "admit",
+    "admit_in_known_session",
     "approvals_of",
     "before_downloads",
     "cancel_task",
