@@ -323,12 +323,14 @@ async def due_schedules(db: Database, *, limit: int = 100) -> list[StoredSchedul
 async def seconds_until_due(db: Database, *, excluding: Sequence[str] = ()) -> float | None:
     """Seconds until the earliest active period starts (0 if one has), of the schedules
     not `excluding`; None: none will."""
+    # Not `greatest(0, …)` in SQL: greatest ignores a NULL, so with no active schedule it
+    # said 0 (one due now) and the scheduler passed again at once, without end.
     value = await db.pool.fetchval(
-        "SELECT greatest(0, extract(epoch FROM min(next_run_at) - now()))::float8 "
+        "SELECT extract(epoch FROM min(next_run_at) - now())::float8 "
         "FROM schedules WHERE state = 'active' AND NOT (id = ANY($1::bigint[]))",
         [_number(i) for i in excluding],
     )
-    return None if value is None else float(value)
+    return None if value is None else max(0.0, float(value))
 
 
 @translate_errors("The schedule could not be fired")

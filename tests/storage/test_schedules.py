@@ -26,6 +26,7 @@ from storage import (
     pause_workspace,
     resume_schedule,
     run_task_id,
+    seconds_until_due,
 )
 
 LATE = 60.0
@@ -75,6 +76,17 @@ async def test_a_new_schedule_waits_for_its_first_period(fresh_db: Database) -> 
     assert schedule.state == "active" and schedule.next_run_at is not None
     assert schedule.next_run_at - schedule.anchor_at == timedelta(seconds=10)
     assert await fire_schedule(fresh_db, schedule.id, plan, late_seconds=LATE) is None
+
+
+async def test_with_no_active_schedule_nothing_is_due(fresh_db: Database) -> None:
+    """No active schedule: nothing to wait for (None), not a period due now; a paused one
+    counts as none, and an active one says how long until its period."""
+    assert await seconds_until_due(fresh_db) is None
+    schedule = await new(fresh_db, every="1h")
+    assert 3500 < (await seconds_until_due(fresh_db) or 0) <= 3600
+    assert await seconds_until_due(fresh_db, excluding=[schedule.id]) is None
+    await due_since(fresh_db, schedule, 30)
+    assert await seconds_until_due(fresh_db) == 0
 
 
 async def test_many_schedulers_firing_one_period_at_once_make_one_run(fresh_db: Database) -> None:
