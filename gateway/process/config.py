@@ -184,6 +184,8 @@ class Settings(BaseSettings):
         DEFAULT_ROUND.tool_output_chars
     )
     threadgate_status_refresh_seconds: Annotated[float, Field(gt=0, le=110)] = 90.0
+    # A reply sooner than this shows itself: no status, no Stop button (delivery/status.py).
+    threadgate_status_delay_seconds: Annotated[float, Field(ge=0, le=60)] = 1.0
     threadgate_streaming: bool = True
     threadgate_stream_interval_seconds: Annotated[float, Field(ge=0.05, le=30)] = 1.0
     threadgate_alert_window_seconds: Annotated[float, Field(ge=0)] = 900.0

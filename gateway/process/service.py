@@ -605,6 +605,7 @@ class Gateway:
             bot_user_id=identity.bot_user_id if identity else None,
             bot_id=identity.bot_id if identity else None,
             status_refresh_seconds=s.threadgate_status_refresh_seconds,
+            status_delay_seconds=s.threadgate_status_delay_seconds,
             # Reads retried within a few call limits, then one outcome.
             reconcile_seconds=4 * s.threadgate_slack_timeout_seconds,
             streams=(
