@@ -4,10 +4,12 @@ connection for signals.
 Admissions (storage/admission.py: the statements an ack waits on) may have connections
 kept for them (`admission_size`): an admission takes a work connection when one is free,
 and one of its own when reply work — streams, posts, heartbeats, claims — holds every
-work connection, so it waits at most behind other acks. Not its own connections only:
-under load a connection is held for as long as its statement's answer waits for the
-event loop, not just for the statement, and two of them could not carry 100 events/s
-(BENCHMARKS.md). With `admission_size` 0 admissions share the work pool.
+work connection. Not its own connections only, and not waiting for one of them: under
+load a connection is held for as long as its statement's answer waits for the event
+loop, not just for the statement, and two of them could not carry 100 events/s
+(BENCHMARKS.md); when every connection of both is lent, an admission waits in the work
+pool's line, where twenty come back. With `admission_size` 0 admissions share the work
+pool.
 
 The long-lived connection does two jobs. It LISTENs for `threadgate_tasks`, so idle
 workers wake the moment a task is queued or a session's previous task finishes, for
@@ -156,9 +158,10 @@ class Database:
     @property
     def admissions(self) -> ConnectionPool:
         """Where an admission's next statement runs: the work pool while it has a
-        connection free, else the connections kept for admissions (module docstring)."""
+        connection free, else the connections kept for admissions while one of them is,
+        else the work pool again (module docstring)."""
         pool = self.pool
-        if self._admission is None or pool.available:
+        if self._admission is None or pool.available or not self._admission.available:
             return pool
         return self._admission
 

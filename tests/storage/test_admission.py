@@ -160,6 +160,8 @@ async def test_admission_commits_while_every_work_connection_is_lent(fresh_dsn: 
             assert db.admissions is not db.pool
             assert await admit(db, admission("Ev9", "100.9"))
             assert await session_exists(db, "T1:C1:100.9")
+            async with db.admissions.acquire():  # and an admission holds the kept one
+                assert db.admissions is db.pool  # the next waits in the work pool's line
         assert await db.pool.fetchval("SELECT state FROM tasks WHERE id = 'T1:C1:100.9'")
 
 
