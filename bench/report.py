@@ -260,6 +260,8 @@ What still stands in the way:
   between 200 and 300 events/s on this machine, with Postgres and the benchmark on the
   other.
 - **ack p99 ≤ 2× bare bolt** (20×): acks share the event loop with the workers' streams.
+  What issue 36 took out of the ack's way, and what is left, is in "The ack behind reply
+  work" above.
 """
 
 
