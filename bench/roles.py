@@ -7,7 +7,7 @@ from it, at the same open-loop rate, each shape on a fresh database with the def
 settings (so the split has 2 × THREADGATE_WORKERS workers to `all`'s one ×; the figures
 say so). Every event must be answered exactly once in both shapes.
 
-    .venv/bin/python -m bench.roles [--rate 100] [--seconds 30]
+    .venv/bin/python -m bench.roles [--rate 100] [--seconds 30] [--workers 1 2 4]
 """
 
 from __future__ import annotations
@@ -38,6 +38,11 @@ WORKERS = 2
 SHAPES = (("all", ("all",)), ("split", ("ingress", *("worker",) * WORKERS)))
 
 
+def split(workers: int) -> tuple[str, tuple[str, ...]]:
+    """One ingress and `workers` worker processes (`--workers`: how far that scales)."""
+    return f"split{workers}", ("ingress", *("worker",) * workers)
+
+
 @contextlib.asynccontextmanager
 async def processes(
     dsn: str,
@@ -61,8 +66,10 @@ async def processes(
             await stop(process)
 
 
-async def measure(server: str, data: Path, shape: str, rate: int, seconds: int) -> dict[str, Any]:
-    roles = dict(SHAPES)[shape]
+async def measure(
+    server: str, data: Path, shape: str, rate: int, seconds: int, roles: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    roles = roles or dict(SHAPES)[shape]
     async with (
         scratch_database(server, f"bench_roles_{shape}_{rate}") as dsn,
         fakes() as (slack, model),
@@ -84,9 +91,18 @@ async def measure(server: str, data: Path, shape: str, rate: int, seconds: int) 
             "rate": rate,
             **figures(samples, slack, answered),
             "unanswered": sum(s.thread_ts not in slack.first_post for s in samples),
+            "answered_per_s": answered_rate(samples, slack),
         }
     print(f"  roles {shape} at {rate}/s: {result}", flush=True)
     return result
+
+
+def answered_rate(samples: list[loadgen.Sample], slack: TimedSlack) -> float:
+    """Events answered per second, from the first send to the last first reply."""
+    replies = [slack.first_post[s.thread_ts] for s in samples if s.thread_ts in slack.first_post]
+    if not replies:
+        return 0.0
+    return len(replies) / max(max(replies) - min(s.sent for s in samples), 1e-9)
 
 
 async def run_all(dsn: str, data: Path, rate: int = RATE, seconds: int = SECONDS) -> dict[str, Any]:
@@ -98,11 +114,21 @@ def main() -> None:
     p = argparse.ArgumentParser(prog="python -m bench.roles", description=__doc__)
     p.add_argument("--rate", type=int, default=RATE, help=f"events/s (default {RATE})")
     p.add_argument("--seconds", type=int, default=SECONDS, help=f"default {SECONDS}")
+    p.add_argument(
+        "--workers", type=int, nargs="*", help="instead: 1 ingress and N worker processes, each N"
+    )
     args = p.parse_args()
 
-    async def run() -> dict[str, Any]:
+    async def run() -> Any:
         with tempfile.TemporaryDirectory() as tmp:
-            return await run_all(await server_dsn(Path(tmp)), Path(tmp), args.rate, args.seconds)
+            server, data = await server_dsn(Path(tmp)), Path(tmp)
+            if args.workers:
+                shapes = [split(n) for n in args.workers]
+                return [
+                    await measure(server, data, name, args.rate, args.seconds, roles)
+                    for name, roles in shapes
+                ]
+            return await run_all(server, data, args.rate, args.seconds)
 
     print(bench_run(run()))
 

@@ -16,6 +16,7 @@ from storage.admission import (
     Limits,
     LimitScope,
     admit,
+    admit_in_known_session,
     before_downloads,
     session_exists,
 )
@@ -29,7 +30,7 @@ from storage.approvals import (
     decide_approval,
     pending_approval,
 )
-from storage.database import Database
+from storage.database import DEFAULT_ADMISSION_CONNECTIONS, Database
 from storage.delegations import PostgresDelegations
 from storage.embedded import start_embedded_postgres
 from storage.errors import DatabaseUnavailable, MigrationError, StorageError
@@ -142,6 +143,7 @@ from storage.usage import PostgresUsageMeter, tokens_today
 from storage.usage_report import USAGE_GROUPINGS, UsageGrouping, UsageLine, usage_report
 
 __all__ = [
+    "DEFAULT_ADMISSION_CONNECTIONS",
     "DEFAULT_LEASE_SECONDS",
     "DEFAULT_PINNED_MAX",
     "DEFAULT_THREAD_PICTURE_BYTES",
@@ -233,6 +235,7 @@ __all__ = [
     "UsageLine",
     "Vote",
     "admit",
+    "admit_in_known_session",
     "approvals_of",
     "before_downloads",
     "cancel_task",

@@ -4,6 +4,8 @@ Admission records, atomically: the delivery (by event id), the session, the user
 and the task that will answer it. A delivery seen before, or a second event for a message
 that already has a task (Slack sends both `message` and `app_mention` for one mention),
 admits nothing. The NOTIFY in the same transaction wakes a worker the moment it commits.
+Its statements run on the admission connections (`Database.admissions`), where no reply
+work holds one while an ack waits.
 
 The guard rails against abuse and runaway cost are checked in the same statement, so they
 hold across replicas (`Limits`): messages per user and per thread in the clock hour, the
@@ -159,11 +161,11 @@ ON CONFLICT (id) DO NOTHING
 # rows, only when it is set.
 _GATE = """
 WITH ev AS (
-    INSERT INTO seen_events (event_id) SELECT $1::text WHERE $1::text IS NOT NULL
+    INSERT INTO seen_events (event_id) SELECT $1::text WHERE $1::text IS NOT NULL{known}
     ON CONFLICT DO NOTHING RETURNING true
 ), go AS (
     SELECT true WHERE ($1::text IS NULL OR EXISTS (SELECT 1 FROM ev))
-      AND NOT EXISTS (SELECT 1 FROM tasks WHERE id = $3)
+      AND NOT EXISTS (SELECT 1 FROM tasks WHERE id = $3){known}
 ), counted AS (
     INSERT INTO admission_counts (scope, key, window_start, messages)
     SELECT c.scope, c.key, date_trunc('hour', now(), 'UTC'), 1
@@ -223,10 +225,14 @@ WITH ev AS (
     SELECT true FROM notice
 )"""
 
+# `_GATE` as it is, and for a session that must exist already (`admit_in_known_session`):
+# in a session new to us nothing passes, and the delivery is not recorded as seen.
+_IN_KNOWN_SESSION = "\n      AND EXISTS (SELECT 1 FROM sessions WHERE id = $2)"
+
 # The common case in one statement (one implicit transaction): the gate, then the session,
 # the task, the turn (its own anchor), the notice as the task's stored reply when this
-# message claimed one, and the wake-up.
-_ADMIT = (
+# message claimed one, and the wake-up. `known` says whether the session existed before.
+_ADMIT_ANY = (
     _GATE
     + """, ses AS (
     INSERT INTO sessions (id) SELECT $2 FROM pass ON CONFLICT DO NOTHING
@@ -249,9 +255,12 @@ _ADMIT = (
 )
 SELECT (SELECT count(pg_notify($18, '')) > 0 FROM task) AS created,
        (SELECT scope FROM over) AS limited,
-       EXISTS (SELECT 1 FROM notice) AS noticed
+       EXISTS (SELECT 1 FROM notice) AS noticed,
+       EXISTS (SELECT 1 FROM sessions WHERE id = $2) AS known
 """
 )
+_ADMIT = _ADMIT_ANY.format(known="")
+_ADMIT_KNOWN = _ADMIT_ANY.format(known=_IN_KNOWN_SESSION)
 
 # A message's pictures and documents; the bytes stored, for the budgets' counters.
 _INSERT_IMAGES = """
@@ -277,13 +286,13 @@ SELECT EXISTS (SELECT 1 FROM pass) AS pass,
        (SELECT scope FROM over) AS limited,
        EXISTS (SELECT 1 FROM notice) AS noticed
 """
-)
+).format(known="")
 
 
 @translate_errors("The session could not be looked up")
 async def session_exists(db: Database, session_id: str) -> bool:
     """Whether this conversation has been seen (the bot takes part in it)."""
-    return bool(await db.pool.fetchval("SELECT true FROM sessions WHERE id = $1", session_id))
+    return bool(await db.admissions.fetchval("SELECT true FROM sessions WHERE id = $1", session_id))
 
 
 # Before the files of a message are downloaded: whether it has its task already, and the
@@ -343,7 +352,7 @@ class BeforeDownloads:
 async def before_downloads(db: Database, a: Admission, limits: Limits) -> BeforeDownloads:
     """Whether `a` (its turn not rendered yet) is worth its downloads: one read, nothing
     counted. The answer may be out of date by the time of admission, which decides."""
-    row = await db.pool.fetchrow(
+    row = await db.admissions.fetchrow(
         _BEFORE_DOWNLOADS,
         a.task_id,
         a.user,
@@ -366,7 +375,25 @@ async def before_downloads(db: Database, a: Admission, limits: Limits) -> Before
 @translate_errors("The turn could not be stored")
 async def admit(db: Database, a: Admission, limits: Limits = UNLIMITED) -> Admitted:
     """Make the turn and its task durable, within `limits`; see `Admitted`."""
-    gate = (
+    if not a.earlier and not a.images:  # the common case, in one round trip
+        return _outcome(*await _admit_at_once(db, _ADMIT, a, limits))
+    return await _admit_in_steps(db, a, limits)
+
+
+@translate_errors("The turn could not be stored")
+async def admit_in_known_session(
+    db: Database, a: Admission, limits: Limits = UNLIMITED
+) -> Admitted | None:
+    """`admit` for a message with neither pictures nor back-fill, in a session that exists
+    already; None, nothing written, when it does not (a thread new to us: its back-fill
+    comes first). It saves the round trip that asks first (`session_exists`)."""
+    assert not a.earlier and not a.images
+    created, row = await _admit_at_once(db, _ADMIT_KNOWN, a, limits)
+    return _outcome(created, row) if row["known"] else None
+
+
+def _gate_of(a: Admission, limits: Limits) -> tuple[object, ...]:
+    return (
         a.event_id,
         a.session_id,
         a.task_id,
@@ -382,22 +409,31 @@ async def admit(db: Database, a: Admission, limits: Limits = UNLIMITED) -> Admit
         _usd(limits.workspace_daily_spend_usd),
         a.refused,
     )
-    if not a.earlier and not a.images:  # the common case, in one round trip
-        row = await db.pool.fetchrow(
-            _ADMIT,
-            *gate,
-            json.dumps(dict(a.address)),
-            user_message_id(a.task_id),
-            a.turn_text,
-            TASKS_CHANNEL,
-            json.dumps(dict(limits.notices)),
-            reply_id(a.task_id),
-            FALLBACK_NOTICE,
-            a.traceparent,
-        )
-        assert row is not None
-        return _outcome(bool(row["created"]), row)
-    async with db.pool.acquire() as conn, conn.transaction():
+
+
+async def _admit_at_once(
+    db: Database, statement: str, a: Admission, limits: Limits
+) -> tuple[bool, asyncpg.Record]:
+    row = await db.admissions.fetchrow(
+        statement,
+        *_gate_of(a, limits),
+        json.dumps(dict(a.address)),
+        user_message_id(a.task_id),
+        a.turn_text,
+        TASKS_CHANNEL,
+        json.dumps(dict(limits.notices)),
+        reply_id(a.task_id),
+        FALLBACK_NOTICE,
+        a.traceparent,
+    )
+    assert row is not None
+    return bool(row["created"]), row
+
+
+async def _admit_in_steps(db: Database, a: Admission, limits: Limits) -> Admitted:
+    """The admission of a message with pictures or back-fill, statement by statement."""
+    gate = _gate_of(a, limits)
+    async with db.admissions.acquire() as conn, conn.transaction():
         verdict = await conn.fetchrow(_GATE_ONLY, *gate)
         assert verdict is not None
         if not verdict["pass"]:

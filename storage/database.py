@@ -1,4 +1,15 @@
-"""The connection to Postgres: a pool for work and one long-lived connection for signals.
+"""The connection to Postgres: a pool for work, one for admissions, and one long-lived
+connection for signals.
+
+Admissions (storage/admission.py: the statements an ack waits on) may have connections
+kept for them (`admission_size`): an admission takes a work connection when one is free,
+and one of its own when reply work — streams, posts, heartbeats, claims — holds every
+work connection. Not its own connections only, and not waiting for one of them: under
+load a connection is held for as long as its statement's answer waits for the event
+loop, not just for the statement, and two of them could not carry 100 events/s
+(BENCHMARKS.md); when every connection of both is lent, an admission waits in the work
+pool's line, where twenty come back. With `admission_size` 0 admissions share the work
+pool.
 
 The long-lived connection does two jobs. It LISTENs for `threadgate_tasks`, so idle
 workers wake the moment a task is queued or a session's previous task finishes, for
@@ -46,6 +57,9 @@ SCHEDULES_CHANNEL = "threadgate_schedules"
 LEASE_LOCK_SPACE = 0x7467_6C73
 # How the signal connection shows in pg_stat_activity, for operators (and chaos tests).
 SIGNALS_APPLICATION = "threadgate-signals"
+# Connections kept for admissions in a process that takes events (THREADGATE_ADMISSION_
+# CONNECTIONS): each admission is two short statements, and acks come a few at a time.
+DEFAULT_ADMISSION_CONNECTIONS = 2
 
 
 def finished_by(owner: int) -> str:
@@ -71,13 +85,16 @@ class Database:
         *,
         min_size: int = 2,
         max_size: int = 20,
+        admission_size: int = 0,
         on_pool_wait: Callable[[float], None] | None = None,
     ) -> None:
         self._dsn = dsn
         self._min_size = min_size
         self._max_size = max_size
+        self._admission_size = admission_size
         self._on_pool_wait = on_pool_wait  # seconds a statement waited for a connection
         self._pool: ConnectionPool | None = None
+        self._admission: ConnectionPool | None = None
         self._signals: asyncpg.Connection | None = None
         self._owner: int | None = None
         self._in_doubt = asyncio.Event()
@@ -101,15 +118,12 @@ class Database:
 
     async def open(self) -> None:
         try:
-            pool = ConnectionPool(
-                self._dsn,
-                min_size=self._min_size,
-                max_size=self._max_size,
-                server_settings=_SESSION,
-                on_wait=self._on_pool_wait,
-            )
+            pool = self._pool_of(self._min_size, self._max_size)
             await pool.open()
             self._pool = pool
+            if self._admission_size:
+                self._admission = self._pool_of(1, self._admission_size)
+                await self._admission.open()
             await self._connect_signals()
         except (TimeoutError, OSError, asyncpg.PostgresError) as exc:
             await self.close()
@@ -117,19 +131,39 @@ class Database:
                 f"Cannot connect to the database ({type(exc).__name__}); check DATABASE_URL."
             ) from exc
 
+    def _pool_of(self, min_size: int, max_size: int) -> ConnectionPool:
+        return ConnectionPool(
+            self._dsn,
+            min_size=min_size,
+            max_size=max_size,
+            server_settings=_SESSION,
+            on_wait=self._on_pool_wait,
+        )
+
     async def close(self) -> None:
         if self._signals is not None and not self._signals.is_closed():
             await self._signals.close()
         self._signals = None
-        if self._pool is not None:
-            await self._pool.close()
-        self._pool = None
+        for pool in (self._admission, self._pool):
+            if pool is not None:
+                await pool.close()
+        self._pool = self._admission = None
 
     @property
     def pool(self) -> ConnectionPool:
         if self._pool is None:
             raise DatabaseUnavailable("The database is not open.")
         return self._pool
+
+    @property
+    def admissions(self) -> ConnectionPool:
+        """Where an admission's next statement runs: the work pool while it has a
+        connection free, else the connections kept for admissions while one of them is,
+        else the work pool again (module docstring)."""
+        pool = self.pool
+        if self._admission is None or pool.available or not self._admission.available:
+            return pool
+        return self._admission
 
     async def lease_owner(self) -> int:
         """The owner number this process's leases are taken under now, reconnecting the

@@ -115,6 +115,11 @@ class ConnectionPool:
         return sum(1 for waiter in self._waiters if not waiter.done())
 
     @property
+    def available(self) -> bool:
+        """Whether a connection can be lent now without waiting for one to come back."""
+        return not self._closing and (bool(self._idle) or self.size < self._max)
+
+    @property
     def closing(self) -> bool:
         return self._closing
 

@@ -69,6 +69,7 @@ class SlackPublisher:
         bot_id: str | None = None,
         status: str = "is thinking…",
         status_refresh_seconds: float = 90.0,
+        status_delay_seconds: float = 0.0,
         reconcile_seconds: float = 60.0,
         streams: StreamSettings | None = None,
         on_stream_ended: StreamEnded | None = None,
@@ -77,7 +78,10 @@ class SlackPublisher:
         # Each task's calls use its workspace's client (gateway/slack/workspaces.py).
         self._clients = client if isinstance(client, SlackClients) else SlackClients.single(client)
         self._status = StatusLine(
-            self._clients, status=status, refresh_seconds=status_refresh_seconds
+            self._clients,
+            status=status,
+            refresh_seconds=status_refresh_seconds,
+            delay_seconds=status_delay_seconds,
         )
         self._live = (
             None

@@ -9,6 +9,12 @@ nothing was posted meanwhile (a lost lease, a cancel, a deferral): it was a thir
 Slack calls of a one-round task. A status is display only: Slack refuses it outside
 assistant threads, and any failure is ignored.
 
+Nothing is set before the work has gone on for `delay_seconds`: a task answered sooner
+shows its answer instead, and spends no call on a status nobody would see (three of a
+quick reply's four Slack calls were status calls). A block that set nothing clears
+nothing, on a task's first claim; a later claim clears and ends what an earlier one may
+have set. A round that hands work to subtasks sooner sets `processing` as it ends.
+
 The thread's Slack agent session (`agents.sessions.setStatus`) says the same to Slack:
 `processing` while the task works, which shows the Stop button, and `active` when it ends
 (not when a round ends by delegating: its subtasks still work, `continues`).
@@ -41,10 +47,19 @@ NO_STOP_SUBSCRIPTION = "missing_agent_session_stopped_event_subscription"
 class StatusLine:
     """The status of each working task's thread (module docstring)."""
 
-    def __init__(self, clients: SlackClients, *, status: str, refresh_seconds: float) -> None:
+    def __init__(
+        self,
+        clients: SlackClients,
+        *,
+        status: str,
+        refresh_seconds: float,
+        delay_seconds: float = 0.0,
+    ) -> None:
         self._clients = clients
         self._status = status
         self._refresh_seconds = refresh_seconds
+        self._delay_seconds = delay_seconds
+        self._shown: set[str] = set()  # tasks whose status or session this block set
         self._visible: set[str] = set()  # tasks whose thread shows streamed text
         self._working: set[str] = set()  # tasks inside `working`
         self._posted: set[str] = set()  # those of them that posted in their thread
@@ -71,10 +86,18 @@ class StatusLine:
             await stop_task(refresher)
             await before_clearing()
             self._visible.discard(task.id)
-            if task.id not in self._posted:
+            # On a first claim, what this block did not set was never set (module docstring).
+            shown = task.id in self._shown or task.attempts > 1
+            self._shown.discard(task.id)
+            if task.id not in self._posted and shown:
                 await self.say(task, "")
             self._posted.discard(task.id)
-            if not cut and task.id not in self._continuing:
+            if cut:
+                pass
+            elif task.id in self._continuing:
+                if not shown:  # the subtasks work on: their Stop button shows now
+                    await self._session(task, "processing")
+            elif shown:
                 await self.end_session(task)
             self._continuing.discard(task.id)
 
@@ -97,6 +120,8 @@ class StatusLine:
     async def using(self, task: Task, tool: str) -> None:
         """Name the work tool the task calls, unless its thread shows streamed text."""
         if task.id not in self._visible:
+            if task.id in self._working:
+                self._shown.add(task.id)
             await self.say(task, f"is using {tool}…")
 
     async def say(self, task: Task, status: str) -> None:
@@ -140,6 +165,9 @@ class StatusLine:
             )
 
     async def _keep(self, task: Task) -> None:
+        if self._delay_seconds > 0:
+            await asyncio.sleep(self._delay_seconds)
+        self._shown.add(task.id)
         await self._session(task, "processing")
         while True:
             # Until the first streamed text (the text itself shows that the bot works) or

@@ -49,11 +49,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Literal, Protocol, TypeAlias
+from typing import Literal, Protocol, TypeAlias, overload
 
-from agent import NO_TRACER, Document, Image, Tracer, bind_log_fields
+from agent import NO_TRACER, Document, Image, Span, Tracer, bind_log_fields
 from gateway.inbound.addressing import addresses_someone_else
 from gateway.inbound.attachments import FileContent, FileReader, files_text, images_of, unread
 from gateway.inbound.channel_rules import DEFAULT_RULES, REFUSAL_NOTICES, RulesOf
@@ -72,6 +72,7 @@ from storage import (
     Limits,
     LimitScope,
     admit,
+    admit_in_known_session,
     before_downloads,
     session_exists,
 )
@@ -213,15 +214,42 @@ class Gatekeeper:
         if not self._policy.may_continue(inbound, bot_user_id=bot_user_id):
             log.debug("a reply addressed to someone else: not ours to answer")
             return "ignored"
+        if self._answered_in_any_thread(inbound):
+            return await self._store_at_once(inbound, bot_user_id)
         # Only a message inside a thread asks whether we know the conversation (to continue
         # it without a mention, or to back-fill it); a top-level one saves the round trip.
         known = bool(inbound.thread_ts) and await session_exists(self._db, inbound.session_id)
         if not self._policy.addressed(inbound, known=known):
             return "ignored"
+        return await self._after_lookup(inbound, bot_user_id, known=known)
+
+    def _answered_in_any_thread(self, inbound: InboundTurn) -> bool:
+        """A mention or a DM inside a thread, with nothing to download: it is answered
+        whether or not we know the thread, which then decides only its back-fill."""
+        downloads = self._files is not None and bool(inbound.files)
+        return bool(inbound.thread_ts) and (inbound.mentioned or inbound.direct) and not downloads
+
+    async def _store_at_once(self, inbound: InboundTurn, bot_user_id: str | None) -> Outcome:
+        """Admitted by the one statement that also asks whether we know its thread (one
+        round trip where asking first made two, each a turn of the event loop before the
+        ack); in a thread new to us, nothing was written, and it is back-filled first. One
+        span either way."""
+        with self._admission_span() as span:
+            outcome = await self._render_and_admit(inbound, bot_user_id, False, None, known=True)
+            if outcome is None:
+                outcome = await self._after_lookup(inbound, bot_user_id, known=False, traced=False)
+            span.set({"threadgate.admission": outcome})
+        return outcome
+
+    async def _after_lookup(
+        self, inbound: InboundTurn, bot_user_id: str | None, *, known: bool, traced: bool = True
+    ) -> Outcome:
+        """Back-fill a thread new to us, download the files, and admit (`known`: whether we
+        know the thread; `traced`: in a span of its own)."""
         # A DM thread that continues the DM's conversation has its history in our store.
         backfill = not known and inbound.in_own_thread
         if self._files is None or not (inbound.files or backfill):
-            return await self._store(inbound, bot_user_id, backfill=backfill)
+            return await self._store(inbound, bot_user_id, backfill=backfill, traced=traced)
         # Downloads are the costly part: they wait for Slack's other event for this message
         # (in this process), and for a look at whether admission would take it at all.
         async with self._in_flight.turn(inbound.task_id):
@@ -231,8 +259,16 @@ class Gatekeeper:
             if before.has_task:
                 return "duplicate"  # what admission would say, without fetching the files
             if before.limited:  # refused (or answered by the notice): nothing to fetch
-                return await self._store(inbound, bot_user_id, backfill=False)
-            return await self._store(inbound, bot_user_id, backfill=backfill, files=self._files)
+                return await self._store(inbound, bot_user_id, backfill=False, traced=traced)
+            return await self._store(
+                inbound, bot_user_id, backfill=backfill, files=self._files, traced=traced
+            )
+
+    @contextlib.contextmanager
+    def _admission_span(self) -> Iterator[Span]:
+        """The first span of the message's trace (module docstring)."""
+        with self._tracer.resume(None), self._tracer.span("admission", kind="server") as span:
+            yield span
 
     async def _store(
         self,
@@ -241,13 +277,38 @@ class Gatekeeper:
         *,
         backfill: bool,
         files: FileReader | None = None,
+        traced: bool = True,
     ) -> Outcome:
         """Render the turn (reading its files with `files`), back-fill, and admit: the
-        first span of the message's trace (module docstring)."""
-        with self._tracer.resume(None), self._tracer.span("admission", kind="server") as span:
+        first span of the message's trace, unless it runs inside it (`traced` False)."""
+        if not traced:
+            return await self._render_and_admit(inbound, bot_user_id, backfill, files)
+        with self._admission_span() as span:
             outcome = await self._render_and_admit(inbound, bot_user_id, backfill, files)
             span.set({"threadgate.admission": outcome})
         return outcome
+
+    @overload
+    async def _render_and_admit(
+        self,
+        inbound: InboundTurn,
+        bot_user_id: str | None,
+        backfill: bool,
+        files: FileReader | None,
+        *,
+        known: Literal[False] = False,
+    ) -> Outcome: ...
+
+    @overload
+    async def _render_and_admit(
+        self,
+        inbound: InboundTurn,
+        bot_user_id: str | None,
+        backfill: bool,
+        files: FileReader | None,
+        *,
+        known: Literal[True],
+    ) -> Outcome | None: ...
 
     async def _render_and_admit(
         self,
@@ -255,18 +316,19 @@ class Gatekeeper:
         bot_user_id: str | None,
         backfill: bool,
         files: FileReader | None,
-    ) -> Outcome:
+        *,
+        known: bool = False,
+    ) -> Outcome | None:
+        """Render and admit; `known`: only in a session that exists, else None (nothing
+        written, nothing counted)."""
         deadline = asyncio.get_running_loop().time() + self._budget
         inbound = await self._shared(inbound, deadline)
         refused = self._rules(inbound.channel).refusal(inbound.ext_shared)
         if refused is not None:  # nothing more of the channel is read for a refused message
             backfill, files = False, None
         tally = Redactions()
-        (turn_text, images), earlier = await asyncio.gather(
-            self._turn(inbound, bot_user_id, deadline, files, tally),
-            self._backfill(inbound, bot_user_id, deadline, files, tally)
-            if backfill
-            else _nothing(),
+        (turn_text, images), earlier = await self._turn_and_earlier(
+            inbound, bot_user_id, deadline, files, tally, backfill=backfill
         )
         admission = replace(
             self._admission(inbound, redacted=sum(tally.kinds.values())),
@@ -276,13 +338,39 @@ class Gatekeeper:
             refused=refused,
             traceparent=self._tracer.traceparent(),
         )
-        outcome = await admit(self._db, admission, self._limits_of(inbound))
+        limits = self._limits_of(inbound)
+        if known:
+            admitted = await admit_in_known_session(self._db, admission, limits)
+            if admitted is None:
+                return None
+        else:
+            admitted = await admit(self._db, admission, limits)
         if tally:
             self._on_redacted(tally)
-        if outcome.limited is not None:
-            self._on_limited(outcome.limited)
-            return "refused" if outcome.limited in REFUSALS else "limited"
-        return "admitted" if outcome else "duplicate"
+        if admitted.limited is not None:
+            self._on_limited(admitted.limited)
+            return "refused" if admitted.limited in REFUSALS else "limited"
+        return "admitted" if admitted else "duplicate"
+
+    async def _turn_and_earlier(
+        self,
+        inbound: InboundTurn,
+        bot_user_id: str | None,
+        deadline: float,
+        files: FileReader | None,
+        redactions: Redactions,
+        *,
+        backfill: bool,
+    ) -> tuple[tuple[str, tuple[Image | Document, ...]], Sequence[EarlierMessage]]:
+        """The turn and, with `backfill`, the thread's earlier messages, read at once. Only
+        then gathered: a gather runs each part as a task of its own, and each costs the ack
+        a turn of the event loop, behind whatever else the loop has to do."""
+        turn = self._turn(inbound, bot_user_id, deadline, files, redactions)
+        if not backfill:
+            return await turn, ()
+        return await asyncio.gather(
+            turn, self._backfill(inbound, bot_user_id, deadline, files, redactions)
+        )
 
     async def _shared(self, inbound: InboundTurn, deadline: float) -> InboundTurn:
         """The turn with its channel's sharing known, as the event said it or as
@@ -358,10 +446,13 @@ class Gatekeeper:
     ) -> tuple[str, tuple[Image | Document, ...]]:
         """The turn's text and its pictures (and PDFs kept as documents): names and files
         looked up at once."""
-        names, contents = await asyncio.gather(
-            self._names([inbound.user, *mentioned_user_ids(inbound.text)], deadline),
-            _read_files(files, inbound.files, deadline),
-        )
+        user_ids = [inbound.user, *mentioned_user_ids(inbound.text)]
+        if files is None or not inbound.files:  # nothing to download: no gather (above)
+            names, contents = await self._names(user_ids, deadline), unread(inbound.files)
+        else:
+            names, contents = await asyncio.gather(
+                self._names(user_ids, deadline), _read_files(files, inbound.files, deadline)
+            )
         text = render_inbound(
             inbound, names, bot_user_id=bot_user_id, contents=contents, redactions=redactions
         )
@@ -421,10 +512,6 @@ class Gatekeeper:
 def earlier_message_id(team: str, channel: str, ts: str) -> str:
     """The stored id of a back-filled message (one that has no task of its own)."""
     return f"slack:{team}:{channel}:{ts}"
-
-
-async def _nothing() -> Sequence[EarlierMessage]:
-    return ()
 
 
 async def _read_files(

@@ -56,6 +56,7 @@ from gateway.process.route_config import (
 from gateway.slack.client import carries_tokens_safely
 from gateway.slack.manifest import DESCRIPTION, SuggestedPrompt, parse_prompts
 from storage import (
+    DEFAULT_ADMISSION_CONNECTIONS,
     DEFAULT_LEASE_SECONDS,
     DEFAULT_PINNED_MAX,
     DEFAULT_THREAD_PICTURE_BYTES,
@@ -130,6 +131,9 @@ class Settings(BaseSettings):
     # The agent's and storage's own defaults, so each is written once (their modules say why).
     threadgate_workers: Annotated[int, Field(ge=1, le=256)] = DEFAULT_RUNNER.workers
     threadgate_lease_seconds: Annotated[float, Field(gt=0)] = DEFAULT_LEASE_SECONDS
+    threadgate_admission_connections: Annotated[int, Field(ge=0, le=64)] = (
+        DEFAULT_ADMISSION_CONNECTIONS
+    )
     threadgate_history_chars: Annotated[int, Field(ge=1000)] = DEFAULT_RUNNER.history_chars
     threadgate_log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
     threadgate_log_format: Literal["text", "json"] = "text"
@@ -180,6 +184,8 @@ class Settings(BaseSettings):
         DEFAULT_ROUND.tool_output_chars
     )
     threadgate_status_refresh_seconds: Annotated[float, Field(gt=0, le=110)] = 90.0
+    # A reply sooner than this shows itself: no status, no Stop button (delivery/status.py).
+    threadgate_status_delay_seconds: Annotated[float, Field(ge=0, le=60)] = 1.0
     threadgate_streaming: bool = True
     threadgate_stream_interval_seconds: Annotated[float, Field(ge=0.05, le=30)] = 1.0
     threadgate_alert_window_seconds: Annotated[float, Field(ge=0)] = 900.0

@@ -501,7 +501,12 @@ class Gateway:
         )
         for model in models:
             self._stack.push_async_callback(model.aclose)
-        db = Database(await database_dsn(s), on_pool_wait=self.metrics.db_pool_wait_seconds.observe)
+        db = Database(
+            await database_dsn(s),
+            # Acks never wait for a connection behind reply work (storage/database.py).
+            admission_size=s.threadgate_admission_connections if s.serves_events else 0,
+            on_pool_wait=self.metrics.db_pool_wait_seconds.observe,
+        )
         await db.open()
         self._stack.push_async_callback(db.close)
         self.metrics.watch_pool(db.pool)
@@ -600,6 +605,7 @@ class Gateway:
             bot_user_id=identity.bot_user_id if identity else None,
             bot_id=identity.bot_id if identity else None,
             status_refresh_seconds=s.threadgate_status_refresh_seconds,
+            status_delay_seconds=s.threadgate_status_delay_seconds,
             # Reads retried within a few call limits, then one outcome.
             reconcile_seconds=4 * s.threadgate_slack_timeout_seconds,
             streams=(

@@ -41,10 +41,17 @@ class UserDirectory:
         self._clock = clock
         self._names: dict[str, tuple[str, float]] = {}
 
-    async def name(self, user_id: str) -> str:
+    def cached(self, user_id: str) -> str | None:
+        """The name known for `user_id` and still fresh, or None."""
         cached = self._names.get(user_id)
         if cached is not None and cached[1] > self._clock():
             return cached[0]
+        return None
+
+    async def name(self, user_id: str) -> str:
+        cached = self.cached(user_id)
+        if cached is not None:
+            return cached
         try:
             response = await self._client.users_info(user=user_id)
         except SlackRefused as refused:
@@ -60,9 +67,17 @@ class UserDirectory:
         return name
 
     async def names(self, user_ids: list[str]) -> dict[str, str]:
-        """Every id's name, looked up at once: a back-filled thread can name dozens."""
-        unique = list(dict.fromkeys(user_ids))
-        return dict(zip(unique, await asyncio.gather(*map(self.name, unique)), strict=True))
+        """Every id's name, the ones not cached looked up at once: a back-filled thread can
+        name dozens. Names all cached (the common case, on the way to the ack) are returned
+        without suspending: a gather would run each lookup as a task of its own, a turn of
+        the event loop each way, behind whatever else the loop has to do."""
+        found = {user_id: self.cached(user_id) for user_id in dict.fromkeys(user_ids)}
+        missing = [user_id for user_id, name in found.items() if name is None]
+        if len(missing) == 1:
+            found[missing[0]] = await self.name(missing[0])
+        elif missing:
+            found.update(zip(missing, await asyncio.gather(*map(self.name, missing)), strict=True))
+        return {user_id: name for user_id, name in found.items() if name is not None}
 
 
 def display_name(user: dict[str, object]) -> str:

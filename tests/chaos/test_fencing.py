@@ -84,7 +84,9 @@ async def test_listen_connection_killed_mid_model_call_answers_once(
         [thread] = conversations(1, prefix="C0LISTENKILL")
         sent = thread.next_message()
         try:
-            web = await processes.start(gateway_env(slack, model, dsn))
+            # The status at once: its clearing is how the stale worker is seen to stop.
+            env = {**gateway_env(slack, model, dsn), "THREADGATE_STATUS_DELAY_SECONDS": "0"}
+            web = await processes.start(env)
             await deliver_until_acked(http, lambda: web.events_url, sent)
             await asyncio.wait_for(reached.wait(), 30)
             posting = slack.hold("chat.postMessage")

@@ -53,6 +53,19 @@ async def test_status_is_set_refreshed_while_working_and_cleared(rig: Rig) -> No
     assert thinking()[0].status == "is thinking…"
 
 
+@pytest.mark.rig(overrides={"THREADGATE_STATUS_DELAY_SECONDS": "60"})
+async def test_a_reply_sooner_than_the_status_delay_spends_no_status_call(rig: Rig) -> None:
+    """A reply within THREADGATE_STATUS_DELAY_SECONDS shows itself: no "is thinking…", no
+    agent session set or ended."""
+    event = app_mention_event(text="<@UBOT> quick one")
+    await rig.send(event_callback(event))
+    await rig.slack.wait_for_posts(1)
+    task_id = await rig.db.pool.fetchval("SELECT id FROM tasks ORDER BY seq DESC LIMIT 1")
+    await wait_for_task(rig.db, task_id, "done")
+    assert rig.slack.calls_to("assistant.threads.setStatus") == []
+    assert rig.slack.calls_to("agents.sessions.setStatus") == []
+
+
 async def test_status_is_cleared_when_work_ends_without_a_post(rig: Rig) -> None:
     """A task that ends without posting (cancelled here) clears "is thinking…" itself."""
     release = asyncio.Event()

@@ -234,7 +234,8 @@ async def test_a_malformed_stop_is_a_400_and_stops_nothing(rig: Rig) -> None:
     assert await rig.count("task_interventions") == 0
 
 
-@pytest.mark.rig(overrides=STREAMING)
+# Each quick task sets its session at once, as a slow one does after the status delay.
+@pytest.mark.rig(overrides={**STREAMING, "THREADGATE_STATUS_DELAY_SECONDS": "0"})
 async def test_without_the_subscription_the_operator_is_told_once(
     rig: Rig, caplog: pytest.LogCaptureFixture
 ) -> None:

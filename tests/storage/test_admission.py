@@ -10,7 +10,14 @@ from typing import Any
 import pytest
 
 from agent import Image
-from storage.admission import Admission, EarlierMessage, Limits, admit
+from storage.admission import (
+    Admission,
+    EarlierMessage,
+    Limits,
+    admit,
+    admit_in_known_session,
+    session_exists,
+)
 from storage.database import Database
 from tests.pg import create_database
 
@@ -141,3 +148,54 @@ async def test_the_back_filling_admission_writes_what_the_one_statement_writes(
     rows = await written_rows(fast)
     assert len(rows["tasks"]) == 3 and rows["limit_notices"] != []  # every outcome came
     assert rows == await written_rows(backfilled)
+
+
+async def test_admission_commits_while_every_work_connection_is_lent(fresh_dsn: str) -> None:
+    """With connections kept for it, an admission commits while reply work holds every
+    connection of the work pool (and takes a work connection while one is free)."""
+    async with Database(fresh_dsn, min_size=1, max_size=1, admission_size=1) as db:
+        assert db.admissions is db.pool  # a work connection is free: it is taken first
+        async with db.pool.acquire():  # reply work holds the only work connection
+            assert db.pool.lent == db.pool.max_size
+            assert db.admissions is not db.pool
+            assert await admit(db, admission("Ev9", "100.9"))
+            assert await session_exists(db, "T1:C1:100.9")
+            async with db.admissions.acquire():  # and an admission holds the kept one
+                assert db.admissions is db.pool  # the next waits in the work pool's line
+        assert await db.pool.fetchval("SELECT state FROM tasks WHERE id = 'T1:C1:100.9'")
+
+
+async def test_in_a_known_session_it_writes_what_admit_writes(twins: list[Database]) -> None:
+    """Admitted only in a session that exists, a message gets the outcomes and rows
+    `admit` gives it there; in a session new to us nothing is written, not even the
+    delivery, so its admission after the back-fill still counts it."""
+    rule = Limits(user_messages_per_hour=2, notices={"user": "user notice"})
+    script = ["Ev1", "Ev1", "Ev2", "Ev3", "Ev4", None]  # a repeat, then over the limit
+    plain, known = twins
+    for db in twins:  # the thread's first message, in both
+        assert await admit(db, thread_message("Ev0", "1.0"), rule)
+    for n, event_id in enumerate(script, start=1):
+        a = thread_message(event_id, f"1.{n}")
+        one = await admit(plain, a, rule)
+        other = await admit_in_known_session(known, a, rule)
+        assert other is not None
+        assert (one, one.limited, one.noticed) == (other, other.limited, other.noticed)
+    assert await written_rows(plain) == await written_rows(known)
+    new = dataclasses.replace(thread_message("Ev9", "2.1"), session_id="T1:C1:2.0")
+    before = await written_rows(known)
+    assert await admit_in_known_session(known, new) is None
+    assert await written_rows(known) == before
+    assert await admit(known, new)
+
+
+def thread_message(event_id: str | None, ts: str) -> Admission:
+    """A reply in thread 1.0 (its own task, the thread's session)."""
+    return Admission(
+        event_id=event_id,
+        task_id=f"T1:C1:{ts}",
+        session_id="T1:C1:1.0",
+        address={"channel": "C1", "thread_ts": "1.0"},
+        turn_text=f"turn {ts}",
+        user="T1:U1",
+        channel="T1:C1",
+    )

@@ -57,6 +57,16 @@ async def test_never_more_connections_than_its_size(database_dsn: str) -> None:
         assert pool.size <= 2
 
 
+async def test_it_says_whether_it_can_lend_without_waiting(database_dsn: str) -> None:
+    """A pool can lend at once while a connection is idle or a place is free, not once
+    every place is lent, and again once one comes back."""
+    async with pool_of(database_dsn, 1) as pool:
+        assert pool.available  # a free place
+        async with pool.acquire():
+            assert not pool.available
+        assert pool.available  # an idle connection
+
+
 async def test_a_connection_given_back_goes_to_the_task_waiting(database_dsn: str) -> None:
     async with pool_of(database_dsn, 1) as pool:
         async with pool.acquire() as conn:
