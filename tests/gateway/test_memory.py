@@ -165,6 +165,7 @@ async def test_a_thread_keeps_its_prompt_across_a_deploy_until_reset(
     await rig.slack.wait_for_posts(1)
     old_prompt = system_text(rig.model.requests[-1].body)
     assert "pirate" not in old_prompt
+    await wait_for_task(rig.db, f"T1:{DEFAULT_CHANNEL}:{old_root}", "done")  # then the deploy
     await rig.gateway.stop()
     rig.gateway = await rig.start_gateway(
         socket_mode=False, overrides={"THREADGATE_INSTRUCTIONS": "Answer like a pirate."}
@@ -222,6 +223,7 @@ async def test_a_deploy_that_changes_the_offer_begins_a_recorded_epoch(
     await rig.slack.wait_for_posts(1)
     before = rig.model.requests[-1].body
     assert "read_thread" in tool_names(before)
+    await wait_for_task(rig.db, f"T1:{DEFAULT_CHANNEL}:{root}", "done")  # then the deploy
     config = tmp_path / "channels.json"
     config.write_text(
         json.dumps({"default": {"tools": ["current_time"], "instructions": "Be a pirate."}})
