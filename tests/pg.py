@@ -33,8 +33,8 @@ _making_template = asyncio.Lock()
 # commit waiting for its WAL flush, no full-page images. Each test creates databases and
 # commits thousands of times, and every flush was a wait on a disk other suites share.
 # Nor does it vacuum: a run leaves hundreds of databases behind, and the autovacuum launcher
-# visited each of them in turn, a backend started per visit, all run long. A server given
-# by DATABASE_URL is someone else's and left as it is.
+# started a worker for each in turn (8% of a core on an idle server holding 900). A server
+# given by DATABASE_URL is someone else's and left as it is.
 _RELOADED = {
     "fsync": "off",
     "synchronous_commit": "off",
@@ -44,6 +44,7 @@ _RELOADED = {
 # Three workers each run gateways with pools of their own (`make test` is `-n 3`); the
 # default of 100 connections was reached with four. This one takes a restart.
 _RESTARTED = {"max_connections": "300"}
+_SETTINGS = _RELOADED | _RESTARTED
 
 
 def prepare_embedded_server(data_dir: Path) -> None:
@@ -85,11 +86,11 @@ async def _configure(dsn: str) -> bool:
     try:
         differ = [
             name
-            for name, value in (_RELOADED | _RESTARTED).items()
+            for name, value in _SETTINGS.items()
             if await conn.fetchval(f"SHOW {name}") != value
         ]
         for name in differ:
-            await conn.execute(f"ALTER SYSTEM SET {name} = {(_RELOADED | _RESTARTED)[name]}")
+            await conn.execute(f"ALTER SYSTEM SET {name} = {_SETTINGS[name]}")
         if differ:
             await conn.execute("SELECT pg_reload_conf()")
         return any(name in _RESTARTED for name in differ)
