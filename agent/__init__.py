@@ -189,8 +189,7 @@ from agent.models.providers import (
     route_capabilities,
 )
 from agent.models.providers.http_model import HTTPModel
-from agent.models.providers.provider import Provider
-from agent.models.providers.transport import model_transport
+from agent.models.providers.provider import SHOWING, Provider
 from agent.models.routes import NO_SAMPLING, RouteConfig, Sampling
 from agent.rounds.channel_policy import ChannelPolicy, PolicyOf
 from agent.rounds.control import (
@@ -256,6 +255,7 @@ __all__ = [
     "NO_TRACER",
     "PDF",
     "PROMPT_VERSION",
+    "SHOWING",
     "TAG_LOOKALIKES",
     "VENDORS",
     "AgentError",
@@ -433,7 +433,6 @@ __all__ = [
     "load_tools",
     "log_fields",
     "message_of",
-    "model_transport",
     "not_shown_note",
     "open_model",
     "open_route",

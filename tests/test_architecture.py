@@ -40,6 +40,8 @@ AGENT_LAYERS = ("agent.core", "agent.models", "agent.rounds", "agent.durable")
 SLACK = ("slack_sdk", "slack_bolt")
 SQL = ("asyncpg", "psycopg", "psycopg2", "sqlalchemy")
 NETWORK = ("aiohttp", "httpx", "storage")
+# The gateway's HTTP library: agent/ speaks HTTP through httpx, its transport injected.
+GATEWAY_HTTP = ("aiohttp", "httpx_aiohttp")
 # Each gateway layer and the layers it may import besides itself.
 GATEWAY_LAYERS: dict[str, tuple[str, ...]] = {
     "gateway.text": (),
@@ -126,6 +128,10 @@ def violation(imp: Import) -> str | None:
     if _within(source, ("agent",)):
         if _within(target, (*SLACK, *SQL, "gateway", "storage")):
             return "agent/ imports no Slack, no SQL, no gateway or storage"
+        if _within(target, GATEWAY_HTTP):
+            return (
+                "agent/ speaks HTTP through httpx: aiohttp is the gateway's, its transport injected"
+            )
         if source != "agent" and target == "agent":
             return "a submodule of agent must not import the package root"
         mine, theirs = _layer(source), _layer(target)
@@ -293,7 +299,7 @@ def test_the_checker_finds_each_forbidden_import(tmp_path: Path) -> None:
         {
             **CLEAN,
             "agent/core/errors.py": "from agent.rounds.loop import run\n",
-            "agent/models/model.py": "import slack_sdk\nimport asyncpg\n",
+            "agent/models/model.py": "import slack_sdk\nimport asyncpg\nimport aiohttp\n",
             "agent/rounds/loop.py": "from agent import Task\n",
             "storage/__init__.py": "from agent.core.errors import X\nfrom gateway import y\n",
             "gateway/__init__.py": "from storage.queue import Q\nfrom agent.rounds import loop\n",
@@ -308,6 +314,7 @@ def test_the_checker_finds_each_forbidden_import(tmp_path: Path) -> None:
         "agent.core.errors:1 imports agent.rounds.loop: agent.core may not import the layer above it, agent.rounds",
         "agent.models.model:1 imports slack_sdk: agent/ imports no Slack, no SQL, no gateway or storage",
         "agent.models.model:2 imports asyncpg: agent/ imports no Slack, no SQL, no gateway or storage",
+        "agent.models.model:3 imports aiohttp: agent/ speaks HTTP through httpx: aiohttp is the gateway's, its transport injected",
         "agent.rounds.loop:1 imports agent: a submodule of agent must not import the package root",
         "gateway:1 imports storage.queue: gateway/ uses storage only through `from storage import …`",
         "gateway:2 imports agent.rounds: gateway/ uses agent only through `from agent import …`",

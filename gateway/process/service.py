@@ -76,7 +76,6 @@ from agent import (
     Tracer,
     default_registries,
     installed_providers,
-    model_transport,
     open_route,
     route_capabilities,
     schedule_tools,
@@ -107,6 +106,7 @@ from gateway.process.http import (
     build_http_app,
     build_metrics_app,
 )
+from gateway.process.model_transport import model_transport
 from gateway.process.scheduler import Scheduler, tell_paused
 from gateway.process.tool_observers import ToolObservers
 from gateway.slack.address import SlackAddress

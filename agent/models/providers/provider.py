@@ -1,7 +1,7 @@
 """The provider object: one `httpx.AsyncClient` and the credentials that go with it.
 
 The client's transport is the caller's (`ProviderSettings.transport`), httpx's own when
-none is given: the gateway passes one over aiohttp (`agent/models/providers/transport.py`; httpx's
+none is given: the gateway passes one over aiohttp (`gateway/process/model_transport.py`; httpx's
 own was a large share of the gateway's CPU), and httpx stays the API the wire formats and `classify` are
 written to. `aclose` closes the client, and with it the transport.
 
@@ -28,11 +28,14 @@ from pydantic import SecretStr
 
 from agent.core.errors import Route
 from agent.models.providers.classify import classify_exception, classify_status
-from agent.models.providers.transport import SHOWING
 from agent.models.providers.vendors import DEFAULT_MODEL_TIMEOUT
 
 if TYPE_CHECKING:
     from agent.core.ports import Showing
+
+# The httpx request extension that carries the `Showing` of the draft a streamed answer is
+# shown in: `Provider.stream` sets it, the transport reads it (the gateway's).
+SHOWING = "threadgate_showing"
 
 
 class Provider(ABC):

@@ -1,5 +1,5 @@
 """The model providers' aiohttp transport behind httpx's API
-(`agent/models/providers/transport.py`): each failure surfaces as the httpx exception
+(`gateway/process/model_transport.py`): each failure surfaces as the httpx exception
 httpx's own transport raises for it, a stream arrives chunk by chunk and slows once the
 reply it is shown in shows, and no connection or session outlives its use.
 
@@ -28,7 +28,9 @@ from agent.core.ports import Showing
 from agent.models.contract import SystemMessage, UserMessage
 from agent.models.providers.openai import OpenAIModel
 from agent.models.providers.provider import OpenAIProvider
-from agent.models.providers.transport import (
+from agent.rounds.control import FinalReply, Reply
+from agent.rounds.loop import run_round
+from gateway.process.model_transport import (
     AIOHTTP_ERRORS,
     SHOWING,
     ModelTransport,
@@ -36,8 +38,6 @@ from agent.models.providers.transport import (
     httpx_error,
     model_transport,
 )
-from agent.rounds.control import FinalReply, Reply
-from agent.rounds.loop import run_round
 from tests.agent.memory import MemoryDraft
 from tests.fakes.openai_api import (
     Completion,

@@ -1,5 +1,8 @@
 """The model providers' httpx transport: requests go over one aiohttp `ClientSession`.
 
+It is the gateway's, given to the providers through `ProviderSettings.transport`: agent/
+speaks HTTP through httpx alone and does not import aiohttp, the gateway's HTTP library.
+
 Why: httpx's default transport (httpcore over anyio and h11) was a large share of the
 gateway's CPU (bench/cpu.py's profile; the figures are in BENCHMARKS.md), charged per
 request and per streamed chunk. aiohttp, already our dependency for the Slack side, parses
@@ -79,13 +82,10 @@ from httpx_aiohttp import AiohttpTransport
 from httpx_aiohttp.transport import AiohttpResponseStream
 from yarl import URL
 
-from agent.core.ports import Showing
+from agent import SHOWING, Showing
 
 # httpx's own defaults, which the provider's client had before this transport.
 DEFAULT_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=20)
-# The httpx request extension that carries the `Showing` of the draft a streamed answer is
-# shown in (`Provider.stream` sets it; module docstring).
-SHOWING = "threadgate_showing"
 
 
 @dataclass(frozen=True, slots=True)
