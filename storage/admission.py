@@ -34,7 +34,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Literal, TypeAlias
+from typing import Literal, TypeAlias, get_args
 
 import asyncpg
 
@@ -87,17 +87,7 @@ LimitScope: TypeAlias = Literal[
     "external",
     "unverified",
 ]
-LIMIT_SCOPES: tuple[LimitScope, ...] = (
-    "user",
-    "thread",
-    "user_tokens",
-    "channel_tokens",
-    "all_tokens",
-    "channel_spend",
-    "workspace_spend",
-    "external",
-    "unverified",
-)
+LIMIT_SCOPES: tuple[LimitScope, ...] = get_args(LimitScope)
 # Not limits but refusals of the channel (`Admission.refused`): shared with another
 # organization, or its sharing could not be checked. Acked and noticed like a limit.
 REFUSALS: frozenset[LimitScope] = frozenset({"external", "unverified"})
