@@ -14,7 +14,7 @@ import json
 from collections.abc import Sequence
 
 from gateway.process.config import Settings
-from gateway.process.task_commands import database, one_line
+from gateway.process.task_commands import database, one_line, table
 from storage import FeedbackLine, feedback_report
 
 _COLUMNS = ("PROMPT EPOCH", "MODEL", "POSITIVE", "NEGATIVE", "RATIO")
@@ -67,8 +67,4 @@ def render_report(lines: Sequence[FeedbackLine]) -> str:
         )
         for line in lines
     ]
-    widths = [max(len(r[i]) for r in [_COLUMNS, *rows]) for i in range(len(_COLUMNS))]
-    return "\n".join(
-        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-        for row in [_COLUMNS, *rows]
-    )
+    return table(_COLUMNS, rows)

@@ -21,7 +21,7 @@ from datetime import datetime
 
 from agent import InvalidSchedule, Recurrence, recur_cron, recur_every, recur_once
 from gateway.process.config import Settings
-from gateway.process.task_commands import age, as_json, database, one_line, printable
+from gateway.process.task_commands import age, as_json, database, one_line, printable, table
 from storage import (
     NewSchedule,
     StoredSchedule,
@@ -208,11 +208,7 @@ def render_table(schedules: Sequence[StoredSchedule], *, now: datetime) -> str:
         )
         for s in schedules
     ]
-    widths = [max(len(r[i]) for r in [_COLUMNS, *rows]) for i in range(len(_COLUMNS))]
-    return "\n".join(
-        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-        for row in [_COLUMNS, *rows]
-    )
+    return table(_COLUMNS, rows)
 
 
 def render_detail(s: StoredSchedule) -> str:

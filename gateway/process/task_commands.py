@@ -243,6 +243,20 @@ def one_line(text: str | None, width: int) -> str:
     return flat if len(flat) <= width else flat[: max(0, width - 1)] + "…"
 
 
+def table(header: Sequence[str], rows: Sequence[Sequence[str]], *, right_from: int = 0) -> str:
+    """`header` above `rows`, each column as wide as its widest cell, two spaces apart;
+    the columns from `right_from` on (when above 0) aligned right, as numbers are."""
+    lines = [header, *rows]
+    widths = [max(len(r[i]) for r in lines) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(
+            cell.rjust(w) if 0 < right_from <= i else cell.ljust(w)
+            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
+        for row in lines
+    )
+
+
 _COLUMNS = ("ID", "STATE", "CHANNEL", "AGE", "TRIES", "REQS", "LAST ERROR")
 
 
@@ -262,11 +276,7 @@ def render_table(tasks: Sequence[TaskSummary], *, now: datetime) -> str:
         )
         for t in tasks
     ]
-    widths = [max(len(r[i]) for r in [_COLUMNS, *rows]) for i in range(len(_COLUMNS))]
-    return "\n".join(
-        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-        for row in [_COLUMNS, *rows]
-    )
+    return table(_COLUMNS, rows)
 
 
 def age(delta: timedelta) -> str:

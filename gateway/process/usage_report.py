@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from gateway.process.config import Settings
-from gateway.process.task_commands import database, one_line, parse_duration
+from gateway.process.task_commands import database, one_line, parse_duration, table
 from storage import USAGE_GROUPINGS, UsageGrouping, UsageLine, usage_report
 
 DEFAULT_SINCE = "7d"
@@ -90,14 +90,7 @@ def render_report(lines: Sequence[UsageLine], by: UsageGrouping) -> str:
     rows = [_row(line.key or "(none)", [line]) for line in lines]
     rows.append(_row("total", lines))
     header = tuple(c.format(by=by.upper()) for c in _COLUMNS)
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    return "\n".join(
-        "  ".join(
-            cell.ljust(w) if i == 0 else cell.rjust(w)
-            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
-        ).rstrip()
-        for row in [header, *rows]
-    )
+    return table(header, rows, right_from=1)
 
 
 def _row(key: str, lines: Sequence[UsageLine]) -> tuple[str, ...]:
