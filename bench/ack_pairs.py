@@ -34,12 +34,20 @@ EVENTS = 400
 
 
 async def gateway(
-    dsn: str, data: Path, label: str, code: Path | None, rate: int, spy: Path | None = None
+    dsn: str,
+    data: Path,
+    label: str,
+    code: Path | None,
+    rate: int,
+    spy: Path | None = None,
+    extra: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """`threadgate serve` from `code` (None: this checkout) on a fresh database, measured
     (and recorded by py-spy into `spy`, if given)."""
     async with fakes() as (slack, model), scratch_database(dsn, f"pairs_{label}") as db:
-        process = GatewayProcess({**gateway_env(slack, model, db), **NO_GUARD_RAILS}, code or data)
+        process = GatewayProcess(
+            {**gateway_env(slack, model, db), **NO_GUARD_RAILS, **(extra or {})}, code or data
+        )
         await process.start()
         try:
             assert process.proc is not None
@@ -97,6 +105,7 @@ async def measure(
 
 
 async def main(args: argparse.Namespace) -> None:
+    extra = {"THREADGATE_STREAMING": "true" if args.streaming == "on" else "false"}
     with tempfile.TemporaryDirectory() as tmp:
         dsn, data = await server_dsn(Path(tmp)), Path(tmp)
         sides: list[tuple[str, Path | None]] = [("after", None)]
@@ -105,11 +114,12 @@ async def main(args: argparse.Namespace) -> None:
         for run in range(args.runs):
             row: dict[str, Any] = {"run": run, "bolt": await baseline(args.rate)}
             for name, code in sides if run % 2 == 0 else sides[::-1]:
-                row[name] = await gateway(dsn, data, f"{name}{run}", code, args.rate)
+                row[name] = await gateway(dsn, data, f"{name}{run}", code, args.rate, extra=extra)
             print(json.dumps(row), flush=True)
         if args.profile:  # one more run of this code, under py-spy
-            raw = Path(tmp) / "ack_pairs.raw"
-            print(json.dumps(await gateway(dsn, data, "spy", None, args.rate, raw)))
+            cpu.RESULTS.mkdir(exist_ok=True)
+            raw = cpu.RESULTS / "ack_pairs.raw"
+            print(json.dumps(await gateway(dsn, data, "spy", None, args.rate, raw, extra)))
             summary = profile.summarize(raw)
             summary["by_caller"] = profile.by_caller(raw, top=25)
             print(json.dumps(summary, indent=1))
@@ -121,4 +131,7 @@ if __name__ == "__main__":
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--code", type=Path, help="a checkout of the code before")
     parser.add_argument("--profile", action="store_true", help="then py-spy one run of this")
+    parser.add_argument(
+        "--streaming", choices=("on", "off"), default="on", help="replies streamed (default on)"
+    )
     bench_run(main(parser.parse_args()))

@@ -56,12 +56,23 @@ class TimedSlack(FakeSlack):
     def _chat_post_message(self, params: Params) -> Body:
         arrived = time.perf_counter()
         body = super()._chat_post_message(params)
-        thread = str(params.get("thread_ts") or "")
+        self._note(str(params.get("thread_ts") or ""), body, arrived)
+        return body
+
+    def _chat_stop_stream(self, params: Params) -> Body:
+        """A streamed reply lands when its stream stops: it counts as that thread's post."""
+        arrived = time.perf_counter()
+        body = super()._chat_stop_stream(params)
+        if body.get("ok"):
+            stream = self.stream(str(params.get("channel")), str(params.get("ts")))
+            self._note(stream.thread_ts, body, arrived)
+        return body
+
+    def _note(self, thread: str, body: Body, arrived: float) -> None:
         if body.get("ok") and thread:
             self.first_post.setdefault(thread, arrived)
             self.post_count[thread] += 1
             self.post_times.setdefault(thread, []).append(arrived)
-        return body
 
 
 def mention(n: int) -> dict[str, Any]:

@@ -241,6 +241,9 @@ class Settings(BaseSettings):
     # Which parts `serve` runs (issue 16): `ingress` verifies, admits and acks Slack's events;
     # `worker` answers the queued tasks; `all` both, in one process. `--role` wins over it.
     threadgate_role: Role = "all"
+    # Role `all`: the ingress on a thread with its own event loop, pool and Slack session,
+    # so an ack never waits behind reply work's callbacks (gateway/process/ingress_thread.py).
+    threadgate_ingress_thread: bool = True
 
     @field_validator("threadgate_stop_sequences")
     @classmethod
@@ -461,6 +464,11 @@ class Settings(BaseSettings):
     def serves_events(self) -> bool:
         """This process takes Slack's events (HTTP or Socket Mode): roles `ingress`, `all`."""
         return self.threadgate_role != "worker"
+
+    @property
+    def ingress_apart(self) -> bool:
+        """Role `all` with its ingress on a thread and loop of its own."""
+        return self.threadgate_role == "all" and self.threadgate_ingress_thread
 
     @property
     def runs_workers(self) -> bool:

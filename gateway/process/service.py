@@ -106,6 +106,7 @@ from gateway.process.http import (
     build_http_app,
     build_metrics_app,
 )
+from gateway.process.ingress_thread import IngressThread
 from gateway.process.model_transport import model_transport
 from gateway.process.scheduler import Scheduler, tell_paused
 from gateway.process.tool_observers import ToolObservers
@@ -469,6 +470,10 @@ class Gateway:
     _decoders: Decoders | None = None  # and their decoder processes (gateway/inbound/decoders.py)
     _workers_started: bool = False
     tracer: Tracer = NO_TRACER
+    # False for the ingress of a split one-process gateway: the metrics it shares with the
+    # workers are served, and its pool watched, by the workers' gateway.
+    serves_metrics: bool = True
+    _ingress: IngressThread | None = None  # role `all` with THREADGATE_INGRESS_THREAD
 
     async def start(self, host: str, port: int) -> None:
         s = self.settings
@@ -481,10 +486,20 @@ class Gateway:
         await self._start_metrics()
         log.info(
             "threadgate role: %s (THREADGATE_ROLE or --role), event loop: %s"
-            " (THREADGATE_EVENT_LOOP)",
+            " (THREADGATE_EVENT_LOOP)%s",
             s.threadgate_role,
             loop_name(asyncio.get_running_loop()),
+            ", ingress on a thread of its own (THREADGATE_INGRESS_THREAD)"
+            if s.ingress_apart
+            else "",
         )
+        if s.ingress_apart:
+            # This gateway runs the workers; `_start_ingress` the rest, on its own loop.
+            self.settings = s = s.model_copy(update={"threadgate_role": "worker"})
+            self._ingress = IngressThread(
+                self.settings.model_copy(update={"threadgate_role": "ingress"}),
+                lambda settings: Gateway(settings, metrics=self.metrics, serves_metrics=False),
+            )
         self.tracer = start_tracer(s, self._stack)
         circuit = self._circuit if s.runs_workers else None
         self.policies = channel_policies(s, self.metrics, circuit, self.tracer)
@@ -509,7 +524,8 @@ class Gateway:
         )
         await db.open()
         self._stack.push_async_callback(db.close)
-        self.metrics.watch_pool(db.pool)
+        if self.serves_metrics:
+            self.metrics.watch_pool(db.pool)
         await db.migrate()
         webhook = s.threadgate_alert_webhook_url
         supervisor = Supervisor()
@@ -540,7 +556,9 @@ class Gateway:
             self._start_retention(db)
             self._start_scheduler(db, self.clients)
         self._start_queue_sampler(db)
-        if s.serves_events:
+        if self._ingress is not None:
+            await self._start_ingress(self._ingress, host, port)
+        elif s.serves_events:
             await self._start_http(db, clients, host, port, identity, supervisor)
         else:
             await self._start_health(db, host, port)
@@ -555,6 +573,8 @@ class Gateway:
             log.info("THREADGATE_CHANNEL_CONFIG is not set: there is no channel config to reload")
         elif self.policies is not None:
             self.policies.reload()
+            if self._ingress is not None:
+                self._ingress.reload()
 
     async def __aenter__(self) -> Gateway:
         return self
@@ -564,6 +584,8 @@ class Gateway:
 
     async def _start_metrics(self) -> None:
         address = self.settings.metrics_address
+        if not self.serves_metrics:
+            return
         if address is None:
             log.info("metrics are off (THREADGATE_METRICS_ADDRESS)")
             return
@@ -790,6 +812,13 @@ class Gateway:
             supervisor=supervisor,
             metrics=self.metrics,
         )
+
+    async def _start_ingress(self, ingress: IngressThread, host: str, port: int) -> None:
+        """The events route (or Socket Mode) and health on host:port, served by an ingress
+        gateway on a thread of its own (gateway/process/ingress_thread.py)."""
+        gateway = await ingress.start(host, port)
+        self._stack.push_async_callback(ingress.stop)
+        self.port = gateway.port
 
     async def _start_health(self, db: Database, host: str, port: int) -> None:
         """A worker's port: /healthz and /readyz only (ready: the database answers and the

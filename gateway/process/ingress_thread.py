@@ -1,0 +1,131 @@
+"""The ingress of a one-process gateway on a thread of its own, with its own event loop.
+
+Why: the ack is the one deadline Slack enforces, and on one event loop it waits its turn
+behind every callback reply work has made ready: stream reads, posts, heartbeats, claims.
+Under load a turn of a busy loop took 10-100 ms, and an ack takes several turns (the
+request, the admission's answer), so its tail grew with the reply work, not with its own.
+`serve --role ingress` beside worker processes keeps the two apart with processes; this
+does the same inside one `serve` (role `all`, `THREADGATE_INGRESS_THREAD`): the ingress —
+the events route or the Socket Mode connection, verification, admission, the ack — is an
+ingress `Gateway` running on this thread's loop, with its own database pool and Slack
+session, and the task workers stay on the main loop. The two meet only in Postgres, as an
+ingress and a worker process do, so nothing else is shared but the metrics (a
+prometheus_client registry is thread-safe) and the process's GIL.
+
+The GIL is what the ack still waits for: a thread that wakes with work waits for the
+running one to let go, at most `sys.getswitchinterval()` (5 ms by default, per wake-up).
+`SWITCH_INTERVAL` shortens that while the ingress runs; the ingress is idle most of the
+time, so the workers give up the GIL only when an ack has something to do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import sys
+import threading
+from collections.abc import Callable
+from typing import Protocol
+
+from gateway.process.config import Settings
+from gateway.process.event_loop import loop_factory
+
+log = logging.getLogger(__name__)
+
+# Seconds a thread that wants the GIL waits before the running one is asked to let go
+# (CPython's default is 0.005). An ack wakes two or three times (the request, the
+# admission's answer), so this bounds the wait it adds to about three of these.
+SWITCH_INTERVAL = 0.001
+
+
+class Gateway(Protocol):
+    """What this runs of `gateway.process.service.Gateway` (which imports this module)."""
+
+    port: int | None
+
+    async def start(self, host: str, port: int) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    def reload(self) -> None: ...
+
+
+GatewayMaker = Callable[[Settings], Gateway]
+
+
+class IngressThread:
+    """An ingress `Gateway` (made by `make`) served on a thread with its own event loop;
+    `start` it from the main loop, then `stop` it."""
+
+    def __init__(self, settings: Settings, make: GatewayMaker) -> None:
+        self._settings = settings
+        self._make = make
+        self._started: concurrent.futures.Future[Gateway] = concurrent.futures.Future()
+        self._finished: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping: asyncio.Event | None = None
+        self._gateway: Gateway | None = None
+        self._thread: threading.Thread | None = None
+        self._switch_interval = sys.getswitchinterval()
+
+    async def start(self, host: str, port: int) -> Gateway:
+        """Serve the ingress on host:port from a new thread; the running ingress gateway.
+        What stops its start (a port in use, Slack refusing the token) is raised here."""
+        self._thread = threading.Thread(
+            target=self._run, args=(host, port), name="threadgate-ingress", daemon=True
+        )
+        sys.setswitchinterval(SWITCH_INTERVAL)
+        self._thread.start()
+        try:
+            self._gateway = await asyncio.wrap_future(self._started)
+        except BaseException:
+            await self.stop()
+            raise
+        return self._gateway
+
+    async def stop(self) -> None:
+        """Stop the ingress (its listener first, as any gateway stops) and its thread."""
+        loop, stopping = self._loop, self._stopping
+        if loop is not None and stopping is not None:
+            with contextlib.suppress(RuntimeError):  # its loop closed already: it ended
+                loop.call_soon_threadsafe(stopping.set)
+        await asyncio.wrap_future(self._finished)
+        if self._thread is not None:
+            self._thread.join()  # it only returns from `_run` now
+        sys.setswitchinterval(self._switch_interval)
+
+    def reload(self) -> None:
+        """`Gateway.reload` on the ingress's own loop (SIGHUP arrives on the main one)."""
+        if self._loop is not None and self._gateway is not None:
+            self._loop.call_soon_threadsafe(self._gateway.reload)
+
+    def _run(self, host: str, port: int) -> None:
+        factory = loop_factory(self._settings.threadgate_event_loop)
+        try:
+            with asyncio.Runner(loop_factory=factory) as runner:
+                runner.run(self._serve(host, port))
+        except BaseException as exc:
+            if not self._started.done():
+                self._started.set_exception(exc)
+            else:
+                log.exception("the ingress thread ended with an error")
+        finally:
+            self._finished.set_result(None)
+
+    async def _serve(self, host: str, port: int) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stopping = asyncio.Event()
+        gateway = self._make(self._settings)
+        try:
+            await gateway.start(host, port)
+        except BaseException as exc:
+            self._started.set_exception(exc)
+            await gateway.stop()
+            return
+        self._started.set_result(gateway)
+        try:
+            await self._stopping.wait()
+        finally:
+            await gateway.stop()

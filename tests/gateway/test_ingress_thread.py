@@ -1,0 +1,83 @@
+"""One `serve` process: the ingress on a thread and event loop of its own (issue 36)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import aiohttp
+import pytest
+
+from tests.fakes.slack_events import DEFAULT_USER, app_mention_event, deliver, event_callback
+from tests.gateway.rig import BOTH, SECRET, Rig
+
+pytestmark = pytest.mark.rig(users={DEFAULT_USER: "Ada"})
+
+# How long the test holds the workers' loop at most: the ack must come well within it.
+HOLD_SECONDS = 30.0
+
+
+def deliver_from_another_thread(
+    url: str, envelope: dict[str, Any]
+) -> tuple[threading.Event, list[int]]:
+    """POST `envelope` from a thread of its own (its own loop and HTTP client); the event
+    is set once the response arrived, its status in the list."""
+    answered, statuses = threading.Event(), []
+
+    async def send() -> None:
+        async with aiohttp.ClientSession() as http:
+            statuses.append((await deliver(http, url, envelope, SECRET))[0])
+
+    def run() -> None:
+        try:
+            asyncio.run(send())
+        finally:
+            answered.set()
+
+    threading.Thread(target=run, name="slack-delivery", daemon=True).start()
+    return answered, statuses
+
+
+async def test_an_ack_is_sent_while_the_workers_loop_is_held(rig: Rig) -> None:
+    """With the workers' event loop held (as a burst of reply work holds it), an event is
+    still verified, committed and acked, and answered once the loop is free."""
+    first = app_mention_event(text="<@UBOT> warm the names up")
+    assert (await rig.send(event_callback(first)))[0] == 200
+    await rig.slack.wait_for_posts(1)
+    second = app_mention_event(text="<@UBOT> answered after the hold")
+    answered, statuses = deliver_from_another_thread(rig.events_url, event_callback(second))
+    # The test runs on the loop the in-process gateway's workers run on (and the fakes'):
+    # waiting on a threading.Event here holds that loop until the ack arrives.
+    acked_while_held = answered.wait(HOLD_SECONDS)
+    assert acked_while_held and statuses == [200]
+    posts = await rig.slack.wait_for_posts(2)
+    assert "answered after the hold" in posts[1].text
+    assert posts[1].thread_ts == second["ts"]
+
+
+@pytest.mark.rig(modes=BOTH, overrides={"THREADGATE_INGRESS_THREAD": "false"})
+async def test_one_loop_for_both_still_answers(rig: Rig) -> None:
+    """THREADGATE_INGRESS_THREAD=false: ingress and workers share the main loop, and a
+    mention is answered once, in HTTP mode and Socket Mode."""
+    event = app_mention_event(text="<@UBOT> one loop")
+    if rig.socket_mode:
+        await rig.sockets.wait_for_ack(await rig.sockets.deliver(event_callback(event)))
+    else:
+        assert (await rig.send(event_callback(event)))[0] == 200
+    posts = await rig.slack.wait_for_posts(1)
+    assert len(posts) == 1 and "one loop" in posts[0].text
+    assert not any(t.name == "threadgate-ingress" for t in threading.enumerate())
+
+
+@pytest.mark.rig(modes=BOTH)
+async def test_the_ingress_thread_ends_with_the_gateway(rig: Rig) -> None:
+    """The default: the ingress runs on its own thread while the gateway serves, in both
+    modes, and the thread is gone once the gateway stopped."""
+    assert any(t.name == "threadgate-ingress" for t in threading.enumerate())
+    extra = await rig.start_gateway(socket_mode=rig.socket_mode)
+    threads = [t for t in threading.enumerate() if t.name == "threadgate-ingress"]
+    assert len(threads) == 2
+    await extra.stop()
+    rig.replicas.remove(extra)
+    assert [t.is_alive() for t in threads].count(False) == 1
