@@ -87,8 +87,12 @@ class Database:
         max_size: int = 20,
         admission_size: int = 0,
         on_pool_wait: Callable[[float], None] | None = None,
+        signals: bool = True,
     ) -> None:
         self._dsn = dsn
+        # False for a process that runs no task (an ingress): it takes no lease and waits
+        # for no NOTIFY, so its signal connection opens only if a lease is asked for.
+        self._listens = signals
         self._min_size = min_size
         self._max_size = max_size
         self._admission_size = admission_size
@@ -124,7 +128,8 @@ class Database:
             if self._admission_size:
                 self._admission = self._pool_of(1, self._admission_size)
                 await self._admission.open()
-            await self._connect_signals()
+            if self._listens:
+                await self._connect_signals()
         except (TimeoutError, OSError, asyncpg.PostgresError) as exc:
             await self.close()
             raise DatabaseUnavailable(

@@ -6,12 +6,13 @@ prompt's text, its offer — the JSON, its hash, the tools' names — and the su
 prompts). A session goes through epochs numbered from 1 (`session_epochs`: the number, the
 epoch, why it began, when); `sessions.prompt_epoch` names the current one.
 
-The common case — a session whose epoch offers what this deployment offers — is one
-indexed read that writes nothing. Otherwise one transaction locks the session row, reads
-again (another replica may have begun an epoch meanwhile: it then agrees with that one),
-stores the epoch unless it is stored, and begins it as the session's next number, saying
-why (`EpochReason`): `start`, the session had none; `reset`, an operator reset it
-(`threadgate sessions reset` clears the pin, audited in `session_interventions`);
+A pin is one round trip, `pin_epoch` (migration 023): in the common case — a session
+whose epoch offers what this deployment offers — an indexed read that writes nothing.
+Otherwise it locks the session row, reads again (another replica may have begun an epoch
+meanwhile: it then agrees with that one), stores the epoch unless it is stored, and
+begins it as the session's next number, saying why (`EpochReason`): `start`, the session
+had none; `reset`, an operator reset it (`threadgate sessions reset` clears the pin,
+audited in `session_interventions`);
 `offer_changed`, the pinned epoch offered something else, or — an epoch from before
 offers were recorded — nobody knows what. A compaction begins one too (`compaction`), in
 the transaction that stores its summary (storage/summaries.py, through `begin_epoch`).
@@ -38,23 +39,17 @@ from storage.database import Database
 from storage.errors import StorageError, translate_errors
 from storage.migrations import Connection
 
-_EPOCH_COLUMNS = "e.hash, e.version, e.text, e.offer_hash, e.tools, e.subagents"
-
-_CURRENT = f"""
-SELECT {_EPOCH_COLUMNS} FROM sessions s JOIN prompt_epochs e ON e.hash = s.prompt_epoch
-WHERE s.id = $1
+# One round trip (migration 023's `pin_epoch` says how): the session's epoch, and what
+# happened. `text` is NULL where the answer is the caller's own epoch.
+_PIN = """
+SELECT out_hash AS hash, out_version AS version, out_text AS text,
+       out_offer_hash AS offer_hash, out_tools AS tools, out_subagents AS subagents,
+       out_outcome AS outcome
+FROM pin_epoch($1, $2, $3, $4, $5, $6, $7, $8::jsonb)
 """
 
-# After the lock (a statement of its own, so that this one sees what the holder before
-# us committed): the session's epoch, its last number, and whether it was ever reset.
+# The session row locked for a transaction of the caller's (a compaction's).
 _LOCK = "SELECT prompt_epoch FROM sessions WHERE id = $1 FOR UPDATE"
-_LOCKED = f"""
-SELECT {_EPOCH_COLUMNS},
-       EXISTS (SELECT 1 FROM session_epochs WHERE session_id = $1) AS had_epochs,
-       EXISTS (SELECT 1 FROM session_interventions
-               WHERE session_id = $1 AND action = 'reset') AS was_reset
-FROM (SELECT 1) one LEFT JOIN prompt_epochs e ON e.hash = $2
-"""
 
 # Store the epoch unless stored, number it the session's next, and make it the current
 # one; the session row is locked by the caller. Returns the number.
@@ -114,30 +109,34 @@ class PostgresMemory:
 
     def __init__(self, db: Database) -> None:
         self._db = db
+        # Epochs this process knows are stored (a stored epoch is never deleted): a new
+        # session's pin then sends their hash, not their text and offer (kilobytes each).
+        self._stored: set[str] = set()
 
     @translate_errors("The session's prompt epoch could not be read")
     async def pin_prompt(self, session_id: str, current: PromptEpoch) -> PromptEpoch:
-        row = await self._db.pool.fetchrow(_CURRENT, session_id)
-        if row is not None and row["offer_hash"] == current.offer_hash:
-            return epoch_from_row(row)
-        async with self._db.pool.acquire() as conn, conn.transaction():
-            return await self._pin_locked(conn, session_id, current)
-
-    async def _pin_locked(
-        self, conn: Connection, session_id: str, current: PromptEpoch
-    ) -> PromptEpoch:
-        locked = await conn.fetchrow(_LOCK, session_id)
-        if locked is None:  # no such session (a console or test task): the current epoch
+        row = await self._pin(session_id, current, with_text=current.hash not in self._stored)
+        if row["outcome"] == "unstored":  # believed stored, and it is not: send it
+            row = await self._pin(session_id, current, with_text=True)
+        if row["outcome"] == "no_session":  # a console or test task: the current epoch
             return current
-        row = await conn.fetchrow(_LOCKED, session_id, locked["prompt_epoch"])
-        assert row is not None
-        if row["hash"] is not None and row["offer_hash"] == current.offer_hash:
-            return epoch_from_row(row)  # begun meanwhile, by another replica
-        reason: EpochReason = "offer_changed" if row["hash"] is not None else "start"
-        if reason == "start" and (row["had_epochs"] or row["was_reset"]):
-            reason = "reset"
-        await begin_epoch(conn, session_id, current, reason)
-        return current
+        if row["text"] is None:  # the session is asked under the caller's own epoch
+            self._stored.add(current.hash)
+            return current
+        return epoch_from_row(row)
+
+    async def _pin(self, session_id: str, epoch: PromptEpoch, *, with_text: bool) -> Any:
+        return await self._db.pool.fetchrow(
+            _PIN,
+            session_id,
+            epoch.hash,
+            epoch.version,
+            epoch.text if with_text else None,
+            epoch.offer if with_text else None,
+            epoch.offer_hash,
+            list(epoch.tools),
+            json.dumps(dict(epoch.subagents)),
+        )
 
     @translate_errors("Where an answer came from could not be stored")
     async def stamp(self, message_id: str, origin: AnswerOrigin) -> None:

@@ -98,6 +98,7 @@ from agent.models.contract import (
     ModelRequest,
     ModelResponse,
     StreamEvent,
+    ToolSpec,
     Usage,
     Watch,
 )
@@ -132,6 +133,12 @@ from agent.rounds.tools import (
 __all__ = ["Attempts", "ModelResponder"]
 
 _STOPS = (CredentialRejected, QuotaExhausted, ModelsUnavailable, ModelBudgetExceeded)
+
+# An epoch worked out for a system prompt and an offer (`ModelResponder._epoch`): the
+# prompt, then each spec's name, description and the id of its (shared) schema.
+_EpochKey = tuple[str, tuple[tuple[str, str, int], ...]]
+# How many such epochs are kept: one per channel instructions and offer in force.
+_EPOCHS_KEPT = 64
 
 T = TypeVar("T")
 
@@ -194,6 +201,11 @@ class ModelResponder:
             for silent in (False, True)
         }
         self._subagents = {k.name: k.prompt for k in self._subtasks if k.prompt is not None}
+        # Epochs already worked out, by the system prompt and each offered spec's name,
+        # description and schema object (schemas are built once and shared, and an entry
+        # holds its specs, so no schema's id is reused while the entry lives): the offer's
+        # JSON and its hashes were made again every round, for the same answer.
+        self._epochs: dict[_EpochKey, tuple[tuple[ToolSpec, ...], PromptEpoch]] = {}
 
     async def __call__(self, round_input: RoundInput) -> Decision:
         """Run one round of the task and return how it ended."""
@@ -280,7 +292,14 @@ class ModelResponder:
         """This deployment's epoch for a round offered `toolbox` in `policy`'s channel."""
         silent = toolbox.context.task.schedule_id is not None
         offer = offered(self._offered_controls[silent], toolbox)
-        return prompt_epoch(self._system(policy), offer=offer, subagents=self._subagents)
+        system = self._system(policy)
+        key = (system, tuple((s.name, s.description, id(s.parameters)) for s in offer))
+        if (known := self._epochs.get(key)) is None:
+            if len(self._epochs) >= _EPOCHS_KEPT:  # offers changed many times: start over
+                self._epochs.clear()
+            known = offer, prompt_epoch(system, offer=offer, subagents=self._subagents)
+            self._epochs[key] = known
+        return known[1]
 
     def _system(self, policy: ChannelPolicy) -> str:
         """The system prompt with `policy`'s instructions, made once per text."""

@@ -521,6 +521,7 @@ class Gateway:
             # Acks never wait for a connection behind reply work (storage/database.py).
             admission_size=s.threadgate_admission_connections if s.serves_events else 0,
             on_pool_wait=self.metrics.db_pool_wait_seconds.observe,
+            signals=s.runs_workers,  # an ingress takes no lease and wakes no worker
         )
         await db.open()
         self._stack.push_async_callback(db.close)

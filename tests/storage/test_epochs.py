@@ -82,6 +82,33 @@ async def test_an_epoch_read_back_is_the_epoch_pinned(db: Database) -> None:
     assert again.tools == ("final_reply", "current_time") and again.offer is None
 
 
+async def test_a_new_session_pins_a_stored_epoch_without_its_text(fresh_db: Database) -> None:
+    """Once this process stored an epoch, the next session's pin sends its hash only; and
+    should the stored row be gone, the pin sends the text again and stores it."""
+    memory = PostgresMemory(fresh_db)
+    pinned = epoch("Words.", REPLY, CLOCK)
+    first = await new_task(fresh_db, "103.0", "103.0", "q")
+    assert await memory.pin_prompt(first.session_id, pinned) == pinned
+    second = await new_task(fresh_db, "104.0", "104.0", "q")
+    assert await memory.pin_prompt(second.session_id, pinned) == pinned
+    assert [r for _, r, _ in await epochs_of(fresh_db, second.session_id)] == ["start"]
+    await fresh_db.pool.execute("DELETE FROM session_epochs")
+    await fresh_db.pool.execute("UPDATE sessions SET prompt_epoch = NULL")
+    await fresh_db.pool.execute("DELETE FROM prompt_epochs")
+    third = await new_task(fresh_db, "105.0", "105.0", "q")
+    assert await memory.pin_prompt(third.session_id, pinned) == pinned
+    stored = await fresh_db.pool.fetchrow("SELECT text, offer FROM prompt_epochs")
+    assert stored is not None and (stored["text"], stored["offer"]) == ("Words.", pinned.offer)
+
+
+async def test_a_task_without_a_session_is_asked_under_the_current_epoch(db: Database) -> None:
+    """No session row (a console task): the current epoch, nothing stored for it."""
+    memory = PostgresMemory(db)
+    current = epoch("Words.", REPLY)
+    assert await memory.pin_prompt("T0:C0:no-such-session", current) == current
+    assert await epochs_of(db, "T0:C0:no-such-session") == []
+
+
 async def test_replicas_beginning_an_epoch_at_once_agree_on_one(fresh_db: Database) -> None:
     """Two first tasks of one session with one new offer: one epoch begins, both are told
     it; two with different offers (a rolling deploy) both begin theirs, in turn."""
