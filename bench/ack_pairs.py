@@ -25,6 +25,7 @@ from bench import cpu, loadgen, profile
 from bench import run as bench_run
 from bench.bare_bolt import bare_bolt
 from bench.loadgen import TimedSlack
+from bench.sender import send_apart
 from bench.stack import NO_GUARD_RAILS, fakes, scratch_database, stop
 from tests.gateway.process import GatewayProcess
 from tests.gateway.rig import gateway_env
@@ -80,8 +81,9 @@ async def measure(
     watch = asyncio.ensure_future(lateness(late))
     cpu0, pg0 = cpu.process_cpu(pid), cpu.postgres_cpu(pg) if pg else 0.0
     recorder = None if spy is None else await profile.start(pid, spy, EVENTS / rate + 1)
+    events = cpu.events(EVENTS)
     with loadgen.no_pauses():
-        samples = await loadgen.open_loop(url, rate, EVENTS, cpu.events(EVENTS))
+        samples = await send_apart(url, rate, [events(n) for n in range(EVENTS)])
         ok = await loadgen.wait_answered_count(slack, before + len(samples), deadline=120)
     cpu1, pg1 = cpu.process_cpu(pid), cpu.postgres_cpu(pg) if pg else 0.0
     watch.cancel()
@@ -104,22 +106,55 @@ async def measure(
     }
 
 
+Side = tuple[str, Path | None, dict[str, str]]
+"""A gateway measured: its name, the checkout it runs from (None: this one), its settings."""
+
+RATES = (100, 50)
+RUNS = 3
+STREAMING = {"THREADGATE_STREAMING": "true"}  # the default, which gateway_env turns off
+
+
+async def pairs(
+    dsn: str, data: Path, rate: int, runs: int, sides: list[Side]
+) -> list[dict[str, Any]]:
+    """`runs` runs at `rate`, each of bare bolt and every side, the sides' order alternated."""
+    rows = []
+    for run in range(runs):
+        row: dict[str, Any] = {"run": run, "bolt": await baseline(rate)}
+        for name, code, env in sides if run % 2 == 0 else sides[::-1]:
+            label = f"{name}{rate}_{run}"
+            row[name] = await gateway(dsn, data, label, code, rate, extra={**STREAMING, **env})
+        print(f"  ack pairs at {rate}/s: {json.dumps(row)}", flush=True)
+        rows.append(row)
+    return rows
+
+
+async def run_all(dsn: str, data: Path) -> dict[str, Any]:
+    """`make bench`: this code against bare bolt at each of `RATES`, streaming on, and the
+    same code with the ingress on the workers' loop (THREADGATE_INGRESS_THREAD=false)."""
+    sides: list[Side] = [("ours", None, {}), ("one_loop", None, ONE_LOOP)]
+    return {
+        "events": EVENTS,
+        "rates": {str(rate): await pairs(dsn, data, rate, RUNS, sides) for rate in RATES},
+    }
+
+
+ONE_LOOP = {"THREADGATE_INGRESS_THREAD": "false"}
+
+
 async def main(args: argparse.Namespace) -> None:
-    extra = {"THREADGATE_STREAMING": "true" if args.streaming == "on" else "false"}
+    streaming = {"THREADGATE_STREAMING": "true" if args.streaming == "on" else "false"}
+    before_env = dict(pair.split("=", 1) for pair in args.before_env)
     with tempfile.TemporaryDirectory() as tmp:
         dsn, data = await server_dsn(Path(tmp)), Path(tmp)
-        sides: list[tuple[str, Path | None]] = [("after", None)]
-        if args.code:
-            sides.insert(0, ("before", args.code))
-        for run in range(args.runs):
-            row: dict[str, Any] = {"run": run, "bolt": await baseline(args.rate)}
-            for name, code in sides if run % 2 == 0 else sides[::-1]:
-                row[name] = await gateway(dsn, data, f"{name}{run}", code, args.rate, extra=extra)
-            print(json.dumps(row), flush=True)
+        sides: list[Side] = [("after", None, streaming)]
+        if args.code or before_env:
+            sides.insert(0, ("before", args.code, {**streaming, **before_env}))
+        await pairs(dsn, data, args.rate, args.runs, sides)
         if args.profile:  # one more run of this code, under py-spy
             cpu.RESULTS.mkdir(exist_ok=True)
             raw = cpu.RESULTS / "ack_pairs.raw"
-            print(json.dumps(await gateway(dsn, data, "spy", None, args.rate, raw, extra)))
+            print(json.dumps(await gateway(dsn, data, "spy", None, args.rate, raw, streaming)))
             summary = profile.summarize(raw)
             summary["by_caller"] = profile.by_caller(raw, top=25)
             print(json.dumps(summary, indent=1))
@@ -128,8 +163,15 @@ async def main(args: argparse.Namespace) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(prog="python -m bench.ack_pairs", description=__doc__)
     parser.add_argument("--rate", type=int, default=100, help="events/s (default 100)")
-    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=RUNS)
     parser.add_argument("--code", type=Path, help="a checkout of the code before")
+    parser.add_argument(
+        "--before-env",
+        nargs="*",
+        default=[],
+        metavar="NAME=VALUE",
+        help="settings of the side before (with or without --code)",
+    )
     parser.add_argument("--profile", action="store_true", help="then py-spy one run of this")
     parser.add_argument(
         "--streaming", choices=("on", "off"), default="on", help="replies streamed (default on)"
