@@ -14,6 +14,7 @@ from typing import Any
 
 from bench import (
     ack_latency,
+    ack_pairs,
     admissions,
     costs,
     cpu,
@@ -40,12 +41,14 @@ async def measure() -> dict[str, Any]:
         results["postgres"] = await report.postgres_version(dsn)
         for name, step in (
             ("ack", ack_latency.run_all),
+            ("ack_pairs", ack_pairs.run_all),
             ("cpu", cpu.run_all),
             ("flat", flat_cost.run_all),
             ("rss", rss.run_all),
             ("throughput", throughput.run_all),
             ("first_text", first_text.run_all),
             ("roles", roles.run_all),
+            ("scaling", roles.scaling),
             ("admissions", admissions.run_all),
             ("costs", costs.run_all),
         ):

@@ -42,9 +42,10 @@ from aiohttp import web
 
 from bench import loadgen, profile
 from bench import run as bench_run
-from bench.cpu import postgres_cpu, process_cpu
+from bench.cpu import postgres_cpu, postmaster, process_cpu
 from bench.loadgen import TimedSlack
 from bench.roles import processes
+from bench.slow_host import NoCgroups, slower
 from bench.stack import scratch_database
 from tests.fakes.openai_api import OpenAIServer, RecordedRequest, reply_with_tool
 from tests.fakes.slack_api import Body, Params
@@ -201,7 +202,9 @@ async def measure(
     rate: int = RATE,
     profile_to: Path | None = None,
     shape: str = "all",
+    slow: bool = False,
 ) -> dict[str, Any]:
+    """One run; `slow`: on a host a third slower (bench/slow_host.py) while measured."""
     async with (
         scratch_database(server, f"bench_first{run}_{shape}") as dsn,
         StreamTimedSlack(bot_token=BOT_TOKEN) as slack,
@@ -226,7 +229,10 @@ async def measure(
                 ours = sum(process_cpu(pid) for pid in pids)
                 return ours, postgres_cpu(server), process_cpu(os.getpid())
 
-            with loadgen.no_pauses():
+            with (
+                loadgen.no_pauses(),
+                slower(pids, postmaster(server)) if slow else contextlib.nullcontext(),
+            ):
                 cpu0 = cpu()
                 started = time.perf_counter()
                 samples = await loadgen.open_loop(url, rate, rate * SECONDS)
@@ -251,6 +257,7 @@ async def measure(
     return {
         "rate": rate,
         "shape": shape,
+        "slow": slow,
         "processes": len(SHAPES[shape]),
         "events": len(samples),
         "shown": len(first),
@@ -276,13 +283,28 @@ async def measure(
 # The target's rate runs three times in one process: at the edge of what the machine
 # carries, one 10 s run's tail moves by a factor of two from one run to the next, and the
 # report takes the median run.
+# Then the target's rate three times more on a host a third slower (bench/slow_host.py),
+# its margin: where this machine lets us slow it.
 RUNS = (*(("all", r) for r in (1, 10, 25, 50)), *(("all", RATE),) * 3, ("split", RATE))
+SLOW_RUNS = (("all", RATE),) * 3
 
 
-async def run_all(dsn: str, data: Path, runs: tuple[tuple[str, int], ...] = RUNS) -> dict[str, Any]:
+async def run_all(
+    dsn: str,
+    data: Path,
+    runs: tuple[tuple[str, int], ...] = RUNS,
+    slow_runs: tuple[tuple[str, int], ...] = SLOW_RUNS,
+) -> dict[str, Any]:
     results = []
-    for run, (shape, rate) in enumerate(runs):
-        figures = await measure(dsn, data, run, rate, shape=shape)
+    plan = [(shape, rate, False) for shape, rate in runs]
+    plan += [(shape, rate, True) for shape, rate in slow_runs]
+    slow_skipped = None
+    for run, (shape, rate, slow) in enumerate(plan):
+        try:
+            figures = await measure(dsn, data, run, rate, shape=shape, slow=slow)
+        except NoCgroups as exc:
+            slow_skipped = str(exc)
+            continue
         print(f"  first-text run {run}: {figures}", flush=True)
         results.append(figures)
     return {
@@ -292,6 +314,7 @@ async def run_all(dsn: str, data: Path, runs: tuple[tuple[str, int], ...] = RUNS
         "tokens_per_second": TOKENS_PER_SECOND,
         "workers": WORKERS,
         "runs": results,
+        "slow_skipped": slow_skipped,
     }
 
 
@@ -300,6 +323,7 @@ def main() -> None:
     p.add_argument("rates", nargs="*", type=int, help="events/s (default: make bench's runs)")
     p.add_argument("--shape", choices=sorted(SHAPES), default="all")
     p.add_argument("--profile", action="store_true", help="py-spy the last process (one rate)")
+    p.add_argument("--slow", action="store_true", help="on a host a third slower (cgroups)")
     args = p.parse_args()
 
     async def run() -> None:
@@ -313,7 +337,10 @@ def main() -> None:
                 print(json.dumps(profile.by_caller(out), indent=1))
                 return
             runs = tuple((args.shape, r) for r in args.rates) or RUNS
-            await run_all(server, Path(tmp), runs)
+            if args.slow:
+                await run_all(server, Path(tmp), (), runs)
+            else:
+                await run_all(server, Path(tmp), runs, ())
 
     bench_run(run())
 

@@ -15,6 +15,8 @@ from typing import Any
 
 import asyncpg
 
+from bench import report_ack_tail as ack_tail
+
 ROOT = Path(__file__).parents[1]
 RESULTS = Path(__file__).parent / "results"
 RESULTS_JSON = RESULTS / "results.json"
@@ -65,7 +67,8 @@ def write(results: dict[str, Any]) -> None:
 
 
 def render(r: dict[str, Any]) -> str:
-    sections = [_header(r), _summary(r), _cpu(r), _ack(r), _throughput(r), _first_text(r)]
+    sections = [_header(r), _summary(r), _cpu(r), _ack(r), ack_tail.render(r)]
+    sections += [_throughput(r), _first_text(r)]
     sections += [_flat(r), _sql(r)]
     sections += [_roles(r), _scale(r), _rss(r), _costs(r), _profile(r), FINDINGS]
     return "\n\n".join(sections) + "\n"
@@ -355,6 +358,7 @@ def _summary(r: dict[str, Any]) -> str:
             "≤ 50 ms",
             rep99 <= 50,
         ),
+        *ack_tail.summary_rows(r),
         ("sustained throughput (30 s)", f"{best}/s", "—", "—", "≥ 300/s", best >= 300),
         *_first_text_rows(r),
         (
@@ -446,7 +450,8 @@ def _first_text_groups(f: dict[str, Any]) -> list[tuple[str, int, list[dict[str,
     """The first-text runs grouped by shape and rate, in the order they ran."""
     groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for run in f.get("runs", []):
-        groups.setdefault((run.get("shape", "all"), run["rate"]), []).append(run)
+        shape = run.get("shape", "all") + (", host ⅓ slower" if run.get("slow") else "")
+        groups.setdefault((shape, run["rate"]), []).append(run)
     return [(shape, rate, runs) for (shape, rate), runs in groups.items()]
 
 
@@ -540,8 +545,9 @@ def _first_text(r: dict[str, Any]) -> str:
         parts = ("gateway", "postgres", "bench")
         busy = ", ".join(f"{cores[k]:.2f}" for k in parts) if cores else "—"
         cost = ", ".join(f"{per[k]:.1f}" for k in parts) if per else "—"
+        shape = run.get("shape", "all") + (", host ⅓ slower" if run.get("slow") else "")
         lines.append(
-            f"| {run.get('shape', 'all')} | {run['rate']} | {run['events']} | {run['shown']} |"
+            f"| {shape} | {run['rate']} | {run['events']} | {run['shown']} |"
             f" {run['completed']} | {run['overhead_p50']:.0f} | {run['overhead_p95']:.0f} |"
             f" {run['overhead_p99']:.0f} | {run['whole_p50']:.0f} | {run['ack_p99']:.0f} |"
             f" {busy} | {cost} |"

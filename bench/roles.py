@@ -14,14 +14,19 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import tempfile
+import time
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import asyncpg
+
 from bench import loadgen
 from bench import run as bench_run
 from bench.ack_latency import figures
+from bench.cpu import postgres_cpu, process_cpu
 from bench.loadgen import TimedSlack
 from bench.stack import NO_GUARD_RAILS, fakes, scratch_database, stop
 from gateway.process.config import Settings
@@ -80,11 +85,17 @@ async def measure(
         # served and answered (imports, pools, first plans) before the clock starts.
         warm = await loadgen.open_loop(url, 20, 20)
         await loadgen.wait_answered(slack, warm, deadline=DRAIN)
+        pids = [p.proc.pid for p in running if p.proc is not None]
         with loadgen.no_pauses():
+            cpu0, began = _cpu(pids, server), time.perf_counter()
             samples = await loadgen.open_loop(url, rate, rate * seconds)
+            connections = await _connections(dsn)
             answered = await loadgen.wait_answered(slack, samples, deadline=DRAIN)
+            cpu1, elapsed = _cpu(pids, server), time.perf_counter() - began
         workers = Settings.model_fields["threadgate_workers"].default
         result = {
+            "cores": {k: round((cpu1[k] - cpu0[k]) / elapsed, 2) for k in cpu0},
+            "connections": connections,
             "shape": shape,
             "roles": list(roles),
             "task_workers": workers * sum(role != "ingress" for role in roles),
@@ -95,6 +106,28 @@ async def measure(
         }
     print(f"  roles {shape} at {rate}/s: {result}", flush=True)
     return result
+
+
+def _cpu(pids: list[int], server: str) -> dict[str, float]:
+    """CPU seconds so far: the gateway processes, the Postgres server, this process."""
+    return {
+        "gateways": sum(process_cpu(pid) for pid in pids),
+        "postgres": postgres_cpu(server),
+        "bench": process_cpu(os.getpid()),
+    }
+
+
+async def _connections(dsn: str) -> dict[str, int]:
+    """The database's connections by state, as the load ends (pg_stat_activity)."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        rows = await conn.fetch(
+            "SELECT coalesce(state, 'other') AS state, count(*) AS n FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid() GROUP BY 1"
+        )
+    finally:
+        await conn.close()
+    return {r["state"]: r["n"] for r in rows}
 
 
 def answered_rate(samples: list[loadgen.Sample], slack: TimedSlack) -> float:
@@ -108,6 +141,21 @@ def answered_rate(samples: list[loadgen.Sample], slack: TimedSlack) -> float:
 async def run_all(dsn: str, data: Path, rate: int = RATE, seconds: int = SECONDS) -> dict[str, Any]:
     runs = [await measure(dsn, data, shape, rate, seconds) for shape, _ in SHAPES]
     return {"rate": rate, "seconds": seconds, "drain": DRAIN, "runs": runs}
+
+
+# How far worker processes scale on one Postgres (`make bench`): a rate past what one
+# worker process answers, one ingress, and 1, 2 and 4 worker processes.
+SCALING_RATE = 150
+SCALING_SECONDS = 10
+SCALING_WORKERS = (1, 2, 4)
+
+
+async def scaling(dsn: str, data: Path) -> dict[str, Any]:
+    runs = []
+    for n in SCALING_WORKERS:
+        name, roles = split(n)
+        runs.append(await measure(dsn, data, name, SCALING_RATE, SCALING_SECONDS, roles))
+    return {"rate": SCALING_RATE, "seconds": SCALING_SECONDS, "drain": DRAIN, "runs": runs}
 
 
 def main() -> None:
