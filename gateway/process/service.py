@@ -124,6 +124,7 @@ from gateway.slack.oauth import (
 )
 from gateway.slack.scopes import bot_scopes
 from gateway.slack.workspaces import SlackClients, label
+from gateway.telemetry.loop_lag import watch_lag
 from gateway.telemetry.metrics import MeteredModel, Metrics, ToolCallCounter
 from gateway.text.secrets import KINDS as SECRET_KINDS
 from storage import (
@@ -451,6 +452,16 @@ def tool_observer(
     return ToolObservers([*observers, *(o for o in (shown, spans) if o is not None)])
 
 
+# Connections a gateway opens at most for its statements (README: Postgres connections).
+# The ingress thread of a one-process gateway needs few: an admission holds one for a
+# round trip, and it has THREADGATE_ADMISSION_CONNECTIONS of its own besides.
+WORK_CONNECTIONS = 20
+INGRESS_THREAD_CONNECTIONS = 8
+
+# `threadgate_event_loop_lag_seconds{loop}` by the role of the gateway on that loop.
+_LOOP_NAMES = {"all": "all", "ingress": "ingress", "worker": "workers"}
+
+
 @dataclass
 class Gateway:
     """A running gateway; `start` it, then `stop` it (or use `async with`)."""
@@ -473,6 +484,7 @@ class Gateway:
     # False for the ingress of a split one-process gateway: the metrics it shares with the
     # workers are served, and its pool watched, by the workers' gateway.
     serves_metrics: bool = True
+    pool_size: int = WORK_CONNECTIONS  # connections for statements (admissions' apart)
     _ingress: IngressThread | None = None  # role `all` with THREADGATE_INGRESS_THREAD
 
     async def start(self, host: str, port: int) -> None:
@@ -498,7 +510,12 @@ class Gateway:
             self.settings = s = s.model_copy(update={"threadgate_role": "worker"})
             self._ingress = IngressThread(
                 self.settings.model_copy(update={"threadgate_role": "ingress"}),
-                lambda settings: Gateway(settings, metrics=self.metrics, serves_metrics=False),
+                lambda settings: Gateway(
+                    settings,
+                    metrics=self.metrics,
+                    serves_metrics=False,
+                    pool_size=INGRESS_THREAD_CONNECTIONS,
+                ),
             )
         self.tracer = start_tracer(s, self._stack)
         circuit = self._circuit if s.runs_workers else None
@@ -518,6 +535,7 @@ class Gateway:
             self._stack.push_async_callback(model.aclose)
         db = Database(
             await database_dsn(s),
+            max_size=self.pool_size,
             # Acks never wait for a connection behind reply work (storage/database.py).
             admission_size=s.threadgate_admission_connections if s.serves_events else 0,
             on_pool_wait=self.metrics.db_pool_wait_seconds.observe,
@@ -557,6 +575,7 @@ class Gateway:
             self._start_retention(db)
             self._start_scheduler(db, self.clients)
         self._start_queue_sampler(db)
+        self._start_lag_watch()
         if self._ingress is not None:
             await self._start_ingress(self._ingress, host, port)
         elif s.serves_events:
@@ -680,6 +699,13 @@ class Gateway:
             limits=limits(s),
         )
         job = asyncio.create_task(scheduler.run(), name="scheduler")
+        self._stack.push_async_callback(stop_task, job)
+
+    def _start_lag_watch(self) -> None:
+        """How late this gateway's loop runs (gateway/telemetry/loop_lag.py)."""
+        loop = _LOOP_NAMES[self.settings.threadgate_role]
+        watch = watch_lag(self.metrics.loop_lag.labels(loop))
+        job = asyncio.create_task(watch, name=f"loop-lag-{loop}")
         self._stack.push_async_callback(stop_task, job)
 
     def _start_queue_sampler(self, db: Database) -> None:

@@ -68,6 +68,15 @@ class Metrics:
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
             registry=r,
         )
+        self.loop_lag = Histogram(
+            "threadgate_event_loop_lag_seconds",
+            "How late a quarter-second timer woke on each event loop of the process (`loop`:"
+            " ingress, workers, or all when one loop runs both): how long ready work waited"
+            " its turn (gateway/telemetry/loop_lag.py).",
+            ["loop"],
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+            registry=r,
+        )
         self.limited = Counter(
             "threadgate_limited_messages_total",
             "Messages acked but not answered because a limit refused them, by the limit"

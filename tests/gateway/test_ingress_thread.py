@@ -8,6 +8,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.fakes.slack_events import DEFAULT_USER, app_mention_event, deliver, event_callback
 from tests.gateway.rig import BOTH, SECRET, Rig
@@ -81,3 +82,33 @@ async def test_the_ingress_thread_ends_with_the_gateway(rig: Rig) -> None:
     await extra.stop()
     rig.replicas.remove(extra)
     assert [t.is_alive() for t in threads].count(False) == 1
+
+
+async def lag_counts(rig: Rig, loop: str) -> tuple[float, float]:
+    """(wake-ups observed, of them at most half a second late) on `loop`'s lag watch."""
+    async with rig.http.get(rig.metrics_url) as response:
+        text = await response.text()
+    total = within = 0.0
+    for family in text_string_to_metric_families(text):
+        if family.name != "threadgate_event_loop_lag_seconds":
+            continue
+        for sample in family.samples:
+            if sample.labels.get("loop") != loop:
+                continue
+            if sample.name.endswith("_count"):
+                total = sample.value
+            elif sample.name.endswith("_bucket") and sample.labels.get("le") == "0.5":
+                within = sample.value
+    return total, within
+
+
+async def test_a_held_workers_loop_shows_in_its_lag_and_not_in_the_ingress(rig: Rig) -> None:
+    """Holding the workers' loop for a second shows as a wake-up over half a second late in
+    `threadgate_event_loop_lag_seconds{loop="workers"}` (its timer was due within 0.25 s
+    of the hold's start); the ingress's loop woke on time meanwhile."""
+    threading.Event().wait(1.0)  # holds this loop, the workers' (the test's stimulus)
+    async with asyncio.timeout(10):  # the watch notes its late wake-up at its next turn
+        while (counts := await lag_counts(rig, "workers"))[0] - counts[1] < 1:  # noqa: ASYNC110 - a scrape, polled
+            await asyncio.sleep(0.05)
+    ingress_total, ingress_within = await lag_counts(rig, "ingress")
+    assert ingress_total >= 1 and ingress_within == ingress_total
