@@ -118,25 +118,38 @@ def _scaling(r: dict[str, Any]) -> str:
     s = r.get("scaling")
     if not s:
         return "\n**Worker processes on one Postgres**: not measured in this run."
+    settings = ", ".join(f"`{k}={v}`" for k, v in s.get("settings", {}).items())
     lines = [
         "",
         f"**Worker processes on one Postgres** (bench/roles.py `scaling`: {s['rate']} events/s for",
         f"{s['seconds']} s into one `--role ingress`, answered by N `--role worker` processes of",
-        f"16 task workers each, {s['drain']} s to drain; cores are CPU seconds per second of the",
-        "run, connections are the database's as the load ended):",
+        f"16 task workers each, {s['drain']} s to drain, {settings or 'default settings'};",
+        "cores are CPU seconds per second of the run, connections the database's as the load",
+        "ended; Postgres ms is its CPU per answered event):",
         "",
-        "| worker processes | answered/s | unanswered | ack p99 | reply p50 | cores: gateways, Postgres, bench | connections (active, idle, idle in transaction) |",
-        "|---|---|---|---|---|---|---|",
+        "| worker processes | answered/s | unanswered | non-200 acks | ack p99 | reply p50 | cores: gateways, Postgres, bench | Postgres ms / event | connections (active, idle, of max) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for run in s["runs"]:
         c, conns = run["cores"], run["connections"]
-        states = ("active", "idle", "idle in transaction")
+        per_event = 1000 * c["postgres"] / max(run["answered_per_s"], 1e-9)
         lines.append(
             f"| {sum(role == 'worker' for role in run['roles'])} | {run['answered_per_s']:.1f} |"
-            f" {run['unanswered']} of {run['events']} | {run['ack_p99']:.0f} ms |"
-            f" {run['reply_p50']:.0f} ms | {c['gateways']:.2f}, {c['postgres']:.2f},"
-            f" {c['bench']:.2f} | {', '.join(str(conns.get(k, 0)) for k in states)} |"
+            f" {run['unanswered']} of {run['events']} | {run['non_200']} |"
+            f" {run['ack_p99']:.0f} ms | {run['reply_p50']:.0f} ms | {c['gateways']:.2f},"
+            f" {c['postgres']:.2f}, {c['bench']:.2f} | {per_event:.1f} |"
+            f" {conns.get('active', 0)}, {conns.get('idle', 0)} of"
+            f" {conns.get('max_connections', '?')} |"
         )
+    best = max(s["runs"], key=lambda run: run["answered_per_s"])
+    pg_ms = 1000 * best["cores"]["postgres"] / max(best["answered_per_s"], 1e-9)
+    lines += [
+        "",
+        f"At {pg_ms:.1f} ms of Postgres CPU per answered event, one Postgres core carries about"
+        f" {1000 / pg_ms:,.0f} answered events/s, a 4-core server (leaving a core for its own"
+        f" upkeep) about {3000 / pg_ms:,.0f}/s, before connections or the claim statement's"
+        " locks are what limit it.",
+    ]
     return "\n".join(lines)
 
 

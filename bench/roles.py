@@ -72,13 +72,19 @@ async def processes(
 
 
 async def measure(
-    server: str, data: Path, shape: str, rate: int, seconds: int, roles: tuple[str, ...] = ()
+    server: str,
+    data: Path,
+    shape: str,
+    rate: int,
+    seconds: int,
+    roles: tuple[str, ...] = (),
+    overrides: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     roles = roles or dict(SHAPES)[shape]
     async with (
         scratch_database(server, f"bench_roles_{shape}_{rate}") as dsn,
         fakes() as (slack, model),
-        processes(dsn, roles, slack, model, data) as running,
+        processes(dsn, roles, slack, model, data, overrides) as running,
     ):
         url = running[0].events_url
         # Warm-up, answered before measuring, so that every process of either shape has
@@ -86,12 +92,17 @@ async def measure(
         warm = await loadgen.open_loop(url, 20, 20)
         await loadgen.wait_answered(slack, warm, deadline=DRAIN)
         pids = [p.proc.pid for p in running if p.proc is not None]
-        with loadgen.no_pauses():
-            cpu0, began = _cpu(pids, server), time.perf_counter()
-            samples = await loadgen.open_loop(url, rate, rate * seconds)
-            connections = await _connections(dsn)
-            answered = await loadgen.wait_answered(slack, samples, deadline=DRAIN)
-            cpu1, elapsed = _cpu(pids, server), time.perf_counter() - began
+        # Connected before the load: under it the gateways' pools may take every slot.
+        probe = await asyncpg.connect(dsn)
+        try:
+            with loadgen.no_pauses():
+                cpu0, began = _cpu(pids, server), time.perf_counter()
+                samples = await loadgen.open_loop(url, rate, rate * seconds)
+                connections = await _connections(probe)
+                answered = await loadgen.wait_answered(slack, samples, deadline=DRAIN)
+                cpu1, elapsed = _cpu(pids, server), time.perf_counter() - began
+        finally:
+            await probe.close()
         workers = Settings.model_fields["threadgate_workers"].default
         result = {
             "cores": {k: round((cpu1[k] - cpu0[k]) / elapsed, 2) for k in cpu0},
@@ -117,17 +128,16 @@ def _cpu(pids: list[int], server: str) -> dict[str, float]:
     }
 
 
-async def _connections(dsn: str) -> dict[str, int]:
-    """The database's connections by state, as the load ends (pg_stat_activity)."""
-    conn = await asyncpg.connect(dsn)
-    try:
-        rows = await conn.fetch(
-            "SELECT coalesce(state, 'other') AS state, count(*) AS n FROM pg_stat_activity"
-            " WHERE datname = current_database() AND pid <> pg_backend_pid() GROUP BY 1"
-        )
-    finally:
-        await conn.close()
-    return {r["state"]: r["n"] for r in rows}
+async def _connections(probe: asyncpg.Connection) -> dict[str, int]:
+    """The database's connections by state as the load ends (pg_stat_activity), the
+    server's `max_connections`, and how many connection attempts the server refused."""
+    rows = await probe.fetch(
+        "SELECT coalesce(state, 'other') AS state, count(*) AS n FROM pg_stat_activity"
+        " WHERE datname = current_database() AND pid <> pg_backend_pid() GROUP BY 1"
+    )
+    found = {r["state"]: r["n"] for r in rows}
+    found["max_connections"] = int(await probe.fetchval("SHOW max_connections"))
+    return found
 
 
 def answered_rate(samples: list[loadgen.Sample], slack: TimedSlack) -> float:
@@ -144,18 +154,30 @@ async def run_all(dsn: str, data: Path, rate: int = RATE, seconds: int = SECONDS
 
 
 # How far worker processes scale on one Postgres (`make bench`): a rate past what one
-# worker process answers, one ingress, and 1, 2 and 4 worker processes.
+# worker process answers, one ingress, and 1, 2 and 4 worker processes, replies streamed
+# (the default). With the default 20 connections a process, one ingress and four workers
+# fill Postgres's default max_connections (100) and acks are refused (503): each process
+# gets 16 here, so that all of them fit.
 SCALING_RATE = 150
 SCALING_SECONDS = 10
 SCALING_WORKERS = (1, 2, 4)
+SCALING_SETTINGS = {"THREADGATE_STREAMING": "true", "THREADGATE_DB_CONNECTIONS": "16"}
 
 
 async def scaling(dsn: str, data: Path) -> dict[str, Any]:
     runs = []
     for n in SCALING_WORKERS:
         name, roles = split(n)
-        runs.append(await measure(dsn, data, name, SCALING_RATE, SCALING_SECONDS, roles))
-    return {"rate": SCALING_RATE, "seconds": SCALING_SECONDS, "drain": DRAIN, "runs": runs}
+        runs.append(
+            await measure(dsn, data, name, SCALING_RATE, SCALING_SECONDS, roles, SCALING_SETTINGS)
+        )
+    return {
+        "rate": SCALING_RATE,
+        "seconds": SCALING_SECONDS,
+        "drain": DRAIN,
+        "settings": SCALING_SETTINGS,
+        "runs": runs,
+    }
 
 
 def main() -> None:

@@ -30,7 +30,7 @@ from storage.approvals import (
     decide_approval,
     pending_approval,
 )
-from storage.database import DEFAULT_ADMISSION_CONNECTIONS, Database
+from storage.database import DEFAULT_ADMISSION_CONNECTIONS, DEFAULT_WORK_CONNECTIONS, Database
 from storage.delegations import PostgresDelegations
 from storage.embedded import start_embedded_postgres
 from storage.errors import DatabaseUnavailable, MigrationError, StorageError
@@ -148,6 +148,7 @@ __all__ = [
     "DEFAULT_PINNED_MAX",
     "DEFAULT_THREAD_PICTURE_BYTES",
     "DEFAULT_WORKSPACE_DAILY_PICTURE_BYTES",
+    "DEFAULT_WORK_CONNECTIONS",
     "EPOCHS_SHOWN",
     "LIMIT_SCOPES",
     "OUTBOX_STATES",

@@ -60,6 +60,9 @@ SIGNALS_APPLICATION = "threadgate-signals"
 # Connections kept for admissions in a process that takes events (THREADGATE_ADMISSION_
 # CONNECTIONS): each admission is two short statements, and acks come a few at a time.
 DEFAULT_ADMISSION_CONNECTIONS = 2
+# The work pool's most connections (THREADGATE_DB_CONNECTIONS): a worker process's task
+# workers (16 by default), their heartbeats and posts, with a few to spare.
+DEFAULT_WORK_CONNECTIONS = 20
 
 
 def finished_by(owner: int) -> str:
@@ -84,7 +87,7 @@ class Database:
         dsn: str,
         *,
         min_size: int = 2,
-        max_size: int = 20,
+        max_size: int = DEFAULT_WORK_CONNECTIONS,
         admission_size: int = 0,
         on_pool_wait: Callable[[float], None] | None = None,
         signals: bool = True,

@@ -60,6 +60,7 @@ from storage import (
     DEFAULT_LEASE_SECONDS,
     DEFAULT_PINNED_MAX,
     DEFAULT_THREAD_PICTURE_BYTES,
+    DEFAULT_WORK_CONNECTIONS,
     DEFAULT_WORKSPACE_DAILY_PICTURE_BYTES,
     is_token_key,
     start_embedded_postgres,
@@ -134,6 +135,9 @@ class Settings(BaseSettings):
     threadgate_admission_connections: Annotated[int, Field(ge=0, le=64)] = (
         DEFAULT_ADMISSION_CONNECTIONS
     )
+    # The most connections a process opens for its statements (admissions' own apart): the
+    # server's max_connections is shared by every replica (README: Postgres connections).
+    threadgate_db_connections: Annotated[int, Field(ge=1, le=500)] = DEFAULT_WORK_CONNECTIONS
     threadgate_history_chars: Annotated[int, Field(ge=1000)] = DEFAULT_RUNNER.history_chars
     threadgate_log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
     threadgate_log_format: Literal["text", "json"] = "text"

@@ -452,10 +452,9 @@ def tool_observer(
     return ToolObservers([*observers, *(o for o in (shown, spans) if o is not None)])
 
 
-# Connections a gateway opens at most for its statements (README: Postgres connections).
-# The ingress thread of a one-process gateway needs few: an admission holds one for a
-# round trip, and it has THREADGATE_ADMISSION_CONNECTIONS of its own besides.
-WORK_CONNECTIONS = 20
+# The most connections the ingress thread of a one-process gateway opens for statements
+# (README: Postgres connections): an admission holds one for a round trip, and it has
+# THREADGATE_ADMISSION_CONNECTIONS of its own besides.
 INGRESS_THREAD_CONNECTIONS = 8
 
 # `threadgate_event_loop_lag_seconds{loop}` by the role of the gateway on that loop.
@@ -484,7 +483,8 @@ class Gateway:
     # False for the ingress of a split one-process gateway: the metrics it shares with the
     # workers are served, and its pool watched, by the workers' gateway.
     serves_metrics: bool = True
-    pool_size: int = WORK_CONNECTIONS  # connections for statements (admissions' apart)
+    # Connections for statements (admissions' apart); None: THREADGATE_DB_CONNECTIONS.
+    pool_size: int | None = None
     _ingress: IngressThread | None = None  # role `all` with THREADGATE_INGRESS_THREAD
 
     async def start(self, host: str, port: int) -> None:
@@ -514,7 +514,7 @@ class Gateway:
                     settings,
                     metrics=self.metrics,
                     serves_metrics=False,
-                    pool_size=INGRESS_THREAD_CONNECTIONS,
+                    pool_size=min(INGRESS_THREAD_CONNECTIONS, s.threadgate_db_connections),
                 ),
             )
         self.tracer = start_tracer(s, self._stack)
@@ -535,7 +535,7 @@ class Gateway:
             self._stack.push_async_callback(model.aclose)
         db = Database(
             await database_dsn(s),
-            max_size=self.pool_size,
+            max_size=self.pool_size or s.threadgate_db_connections,
             # Acks never wait for a connection behind reply work (storage/database.py).
             admission_size=s.threadgate_admission_connections if s.serves_events else 0,
             on_pool_wait=self.metrics.db_pool_wait_seconds.observe,

@@ -112,3 +112,15 @@ async def test_a_held_workers_loop_shows_in_its_lag_and_not_in_the_ingress(rig: 
             await asyncio.sleep(0.05)
     ingress_total, ingress_within = await lag_counts(rig, "ingress")
     assert ingress_total >= 1 and ingress_within == ingress_total
+
+
+@pytest.mark.rig(overrides={"THREADGATE_DB_CONNECTIONS": "3"})
+async def test_db_connections_bound_the_pool_and_a_mention_is_still_answered(rig: Rig) -> None:
+    """THREADGATE_DB_CONNECTIONS=3: the workers' pool opens at most 3 (as /metrics says),
+    and a mention is answered through it."""
+    assert (await rig.send(event_callback(app_mention_event(text="<@UBOT> small pool"))))[0] == 200
+    [post] = await rig.slack.wait_for_posts(1)
+    assert "small pool" in post.text
+    async with rig.http.get(rig.metrics_url) as response:
+        text = await response.text()
+    assert 'threadgate_db_pool_connections{state="max"} 3.0' in text.splitlines()
