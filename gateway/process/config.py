@@ -86,6 +86,11 @@ _CLIENT_SECRET = re.compile(r"[0-9a-f]{32}")
 
 
 DEFAULT_METRICS_ADDRESS = "127.0.0.1:9090"
+# The most connections the ingress thread of a one-process gateway opens for statements:
+# an admission holds one for a round trip, and it has THREADGATE_ADMISSION_CONNECTIONS of
+# its own besides.
+INGRESS_THREAD_CONNECTIONS = 8
+
 # What `serve` may run as (THREADGATE_ROLE, `serve --role`); see `Settings.threadgate_role`.
 Role = Literal["ingress", "worker", "all"]
 ROLES: tuple[Role, ...] = ("ingress", "worker", "all")
@@ -468,6 +473,20 @@ class Settings(BaseSettings):
     def serves_events(self) -> bool:
         """This process takes Slack's events (HTTP or Socket Mode): roles `ingress`, `all`."""
         return self.threadgate_role != "worker"
+
+    @property
+    def database_connections(self) -> int:
+        """The most connections to Postgres one process of this role opens (README:
+        Postgres connections): its pool, the workers' LISTEN session, an ingress's
+        admission connections, and in role `all` its ingress thread's own pool."""
+        total = self.threadgate_db_connections
+        if self.runs_workers:
+            total += 1
+        if self.serves_events:
+            total += self.threadgate_admission_connections
+        if self.ingress_apart:
+            total += min(INGRESS_THREAD_CONNECTIONS, self.threadgate_db_connections)
+        return total
 
     @property
     def ingress_apart(self) -> bool:

@@ -450,12 +450,14 @@ async def check_database(settings: Settings, limits: Limits) -> list[Finding]:
     limit = limits.embedded_database if embedded else limits.database
     try:
         async with asyncio.timeout(limit):
-            pending = await _pending(settings)
+            found = await _pending(settings)
     except StorageError as exc:
         return [Finding("database", "FAIL", str(exc))]
     except TimeoutError:
         detail = f"{where}: no answer within {limit:g} s; check DATABASE_URL and the network."
         return [Finding("database", "FAIL", detail)]
+    pending, room = found
+    connections = connections_finding(settings, room)
     if pending:
         # Not a failure: `serve` applies pending migrations before it takes any work.
         detail = (
@@ -463,16 +465,55 @@ async def check_database(settings: Settings, limits: Limits) -> list[Finding]:
             f"migration(s) at start ({', '.join(pending)}), or apply them now with "
             "`threadgate migrate`"
         )
-        return [Finding("database", "ok", detail)]
-    return [Finding("database", "ok", f"{where} is reachable and the schema is up to date")]
+        return [Finding("database", "ok", detail), connections]
+    ready = f"{where} is reachable and the schema is up to date"
+    return [Finding("database", "ok", ready), connections]
 
 
-async def _pending(settings: Settings) -> list[str]:
+@dataclass(frozen=True, slots=True)
+class Room:
+    """The server's connection slots: how many it takes, and how many are in use now."""
+
+    max_connections: int
+    reserved: int  # superuser_reserved_connections: not for us
+    in_use: int
+
+
+async def _pending(settings: Settings) -> tuple[list[str], Room]:
     async with (
-        Database(await database_dsn(settings), min_size=1, max_size=1) as db,
+        Database(await database_dsn(settings), min_size=1, max_size=1, signals=False) as db,
         db.pool.acquire() as conn,
     ):
-        return [migration.name for migration in await pending_migrations(conn)]
+        pending = [migration.name for migration in await pending_migrations(conn)]
+        row = await conn.fetchrow(_ROOM)
+        assert row is not None
+        return pending, Room(row["max"], row["reserved"], row["in_use"])
+
+
+_ROOM = """
+SELECT current_setting('max_connections')::int AS max,
+       current_setting('superuser_reserved_connections')::int AS reserved,
+       (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')::int
+           AS in_use
+"""
+
+
+def connections_finding(settings: Settings, room: Room) -> Finding:
+    """Whether the server has room for this process's connections under load (README:
+    Postgres connections), and for how many processes like it."""
+    need, role = settings.database_connections, settings.threadgate_role
+    usable = room.max_connections - room.reserved
+    free = usable - room.in_use
+    detail = (
+        f"a process of role {role} opens up to {need} (THREADGATE_DB_CONNECTIONS "
+        f"{settings.threadgate_db_connections}); the server takes {usable} "
+        f"(max_connections {room.max_connections}, {room.reserved} reserved), "
+        f"{room.in_use} in use now: room for {max(free, 0) // need} more such process(es)"
+    )
+    if free < need:
+        advice = "; raise max_connections or lower THREADGATE_DB_CONNECTIONS"
+        return Finding("database connections", "warn", detail + advice)
+    return Finding("database connections", "ok", detail)
 
 
 # -- MCP servers ----------------------------------------------------------------------------

@@ -97,7 +97,7 @@ from gateway.inbound.revisions import Revisions
 from gateway.inbound.socket_mode import SocketModeConnection, start_socket_mode
 from gateway.inbound.stops import Stops
 from gateway.process.channel_policies import ChannelPolicies, Ladders
-from gateway.process.config import Settings, database_dsn
+from gateway.process.config import INGRESS_THREAD_CONNECTIONS, Settings, database_dsn
 from gateway.process.event_loop import loop_name
 from gateway.process.http import (
     SERVER_LOG,
@@ -451,11 +451,6 @@ def tool_observer(
     observers: list[ToolObserver] = [PostgresToolCalls(db), ToolCallCounter(metrics, mcp.origin)]
     return ToolObservers([*observers, *(o for o in (shown, spans) if o is not None)])
 
-
-# The most connections the ingress thread of a one-process gateway opens for statements
-# (README: Postgres connections): an admission holds one for a round trip, and it has
-# THREADGATE_ADMISSION_CONNECTIONS of its own besides.
-INGRESS_THREAD_CONNECTIONS = 8
 
 # `threadgate_event_loop_lag_seconds{loop}` by the role of the gateway on that loop.
 _LOOP_NAMES = {"all": "all", "ingress": "ingress", "worker": "workers"}

@@ -206,3 +206,22 @@ async def test_a_slack_that_fails_or_cannot_be_reached_does_not_blame_the_token(
     nowhere = Settings(slack_bot_token=BOT_TOKEN, slack_api_url="http://127.0.0.1:9/api/")
     [unreached] = await check_slack(nowhere, 5)
     assert unreached.failed and "the Slack Web API could not be reached" in unreached.detail
+
+
+async def test_the_database_connections_a_process_needs_are_counted_against_the_server(
+    slack: FakeSlack, model: OpenAIServer, postgres_dsn: str, tmp_path: Path
+) -> None:
+    """`doctor` says how many connections a process of its role opens (31 for role all
+    with the defaults: 20 + the LISTEN session + 8 for the ingress thread + 2 admissions)
+    and warns, naming the fix, when the server has no room for that many."""
+    env = gateway_env(slack, model, await create_database(postgres_dsn, "doctor_conns"))
+    status, out, err = await run_cli_output(["doctor"], env, tmp_path)
+    [fits] = [line for line in out.splitlines() if "database connections:" in line]
+    assert status == 0 and fits.startswith("ok") and "role all opens up to 31" in fits, out + err
+    crowded = {**env, "THREADGATE_DB_CONNECTIONS": "500"}
+    status, out, err = await run_cli_output(["doctor"], crowded, tmp_path)
+    [warned] = lines(out, "warn")
+    assert "opens up to 511" in warned and "raise max_connections" in warned, out + err
+    workers = {**env, "THREADGATE_ROLE": "worker"}
+    status, out, err = await run_cli_output(["doctor"], workers, tmp_path)
+    assert "role worker opens up to 21" in out, out + err
