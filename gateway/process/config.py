@@ -485,8 +485,13 @@ class Settings(BaseSettings):
         if self.serves_events:
             total += self.threadgate_admission_connections
         if self.ingress_apart:
-            total += min(INGRESS_THREAD_CONNECTIONS, self.threadgate_db_connections)
+            total += self.ingress_thread_connections
         return total
+
+    @property
+    def ingress_thread_connections(self) -> int:
+        """The most connections for statements the ingress thread of role `all` opens."""
+        return min(INGRESS_THREAD_CONNECTIONS, self.threadgate_db_connections)
 
     @property
     def ingress_apart(self) -> bool:

@@ -6,7 +6,9 @@ MCP servers, workers, HTTP), and stops them in reverse.
 
 `THREADGATE_ROLE` (or `serve --role`) picks the parts: an `ingress` takes Slack's events
 (verify, admit, ack) and opens no model; a `worker` runs the task workers, the retention
-job and the MCP clients behind a port with only /healthz and /readyz; `all` is both. They
+job and the MCP clients behind a port with only /healthz and /readyz; `all` is both, its
+ingress a second gateway on a thread and event loop of its own (THREADGATE_INGRESS_THREAD,
+gateway/process/ingress_thread.py) so that an ack never waits behind reply work. They
 meet in Postgres: admission queues a task, and any worker's lease claims it
 (storage/queue.py), so any number of each can run against one database.
 
@@ -97,7 +99,7 @@ from gateway.inbound.revisions import Revisions
 from gateway.inbound.socket_mode import SocketModeConnection, start_socket_mode
 from gateway.inbound.stops import Stops
 from gateway.process.channel_policies import ChannelPolicies, Ladders
-from gateway.process.config import INGRESS_THREAD_CONNECTIONS, Settings, database_dsn
+from gateway.process.config import Settings, database_dsn
 from gateway.process.event_loop import loop_name
 from gateway.process.http import (
     SERVER_LOG,
@@ -475,9 +477,10 @@ class Gateway:
     _decoders: Decoders | None = None  # and their decoder processes (gateway/inbound/decoders.py)
     _workers_started: bool = False
     tracer: Tracer = NO_TRACER
-    # False for the ingress of a split one-process gateway: the metrics it shares with the
-    # workers are served, and its pool watched, by the workers' gateway.
-    serves_metrics: bool = True
+    # True for the ingress thread of a one-process gateway (gateway/process/ingress_thread.py):
+    # the workers' gateway serves the metrics they share, watches its pool, samples the queue
+    # and logged the role.
+    embedded: bool = False
     # Connections for statements (admissions' apart); None: THREADGATE_DB_CONNECTIONS.
     pool_size: int | None = None
     _ingress: IngressThread | None = None  # role `all` with THREADGATE_INGRESS_THREAD
@@ -491,15 +494,16 @@ class Gateway:
         self.metrics.show_kinds(SECRET_KINDS)
         # First: a wrong THREADGATE_METRICS_ADDRESS stops start-up before anything is opened.
         await self._start_metrics()
-        log.info(
-            "threadgate role: %s (THREADGATE_ROLE or --role), event loop: %s"
-            " (THREADGATE_EVENT_LOOP)%s",
-            s.threadgate_role,
-            loop_name(asyncio.get_running_loop()),
-            ", ingress on a thread of its own (THREADGATE_INGRESS_THREAD)"
-            if s.ingress_apart
-            else "",
-        )
+        if not self.embedded:
+            log.info(
+                "threadgate role: %s (THREADGATE_ROLE or --role), event loop: %s"
+                " (THREADGATE_EVENT_LOOP)%s",
+                s.threadgate_role,
+                loop_name(asyncio.get_running_loop()),
+                ", ingress on a thread of its own (THREADGATE_INGRESS_THREAD)"
+                if s.ingress_apart
+                else "",
+            )
         if s.ingress_apart:
             # This gateway runs the workers; `_start_ingress` the rest, on its own loop.
             self.settings = s = s.model_copy(update={"threadgate_role": "worker"})
@@ -508,8 +512,8 @@ class Gateway:
                 lambda settings: Gateway(
                     settings,
                     metrics=self.metrics,
-                    serves_metrics=False,
-                    pool_size=min(INGRESS_THREAD_CONNECTIONS, s.threadgate_db_connections),
+                    embedded=True,
+                    pool_size=settings.ingress_thread_connections,
                 ),
             )
         self.tracer = start_tracer(s, self._stack)
@@ -538,7 +542,7 @@ class Gateway:
         )
         await db.open()
         self._stack.push_async_callback(db.close)
-        if self.serves_metrics:
+        if not self.embedded:
             self.metrics.watch_pool(db.pool)
         await db.migrate()
         webhook = s.threadgate_alert_webhook_url
@@ -569,7 +573,8 @@ class Gateway:
             self._start_runner(db, self.clients, models, identity, registries)
             self._start_retention(db)
             self._start_scheduler(db, self.clients)
-        self._start_queue_sampler(db)
+        if not self.embedded:
+            self._start_queue_sampler(db)
         self._start_lag_watch()
         if self._ingress is not None:
             await self._start_ingress(self._ingress, host, port)
@@ -599,7 +604,7 @@ class Gateway:
 
     async def _start_metrics(self) -> None:
         address = self.settings.metrics_address
-        if not self.serves_metrics:
+        if self.embedded:
             return
         if address is None:
             log.info("metrics are off (THREADGATE_METRICS_ADDRESS)")
