@@ -28,6 +28,9 @@ may take the process's leases at once; so the process takes a new owner number w
 reconnects, its old leases are lost to it (their heartbeats and every fenced write fail),
 and `leases_in_doubt` wakes its workers to find out at once.
 
+A process that runs no task (an ingress) needs neither job and opens no such connection
+(`signals=False`) unless something asks it for a lease.
+
 Both jobs need one server session that outlives every statement: a direct connection or a
 pooler in session mode. PgBouncer's transaction mode breaks LISTEN and session locks.
 """
@@ -96,7 +99,7 @@ class Database:
         # False for a process that runs no task (an ingress): it takes no lease and waits
         # for no NOTIFY, so its signal connection opens only if a lease is asked for.
         self._listens = signals
-        self._min_size = min_size
+        self._min_size = min(min_size, max_size)  # THREADGATE_DB_CONNECTIONS may be 1
         self._max_size = max_size
         self._admission_size = admission_size
         self._on_pool_wait = on_pool_wait  # seconds a statement waited for a connection

@@ -144,3 +144,25 @@ async def test_a_lease_is_lost_with_the_signal_connection_that_took_it(
             assert state == "done"
         finally:
             await conn.close()
+
+
+async def test_a_process_that_runs_no_task_listens_only_when_a_lease_is_asked(
+    postgres_dsn: str,
+) -> None:
+    """`signals=False` (an ingress): no LISTEN connection is opened with the pool; one is,
+    with its owner lock, the first time a lease owner is asked for."""
+    dsn = await create_database(postgres_dsn, "leases_no_signals")
+    listening = "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1"
+    async with Database(dsn, min_size=1, max_size=1, signals=False) as db:
+        assert await db.pool.fetchval(listening, "threadgate-signals") == 0
+        owner = await db.lease_owner()
+        assert await db.pool.fetchval(listening, "threadgate-signals") == 1
+        held = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = $1"
+        assert await db.pool.fetchval(held, owner) == 1
+
+
+async def test_one_connection_is_a_pool_of_one(postgres_dsn: str) -> None:
+    """THREADGATE_DB_CONNECTIONS=1 opens a pool of one (not refused for its minimum of 2)."""
+    dsn = await create_database(postgres_dsn, "leases_pool_of_one")
+    async with Database(dsn, max_size=1) as db:
+        assert await db.pool.fetchval("SELECT 1") == 1 and db.pool.max_size == 1
