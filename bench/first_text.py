@@ -203,8 +203,10 @@ async def measure(
     profile_to: Path | None = None,
     shape: str = "all",
     slow: bool = False,
+    env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """One run; `slow`: on a host a third slower (bench/slow_host.py) while measured."""
+    """One run; `slow`: on a host a third slower (bench/slow_host.py) while measured;
+    `env`: settings beside `STREAMING`'s."""
     async with (
         scratch_database(server, f"bench_first{run}_{shape}") as dsn,
         StreamTimedSlack(bot_token=BOT_TOKEN) as slack,
@@ -212,7 +214,8 @@ async def measure(
     ):
         slack.add_user("U0A1B2C3D4E", name="ada", display_name="Ada")
         model.default = paced(Pacer(TOKENS_PER_SECOND))
-        async with processes(dsn, SHAPES[shape], slack, model, data, STREAMING) as running:
+        settings = {**STREAMING, **(env or {})}
+        async with processes(dsn, SHAPES[shape], slack, model, data, settings) as running:
             url = running[0].events_url
             pids = [p.proc.pid for p in running if p.proc is not None]
             warm = await loadgen.open_loop(url, WARMUP, WARMUP)

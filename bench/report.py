@@ -119,13 +119,13 @@ def keep_hand_written(rendered: str, before: str) -> str:
 # against the tables above after any change to the hot path.
 FINDINGS = """## What was measured and changed, and what stands in the way
 
-**This run and the one before it.** Both ran on an AMD EPYC, whose speed moved by more than
+**The run of 2026-12-02 13:33 and the one before it.** Both ran on an AMD EPYC, whose speed moved by more than
 half within an hour: `bench/host.py` read 129-217 ms in the run before (06:38, at
-bab8e86), 78-96 ms in this one (at 023a921), and 76-127 ms in the hour before this one.
+bab8e86), 78-96 ms in that one (at 023a921), and 76-127 ms in the hour before this one.
 At 06:38 every part needed about twice the CPU per event it needs here (the bare slack-bolt baseline 4.4
 ms per answered event against 2.3; threadgate's gateway and Postgres 20.1 ms against
 11.1), 100 events/s needed about 3.8 of the 2 cores and every 100/s figure measured a
-queue (first text p99 9.9-14.8 s). In this run the first-text target is met in both
+queue (first text p99 9.9-14.8 s). In that run the first-text target was met in both
 shapes (p99 269 ms, the median of 205, 269 and 331; split 289 ms), with the garbage
 collector's new thresholds (below). The ratios within one run held: CPU per answered event
 4.6× → 4.7× bare bolt, flat cost 0.92× → 0.98×.
@@ -249,7 +249,7 @@ Postgres used more CPU per event in that first run than in the two after it (4.7
 
 What still stands in the way:
 
-- **The margin of the first-text target** (issue 11, met in this run): at 100 events/s
+- **The margin of the first-text target** (issue 11, met in the 2026-12-02 run): at 100 events/s
   the gateway's one process uses about 0.7 of its core and the three parts about 1.6 of
   the machine's 2, so a slower host brings back the queue: 20 minutes after this run, with
   `bench/host.py` at a median of 109 ms, the same code read p99 925, 1,017 and 1,164 ms. The largest rows left in the gateway are
@@ -262,9 +262,9 @@ What still stands in the way:
 - **≥ 300 events/s** (100-200/s sustained): one gateway process saturates its core
   between 200 and 300 events/s on this machine, with Postgres and the benchmark on the
   other.
-- **ack p99 ≤ 2× bare bolt** (20×): acks share the event loop with the workers' streams.
-  What issue 36 took out of the ack's way, and what is left, is in "The ack behind reply
-  work" above.
+- **ack p99 ≤ 2× bare bolt** (20× on 2026-12-02, when acks shared the event loop with the
+  workers' streams). Since issue 36 the ingress has a loop of its own; what it took out of
+  the ack's way, and what is left, is in "The ack behind reply work" above.
 """
 
 

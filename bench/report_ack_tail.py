@@ -181,14 +181,39 @@ the handler: 179 → 38 → 23 ms on 2026-12-03):
   thread's way to its first words."""
 
 IN_THE_WAY = """
-**What stands in the way.** Both the ack's tail and first text are now CPU: at 100
-streamed events/s on this 2-core machine the gateway, Postgres, the fakes and the sender
-together use most of both cores, and every part waits for one. The gateway spends about
-9-11 ms of CPU per streamed event where bare bolt spends 2.5-3 (the model request through
-httpx and aiohttp, two Slack calls through slack_sdk, ten statements through asyncpg, the
-outbox), so one process's loop is busy 90-100% of the time at 100/s: its first words
-queue behind each other (first text overhead 1.7-2.6 s on this machine at full speed).
-What would take it further: fewer statements per streamed reply (the outbox's claim,
-open and sent are three; the finish and the usage record two more), a cheaper model
-transport than httpx over aiohttp, and workers in processes of their own on a host with
-more cores (`--role worker`; scaling above)."""
+**The price of the ingress's own loop** (bench/first_text.py at 100 events/s, shape `all`,
+200 task workers, 5 pairs of runs with and without the thread, 2026-12-04 18:00-18:04, on
+a host that slowed during them): the ack's p99 26-57 ms with the thread against 347-822 ms
+without, and the gateway's CPU per event, divided by the benchmark process's own (its code
+unchanged, so it follows the host's speed), 1.86-2.00 with the thread against 1.74-1.90
+without: about 4% more CPU, the GIL handed back and forth. First text was a queue either
+way (overhead p99 4.5-11.3 s with, 3.5-7.7 s without; the host's speed moved more than
+that). At 50 events/s, where the workers' loop is not full, one loop acks sooner (p99 7.8
+against 12.2 ms above): each of the ingress's wake-ups may wait up to the 1 ms switch
+interval for the GIL. The default keeps the thread: it bounds the ack under load, the one
+deadline Slack enforces, and `THREADGATE_INGRESS_THREAD=false` is there for a deployment
+that never saturates.
+
+**What stands in the way.** The ack's tail and first text are both CPU now, and this run's
+host was slow: `bench/host.py` read 113-165 ms (medians up to 255) against 78-96 ms in the
+run of 2026-12-02 that met the first-text target, so every part needed 1.5-2× the CPU per
+event it needed then. At 100 streamed events/s the gateway spends 11-12 ms of CPU per
+answered event (bare bolt 3.1), so its one process would need 1.1-1.2 cores where it has
+one GIL: its replies queue (first text p99 2.6-3.6 s in shape `all`, 485 ms with two
+worker processes in shape `split`). The ack no longer queues with them (its own loop: p99
+62.8 → 20.5 ms at 100/s) but shares the GIL and the machine's two cores with everything.
+
+Scaling on this machine stops at one worker process: the gateways take 1.0-1.1 cores,
+Postgres 0.4-0.5 and the fakes with the sender 0.3-0.4 of the 2, so 2 and 4 worker
+processes answered fewer events per second than one (85 and 89 against 114), and
+Postgres's CPU per answered event rose with the number of claimers (3.8 → 5.6 ms). With
+the default 20 connections a process, one ingress and four workers filled Postgres's
+default 100 connections under load and 69 of 1,500 acks were refused (503, so Slack
+delivers again; 2026-12-04 17:45, replies posted whole): here each process gets 16
+(`THREADGATE_DB_CONNECTIONS`, which `doctor` now checks against `max_connections`).
+
+What would take it further, in order of what it saves: a cheaper model request than httpx
+over aiohttp (a quarter of the workers' CPU per event in the profile: building the
+request, the transport, httpx's log line), fewer statements per streamed reply (12.3: the
+outbox's two claims, open and sent are four of them), and worker processes on a host with
+cores to spare for them."""
