@@ -51,9 +51,8 @@ def summary_rows(r: dict[str, Any]) -> list[Row]:
         return []
     ack = median(run["ours"]["ack_p99"] for run in runs)
     bolt = median(run["bolt"]["ack_p99"] for run in runs)
-    ack_ratio = median(run["ours"]["ack_p99"] / run["bolt"]["ack_p99"] for run in runs)
+    ack_ratio, cpu_ratio = _ratios(runs, "ours")
     cpu, bolt_cpu = (median(_cpu(run[k]) for run in runs) for k in ("ours", "bolt"))
-    cpu_ratio = median(_cpu(run["ours"]) / _cpu(run["bolt"]) for run in runs)
     return [
         ("ack p99 @100/s, streamed (ack pairs)", f"{ack:.1f} ms", f"{bolt:.1f} ms",
          f"{ack_ratio:.1f}×", "≤ 2× baseline", ack_ratio <= 2),
@@ -62,14 +61,19 @@ def summary_rows(r: dict[str, Any]) -> list[Row]:
     ]  # fmt: skip
 
 
+def _ratios(runs: list[dict[str, Any]], side: str) -> tuple[float, float]:
+    """`side` against bolt: the medians of the runs' ratios of ack p99 and of CPU per event."""
+    ack = median(run[side]["ack_p99"] / run["bolt"]["ack_p99"] for run in runs)
+    return ack, median(_cpu(run[side]) / _cpu(run["bolt"]) for run in runs)
+
+
 def _cpu(run: dict[str, Any]) -> float:
     return float(run["process_ms"] + run["postgres_ms"])
 
 
 def _row(runs: list[dict[str, Any]], side: str) -> str:
     p99s = [run[side]["ack_p99"] for run in runs]
-    ack_ratio = median(run[side]["ack_p99"] / run["bolt"]["ack_p99"] for run in runs)
-    cpu_ratio = median(_cpu(run[side]) / _cpu(run["bolt"]) for run in runs)
+    ack_ratio, cpu_ratio = _ratios(runs, side)
     gw, pg = (median(run[side][k] for run in runs) for k in ("process_ms", "postgres_ms"))
     calls = runs[-1][side].get("slack_calls_per_event", {})
     shown = ", ".join(f"{m} {n:g}" for m, n in sorted(calls.items()))
@@ -82,8 +86,7 @@ def _row(runs: list[dict[str, Any]], side: str) -> str:
 
 def _targets(a: dict[str, Any]) -> str:
     runs = a["rates"].get("100") or next(iter(a["rates"].values()))
-    ack = median(run["ours"]["ack_p99"] / run["bolt"]["ack_p99"] for run in runs)
-    cpu = median(_cpu(run["ours"]) / _cpu(run["bolt"]) for run in runs)
+    ack, cpu = _ratios(runs, "ours")
     one = median(run["one_loop"]["ack_p99"] for run in runs)
     ours = median(run["ours"]["ack_p99"] for run in runs)
     return (
