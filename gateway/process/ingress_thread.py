@@ -70,14 +70,19 @@ class IngressThread:
         self._thread: threading.Thread | None = None
         self._switch_interval = sys.getswitchinterval()
 
-    async def start(self, host: str, port: int) -> Gateway:
-        """Serve the ingress on host:port from a new thread; the running ingress gateway.
-        What stops its start (a port in use, Slack refusing the token) is raised here."""
+    def launch(self, host: str, port: int) -> None:
+        """Start serving the ingress on host:port from a new thread; `started` waits for
+        it. Its start (a pool, Slack's auth.test, the listener) overlaps whatever the
+        caller starts meanwhile."""
         self._thread = threading.Thread(
             target=self._run, args=(host, port), name="threadgate-ingress", daemon=True
         )
         sys.setswitchinterval(SWITCH_INTERVAL)
         self._thread.start()
+
+    async def started(self) -> Gateway:
+        """The running ingress gateway, once it listens. What stopped its start (a port in
+        use, Slack refusing the token) is raised here, its thread ended."""
         try:
             self._gateway = await asyncio.wrap_future(self._started)
         except BaseException:
@@ -86,14 +91,16 @@ class IngressThread:
         return self._gateway
 
     async def stop(self) -> None:
-        """Stop the ingress (its listener first, as any gateway stops) and its thread."""
+        """Stop the ingress (its listener first, as any gateway stops) and its thread;
+        nothing if it was never launched."""
+        if self._thread is None:
+            return
         loop, stopping = self._loop, self._stopping
         if loop is not None and stopping is not None:
             with contextlib.suppress(RuntimeError):  # its loop closed already: it ended
                 loop.call_soon_threadsafe(stopping.set)
         await asyncio.wrap_future(self._finished)
-        if self._thread is not None:
-            self._thread.join()  # it only returns from `_run` now
+        self._thread.join()  # it only returns from `_run` now
         sys.setswitchinterval(self._switch_interval)
 
     def reload(self) -> None:

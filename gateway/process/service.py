@@ -478,8 +478,8 @@ class Gateway:
     _workers_started: bool = False
     tracer: Tracer = NO_TRACER
     # True for the ingress thread of a one-process gateway (gateway/process/ingress_thread.py):
-    # the workers' gateway serves the metrics they share, watches its pool, samples the queue
-    # and logged the role.
+    # the workers' gateway migrated the database before launching it, logged the role,
+    # serves the metrics they share, watches its pool and samples the queue.
     embedded: bool = False
     # Connections for statements (admissions' apart); None: THREADGATE_DB_CONNECTIONS.
     pool_size: int | None = None
@@ -544,7 +544,11 @@ class Gateway:
         self._stack.push_async_callback(db.close)
         if not self.embedded:
             self.metrics.watch_pool(db.pool)
-        await db.migrate()
+            await db.migrate()  # the ingress thread's gateway starts once this is done
+        if self._ingress is not None:
+            # Launched now, awaited last: its start overlaps the workers'.
+            self._ingress.launch(host, port)
+            self._stack.push_async_callback(self._ingress.stop)
         webhook = s.threadgate_alert_webhook_url
         supervisor = Supervisor()
         self._stack.push_async_callback(supervisor.aclose)
@@ -577,7 +581,7 @@ class Gateway:
             self._start_queue_sampler(db)
         self._start_lag_watch()
         if self._ingress is not None:
-            await self._start_ingress(self._ingress, host, port)
+            self.port = (await self._ingress.started()).port
         elif s.serves_events:
             await self._start_http(db, clients, host, port, identity, supervisor)
         else:
@@ -839,13 +843,6 @@ class Gateway:
             supervisor=supervisor,
             metrics=self.metrics,
         )
-
-    async def _start_ingress(self, ingress: IngressThread, host: str, port: int) -> None:
-        """The events route (or Socket Mode) and health on host:port, served by an ingress
-        gateway on a thread of its own (gateway/process/ingress_thread.py)."""
-        gateway = await ingress.start(host, port)
-        self._stack.push_async_callback(ingress.stop)
-        self.port = gateway.port
 
     async def _start_health(self, db: Database, host: str, port: int) -> None:
         """A worker's port: /healthz and /readyz only (ready: the database answers and the

@@ -152,7 +152,10 @@ async def test_a_process_that_runs_no_task_listens_only_when_a_lease_is_asked(
     """`signals=False` (an ingress): no LISTEN connection is opened with the pool; one is,
     with its owner lock, the first time a lease owner is asked for."""
     dsn = await create_database(postgres_dsn, "leases_no_signals")
-    listening = "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1"
+    listening = (
+        "SELECT count(*) FROM pg_stat_activity"
+        " WHERE application_name = $1 AND datname = current_database()"
+    )
     async with Database(dsn, min_size=1, max_size=1, signals=False) as db:
         assert await db.pool.fetchval(listening, "threadgate-signals") == 0
         owner = await db.lease_owner()
