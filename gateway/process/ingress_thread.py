@@ -57,7 +57,7 @@ GatewayMaker = Callable[[Settings], Gateway]
 
 class IngressThread:
     """An ingress `Gateway` (made by `make`) served on a thread with its own event loop;
-    `start` it from the main loop, then `stop` it."""
+    `launch` it from the main loop, wait until it has `started`, then `stop` it."""
 
     def __init__(self, settings: Settings, make: GatewayMaker) -> None:
         self._settings = settings
@@ -68,6 +68,9 @@ class IngressThread:
         self._stopping: asyncio.Event | None = None
         self._gateway: Gateway | None = None
         self._thread: threading.Thread | None = None
+        # Asked from the main loop, maybe before the thread's loop exists (the workers'
+        # start failed while the ingress was still starting): `_serve` looks at it too.
+        self._stop_asked = threading.Event()
         self._switch_interval = sys.getswitchinterval()
 
     def launch(self, host: str, port: int) -> None:
@@ -95,6 +98,7 @@ class IngressThread:
         nothing if it was never launched."""
         if self._thread is None:
             return
+        self._stop_asked.set()
         loop, stopping = self._loop, self._stopping
         if loop is not None and stopping is not None:
             with contextlib.suppress(RuntimeError):  # its loop closed already: it ended
@@ -122,8 +126,10 @@ class IngressThread:
             self._finished.set_result(None)
 
     async def _serve(self, host: str, port: int) -> None:
-        self._loop = asyncio.get_running_loop()
         self._stopping = asyncio.Event()
+        self._loop = asyncio.get_running_loop()  # `stop` may set `_stopping` from now on
+        if self._stop_asked.is_set():  # asked before it could be told: stop once started
+            self._stopping.set()
         gateway = self._make(self._settings)
         try:
             await gateway.start(host, port)

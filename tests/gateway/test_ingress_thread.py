@@ -10,6 +10,7 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from agent import ConfigError
 from tests.fakes.slack_events import DEFAULT_USER, app_mention_event, deliver, event_callback
 from tests.gateway.rig import BOTH, SECRET, Rig
 
@@ -124,3 +125,13 @@ async def test_db_connections_bound_the_pool_and_a_mention_is_still_answered(rig
     async with rig.http.get(rig.metrics_url) as response:
         text = await response.text()
     assert 'threadgate_db_pool_connections{state="max"} 3.0' in text.splitlines()
+
+
+async def test_a_start_that_fails_ends_the_ingress_thread_launched_beside_it(rig: Rig) -> None:
+    """The ingress is launched beside the workers' start; when that start fails (Slack
+    refuses the token), the ingress thread ends with it, whatever point it had reached."""
+    before = [t for t in threading.enumerate() if t.name == "threadgate-ingress"]
+    with pytest.raises(ConfigError, match="SLACK_BOT_TOKEN was refused"):
+        await rig.start_gateway(socket_mode=False, overrides={"SLACK_BOT_TOKEN": "xoxb-wrong"})
+    after = [t for t in threading.enumerate() if t.name == "threadgate-ingress"]
+    assert after == before and len(after) == 1
