@@ -81,3 +81,22 @@ def test_the_traces_endpoint_follows_the_otlp_variables() -> None:
         otel_exporter_otlp_traces_endpoint="http://b:4318/custom",
     )
     assert traces.otlp_traces_endpoint == "http://b:4318/custom"
+
+
+@pytest.mark.parametrize(
+    ("role", "settings", "opened"),
+    [
+        ("all", {}, 20 + 1 + 8 + 2),
+        ("all", {"threadgate_ingress_thread": "false"}, 20 + 1 + 2),
+        ("ingress", {}, 20 + 2),
+        ("worker", {}, 20 + 1),
+        ("all", {"threadgate_db_connections": "4"}, 4 + 1 + 4 + 2),
+    ],
+)
+def test_the_connections_a_process_opens_follow_its_role(
+    role: str, settings: dict[str, str], opened: int
+) -> None:
+    """What a process opens at most: its pool (THREADGATE_DB_CONNECTIONS), the workers'
+    LISTEN session, an ingress's admission connections, role all's ingress thread pool."""
+    loaded = load_settings(env_file=None, threadgate_role=role, **settings)
+    assert loaded.database_connections == opened

@@ -180,9 +180,12 @@ async def test_a_person_creates_lists_and_deletes_their_own_schedule_by_asking(
     assert (await cli(env, tmp_path, "schedules", "list", "--owner", f"T1:{DEFAULT_USER}")).count(
         "every 1s"
     ) == 1
+    # One after the other: each mention opens a thread of its own, and two threads are
+    # answered in parallel, so the delete's answer could come before the list's.
     await mention(rig, "list mine", user=OTHER)
+    await rig.slack.wait_until(lambda: len(told(rig)) >= 2, 30, what="the other's list")
     await mention(rig, f"delete {mine.id}", user=OTHER)
-    await rig.slack.wait_until(lambda: len(told(rig)) >= 3, 30, what="three tool answers")
+    await rig.slack.wait_until(lambda: len(told(rig)) >= 3, 30, what="the other's delete")
     assert "no schedules" in told(rig)[1]
     assert "has no schedule" in told(rig)[2]
     assert (await get_schedule(rig.db, mine.id)).state == "active"
