@@ -51,19 +51,9 @@ FROM pin_epoch($1, $2, $3, $4, $5, $6, $7, $8::jsonb)
 # The session row locked for a transaction of the caller's (a compaction's).
 _LOCK = "SELECT prompt_epoch FROM sessions WHERE id = $1 FOR UPDATE"
 
-# Store the epoch unless stored, number it the session's next, and make it the current
-# one; the session row is locked by the caller. Returns the number.
-_BEGIN = """
-WITH stored AS (
-    INSERT INTO prompt_epochs (hash, version, text, offer, offer_hash, tools, subagents)
-    VALUES ($2, $3, $4, $5, $6, $7, $8::jsonb) ON CONFLICT (hash) DO NOTHING
-), pinned AS (
-    UPDATE sessions SET prompt_epoch = $2 WHERE id = $1
-)
-INSERT INTO session_epochs (session_id, number, epoch, reason)
-SELECT $1, coalesce(max(number), 0) + 1, $2, $9 FROM session_epochs WHERE session_id = $1
-RETURNING number
-"""
+# Begin an epoch as the session's next (migration 023's `begin_epoch`: stored unless
+# stored, made current, numbered); the session row is locked by the caller.
+_BEGIN = "SELECT begin_epoch($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9)"
 
 _STAMP = """
 UPDATE messages

@@ -14,6 +14,28 @@
 --   no_session there is no such session (a console or test task): use the caller's
 --   unstored   the caller sent no text (it believed the epoch stored) and it is not:
 --              call again with the text
+-- Begin an epoch as the session's next one, its row locked by the caller: store it unless
+-- stored (no text: the caller knows it is), make it the session's current epoch, number
+-- it, say why; the number. `pin_epoch` below and a compaction's transaction
+-- (storage/summaries.py, through storage/memory.py's `begin_epoch`) both begin epochs so.
+CREATE FUNCTION begin_epoch(
+    p_session text, p_hash text, p_version text, p_text text, p_offer text,
+    p_offer_hash text, p_tools text[], p_subagents jsonb, p_reason text
+) RETURNS integer LANGUAGE sql AS $$
+    WITH stored AS (
+        INSERT INTO prompt_epochs (hash, version, text, offer, offer_hash, tools, subagents)
+        SELECT p_hash, p_version, p_text, p_offer, p_offer_hash, p_tools, p_subagents
+        WHERE p_text IS NOT NULL
+        ON CONFLICT (hash) DO NOTHING
+    ), pinned AS (
+        UPDATE sessions SET prompt_epoch = p_hash WHERE id = p_session
+    )
+    INSERT INTO session_epochs (session_id, number, epoch, reason)
+    SELECT p_session, coalesce(max(number), 0) + 1, p_hash, p_reason
+    FROM session_epochs WHERE session_id = p_session
+    RETURNING number
+$$;
+
 CREATE FUNCTION pin_epoch(
     p_session text, p_hash text, p_version text, p_text text, p_offer text,
     p_offer_hash text, p_tools text[], p_subagents jsonb
@@ -57,22 +79,13 @@ BEGIN
     ELSE
         why := 'start';
     END IF;
-    IF p_text IS NULL THEN
-        IF NOT EXISTS (SELECT 1 FROM prompt_epochs e WHERE e.hash = p_hash) THEN
-            RETURN QUERY SELECT NULL::text, NULL::text, NULL::text, NULL::text,
-                NULL::text[], NULL::jsonb, 'unstored'::text;
-            RETURN;
-        END IF;
-    ELSE
-        INSERT INTO prompt_epochs AS e (hash, version, text, offer, offer_hash, tools, subagents)
-        VALUES (p_hash, p_version, p_text, p_offer, p_offer_hash,
-                p_tools, p_subagents)
-        ON CONFLICT ON CONSTRAINT prompt_epochs_pkey DO NOTHING;
+    IF p_text IS NULL AND NOT EXISTS (SELECT 1 FROM prompt_epochs e WHERE e.hash = p_hash) THEN
+        RETURN QUERY SELECT NULL::text, NULL::text, NULL::text, NULL::text,
+            NULL::text[], NULL::jsonb, 'unstored'::text;
+        RETURN;
     END IF;
-    UPDATE sessions s SET prompt_epoch = p_hash WHERE s.id = p_session;
-    INSERT INTO session_epochs (session_id, number, epoch, reason)
-    SELECT p_session, coalesce(max(se.number), 0) + 1, p_hash, why
-    FROM session_epochs se WHERE se.session_id = p_session;
+    PERFORM begin_epoch(p_session, p_hash, p_version, p_text, p_offer, p_offer_hash,
+                        p_tools, p_subagents, why);
     RETURN QUERY SELECT p_hash, p_version, NULL::text, p_offer_hash, p_tools,
         p_subagents, 'begun'::text;
 END
