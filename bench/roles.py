@@ -29,7 +29,7 @@ from bench.ack_latency import figures
 from bench.cpu import postgres_cpu, process_cpu
 from bench.loadgen import TimedSlack
 from bench.stack import NO_GUARD_RAILS, fakes, scratch_database, stop
-from gateway.process.config import Settings
+from gateway.config.settings import Settings
 from tests.fakes.openai_api import OpenAIServer
 from tests.gateway.process import GatewayProcess
 from tests.gateway.rig import gateway_env

@@ -6,7 +6,7 @@ acknowledgments, the reply), its delegating rounds and their subtasks, its outbo
 (one per post, with the `ts` Slack gave it), what operators did to it, and the prompt
 epochs of its session (the newest `EPOCHS_SHOWN`: number, why it began, when, what it
 offered; storage/memory.py). This module
-gathers them into plain records for `gateway/process/task_commands.py` to render; the changes
+gathers them into plain records for `gateway/operator/task_commands.py` to render; the changes
 (cancel, retry) are next to the queue's, in storage/queue.py.
 
 Nothing here is secret: tasks hold Slack ids and the conversation's text, never a token.

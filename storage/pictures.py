@@ -59,7 +59,7 @@ from storage.migrations import Connection
 
 log = logging.getLogger(__name__)
 
-# Defaults (gateway/process/config.py reads the settings); 0 means no budget.
+# Defaults (gateway/config/settings.py reads the settings); 0 means no budget.
 DEFAULT_THREAD_PICTURE_BYTES = 50_000_000
 DEFAULT_WORKSPACE_DAILY_PICTURE_BYTES = 500_000_000
 

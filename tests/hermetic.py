@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import MutableMapping
 
-from gateway.process.config import Settings
+from gateway.config.settings import Settings
 
 # The families threadgate's settings (and any it may grow) are named in.
 PREFIXES = ("SLACK_", "THREADGATE_", "OPENAI_", "ANTHROPIC_")

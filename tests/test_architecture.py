@@ -9,7 +9,7 @@ functions count: a cycle that only type checkers see is still two modules owning
 - `storage/` imports no Slack and no `gateway`; it uses `agent` only through the names the
   package declares public (`from agent import …`).
 - `gateway/` uses `agent` and `storage` only through their public surfaces.
-- Inside `gateway/` every module sits in one of six layers, and imports only its own layer
+- Inside `gateway/` every module sits in one of nine layers, and imports only its own layer
   and those `GATEWAY_LAYERS` lists for it:
 
       text        pure text: Slack markup in, Markdown out, links, provenance
@@ -17,7 +17,10 @@ functions count: a cycle that only type checkers see is still two modules owning
       slack       the Slack boundary (clients, errors, workspaces, OAuth, payloads): text, telemetry
       inbound     a Slack event becomes an admitted task: slack, text, telemetry
       delivery    the agent's messages reach Slack exactly once: slack, text, telemetry
-      process     wiring, CLI, config, console, doctor, the HTTP server: all of the above
+      config      the settings, in groups, and the files they name: slack, text, telemetry
+      schedules   each period of a person's schedule, one task: delivery, slack, text, telemetry
+      process     the composition root by role and the HTTP server: all of the above but operator
+      operator    the commands an operator runs (CLI, console, doctor, reports): all of the above
 
   `inbound` and `delivery` never import each other; `text` imports no Slack SDK, no
   network library and no storage.
@@ -49,7 +52,21 @@ GATEWAY_LAYERS: dict[str, tuple[str, ...]] = {
     "gateway.slack": ("gateway.text", "gateway.telemetry"),
     "gateway.inbound": ("gateway.slack", "gateway.text", "gateway.telemetry"),
     "gateway.delivery": ("gateway.slack", "gateway.text", "gateway.telemetry"),
+    "gateway.config": ("gateway.slack", "gateway.text", "gateway.telemetry"),
+    "gateway.schedules": ("gateway.delivery", "gateway.slack", "gateway.text", "gateway.telemetry"),
     "gateway.process": (
+        "gateway.config",
+        "gateway.schedules",
+        "gateway.delivery",
+        "gateway.inbound",
+        "gateway.slack",
+        "gateway.text",
+        "gateway.telemetry",
+    ),
+    "gateway.operator": (
+        "gateway.process",
+        "gateway.config",
+        "gateway.schedules",
         "gateway.delivery",
         "gateway.inbound",
         "gateway.slack",
@@ -279,9 +296,13 @@ CLEAN = {
     "gateway/slack/client.py": "import slack_sdk\nfrom gateway.telemetry.metrics import M\n",
     "gateway/inbound/gatekeeper.py": "from gateway.slack.client import C\nfrom storage import Database\n",
     "gateway/delivery/publisher.py": "from gateway.text.markup import m\nfrom agent import Task\n",
+    "gateway/config/settings.py": "from gateway.slack.client import C\n",
+    "gateway/schedules/scheduler.py": "from gateway.delivery.publisher import P\n",
     "gateway/process/service.py": (
         "from gateway.inbound.gatekeeper import G\nfrom gateway.delivery.publisher import P\n"
+        "from gateway.config.settings import S\nfrom gateway.schedules.scheduler import R\n"
     ),
+    "gateway/operator/cli.py": "from gateway.process.service import serve\n",
 }
 
 
@@ -307,6 +328,9 @@ def test_the_checker_finds_each_forbidden_import(tmp_path: Path) -> None:
             "gateway/slack/client.py": "from gateway.inbound.gatekeeper import G\n",
             "gateway/inbound/gatekeeper.py": "from gateway.delivery.publisher import P\n",
             "gateway/delivery/publisher.py": "from gateway import process\n",
+            "gateway/config/settings.py": "from gateway.process.service import S\n",
+            "gateway/schedules/scheduler.py": "from gateway.inbound.gatekeeper import G\n",
+            "gateway/process/service.py": "from gateway.operator.cli import main\n",
         },
     )
     found = violations(root, PACKAGES)
@@ -318,8 +342,11 @@ def test_the_checker_finds_each_forbidden_import(tmp_path: Path) -> None:
         "agent.rounds.loop:1 imports agent: a submodule of agent must not import the package root",
         "gateway:1 imports storage.queue: gateway/ uses storage only through `from storage import …`",
         "gateway:2 imports agent.rounds: gateway/ uses agent only through `from agent import …`",
+        "gateway.config.settings:1 imports gateway.process.service: gateway.config may not import gateway.process",
         "gateway.delivery.publisher:1 imports gateway: gateway's layers import each other's modules, never the package root",
         "gateway.inbound.gatekeeper:1 imports gateway.delivery.publisher: gateway.inbound may not import gateway.delivery",
+        "gateway.process.service:1 imports gateway.operator.cli: gateway.process may not import gateway.operator",
+        "gateway.schedules.scheduler:1 imports gateway.inbound.gatekeeper: gateway.schedules may not import gateway.inbound",
         "gateway.slack.client:1 imports gateway.inbound.gatekeeper: gateway.slack may not import gateway.inbound",
         "gateway.text.markup:1 imports aiohttp: gateway.text is pure: no Slack SDK, no network, no storage",
         "gateway.text.markup:2 imports slack_sdk: gateway.text is pure: no Slack SDK, no network, no storage",

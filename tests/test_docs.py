@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.process.config import Settings
+from gateway.config.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 ARCHITECTURE = ROOT / "docs" / "ARCHITECTURE.md"

@@ -27,7 +27,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from hypothesis.provisional import domains
 
-from gateway.process.config import load_settings
+from gateway.config.settings import load_settings
 from tests import hermetic
 from tests.gateway.process import NETGUARD, child_cwd, child_env, run_cli
 from tests.gateway.rig import rig_settings
@@ -471,7 +471,7 @@ import _socket, sys
 def unreachable(*args, **kwargs):
     raise RuntimeError("REAL RESOLVER REACHED")
 _socket.getaddrinfo = unreachable
-from gateway.process.cli import main
+from gateway.operator.cli import main
 sys.exit(main(["doctor", "--timeout", "10"]))
 """
 

@@ -1,7 +1,7 @@
 """A route: one entry of the fallback chain — a provider, a model, where it is reached,
 with which key, what it accepts and how it samples.
 
-The chain is a list of routes (`THREADGATE_ROUTES`, read by gateway/process/config.py;
+The chain is a list of routes (`THREADGATE_ROUTES`, read by gateway/config/settings.py;
 `THREADGATE_MODEL` and `THREADGATE_FALLBACK_MODEL` are the two-route shorthand), each
 with its own base URL and key, so two routes of one vendor may go to two accounts, or
 one to the vendor and one to a gateway in front of it. The ladder tries them in order

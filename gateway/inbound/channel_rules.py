@@ -2,7 +2,7 @@
 with another organization (Slack Connect), and the limits its messages are admitted within.
 
 The rules come from the channel config file (`THREADGATE_CHANNEL_CONFIG`,
-gateway/process/channel_config.py), asked per message by channel id, so a reload applies
+gateway/config/channel_config.py), asked per message by channel id, so a reload applies
 from the next message on. Without a file every channel has `DEFAULT_RULES`: a channel
 shared with another organization is refused, and the deployment's limits apply.
 

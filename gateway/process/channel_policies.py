@@ -1,7 +1,7 @@
 """The channel policy in force: the config file compiled for the agent and the gatekeeper,
 swapped whole when the file is read again (SIGHUP).
 
-`ChannelPolicies` turns each channel's effective entry (gateway/process/channel_config.py)
+`ChannelPolicies` turns each channel's effective entry (gateway/config/channel_config.py)
 into the two halves that enforce it: an `agent.ChannelPolicy` for the responder (tools,
 instructions, ladder, cap on model requests; `policy_of(task)`, by the task's channel) and
 a `ChannelRules` for the gatekeeper (Slack Connect, limits; `rules_of(channel)`). A channel
@@ -26,8 +26,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from agent import Attempts, ChannelPolicy, ConfigError, Model, Task
+from gateway.config.channel_config import VARIABLE, ChannelConfig, ChannelLimits, Effective
 from gateway.inbound.channel_rules import DEFAULT_RULES, ChannelRules
-from gateway.process.channel_config import VARIABLE, ChannelConfig, ChannelLimits, Effective
 from gateway.slack.address import SlackAddress
 from storage import Limits
 

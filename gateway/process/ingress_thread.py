@@ -29,7 +29,7 @@ import threading
 from collections.abc import Callable
 from typing import Protocol
 
-from gateway.process.config import Settings
+from gateway.config.settings import Settings
 from gateway.process.event_loop import loop_factory
 
 log = logging.getLogger(__name__)

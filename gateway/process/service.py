@@ -83,6 +83,7 @@ from agent import (
     schedule_tools,
     stop_task,
 )
+from gateway.config.settings import Settings, database_dsn
 from gateway.delivery.alerts import AlertWindows, OperatorAlerts, TokenAlarm
 from gateway.delivery.approval import ApprovalMessages
 from gateway.delivery.publisher import SlackPublisher
@@ -99,7 +100,6 @@ from gateway.inbound.revisions import Revisions
 from gateway.inbound.socket_mode import SocketModeConnection, start_socket_mode
 from gateway.inbound.stops import Stops
 from gateway.process.channel_policies import ChannelPolicies, Ladders
-from gateway.process.config import Settings, database_dsn
 from gateway.process.event_loop import loop_name
 from gateway.process.http import (
     SERVER_LOG,
@@ -110,8 +110,8 @@ from gateway.process.http import (
 )
 from gateway.process.ingress_thread import IngressThread
 from gateway.process.model_transport import model_transport
-from gateway.process.scheduler import Scheduler, tell_paused
 from gateway.process.tool_observers import ToolObservers
+from gateway.schedules.scheduler import Scheduler, tell_paused
 from gateway.slack.address import SlackAddress
 from gateway.slack.client import MeteredWebClient, slack_client
 from gateway.slack.errors import SlackError, SlackOutcomeUnknown, SlackRefused
@@ -689,7 +689,7 @@ class Gateway:
         self._workers_started = True
 
     def _start_scheduler(self, db: Database, clients: SlackClients) -> None:
-        """Each period of each schedule, one task (gateway/process/scheduler.py)."""
+        """Each period of each schedule, one task (gateway/schedules/scheduler.py)."""
         s = self.settings
         alerts = OperatorAlerts(
             clients.operator, s.threadgate_operator_channel, alert_windows(s, db)
@@ -1091,4 +1091,4 @@ def tune_garbage_collector() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
-    gc.enable()  # off while the command loaded (gateway/process/__main__.py)
+    gc.enable()  # off while the command loaded (gateway/operator/__main__.py)

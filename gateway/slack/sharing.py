@@ -2,7 +2,7 @@
 
 An agent in a channel shared with another company answers that company too, with what it
 knows and what its tools reach; so such a channel is answered only where the operator
-opted in (`externalChannels`, gateway/process/channel_config.py). Slack says it on every
+opted in (`externalChannels`, gateway/config/channel_config.py). Slack says it on every
 event of such a channel (`is_ext_shared_channel` on the envelope, read by
 `gateway.slack.events`); an event that does not say is looked up with
 `conversations.info` (scopes `channels:read`, `groups:read`, `im:read`, `mpim:read`):

@@ -24,7 +24,7 @@ from agent.models.contract import ModelRequest, UserMessage
 from agent.models.providers.openai import OpenAIModel
 from agent.models.providers.provider import OpenAIProvider
 from agent.rounds.plugins import PROVIDERS_GROUP, load_providers
-from gateway.process.route_config import parse_routes
+from gateway.config.route_config import parse_routes
 from tests.fakes.openai_api import Completion, OpenAIServer
 
 HERE = __name__

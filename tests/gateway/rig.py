@@ -26,7 +26,7 @@ from typing import Any
 
 import aiohttp
 
-from gateway.process.config import Settings, load_settings
+from gateway.config.settings import Settings, load_settings
 from gateway.process.service import Gateway
 from storage import Database
 from tests.fakes.openai_api import OpenAIServer, RecordedRequest, Reply, reply_with_tool

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agent import ConfigError
-from gateway.process.config import load_settings
+from gateway.config.settings import load_settings
 from gateway.slack.client import carries_tokens_safely, slack_client
 from tests.gateway.process import run_cli
 from tests.gateway.rig import BOT_TOKEN, SECRET

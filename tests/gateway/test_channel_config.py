@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from agent import AttemptLadder, Attempts, ConfigError, FunctionModel, Model, Task
-from gateway.process.channel_config import load_channel_config, parse_channel_config
+from gateway.config.channel_config import load_channel_config, parse_channel_config
 from gateway.process.channel_policies import EXTERNAL_NOTE, ChannelPolicies, Ladders
 from storage import Limits
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from agent import ConfigError
-from gateway.process.config import load_settings
+from gateway.config.settings import load_settings
 from gateway.process.service import provider_settings
 from tests.gateway.process import run_cli
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from agent.rounds.subagent import SUBAGENT_PROMPT
-from gateway.process.task_commands import render_detail
+from gateway.operator.task_commands import render_detail
 from storage import inspect_task
 from tests.fakes.openai_api import Held, RecordedRequest, Reply, reply_with_tool
 from tests.fakes.slack_events import app_mention_event, event_callback

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.process.config import Settings
-from gateway.process.doctor import check_slack
+from gateway.config.settings import Settings
+from gateway.operator.doctor import check_slack
 from gateway.slack.scopes import SCOPE_REASONS, bot_scopes
 from storage.migrations import available_migrations
 from tests.fakes.openai_api import (

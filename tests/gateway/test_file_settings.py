@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agent import ConfigError
-from gateway.process.config import load_settings
+from gateway.config.settings import load_settings
 
 
 def test_the_defaults_read_images_text_and_pdfs_up_to_10_mb() -> None:

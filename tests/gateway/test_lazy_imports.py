@@ -1,7 +1,7 @@
 """A `threadgate` command that uses no MCP server does not import the MCP SDK (a large part
 of every start) nor jsonschema-rs: `agent.rounds.mcp_session` and
 `agent.rounds.mcp_schemas` load them once a server is connected. And a command that serves
-nothing does not import the gateway's wiring (gateway/process/cli.py)."""
+nothing does not import the gateway's wiring (gateway/operator/cli.py)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ HEAVY = ("mcp", "mcp_types", "httpx2", "jsonschema", "jsonschema_rs")
 def test_the_cli_and_the_agent_surface_load_no_mcp_sdk() -> None:
     """Importing the CLI (and with it `agent`, McpClients included) leaves them out."""
     probe = (
-        "import sys, gateway.process.cli, agent; "
+        "import sys, gateway.operator.cli, agent; "
         f"print(','.join(m for m in {HEAVY!r} if m in sys.modules))"
     )
     loaded = subprocess.run(
@@ -36,8 +36,8 @@ def _loaded_otel(settings: dict[str, str]) -> str:
     """Which OpenTelemetry modules a process holds once the CLI is imported and the
     gateway's tracer started with `settings`."""
     probe = (
-        "import sys, contextlib, gateway.process.cli; "
-        "from gateway.process.config import load_settings; "
+        "import sys, contextlib, gateway.operator.cli; "
+        "from gateway.config.settings import load_settings; "
         "from gateway.process.service import start_tracer; "
         f"settings = load_settings(env_file=None, **{settings!r}); "
         "stack = contextlib.AsyncExitStack(); "
@@ -74,7 +74,7 @@ def test_a_command_that_serves_nothing_loads_no_gateway(
     """`manifest`, `migrate`, `tasks` and `feedback` run to the end without importing the
     composition root (`threadgate serve` alone needs it)."""
     probe = (
-        "import sys; from gateway.process.cli import main; status = main(sys.argv[1:]); "
+        "import sys; from gateway.operator.cli import main; status = main(sys.argv[1:]); "
         f"print('loaded:', ','.join(m for m in {SERVING!r} if m in sys.modules)); "
         "sys.exit(status)"
     )

@@ -16,7 +16,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from agent import bind_log_fields
-from gateway.process.config import load_settings
+from gateway.config.settings import load_settings
 from gateway.telemetry.logs import (
     MIN_SECRET,
     REDACTED,

@@ -12,8 +12,8 @@ import pytest
 import yaml
 from slack_bolt.async_app import AsyncApp
 
-from gateway.process.cli import parser, with_role
-from gateway.process.config import Settings, parse_address
+from gateway.config.settings import Settings, parse_address
+from gateway.operator.cli import parser, with_role
 from gateway.process.http import build_health_app, build_http_app, build_metrics_app
 from gateway.slack.manifest import app_manifest, render_manifest
 from gateway.slack.scopes import bot_events, bot_scopes

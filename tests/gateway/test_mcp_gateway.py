@@ -12,8 +12,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from gateway.process.config import load_settings
-from gateway.process.doctor import check_mcp
+from gateway.config.settings import load_settings
+from gateway.operator.doctor import check_mcp
 from storage import Database, tool_calls_of
 from tests.fakes.mcp_server import stdio_entry
 from tests.fakes.openai_api import OpenAIServer, RecordedRequest, Reply, reply_with_tool

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from gateway.process.task_commands import render_detail
+from gateway.operator.task_commands import render_detail
 from storage import inspect_task
 from tests.fakes.openai_api import Completion, RecordedRequest, Reply, reply_with_tool
 from tests.fakes.slack_events import (

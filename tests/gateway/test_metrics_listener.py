@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 
 from agent import ConfigError
-from gateway.process.config import Settings, load_settings, parse_address
+from gateway.config.settings import Settings, load_settings, parse_address
 from tests.fakes.openai_api import OpenAIServer
 from tests.fakes.slack_api import FakeSlack
 from tests.gateway.process import GatewayProcess, run_cli

@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agent import INVISIBLE_CHARACTERS
-from gateway.process.task_commands import as_json, render_table
+from gateway.operator.task_commands import as_json, render_table
 from gateway.telemetry.logs import log_handler, printable, printable_json
 from storage import TaskSummary
 from tests.fakes.openai_api import OpenAIServer, reply_with_tool

@@ -16,8 +16,8 @@ import aiohttp
 import pytest
 
 from agent import ConfigError
-from gateway.process.cli import with_role
-from gateway.process.doctor import check_models, check_settings, config_problems
+from gateway.operator.cli import with_role
+from gateway.operator.doctor import check_models, check_settings, config_problems
 from storage import Database
 from tests.fakes.openai_api import OpenAIServer
 from tests.fakes.slack_api import FakeSlack

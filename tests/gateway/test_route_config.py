@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from pydantic import SecretStr
 
 from agent import ConfigError, RouteConfig, Sampling
-from gateway.process.channel_config import parse_channel_config
-from gateway.process.config import load_settings
-from gateway.process.route_config import parse_routes
+from gateway.config.channel_config import parse_channel_config
+from gateway.config.route_config import parse_routes
+from gateway.config.settings import load_settings
 from tests.gateway.process import run_cli
 
 KNOWN = ("openai", "anthropic")

@@ -13,7 +13,7 @@ def test_the_startup_heap_is_frozen_and_the_thresholds_raised() -> None:
     imported, tens of thousands of objects) is frozen: no full collection walks it again.
     A reply's objects, alive for a second or two, are not moved to the old generation
     within a fifth of a second, as they were at Python's thresholds. The collector, off
-    while the command loaded (`gateway/process/__main__.py`), is on again."""
+    while the command loaded (`gateway/operator/__main__.py`), is on again."""
     before = gc.get_threshold()
     gc.disable()
     try:

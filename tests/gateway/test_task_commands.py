@@ -12,7 +12,7 @@ import aiohttp
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.process.task_commands import one_line, parse_duration, printable, render_table
+from gateway.operator.task_commands import one_line, parse_duration, printable, render_table
 from storage import Database, TaskSummary
 from tests.fakes.openai_api import (
     Held,

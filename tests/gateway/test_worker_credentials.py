@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from agent import ConfigError
-from gateway.process.config import load_settings
-from gateway.process.doctor import config_problems
+from gateway.config.settings import load_settings
+from gateway.operator.doctor import config_problems
 from tests.fakes.slack_events import app_mention_event, event_callback
 from tests.gateway.process import GatewayProcess
 from tests.gateway.rig import CLIENT_ID, CLIENT_SECRET, Rig, gateway_env, oauth_env

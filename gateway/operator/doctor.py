@@ -50,10 +50,10 @@ from agent import (
     open_route,
     probe_model,
 )
+from gateway.config.channel_config import Effective
+from gateway.config.settings import Settings, database_dsn
 from gateway.inbound.socket_mode import probe_socket_mode
-from gateway.process.channel_config import Effective
 from gateway.process.channel_policies import prompt_instructions
-from gateway.process.config import Settings, database_dsn
 from gateway.process.service import provider_settings, token_cipher
 from gateway.slack.client import slack_client
 from gateway.slack.errors import SlackError, SlackRefused, SlackUnavailable

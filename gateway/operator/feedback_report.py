@@ -13,8 +13,8 @@ import argparse
 import json
 from collections.abc import Sequence
 
-from gateway.process.config import Settings
-from gateway.process.task_commands import database, one_line, table
+from gateway.config.settings import Settings
+from gateway.operator.task_commands import database, one_line, table
 from storage import FeedbackLine, feedback_report
 
 _COLUMNS = ("PROMPT EPOCH", "MODEL", "POSITIVE", "NEGATIVE", "RATIO")

@@ -26,9 +26,9 @@ from queue import SimpleQueue
 from typing import TextIO
 
 from agent import Citation, ModelError, Step, Task, default_registries
+from gateway.config.settings import Settings, database_dsn
 from gateway.delivery.alerts import headline, what_to_check
 from gateway.inbound.gatekeeper import Gatekeeper, Policy
-from gateway.process.config import Settings, database_dsn
 from gateway.process.service import build_runner, open_models, start_mcp
 from gateway.slack.events import InboundTurn
 from gateway.text.markup import escape_entities

@@ -29,7 +29,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from agent import reply_id
-from gateway.process.config import Settings, database_dsn
+from gateway.config.settings import Settings, database_dsn
 from gateway.telemetry.logs import printable as shown
 from gateway.telemetry.logs import printable_json
 from storage import (

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
-from gateway.process.config import Settings
-from gateway.process.task_commands import database, one_line, parse_duration, table
+from gateway.config.settings import Settings
+from gateway.operator.task_commands import database, one_line, parse_duration, table
 from storage import USAGE_GROUPINGS, UsageGrouping, UsageLine, usage_report
 
 DEFAULT_SINCE = "7d"

@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from agent import InvalidSchedule, Recurrence, recur_cron, recur_every, recur_once
-from gateway.process.config import Settings
-from gateway.process.task_commands import age, as_json, database, one_line, printable, table
+from gateway.config.settings import Settings
+from gateway.operator.task_commands import age, as_json, database, one_line, printable, table
 from storage import (
     NewSchedule,
     StoredSchedule,

@@ -43,12 +43,12 @@ from agent import (
     parse_prices,
     parse_spec,
 )
-from gateway.process.channel_config import EMPTY as NO_CHANNEL_CONFIG
-from gateway.process.channel_config import ChannelConfig, load_channel_config
-from gateway.process.route_config import (
+from gateway.config.channel_config import EMPTY as NO_CHANNEL_CONFIG
+from gateway.config.channel_config import ChannelConfig, load_channel_config
+from gateway.config.route_config import (
     VARIABLE as ROUTES_VARIABLE,
 )
-from gateway.process.route_config import (
+from gateway.config.route_config import (
     parse_routes,
     parse_stop_sequences,
     routes_json,
@@ -112,7 +112,7 @@ class Settings(BaseSettings):
     threadgate_model: str | None = None
     threadgate_fallback_model: str | None = None
     # The fallback chain as a list of routes, each its own provider, model, base URL and
-    # key (gateway/process/route_config.py); THREADGATE_MODEL and _FALLBACK_MODEL are the
+    # key (gateway/config/route_config.py); THREADGATE_MODEL and _FALLBACK_MODEL are the
     # two-route shorthand. Inline JSON, or a file holding it.
     threadgate_routes: str = ""
     # Sampling for every request that sets none (a route's own win; a model that takes
@@ -232,7 +232,7 @@ class Settings(BaseSettings):
     # MCP servers whose tools the agent may call (a JSON file in the `mcpServers` shape).
     threadgate_mcp_config: Path | None = None
     # Each channel's tools, instructions, models, limits and Slack Connect answer (a JSON
-    # file, gateway/process/channel_config.py; read again on SIGHUP).
+    # file, gateway/config/channel_config.py; read again on SIGHUP).
     threadgate_channel_config: Path | None = None
     # Files on messages (gateway/inbound/files.py): the most read of one file, and which kinds.
     threadgate_file_max_bytes: Annotated[int, Field(ge=1, le=100_000_000)] = 10_000_000
@@ -403,7 +403,7 @@ class Settings(BaseSettings):
         DEFAULT_RUNNER.approval_timeout_seconds
     )
     threadgate_approvers: str = ""
-    # Schedules (gateway/process/scheduler.py): the shortest period one may have, and how
+    # Schedules (gateway/schedules/scheduler.py): the shortest period one may have, and how
     # late a period may be seen before a schedule that skips missed runs skips it.
     threadgate_schedule_min_period_seconds: Annotated[int, Field(ge=1, le=86_400)] = 60
     threadgate_schedule_late_seconds: Annotated[float, Field(ge=1, le=86_400)] = 60.0

@@ -21,12 +21,12 @@ import sys
 from collections.abc import Sequence
 
 from agent import ConfigError
-from gateway.process.config import ROLES, Settings, database_dsn, load_settings
+from gateway.config.settings import ROLES, Settings, database_dsn, load_settings
+from gateway.operator.feedback_report import add_feedback_parser
+from gateway.operator.schedule_commands import add_schedules_parser
+from gateway.operator.task_commands import add_sessions_parser, add_tasks_parser
+from gateway.operator.usage_report import add_usage_parser
 from gateway.process.event_loop import loop_factory
-from gateway.process.feedback_report import add_feedback_parser
-from gateway.process.schedule_commands import add_schedules_parser
-from gateway.process.task_commands import add_sessions_parser, add_tasks_parser
-from gateway.process.usage_report import add_usage_parser
 from gateway.slack.manifest import events_url, render_manifest
 from gateway.telemetry.logs import configure_logging
 from storage import Database, StorageError
@@ -162,7 +162,7 @@ async def migrate_command(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def doctor_command(settings: Settings, args: argparse.Namespace) -> int:
-    from gateway.process.doctor import Limits, diagnose, report
+    from gateway.operator.doctor import Limits, diagnose, report
 
     limits = Limits.uniform(args.timeout) if args.timeout else Limits()
     findings = await diagnose(settings, limits)
@@ -171,9 +171,9 @@ async def doctor_command(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def console_command(settings: Settings, args: argparse.Namespace) -> int:
-    from gateway.process.console import run_console
+    from gateway.operator.console import run_console
 
-    gc.enable()  # off while the command loaded (gateway/process/__main__.py)
+    gc.enable()  # off while the command loaded (gateway/operator/__main__.py)
 
     return await run_console(settings)
 
