@@ -1,4 +1,4 @@
-"""The `threadgate` command's entry: the installed script and `python -m gateway.process`.
+"""The `threadgate` command's entry: the installed script and `python -m gateway.operator`.
 
 Both start here rather than in `gateway.operator.cli` so that the garbage collector is off
 while the command loads. What loading builds (modules, classes, dataclasses, pydantic's

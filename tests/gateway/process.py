@@ -60,7 +60,7 @@ class GatewayProcess:
         self.proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "gateway.process",
+            "gateway.operator",
             "serve",
             "--host",
             "127.0.0.1",
@@ -213,7 +213,7 @@ async def run_cli_output(
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "gateway.process",
+        "gateway.operator",
         *args,
         env=child_env(env),
         cwd=child_cwd(cwd, dotenv=dotenv),
