@@ -216,7 +216,7 @@ says what changed):
   (ack p99 at 100/s 71 → 12 ms, most of it that). The fake model encoding its answer once,
   not per request: that was a third of its CPU.
 
-The model transport (`gateway/process/model_transport.py`), as measured when each part of
+The model transport (`gateway/models/transport.py`), as measured when each part of
 it went in (issues 11 and 16; bench/cpu.py and bench/first_text.py, same-run where a pair
 is given):
 

@@ -9,7 +9,7 @@ functions count: a cycle that only type checkers see is still two modules owning
 - `storage/` imports no Slack and no `gateway`; it uses `agent` only through the names the
   package declares public (`from agent import …`).
 - `gateway/` uses `agent` and `storage` only through their public surfaces.
-- Inside `gateway/` every module sits in one of nine layers, and imports only its own layer
+- Inside `gateway/` every module sits in one of ten layers, and imports only its own layer
   and those `GATEWAY_LAYERS` lists for it:
 
       text        pure text: Slack markup in, Markdown out, links, provenance
@@ -18,6 +18,7 @@ functions count: a cycle that only type checkers see is still two modules owning
       inbound     a Slack event becomes an admitted task: slack, text, telemetry
       delivery    the agent's messages reach Slack exactly once: slack, text, telemetry
       config      the settings, in groups, and the files they name: slack, text, telemetry
+      models      the model routes and their transport: config, slack, text, telemetry
       schedules   each period of a person's schedule, one task: delivery, slack, text, telemetry
       process     the composition root by role and the HTTP server: all of the above but operator
       operator    the commands an operator runs (CLI, console, doctor, reports): all of the above
@@ -53,9 +54,11 @@ GATEWAY_LAYERS: dict[str, tuple[str, ...]] = {
     "gateway.inbound": ("gateway.slack", "gateway.text", "gateway.telemetry"),
     "gateway.delivery": ("gateway.slack", "gateway.text", "gateway.telemetry"),
     "gateway.config": ("gateway.slack", "gateway.text", "gateway.telemetry"),
+    "gateway.models": ("gateway.config", "gateway.slack", "gateway.text", "gateway.telemetry"),
     "gateway.schedules": ("gateway.delivery", "gateway.slack", "gateway.text", "gateway.telemetry"),
     "gateway.process": (
         "gateway.config",
+        "gateway.models",
         "gateway.schedules",
         "gateway.delivery",
         "gateway.inbound",
@@ -66,6 +69,7 @@ GATEWAY_LAYERS: dict[str, tuple[str, ...]] = {
     "gateway.operator": (
         "gateway.process",
         "gateway.config",
+        "gateway.models",
         "gateway.schedules",
         "gateway.delivery",
         "gateway.inbound",

@@ -239,7 +239,7 @@ class Showing:
     """When a draft shows (`Draft.showing`): `count` goes up each time the draft starts
     to show — its first text appears, and again after a `discard`. A model stream asked
     for with it (`Model.request(showing=…)`) slows to its later pace once the count
-    passes what it was at the request (gateway/process/model_transport.py)."""
+    passes what it was at the request (gateway/models/transport.py)."""
 
     __slots__ = ("count",)
 

@@ -376,7 +376,7 @@ class Model(ABC):
         of an answer that then fails were told all the same: the caller owns undoing them.
 
         With `showing` (the draft the answer is shown in), a streamed answer is read less
-        often once the draft shows (gateway/process/model_transport.py); a model that does
+        often once the draft shows (gateway/models/transport.py); a model that does
         not stream over that transport ignores it.
         """
 

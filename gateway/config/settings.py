@@ -86,10 +86,6 @@ _CLIENT_SECRET = re.compile(r"[0-9a-f]{32}")
 
 
 DEFAULT_METRICS_ADDRESS = "127.0.0.1:9090"
-# The most connections the ingress thread of a one-process gateway opens for statements:
-# an admission holds one for a round trip, and it has THREADGATE_ADMISSION_CONNECTIONS of
-# its own besides.
-INGRESS_THREAD_CONNECTIONS = 8
 
 # What `serve` may run as (THREADGATE_ROLE, `serve --role`); see `Settings.threadgate_role`.
 Role = Literal["ingress", "worker", "all"]
@@ -121,7 +117,7 @@ class Settings(BaseSettings):
     threadgate_top_p: Annotated[float, Field(gt=0, le=1)] | None = None
     threadgate_stop_sequences: str = ""
     # Send the provider an opaque id of the person asked for (OpenAI `user`, Anthropic
-    # `metadata.user_id`): a hash, never the Slack id (gateway/process/service.py says why).
+    # `metadata.user_id`): a hash, never the Slack id (gateway/models/routes.py says why).
     threadgate_send_user_id: bool = False
     openai_api_key: SecretStr | None = None
     openai_base_url: str = OPENAI_BASE_URL
@@ -475,25 +471,6 @@ class Settings(BaseSettings):
         return self.threadgate_role != "worker"
 
     @property
-    def database_connections(self) -> int:
-        """The most connections to Postgres one process of this role opens (README:
-        Postgres connections): its pool, the workers' LISTEN session, an ingress's
-        admission connections, and in role `all` its ingress thread's own pool."""
-        total = self.threadgate_db_connections
-        if self.runs_workers:
-            total += 1
-        if self.serves_events:
-            total += self.threadgate_admission_connections
-        if self.ingress_apart:
-            total += self.ingress_thread_connections
-        return total
-
-    @property
-    def ingress_thread_connections(self) -> int:
-        """The most connections for statements the ingress thread of role `all` opens."""
-        return min(INGRESS_THREAD_CONNECTIONS, self.threadgate_db_connections)
-
-    @property
     def ingress_apart(self) -> bool:
         """Role `all` with its ingress on a thread and loop of its own."""
         return self.threadgate_role == "all" and self.threadgate_ingress_thread
@@ -657,7 +634,7 @@ def prices_json(value: str) -> str:
 async def database_dsn(settings: Settings) -> str:
     """The database the settings name: DATABASE_URL, else the embedded server in
     THREADGATE_DATA_DIR (started, or joined if it runs). Here rather than with the wiring
-    in gateway/process/service.py: `migrate`, `tasks` and the other short commands need it
+    in gateway/process/: `migrate`, `tasks` and the other short commands need it
     without loading the rest of a gateway."""
     if settings.database_url is not None:
         return settings.database_url.get_secret_value()

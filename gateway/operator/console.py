@@ -29,7 +29,8 @@ from agent import Citation, ModelError, Step, Task, default_registries
 from gateway.config.settings import Settings, database_dsn
 from gateway.delivery.alerts import headline, what_to_check
 from gateway.inbound.gatekeeper import Gatekeeper, Policy
-from gateway.process.service import build_runner, open_models, start_mcp
+from gateway.models.routes import open_models
+from gateway.process.runner import RunnerPorts, build_runner, start_mcp
 from gateway.slack.events import InboundTurn
 from gateway.text.markup import escape_entities
 from storage import Database, PostgresToolCalls
@@ -184,15 +185,13 @@ async def run_console(settings: Settings) -> int:
         await db.migrate()
         registries = default_registries()
         await start_mcp(settings, registries[0], stack)  # the same MCP tools as `serve`
-        runner = build_runner(
-            settings=settings,
-            db=db,
-            models=models,
-            publisher=publisher,
-            alerts=TerminalAlerts(sys.stderr),
+        ports = RunnerPorts(
+            publisher,
+            TerminalAlerts(sys.stderr),
             registries=registries,
             tool_observer=PostgresToolCalls(db),
         )
+        runner = build_runner(settings, db, models, ports)
         runner.start()
         stack.push_async_callback(runner.stop)
         gatekeeper = Gatekeeper(

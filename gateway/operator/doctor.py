@@ -53,8 +53,10 @@ from agent import (
 from gateway.config.channel_config import Effective
 from gateway.config.settings import Settings, database_dsn
 from gateway.inbound.socket_mode import probe_socket_mode
+from gateway.models.routes import provider_settings
 from gateway.process.channel_policies import prompt_instructions
-from gateway.process.service import provider_settings, token_cipher
+from gateway.process.connections import ConnectionPlan
+from gateway.process.slack_clients import token_cipher
 from gateway.slack.client import slack_client
 from gateway.slack.errors import SlackError, SlackRefused, SlackUnavailable
 from gateway.slack.oauth import OPEN_INSTALLS
@@ -501,7 +503,7 @@ SELECT current_setting('max_connections')::int AS max,
 def connections_finding(settings: Settings, room: Room) -> Finding:
     """Whether the server has room for this process's connections under load (README:
     Postgres connections), and for how many processes like it."""
-    need, role = settings.database_connections, settings.threadgate_role
+    need, role = ConnectionPlan.of(settings).total, settings.threadgate_role
     usable = room.max_connections - room.reserved
     free = usable - room.in_use
     detail = (

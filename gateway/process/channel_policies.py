@@ -21,15 +21,29 @@ and says so in one log line; `serve` goes on.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from agent import Attempts, ChannelPolicy, ConfigError, Model, Task
+from agent import (
+    NO_TRACER,
+    Attempts,
+    ChannelPolicy,
+    CircuitBreaker,
+    ConfigError,
+    Model,
+    Task,
+    Tracer,
+)
 from gateway.config.channel_config import VARIABLE, ChannelConfig, ChannelLimits, Effective
+from gateway.config.settings import Settings
 from gateway.inbound.channel_rules import DEFAULT_RULES, ChannelRules
+from gateway.inbound.gatekeeper import LIMIT_NOTICES
+from gateway.models.routes import channel_ladder
 from gateway.slack.address import SlackAddress
-from storage import Limits
+from gateway.telemetry.metrics import Metrics
+from storage import Limits, PictureBudgets
 
 log = logging.getLogger(__name__)
 
@@ -159,3 +173,46 @@ def prompt_instructions(effective: Effective) -> str:
     if effective.external != "allow":
         return effective.instructions
     return "\n\n".join(part for part in (effective.instructions.strip(), EXTERNAL_NOTE) if part)
+
+
+def compile_policies(
+    settings: Settings,
+    metrics: Metrics,
+    circuit: CircuitBreaker | None,
+    tracer: Tracer = NO_TRACER,
+) -> ChannelPolicies:
+    """The channel config compiled (a bad file is a ConfigError). With a `circuit` (a
+    process that runs workers) each distinct set of channel models gets its ladder, opened
+    when first asked for and sharing that circuit; without, no model is opened (an ingress
+    calls none)."""
+    ladders = None
+    if circuit is not None:
+        make = functools.partial(
+            channel_ladder, settings, metrics=metrics, circuit=circuit, tracer=tracer
+        )
+        ladders = Ladders(make)
+    return ChannelPolicies(
+        settings.channel_config,
+        models=settings.model_specs,
+        limits=limits(settings),
+        max_model_requests=settings.threadgate_max_model_requests_per_task,
+        ladders=ladders,
+    )
+
+
+def limits(settings: Settings) -> Limits:
+    """The guard rails admission enforces (0: that one is off)."""
+    return Limits(
+        user_messages_per_hour=settings.threadgate_user_messages_per_hour,
+        thread_messages_per_hour=settings.threadgate_thread_messages_per_hour,
+        user_daily_tokens=settings.threadgate_user_daily_tokens,
+        channel_daily_tokens=settings.threadgate_channel_daily_tokens,
+        all_daily_tokens=settings.threadgate_daily_tokens_all_workspaces,
+        channel_daily_spend_usd=settings.threadgate_channel_daily_spend_usd,
+        workspace_daily_spend_usd=settings.threadgate_workspace_daily_spend_usd,
+        notices=LIMIT_NOTICES,
+        pictures=PictureBudgets(
+            thread_bytes=settings.threadgate_thread_picture_bytes,
+            workspace_daily_bytes=settings.threadgate_workspace_daily_picture_bytes,
+        ),
+    )

@@ -45,6 +45,7 @@ import logging
 import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AsyncExitStack
 from urllib.parse import parse_qs
 
 from aiohttp import web
@@ -317,3 +318,12 @@ def _problem(text: str) -> str | None:
     except MalformedEvent as exc:
         return f"malformed event: {exc}"
     return None
+
+
+async def listen(stack: AsyncExitStack, app: web.Application, host: str, port: int) -> int:
+    """Serve `app` on host:port until `stack` closes; the port it got."""
+    runner = web.AppRunner(app, access_log=None, logger=SERVER_LOG)
+    await runner.setup()
+    stack.push_async_callback(runner.cleanup)
+    await web.TCPSite(runner, host, port).start()
+    return int(runner.addresses[0][1])

@@ -7,8 +7,9 @@ request, the admission's answer), so its tail grew with the reply work, not with
 `serve --role ingress` beside worker processes keeps the two apart with processes; this
 does the same inside one `serve` (role `all`, `THREADGATE_INGRESS_THREAD`): the ingress —
 the events route or the Socket Mode connection, verification, admission, the ack — is an
-ingress `Gateway` running on this thread's loop, with its own database pool and Slack
-session, and the task workers stay on the main loop. The two meet only in Postgres, as an
+`Ingress` (gateway/process/ingress.py) running on this thread's loop, with resources of its
+own (a database pool sized by the connection plan, a Slack session), and the task workers
+stay on the main loop. The two meet only in Postgres, as an
 ingress and a worker process do, so nothing else is shared but the metrics (a
 prometheus_client registry is thread-safe) and the process's GIL.
 
@@ -26,11 +27,16 @@ import contextlib
 import logging
 import sys
 import threading
-from collections.abc import Callable
-from typing import Protocol
+from contextlib import AsyncExitStack
 
 from gateway.config.settings import Settings
+from gateway.process.channel_policies import ChannelPolicies
+from gateway.process.connections import Connections
 from gateway.process.event_loop import loop_factory
+from gateway.process.ingress import Ingress
+from gateway.process.resources import background, open_resources
+from gateway.telemetry.loop_lag import watch_lag
+from gateway.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -40,33 +46,19 @@ log = logging.getLogger(__name__)
 SWITCH_INTERVAL = 0.001
 
 
-class Gateway(Protocol):
-    """What this runs of `gateway.process.service.Gateway` (which imports this module)."""
-
-    port: int | None
-
-    async def start(self, host: str, port: int) -> None: ...
-
-    async def stop(self) -> None: ...
-
-    def reload(self) -> None: ...
-
-
-GatewayMaker = Callable[[Settings], Gateway]
-
-
 class IngressThread:
-    """An ingress `Gateway` (made by `make`) served on a thread with its own event loop;
-    `launch` it from the main loop, wait until it has `started`, then `stop` it."""
+    """An `Ingress` served on a thread with its own event loop and resources; `launch` it
+    from the main loop, wait until it has `started`, then `stop` it."""
 
-    def __init__(self, settings: Settings, make: GatewayMaker) -> None:
+    def __init__(self, settings: Settings, metrics: Metrics, connections: Connections) -> None:
         self._settings = settings
-        self._make = make
-        self._started: concurrent.futures.Future[Gateway] = concurrent.futures.Future()
+        self._metrics = metrics  # shared: a prometheus_client registry is thread-safe
+        self._connections = connections
+        self._started: concurrent.futures.Future[int] = concurrent.futures.Future()
         self._finished: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Event | None = None
-        self._gateway: Gateway | None = None
+        self._policies: ChannelPolicies | None = None
         self._thread: threading.Thread | None = None
         # Asked from the main loop, maybe before the thread's loop exists (the workers'
         # start failed while the ingress was still starting): `_serve` looks at it too.
@@ -83,15 +75,14 @@ class IngressThread:
         sys.setswitchinterval(SWITCH_INTERVAL)
         self._thread.start()
 
-    async def started(self) -> Gateway:
-        """The running ingress gateway, once it listens. What stopped its start (a port in
+    async def started(self) -> int:
+        """The port the ingress listens on, once it does. What stopped its start (a port in
         use, Slack refusing the token) is raised here, its thread ended."""
         try:
-            self._gateway = await asyncio.wrap_future(self._started)
+            return await asyncio.wrap_future(self._started)
         except BaseException:
             await self.stop()
             raise
-        return self._gateway
 
     async def stop(self) -> None:
         """Stop the ingress (its listener first, as any gateway stops) and its thread;
@@ -108,9 +99,10 @@ class IngressThread:
         sys.setswitchinterval(self._switch_interval)
 
     def reload(self) -> None:
-        """`Gateway.reload` on the ingress's own loop (SIGHUP arrives on the main one)."""
-        if self._loop is not None and self._gateway is not None:
-            self._loop.call_soon_threadsafe(self._gateway.reload)
+        """The channel config read again on the ingress's own loop (SIGHUP arrives on the
+        main one)."""
+        if self._loop is not None and self._policies is not None:
+            self._loop.call_soon_threadsafe(self._policies.reload)
 
     def _run(self, host: str, port: int) -> None:
         factory = loop_factory(self._settings.threadgate_event_loop)
@@ -130,15 +122,27 @@ class IngressThread:
         self._loop = asyncio.get_running_loop()  # `stop` may set `_stopping` from now on
         if self._stop_asked.is_set():  # asked before it could be told: stop once started
             self._stopping.set()
-        gateway = self._make(self._settings)
-        try:
-            await gateway.start(host, port)
-        except BaseException as exc:
-            self._started.set_exception(exc)
-            await gateway.stop()
-            return
-        self._started.set_result(gateway)
-        try:
+        async with AsyncExitStack() as stack:
+            try:
+                bound = await self._start(stack, host, port)
+            except BaseException as exc:
+                self._started.set_exception(exc)
+                return
+            self._started.set_result(bound)
             await self._stopping.wait()
-        finally:
-            await gateway.stop()
+
+    async def _start(self, stack: AsyncExitStack, host: str, port: int) -> int:
+        """Open the ingress's own resources (the workers' side migrated the database
+        before launching this), then listen."""
+        resources = await open_resources(
+            self._settings,
+            self._metrics,
+            stack,
+            connections=self._connections,
+            circuit=None,
+            migrate=False,
+        )
+        self._policies = resources.policies
+        bound = await Ingress(resources).start(stack, host, port)
+        background(stack, "loop-lag-ingress", watch_lag(self._metrics.loop_lag.labels("ingress")))
+        return bound

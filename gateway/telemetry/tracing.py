@@ -3,7 +3,7 @@
 `agent.Tracer` is the port (agent/core/tracing.py says what a trace holds and how a task
 resumes it); `OtelTracer` records it with the official SDK. This module is imported only
 when `OTEL_EXPORTER_OTLP_ENDPOINT` or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is set
-(gateway/process/service.py): without them the process imports no OpenTelemetry at all.
+(gateway/process/resources.py): without them the process imports no OpenTelemetry at all.
 The endpoint comes from the settings (gateway/config/settings.py reads the environment);
 the SDK reads its other variables as it documents them — `OTEL_EXPORTER_OTLP_HEADERS`,
 `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_TRACES_SAMPLER`, `OTEL_BSP_*` — so

@@ -8,7 +8,8 @@ import pytest
 
 from agent import ConfigError
 from gateway.config.settings import load_settings
-from gateway.process.service import provider_settings
+from gateway.models.routes import provider_settings
+from gateway.process.connections import ConnectionPlan
 from tests.gateway.process import run_cli
 
 COMPLETE = {
@@ -99,4 +100,4 @@ def test_the_connections_a_process_opens_follow_its_role(
     """What a process opens at most: its pool (THREADGATE_DB_CONNECTIONS), the workers'
     LISTEN session, an ingress's admission connections, role all's ingress thread pool."""
     loaded = load_settings(env_file=None, threadgate_role=role, **settings)
-    assert loaded.database_connections == opened
+    assert ConnectionPlan.of(loaded).total == opened

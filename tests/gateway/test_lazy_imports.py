@@ -38,7 +38,7 @@ def _loaded_otel(settings: dict[str, str]) -> str:
     probe = (
         "import sys, contextlib, gateway.operator.cli; "
         "from gateway.config.settings import load_settings; "
-        "from gateway.process.service import start_tracer; "
+        "from gateway.process.resources import start_tracer; "
         f"settings = load_settings(env_file=None, **{settings!r}); "
         "stack = contextlib.AsyncExitStack(); "
         "tracer = start_tracer(settings, stack); "

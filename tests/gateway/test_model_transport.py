@@ -1,5 +1,5 @@
 """The model providers' aiohttp transport behind httpx's API
-(`gateway/process/model_transport.py`): each failure surfaces as the httpx exception
+(`gateway/models/transport.py`): each failure surfaces as the httpx exception
 httpx's own transport raises for it, a stream arrives chunk by chunk and slows once the
 reply it is shown in shows, and no connection or session outlives its use.
 
@@ -30,7 +30,7 @@ from agent.models.providers.openai import OpenAIModel
 from agent.models.providers.provider import OpenAIProvider
 from agent.rounds.control import FinalReply, Reply
 from agent.rounds.loop import run_round
-from gateway.process.model_transport import (
+from gateway.models.transport import (
     AIOHTTP_ERRORS,
     SHOWING,
     ModelTransport,

@@ -11,7 +11,7 @@ import pytest
 
 from agent import ConfigError
 from gateway.inbound.socket_mode import probe_socket_mode
-from gateway.process.service import identify
+from gateway.process.slack_clients import identify
 from gateway.slack.client import slack_client
 from gateway.slack.errors import SlackOutcomeUnknown
 from gateway.slack.threads import SlackThreads

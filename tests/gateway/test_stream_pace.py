@@ -1,6 +1,6 @@
 """A task's model streams slow down once its reply shows: the reply's Slack draft says when
 it starts to show (`agent.Showing`), which the round hands to its model requests
-(gateway/process/model_transport.py reads it).
+(gateway/models/transport.py reads it).
 
 The publisher, its outbox on a real Postgres, and the loopback fake Slack.
 """

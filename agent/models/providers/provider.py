@@ -1,7 +1,7 @@
 """The provider object: one `httpx.AsyncClient` and the credentials that go with it.
 
 The client's transport is the caller's (`ProviderSettings.transport`), httpx's own when
-none is given: the gateway passes one over aiohttp (`gateway/process/model_transport.py`; httpx's
+none is given: the gateway passes one over aiohttp (`gateway/models/transport.py`; httpx's
 own was a large share of the gateway's CPU), and httpx stays the API the wire formats and `classify` are
 written to. `aclose` closes the client, and with it the transport.
 

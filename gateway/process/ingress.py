@@ -1,0 +1,232 @@
+"""The ingress assembly: Slack's events in, verified, admitted and acked.
+
+An ingress listens for events (HTTP `/slack/events`, or a Socket Mode connection with
+`/healthz` and `/readyz` on its port), hands each to the gatekeeper of the event's
+workspace, and acks once the turn and its task are committed. It opens no model. It
+serves role `ingress`, the ingress thread of role `all` (gateway/process/ingress_thread.py)
+and role `all` on one loop alike; all it needs is `Resources` (gateway/process/resources.py).
+
+Files people attach are read before the ack through one downloader and the decoder
+processes (gateway/inbound/files.py, gateway/inbound/decoders.py), made with the first
+gatekeeper that needs them and closed with the ingress.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import AsyncExitStack
+
+import httpx
+from slack_bolt.async_app import AsyncApp
+from slack_sdk.web.async_client import AsyncWebClient
+
+from gateway.delivery.approval import ApprovalMessages
+from gateway.inbound.app_home import AppHome
+from gateway.inbound.attachments import FileReader
+from gateway.inbound.bolt_app import build_bolt_app
+from gateway.inbound.decoders import Decoders
+from gateway.inbound.files import FileDownloader
+from gateway.inbound.gatekeeper import Gatekeeper, InFlight, Policy
+from gateway.inbound.interactions import Interactions
+from gateway.inbound.pins import Pins
+from gateway.inbound.revisions import Revisions
+from gateway.inbound.socket_mode import SocketModeConnection, start_socket_mode
+from gateway.inbound.stops import Stops
+from gateway.models.routes import reads_documents
+from gateway.process.channel_policies import limits
+from gateway.process.http import Readiness, build_http_app, listen
+from gateway.process.resources import Resources
+from gateway.slack.file_info import FileInfo
+from gateway.slack.oauth import INSTALL_PATH, InstalledIdentity, Uninstaller
+from storage import PostgresInstallations
+
+log = logging.getLogger(__name__)
+
+
+class Ingress:
+    """Takes Slack's events for `resources`; `start` it on a stack that stops it."""
+
+    def __init__(self, resources: Resources) -> None:
+        self._r = resources
+        s = resources.settings
+        self._policy = Policy(
+            allowed_channels=s.allowed_channels,
+            allowed_users=s.allowed_users,
+            continue_threads=s.threadgate_continue_threads,
+            backfill_messages=s.threadgate_backfill_messages,
+            dm_threads_apart=not s.threadgate_agent_view,
+        )
+        self._in_flight = InFlight()  # messages being admitted with downloads, process-wide
+        self._files: _Files | None = None
+        self._socket: SocketModeConnection | None = None
+        self._stack: AsyncExitStack | None = None
+
+    async def start(self, stack: AsyncExitStack, host: str, port: int) -> int:
+        """Listen on host:port (and connect Socket Mode when configured); the port it got."""
+        self._stack = stack
+        s, factory = self._r.settings, self._r.slack
+        installations = factory.installations(self._r.db)
+        bolt = await self._bolt(installations)
+        secret = s.slack_signing_secret
+        app = build_http_app(
+            bolt=bolt,
+            signing_secret=secret.get_secret_value() if secret else None,
+            ready=self._readiness(),
+            metrics=self._r.metrics,
+            events=not s.socket_mode,
+            oauth=factory.oauth_flow(self._r.db, self._r.clients) if installations else None,
+        )
+        bound = await listen(stack, app, host, port)
+        if s.socket_mode:
+            await self._start_socket_mode(stack, bolt, bound)
+        else:
+            log.info("threadgate listening on http://%s:%d/slack/events", host, bound)
+        if installations:
+            log.info("install threadgate at http://%s:%d%s", host, bound, INSTALL_PATH)
+        return bound
+
+    async def _bolt(self, installations: PostgresInstallations | None) -> AsyncApp:
+        r, s = self._r, self._r.settings
+        clients, db = r.clients, r.db
+        secret = s.slack_signing_secret
+        return build_bolt_app(
+            # With many workspaces bolt's client holds no token: bolt lends it each
+            # event's; we call Slack through our own clients anyway.
+            client=(await clients.for_team(None)) if r.identity else r.slack.tokenless(),
+            signing_secret=secret.get_secret_value() if secret else None,
+            gatekeeper=self.gatekeeper,
+            metrics=r.metrics,
+            identity=r.identity,
+            pins=self.pins,
+            revisions=self.revisions,
+            authorize=InstalledIdentity(clients) if installations else None,
+            on_uninstalled=Uninstaller(db, installations, clients) if installations else None,
+            interactions=self._interactions(),
+            stops=Stops(db, clients),
+            app_home=AppHome(
+                clients,
+                s.suggested_prompts if s.threadgate_agent_view else (),
+                budget_seconds=s.threadgate_lookup_budget_seconds,
+            ),
+        )
+
+    async def gatekeeper(self, team_id: str | None, enterprise_id: str | None) -> Gatekeeper:
+        """The gatekeeper of the event's workspace: names and back-fill read with its token."""
+        r, s = self._r, self._r.settings
+        workspace = await r.clients.workspace(team_id, enterprise_id)
+        return Gatekeeper(
+            r.db,
+            workspace.users,
+            threads=workspace.threads,
+            policy=self._policy,
+            lookup_budget_seconds=s.threadgate_lookup_budget_seconds,
+            limits=limits(s),
+            on_limited=r.metrics.message_limited,
+            files=self._file_reader(workspace.client),
+            in_flight=self._in_flight,
+            rules=r.policies.rules_of,
+            sharing=workspace.sharing,
+            on_redacted=lambda found: r.metrics.redacted(found.kinds),
+            tracer=r.tracer,
+        )
+
+    async def pins(self, team_id: str | None, enterprise_id: str | None) -> Pins:
+        s = self._r.settings
+        workspace = await self._r.clients.workspace(team_id, enterprise_id)
+        return Pins(
+            self._r.db,
+            workspace.users,
+            max_pinned=s.threadgate_pinned_max,
+            lookup_budget_seconds=s.threadgate_lookup_budget_seconds,
+            client=workspace.client,
+        )
+
+    async def revisions(self, team_id: str | None, enterprise_id: str | None) -> Revisions:
+        return Revisions(
+            self._r.db,
+            await self.gatekeeper(team_id, enterprise_id),
+            lookup_budget_seconds=self._r.settings.threadgate_lookup_budget_seconds,
+        )
+
+    def _interactions(self) -> Interactions:
+        """Clicks on approval and feedback buttons: stored, then shown (the decision on
+        its request's message, updated from here: an ingress posts nothing else)."""
+        r = self._r
+        return Interactions(
+            r.db,
+            r.clients,
+            approvers=r.settings.approvers,
+            show=ApprovalMessages(r.clients, r.outbox()).show,
+            supervisor=r.supervisor,
+            metrics=r.metrics,
+        )
+
+    def _readiness(self) -> Readiness:
+        """Ready: the database answers with no migration pending and, in Socket Mode, the
+        connection to Slack is up (not before it first is, not while it reconnects)."""
+
+        async def ready() -> bool:
+            if self._r.settings.socket_mode and (
+                self._socket is None or not await self._socket.is_connected()
+            ):
+                return False
+            return await self._r.db.is_ready()
+
+        return ready
+
+    def _file_reader(self, slack: AsyncWebClient) -> FileReader | None:
+        """Reads message files with the workspace's client (`files.info`) and bot token
+        through the process's one downloader and decoder processes; None without a token."""
+        token = slack.token
+        if token is None:
+            return None
+        if self._files is None:
+            assert self._stack is not None  # started
+            self._files = _Files.open(self._r, self._stack)
+        return self._files.reader(token, slack)
+
+    async def _start_socket_mode(self, stack: AsyncExitStack, bolt: AsyncApp, port: int) -> None:
+        s = self._r.settings
+        connection = await start_socket_mode(
+            bolt,
+            app_token=s.require("SLACK_APP_TOKEN"),
+            api_url=s.slack_api_url,
+            metrics=self._r.metrics,
+            connect_timeout=s.threadgate_socket_connect_timeout,
+        )
+        self._socket = connection
+        stack.push_async_callback(connection.close)
+        log.info("threadgate connected in Socket Mode (health on port %d)", port)
+
+
+class _Files:
+    """The ingress's one downloader (its own HTTP client) and decoder processes."""
+
+    def __init__(self, r: Resources, downloads: FileDownloader, decoders: Decoders) -> None:
+        self._r = r
+        self._downloads = downloads
+        self._decoders = decoders
+        self._documents = reads_documents(r.settings)  # once: the routes do not change
+
+    @classmethod
+    def open(cls, r: Resources, stack: AsyncExitStack) -> _Files:
+        s = r.settings
+        client = httpx.AsyncClient(timeout=s.threadgate_lookup_budget_seconds)
+        stack.push_async_callback(client.aclose)
+        decoders = Decoders(
+            processes=s.threadgate_file_decoders,
+            memory_bytes=s.threadgate_file_decode_memory_mb * 2**20,
+        )
+        stack.push_async_callback(decoders.close)
+        return cls(r, FileDownloader(client, max_bytes=s.threadgate_file_max_bytes), decoders)
+
+    def reader(self, token: str, slack: AsyncWebClient) -> FileReader:
+        return FileReader(
+            self._downloads,
+            self._decoders,
+            token,
+            self._r.settings.file_kinds,
+            on_read=self._r.metrics.file_read,
+            info=FileInfo(slack),
+            documents=self._documents,
+        )

@@ -1,0 +1,216 @@
+"""The task runner and its tools, assembled from settings for the workers and the console.
+
+`build_runner` wires the agent's round loop to Postgres (the queue, delegations, history,
+memory, usage, approvals) and to a publisher; `start_mcp` connects the MCP servers whose
+tools the runner offers. Both take explicit arguments: the workers' assembly
+(gateway/process/workers.py) passes Slack's publisher and the operator alerts, the console
+(gateway/operator/console.py) its terminal.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+
+from agent import (
+    NO_TRACER,
+    AlertSink,
+    ApprovalDesk,
+    AttemptLadder,
+    CircuitBreaker,
+    Compaction,
+    CompactionSettings,
+    FailureNotices,
+    LiveView,
+    McpClients,
+    Model,
+    ModelResponder,
+    PolicyOf,
+    Publisher,
+    RoundSettings,
+    RunnerSettings,
+    SubtaskRegistry,
+    TaskRunner,
+    ThreadReader,
+    ToolObserver,
+    ToolRegistry,
+    Tracer,
+    default_registries,
+)
+from gateway.config.settings import Settings
+from gateway.models.routes import end_user_of, retry_policy
+from gateway.telemetry.metrics import Metrics, ToolCallCounter
+from gateway.telemetry.tool_observers import ToolObservers
+from storage import (
+    Database,
+    PostgresApprovals,
+    PostgresAttachmentRefusals,
+    PostgresDelegations,
+    PostgresHistory,
+    PostgresMemory,
+    PostgresSummaries,
+    PostgresTaskQueue,
+    PostgresToolCalls,
+    PostgresUsageMeter,
+)
+
+log = logging.getLogger(__name__)
+
+# How long start-up waits for the MCP servers' first connection attempts (they go on
+# trying afterwards): a server launched with `npx` may download itself first.
+MCP_STARTUP_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class RunnerPorts:
+    """Where a runner's work goes besides Postgres: the `publisher` that delivers, the
+    operator `alerts`, and what only a Slack process has (thread reads, the live view, a
+    `desk` to ask approvals at, channel `policies`, metrics, traces). Without a desk (the
+    console) tools that need approval are not offered (agent/core/approval.py)."""
+
+    publisher: Publisher
+    alerts: AlertSink
+    registries: tuple[ToolRegistry, SubtaskRegistry] | None = None  # tools, subtask types
+    tool_observer: ToolObserver | None = None
+    thread_reader: ThreadReader | None = None
+    live: LiveView | None = None
+    desk: ApprovalDesk | None = None
+    policies: PolicyOf | None = None  # each channel's boundary; ladders share `circuit`
+    circuit: CircuitBreaker | None = None
+    metrics: Metrics | None = None
+    tracer: Tracer = NO_TRACER
+
+
+def build_runner(
+    settings: Settings, db: Database, models: list[Model], ports: RunnerPorts
+) -> TaskRunner:
+    """The task runner on Postgres, answering through `models` (in fallback order)."""
+    approvals = PostgresApprovals(db) if ports.desk is not None else None
+    respond = build_responder(settings, db, models, ports, approvals)
+    lease = settings.threadgate_lease_seconds
+    return TaskRunner(
+        queue=PostgresTaskQueue(db, lease_seconds=lease),
+        delegations=PostgresDelegations(db, lease_seconds=lease),
+        history=PostgresHistory(db, max_pinned=settings.threadgate_pinned_max),
+        publisher=ports.publisher,
+        alerts=ports.alerts,
+        respond=respond,
+        settings=runner_settings(settings),
+        observer=ports.metrics,
+        live=ports.live,
+        memory=PostgresMemory(db),
+        compaction=build_compaction(settings, db, respond, ports.metrics),
+        approvals=approvals,
+        desk=ports.desk,
+        tracer=ports.tracer,
+    )
+
+
+def build_responder(
+    settings: Settings,
+    db: Database,
+    models: list[Model],
+    ports: RunnerPorts,
+    approvals: PostgresApprovals | None,
+) -> ModelResponder:
+    """One round loop per task: the ladder over `models`, the tools, the stores it reads."""
+    tools, subtask_types = ports.registries or default_registries()
+    metrics = ports.metrics
+    ladder = AttemptLadder(
+        models,
+        policy=retry_policy(settings),
+        circuit=ports.circuit,
+        on_attempt=metrics.on_attempt if metrics else None,
+    )
+    return ModelResponder(
+        ladder,
+        tools=tools,
+        subtasks=subtask_types,
+        thread_reader=ports.thread_reader,
+        tool_observer=ports.tool_observer,
+        meter=PostgresUsageMeter(db),
+        max_model_requests=settings.threadgate_max_model_requests_per_task,
+        live=ports.live,
+        memory=PostgresMemory(db),
+        instructions=settings.threadgate_instructions,
+        approvals=approvals,
+        policies=ports.policies,
+        prices=settings.price_table(),
+        prompt_caching=settings.threadgate_prompt_caching,
+        end_user=end_user_of if settings.threadgate_send_user_id else None,
+        refusals=PostgresAttachmentRefusals(db),
+        settings=RoundSettings(
+            max_output_tokens=settings.threadgate_max_output_tokens,
+            tool_timeout_seconds=settings.threadgate_tool_timeout_seconds,
+            tool_output_chars=settings.threadgate_tool_output_chars,
+        ),
+    )
+
+
+def build_compaction(
+    settings: Settings, db: Database, respond: ModelResponder, metrics: Metrics | None
+) -> Compaction | None:
+    """Older turns summarized once the history passes its budget (THREADGATE_COMPACTION)."""
+    if not settings.threadgate_compaction:
+        return None
+    return Compaction(
+        PostgresSummaries(db),
+        respond.ask_text,
+        epoch=respond.epoch_of,
+        settings=CompactionSettings(
+            max_chars=settings.threadgate_history_chars,
+            keep_chars=settings.threadgate_history_chars // 2,
+        ),
+        observe=metrics.compacted if metrics else lambda outcome: None,
+    )
+
+
+def runner_settings(settings: Settings) -> RunnerSettings:
+    lease = settings.threadgate_lease_seconds
+    return RunnerSettings(
+        workers=settings.threadgate_workers,
+        heartbeat_seconds=lease / 3,
+        history_chars=settings.threadgate_history_chars,
+        max_rounds=settings.threadgate_max_rounds,
+        subtask_timeout_seconds=settings.threadgate_subtask_timeout_seconds,
+        max_deferrals=settings.threadgate_max_deferrals,
+        max_deferral_seconds=settings.threadgate_max_deferral_seconds,
+        still_trying_seconds=settings.threadgate_models_down_notice_seconds,
+        task_timeout_seconds=settings.threadgate_task_timeout_seconds,
+        notices=FailureNotices(override=settings.threadgate_failure_notice),
+        approval_timeout_seconds=settings.threadgate_approval_timeout_seconds,
+    )
+
+
+async def start_mcp(settings: Settings, tools: ToolRegistry, stack: AsyncExitStack) -> McpClients:
+    """Connect the configured MCP servers, their tools going into `tools`; closed by `stack`.
+
+    Waits for each server's first attempt (at most `MCP_STARTUP_SECONDS`); one that failed
+    is logged and retried in the background, never a reason not to serve."""
+    clients = McpClients(settings.mcp_config(), tools)
+    clients.start()
+    stack.push_async_callback(clients.aclose)
+    await clients.wait_settled(MCP_STARTUP_SECONDS)
+    for state in clients.states():
+        if not state.connected:
+            log.warning(
+                "MCP server %s is not connected yet (%s): its tools are not offered until "
+                "it is; retrying in the background",
+                state.name,
+                state.error or "still connecting",
+            )
+    return clients
+
+
+def tool_observer(
+    db: Database,
+    metrics: Metrics,
+    mcp: McpClients,
+    shown: ToolObserver | None = None,
+    spans: ToolObserver | None = None,
+) -> ToolObservers:
+    """Every tool call stored (`tool_calls`), counted (`threadgate_tool_calls_total`), with
+    `shown` shown in its thread while it runs, and with `spans` traced."""
+    observers: list[ToolObserver] = [PostgresToolCalls(db), ToolCallCounter(metrics, mcp.origin)]
+    return ToolObservers([*observers, *(o for o in (shown, spans) if o is not None)])

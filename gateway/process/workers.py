@@ -1,0 +1,135 @@
+"""The workers assembly: queued tasks answered, schedules fired, old rows pruned.
+
+The workers open the model routes (an ingress opens none), connect the MCP servers before
+the first task is claimed so the first messages already see their tools, and run the task
+runner (agent/durable/runner.py) with Slack's publisher, the retention job and the
+scheduler. They meet the ingress only in Postgres: admission queues a task, and any
+worker's lease claims it (storage/queue.py). All they need is `Resources`
+(gateway/process/resources.py) and the circuit their ladders share with the channels'.
+
+An MCP server that does not connect in time does not stop `serve`: it is logged, its
+tools are not offered, and its connection keeps retrying in the background.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Coroutine
+from contextlib import AsyncExitStack
+from typing import Any
+
+from agent import (
+    CircuitBreaker,
+    McpClients,
+    SubtaskRegistry,
+    ToolRegistry,
+    default_registries,
+    schedule_tools,
+)
+from gateway.delivery.publisher import SlackPublisher
+from gateway.delivery.streams import StreamSettings
+from gateway.models.routes import metered_models
+from gateway.process.channel_policies import limits
+from gateway.process.resources import Resources, background, tool_spans
+from gateway.process.runner import RunnerPorts, build_runner, start_mcp, tool_observer
+from gateway.schedules.scheduler import Scheduler, tell_paused
+from storage import PostgresScheduleBook, Retention
+
+
+class Workers:
+    """Answers queued tasks with `resources`; `start` it on a stack that stops it."""
+
+    def __init__(self, resources: Resources, circuit: CircuitBreaker) -> None:
+        self._r = resources
+        self._circuit = circuit
+        self.mcp: McpClients | None = None
+        self.started = False  # the task runner runs: a worker's /readyz waits for it
+
+    async def start(self, stack: AsyncExitStack) -> None:
+        registries = self._registries()
+        self.mcp = await start_mcp(self._r.settings, registries[0], stack)
+        await self._start_runner(stack, registries)
+        background(stack, "retention", self._retention())
+        background(stack, "scheduler", self._scheduler())
+        self.started = True
+
+    def _registries(self) -> tuple[ToolRegistry, SubtaskRegistry]:
+        registries = default_registries()
+        book = PostgresScheduleBook(
+            self._r.db, minimum_seconds=self._r.settings.threadgate_schedule_min_period_seconds
+        )
+        for tool in schedule_tools(book):  # people's own schedules
+            registries[0].register(tool)
+        return registries
+
+    async def _start_runner(
+        self, stack: AsyncExitStack, registries: tuple[ToolRegistry, SubtaskRegistry]
+    ) -> None:
+        r = self._r
+        models = metered_models(r.settings, r.metrics, r.tracer)
+        for model in models:
+            stack.push_async_callback(model.aclose)
+        publisher = self._publisher()
+        stack.push_async_callback(publisher.aclose)
+        assert self.mcp is not None  # connected just before
+        ports = RunnerPorts(
+            publisher,
+            r.operator_alerts(),
+            registries=registries,
+            tool_observer=tool_observer(
+                r.db, r.metrics, self.mcp, shown=publisher, spans=tool_spans(r.tracer)
+            ),
+            thread_reader=r.clients,
+            live=publisher if publisher.streaming else None,
+            desk=publisher,
+            policies=r.policies.policy_of,
+            circuit=self._circuit,
+            metrics=r.metrics,
+            tracer=r.tracer,
+        )
+        runner = build_runner(r.settings, r.db, models, ports)
+        runner.start()
+        stack.push_async_callback(runner.stop)
+
+    def _publisher(self) -> SlackPublisher:
+        r, s = self._r, self._r.settings
+        return SlackPublisher(
+            r.clients,
+            r.outbox(),
+            # With many workspaces, each installation says who our bot is there.
+            bot_user_id=r.identity.bot_user_id if r.identity else None,
+            bot_id=r.identity.bot_id if r.identity else None,
+            status_refresh_seconds=s.threadgate_status_refresh_seconds,
+            status_delay_seconds=s.threadgate_status_delay_seconds,
+            # Reads retried within a few call limits, then one outcome.
+            reconcile_seconds=4 * s.threadgate_slack_timeout_seconds,
+            streams=(
+                StreamSettings(interval_seconds=s.threadgate_stream_interval_seconds)
+                if s.threadgate_streaming
+                else None
+            ),
+            on_stream_ended=r.metrics.stream_ended,
+            tracer=r.tracer,
+        )
+
+    def _retention(self) -> Coroutine[Any, Any, None]:
+        s = self._r.settings
+        retention = Retention(
+            self._r.db,
+            days=s.threadgate_retention_days,
+            on_deleted=self._r.metrics.retention_deleted_rows,
+        )
+        return retention.run_every(s.threadgate_retention_interval_seconds)
+
+    def _scheduler(self) -> Coroutine[Any, Any, None]:
+        """Each period of each schedule, one task (gateway/schedules/scheduler.py)."""
+        r = self._r
+        scheduler = Scheduler(
+            r.db,
+            r.clients,
+            late_seconds=r.settings.threadgate_schedule_late_seconds,
+            observe=r.metrics.schedule_run_settled,
+            tell_operators=functools.partial(tell_paused, r.operator_alerts()),
+            limits=limits(r.settings),
+        )
+        return scheduler.run()
