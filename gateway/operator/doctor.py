@@ -51,11 +51,11 @@ from agent import (
     probe_model,
 )
 from gateway.config.channel_config import Effective
+from gateway.config.connections import ConnectionPlan
 from gateway.config.settings import Settings, database_dsn
 from gateway.inbound.socket_mode import probe_socket_mode
 from gateway.models.routes import provider_settings
 from gateway.process.channel_policies import prompt_instructions
-from gateway.process.connections import ConnectionPlan
 from gateway.process.slack_clients import token_cipher
 from gateway.slack.client import slack_client
 from gateway.slack.errors import SlackError, SlackRefused, SlackUnavailable

@@ -29,9 +29,9 @@ import sys
 import threading
 from contextlib import AsyncExitStack
 
+from gateway.config.connections import Connections
 from gateway.config.settings import Settings
 from gateway.process.channel_policies import ChannelPolicies
-from gateway.process.connections import Connections
 from gateway.process.event_loop import loop_factory
 from gateway.process.ingress import Ingress
 from gateway.process.resources import background, open_resources

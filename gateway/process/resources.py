@@ -1,7 +1,7 @@
 """What every role opens first and closes last: the database, Slack, traces, the policy.
 
 An ingress and the workers need the same few things — a database sized by the connection
-plan (gateway/process/connections.py), the process's Slack clients, the tracer, the
+plan (gateway/config/connections.py), the process's Slack clients, the tracer, the
 compiled channel policy — and nothing else of each other. `open_resources` opens them in
 order onto the caller's `AsyncExitStack`, so they close in reverse on every exit path;
 the assemblies (gateway/process/ingress.py, gateway/process/workers.py) take the result
@@ -25,10 +25,10 @@ import aiohttp
 from slack_bolt.authorization import AuthorizeResult
 
 from agent import NO_TRACER, CircuitBreaker, Supervisor, ToolObserver, Tracer, stop_task
+from gateway.config.connections import Connections
 from gateway.config.settings import Settings, database_dsn
 from gateway.delivery.alerts import AlertWindows, OperatorAlerts, TokenAlarm
 from gateway.process.channel_policies import ChannelPolicies, compile_policies
-from gateway.process.connections import Connections
 from gateway.process.slack_clients import SlackClientFactory, identify, seal_stored_tokens
 from gateway.slack.oauth import OPEN_INSTALLS
 from gateway.slack.workspaces import SlackClients

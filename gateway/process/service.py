@@ -14,7 +14,7 @@ the assemblies a process runs, each started and stopped as a unit on one `AsyncE
 They meet in Postgres: admission queues a task, and any worker's lease claims it
 (storage/queue.py), so any number of each can run against one database. What each opens
 is `Resources` (gateway/process/resources.py), sized by the connection plan
-(gateway/process/connections.py) that `doctor` reads too.
+(gateway/config/connections.py) that `doctor` reads too.
 
 The channel policies (`THREADGATE_CHANNEL_CONFIG`, gateway/process/channel_policies.py)
 are compiled before anything is opened, so a bad file stops `serve` first; SIGHUP reads the
@@ -32,9 +32,9 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 
 from agent import CircuitBreaker, ConfigError
+from gateway.config.connections import ConnectionPlan
 from gateway.config.settings import Settings
 from gateway.process.channel_policies import ChannelPolicies
-from gateway.process.connections import ConnectionPlan
 from gateway.process.event_loop import loop_name
 from gateway.process.http import build_health_app, build_metrics_app, listen
 from gateway.process.ingress import Ingress

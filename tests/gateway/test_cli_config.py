@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from agent import ConfigError
+from gateway.config.connections import ConnectionPlan
 from gateway.config.settings import load_settings
 from gateway.models.routes import provider_settings
-from gateway.process.connections import ConnectionPlan
 from tests.gateway.process import run_cli
 
 COMPLETE = {
