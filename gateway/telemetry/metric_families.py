@@ -1,0 +1,313 @@
+"""The gateway's Prometheus families, declared in groups by concern.
+
+`Metrics` (metrics.py) is every group at once, so the rest of the gateway takes one object
+and reads `metrics.events` or calls `metrics.task_settled(...)`. Each group declares its
+families in the registry it is given and holds the verbs that count into them, so a
+concern's names, help texts and callers read together on one short page.
+`tests/gateway/test_metric_families.py` holds the list of families dashboards rely on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from agent import Route
+from storage import LIMIT_SCOPES, ConnectionPool
+
+# How a schedule's period can end (`threadgate_schedule_runs_total`).
+SCHEDULE_OUTCOMES = ("posted", "silent", "failed", "skipped", "limited", "paused")
+_LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+
+
+class EventFamilies:
+    """Slack's deliveries: what became of each, and how fast it was acked."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.events = Counter(
+            "threadgate_events_total",
+            "Slack event deliveries by outcome (admitted, duplicate, ignored, limited, refused, rejected, unauthorized; edited, deleted for edits and deletions).",
+            ["outcome"],
+            registry=registry,
+        )
+        self.ack_seconds = Histogram(
+            "threadgate_ack_seconds",
+            "From request received to ack sent, admission included.",
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+            registry=registry,
+        )
+        self.loop_lag = Histogram(
+            "threadgate_event_loop_lag_seconds",
+            "How late a quarter-second timer woke on each event loop of the process (`loop`:"
+            " ingress, workers, or all when one loop runs both): how long ready work waited"
+            " its turn (gateway/telemetry/loop_lag.py).",
+            ["loop"],
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+            registry=registry,
+        )
+
+
+class MessageFamilies:
+    """What the gatekeeper made of what people sent: limits, pasted credentials, attached
+    files, pins."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.limited = Counter(
+            "threadgate_limited_messages_total",
+            "Messages acked but not answered because a limit refused them, by the limit"
+            " (user, thread, user_tokens, channel_tokens, all_tokens, channel_spend,"
+            " workspace_spend), or their channel was refused (external: shared with another"
+            " organization; unverified: its sharing could not be checked).",
+            ["scope"],
+            registry=registry,
+        )
+        for scope in LIMIT_SCOPES:  # every limit shows, at 0 until it first refuses
+            self.limited.labels(scope)
+        self.attached_files = Counter(
+            "threadgate_attached_files_total",
+            "Files attached to messages, by kind (image, text, pdf, other) and outcome (read,"
+            " or why not: type_not_allowed, too_large, download_failed, not_downloaded_in_time…).",
+            ["kind", "outcome"],
+            registry=registry,
+        )
+        self.pins = Counter(
+            "threadgate_pins_total",
+            "Pin events by outcome: pinned, retained (a message we never stored, kept for its"
+            " pin), unpinned, ignored (not a message of a conversation we keep), failed.",
+            ["outcome"],
+            registry=registry,
+        )
+        self.secrets_redacted = Counter(
+            "threadgate_secrets_redacted_total",
+            "Credentials taken out of what people wrote (messages, edits, back-filled"
+            " messages, file text) before it was stored or shown to a model, by kind.",
+            ["kind"],
+            registry=registry,
+        )
+
+    def message_limited(self, scope: str) -> None:
+        self.limited.labels(scope).inc()
+
+    def file_read(self, kind: str, outcome: str) -> None:
+        self.attached_files.labels(kind, outcome).inc()
+
+    def pin_settled(self, outcome: str) -> None:
+        self.pins.labels(outcome).inc()
+
+    def redacted(self, kinds: Mapping[str, int]) -> None:
+        """What one admission or edit took out, by kind (every kind of
+        gateway/text/secrets.py shows, at 0, once `show_kinds` named them)."""
+        for kind, count in kinds.items():
+            self.secrets_redacted.labels(kind).inc(count)
+
+    def show_kinds(self, kinds: Iterable[str]) -> None:
+        for kind in kinds:
+            self.secrets_redacted.labels(kind)
+
+
+class ModelFamilies:
+    """Model requests: attempts, latency, tokens and cost (fed by `MeteredModel`)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.model_calls = Counter(
+            "threadgate_model_attempts_total",
+            "Attempts on a model slot, by outcome (ok, transient, failed, credential, quota, circuit_open).",
+            ["slot", "model", "outcome"],
+            registry=registry,
+        )
+        self.model_seconds = Histogram(
+            "threadgate_model_request_seconds",
+            "Latency of one model request.",
+            ["slot", "model"],
+            buckets=_LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.tokens = Counter(
+            "threadgate_model_tokens_total",
+            "Tokens by kind.",
+            ["slot", "model", "kind"],
+            registry=registry,
+        )
+        self.cost = Counter(
+            "threadgate_model_cost_usd_total",
+            "What the model answers cost, in USD by the price table (THREADGATE_PRICES over"
+            " the built-in one), by model; answers of a model it has no price for are counted"
+            " in threadgate_model_unpriced_answers_total instead.",
+            ["model"],
+            registry=registry,
+        )
+        self.unpriced = Counter(
+            "threadgate_model_unpriced_answers_total",
+            "Model answers the price table has no price for (their cost is unknown), by model.",
+            ["model"],
+            registry=registry,
+        )
+
+    def on_attempt(self, route: Route, outcome: str) -> None:
+        self.model_calls.labels(str(route.slot), f"{route.provider}:{route.model}", outcome).inc()
+
+
+class SlackFamilies:
+    """Calls to Slack's Web API, the messages we streamed, and clicks on our buttons."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.slack_calls = Counter(
+            "threadgate_slack_api_calls_total",
+            "Slack Web API calls by method and status (ok or Slack's error code).",
+            ["method", "status"],
+            registry=registry,
+        )
+        self.streams = Counter(
+            "threadgate_streamed_messages_total",
+            "Streamed messages by kind (reply, plan) and how they ended: completed (stopped"
+            " as streamed), replaced (completed by chat.update: the text differed, or a"
+            " stream a crashed process left), taken_back (a draft that was not the reply),"
+            " refused (Slack would not stream; posted whole).",
+            ["kind", "outcome"],
+            registry=registry,
+        )
+        self.feedback = Counter(
+            "threadgate_feedback_total",
+            "Votes cast or changed on replies with Slack's feedback buttons, by value"
+            " (positive, negative); a repeated click is not counted.",
+            ["value"],
+            registry=registry,
+        )
+        self.approvals = Counter(
+            "threadgate_approval_clicks_total",
+            "Clicks on approval requests, by outcome (approved, denied; refused: not the"
+            " asker nor an approver; already: decided before; ended, unknown).",
+            ["outcome"],
+            registry=registry,
+        )
+
+    def stream_ended(self, kind: str, outcome: str) -> None:
+        self.streams.labels(kind, outcome).inc()
+
+
+class TaskFamilies:
+    """How the agent's work ended: tasks, rounds, subtasks, tool calls, compactions and
+    schedules' periods (the verbs are `agent.RunnerObserver`'s, and `compacted`)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.tasks = Counter(
+            "threadgate_tasks_total",
+            "Tasks settled, by outcome (request_cap: stopped by the cap on model requests;"
+            " stopped: someone pressed Stop in the thread).",
+            ["outcome"],
+            registry=registry,
+        )
+        self.rounds = Counter(
+            "threadgate_rounds_total", "Rounds run, by decision.", ["decision"], registry=registry
+        )
+        self.subtasks = Counter(
+            "threadgate_subtasks_total", "Subtasks ended, by state.", ["state"], registry=registry
+        )
+        self.tool_calls = Counter(
+            "threadgate_tool_calls_total",
+            "Work-tool calls ended, by MCP server (builtin: threadgate's own and plugins'),"
+            " tool and outcome (ok, error).",
+            ["server", "tool", "outcome"],
+            registry=registry,
+        )
+        self.compactions = Counter(
+            "threadgate_compactions_total",
+            "Summaries of what outgrew a thread's window, by outcome: summarized, failed"
+            " (the older turns were dropped instead, as without compaction).",
+            ["outcome"],
+            registry=registry,
+        )
+        for outcome in ("summarized", "failed"):  # both show, at 0 until the first
+            self.compactions.labels(outcome)
+        self.schedule_runs = Counter(
+            "threadgate_schedule_runs_total",
+            "Periods of schedules, by outcome: posted, silent (no_reply), failed; skipped"
+            " (missed while down, skip); limited (a daily token budget was spent); paused"
+            " (its channel or workspace is gone).",
+            ["outcome"],
+            registry=registry,
+        )
+        for outcome in SCHEDULE_OUTCOMES:
+            self.schedule_runs.labels(outcome)
+
+    def task_settled(self, outcome: str) -> None:
+        self.tasks.labels(outcome).inc()
+
+    def round_decided(self, decision: str) -> None:
+        self.rounds.labels(decision).inc()
+
+    def subtask_settled(self, state: str) -> None:
+        self.subtasks.labels(state).inc()
+
+    def compacted(self, outcome: str) -> None:
+        self.compactions.labels(outcome).inc()
+
+    def schedule_run_settled(self, outcome: str) -> None:
+        self.schedule_runs.labels(outcome).inc()
+
+
+class QueueFamilies:
+    """What is waiting and what today cost: the gauges the queue sampler keeps fresh
+    (`sample_queue` in gateway/process/service.py)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.queue_depth = Gauge(
+            "threadgate_queue_depth",
+            "Unfinished tasks (queued, running or waiting).",
+            registry=registry,
+        )
+        self.oldest_task_seconds = Gauge(
+            "threadgate_oldest_task_age_seconds",
+            "Age of the oldest unfinished task.",
+            registry=registry,
+        )
+        self.tokens_today = Gauge(
+            "threadgate_tokens_today",
+            "Tokens every replica used today (UTC), as stored for the daily budgets, by direction.",
+            ["direction"],
+            registry=registry,
+        )
+
+
+class DatabaseFamilies:
+    """The connection pool, and the rows retention deleted."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.db_pool_wait_seconds = Histogram(
+            "threadgate_db_pool_wait_seconds",
+            "How long a statement waited for a database connection because every one of the"
+            " pool's was lent out (a free connection is taken without waiting: not counted).",
+            buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5),
+            registry=registry,
+        )
+        self.db_pool_connections = Gauge(
+            "threadgate_db_pool_connections",
+            "This process's database connections: lent (running a statement or a"
+            " transaction now), open (open, being opened or being closed), max (the pool's"
+            " size; every replica's max counts against the server's max_connections).",
+            ["state"],
+            registry=registry,
+        )
+        self.db_pool_waiting = Gauge(
+            "threadgate_db_pool_waiting",
+            "Statements waiting for a database connection now.",
+            registry=registry,
+        )
+        self.retention_deleted = Counter(
+            "threadgate_retention_deleted_total",
+            "Rows the retention job deleted, by table (storage/retention.py).",
+            ["table"],
+            registry=registry,
+        )
+
+    def watch_pool(self, pool: ConnectionPool) -> None:
+        """The pool gauges read `pool` when scraped."""
+        self.db_pool_connections.labels("lent").set_function(lambda: pool.lent)
+        self.db_pool_connections.labels("open").set_function(lambda: pool.size)
+        self.db_pool_connections.labels("max").set_function(lambda: pool.max_size)
+        self.db_pool_waiting.set_function(lambda: pool.waiting)
+
+    def retention_deleted_rows(self, table: str, count: int) -> None:
+        """`storage.Retention`'s counter callback."""
+        self.retention_deleted.labels(table).inc(count)
