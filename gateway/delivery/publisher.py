@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -57,6 +58,22 @@ from storage import Outbox
 _TOOL_STATES: dict[str, StepState] = {"running": "in_progress", "ok": "complete", "error": "error"}
 
 
+@dataclass(frozen=True, slots=True)
+class PublisherSettings:
+    """How the publisher shows work: the status line, drafts, and how long an unknown
+    post's outcome is looked for."""
+
+    status: str = "is thinking…"
+    status_refresh_seconds: float = 90.0
+    status_delay_seconds: float = 0.0
+    reconcile_seconds: float = 60.0
+    streams: StreamSettings | None = None  # None: replies posted whole, no drafts
+    # Who our bot is, to find its own posts in a thread; None with many workspaces, where
+    # each installation says.
+    bot_user_id: str | None = None
+    bot_id: str | None = None
+
+
 class SlackPublisher:
     """`agent.Publisher` on Slack (module docstring)."""
 
@@ -64,14 +81,8 @@ class SlackPublisher:
         self,
         client: AsyncWebClient | SlackClients,
         outbox: Outbox,
+        settings: PublisherSettings = PublisherSettings(),
         *,
-        bot_user_id: str | None = None,
-        bot_id: str | None = None,
-        status: str = "is thinking…",
-        status_refresh_seconds: float = 90.0,
-        status_delay_seconds: float = 0.0,
-        reconcile_seconds: float = 60.0,
-        streams: StreamSettings | None = None,
         on_stream_ended: StreamEnded | None = None,
         tracer: Tracer = NO_TRACER,
     ) -> None:
@@ -79,17 +90,17 @@ class SlackPublisher:
         self._clients = client if isinstance(client, SlackClients) else SlackClients.single(client)
         self._status = StatusLine(
             self._clients,
-            status=status,
-            refresh_seconds=status_refresh_seconds,
-            delay_seconds=status_delay_seconds,
+            status=settings.status,
+            refresh_seconds=settings.status_refresh_seconds,
+            delay_seconds=settings.status_delay_seconds,
         )
         self._live = (
             None
-            if streams is None
+            if settings.streams is None
             else LiveMessages(
                 self._clients,
                 outbox,
-                streams,
+                settings.streams,
                 on_visible=self._status.visible,
                 on_ended=on_stream_ended,
             )
@@ -97,9 +108,9 @@ class SlackPublisher:
         search = ThreadSearch(
             self._clients,
             outbox,
-            bot_user_id=bot_user_id,
-            bot_id=bot_id,
-            reconcile_seconds=reconcile_seconds,
+            bot_user_id=settings.bot_user_id,
+            bot_id=settings.bot_id,
+            reconcile_seconds=settings.reconcile_seconds,
             orphans=self._live is not None,
         )
         self._posts = Posts(self._clients, outbox, search, self._live, tracer)

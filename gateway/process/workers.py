@@ -26,7 +26,7 @@ from agent import (
     default_registries,
     schedule_tools,
 )
-from gateway.delivery.publisher import SlackPublisher
+from gateway.delivery.publisher import PublisherSettings, SlackPublisher
 from gateway.delivery.streams import StreamSettings
 from gateway.models.routes import metered_models
 from gateway.process.channel_policies import limits
@@ -93,12 +93,7 @@ class Workers:
 
     def _publisher(self) -> SlackPublisher:
         r, s = self._r, self._r.settings
-        return SlackPublisher(
-            r.clients,
-            r.outbox(),
-            # With many workspaces, each installation says who our bot is there.
-            bot_user_id=r.identity.bot_user_id if r.identity else None,
-            bot_id=r.identity.bot_id if r.identity else None,
+        settings = PublisherSettings(
             status_refresh_seconds=s.threadgate_status_refresh_seconds,
             status_delay_seconds=s.threadgate_status_delay_seconds,
             # Reads retried within a few call limits, then one outcome.
@@ -108,6 +103,14 @@ class Workers:
                 if s.threadgate_streaming
                 else None
             ),
+            # With many workspaces, each installation says who our bot is there.
+            bot_user_id=r.identity.bot_user_id if r.identity else None,
+            bot_id=r.identity.bot_id if r.identity else None,
+        )
+        return SlackPublisher(
+            r.clients,
+            r.outbox(),
+            settings,
             on_stream_ended=r.metrics.stream_ended,
             tracer=r.tracer,
         )

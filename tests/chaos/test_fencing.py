@@ -23,7 +23,7 @@ import asyncpg
 import pytest
 
 from agent import Task
-from gateway.delivery.publisher import SlackPublisher
+from gateway.delivery.publisher import PublisherSettings, SlackPublisher
 from gateway.slack.client import slack_client
 from storage import Superseded
 from storage.admission import Admission, admit
@@ -126,7 +126,9 @@ class Replica:
         self.queue = PostgresTaskQueue(db)
         outbox = Outbox(db, call_seconds=CALL_SECONDS, settle_seconds=SETTLE_SECONDS)
         client = slack_client(BOT_TOKEN, slack.url, timeout=CALL_SECONDS)
-        self.publisher = SlackPublisher(client, outbox, bot_user_id=slack.bot_user_id)
+        self.publisher = SlackPublisher(
+            client, outbox, PublisherSettings(bot_user_id=slack.bot_user_id)
+        )
 
     async def lose_signal_connection(self, admin: asyncpg.Connection) -> None:
         """Its signal connection is terminated (its lease owner's lock goes with it)."""

@@ -7,7 +7,7 @@ The publisher, its outbox on a real Postgres, and the loopback fake Slack.
 
 from __future__ import annotations
 
-from gateway.delivery.publisher import SlackPublisher
+from gateway.delivery.publisher import PublisherSettings, SlackPublisher
 from gateway.delivery.streams import StreamSettings
 from gateway.slack.client import slack_client
 from storage import Admission, Database, Outbox, PostgresTaskQueue, admit
@@ -27,7 +27,7 @@ async def test_a_draft_tells_its_showing_once_its_stream_starts(fresh_dsn: str) 
         assert task is not None
         client = slack_client(BOT_TOKEN, slack.url, timeout=15)
         outbox = Outbox(db, call_seconds=5.0, settle_seconds=0.2)
-        publisher = SlackPublisher(client, outbox, streams=StreamSettings())
+        publisher = SlackPublisher(client, outbox, PublisherSettings(streams=StreamSettings()))
         async with publisher.working(task):
             draft = publisher.draft(task, task.reply_id)
             assert draft.showing.count == 0
