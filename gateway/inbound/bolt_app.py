@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, TypeAlias, cast
 
 from slack_bolt.async_app import AsyncApp
@@ -40,7 +41,7 @@ from gateway.inbound.app_home import AppHome
 from gateway.inbound.edits import inbound_change
 from gateway.inbound.gatekeeper import Gatekeeper
 from gateway.inbound.interactions import Interactions
-from gateway.inbound.pins import Pins, pin_change
+from gateway.inbound.pins import PinChange, Pins, pin_change
 from gateway.inbound.revisions import Revisions
 from gateway.inbound.stops import Stops
 from gateway.slack.events import (
@@ -108,7 +109,26 @@ def build_bolt_app(
     stops: Stops | None = None,
     app_home: AppHome | None = None,
 ) -> AsyncApp:
-    app = AsyncApp(
+    """The app, its listeners and its answer to a failed one (module docstring). A part
+    left None ignores what it would take (an uninstall is then an ordinary event)."""
+    app = _bolt(client, signing_secret, identity, authorize)
+    events = _Events(gatekeeper, metrics, pins, revisions, on_uninstalled, stops, app_home)
+    app.event(re.compile(".+"))(events.on_event)
+    if interactions is not None:
+        _listen_for_clicks(app, interactions)
+    _answer_failures(app, metrics)
+    return app
+
+
+def _bolt(
+    client: AsyncWebClient,
+    signing_secret: str | None,
+    identity: AuthorizeResult | None,
+    authorize: AsyncAuthorize | None,
+) -> AsyncApp:
+    """Bolt, acking only after the listener returned; requests verified when there is a
+    signing secret (HTTP), authorized by our `auth.test` or by `authorize` (OAuth)."""
+    return AsyncApp(
         client=client,
         signing_secret=signing_secret,
         process_before_response=True,
@@ -117,54 +137,67 @@ def build_bolt_app(
         authorize=KnownIdentity(identity) if identity is not None else cast(Any, authorize),
     )
 
-    async def gatekeeper_of(tenant: Tenant) -> Gatekeeper:
-        if isinstance(gatekeeper, Gatekeeper):
-            return gatekeeper
-        return await gatekeeper(tenant.installed_team, tenant.enterprise)
 
-    @app.event(re.compile(".+"))
-    async def on_event(body: dict[str, Any], context: AsyncBoltContext, ack: AsyncAck) -> None:
+@dataclass(frozen=True, slots=True)
+class _Events:
+    """The one event listener: each event goes to the first part that takes it, in the
+    module docstring's order, and is acked once that part returned."""
+
+    gatekeeper: Gatekeeper | Gatekeepers
+    metrics: Metrics
+    pins: WorkspacePins | None
+    revisions: WorkspaceRevisions | None
+    on_uninstalled: Uninstalled | None
+    stops: Stops | None
+    app_home: AppHome | None
+
+    async def on_event(
+        self, body: dict[str, Any], context: AsyncBoltContext, ack: AsyncAck
+    ) -> None:
         event = body.get("event")
         tenant = event_tenant(body)
-        if on_uninstalled is not None and isinstance(event, dict) and uninstalls(event):
-            await on_uninstalled(tenant.installed_team, tenant.enterprise, tenant.org_wide)
-            metrics.events.labels("uninstalled").inc()
-            await ack()
-            return
-        pin = pin_change(body)
-        if pin is not None:
-            kept = (
-                "ignored"
-                if pins is None
-                else await (await pins(tenant.installed_team, tenant.enterprise)).apply(
-                    pin, bot_user_id=context.bot_user_id
-                )
-            )
-            metrics.pin_settled(kept)
+        if self.on_uninstalled is not None and isinstance(event, dict) and uninstalls(event):
+            await self.on_uninstalled(tenant.installed_team, tenant.enterprise, tenant.org_wide)
+            self.metrics.events.labels("uninstalled").inc()
+        elif (pin := pin_change(body)) is not None:
+            self.metrics.pin_settled(await self._pin(pin, tenant, context.bot_user_id))
         else:
-            metrics.events.labels(await _handle(body, tenant, context.bot_user_id)).inc()
+            self.metrics.events.labels(await self._handle(body, tenant, context.bot_user_id)).inc()
         await ack()
 
-    async def _handle(body: dict[str, Any], tenant: Tenant, bot_user_id: str | None) -> str:
+    async def _pin(self, pin: PinChange, tenant: Tenant, bot_user_id: str | None) -> str:
+        if self.pins is None:
+            return "ignored"
+        workspace_pins = await self.pins(tenant.installed_team, tenant.enterprise)
+        return await workspace_pins.apply(pin, bot_user_id=bot_user_id)
+
+    async def _handle(self, body: dict[str, Any], tenant: Tenant, bot_user_id: str | None) -> str:
         stop = session_stopped(body)
         if stop is not None:  # Slack's Stop button (gateway/inbound/stops.py)
-            return "ignored" if stops is None else await stops.apply(stop)
+            return "ignored" if self.stops is None else await self.stops.apply(stop)
         home = messages_opened(body)
         if home is not None:  # the DM with the app opened (gateway/inbound/app_home.py)
-            return "ignored" if app_home is None else await app_home.opened(home)
+            return "ignored" if self.app_home is None else await self.app_home.opened(home)
         change = inbound_change(body)
         if change is not None:
-            if revisions is None:
+            if self.revisions is None:
                 return "ignored"
-            revising = await revisions(tenant.installed_team, tenant.enterprise)
+            revising = await self.revisions(tenant.installed_team, tenant.enterprise)
             return await revising.apply(change, bot_user_id=bot_user_id)
         turn = inbound_turn(body)
         if turn is None:
             return "ignored"
-        return await (await gatekeeper_of(tenant)).admit(turn, bot_user_id=bot_user_id)
+        return await (await self._gatekeeper_of(tenant)).admit(turn, bot_user_id=bot_user_id)
 
-    if interactions is not None:
-        _listen_for_clicks(app, interactions)
+    async def _gatekeeper_of(self, tenant: Tenant) -> Gatekeeper:
+        if isinstance(self.gatekeeper, Gatekeeper):
+            return self.gatekeeper
+        return await self.gatekeeper(tenant.installed_team, tenant.enterprise)
+
+
+def _answer_failures(app: AsyncApp, metrics: Metrics) -> None:
+    """A listener that raised: a malformed event is refused for good (400, acked by Socket
+    Mode), the database down is 503 and an error of ours 500 (neither acked: redelivered)."""
 
     @app.error
     async def on_error(error: Exception, response: BoltResponse) -> None:
@@ -178,8 +211,6 @@ def build_bolt_app(
         else:
             log.exception("event not admitted", exc_info=error)
             response.status, response.body = 500, "internal error"
-
-    return app
 
 
 def _listen_for_clicks(app: AsyncApp, interactions: Interactions) -> None:

@@ -80,14 +80,13 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from agent import ConfigError
 from gateway.inbound.interactions import check_interaction
+from gateway.slack.codes import Meaning
 from gateway.slack.errors import SlackOutcomeUnknown, SlackRefused, slack_call, slack_failure
 from gateway.slack.events import MalformedEvent, check_shape
 from gateway.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
-# Slack's answers to apps.connections.open that mean the app token itself is wrong.
-_REFUSED_TOKEN = {"invalid_auth", "not_authed", "not_allowed_token_type", "token_revoked"}
 _CONNECTIONS_OPEN = "apps.connections.open"
 # What a failure on the Socket Mode WebSocket itself names as its method: it has none.
 _WEBSOCKET = "websocket"
@@ -317,7 +316,7 @@ def _connections_open() -> Iterator[None]:
         with slack_call(_CONNECTIONS_OPEN):
             yield
     except SlackRefused as refused:
-        if refused.error in _REFUSED_TOKEN:
+        if refused.meaning is Meaning.TOKEN_REFUSED:
             raise ConfigError(
                 f"SLACK_APP_TOKEN was refused by Slack ({refused.error}): put an app-level "
                 "token (xapp-…) with the connections:write scope there."

@@ -39,6 +39,7 @@ from datetime import datetime
 from slack_sdk.web.async_client import AsyncWebClient
 
 from gateway.delivery.alerts import OperatorAlerts
+from gateway.slack.codes import Meaning, describe
 from gateway.slack.errors import SlackError, SlackRefused
 from gateway.slack.workspaces import NotInstalled, SlackClients
 from gateway.text.provenance import ScheduleTurn, render_schedule_turn
@@ -59,16 +60,8 @@ from storage import (
 
 log = logging.getLogger(__name__)
 
-# Slack's answers that mean the run can never post there.
-_GONE = {
-    "channel_not_found": "its channel was not found (deleted, or the bot was removed from it)",
-    "is_archived": "its channel is archived",
-    "user_not_found": "its person was not found",
-    "user_disabled": "its person's account is deactivated",
-    "account_inactive": "the workspace's token is inactive (the app was uninstalled)",
-    "token_revoked": "the workspace's token was revoked (the app was uninstalled)",
-    "invalid_auth": "the workspace's token is no longer valid (the app was uninstalled)",
-}
+# What Slack's refusal means when the run can never post there (gateway/slack/codes.py).
+_UNRUNNABLE = frozenset({Meaning.TOKEN_REFUSED, Meaning.CONVERSATION_GONE, Meaning.PERSON_GONE})
 
 # A schedule another scheduler holds is mid-fire: its transaction takes milliseconds.
 _HELD = 0.25
@@ -193,7 +186,7 @@ class Scheduler:
         except NotInstalled:
             return await self._pause(schedule, "token_revoked")
         except SlackRefused as exc:
-            if exc.error in _GONE:
+            if exc.meaning in _UNRUNNABLE:
                 return await self._pause(schedule, exc.error)
             log.warning("schedule %s: checking its channel failed (%s)", schedule.id, exc.error)
         except SlackError as exc:
@@ -209,8 +202,9 @@ class Scheduler:
         await set_dm_channel(self._db, schedule.id, channel)
         return channel
 
-    async def _pause(self, schedule: StoredSchedule, error: str) -> str | None:
-        reason = f"{_GONE[error]} ({error})"
+    async def _pause(self, schedule: StoredSchedule, code: str) -> str | None:
+        """Pause `schedule` for Slack's `code`, saying why in an operator's words."""
+        reason = describe(code)
         if await pause_unrunnable(self._db, schedule.id, reason):
             log.warning("schedule %s paused: %s", schedule.id, reason)
             self._observe("paused")

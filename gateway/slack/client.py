@@ -23,8 +23,8 @@ before it looks for a post whose call never answered.
 A call that fails raises one of `gateway.slack.errors`' three outcomes (refused, outcome
 unknown, unavailable), mapped there once from whatever slack_sdk, aiohttp or the clock
 raised. Every call is counted by method and status, and a refusal of our own token
-(`invalid_auth`, `token_revoked`, `account_inactive`) is the one Slack error an operator
-must hear about at once: it is logged at CRITICAL and handed to `on_token_refused`.
+(`Meaning.TOKEN_REFUSED`, gateway/slack/codes.py) is the one Slack error an operator must
+hear about at once: it is logged at CRITICAL and handed to `on_token_refused`.
 Every call is a span of the trace it is made in (`slack {method}`, agent/core/tracing.py).
 """
 
@@ -51,12 +51,11 @@ from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from agent import NO_TRACER, ConfigError, Supervisor, Tracer
+from gateway.slack.codes import Meaning
 from gateway.slack.errors import SlackRefused, slack_failure
 from gateway.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
-
-TOKEN_REFUSALS = frozenset({"invalid_auth", "token_revoked", "account_inactive", "not_authed"})
 
 TokenRefused = Callable[[str, str], Coroutine[Any, Any, None]]
 
@@ -129,7 +128,7 @@ class MeteredWebClient(AsyncWebClient):
             self._count(api_method, type(exc).__name__ if failure is None else failure.reason)
             if failure is None:
                 raise
-            if isinstance(failure, SlackRefused) and failure.error in TOKEN_REFUSALS:
+            if isinstance(failure, SlackRefused) and failure.meaning is Meaning.TOKEN_REFUSED:
                 await self._token_refused(api_method, failure.error)
             raise failure from exc
         self._count(api_method, "ok")

@@ -20,6 +20,9 @@ around what does not go through that client (Socket Mode's own Web API client an
 WebSocket). Code above the boundary catches `SlackError` and branches on the outcome,
 never on a tuple of foreign types. `tests/gateway/test_slack_errors.py` checks that every
 exception class of those libraries maps to exactly one outcome.
+What Slack's error code means for us (our token refused, the conversation gone, …) is
+gateway/slack/codes.py's table: a refusal carries it as `SlackRefused.meaning`, and the
+mapping reads it there to tell a refusal from an error on Slack's side.
 A caller that bounds a call with a deadline of its own (`slack_deadline`) gets the same
 outcome when that deadline runs out; `worth_rereading` says whether a failed read may
 succeed if asked again.
@@ -50,8 +53,7 @@ from slack_sdk.errors import (
 )
 from slack_sdk.web.slack_response import SlackResponse
 
-# Slack's own words for "something went wrong on our side": the write may have happened.
-MAYBE_DONE = frozenset({"internal_error", "fatal_error", "service_unavailable", "request_timeout"})
+from gateway.slack.codes import Meaning, meaning_of
 
 # Errors raised before a request is sent: a usage mistake or a missing credential on our side.
 _NEVER_SENT: tuple[type[BaseException], ...] = (
@@ -88,10 +90,12 @@ class SlackError(SlackClientError):
 
 class SlackRefused(SlackError, SlackApiError):
     """Slack answered and refused: `error` is its error code (`channel_not_found`,
-    `ratelimited`, …); `retry_after` the seconds Slack asked to wait, when it said."""
+    `ratelimited`, …), `meaning` what that means for us (None: nothing in particular,
+    gateway/slack/codes.py); `retry_after` the seconds Slack asked to wait, when it said."""
 
     def __init__(self, method: str, response: SlackResponse) -> None:
         self.error = _error_code(response)
+        self.meaning = meaning_of(self.error)
         SlackError.__init__(self, method, self.error)
         self.response = response
         self.retry_after = _retry_after(response)
@@ -152,13 +156,13 @@ def worth_rereading(failure: SlackError) -> bool:
     of reach or did not answer, or asked us to slow down (`ratelimited`). Any other
     refusal (`missing_scope`, `channel_not_found`, …) will be given again."""
     if isinstance(failure, SlackRefused):
-        return failure.error == "ratelimited" or failure.response.status_code == 429
+        return failure.meaning is Meaning.RATE_LIMITED or failure.response.status_code == 429
     return True
 
 
 def _answered(exc: SlackApiError, method: str) -> SlackError:
     response = exc.response
-    if response.status_code >= 500 or _error_code(response) in MAYBE_DONE:
+    if response.status_code >= 500 or meaning_of(_error_code(response)) is Meaning.SLACK_FAILED:
         return SlackOutcomeUnknown(method, _error_code(response))
     return SlackRefused(method, response)
 
