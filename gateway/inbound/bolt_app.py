@@ -98,25 +98,17 @@ def build_bolt_app(
     *,
     client: AsyncWebClient,
     signing_secret: str | None,
-    gatekeeper: Gatekeeper | Gatekeepers,
-    metrics: Metrics,
+    listeners: Listeners,
     identity: AuthorizeResult | None = None,
-    pins: WorkspacePins | None = None,
-    revisions: WorkspaceRevisions | None = None,
     authorize: AsyncAuthorize | None = None,
-    on_uninstalled: Uninstalled | None = None,
     interactions: Interactions | None = None,
-    stops: Stops | None = None,
-    app_home: AppHome | None = None,
 ) -> AsyncApp:
-    """The app, its listeners and its answer to a failed one (module docstring). A part
-    left None ignores what it would take (an uninstall is then an ordinary event)."""
+    """The app, its listeners and its answer to a failed one (module docstring)."""
     app = _bolt(client, signing_secret, identity, authorize)
-    events = _Events(gatekeeper, metrics, pins, revisions, on_uninstalled, stops, app_home)
-    app.event(re.compile(".+"))(events.on_event)
+    app.event(re.compile(".+"))(listeners.on_event)
     if interactions is not None:
         _listen_for_clicks(app, interactions)
-    _answer_failures(app, metrics)
+    _answer_failures(app, listeners.metrics)
     return app
 
 
@@ -139,17 +131,18 @@ def _bolt(
 
 
 @dataclass(frozen=True, slots=True)
-class _Events:
+class Listeners:
     """The one event listener: each event goes to the first part that takes it, in the
-    module docstring's order, and is acked once that part returned."""
+    module docstring's order, and is acked once that part returned. A part left None
+    ignores what it would take (an uninstall is then an ordinary event)."""
 
     gatekeeper: Gatekeeper | Gatekeepers
     metrics: Metrics
-    pins: WorkspacePins | None
-    revisions: WorkspaceRevisions | None
-    on_uninstalled: Uninstalled | None
-    stops: Stops | None
-    app_home: AppHome | None
+    pins: WorkspacePins | None = None
+    revisions: WorkspaceRevisions | None = None
+    on_uninstalled: Uninstalled | None = None
+    stops: Stops | None = None
+    app_home: AppHome | None = None
 
     async def on_event(
         self, body: dict[str, Any], context: AsyncBoltContext, ack: AsyncAck

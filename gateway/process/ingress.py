@@ -23,7 +23,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from gateway.delivery.approval import ApprovalMessages
 from gateway.inbound.app_home import AppHome
 from gateway.inbound.attachments import FileReader
-from gateway.inbound.bolt_app import build_bolt_app
+from gateway.inbound.bolt_app import Listeners, build_bolt_app
 from gateway.inbound.decoders import Decoders
 from gateway.inbound.files import FileDownloader
 from gateway.inbound.gatekeeper import Gatekeeper, InFlight, Policy
@@ -89,25 +89,28 @@ class Ingress:
         r, s = self._r, self._r.settings
         clients, db = r.clients, r.db
         secret = s.slack_signing_secret
-        return build_bolt_app(
-            # With many workspaces bolt's client holds no token: bolt lends it each
-            # event's; we call Slack through our own clients anyway.
-            client=(await clients.for_team(None)) if r.identity else r.slack.tokenless(),
-            signing_secret=secret.get_secret_value() if secret else None,
-            gatekeeper=self.gatekeeper,
-            metrics=r.metrics,
-            identity=r.identity,
+        listeners = Listeners(
+            self.gatekeeper,
+            r.metrics,
             pins=self.pins,
             revisions=self.revisions,
-            authorize=InstalledIdentity(clients) if installations else None,
             on_uninstalled=Uninstaller(db, installations, clients) if installations else None,
-            interactions=self._interactions(),
             stops=Stops(db, clients),
             app_home=AppHome(
                 clients,
                 s.suggested_prompts if s.threadgate_agent_view else (),
                 budget_seconds=s.threadgate_lookup_budget_seconds,
             ),
+        )
+        return build_bolt_app(
+            # With many workspaces bolt's client holds no token: bolt lends it each
+            # event's; we call Slack through our own clients anyway.
+            client=(await clients.for_team(None)) if r.identity else r.slack.tokenless(),
+            signing_secret=secret.get_secret_value() if secret else None,
+            listeners=listeners,
+            identity=r.identity,
+            authorize=InstalledIdentity(clients) if installations else None,
+            interactions=self._interactions(),
         )
 
     async def gatekeeper(self, team_id: str | None, enterprise_id: str | None) -> Gatekeeper:
