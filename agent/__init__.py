@@ -133,7 +133,13 @@ from agent.core.tracing import (
 from agent.durable.background import Supervisor, stop_task
 from agent.durable.compaction import Compaction, CompactionSettings
 from agent.durable.notices import FailureKind, FailureNotices
-from agent.durable.responder import ModelResponder, route_of
+from agent.durable.responder import (
+    DEFAULT_RESPONDER,
+    ModelResponder,
+    ResponderPorts,
+    ResponderSettings,
+    route_of,
+)
 from agent.durable.runner import (
     DEFAULT_RUNNER,
     Responder,
@@ -242,6 +248,7 @@ __all__ = [
     "DEFAULT_MODEL_TIMEOUT",
     "DEFAULT_PRICES",
     "DEFAULT_PRICE_TABLE",
+    "DEFAULT_RESPONDER",
     "DEFAULT_ROUND",
     "DEFAULT_RUNNER",
     "GATEWAY_HEADER_VARIABLE",
@@ -353,6 +360,8 @@ __all__ = [
     "ReferenceCatalog",
     "Reply",
     "Responder",
+    "ResponderPorts",
+    "ResponderSettings",
     "RetryPolicy",
     "RoundFailed",
     "RoundInput",

@@ -10,7 +10,7 @@ from agent.core.delegation import RoundInput
 from agent.core.errors import NonTransientModelError, Route
 from agent.core.ports import AnswerOrigin, Overflow, PromptEpoch, StoredMessage, Summary, Task
 from agent.durable.compaction import Compaction
-from agent.durable.responder import ModelResponder
+from agent.durable.responder import ModelResponder, ResponderPorts, ResponderSettings
 from agent.durable.runner import RunnerSettings, TaskRunner
 from agent.models.contract import (
     AssistantMessage,
@@ -75,8 +75,8 @@ async def test_a_round_is_asked_under_the_sessions_pinned_prompt() -> None:
     memory = PinnedMemory()
     responder = ModelResponder(
         AttemptLadder([FunctionModel(replying_hi(seen))], sleep=_no_sleep),
-        memory=memory,
-        instructions="Be brief.",
+        ports=ResponderPorts(memory=memory),
+        settings=ResponderSettings(instructions="Be brief."),
     )
     decision = await responder(RoundInput(TASK, WINDOW))
     assert seen[0].messages[0] == SystemMessage(OLD.text)
@@ -91,7 +91,8 @@ async def test_a_round_handed_its_sessions_prompt_does_not_read_it_again() -> No
     seen: list[ModelRequest] = []
     memory = PinnedMemory()
     responder = ModelResponder(
-        AttemptLadder([FunctionModel(replying_hi(seen))], sleep=_no_sleep), memory=memory
+        AttemptLadder([FunctionModel(replying_hi(seen))], sleep=_no_sleep),
+        ports=ResponderPorts(memory=memory),
     )
     assert await responder.pin_prompt(TASK) == OLD and len(memory.asked) == 1
     pinned = replace(responder.epoch_of(TASK), hash="old", text=OLD.text)  # the same offer
@@ -106,7 +107,8 @@ async def test_a_round_handed_an_epoch_with_another_offer_asks_the_memory() -> N
     seen: list[ModelRequest] = []
     memory = PinnedMemory()
     responder = ModelResponder(
-        AttemptLadder([FunctionModel(replying_hi(seen))], sleep=_no_sleep), memory=memory
+        AttemptLadder([FunctionModel(replying_hi(seen))], sleep=_no_sleep),
+        ports=ResponderPorts(memory=memory),
     )
     stale = replace(responder.epoch_of(TASK), hash="stale", offer_hash="another offer")
     await responder(RoundInput(TASK, WINDOW, prompt=stale))

@@ -28,7 +28,7 @@ from agent import (
 from agent.core.delegation import RoundInput
 from agent.core.errors import RoundFailed
 from agent.core.ports import StoredMessage
-from agent.durable.responder import ModelResponder
+from agent.durable.responder import ModelResponder, ResponderPorts
 from agent.models.contract import ModelRequest, ModelResponse, UserMessage
 from agent.models.function_model import FunctionModel, tool_response
 from agent.models.ladder import AttemptLadder
@@ -223,7 +223,7 @@ async def test_a_run_is_offered_no_reply_and_no_tool_that_waits_for_a_person() -
     responder = ModelResponder(
         AttemptLadder([FunctionModel(answer)]),
         tools=ToolRegistry([Deploy(), Look()]),
-        approvals=MemoryApprovals(),
+        ports=ResponderPorts(approvals=MemoryApprovals()),
     )
     window = [StoredMessage(TASK.user_message_id, TASK.session_id, "user", "turn", "hi")]
     await responder(RoundInput(RUN, window))
