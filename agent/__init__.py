@@ -144,6 +144,7 @@ from agent.durable.runner import (
     DEFAULT_RUNNER,
     Responder,
     RunnerObserver,
+    RunnerPorts,
     RunnerSettings,
     TaskRunner,
 )
@@ -372,6 +373,7 @@ __all__ = [
     "Route",
     "RouteConfig",
     "RunnerObserver",
+    "RunnerPorts",
     "RunnerSettings",
     "Sampling",
     "ScheduleBook",

@@ -209,41 +209,50 @@ class RunnerSettings:
 DEFAULT_RUNNER = RunnerSettings()
 
 
+@dataclass(frozen=True, slots=True)
+class RunnerPorts:
+    """What the runner works through: the stores it leases, reads and writes, where it
+    posts and alerts, and, optionally, what shows and records its work. Without
+    `approvals` no round pauses; without a `desk` nobody is asked (agent/core/approval.py)."""
+
+    queue: TaskQueue
+    delegations: DelegationStore
+    history: History
+    publisher: Publisher
+    alerts: AlertSink
+    observer: RunnerObserver | None = None
+    live: LiveView | None = None
+    memory: Memory | None = None
+    approvals: ApprovalStore | None = None
+    desk: ApprovalDesk | None = None
+    tracer: Tracer = NO_TRACER
+
+
 class TaskRunner:
+    """Workers that lease tasks and subtasks and carry each to its end (the module
+    docstring), through its `RunnerPorts`, asking `respond` for every round."""
+
     def __init__(
         self,
-        *,
-        queue: TaskQueue,
-        delegations: DelegationStore,
-        history: History,
-        publisher: Publisher,
-        alerts: AlertSink,
+        ports: RunnerPorts,
         respond: Responder,
+        *,
         settings: RunnerSettings = DEFAULT_RUNNER,
-        observer: RunnerObserver | None = None,
-        clock: Clock = utc_now,
-        live: LiveView | None = None,
-        memory: Memory | None = None,
         compaction: Compaction | None = None,
-        approvals: ApprovalStore | None = None,
-        desk: ApprovalDesk | None = None,
-        tracer: Tracer = NO_TRACER,
+        clock: Clock = utc_now,
     ) -> None:
-        self._tracer = tracer
-        self._approvals = approvals
-        self._desk = desk
-        self._compaction = compaction
-        self._memory = memory
-        self._live = live
-        self._observer = observer or _Unobserved()
-        self._clock = clock
-        self._queue = queue
-        self._delegations = delegations
-        self._history = history
-        self._publisher = publisher
-        self._alerts = alerts
+        self._ports = ports
+        self._queue = ports.queue
+        self._delegations = ports.delegations
+        self._history = ports.history
+        self._publisher = ports.publisher
+        self._alerts = ports.alerts
+        self._observer = ports.observer or _Unobserved()
+        self._tracer = ports.tracer
         self._respond = respond
         self._settings = settings
+        self._compaction = compaction
+        self._clock = clock
         self._workers: set[asyncio.Task[None]] = set()
 
     def start(self) -> None:
@@ -447,8 +456,8 @@ class TaskRunner:
     async def _stamp(self, message_id: str, ours: bool, origin: AnswerOrigin | None) -> None:
         """Record which prompt and route wrote the stored answer — when it is this round's
         (a re-run after a crash may find another attempt's answer stored first)."""
-        if self._memory is not None and origin is not None and ours:
-            await self._memory.stamp(message_id, origin)
+        if self._ports.memory is not None and origin is not None and ours:
+            await self._ports.memory.stamp(message_id, origin)
 
     async def _within_time_limit(
         self, task: Task, round_input: RoundInput, *, waited: float = 0.0
@@ -591,22 +600,22 @@ class TaskRunner:
 
     async def _latest_pause(self, task: Task) -> PausedRound | None:
         """The task's latest pause (only a lease stores one: a first attempt has none)."""
-        if self._approvals is None or task.attempts <= 1:
+        if self._ports.approvals is None or task.attempts <= 1:
             return None
-        return await self._approvals.paused(task)
+        return await self._ports.approvals.paused(task)
 
     async def _pause(
         self, task: Task, number: int, latest: PausedRound | None, paused: Paused
     ) -> None:
         """Store the paused round with one request per call that needs a person, ask
         them, and release the task until they decided."""
-        assert self._approvals is not None  # such tools are offered only with a store
+        assert self._ports.approvals is not None  # such tools are offered only with a store
         n = latest.number + 1 if latest is not None else 0
         requests = tuple(
             ApprovalRequest(approval_id(task.id, n, i), call.call_id, call.tool, call.arguments)
             for i, call in enumerate(paused.calls)
         )
-        stored = await self._approvals.pause(
+        stored = await self._ports.approvals.pause(
             task,
             PausedRound(n, number, paused.state, requests),
             timeout_seconds=self._settings.approval_timeout_seconds,
@@ -616,19 +625,19 @@ class TaskRunner:
     async def _wait_for_people(self, task: Task, paused: PausedRound) -> None:
         """Ask for every undecided request (the outbox posts each once: asking again
         after a crash is free), then release the task until all are decided."""
-        assert self._approvals is not None
-        if self._desk is not None:
+        assert self._ports.approvals is not None
+        if self._ports.desk is not None:
             for request in paused.undecided:
-                await self._desk.ask(task, request)
-        await self._approvals.await_decisions(task)
+                await self._ports.desk.ask(task, request)
+        await self._ports.approvals.await_decisions(task)
 
     async def _show_decisions(self, task: Task, paused: PausedRound | None) -> None:
         """Show each decision where its request was asked (display only)."""
-        if paused is None or self._desk is None:
+        if paused is None or self._ports.desk is None:
             return
         for request in paused.requests:
             if (decision := paused.decisions.get(request.id)) is not None:
-                await self._desk.show(task, request, decision)
+                await self._ports.desk.show(task, request, decision)
 
     # Subtasks
 
@@ -660,9 +669,9 @@ class TaskRunner:
 
     async def _show(self, task: Task, subtask: Subtask, state: StepState) -> None:
         """Show the subtask's state under its acknowledgment (display only)."""
-        if self._live is not None:
+        if self._ports.live is not None:
             step = Step(subtask.id, subtask.request.title, state)
-            await self._live.step(task, task.ack_id(subtask.round), step)
+            await self._ports.live.step(task, task.ack_id(subtask.round), step)
 
     async def _subtask_outcome(self, subtask: Subtask, task: Task) -> tuple[SubtaskState, str]:
         try:

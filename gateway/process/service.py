@@ -69,6 +69,7 @@ from agent import (
     ResponderSettings,
     RetryPolicy,
     RoundSettings,
+    RunnerPorts,
     RunnerSettings,
     SubtaskRegistry,
     Supervisor,
@@ -374,12 +375,20 @@ def build_runner(
     )
     lease = settings.threadgate_lease_seconds
     return TaskRunner(
-        queue=PostgresTaskQueue(db, lease_seconds=lease),
-        delegations=PostgresDelegations(db, lease_seconds=lease),
-        history=PostgresHistory(db, max_pinned=settings.threadgate_pinned_max),
-        publisher=publisher,
-        alerts=alerts,
-        respond=respond,
+        RunnerPorts(
+            queue=PostgresTaskQueue(db, lease_seconds=lease),
+            delegations=PostgresDelegations(db, lease_seconds=lease),
+            history=PostgresHistory(db, max_pinned=settings.threadgate_pinned_max),
+            publisher=publisher,
+            alerts=alerts,
+            observer=metrics,
+            live=live,
+            memory=PostgresMemory(db),
+            approvals=approvals,
+            desk=desk,
+            tracer=tracer,
+        ),
+        respond,
         settings=RunnerSettings(
             workers=settings.threadgate_workers,
             heartbeat_seconds=lease / 3,
@@ -393,13 +402,7 @@ def build_runner(
             notices=FailureNotices(override=settings.threadgate_failure_notice),
             approval_timeout_seconds=settings.threadgate_approval_timeout_seconds,
         ),
-        observer=metrics,
-        live=live,
-        memory=PostgresMemory(db),
         compaction=compaction,
-        approvals=approvals,
-        desk=desk,
-        tracer=tracer,
     )
 
 

@@ -11,7 +11,7 @@ from agent.core.errors import NonTransientModelError, Route
 from agent.core.ports import AnswerOrigin, Overflow, PromptEpoch, StoredMessage, Summary, Task
 from agent.durable.compaction import Compaction
 from agent.durable.responder import ModelResponder, ResponderPorts, ResponderSettings
-from agent.durable.runner import RunnerSettings, TaskRunner
+from agent.durable.runner import RunnerPorts, RunnerSettings, TaskRunner
 from agent.models.contract import (
     AssistantMessage,
     ModelRequest,
@@ -222,12 +222,14 @@ async def summarize(task: Task, messages: object, *, max_output_tokens: int) -> 
 def compacting_runner(history: MemoryHistory, store: Summaries, agent: Agent) -> TaskRunner:
     """A runner for RUN whose window budget cuts EARLIER, compacting into `store`."""
     return TaskRunner(
-        queue=MemoryQueue([RUN]),
-        delegations=MemoryDelegations(),
-        history=history,
-        publisher=MemoryPublisher(),
-        alerts=MemoryAlerts(),
-        respond=agent,
+        RunnerPorts(
+            queue=MemoryQueue([RUN]),
+            delegations=MemoryDelegations(),
+            history=history,
+            publisher=MemoryPublisher(),
+            alerts=MemoryAlerts(),
+        ),
+        agent,
         settings=RunnerSettings(history_chars=150),
         compaction=Compaction(store, summarize, epoch=OLD),
     )
@@ -284,13 +286,15 @@ async def test_the_runner_stamps_each_answer_it_stored_with_its_origin() -> None
     memory, history = Stamps(), MemoryHistory([(RUN.user_message_id, TURN)])
     delegations = MemoryDelegations()
     runner = TaskRunner(
-        queue=MemoryQueue([RUN]),
-        delegations=delegations,
-        history=history,
-        publisher=MemoryPublisher(),
-        alerts=MemoryAlerts(),
-        respond=Agent(decide),
-        memory=memory,
+        RunnerPorts(
+            queue=MemoryQueue([RUN]),
+            delegations=delegations,
+            history=history,
+            publisher=MemoryPublisher(),
+            alerts=MemoryAlerts(),
+            memory=memory,
+        ),
+        Agent(decide),
     )
     await runner.run_task(RUN)
     while (claimed := await delegations.claim_subtask()) is not None:

@@ -26,6 +26,7 @@ from agent.durable.runner import (
     DEFAULT_RUNNER,
     INTERNAL_ERROR,
     TIMED_OUT,
+    RunnerPorts,
     RunnerSettings,
     TaskRunner,
 )
@@ -95,15 +96,17 @@ class Rig:
             MemoryAlerts(),
         )
         self.runner = TaskRunner(
-            queue=self.queue,
-            delegations=self.delegations,
-            history=self.history,
-            publisher=self.publisher,
-            alerts=self.alerts,
-            respond=agent,
+            RunnerPorts(
+                queue=self.queue,
+                delegations=self.delegations,
+                history=self.history,
+                publisher=self.publisher,
+                alerts=self.alerts,
+                live=live,
+            ),
+            agent,
             settings=settings,
             clock=clock,
-            live=live,
         )
 
     async def run_subtasks(self) -> None:
@@ -153,12 +156,14 @@ async def test_a_failed_window_read_leaves_no_prompt_read_running() -> None:
     pinning = asyncio.Event()
     agent, queue = SlowPin(lambda r: Reply("never")), MemoryQueue([TASK])
     runner = TaskRunner(
-        queue=queue,
-        delegations=MemoryDelegations(),
-        history=Unreadable([(TASK.user_message_id, TURN)]),
-        publisher=MemoryPublisher(),
-        alerts=MemoryAlerts(),
-        respond=agent,
+        RunnerPorts(
+            queue=queue,
+            delegations=MemoryDelegations(),
+            history=Unreadable([(TASK.user_message_id, TURN)]),
+            publisher=MemoryPublisher(),
+            alerts=MemoryAlerts(),
+        ),
+        agent,
     )
     await runner.run_task(TASK)
     assert agent.rounds == [] and queue.finished == []

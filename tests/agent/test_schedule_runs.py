@@ -12,6 +12,7 @@ import pytest
 
 from agent import (
     Reply,
+    RunnerPorts,
     ScheduleBook,
     ScheduleEntry,
     ScheduleRequest,
@@ -99,13 +100,15 @@ async def run(task: Task, decide: Any) -> tuple[Rig, Outcomes]:
     """Run `task` on the runner tests' rig, its outcomes told to an observer."""
     rig, outcomes = Rig(Agent(decide)), Outcomes()
     runner = TaskRunner(
-        queue=rig.queue,
-        delegations=rig.delegations,
-        history=rig.history,
-        publisher=rig.publisher,
-        alerts=rig.alerts,
-        respond=rig.agent,
-        observer=outcomes,
+        RunnerPorts(
+            queue=rig.queue,
+            delegations=rig.delegations,
+            history=rig.history,
+            publisher=rig.publisher,
+            alerts=rig.alerts,
+            observer=outcomes,
+        ),
+        rig.agent,
     )
     await runner.run_task(task)
     return rig, outcomes
