@@ -375,12 +375,34 @@ class TaskRunner:
         log.warning("task %s: attempt %d lost its lease; stopped", task.id, task.attempts)
 
     async def _advance(self, task: Task) -> None:
-        # The claim says whether a reply is stored (a crash before its post, or a limit
-        # notice stored at admission); a task claimed without saying is looked up.
-        may_be_stored = task.stored_reply is not False
-        reply = await self._history.get(task.reply_id) if may_be_stored else None
-        if reply is not None:
+        """Carry the task one step on from what is stored: post a stored reply, wait for
+        pending subtasks or people, or run the next round and act on its decision."""
+        if (reply := await self._stored_reply(task)) is not None:
             return await self._deliver_reply(task, reply)
+        state = await self._round_state(task)
+        number = len(state.finished)
+        if state.pending is not None:
+            return await self._wait_for(task, number, state.pending)
+        latest = await self._latest_pause(task)
+        resume = latest if latest is not None and latest.round == number else None
+        if resume is not None and resume.undecided:
+            return await self._wait_for_people(task, resume)
+        await self._show_decisions(task, resume)
+        round_input = await self._round_input(task, state, resume)
+        waited = latest.waited_seconds if latest is not None else 0.0
+        decision = await self._decide(round_input, waited)
+        if isinstance(decision, Paused):
+            return await self._pause(task, number, latest, decision)
+        await self._act(task, number, decision)
+
+    async def _stored_reply(self, task: Task) -> StoredMessage | None:
+        """The claim says whether a reply is stored (a crash before its post, or a limit
+        notice stored at admission); a task claimed without saying is looked up."""
+        may_be_stored = task.stored_reply is not False
+        return await self._history.get(task.reply_id) if may_be_stored else None
+
+    async def _round_state(self, task: Task) -> RoundState:
+        """The task's rounds so far, each finished one's acknowledgment posted again."""
         # Only a lease ever stores a delegation: a task's first attempt has none to find.
         state = await self._delegations.load(task) if task.attempts > 1 else RoundState()
         # A crash between storing a delegation and posting its ack can leave the ack unsent
@@ -392,14 +414,14 @@ class TaskRunner:
                 record.acknowledgment,
                 steps=_settled_steps(task, record),
             )
-        if state.pending is not None:
-            return await self._wait_for(task, len(state.finished), state.pending)
+        return state
+
+    async def _round_input(
+        self, task: Task, state: RoundState, resume: PausedRound | None
+    ) -> RoundInput:
+        """What the next round is asked with: the window (compacted before a task's first
+        round when the budget cut it) and the session's pinned prompt."""
         number = len(state.finished)
-        latest = await self._latest_pause(task)
-        resume = latest if latest is not None and latest.round == number else None
-        if resume is not None and resume.undecided:
-            return await self._wait_for_people(task, resume)
-        await self._show_decisions(task, resume)
         window, prompt = await self._window_and_prompt(task)
         # Before the first round only: a task compacts its thread at most once, and a
         # window the budget left nothing out of has nothing to compact.
@@ -408,40 +430,24 @@ class TaskRunner:
         if compaction is not None and await compaction(task, window):
             window = await self._window(task)
             prompt = None  # compaction re-pins the session's prompt: the round reads it anew
+        final = number >= self._settings.max_rounds - 1
+        return RoundInput(task, list(window), state.finished, number, final, prompt, resume)
+
+    async def _decide(self, round_input: RoundInput, waited: float) -> Decision:
+        """Run the round in its span, within the task's time limit."""
+        number = round_input.number
         with self._tracer.span(f"round {number}", {"threadgate.round": number}) as span:
-            decision = await self._within_time_limit(
-                task,
-                RoundInput(
-                    task,
-                    list(window),
-                    state.finished,
-                    number,
-                    number >= self._settings.max_rounds - 1,
-                    prompt,
-                    resume,
-                ),
-                waited=latest.waited_seconds if latest is not None else 0.0,
-            )
+            decision = await self._within_time_limit(round_input.task, round_input, waited=waited)
             span.set({"threadgate.decision": type(decision).__name__.lower()})
         self._observer.round_decided(type(decision).__name__.lower())
-        if isinstance(decision, Paused):
-            return await self._pause(task, number, latest, decision)
+        return decision
+
+    async def _act(self, task: Task, number: int, decision: Reply | Delegation | Silence) -> None:
+        """End the task on a reply or silence; store a delegation and wait for it."""
         if isinstance(decision, Silence):
             return await self._end_silently(task, decision)
         if isinstance(decision, Reply):
-            draft = StoredMessage(
-                task.reply_id,
-                task.session_id,
-                "assistant",
-                "reply",
-                decision.text,
-                citations=decision.citations,
-            )
-            # Stored with where it came from, in the same statement (`History.append`).
-            reply = await self._history.append(
-                draft, answers=task.user_message_id, origin=decision.origin
-            )
-            return await self._deliver_reply(task, reply)
+            return await self._deliver_reply(task, await self._store_reply(task, decision))
         if number >= self._settings.max_rounds - 1:
             raise RoundFailed(
                 "the model delegated in the final round, where delegate is not offered"
@@ -452,6 +458,20 @@ class TaskRunner:
         same = stored.acknowledgment == decision.acknowledgment
         await self._stamp(task.ack_id(number), same, decision.origin)
         await self._wait_for(task, number, stored)
+
+    async def _store_reply(self, task: Task, decision: Reply) -> StoredMessage:
+        draft = StoredMessage(
+            task.reply_id,
+            task.session_id,
+            "assistant",
+            "reply",
+            decision.text,
+            citations=decision.citations,
+        )
+        # Stored with where it came from, in the same statement (`History.append`).
+        return await self._history.append(
+            draft, answers=task.user_message_id, origin=decision.origin
+        )
 
     async def _stamp(self, message_id: str, ours: bool, origin: AnswerOrigin | None) -> None:
         """Record which prompt and route wrote the stored answer — when it is this round's
