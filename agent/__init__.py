@@ -140,13 +140,13 @@ from agent.durable.responder import (
     ResponderSettings,
     route_of,
 )
-from agent.durable.runner import (
+from agent.durable.runner import TaskRunner
+from agent.durable.runner_setup import (
     DEFAULT_RUNNER,
     Responder,
     RunnerObserver,
     RunnerPorts,
     RunnerSettings,
-    TaskRunner,
 )
 from agent.models.capabilities import CAPABILITY_NAMES, Capabilities, default_capabilities
 from agent.models.circuit import CircuitBreaker

@@ -69,29 +69,18 @@ import asyncio
 import contextlib
 import json
 import logging
-import math
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
-from typing import Protocol
 
 from agent.core.approval import (
-    DEFAULT_APPROVAL_TIMEOUT_SECONDS,
-    ApprovalDesk,
-    ApprovalRequest,
-    ApprovalStore,
     Paused,
     PausedRound,
 )
 from agent.core.delegation import (
-    DEFAULT_SUBTASK_TIMEOUT_SECONDS,
     Delegation,
-    DelegationStore,
     RoundInput,
     RoundRecord,
     RoundState,
     Subtask,
     SubtaskRequest,
-    SubtaskState,
     subtask_id,
 )
 from agent.core.errors import (
@@ -103,129 +92,34 @@ from agent.core.errors import (
     RoundFailed,
     TaskTimedOut,
 )
-from agent.core.ids import approval_id
 from agent.core.log_context import bind_log_fields
 from agent.core.ports import (
-    AlertSink,
     AnswerOrigin,
-    History,
-    LiveView,
-    Memory,
     PromptEpoch,
-    Publisher,
     Step,
-    StepState,
     StoredMessage,
     Task,
-    TaskQueue,
     Window,
 )
 from agent.core.schedules import Silence
-from agent.core.tracing import NO_TRACER, Tracer
+from agent.durable.approval_gate import ApprovalGate
 from agent.durable.background import stop_task
-from agent.durable.compaction import DEFAULT_HISTORY_CHARS, Compaction
-from agent.durable.notices import DEFAULT_NOTICES, FailureKind, FailureNotices
+from agent.durable.compaction import Compaction
+from agent.durable.leases import leased
+from agent.durable.notices import FailureKind
+from agent.durable.pacing import backoff, deferral
+from agent.durable.runner_setup import (
+    DEFAULT_RUNNER,
+    Responder,
+    RunnerPorts,
+    RunnerSettings,
+    Unobserved,
+)
+from agent.durable.subtask_runs import STEP_STATES, SubtaskRuns
 from agent.rounds.control import Decision, Reply
 from agent.rounds.tools import Clock, utc_now
 
 log = logging.getLogger(__name__)
-
-
-TIMED_OUT = "The subtask did not finish within its time limit."
-_FOREVER = 365 * 24 * 3600.0  # longer than any deferral bound, and a valid interval
-# While every model is down, the last try starts by this share of the deferral window.
-_LAST_TRY = 0.9
-INTERNAL_ERROR = "The subtask failed with an internal error."
-_STEP_STATES: dict[SubtaskState, StepState] = {
-    "done": "complete",
-    "failed": "error",
-    "timed_out": "error",
-}
-REFUSED = "The subtask could not reach the model: a credential was refused."
-# What a thread is told, once, when someone stopped the work in it.
-STOPPED_NOTE = "Stopped. I won't carry on with that; send a new message whenever you like."
-
-
-class Responder(Protocol):
-    """What the runner needs from the agent: run a round, run a subtask."""
-
-    async def __call__(self, round_input: RoundInput) -> Decision: ...
-
-    async def pin_prompt(self, task: Task) -> PromptEpoch:
-        """The system prompt the task's session is pinned to (pinned now if it is new)."""
-        ...
-
-    async def run_subtask(self, subtask: Subtask, task: Task) -> str: ...
-
-
-class RunnerObserver(Protocol):
-    """Hears how work ends, for metrics. Every method must be cheap and never raise."""
-
-    def task_settled(self, outcome: str) -> None: ...
-
-    def round_decided(self, decision: str) -> None: ...
-
-    def subtask_settled(self, state: str) -> None: ...
-
-    def schedule_run_settled(self, outcome: str) -> None:
-        """A schedule's run ended: `posted`, `silent` or `failed`."""
-
-
-class _Unobserved:
-    def task_settled(self, outcome: str) -> None:
-        pass
-
-    def round_decided(self, decision: str) -> None:
-        pass
-
-    def subtask_settled(self, state: str) -> None:
-        pass
-
-    def schedule_run_settled(self, outcome: str) -> None:
-        pass
-
-
-@dataclass(frozen=True, slots=True)
-class RunnerSettings:
-    # Workers mostly wait (on the model, on Slack), so many are cheap.
-    workers: int = 16
-    heartbeat_seconds: float = 10.0
-    history_chars: int = DEFAULT_HISTORY_CHARS
-    history_messages: int = 100
-    max_rounds: int = 4
-    subtask_timeout_seconds: float = DEFAULT_SUBTASK_TIMEOUT_SECONDS
-    max_attempts: int = 5
-    retry_base_seconds: float = 2.0
-    retry_max_seconds: float = 300.0
-    max_deferrals: int = 5
-    max_deferral_seconds: float = 180.0
-    still_trying_seconds: float = 30.0
-    task_timeout_seconds: float = 900.0
-    notices: FailureNotices = DEFAULT_NOTICES
-    approval_timeout_seconds: float = DEFAULT_APPROVAL_TIMEOUT_SECONDS
-    stopped_note: str = STOPPED_NOTE
-
-
-DEFAULT_RUNNER = RunnerSettings()
-
-
-@dataclass(frozen=True, slots=True)
-class RunnerPorts:
-    """What the runner works through: the stores it leases, reads and writes, where it
-    posts and alerts, and, optionally, what shows and records its work. Without
-    `approvals` no round pauses; without a `desk` nobody is asked (agent/core/approval.py)."""
-
-    queue: TaskQueue
-    delegations: DelegationStore
-    history: History
-    publisher: Publisher
-    alerts: AlertSink
-    observer: RunnerObserver | None = None
-    live: LiveView | None = None
-    memory: Memory | None = None
-    approvals: ApprovalStore | None = None
-    desk: ApprovalDesk | None = None
-    tracer: Tracer = NO_TRACER
 
 
 class TaskRunner:
@@ -247,12 +141,16 @@ class TaskRunner:
         self._history = ports.history
         self._publisher = ports.publisher
         self._alerts = ports.alerts
-        self._observer = ports.observer or _Unobserved()
+        self._observer = ports.observer or Unobserved()
         self._tracer = ports.tracer
         self._respond = respond
         self._settings = settings
         self._compaction = compaction
         self._clock = clock
+        self._approvals = ApprovalGate(
+            ports.approvals, ports.desk, settings.approval_timeout_seconds
+        )
+        self._subtasks = SubtaskRuns(ports, respond, settings)
         self._workers: set[asyncio.Task[None]] = set()
 
     def start(self) -> None:
@@ -302,7 +200,12 @@ class TaskRunner:
 
     async def _run_task(self, task: Task) -> None:
         settled = False
-        async with self._leased(lambda: self._queue.heartbeat(task), task.id):
+        async with leased(
+            lambda: self._queue.heartbeat(task),
+            task.id,
+            in_doubt=self._queue.leases_in_doubt,
+            every=self._settings.heartbeat_seconds,
+        ):
             try:
                 await (self._end_stopped(task) if task.stopped else self._run_round(task))
             except Exception:
@@ -383,16 +286,16 @@ class TaskRunner:
         number = len(state.finished)
         if state.pending is not None:
             return await self._wait_for(task, number, state.pending)
-        latest = await self._latest_pause(task)
+        latest = await self._approvals.latest(task)
         resume = latest if latest is not None and latest.round == number else None
         if resume is not None and resume.undecided:
-            return await self._wait_for_people(task, resume)
-        await self._show_decisions(task, resume)
+            return await self._approvals.wait_for_people(task, resume)
+        await self._approvals.show_decisions(task, resume)
         round_input = await self._round_input(task, state, resume)
         waited = latest.waited_seconds if latest is not None else 0.0
         decision = await self._decide(round_input, waited)
         if isinstance(decision, Paused):
-            return await self._pause(task, number, latest, decision)
+            return await self._approvals.pause(task, number, latest, decision)
         await self._act(task, number, decision)
 
     async def _stored_reply(self, task: Task) -> StoredMessage | None:
@@ -505,7 +408,7 @@ class TaskRunner:
         """Queue the task again for when a model may be back, within the bounds, telling
         the person once the wait gets long; past the bounds, tell them and free the thread."""
         age = self._age(task)
-        delay = self._deferral(task.attempts, age, error.retry_after)
+        delay = deferral(self._settings, task.attempts, age, error.retry_after)
         if delay is None:
             self._observer.task_settled("unavailable")
             return await self._give_up(task, error, "unavailable")
@@ -513,19 +416,6 @@ class TaskRunner:
             await self._still_trying(task)
         self._observer.task_settled("deferred")
         await self._queue.retry_later(task, delay, str(error))
-
-    def _deferral(self, attempts: int, age: float, retry_after: float | None) -> float | None:
-        """Seconds until the next try while every model is down, or None: no try is left
-        within the bounds (the module docstring's "Every model down")."""
-        s = self._settings
-        tries_left = s.max_deferrals - attempts
-        if tries_left <= 0:
-            return None
-        if _honoured(retry_after):
-            delay = self._delay(attempts, retry_after)
-        else:
-            delay = (s.max_deferral_seconds * _LAST_TRY - age) / (2**tries_left - 1)
-        return delay if delay >= 0 and age + delay <= s.max_deferral_seconds else None
 
     async def _still_trying(self, task: Task) -> None:
         """Post the `still_trying` notice (once, whoever asks: its outbox row). Not being
@@ -611,167 +501,16 @@ class TaskRunner:
         with contextlib.suppress(Exception):
             if task.attempts < self._settings.max_attempts:
                 await self._queue.retry_later(
-                    task, self._backoff(task.attempts), type(error).__name__
+                    task, backoff(self._settings, task.attempts), type(error).__name__
                 )
             else:
                 await self._give_up(task, error, "error")
-
-    # Approvals (agent/core/approval.py)
-
-    async def _latest_pause(self, task: Task) -> PausedRound | None:
-        """The task's latest pause (only a lease stores one: a first attempt has none)."""
-        if self._ports.approvals is None or task.attempts <= 1:
-            return None
-        return await self._ports.approvals.paused(task)
-
-    async def _pause(
-        self, task: Task, number: int, latest: PausedRound | None, paused: Paused
-    ) -> None:
-        """Store the paused round with one request per call that needs a person, ask
-        them, and release the task until they decided."""
-        assert self._ports.approvals is not None  # such tools are offered only with a store
-        n = latest.number + 1 if latest is not None else 0
-        requests = tuple(
-            ApprovalRequest(approval_id(task.id, n, i), call.call_id, call.tool, call.arguments)
-            for i, call in enumerate(paused.calls)
-        )
-        stored = await self._ports.approvals.pause(
-            task,
-            PausedRound(n, number, paused.state, requests),
-            timeout_seconds=self._settings.approval_timeout_seconds,
-        )
-        await self._wait_for_people(task, stored)
-
-    async def _wait_for_people(self, task: Task, paused: PausedRound) -> None:
-        """Ask for every undecided request (the outbox posts each once: asking again
-        after a crash is free), then release the task until all are decided."""
-        assert self._ports.approvals is not None
-        if self._ports.desk is not None:
-            for request in paused.undecided:
-                await self._ports.desk.ask(task, request)
-        await self._ports.approvals.await_decisions(task)
-
-    async def _show_decisions(self, task: Task, paused: PausedRound | None) -> None:
-        """Show each decision where its request was asked (display only)."""
-        if paused is None or self._ports.desk is None:
-            return
-        for request in paused.requests:
-            if (decision := paused.decisions.get(request.id)) is not None:
-                await self._ports.desk.show(task, request, decision)
 
     # Subtasks
 
     async def run_subtask(self, subtask: Subtask, task: Task) -> None:
         """Run a leased subtask within its time limit and record how it ended."""
-        attributes = {"threadgate.subtask.type": subtask.request.type}
-        with (
-            bind_log_fields(task=task.id, subtask=subtask.id, **task.address),
-            self._tracer.resume(task.traceparent),
-            self._tracer.span(f"subtask {subtask.request.type}", attributes),
-        ):
-            await self._run_subtask(subtask, task)
-
-    async def _run_subtask(self, subtask: Subtask, task: Task) -> None:
-        async with self._leased(lambda: self._delegations.heartbeat_subtask(subtask), subtask.id):
-            await self._show(task, subtask, "in_progress")
-            try:
-                state, text = await self._subtask_outcome(subtask, task)
-            except ModelsUnavailable as exc:
-                # Bounded by the subtask's own deadline: an overdue subtask times out.
-                delay = min(
-                    self._delay(subtask.attempts, exc.retry_after), self._settings.retry_max_seconds
-                )
-                await self._show(task, subtask, "pending")
-                return await self._delegations.retry_subtask_later(subtask, delay)
-            await self._delegations.settle_subtask(subtask, state, text)
-            self._observer.subtask_settled(state)
-            await self._show(task, subtask, _STEP_STATES[state])
-
-    async def _show(self, task: Task, subtask: Subtask, state: StepState) -> None:
-        """Show the subtask's state under its acknowledgment (display only)."""
-        if self._ports.live is not None:
-            step = Step(subtask.id, subtask.request.title, state)
-            await self._ports.live.step(task, task.ack_id(subtask.round), step)
-
-    async def _subtask_outcome(self, subtask: Subtask, task: Task) -> tuple[SubtaskState, str]:
-        try:
-            async with asyncio.timeout(subtask.timeout_seconds):
-                return "done", await self._respond.run_subtask(subtask, task)
-        except TimeoutError:
-            return "timed_out", TIMED_OUT
-        except (CredentialRejected, QuotaExhausted) as exc:
-            await self._alerts.credential_failure(task, exc)
-            return "failed", REFUSED
-        except ModelsUnavailable:
-            raise
-        except AgentError as exc:  # written for the model (SubtaskFailed and friends)
-            return "failed", str(exc)
-        except Exception:
-            log.exception("subtask %s failed unexpectedly", subtask.id)
-            return "failed", INTERNAL_ERROR
-
-    # Leases
-
-    def _backoff(self, attempts: int) -> float:
-        s = self._settings
-        return float(min(s.retry_max_seconds, s.retry_base_seconds * 2 ** (attempts - 1)))
-
-    def _delay(self, attempts: int, retry_after: float | None) -> float:
-        """The server's `Retry-After` when it is a sane number of seconds, else backoff.
-        Not clamped here: a delay past the deferral bound ends the task instead. Infinite,
-        NaN or absurd values (`1e303` overflows Postgres's interval) count as "not soon"."""
-        if retry_after is None or not _honoured(retry_after):
-            return self._backoff(attempts)
-        return min(retry_after, _FOREVER)
-
-    @contextlib.asynccontextmanager
-    async def _leased(self, beat: Callable[[], Awaitable[bool]], name: str) -> AsyncIterator[None]:
-        """Run the body while its lease holds. The first heartbeat that finds the lease lost
-        cancels the body wherever it is (a model call, a wait for Slack), and the
-        cancellation ends here: the worker goes on to its next task."""
-        lost = False
-        try:
-            # A cancel scope: no deadline until a beat finds the lease lost.
-            async with asyncio.timeout(None) as scope:
-
-                def cancel() -> None:
-                    nonlocal lost
-                    lost = True
-                    scope.reschedule(asyncio.get_running_loop().time())
-
-                beating = asyncio.create_task(
-                    self._beat(beat, name, cancel), name=f"heartbeat-{name}"
-                )
-                try:
-                    yield
-                finally:
-                    await stop_task(beating)
-        except TimeoutError:
-            if not lost:
-                raise
-            log.warning("%s: lease lost; its run was cancelled", name)
-
-    async def _beat(
-        self, beat: Callable[[], Awaitable[bool]], name: str, lost: Callable[[], None]
-    ) -> None:
-        while True:
-            # The next beat is due, or every lease of this process may just have been lost.
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._settings.heartbeat_seconds):
-                    await self._queue.leases_in_doubt()
-            try:
-                held = await beat()
-            except Exception:  # the database may be restarting: the next beat will tell
-                continue
-            if not held:
-                log.warning("%s: lease lost to another worker", name)
-                lost()
-                return
-
-
-def _honoured(retry_after: float | None) -> bool:
-    """Whether a server's `Retry-After` is a number of seconds to wait (not negative, NaN)."""
-    return retry_after is not None and retry_after >= 0 and not math.isnan(retry_after)
+        await self._subtasks.run(subtask, task)
 
 
 def _settled_steps(task: Task, record: RoundRecord) -> list[Step]:
@@ -781,7 +520,7 @@ def _settled_steps(task: Task, record: RoundRecord) -> list[Step]:
         Step(
             subtask_id(task.id, record.number, outcome.index),
             _announced_title(record.raw_arguments, outcome.index) or outcome.type,
-            _STEP_STATES[outcome.state],
+            STEP_STATES[outcome.state],
         )
         for outcome in record.outcomes
     ]

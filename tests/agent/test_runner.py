@@ -22,14 +22,8 @@ from agent.core.errors import (
 )
 from agent.core.ports import PromptEpoch, Step, StoredMessage, Task, Window
 from agent.durable.notices import DEFAULT_NOTICES, FailureNotices
-from agent.durable.runner import (
-    DEFAULT_RUNNER,
-    INTERNAL_ERROR,
-    TIMED_OUT,
-    RunnerPorts,
-    RunnerSettings,
-    TaskRunner,
-)
+from agent.durable.runner import DEFAULT_RUNNER, RunnerPorts, RunnerSettings, TaskRunner
+from agent.durable.subtask_runs import INTERNAL_ERROR, TIMED_OUT
 from agent.rounds.control import Decision, Reply
 from tests.agent.memory import (
     MemoryAlerts,
