@@ -95,19 +95,17 @@ from agent.core.errors import (
 from agent.core.log_context import bind_log_fields
 from agent.core.ports import (
     AnswerOrigin,
-    PromptEpoch,
     Step,
     StoredMessage,
     Task,
-    Window,
 )
 from agent.core.schedules import Silence
 from agent.durable.approval_gate import ApprovalGate
-from agent.durable.background import stop_task
 from agent.durable.compaction import Compaction
 from agent.durable.leases import leased
 from agent.durable.notices import FailureKind
 from agent.durable.pacing import backoff, deferral
+from agent.durable.round_window import read_window, window_and_prompt
 from agent.durable.runner_setup import (
     DEFAULT_RUNNER,
     Responder,
@@ -325,13 +323,15 @@ class TaskRunner:
         """What the next round is asked with: the window (compacted before a task's first
         round when the budget cut it) and the session's pinned prompt."""
         number = len(state.finished)
-        window, prompt = await self._window_and_prompt(task)
+        window, prompt = await window_and_prompt(
+            self._history, task, self._settings, self._respond.pin_prompt
+        )
         # Before the first round only: a task compacts its thread at most once, and a
         # window the budget left nothing out of has nothing to compact.
         first = number == 0 and resume is None
         compaction = self._compaction if first and not window.complete else None
         if compaction is not None and await compaction(task, window):
-            window = await self._window(task)
+            window = await read_window(self._history, task, self._settings)
             prompt = None  # compaction re-pins the session's prompt: the round reads it anew
         final = number >= self._settings.max_rounds - 1
         return RoundInput(task, list(window), state.finished, number, final, prompt, resume)
@@ -426,38 +426,6 @@ class TaskRunner:
             )
         except Exception as exc:  # Slack away, or a lease lost: retry_later below is fenced
             log.warning("task %s: the still-trying notice was not posted: %s", task.id, exc)
-
-    async def _window_and_prompt(self, task: Task) -> tuple[Window, PromptEpoch | None]:
-        """The window and the session's pinned prompt, read side by side: both are round
-        trips to the database that the model request waits for, and under load each
-        waits its turn for a connection, so one after the other cost two such waits."""
-        pinning = asyncio.create_task(self._respond.pin_prompt(task), name=f"pin-{task.id}")
-        try:
-            window = await self._window(task)
-        except BaseException:
-            await stop_task(pinning)
-            if not pinning.cancelled():
-                pinning.exception()  # retrieved: the window's error is the one raised
-            raise
-        return window, await pinning
-
-    async def _window(self, task: Task) -> Window:
-        s = self._settings
-        window = await self._history.window(
-            task, max_chars=s.history_chars, max_messages=s.history_messages
-        )
-        # This task's own acknowledgments are shown as its delegate calls, not as history.
-        kept = [m for m in window if not task.is_own_ack(m.id)]
-        # The budget may have cut a conversation after one of our replies; a window must
-        # start with a person's turn (Anthropic refuses anything else with a 400, and a
-        # reply without its question is no context anyway). The task's turn is always kept.
-        # A pinned answer stays (the transcript puts a note before it, agent.rounds.prompt).
-        first_turn = next(
-            (i for i, m in enumerate(kept) if m.role == "user" or m.pinned), len(kept)
-        )
-        shown = tuple(kept[first_turn:])
-        # Complete only if nothing was dropped here either.
-        return Window(shown, window.complete and len(shown) == len(window))
 
     async def _deliver_reply(self, task: Task, reply: StoredMessage) -> None:
         await self._publisher.publish(task, reply.id, reply.text, citations=reply.citations)
