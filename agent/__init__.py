@@ -133,13 +133,20 @@ from agent.core.tracing import (
 from agent.durable.background import Supervisor, stop_task
 from agent.durable.compaction import Compaction, CompactionSettings
 from agent.durable.notices import FailureKind, FailureNotices
-from agent.durable.responder import ModelResponder, route_of
-from agent.durable.runner import (
+from agent.durable.responder import (
+    DEFAULT_RESPONDER,
+    ModelResponder,
+    ResponderPorts,
+    ResponderSettings,
+    route_of,
+)
+from agent.durable.runner import TaskRunner
+from agent.durable.runner_setup import (
     DEFAULT_RUNNER,
     Responder,
     RunnerObserver,
+    RunnerPorts,
     RunnerSettings,
-    TaskRunner,
 )
 from agent.models.capabilities import CAPABILITY_NAMES, Capabilities, default_capabilities
 from agent.models.circuit import CircuitBreaker
@@ -242,6 +249,7 @@ __all__ = [
     "DEFAULT_MODEL_TIMEOUT",
     "DEFAULT_PRICES",
     "DEFAULT_PRICE_TABLE",
+    "DEFAULT_RESPONDER",
     "DEFAULT_ROUND",
     "DEFAULT_RUNNER",
     "GATEWAY_HEADER_VARIABLE",
@@ -353,6 +361,8 @@ __all__ = [
     "ReferenceCatalog",
     "Reply",
     "Responder",
+    "ResponderPorts",
+    "ResponderSettings",
     "RetryPolicy",
     "RoundFailed",
     "RoundInput",
@@ -363,6 +373,7 @@ __all__ = [
     "Route",
     "RouteConfig",
     "RunnerObserver",
+    "RunnerPorts",
     "RunnerSettings",
     "Sampling",
     "ScheduleBook",

@@ -6,6 +6,10 @@ round on each model slot in turn (retrying what is transient, falling back on wh
 not, stopping on a refused credential). What comes out is a `Decision`: a `Reply` to
 post, or a `Delegation` whose subtasks the runner runs through `run_subtask`.
 
+Its constructor says what it needs in two values: `ResponderPorts` (the stores and
+observers it reads, writes and tells, each optional) and `ResponderSettings` (how it
+asks); the paragraphs below say what each turns on.
+
 `run_subtask` reports every way a subtask can fail as `SubtaskFailed` — its message is
 what the next round reads — except the model-layer stops (`CredentialRejected`,
 `QuotaExhausted`, `ModelsUnavailable`), which propagate unchanged so the runner alerts
@@ -62,7 +66,7 @@ channel's attempt ladder and its cap on model requests.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from pydantic import ValidationError
@@ -130,7 +134,13 @@ from agent.rounds.tools import (
     validation_problems,
 )
 
-__all__ = ["Attempts", "ModelResponder"]
+__all__ = [
+    "DEFAULT_RESPONDER",
+    "Attempts",
+    "ModelResponder",
+    "ResponderPorts",
+    "ResponderSettings",
+]
 
 _STOPS = (CredentialRejected, QuotaExhausted, ModelsUnavailable, ModelBudgetExceeded)
 
@@ -143,6 +153,38 @@ _EPOCHS_KEPT = 64
 T = TypeVar("T")
 
 
+@dataclass(frozen=True, slots=True)
+class ResponderPorts:
+    """What a responder reads, writes and tells; each is optional, and without one the
+    feature it serves is off (the module docstring says what each turns on)."""
+
+    thread_reader: ThreadReader | None = None
+    tool_observer: ToolObserver | None = None
+    live: LiveView | None = None
+    meter: UsageMeter | None = None
+    memory: Memory | None = None
+    approvals: ApprovalStore | None = None
+    refusals: AttachmentRefusals | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ResponderSettings:
+    """How a responder asks: the bounds of a round, the cap on a task's model requests
+    (0: uncapped), the deployment's instructions, the prices it charges, whether requests
+    name their prompt cache, and the opaque id naming a task's person to providers."""
+
+    round: RoundSettings = DEFAULT_ROUND
+    max_model_requests: int = 0
+    instructions: str = ""
+    prices: PriceTable = DEFAULT_PRICE_TABLE
+    prompt_caching: bool = True
+    end_user: Callable[[Task], str | None] | None = None
+
+
+DEFAULT_RESPONDER = ResponderSettings()
+_NO_PORTS = ResponderPorts()
+
+
 class ModelResponder:
     """Runs rounds and subtasks for the task runner, on one attempt ladder."""
 
@@ -152,41 +194,20 @@ class ModelResponder:
         *,
         tools: ToolRegistry | None = None,
         subtasks: SubtaskRegistry | None = None,
-        thread_reader: ThreadReader | None = None,
-        settings: RoundSettings = DEFAULT_ROUND,
-        clock: Clock = utc_now,
-        meter: UsageMeter | None = None,
-        max_model_requests: int = 0,
-        live: LiveView | None = None,
-        tool_observer: ToolObserver | None = None,
-        memory: Memory | None = None,
-        instructions: str = "",
-        approvals: ApprovalStore | None = None,
         policies: PolicyOf | None = None,
-        prices: PriceTable = DEFAULT_PRICE_TABLE,
-        prompt_caching: bool = True,
-        end_user: Callable[[Task], str | None] | None = None,
-        refusals: AttachmentRefusals | None = None,
+        ports: ResponderPorts = _NO_PORTS,
+        settings: ResponderSettings = DEFAULT_RESPONDER,
+        clock: Clock = utc_now,
     ) -> None:
-        self._end_user = end_user
-        self._refusals = refusals
-        self._prices = prices
-        self._caching = prompt_caching
-        self._approvals = approvals
-        self._policies = policies
-        self._instructions = instructions
-        self._prompts: dict[str, str] = {}  # system prompts, by a channel's instructions
-        self._memory = memory
-        self._live = live
-        self._observer = tool_observer
-        self._meter = meter
-        self._max_requests = max_model_requests
         self._attempts = attempts
         self._tools = tools if tools is not None else ToolRegistry()
         self._subtasks = subtasks if subtasks is not None else SubtaskRegistry()
-        self._reader = thread_reader
+        self._policies = policies
+        self._ports = ports
         self._settings = settings
+        self._round = settings.round
         self._clock = clock
+        self._prompts: dict[str, str] = {}  # system prompts, by a channel's instructions
         # What any round but a task's last offers beside its work tools (its catalog is
         # the round's own, but the specs do not depend on it), and the sub-agents' prompts.
         # A schedule's run is offered `no_reply` too (keyed by whether a round may be silent).
@@ -195,7 +216,7 @@ class ModelResponder:
                 final=False,
                 subtasks=self._subtasks,
                 catalog=ReferenceCatalog.from_window(()),
-                max_subtasks=settings.max_subtasks,
+                max_subtasks=settings.round.max_subtasks,
                 silent=silent,
             )
             for silent in (False, True)
@@ -219,13 +240,14 @@ class ModelResponder:
             final=round_input.final,
             subtasks=self._subtasks,
             catalog=catalog,
-            max_subtasks=self._settings.max_subtasks,
+            max_subtasks=self._round.max_subtasks,
             citable=citable,
             silent=round_input.task.schedule_id is not None,  # a schedule's run may say nothing
         )
         so_far = await self._settled(round_input, toolbox)
         task = round_input.task
-        draft = self._live.draft(task, task.reply_id) if self._live is not None else None
+        live = self._ports.live
+        draft = live.draft(task, task.reply_id) if live is not None else None
         cache = conversation_cache(self._cache_key(task.session_id), len(messages))
 
         async def attempt(model: Model) -> Decision:
@@ -233,7 +255,7 @@ class ModelResponder:
                 model,
                 messages,
                 controls,
-                self._settings,
+                self._round,
                 toolbox=toolbox,
                 draft=draft,
                 citable=citable,
@@ -284,9 +306,9 @@ class ModelResponder:
         current = self._epoch(policy, toolbox)
         if known is not None and known.offers_as(current):
             return known
-        if self._memory is None:
+        if self._ports.memory is None:
             return current
-        return await self._memory.pin_prompt(task.session_id, current)
+        return await self._ports.memory.pin_prompt(task.session_id, current)
 
     def _epoch(self, policy: ChannelPolicy, toolbox: Toolbox) -> PromptEpoch:
         """This deployment's epoch for a round offered `toolbox` in `policy`'s channel."""
@@ -304,7 +326,7 @@ class ModelResponder:
     def _system(self, policy: ChannelPolicy) -> str:
         """The system prompt with `policy`'s instructions, made once per text."""
         if (known := self._prompts.get(policy.instructions)) is None:
-            instructions = combined_instructions(self._instructions, policy.instructions)
+            instructions = combined_instructions(self._settings.instructions, policy.instructions)
             known = system_prompt(self._subtasks, instructions)
             self._prompts[policy.instructions] = known
         return known
@@ -312,9 +334,9 @@ class ModelResponder:
     def _toolbox(self, task: Task, policy: ChannelPolicy) -> Toolbox:
         """The work tools the task's own rounds are offered (its channel's). A schedule's
         run has nobody watching it to approve a call: such tools are withheld from it."""
-        approvals = self._approvals is not None and task.schedule_id is None
+        approvals = self._ports.approvals is not None and task.schedule_id is None
         context = self._tool_context(task, approvals=approvals)
-        return Toolbox(policy.toolset(self._tools), context, self._settings)
+        return Toolbox(policy.toolset(self._tools), context, self._round)
 
     def _policy(self, task: Task) -> ChannelPolicy:
         return self._policies(task) if self._policies is not None else DEFAULT_POLICY
@@ -326,9 +348,11 @@ class ModelResponder:
         params = _params(kind, subtask)
         policy = self._policy(task)
         epoch = await self._pin(task, policy, self._toolbox(task, policy))
-        if self._memory is not None:
+        if self._ports.memory is not None:
             s = subtask
-            await self._memory.stamp_subtask(s.task_id, s.round, s.index, s.attempts, epoch.hash)
+            await self._ports.memory.stamp_subtask(
+                s.task_id, s.round, s.index, s.attempts, epoch.hash
+            )
         context = self._subtask_context(task, kind.name, policy, epoch.subagent_prompt(kind.name))
         try:
             return await kind.run(context, params, subtask.request.references)
@@ -355,14 +379,20 @@ class ModelResponder:
         the ladder may try the model again, the step's tools are not run again)."""
         if round_input.resume is None:
             return None
-        assert self._approvals is not None  # only a runner with a store pauses
-        return await settle_step(round_input.resume, toolbox, self._approvals)
+        approvals = self._ports.approvals
+        assert approvals is not None  # only a runner with a store pauses
+        return await settle_step(round_input.resume, toolbox, approvals)
 
     def _tool_context(
         self, task: Task, subtask_type: str | None = None, *, approvals: bool = False
     ) -> ToolContext:
         return ToolContext(
-            task, self._reader, self._clock, self._observer, subtask_type, approvals=approvals
+            task,
+            self._ports.thread_reader,
+            self._clock,
+            self._ports.tool_observer,
+            subtask_type,
+            approvals=approvals,
         )
 
     def _subtask_context(
@@ -373,26 +403,27 @@ class ModelResponder:
         tools = policy.toolset(self._tools)  # a subtask inherits its channel's boundary
         attempts = self._metered(task, policy)
         return SubtaskContext(
-            task, attempts, tools, context, self._settings, cache_key=key, prompt=prompt
+            task, attempts, tools, context, self._round, cache_key=key, prompt=prompt
         )
 
     def _cache_key(self, conversation: str) -> str | None:
-        return cache_key(conversation) if self._caching else None
+        return cache_key(conversation) if self._settings.prompt_caching else None
 
     def _metered(self, task: Task, policy: ChannelPolicy = DEFAULT_POLICY) -> Attempts:
         """The channel's ladder, each model it hands an attempt charged to the task's
         allowance (with a meter) and made the task's (`TaskModel`)."""
         attempts = policy.attempts or self._attempts
+        s, meter = self._settings, self._ports.meter
         allowance = None
-        if self._meter is not None:
+        if meter is not None:
             cap = (
-                self._max_requests
+                s.max_model_requests
                 if policy.max_model_requests is None
                 else policy.max_model_requests
             )
-            allowance = _Allowance(self._meter, task, cap, self._prices)
-        end_user = self._end_user(task) if self._end_user is not None else None
-        return _MeteredAttempts(attempts, allowance, end_user, self._refusals)
+            allowance = _Allowance(meter, task, cap, s.prices)
+        end_user = s.end_user(task) if s.end_user is not None else None
+        return _MeteredAttempts(attempts, allowance, end_user, self._ports.refusals)
 
 
 class _Allowance:

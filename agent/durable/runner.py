@@ -69,29 +69,18 @@ import asyncio
 import contextlib
 import json
 import logging
-import math
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
-from typing import Protocol
 
 from agent.core.approval import (
-    DEFAULT_APPROVAL_TIMEOUT_SECONDS,
-    ApprovalDesk,
-    ApprovalRequest,
-    ApprovalStore,
     Paused,
     PausedRound,
 )
 from agent.core.delegation import (
-    DEFAULT_SUBTASK_TIMEOUT_SECONDS,
     Delegation,
-    DelegationStore,
     RoundInput,
     RoundRecord,
     RoundState,
     Subtask,
     SubtaskRequest,
-    SubtaskState,
     subtask_id,
 )
 from agent.core.errors import (
@@ -103,147 +92,63 @@ from agent.core.errors import (
     RoundFailed,
     TaskTimedOut,
 )
-from agent.core.ids import approval_id
 from agent.core.log_context import bind_log_fields
 from agent.core.ports import (
-    AlertSink,
     AnswerOrigin,
-    History,
-    LiveView,
-    Memory,
-    PromptEpoch,
-    Publisher,
     Step,
-    StepState,
     StoredMessage,
     Task,
-    TaskQueue,
-    Window,
 )
 from agent.core.schedules import Silence
-from agent.core.tracing import NO_TRACER, Tracer
-from agent.durable.background import stop_task
-from agent.durable.compaction import DEFAULT_HISTORY_CHARS, Compaction
-from agent.durable.notices import DEFAULT_NOTICES, FailureKind, FailureNotices
+from agent.durable.approval_gate import ApprovalGate
+from agent.durable.compaction import Compaction
+from agent.durable.leases import leased
+from agent.durable.notices import FailureKind
+from agent.durable.pacing import backoff, deferral
+from agent.durable.round_window import read_window, window_and_prompt
+from agent.durable.runner_setup import (
+    DEFAULT_RUNNER,
+    Responder,
+    RunnerPorts,
+    RunnerSettings,
+    Unobserved,
+)
+from agent.durable.subtask_runs import STEP_STATES, SubtaskRuns
 from agent.rounds.control import Decision, Reply
 from agent.rounds.tools import Clock, utc_now
 
 log = logging.getLogger(__name__)
 
 
-TIMED_OUT = "The subtask did not finish within its time limit."
-_FOREVER = 365 * 24 * 3600.0  # longer than any deferral bound, and a valid interval
-# While every model is down, the last try starts by this share of the deferral window.
-_LAST_TRY = 0.9
-INTERNAL_ERROR = "The subtask failed with an internal error."
-_STEP_STATES: dict[SubtaskState, StepState] = {
-    "done": "complete",
-    "failed": "error",
-    "timed_out": "error",
-}
-REFUSED = "The subtask could not reach the model: a credential was refused."
-# What a thread is told, once, when someone stopped the work in it.
-STOPPED_NOTE = "Stopped. I won't carry on with that; send a new message whenever you like."
-
-
-class Responder(Protocol):
-    """What the runner needs from the agent: run a round, run a subtask."""
-
-    async def __call__(self, round_input: RoundInput) -> Decision: ...
-
-    async def pin_prompt(self, task: Task) -> PromptEpoch:
-        """The system prompt the task's session is pinned to (pinned now if it is new)."""
-        ...
-
-    async def run_subtask(self, subtask: Subtask, task: Task) -> str: ...
-
-
-class RunnerObserver(Protocol):
-    """Hears how work ends, for metrics. Every method must be cheap and never raise."""
-
-    def task_settled(self, outcome: str) -> None: ...
-
-    def round_decided(self, decision: str) -> None: ...
-
-    def subtask_settled(self, state: str) -> None: ...
-
-    def schedule_run_settled(self, outcome: str) -> None:
-        """A schedule's run ended: `posted`, `silent` or `failed`."""
-
-
-class _Unobserved:
-    def task_settled(self, outcome: str) -> None:
-        pass
-
-    def round_decided(self, decision: str) -> None:
-        pass
-
-    def subtask_settled(self, state: str) -> None:
-        pass
-
-    def schedule_run_settled(self, outcome: str) -> None:
-        pass
-
-
-@dataclass(frozen=True, slots=True)
-class RunnerSettings:
-    # Workers mostly wait (on the model, on Slack), so many are cheap.
-    workers: int = 16
-    heartbeat_seconds: float = 10.0
-    history_chars: int = DEFAULT_HISTORY_CHARS
-    history_messages: int = 100
-    max_rounds: int = 4
-    subtask_timeout_seconds: float = DEFAULT_SUBTASK_TIMEOUT_SECONDS
-    max_attempts: int = 5
-    retry_base_seconds: float = 2.0
-    retry_max_seconds: float = 300.0
-    max_deferrals: int = 5
-    max_deferral_seconds: float = 180.0
-    still_trying_seconds: float = 30.0
-    task_timeout_seconds: float = 900.0
-    notices: FailureNotices = DEFAULT_NOTICES
-    approval_timeout_seconds: float = DEFAULT_APPROVAL_TIMEOUT_SECONDS
-    stopped_note: str = STOPPED_NOTE
-
-
-DEFAULT_RUNNER = RunnerSettings()
-
-
 class TaskRunner:
+    """Workers that lease tasks and subtasks and carry each to its end (the module
+    docstring), through its `RunnerPorts`, asking `respond` for every round."""
+
     def __init__(
         self,
-        *,
-        queue: TaskQueue,
-        delegations: DelegationStore,
-        history: History,
-        publisher: Publisher,
-        alerts: AlertSink,
+        ports: RunnerPorts,
         respond: Responder,
+        *,
         settings: RunnerSettings = DEFAULT_RUNNER,
-        observer: RunnerObserver | None = None,
-        clock: Clock = utc_now,
-        live: LiveView | None = None,
-        memory: Memory | None = None,
         compaction: Compaction | None = None,
-        approvals: ApprovalStore | None = None,
-        desk: ApprovalDesk | None = None,
-        tracer: Tracer = NO_TRACER,
+        clock: Clock = utc_now,
     ) -> None:
-        self._tracer = tracer
-        self._approvals = approvals
-        self._desk = desk
-        self._compaction = compaction
-        self._memory = memory
-        self._live = live
-        self._observer = observer or _Unobserved()
-        self._clock = clock
-        self._queue = queue
-        self._delegations = delegations
-        self._history = history
-        self._publisher = publisher
-        self._alerts = alerts
+        self._ports = ports
+        self._queue = ports.queue
+        self._delegations = ports.delegations
+        self._history = ports.history
+        self._publisher = ports.publisher
+        self._alerts = ports.alerts
+        self._observer = ports.observer or Unobserved()
+        self._tracer = ports.tracer
         self._respond = respond
         self._settings = settings
+        self._compaction = compaction
+        self._clock = clock
+        self._approvals = ApprovalGate(
+            ports.approvals, ports.desk, settings.approval_timeout_seconds
+        )
+        self._subtasks = SubtaskRuns(ports, respond, settings)
         self._workers: set[asyncio.Task[None]] = set()
 
     def start(self) -> None:
@@ -293,7 +198,12 @@ class TaskRunner:
 
     async def _run_task(self, task: Task) -> None:
         settled = False
-        async with self._leased(lambda: self._queue.heartbeat(task), task.id):
+        async with leased(
+            lambda: self._queue.heartbeat(task),
+            task.id,
+            in_doubt=self._queue.leases_in_doubt,
+            every=self._settings.heartbeat_seconds,
+        ):
             try:
                 await (self._end_stopped(task) if task.stopped else self._run_round(task))
             except Exception:
@@ -366,12 +276,34 @@ class TaskRunner:
         log.warning("task %s: attempt %d lost its lease; stopped", task.id, task.attempts)
 
     async def _advance(self, task: Task) -> None:
-        # The claim says whether a reply is stored (a crash before its post, or a limit
-        # notice stored at admission); a task claimed without saying is looked up.
-        may_be_stored = task.stored_reply is not False
-        reply = await self._history.get(task.reply_id) if may_be_stored else None
-        if reply is not None:
+        """Carry the task one step on from what is stored: post a stored reply, wait for
+        pending subtasks or people, or run the next round and act on its decision."""
+        if (reply := await self._stored_reply(task)) is not None:
             return await self._deliver_reply(task, reply)
+        state = await self._round_state(task)
+        number = len(state.finished)
+        if state.pending is not None:
+            return await self._wait_for(task, number, state.pending)
+        latest = await self._approvals.latest(task)
+        resume = latest if latest is not None and latest.round == number else None
+        if resume is not None and resume.undecided:
+            return await self._approvals.wait_for_people(task, resume)
+        await self._approvals.show_decisions(task, resume)
+        round_input = await self._round_input(task, state, resume)
+        waited = latest.waited_seconds if latest is not None else 0.0
+        decision = await self._decide(round_input, waited)
+        if isinstance(decision, Paused):
+            return await self._approvals.pause(task, number, latest, decision)
+        await self._act(task, number, decision)
+
+    async def _stored_reply(self, task: Task) -> StoredMessage | None:
+        """The claim says whether a reply is stored (a crash before its post, or a limit
+        notice stored at admission); a task claimed without saying is looked up."""
+        may_be_stored = task.stored_reply is not False
+        return await self._history.get(task.reply_id) if may_be_stored else None
+
+    async def _round_state(self, task: Task) -> RoundState:
+        """The task's rounds so far, each finished one's acknowledgment posted again."""
         # Only a lease ever stores a delegation: a task's first attempt has none to find.
         state = await self._delegations.load(task) if task.attempts > 1 else RoundState()
         # A crash between storing a delegation and posting its ack can leave the ack unsent
@@ -383,56 +315,42 @@ class TaskRunner:
                 record.acknowledgment,
                 steps=_settled_steps(task, record),
             )
-        if state.pending is not None:
-            return await self._wait_for(task, len(state.finished), state.pending)
+        return state
+
+    async def _round_input(
+        self, task: Task, state: RoundState, resume: PausedRound | None
+    ) -> RoundInput:
+        """What the next round is asked with: the window (compacted before a task's first
+        round when the budget cut it) and the session's pinned prompt."""
         number = len(state.finished)
-        latest = await self._latest_pause(task)
-        resume = latest if latest is not None and latest.round == number else None
-        if resume is not None and resume.undecided:
-            return await self._wait_for_people(task, resume)
-        await self._show_decisions(task, resume)
-        window, prompt = await self._window_and_prompt(task)
+        window, prompt = await window_and_prompt(
+            self._history, task, self._settings, self._respond.pin_prompt
+        )
         # Before the first round only: a task compacts its thread at most once, and a
         # window the budget left nothing out of has nothing to compact.
         first = number == 0 and resume is None
         compaction = self._compaction if first and not window.complete else None
         if compaction is not None and await compaction(task, window):
-            window = await self._window(task)
+            window = await read_window(self._history, task, self._settings)
             prompt = None  # compaction re-pins the session's prompt: the round reads it anew
+        final = number >= self._settings.max_rounds - 1
+        return RoundInput(task, list(window), state.finished, number, final, prompt, resume)
+
+    async def _decide(self, round_input: RoundInput, waited: float) -> Decision:
+        """Run the round in its span, within the task's time limit."""
+        number = round_input.number
         with self._tracer.span(f"round {number}", {"threadgate.round": number}) as span:
-            decision = await self._within_time_limit(
-                task,
-                RoundInput(
-                    task,
-                    list(window),
-                    state.finished,
-                    number,
-                    number >= self._settings.max_rounds - 1,
-                    prompt,
-                    resume,
-                ),
-                waited=latest.waited_seconds if latest is not None else 0.0,
-            )
+            decision = await self._within_time_limit(round_input.task, round_input, waited=waited)
             span.set({"threadgate.decision": type(decision).__name__.lower()})
         self._observer.round_decided(type(decision).__name__.lower())
-        if isinstance(decision, Paused):
-            return await self._pause(task, number, latest, decision)
+        return decision
+
+    async def _act(self, task: Task, number: int, decision: Reply | Delegation | Silence) -> None:
+        """End the task on a reply or silence; store a delegation and wait for it."""
         if isinstance(decision, Silence):
             return await self._end_silently(task, decision)
         if isinstance(decision, Reply):
-            draft = StoredMessage(
-                task.reply_id,
-                task.session_id,
-                "assistant",
-                "reply",
-                decision.text,
-                citations=decision.citations,
-            )
-            # Stored with where it came from, in the same statement (`History.append`).
-            reply = await self._history.append(
-                draft, answers=task.user_message_id, origin=decision.origin
-            )
-            return await self._deliver_reply(task, reply)
+            return await self._deliver_reply(task, await self._store_reply(task, decision))
         if number >= self._settings.max_rounds - 1:
             raise RoundFailed(
                 "the model delegated in the final round, where delegate is not offered"
@@ -444,11 +362,25 @@ class TaskRunner:
         await self._stamp(task.ack_id(number), same, decision.origin)
         await self._wait_for(task, number, stored)
 
+    async def _store_reply(self, task: Task, decision: Reply) -> StoredMessage:
+        draft = StoredMessage(
+            task.reply_id,
+            task.session_id,
+            "assistant",
+            "reply",
+            decision.text,
+            citations=decision.citations,
+        )
+        # Stored with where it came from, in the same statement (`History.append`).
+        return await self._history.append(
+            draft, answers=task.user_message_id, origin=decision.origin
+        )
+
     async def _stamp(self, message_id: str, ours: bool, origin: AnswerOrigin | None) -> None:
         """Record which prompt and route wrote the stored answer — when it is this round's
         (a re-run after a crash may find another attempt's answer stored first)."""
-        if self._memory is not None and origin is not None and ours:
-            await self._memory.stamp(message_id, origin)
+        if self._ports.memory is not None and origin is not None and ours:
+            await self._ports.memory.stamp(message_id, origin)
 
     async def _within_time_limit(
         self, task: Task, round_input: RoundInput, *, waited: float = 0.0
@@ -476,7 +408,7 @@ class TaskRunner:
         """Queue the task again for when a model may be back, within the bounds, telling
         the person once the wait gets long; past the bounds, tell them and free the thread."""
         age = self._age(task)
-        delay = self._deferral(task.attempts, age, error.retry_after)
+        delay = deferral(self._settings, task.attempts, age, error.retry_after)
         if delay is None:
             self._observer.task_settled("unavailable")
             return await self._give_up(task, error, "unavailable")
@@ -484,19 +416,6 @@ class TaskRunner:
             await self._still_trying(task)
         self._observer.task_settled("deferred")
         await self._queue.retry_later(task, delay, str(error))
-
-    def _deferral(self, attempts: int, age: float, retry_after: float | None) -> float | None:
-        """Seconds until the next try while every model is down, or None: no try is left
-        within the bounds (the module docstring's "Every model down")."""
-        s = self._settings
-        tries_left = s.max_deferrals - attempts
-        if tries_left <= 0:
-            return None
-        if _honoured(retry_after):
-            delay = self._delay(attempts, retry_after)
-        else:
-            delay = (s.max_deferral_seconds * _LAST_TRY - age) / (2**tries_left - 1)
-        return delay if delay >= 0 and age + delay <= s.max_deferral_seconds else None
 
     async def _still_trying(self, task: Task) -> None:
         """Post the `still_trying` notice (once, whoever asks: its outbox row). Not being
@@ -507,38 +426,6 @@ class TaskRunner:
             )
         except Exception as exc:  # Slack away, or a lease lost: retry_later below is fenced
             log.warning("task %s: the still-trying notice was not posted: %s", task.id, exc)
-
-    async def _window_and_prompt(self, task: Task) -> tuple[Window, PromptEpoch | None]:
-        """The window and the session's pinned prompt, read side by side: both are round
-        trips to the database that the model request waits for, and under load each
-        waits its turn for a connection, so one after the other cost two such waits."""
-        pinning = asyncio.create_task(self._respond.pin_prompt(task), name=f"pin-{task.id}")
-        try:
-            window = await self._window(task)
-        except BaseException:
-            await stop_task(pinning)
-            if not pinning.cancelled():
-                pinning.exception()  # retrieved: the window's error is the one raised
-            raise
-        return window, await pinning
-
-    async def _window(self, task: Task) -> Window:
-        s = self._settings
-        window = await self._history.window(
-            task, max_chars=s.history_chars, max_messages=s.history_messages
-        )
-        # This task's own acknowledgments are shown as its delegate calls, not as history.
-        kept = [m for m in window if not task.is_own_ack(m.id)]
-        # The budget may have cut a conversation after one of our replies; a window must
-        # start with a person's turn (Anthropic refuses anything else with a 400, and a
-        # reply without its question is no context anyway). The task's turn is always kept.
-        # A pinned answer stays (the transcript puts a note before it, agent.rounds.prompt).
-        first_turn = next(
-            (i for i, m in enumerate(kept) if m.role == "user" or m.pinned), len(kept)
-        )
-        shown = tuple(kept[first_turn:])
-        # Complete only if nothing was dropped here either.
-        return Window(shown, window.complete and len(shown) == len(window))
 
     async def _deliver_reply(self, task: Task, reply: StoredMessage) -> None:
         await self._publisher.publish(task, reply.id, reply.text, citations=reply.citations)
@@ -582,167 +469,16 @@ class TaskRunner:
         with contextlib.suppress(Exception):
             if task.attempts < self._settings.max_attempts:
                 await self._queue.retry_later(
-                    task, self._backoff(task.attempts), type(error).__name__
+                    task, backoff(self._settings, task.attempts), type(error).__name__
                 )
             else:
                 await self._give_up(task, error, "error")
-
-    # Approvals (agent/core/approval.py)
-
-    async def _latest_pause(self, task: Task) -> PausedRound | None:
-        """The task's latest pause (only a lease stores one: a first attempt has none)."""
-        if self._approvals is None or task.attempts <= 1:
-            return None
-        return await self._approvals.paused(task)
-
-    async def _pause(
-        self, task: Task, number: int, latest: PausedRound | None, paused: Paused
-    ) -> None:
-        """Store the paused round with one request per call that needs a person, ask
-        them, and release the task until they decided."""
-        assert self._approvals is not None  # such tools are offered only with a store
-        n = latest.number + 1 if latest is not None else 0
-        requests = tuple(
-            ApprovalRequest(approval_id(task.id, n, i), call.call_id, call.tool, call.arguments)
-            for i, call in enumerate(paused.calls)
-        )
-        stored = await self._approvals.pause(
-            task,
-            PausedRound(n, number, paused.state, requests),
-            timeout_seconds=self._settings.approval_timeout_seconds,
-        )
-        await self._wait_for_people(task, stored)
-
-    async def _wait_for_people(self, task: Task, paused: PausedRound) -> None:
-        """Ask for every undecided request (the outbox posts each once: asking again
-        after a crash is free), then release the task until all are decided."""
-        assert self._approvals is not None
-        if self._desk is not None:
-            for request in paused.undecided:
-                await self._desk.ask(task, request)
-        await self._approvals.await_decisions(task)
-
-    async def _show_decisions(self, task: Task, paused: PausedRound | None) -> None:
-        """Show each decision where its request was asked (display only)."""
-        if paused is None or self._desk is None:
-            return
-        for request in paused.requests:
-            if (decision := paused.decisions.get(request.id)) is not None:
-                await self._desk.show(task, request, decision)
 
     # Subtasks
 
     async def run_subtask(self, subtask: Subtask, task: Task) -> None:
         """Run a leased subtask within its time limit and record how it ended."""
-        attributes = {"threadgate.subtask.type": subtask.request.type}
-        with (
-            bind_log_fields(task=task.id, subtask=subtask.id, **task.address),
-            self._tracer.resume(task.traceparent),
-            self._tracer.span(f"subtask {subtask.request.type}", attributes),
-        ):
-            await self._run_subtask(subtask, task)
-
-    async def _run_subtask(self, subtask: Subtask, task: Task) -> None:
-        async with self._leased(lambda: self._delegations.heartbeat_subtask(subtask), subtask.id):
-            await self._show(task, subtask, "in_progress")
-            try:
-                state, text = await self._subtask_outcome(subtask, task)
-            except ModelsUnavailable as exc:
-                # Bounded by the subtask's own deadline: an overdue subtask times out.
-                delay = min(
-                    self._delay(subtask.attempts, exc.retry_after), self._settings.retry_max_seconds
-                )
-                await self._show(task, subtask, "pending")
-                return await self._delegations.retry_subtask_later(subtask, delay)
-            await self._delegations.settle_subtask(subtask, state, text)
-            self._observer.subtask_settled(state)
-            await self._show(task, subtask, _STEP_STATES[state])
-
-    async def _show(self, task: Task, subtask: Subtask, state: StepState) -> None:
-        """Show the subtask's state under its acknowledgment (display only)."""
-        if self._live is not None:
-            step = Step(subtask.id, subtask.request.title, state)
-            await self._live.step(task, task.ack_id(subtask.round), step)
-
-    async def _subtask_outcome(self, subtask: Subtask, task: Task) -> tuple[SubtaskState, str]:
-        try:
-            async with asyncio.timeout(subtask.timeout_seconds):
-                return "done", await self._respond.run_subtask(subtask, task)
-        except TimeoutError:
-            return "timed_out", TIMED_OUT
-        except (CredentialRejected, QuotaExhausted) as exc:
-            await self._alerts.credential_failure(task, exc)
-            return "failed", REFUSED
-        except ModelsUnavailable:
-            raise
-        except AgentError as exc:  # written for the model (SubtaskFailed and friends)
-            return "failed", str(exc)
-        except Exception:
-            log.exception("subtask %s failed unexpectedly", subtask.id)
-            return "failed", INTERNAL_ERROR
-
-    # Leases
-
-    def _backoff(self, attempts: int) -> float:
-        s = self._settings
-        return float(min(s.retry_max_seconds, s.retry_base_seconds * 2 ** (attempts - 1)))
-
-    def _delay(self, attempts: int, retry_after: float | None) -> float:
-        """The server's `Retry-After` when it is a sane number of seconds, else backoff.
-        Not clamped here: a delay past the deferral bound ends the task instead. Infinite,
-        NaN or absurd values (`1e303` overflows Postgres's interval) count as "not soon"."""
-        if retry_after is None or not _honoured(retry_after):
-            return self._backoff(attempts)
-        return min(retry_after, _FOREVER)
-
-    @contextlib.asynccontextmanager
-    async def _leased(self, beat: Callable[[], Awaitable[bool]], name: str) -> AsyncIterator[None]:
-        """Run the body while its lease holds. The first heartbeat that finds the lease lost
-        cancels the body wherever it is (a model call, a wait for Slack), and the
-        cancellation ends here: the worker goes on to its next task."""
-        lost = False
-        try:
-            # A cancel scope: no deadline until a beat finds the lease lost.
-            async with asyncio.timeout(None) as scope:
-
-                def cancel() -> None:
-                    nonlocal lost
-                    lost = True
-                    scope.reschedule(asyncio.get_running_loop().time())
-
-                beating = asyncio.create_task(
-                    self._beat(beat, name, cancel), name=f"heartbeat-{name}"
-                )
-                try:
-                    yield
-                finally:
-                    await stop_task(beating)
-        except TimeoutError:
-            if not lost:
-                raise
-            log.warning("%s: lease lost; its run was cancelled", name)
-
-    async def _beat(
-        self, beat: Callable[[], Awaitable[bool]], name: str, lost: Callable[[], None]
-    ) -> None:
-        while True:
-            # The next beat is due, or every lease of this process may just have been lost.
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._settings.heartbeat_seconds):
-                    await self._queue.leases_in_doubt()
-            try:
-                held = await beat()
-            except Exception:  # the database may be restarting: the next beat will tell
-                continue
-            if not held:
-                log.warning("%s: lease lost to another worker", name)
-                lost()
-                return
-
-
-def _honoured(retry_after: float | None) -> bool:
-    """Whether a server's `Retry-After` is a number of seconds to wait (not negative, NaN)."""
-    return retry_after is not None and retry_after >= 0 and not math.isnan(retry_after)
+        await self._subtasks.run(subtask, task)
 
 
 def _settled_steps(task: Task, record: RoundRecord) -> list[Step]:
@@ -752,7 +488,7 @@ def _settled_steps(task: Task, record: RoundRecord) -> list[Step]:
         Step(
             subtask_id(task.id, record.number, outcome.index),
             _announced_title(record.raw_arguments, outcome.index) or outcome.type,
-            _STEP_STATES[outcome.state],
+            STEP_STATES[outcome.state],
         )
         for outcome in record.outcomes
     ]

@@ -30,7 +30,7 @@ from gateway.config.settings import Settings, database_dsn
 from gateway.delivery.alerts import headline, what_to_check
 from gateway.inbound.gatekeeper import Gatekeeper, Policy
 from gateway.models.routes import open_models
-from gateway.process.runner import RunnerPorts, build_runner, start_mcp
+from gateway.process.runner import RunnerParts, build_runner, start_mcp
 from gateway.slack.events import InboundTurn
 from gateway.text.markup import escape_entities
 from storage import Database, PostgresToolCalls
@@ -185,13 +185,13 @@ async def run_console(settings: Settings) -> int:
         await db.migrate()
         registries = default_registries()
         await start_mcp(settings, registries[0], stack)  # the same MCP tools as `serve`
-        ports = RunnerPorts(
+        parts = RunnerParts(
             publisher,
             TerminalAlerts(sys.stderr),
             registries=registries,
             tool_observer=PostgresToolCalls(db),
         )
-        runner = build_runner(settings, db, models, ports)
+        runner = build_runner(settings, db, models, parts)
         runner.start()
         stack.push_async_callback(runner.stop)
         gatekeeper = Gatekeeper(

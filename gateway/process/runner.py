@@ -28,7 +28,10 @@ from agent import (
     ModelResponder,
     PolicyOf,
     Publisher,
+    ResponderPorts,
+    ResponderSettings,
     RoundSettings,
+    RunnerPorts,
     RunnerSettings,
     SubtaskRegistry,
     TaskRunner,
@@ -63,7 +66,7 @@ MCP_STARTUP_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
-class RunnerPorts:
+class RunnerParts:
     """Where a runner's work goes besides Postgres: the `publisher` that delivers, the
     operator `alerts`, and what only a Slack process has (thread reads, the live view, a
     `desk` to ask approvals at, channel `policies`, metrics, traces). Without a desk (the
@@ -83,27 +86,29 @@ class RunnerPorts:
 
 
 def build_runner(
-    settings: Settings, db: Database, models: list[Model], ports: RunnerPorts
+    settings: Settings, db: Database, models: list[Model], parts: RunnerParts
 ) -> TaskRunner:
     """The task runner on Postgres, answering through `models` (in fallback order)."""
-    approvals = PostgresApprovals(db) if ports.desk is not None else None
-    respond = build_responder(settings, db, models, ports, approvals)
+    approvals = PostgresApprovals(db) if parts.desk is not None else None
+    respond = build_responder(settings, db, models, parts, approvals)
     lease = settings.threadgate_lease_seconds
     return TaskRunner(
-        queue=PostgresTaskQueue(db, lease_seconds=lease),
-        delegations=PostgresDelegations(db, lease_seconds=lease),
-        history=PostgresHistory(db, max_pinned=settings.threadgate_pinned_max),
-        publisher=ports.publisher,
-        alerts=ports.alerts,
-        respond=respond,
+        RunnerPorts(
+            queue=PostgresTaskQueue(db, lease_seconds=lease),
+            delegations=PostgresDelegations(db, lease_seconds=lease),
+            history=PostgresHistory(db, max_pinned=settings.threadgate_pinned_max),
+            publisher=parts.publisher,
+            alerts=parts.alerts,
+            observer=parts.metrics,
+            live=parts.live,
+            memory=PostgresMemory(db),
+            approvals=approvals,
+            desk=parts.desk,
+            tracer=parts.tracer,
+        ),
+        respond,
         settings=runner_settings(settings),
-        observer=ports.metrics,
-        live=ports.live,
-        memory=PostgresMemory(db),
-        compaction=build_compaction(settings, db, respond, ports.metrics),
-        approvals=approvals,
-        desk=ports.desk,
-        tracer=ports.tracer,
+        compaction=build_compaction(settings, db, respond, parts.metrics),
     )
 
 
@@ -111,39 +116,43 @@ def build_responder(
     settings: Settings,
     db: Database,
     models: list[Model],
-    ports: RunnerPorts,
+    parts: RunnerParts,
     approvals: PostgresApprovals | None,
 ) -> ModelResponder:
     """One round loop per task: the ladder over `models`, the tools, the stores it reads."""
-    tools, subtask_types = ports.registries or default_registries()
-    metrics = ports.metrics
+    tools, subtask_types = parts.registries or default_registries()
+    metrics = parts.metrics
     ladder = AttemptLadder(
         models,
         policy=retry_policy(settings),
-        circuit=ports.circuit,
+        circuit=parts.circuit,
         on_attempt=metrics.on_attempt if metrics else None,
     )
     return ModelResponder(
         ladder,
         tools=tools,
         subtasks=subtask_types,
-        thread_reader=ports.thread_reader,
-        tool_observer=ports.tool_observer,
-        meter=PostgresUsageMeter(db),
-        max_model_requests=settings.threadgate_max_model_requests_per_task,
-        live=ports.live,
-        memory=PostgresMemory(db),
-        instructions=settings.threadgate_instructions,
-        approvals=approvals,
-        policies=ports.policies,
-        prices=settings.price_table(),
-        prompt_caching=settings.threadgate_prompt_caching,
-        end_user=end_user_of if settings.threadgate_send_user_id else None,
-        refusals=PostgresAttachmentRefusals(db),
-        settings=RoundSettings(
-            max_output_tokens=settings.threadgate_max_output_tokens,
-            tool_timeout_seconds=settings.threadgate_tool_timeout_seconds,
-            tool_output_chars=settings.threadgate_tool_output_chars,
+        policies=parts.policies,
+        ports=ResponderPorts(
+            thread_reader=parts.thread_reader,
+            tool_observer=parts.tool_observer,
+            live=parts.live,
+            meter=PostgresUsageMeter(db),
+            memory=PostgresMemory(db),
+            approvals=approvals,
+            refusals=PostgresAttachmentRefusals(db),
+        ),
+        settings=ResponderSettings(
+            round=RoundSettings(
+                max_output_tokens=settings.threadgate_max_output_tokens,
+                tool_timeout_seconds=settings.threadgate_tool_timeout_seconds,
+                tool_output_chars=settings.threadgate_tool_output_chars,
+            ),
+            max_model_requests=settings.threadgate_max_model_requests_per_task,
+            instructions=settings.threadgate_instructions,
+            prices=settings.price_table(),
+            prompt_caching=settings.threadgate_prompt_caching,
+            end_user=end_user_of if settings.threadgate_send_user_id else None,
         ),
     )
 

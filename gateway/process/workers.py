@@ -31,7 +31,7 @@ from gateway.delivery.streams import StreamSettings
 from gateway.models.routes import metered_models
 from gateway.process.channel_policies import limits
 from gateway.process.resources import Resources, background, tool_spans
-from gateway.process.runner import RunnerPorts, build_runner, start_mcp, tool_observer
+from gateway.process.runner import RunnerParts, build_runner, start_mcp, tool_observer
 from gateway.schedules.scheduler import Scheduler, tell_paused
 from storage import PostgresScheduleBook, Retention
 
@@ -72,7 +72,7 @@ class Workers:
         publisher = self._publisher()
         stack.push_async_callback(publisher.aclose)
         assert self.mcp is not None  # connected just before
-        ports = RunnerPorts(
+        parts = RunnerParts(
             publisher,
             r.operator_alerts(),
             registries=registries,
@@ -87,7 +87,7 @@ class Workers:
             metrics=r.metrics,
             tracer=r.tracer,
         )
-        runner = build_runner(r.settings, r.db, models, ports)
+        runner = build_runner(r.settings, r.db, models, parts)
         runner.start()
         stack.push_async_callback(runner.stop)
 

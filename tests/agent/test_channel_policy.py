@@ -12,7 +12,7 @@ from agent.core.delegation import RoundInput, Subtask, SubtaskRequest
 from agent.core.errors import ModelBudgetExceeded
 from agent.core.ports import Task
 from agent.durable.compaction import Compaction
-from agent.durable.responder import ModelResponder
+from agent.durable.responder import ModelResponder, ResponderPorts, ResponderSettings
 from agent.models.contract import ModelRequest, ModelResponse, SystemMessage, ToolResultMessage
 from agent.models.function_model import FunctionModel, text_response, tool_response
 from agent.models.ladder import AttemptLadder
@@ -42,15 +42,14 @@ def answering(*responses: ModelResponse) -> FunctionModel:
     )
 
 
-def responder(model: FunctionModel, **options: object) -> ModelResponder:
+def responder(model: FunctionModel) -> ModelResponder:
     return ModelResponder(
         AttemptLadder([model], sleep=_no_sleep),
         tools=builtin_tools(),
         subtasks=builtin_subtask_types(),
-        thread_reader=Reader(),
-        instructions="House rules.",
         policies=by_channel(CSUPPORT=ONLY_CLOCK),
-        **options,  # type: ignore[arg-type]
+        ports=ResponderPorts(thread_reader=Reader()),
+        settings=ResponderSettings(instructions="House rules."),
     )
 
 
@@ -77,7 +76,7 @@ async def test_a_call_to_a_withheld_tool_is_refused_and_never_runs() -> None:
     ask = ModelResponder(
         AttemptLadder([model], sleep=_no_sleep),
         tools=builtin_tools(),
-        thread_reader=reader,
+        ports=ResponderPorts(thread_reader=reader),
         policies=by_channel(CSUPPORT=ONLY_CLOCK),
     )
     assert await ask(RoundInput(SUPPORT, WINDOW)) == Reply("ok")
@@ -96,7 +95,7 @@ async def test_a_subtask_inherits_its_channels_tools() -> None:
         AttemptLadder([model], sleep=_no_sleep),
         tools=builtin_tools(),
         subtasks=builtin_subtask_types(),
-        thread_reader=reader,
+        ports=ResponderPorts(thread_reader=reader),
         policies=by_channel(CSUPPORT=ONLY_CLOCK),
     )
     subtask = Subtask("t1", 0, 0, SubtaskRequest("agent", {"instructions": "look it up"}))
@@ -144,8 +143,8 @@ async def test_a_channels_cap_on_model_requests_replaces_the_deployments() -> No
     ask = ModelResponder(
         AttemptLadder([model], sleep=_no_sleep),
         tools=builtin_tools(),
-        meter=meter,
-        max_model_requests=50,
+        ports=ResponderPorts(meter=meter),
+        settings=ResponderSettings(max_model_requests=50),
         policies=by_channel(CSUPPORT=ChannelPolicy(max_model_requests=1)),
     )
     with pytest.raises(ModelBudgetExceeded):

@@ -15,7 +15,7 @@ from pydantic import BaseModel
 
 from agent.core.delegation import RoundInput, Subtask, SubtaskRequest
 from agent.core.ports import AnswerOrigin, PromptEpoch
-from agent.durable.responder import ModelResponder
+from agent.durable.responder import ModelResponder, ResponderPorts
 from agent.models.contract import ModelRequest, ModelResponse, SystemMessage
 from agent.models.function_model import FunctionModel, tool_response
 from agent.models.ladder import AttemptLadder
@@ -63,7 +63,7 @@ def deployment(
         AttemptLadder([recording(seen)], sleep=_no_sleep),
         tools=tools if tools is not None else builtin_tools(),
         subtasks=builtin_subtask_types(),
-        memory=memory,
+        ports=ResponderPorts(memory=memory),
     )
 
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from agent.core.errors import TransientModelError
 from agent.core.ports import Showing, Task
-from agent.durable.responder import ModelResponder
+from agent.durable.responder import ModelResponder, ResponderPorts
 from agent.models.contract import (
     Finish,
     MessageStart,
@@ -231,7 +231,10 @@ def _toolbox() -> Any:
 def _responder(model: Model, live: MemoryLiveView) -> ModelResponder:
     ladder = AttemptLadder([model], policy=RetryPolicy(attempts_per_slot=2), sleep=_no_sleep)
     return ModelResponder(
-        ladder, tools=builtin_tools(), subtasks=SubtaskRegistry([AgentSubtask()]), live=live
+        ladder,
+        tools=builtin_tools(),
+        subtasks=SubtaskRegistry([AgentSubtask()]),
+        ports=ResponderPorts(live=live),
     )
 
 

@@ -10,8 +10,8 @@ from agent.core.delegation import RoundInput
 from agent.core.errors import NonTransientModelError, Route
 from agent.core.ports import AnswerOrigin, Overflow, PromptEpoch, StoredMessage, Summary, Task
 from agent.durable.compaction import Compaction
-from agent.durable.responder import ModelResponder
-from agent.durable.runner import RunnerSettings, TaskRunner
+from agent.durable.responder import ModelResponder, ResponderPorts, ResponderSettings
+from agent.durable.runner import RunnerPorts, RunnerSettings, TaskRunner
 from agent.models.contract import (
     AssistantMessage,
     ModelRequest,
@@ -75,8 +75,8 @@ async def test_a_round_is_asked_under_the_sessions_pinned_prompt() -> None:
     memory = PinnedMemory()
     responder = ModelResponder(
         AttemptLadder([FunctionModel(replying_hi(seen))], sleep=_no_sleep),
-        memory=memory,
-        instructions="Be brief.",
+        ports=ResponderPorts(memory=memory),
+        settings=ResponderSettings(instructions="Be brief."),
     )
     decision = await responder(RoundInput(TASK, WINDOW))
     assert seen[0].messages[0] == SystemMessage(OLD.text)
@@ -91,7 +91,8 @@ async def test_a_round_handed_its_sessions_prompt_does_not_read_it_again() -> No
     seen: list[ModelRequest] = []
     memory = PinnedMemory()
     responder = ModelResponder(
-        AttemptLadder([FunctionModel(replying_hi(seen))], sleep=_no_sleep), memory=memory
+        AttemptLadder([FunctionModel(replying_hi(seen))], sleep=_no_sleep),
+        ports=ResponderPorts(memory=memory),
     )
     assert await responder.pin_prompt(TASK) == OLD and len(memory.asked) == 1
     pinned = replace(responder.epoch_of(TASK), hash="old", text=OLD.text)  # the same offer
@@ -106,7 +107,8 @@ async def test_a_round_handed_an_epoch_with_another_offer_asks_the_memory() -> N
     seen: list[ModelRequest] = []
     memory = PinnedMemory()
     responder = ModelResponder(
-        AttemptLadder([FunctionModel(replying_hi(seen))], sleep=_no_sleep), memory=memory
+        AttemptLadder([FunctionModel(replying_hi(seen))], sleep=_no_sleep),
+        ports=ResponderPorts(memory=memory),
     )
     stale = replace(responder.epoch_of(TASK), hash="stale", offer_hash="another offer")
     await responder(RoundInput(TASK, WINDOW, prompt=stale))
@@ -220,12 +222,14 @@ async def summarize(task: Task, messages: object, *, max_output_tokens: int) -> 
 def compacting_runner(history: MemoryHistory, store: Summaries, agent: Agent) -> TaskRunner:
     """A runner for RUN whose window budget cuts EARLIER, compacting into `store`."""
     return TaskRunner(
-        queue=MemoryQueue([RUN]),
-        delegations=MemoryDelegations(),
-        history=history,
-        publisher=MemoryPublisher(),
-        alerts=MemoryAlerts(),
-        respond=agent,
+        RunnerPorts(
+            queue=MemoryQueue([RUN]),
+            delegations=MemoryDelegations(),
+            history=history,
+            publisher=MemoryPublisher(),
+            alerts=MemoryAlerts(),
+        ),
+        agent,
         settings=RunnerSettings(history_chars=150),
         compaction=Compaction(store, summarize, epoch=OLD),
     )
@@ -282,13 +286,15 @@ async def test_the_runner_stamps_each_answer_it_stored_with_its_origin() -> None
     memory, history = Stamps(), MemoryHistory([(RUN.user_message_id, TURN)])
     delegations = MemoryDelegations()
     runner = TaskRunner(
-        queue=MemoryQueue([RUN]),
-        delegations=delegations,
-        history=history,
-        publisher=MemoryPublisher(),
-        alerts=MemoryAlerts(),
-        respond=Agent(decide),
-        memory=memory,
+        RunnerPorts(
+            queue=MemoryQueue([RUN]),
+            delegations=delegations,
+            history=history,
+            publisher=MemoryPublisher(),
+            alerts=MemoryAlerts(),
+            memory=memory,
+        ),
+        Agent(decide),
     )
     await runner.run_task(RUN)
     while (claimed := await delegations.claim_subtask()) is not None:

@@ -19,7 +19,7 @@ from pydantic import SecretStr
 
 from agent.core.delegation import RoundInput
 from agent.core.ports import StoredMessage, Task
-from agent.durable.responder import ModelResponder
+from agent.durable.responder import ModelResponder, ResponderSettings
 from agent.models.contract import (
     AssistantMessage,
     CacheHint,
@@ -191,7 +191,7 @@ async def test_caching_off_sends_neither_breakpoints_nor_key(
     """`prompt_caching=False` (THREADGATE_PROMPT_CACHING): the provider caches nothing."""
     server, model = anthropic
     server.script(Message(tool_calls=[FakeToolCall("final_reply", {"text": "a"}, "f1")]))
-    off = ModelResponder(AttemptLadder([model]), prompt_caching=False)
+    off = ModelResponder(AttemptLadder([model]), settings=ResponderSettings(prompt_caching=False))
     await off(RoundInput(TASK, [turn(1)]))
     assert "cache_control" not in json.dumps(server.requests[0].body)
     assert server.reported[0]["cache_creation_input_tokens"] == 0

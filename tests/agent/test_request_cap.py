@@ -13,7 +13,7 @@ from agent.core.delegation import RoundInput, Subtask, SubtaskRequest
 from agent.core.errors import ModelBudgetExceeded
 from agent.core.ports import ModelCharge, StoredMessage, Task
 from agent.durable.notices import DEFAULT_NOTICES
-from agent.durable.responder import ModelResponder
+from agent.durable.responder import ModelResponder, ResponderPorts, ResponderSettings
 from agent.models.contract import ModelRequest, ModelResponse, Usage
 from agent.models.function_model import FunctionModel, tool_response
 from agent.models.ladder import AttemptLadder
@@ -60,9 +60,8 @@ def responder(meter: Meter, *models: FunctionModel, cap: int) -> ModelResponder:
         AttemptLadder(list(models), sleep=_no_sleep),
         tools=builtin_tools(),
         subtasks=builtin_subtask_types(),
-        settings=RoundSettings(max_steps=1000),
-        meter=meter,
-        max_model_requests=cap,
+        ports=ResponderPorts(meter=meter),
+        settings=ResponderSettings(round=RoundSettings(max_steps=1000), max_model_requests=cap),
     )
 
 

@@ -14,7 +14,7 @@ from agent.core.delegation import (
 )
 from agent.core.errors import TransientModelError
 from agent.core.ports import StoredMessage, Task
-from agent.durable.responder import ModelResponder
+from agent.durable.responder import ModelResponder, ResponderPorts, ResponderSettings
 from agent.models.contract import ModelRequest, ModelResponse, SystemMessage, ToolResultMessage
 from agent.models.function_model import FunctionModel, tool_response
 from agent.models.ladder import AttemptLadder
@@ -64,8 +64,8 @@ def responder(
         AttemptLadder([model], sleep=_no_sleep),
         tools=builtin_tools(),
         subtasks=builtin_subtask_types(),
-        thread_reader=reader,
-        settings=RoundSettings(**settings),
+        ports=ResponderPorts(thread_reader=reader),
+        settings=ResponderSettings(round=RoundSettings(**settings)),
         clock=lambda: NOON,
     )
 

@@ -22,13 +22,8 @@ from agent.core.errors import (
 )
 from agent.core.ports import PromptEpoch, Step, StoredMessage, Task, Window
 from agent.durable.notices import DEFAULT_NOTICES, FailureNotices
-from agent.durable.runner import (
-    DEFAULT_RUNNER,
-    INTERNAL_ERROR,
-    TIMED_OUT,
-    RunnerSettings,
-    TaskRunner,
-)
+from agent.durable.runner import DEFAULT_RUNNER, RunnerPorts, RunnerSettings, TaskRunner
+from agent.durable.subtask_runs import INTERNAL_ERROR, TIMED_OUT
 from agent.rounds.control import Decision, Reply
 from tests.agent.memory import (
     MemoryAlerts,
@@ -95,15 +90,17 @@ class Rig:
             MemoryAlerts(),
         )
         self.runner = TaskRunner(
-            queue=self.queue,
-            delegations=self.delegations,
-            history=self.history,
-            publisher=self.publisher,
-            alerts=self.alerts,
-            respond=agent,
+            RunnerPorts(
+                queue=self.queue,
+                delegations=self.delegations,
+                history=self.history,
+                publisher=self.publisher,
+                alerts=self.alerts,
+                live=live,
+            ),
+            agent,
             settings=settings,
             clock=clock,
-            live=live,
         )
 
     async def run_subtasks(self) -> None:
@@ -153,12 +150,14 @@ async def test_a_failed_window_read_leaves_no_prompt_read_running() -> None:
     pinning = asyncio.Event()
     agent, queue = SlowPin(lambda r: Reply("never")), MemoryQueue([TASK])
     runner = TaskRunner(
-        queue=queue,
-        delegations=MemoryDelegations(),
-        history=Unreadable([(TASK.user_message_id, TURN)]),
-        publisher=MemoryPublisher(),
-        alerts=MemoryAlerts(),
-        respond=agent,
+        RunnerPorts(
+            queue=queue,
+            delegations=MemoryDelegations(),
+            history=Unreadable([(TASK.user_message_id, TURN)]),
+            publisher=MemoryPublisher(),
+            alerts=MemoryAlerts(),
+        ),
+        agent,
     )
     await runner.run_task(TASK)
     assert agent.rounds == [] and queue.finished == []

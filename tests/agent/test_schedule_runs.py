@@ -12,6 +12,7 @@ import pytest
 
 from agent import (
     Reply,
+    RunnerPorts,
     ScheduleBook,
     ScheduleEntry,
     ScheduleRequest,
@@ -28,7 +29,7 @@ from agent import (
 from agent.core.delegation import RoundInput
 from agent.core.errors import RoundFailed
 from agent.core.ports import StoredMessage
-from agent.durable.responder import ModelResponder
+from agent.durable.responder import ModelResponder, ResponderPorts
 from agent.models.contract import ModelRequest, ModelResponse, UserMessage
 from agent.models.function_model import FunctionModel, tool_response
 from agent.models.ladder import AttemptLadder
@@ -99,13 +100,15 @@ async def run(task: Task, decide: Any) -> tuple[Rig, Outcomes]:
     """Run `task` on the runner tests' rig, its outcomes told to an observer."""
     rig, outcomes = Rig(Agent(decide)), Outcomes()
     runner = TaskRunner(
-        queue=rig.queue,
-        delegations=rig.delegations,
-        history=rig.history,
-        publisher=rig.publisher,
-        alerts=rig.alerts,
-        respond=rig.agent,
-        observer=outcomes,
+        RunnerPorts(
+            queue=rig.queue,
+            delegations=rig.delegations,
+            history=rig.history,
+            publisher=rig.publisher,
+            alerts=rig.alerts,
+            observer=outcomes,
+        ),
+        rig.agent,
     )
     await runner.run_task(task)
     return rig, outcomes
@@ -223,7 +226,7 @@ async def test_a_run_is_offered_no_reply_and_no_tool_that_waits_for_a_person() -
     responder = ModelResponder(
         AttemptLadder([FunctionModel(answer)]),
         tools=ToolRegistry([Deploy(), Look()]),
-        approvals=MemoryApprovals(),
+        ports=ResponderPorts(approvals=MemoryApprovals()),
     )
     window = [StoredMessage(TASK.user_message_id, TASK.session_id, "user", "turn", "hi")]
     await responder(RoundInput(RUN, window))

@@ -7,6 +7,7 @@ from agent import (
     AgentSubtask,
     AttemptLadder,
     ModelResponder,
+    ResponderPorts,
     RoundInput,
     Subtask,
     SubtaskRegistry,
@@ -78,7 +79,7 @@ async def test_the_responder_hands_its_observer_to_rounds_and_sub_agents() -> No
         tools=builtin_tools(),
         subtasks=SubtaskRegistry([AgentSubtask()]),
         clock=lambda: NOON,
-        tool_observer=recorder,
+        ports=ResponderPorts(tool_observer=recorder),
     )
     await responder(RoundInput(TASK, WINDOW))
     subtask = Subtask(TASK.id, 0, 0, SubtaskRequest("agent", {"instructions": "look"}, ()))
