@@ -93,7 +93,14 @@ from gateway.inbound.attachments import FileReader
 from gateway.inbound.bolt_app import build_bolt_app
 from gateway.inbound.decoders import Decoders
 from gateway.inbound.files import FileDownloader
-from gateway.inbound.gatekeeper import LIMIT_NOTICES, Gatekeeper, InFlight, Policy
+from gateway.inbound.gatekeeper import (
+    LIMIT_NOTICES,
+    Gatekeeper,
+    GatekeeperPorts,
+    GatekeeperSettings,
+    InFlight,
+    Policy,
+)
 from gateway.inbound.interactions import Interactions
 from gateway.inbound.pins import Pins
 from gateway.inbound.revisions import Revisions
@@ -754,19 +761,23 @@ class Gateway:
             # Names and back-fill read with the token of the event's workspace.
             workspace = await clients.workspace(team_id, enterprise_id)
             return Gatekeeper(
-                db,
-                workspace.users,
-                threads=workspace.threads,
-                policy=policy,
-                lookup_budget_seconds=self.settings.threadgate_lookup_budget_seconds,
-                limits=limits(s),
-                on_limited=self.metrics.message_limited,
-                files=self._file_reader(workspace.client),
-                in_flight=in_flight,
-                rules=policies.rules_of,
-                sharing=workspace.sharing,
-                on_redacted=lambda found: self.metrics.redacted(found.kinds),
-                tracer=self.tracer,
+                GatekeeperSettings(
+                    policy=policy,
+                    lookup_budget_seconds=s.threadgate_lookup_budget_seconds,
+                    limits=limits(s),
+                    rules=policies.rules_of,
+                ),
+                GatekeeperPorts(
+                    db=db,
+                    users=workspace.users,
+                    threads=workspace.threads,
+                    files=self._file_reader(workspace.client),
+                    sharing=workspace.sharing,
+                    in_flight=in_flight,
+                    tracer=self.tracer,
+                    on_limited=self.metrics.message_limited,
+                    on_redacted=lambda found: self.metrics.redacted(found.kinds),
+                ),
             )
 
         async def pins(team_id: str | None, enterprise_id: str | None) -> Pins:
