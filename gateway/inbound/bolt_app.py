@@ -108,14 +108,7 @@ def build_bolt_app(
     stops: Stops | None = None,
     app_home: AppHome | None = None,
 ) -> AsyncApp:
-    app = AsyncApp(
-        client=client,
-        signing_secret=signing_secret,
-        process_before_response=True,
-        request_verification_enabled=signing_secret is not None,
-        # bolt's annotation leaves out the None it handles (not installed: refused).
-        authorize=KnownIdentity(identity) if identity is not None else cast(Any, authorize),
-    )
+    app = _app(client, signing_secret, identity, authorize)
 
     async def gatekeeper_of(tenant: Tenant) -> Gatekeeper:
         if isinstance(gatekeeper, Gatekeeper):
@@ -166,6 +159,31 @@ def build_bolt_app(
     if interactions is not None:
         _listen_for_clicks(app, interactions)
 
+    _answer_errors(app, metrics)
+    return app
+
+
+def _app(
+    client: AsyncWebClient,
+    signing_secret: str | None,
+    identity: AuthorizeResult | None,
+    authorize: AsyncAuthorize | None,
+) -> AsyncApp:
+    """Bolt's app, acking only when a listener says so (after admission has committed)."""
+    return AsyncApp(
+        client=client,
+        signing_secret=signing_secret,
+        process_before_response=True,
+        request_verification_enabled=signing_secret is not None,
+        # bolt's annotation leaves out the None it handles (not installed: refused).
+        authorize=KnownIdentity(identity) if identity is not None else cast(Any, authorize),
+    )
+
+
+def _answer_errors(app: AsyncApp, metrics: Metrics) -> None:
+    """What Slack is answered when an event was not admitted: a malformed event is
+    refused; a database outage and anything else leave it unacked, to be sent again."""
+
     @app.error
     async def on_error(error: Exception, response: BoltResponse) -> None:
         if isinstance(error, MalformedEvent):
@@ -178,8 +196,6 @@ def build_bolt_app(
         else:
             log.exception("event not admitted", exc_info=error)
             response.status, response.body = 500, "internal error"
-
-    return app
 
 
 def _listen_for_clicks(app: AsyncApp, interactions: Interactions) -> None:

@@ -251,7 +251,7 @@ class Gatekeeper:
 
     async def _admit(self, inbound: InboundTurn, bot_user_id: str | None) -> Outcome:
         """The pipeline: ours at all; stored at once in a thread we know; else looked up,
-        read and stored, each storing the first span of the message's trace."""
+        read and stored. Storing is the first span of the message's trace."""
         if not self._ours(inbound, bot_user_id):
             return "ignored"
         if self._answered_in_any_thread(inbound):
