@@ -4,8 +4,9 @@ A schedule is a row (migration 020); its runs are ordinary tasks. `fire` is the 
 statement sequence that matters (`fire_schedule`), in one transaction: lock the schedule if its period is
 due (`FOR UPDATE SKIP LOCKED`: a replica that finds it locked moves on), insert the
 period's task — its id derived from the schedule and the period (`run_task_id`), so
-`ON CONFLICT DO NOTHING` makes a second insert of one period a no-op — with its turn,
-then move `next_run_at` past now, and NOTIFY the workers. Two replicas, a crash anywhere
+`ON CONFLICT DO NOTHING` makes a second insert of one period a no-op — with its turn
+(stored as admission stores a person's: storage/admission.py's `open_task` and
+`store_turn`), then move `next_run_at` past now, and NOTIFY the workers. Two replicas, a crash anywhere
 in between, or a restart can therefore never make two runs of one period.
 
 Periods missed while no scheduler ran (`Recurrence.latest`) are one run, for the latest of
@@ -19,7 +20,6 @@ cancelled. Every change NOTIFYs `SCHEDULES_CHANNEL`, so schedulers wake for it.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -28,6 +28,7 @@ from typing import Literal, TypeAlias
 import asyncpg
 
 from agent import Missed, Recurrence, RecurrenceKind, user_message_id
+from storage.admission import open_task, store_turn
 from storage.database import SCHEDULES_CHANNEL, TASKS_CHANNEL, Database
 from storage.errors import StorageError, translate_errors
 from storage.migrations import Connection
@@ -151,20 +152,6 @@ _LOCK_DUE = """
 SELECT s.*, now() AS now FROM schedules s
 WHERE s.id = $1 AND s.state = 'active' AND s.next_run_at <= now()
 FOR UPDATE SKIP LOCKED
-"""
-
-_RUN = """
-WITH ses AS (
-    INSERT INTO sessions (id) VALUES ($2) ON CONFLICT DO NOTHING
-), task AS (
-    INSERT INTO tasks (id, session_id, address, user_id, channel, schedule_id)
-    VALUES ($1, $2, $3::jsonb, $4, $5, $6) ON CONFLICT DO NOTHING RETURNING id
-)
-INSERT INTO messages (seq, id, session_id, anchor, role, kind, text)
-SELECT s.seq, $7, $2, s.seq, 'user', 'turn', $8
-FROM task, LATERAL (SELECT nextval(pg_get_serial_sequence('messages', 'seq')) AS seq) s
-ON CONFLICT (id) DO NOTHING
-RETURNING true
 """
 
 _ADVANCE = """
@@ -363,18 +350,19 @@ async def fire_schedule(
 async def _insert_run(
     conn: Connection, schedule: StoredSchedule, task_id: str, run: ScheduledRun
 ) -> bool:
-    created = await conn.fetchval(
-        _RUN,
-        task_id,
-        run.session_id,
-        json.dumps(dict(run.address)),
-        schedule.owner,
-        run.channel,
-        _number(schedule.id),
-        user_message_id(task_id),
-        run.turn_text,
+    """The period's task and its turn, stored as admission stores a person's."""
+    created = await open_task(
+        conn,
+        session_id=run.session_id,
+        task_id=task_id,
+        address=run.address,
+        user=schedule.owner,
+        channel=run.channel,
+        schedule=_number(schedule.id),
     )
-    return bool(created)
+    if created:
+        await store_turn(conn, user_message_id(task_id), run.session_id, run.turn_text)
+    return created
 
 
 async def _update(db: Database, sql: str, schedule_id: str, *args: object) -> bool:

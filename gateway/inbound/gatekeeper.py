@@ -10,10 +10,15 @@ inside an existing thread. The caller acks Slack only after `admit` returns: an 
 event is never lost.
 Everything before the ack shares one time budget (`lookup_budget_seconds`, well under
 Slack's 3 s): the names, the file downloads and the back-fill run at once, each ends at
-the budget's deadline, and what did not arrive by then is done without — a user id stands
-in for a name, a file is described as not read ("not downloaded in time"), and a
-back-fill keeps the newest messages it has. A slow Slack delays the ack by at most the
-budget, never into Slack's retry.
+the budget's deadline, and what did not arrive by then is done without
+(gateway/inbound/turns.py). A slow Slack delays the ack by at most the budget, never into
+Slack's retry.
+
+A message goes through one pipeline of named steps (`Gatekeeper.admit`): is it ours
+(`Policy`); a mention in a thread with nothing to download is stored at once if we know
+the thread (`_store_in_known`: one round trip); otherwise what is read for it is decided
+(`Reading`), looked at before downloading (`_looked_up`), read and rendered
+(`TurnReader`), admitted, and its outcome reported (`_settle`).
 
 Limits come before downloads: before a message's files are fetched, one read
 (`storage.before_downloads`) says whether it has its task already (a redelivery) or is
@@ -48,27 +53,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import Literal, Protocol, TypeAlias, overload
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Literal, TypeAlias
 
-from agent import NO_TRACER, Document, Image, Span, Tracer, bind_log_fields
+from agent import NO_TRACER, Tracer, bind_log_fields
 from gateway.inbound.addressing import addresses_someone_else
-from gateway.inbound.attachments import FileContent, FileReader, files_text, images_of, unread
-from gateway.inbound.channel_rules import DEFAULT_RULES, REFUSAL_NOTICES, RulesOf
-from gateway.slack.events import InboundTurn, SharedFile
+from gateway.inbound.attachments import FileReader
+from gateway.inbound.channel_rules import DEFAULT_RULES, REFUSAL_NOTICES, ChannelRules, RulesOf
+from gateway.inbound.turns import NOTHING, Reading, ThreadSource, TurnReader
+from gateway.slack.events import InboundTurn
 from gateway.slack.sharing import ChannelSharing
-from gateway.slack.threads import EXTERNAL, ThreadMessage, foreign, render_message, slack_time
+from gateway.slack.threads import EXTERNAL
 from gateway.slack.users import NameDirectory
-from gateway.text.markup import mentioned_user_ids
 from gateway.text.secrets import Redactions
 from storage import (
     REFUSALS,
     UNLIMITED,
     Admission,
+    Admitted,
     Database,
-    EarlierMessage,
     Limits,
     LimitScope,
     admit,
@@ -115,14 +121,6 @@ LIMIT_NOTICES: Mapping[LimitScope, str] = {
 }
 
 
-class ThreadSource(Protocol):
-    async def messages(
-        self, channel: str, thread_ts: str, *, limit: int, deadline: float | None = None
-    ) -> list[ThreadMessage]:
-        """At most the latest `limit` messages, oldest first; at `deadline` (event-loop
-        time), what was read so far."""
-
-
 @dataclass(frozen=True, slots=True)
 class Policy:
     """Which messages are ours. Empty allowlists allow everyone."""
@@ -163,365 +161,6 @@ class Policy:
         return not addresses_someone_else(inbound.text, bot_user_id)
 
 
-class Gatekeeper:
-    def __init__(
-        self,
-        db: Database,
-        users: NameDirectory,
-        *,
-        threads: ThreadSource | None = None,
-        policy: Policy,
-        lookup_budget_seconds: float,
-        limits: Limits = UNLIMITED,
-        on_limited: Callable[[LimitScope], None] | None = None,
-        files: FileReader | None = None,
-        in_flight: InFlight | None = None,
-        rules: RulesOf = lambda channel: DEFAULT_RULES,
-        sharing: ChannelSharing | None = None,
-        on_redacted: Callable[[Redactions], None] = lambda found: None,
-        tracer: Tracer = NO_TRACER,
-    ) -> None:
-        self._rules = rules
-        self._sharing = sharing
-        self._on_redacted = on_redacted
-        self._tracer = tracer
-        self._files = files
-        self._in_flight = in_flight or InFlight()
-        self._limits = limits
-        self._on_limited = on_limited or (lambda scope: None)
-        self._db = db
-        self._users = users
-        self._threads = threads
-        self._policy = policy
-        self._budget = lookup_budget_seconds
-
-    async def admit(self, inbound: InboundTurn, *, bot_user_id: str | None) -> Outcome:
-        """Store the turn and its task (durable when this returns), or say why not. The
-        turn's tenant (team, and enterprise on Enterprise Grid) keys the task, its address
-        and its limits; the writer's workspace is only data in the address."""
-        inbound = self._policy.conversation_of(inbound)
-        where = {
-            "team": inbound.team,
-            "channel": inbound.channel,
-            "thread_ts": inbound.reply_thread_ts,
-        }
-        with bind_log_fields(task=inbound.task_id, event=inbound.event_id, **where):
-            return await self._admit(inbound, bot_user_id)
-
-    async def _admit(self, inbound: InboundTurn, bot_user_id: str | None) -> Outcome:
-        if not self._policy.allows(inbound):
-            return "ignored"
-        if not self._policy.may_continue(inbound, bot_user_id=bot_user_id):
-            log.debug("a reply addressed to someone else: not ours to answer")
-            return "ignored"
-        if self._answered_in_any_thread(inbound):
-            return await self._store_at_once(inbound, bot_user_id)
-        # Only a message inside a thread asks whether we know the conversation (to continue
-        # it without a mention, or to back-fill it); a top-level one saves the round trip.
-        known = bool(inbound.thread_ts) and await session_exists(self._db, inbound.session_id)
-        if not self._policy.addressed(inbound, known=known):
-            return "ignored"
-        return await self._after_lookup(inbound, bot_user_id, known=known)
-
-    def _answered_in_any_thread(self, inbound: InboundTurn) -> bool:
-        """A mention or a DM inside a thread, with nothing to download: it is answered
-        whether or not we know the thread, which then decides only its back-fill."""
-        downloads = self._files is not None and bool(inbound.files)
-        return bool(inbound.thread_ts) and (inbound.mentioned or inbound.direct) and not downloads
-
-    async def _store_at_once(self, inbound: InboundTurn, bot_user_id: str | None) -> Outcome:
-        """Admitted by the one statement that also asks whether we know its thread (one
-        round trip where asking first made two, each a turn of the event loop before the
-        ack); in a thread new to us, nothing was written, and it is back-filled first. One
-        span either way."""
-        with self._admission_span() as span:
-            outcome = await self._render_and_admit(inbound, bot_user_id, False, None, known=True)
-            if outcome is None:
-                outcome = await self._after_lookup(inbound, bot_user_id, known=False, traced=False)
-            span.set({"threadgate.admission": outcome})
-        return outcome
-
-    async def _after_lookup(
-        self, inbound: InboundTurn, bot_user_id: str | None, *, known: bool, traced: bool = True
-    ) -> Outcome:
-        """Back-fill a thread new to us, download the files, and admit (`known`: whether we
-        know the thread; `traced`: in a span of its own)."""
-        # A DM thread that continues the DM's conversation has its history in our store.
-        backfill = not known and inbound.in_own_thread
-        if self._files is None or not (inbound.files or backfill):
-            return await self._store(inbound, bot_user_id, backfill=backfill, traced=traced)
-        # Downloads are the costly part: they wait for Slack's other event for this message
-        # (in this process), and for a look at whether admission would take it at all.
-        async with self._in_flight.turn(inbound.task_id):
-            before = await before_downloads(
-                self._db, self._admission(inbound), self._limits_of(inbound)
-            )
-            if before.has_task:
-                return "duplicate"  # what admission would say, without fetching the files
-            if before.limited:  # refused (or answered by the notice): nothing to fetch
-                return await self._store(inbound, bot_user_id, backfill=False, traced=traced)
-            return await self._store(
-                inbound, bot_user_id, backfill=backfill, files=self._files, traced=traced
-            )
-
-    @contextlib.contextmanager
-    def _admission_span(self) -> Iterator[Span]:
-        """The first span of the message's trace (module docstring)."""
-        with self._tracer.resume(None), self._tracer.span("admission", kind="server") as span:
-            yield span
-
-    async def _store(
-        self,
-        inbound: InboundTurn,
-        bot_user_id: str | None,
-        *,
-        backfill: bool,
-        files: FileReader | None = None,
-        traced: bool = True,
-    ) -> Outcome:
-        """Render the turn (reading its files with `files`), back-fill, and admit: the
-        first span of the message's trace, unless it runs inside it (`traced` False)."""
-        if not traced:
-            return await self._render_and_admit(inbound, bot_user_id, backfill, files)
-        with self._admission_span() as span:
-            outcome = await self._render_and_admit(inbound, bot_user_id, backfill, files)
-            span.set({"threadgate.admission": outcome})
-        return outcome
-
-    @overload
-    async def _render_and_admit(
-        self,
-        inbound: InboundTurn,
-        bot_user_id: str | None,
-        backfill: bool,
-        files: FileReader | None,
-        *,
-        known: Literal[False] = False,
-    ) -> Outcome: ...
-
-    @overload
-    async def _render_and_admit(
-        self,
-        inbound: InboundTurn,
-        bot_user_id: str | None,
-        backfill: bool,
-        files: FileReader | None,
-        *,
-        known: Literal[True],
-    ) -> Outcome | None: ...
-
-    async def _render_and_admit(
-        self,
-        inbound: InboundTurn,
-        bot_user_id: str | None,
-        backfill: bool,
-        files: FileReader | None,
-        *,
-        known: bool = False,
-    ) -> Outcome | None:
-        """Render and admit; `known`: only in a session that exists, else None (nothing
-        written, nothing counted)."""
-        deadline = asyncio.get_running_loop().time() + self._budget
-        inbound = await self._shared(inbound, deadline)
-        refused = self._rules(inbound.channel).refusal(inbound.ext_shared)
-        if refused is not None:  # nothing more of the channel is read for a refused message
-            backfill, files = False, None
-        tally = Redactions()
-        (turn_text, images), earlier = await self._turn_and_earlier(
-            inbound, bot_user_id, deadline, files, tally, backfill=backfill
-        )
-        admission = replace(
-            self._admission(inbound, redacted=sum(tally.kinds.values())),
-            turn_text=turn_text,
-            images=images,
-            earlier=earlier,
-            refused=refused,
-            traceparent=self._tracer.traceparent(),
-        )
-        limits = self._limits_of(inbound)
-        if known:
-            admitted = await admit_in_known_session(self._db, admission, limits)
-            if admitted is None:
-                return None
-        else:
-            admitted = await admit(self._db, admission, limits)
-        if tally:
-            self._on_redacted(tally)
-        if admitted.limited is not None:
-            self._on_limited(admitted.limited)
-            return "refused" if admitted.limited in REFUSALS else "limited"
-        return "admitted" if admitted else "duplicate"
-
-    async def _turn_and_earlier(
-        self,
-        inbound: InboundTurn,
-        bot_user_id: str | None,
-        deadline: float,
-        files: FileReader | None,
-        redactions: Redactions,
-        *,
-        backfill: bool,
-    ) -> tuple[tuple[str, tuple[Image | Document, ...]], Sequence[EarlierMessage]]:
-        """The turn and, with `backfill`, the thread's earlier messages, read at once. Only
-        then gathered: a gather runs each part as a task of its own, and each costs the ack
-        a turn of the event loop, behind whatever else the loop has to do."""
-        turn = self._turn(inbound, bot_user_id, deadline, files, redactions)
-        if not backfill:
-            return await turn, ()
-        return await asyncio.gather(
-            turn, self._backfill(inbound, bot_user_id, deadline, files, redactions)
-        )
-
-    async def _shared(self, inbound: InboundTurn, deadline: float) -> InboundTurn:
-        """The turn with its channel's sharing known, as the event said it or as
-        `conversations.info` says (None: it could not be checked; see `ChannelRules`)."""
-        if inbound.ext_shared is not None or self._sharing is None:
-            return inbound
-        sharing = await self._sharing.sharing(inbound.channel, deadline)
-        if sharing == "unknown":
-            return inbound
-        return replace(inbound, ext_shared=sharing == "external")
-
-    def _limits_of(self, inbound: InboundTurn) -> Limits:
-        return self._rules(inbound.channel).limits or self._limits
-
-    def _admission(self, inbound: InboundTurn, *, redacted: int = 0) -> Admission:
-        """The message's admission, its turn not rendered yet (`redacted`: the credentials
-        taken out of what it brought)."""
-        return Admission(
-            event_id=inbound.event_id,
-            task_id=inbound.task_id,
-            session_id=inbound.session_id,
-            address={
-                "team": inbound.team,
-                "channel": inbound.channel,
-                "thread_ts": inbound.reply_thread_ts,
-                # The recipient Slack requires for a streamed reply outside DMs.
-                "user": inbound.user,
-                # Which installation's token serves the task (gateway/slack/workspaces.py).
-                **({"enterprise": inbound.enterprise} if inbound.enterprise else {}),
-                # The writer's workspace (Slack Connect: not the tenant's), a stream's recipient.
-                **({"user_team": inbound.user_team} if inbound.user_team else {}),
-                # A channel shared with another organization (for `read_thread`'s turns), and
-                # the credentials redacted from the turn (for the reply's note).
-                **({"shared": EXTERNAL} if inbound.ext_shared is not False else {}),
-                **({"redacted": str(redacted)} if redacted else {}),
-            },
-            turn_text="",
-            user=f"{inbound.team}:{inbound.user}",
-            channel=f"{inbound.team}:{inbound.channel}",
-        )
-
-    async def render(
-        self,
-        inbound: InboundTurn,
-        *,
-        bot_user_id: str | None,
-        deadline: float,
-        files_note: str | None = None,
-    ) -> str:
-        """The turn's text as admission stores it, its files never fetched: `files_note`
-        (what the stored version says of them) when given, else described as not read. An
-        edit is stored again this way; the pictures stored with the first version stay."""
-        inbound = await self._shared(inbound, deadline)
-        tally = Redactions()
-        if files_note is None:
-            text, _ = await self._turn(inbound, bot_user_id, deadline, None, tally)
-        else:
-            names = await self._names([inbound.user, *mentioned_user_ids(inbound.text)], deadline)
-            text = render_inbound(
-                inbound, names, bot_user_id=bot_user_id, files_note=files_note, redactions=tally
-            )
-        if tally:
-            self._on_redacted(tally)
-        return text
-
-    async def _turn(
-        self,
-        inbound: InboundTurn,
-        bot_user_id: str | None,
-        deadline: float,
-        files: FileReader | None,
-        redactions: Redactions,
-    ) -> tuple[str, tuple[Image | Document, ...]]:
-        """The turn's text and its pictures (and PDFs kept as documents): names and files
-        looked up at once."""
-        user_ids = [inbound.user, *mentioned_user_ids(inbound.text)]
-        if files is None or not inbound.files:  # nothing to download: no gather (above)
-            names, contents = await self._names(user_ids, deadline), unread(inbound.files)
-        else:
-            names, contents = await asyncio.gather(
-                self._names(user_ids, deadline), _read_files(files, inbound.files, deadline)
-            )
-        text = render_inbound(
-            inbound, names, bot_user_id=bot_user_id, contents=contents, redactions=redactions
-        )
-        return text, images_of(contents)
-
-    async def _backfill(
-        self,
-        inbound: InboundTurn,
-        bot_user_id: str | None,
-        deadline: float,
-        files: FileReader | None,
-        redactions: Redactions,
-    ) -> Sequence[EarlierMessage]:
-        """The thread's messages before this one, rendered as turns with ids from their ts."""
-        if self._threads is None or not inbound.thread_ts:
-            return ()
-        found = await self._threads.messages(
-            inbound.channel,
-            inbound.thread_ts,
-            limit=self._policy.backfill_messages + 1,
-            deadline=deadline,
-        )
-        before = [m for m in found if _ts_key(m.ts) < _ts_key(inbound.ts)][
-            -self._policy.backfill_messages :
-        ]
-        users = {m.user for m in before} | {u for m in before for u in mentioned_user_ids(m.text)}
-        names, contents = await asyncio.gather(
-            self._names(sorted(users), deadline),
-            asyncio.gather(*(_read_files(files, m.files, deadline) for m in before)),
-        )
-        shared = inbound.ext_shared is not False
-        return tuple(
-            EarlierMessage(
-                earlier_message_id(inbound.team, inbound.channel, m.ts),
-                render_message(
-                    m,
-                    inbound.channel,
-                    names,
-                    bot_user_id=bot_user_id,
-                    note=files_text(read),
-                    external=shared and foreign(m.team, inbound.team, inbound.enterprise),
-                    redactions=redactions,
-                ),
-                images_of(read),
-            )
-            for m, read in zip(before, contents, strict=True)
-        )
-
-    async def _names(self, user_ids: list[str], deadline: float | None) -> dict[str, str]:
-        try:
-            async with asyncio.timeout_at(deadline):
-                return await self._users.names(user_ids)
-        except TimeoutError:
-            return {}  # the ids stand in: a name is decoration, the id is the identity
-
-
-def earlier_message_id(team: str, channel: str, ts: str) -> str:
-    """The stored id of a back-filled message (one that has no task of its own)."""
-    return f"slack:{team}:{channel}:{ts}"
-
-
-async def _read_files(
-    reader: FileReader | None, files: Sequence[SharedFile], deadline: float
-) -> tuple[FileContent, ...]:
-    if reader is None or not files:
-        return unread(files)
-    return await reader.read(files, deadline)
-
-
 class InFlight:
     """The messages this process is admitting with downloads, by task id. Slack sends two
     events for a mention (`message` and `app_mention`), at once: the second waits here for
@@ -545,36 +184,244 @@ class InFlight:
             done.set()
 
 
-def render_inbound(
-    inbound: InboundTurn,
-    names: dict[str, str],
-    *,
-    bot_user_id: str | None,
-    contents: Sequence[FileContent] | None = None,
-    files_note: str | None = None,
-    redactions: Redactions | None = None,
-) -> str:
-    """The message as the model will read it: its text, then what came of its files
-    (`contents`; None: described, not read; or `files_note`, as rendered before), in one
-    provenance tag; marked as another organization's when the channel is shared (or its
-    sharing unknown) and its author's team is not the tenant's."""
-    message = ThreadMessage(inbound.user, inbound.text, inbound.ts)
-    read = unread(inbound.files) if contents is None else contents
-    note = files_text(read, inbound.files_not_described) if files_note is None else files_note
-    edited = slack_time(inbound.edited) if inbound.edited else None
-    shared = inbound.ext_shared is not False
-    return render_message(
-        message,
-        inbound.channel,
-        names,
-        bot_user_id=bot_user_id,
-        note=note,
-        edited=edited,
-        external=shared and foreign(inbound.user_team, inbound.team, inbound.enterprise),
-        redactions=redactions,
+def _default_rules(channel: str) -> ChannelRules:
+    return DEFAULT_RULES
+
+
+def _ignore(found: object) -> None:
+    """Nothing to report to."""
+
+
+@dataclass(frozen=True, slots=True)
+class GatekeeperSettings:
+    """What the gatekeeper enforces: which messages are ours (`policy`), the time every
+    look-up before the ack shares, the deployment's limits, and each channel's rules
+    (its own limits, Slack Connect)."""
+
+    policy: Policy
+    lookup_budget_seconds: float
+    limits: Limits = UNLIMITED
+    rules: RulesOf = _default_rules
+
+
+@dataclass(frozen=True, slots=True)
+class GatekeeperPorts:
+    """What the gatekeeper reads and tells: the store; one workspace's names, threads,
+    files and channels' sharing (None: not read); this process's admissions with
+    downloads; the tracer; and who counts the limited messages and redacted credentials."""
+
+    db: Database
+    users: NameDirectory
+    threads: ThreadSource | None = None
+    files: FileReader | None = None
+    sharing: ChannelSharing | None = None
+    in_flight: InFlight = field(default_factory=InFlight)
+    tracer: Tracer = NO_TRACER
+    on_limited: Callable[[LimitScope], None] = _ignore
+    on_redacted: Callable[[Redactions], None] = _ignore
+
+
+class Gatekeeper:
+    """An inbound message made a durable task, or told why not (module docstring)."""
+
+    def __init__(self, settings: GatekeeperSettings, ports: GatekeeperPorts) -> None:
+        self._settings = settings
+        self._policy = settings.policy
+        self._ports = ports
+        self._db = ports.db
+        self._reader = TurnReader(
+            ports.users,
+            threads=ports.threads,
+            sharing=ports.sharing,
+            backfill_messages=settings.policy.backfill_messages,
+        )
+
+    async def admit(self, inbound: InboundTurn, *, bot_user_id: str | None) -> Outcome:
+        """Store the turn and its task (durable when this returns), or say why not. The
+        turn's tenant (team, and enterprise on Enterprise Grid) keys the task, its address
+        and its limits; the writer's workspace is only data in the address."""
+        inbound = self._policy.conversation_of(inbound)
+        where = {
+            "team": inbound.team,
+            "channel": inbound.channel,
+            "thread_ts": inbound.reply_thread_ts,
+        }
+        with bind_log_fields(task=inbound.task_id, event=inbound.event_id, **where):
+            return await self._admit(inbound, bot_user_id)
+
+    async def _admit(self, inbound: InboundTurn, bot_user_id: str | None) -> Outcome:
+        """The pipeline: ours at all; stored at once in a thread we know; else looked up,
+        read and stored. Storing is the first span of the message's trace."""
+        if not self._ours(inbound, bot_user_id):
+            return "ignored"
+        if self._answered_in_any_thread(inbound):
+            return await self._traced(functools.partial(self._in_any_thread, inbound, bot_user_id))
+        # Only a message inside a thread asks whether we know the conversation (to continue
+        # it without a mention, or to back-fill it); a top-level one saves the round trip.
+        known = bool(inbound.thread_ts) and await session_exists(self._db, inbound.session_id)
+        if not self._policy.addressed(inbound, known=known):
+            return "ignored"
+        async with self._looked_up(inbound, self._reading(inbound, known=known)) as reading:
+            if reading is None:
+                return "duplicate"  # what admission would say, without fetching the files
+            return await self._traced(functools.partial(self._store, inbound, bot_user_id, reading))
+
+    def _ours(self, inbound: InboundTurn, bot_user_id: str | None) -> bool:
+        """Allowed, and not a thread reply addressed to someone else."""
+        if not self._policy.allows(inbound):
+            return False
+        if not self._policy.may_continue(inbound, bot_user_id=bot_user_id):
+            log.debug("a reply addressed to someone else: not ours to answer")
+            return False
+        return True
+
+    def _answered_in_any_thread(self, inbound: InboundTurn) -> bool:
+        """A mention or a DM inside a thread, with nothing to download: it is answered
+        whether or not we know the thread, which then decides only its back-fill."""
+        downloads = self._ports.files is not None and bool(inbound.files)
+        return bool(inbound.thread_ts) and (inbound.mentioned or inbound.direct) and not downloads
+
+    async def _in_any_thread(self, inbound: InboundTurn, bot_user_id: str | None) -> Outcome:
+        """Admitted by the one statement that also asks whether we know its thread (one
+        round trip where asking first made two, each a turn of the event loop before the
+        ack); in a thread new to us, nothing was written, and it is back-filled first."""
+        outcome = await self._store_in_known(inbound, bot_user_id)
+        if outcome is not None:
+            return outcome
+        async with self._looked_up(inbound, self._reading(inbound, known=False)) as reading:
+            if reading is None:
+                return "duplicate"
+            return await self._store(inbound, bot_user_id, reading)
+
+    def _reading(self, inbound: InboundTurn, *, known: bool) -> Reading:
+        """What to read for the message: its files, and the back-fill of a thread new to
+        us (a DM thread that continues the DM's conversation has its history stored)."""
+        return Reading(backfill=not known and inbound.in_own_thread, files=self._ports.files)
+
+    @contextlib.asynccontextmanager
+    async def _looked_up(
+        self, inbound: InboundTurn, reading: Reading
+    ) -> AsyncIterator[Reading | None]:
+        """What to read, once admission has been asked whether it would take the message at
+        all; None: it has its task already. Downloads are the costly part: they wait for
+        Slack's other event for this message (in this process) until it is admitted."""
+        if reading.files is None or not (inbound.files or reading.backfill):
+            yield Reading(backfill=reading.backfill)
+            return
+        async with self._ports.in_flight.turn(inbound.task_id):
+            before = await before_downloads(
+                self._db, admission_of(inbound), self._limits_of(inbound)
+            )
+            # Refused (or answered by the notice): nothing to fetch.
+            yield None if before.has_task else NOTHING if before.limited else reading
+
+    async def _traced(self, step: Callable[[], Awaitable[Outcome]]) -> Outcome:
+        """The step as the first span of the message's trace (module docstring)."""
+        tracer = self._ports.tracer
+        with tracer.resume(None), tracer.span("admission", kind="server") as span:
+            outcome = await step()
+            span.set({"threadgate.admission": outcome})
+        return outcome
+
+    async def _store(
+        self, inbound: InboundTurn, bot_user_id: str | None, reading: Reading
+    ) -> Outcome:
+        """Read and render the message, and admit it."""
+        admission, tally = await self._render(inbound, bot_user_id, reading)
+        return self._settle(await admit(self._db, admission, self._limits_of(inbound)), tally)
+
+    async def _store_in_known(
+        self, inbound: InboundTurn, bot_user_id: str | None
+    ) -> Outcome | None:
+        """`_store` with nothing to read, only in a session that exists; None when it does
+        not (nothing written, nothing counted)."""
+        admission, tally = await self._render(inbound, bot_user_id, NOTHING)
+        admitted = await admit_in_known_session(self._db, admission, self._limits_of(inbound))
+        return None if admitted is None else self._settle(admitted, tally)
+
+    async def _render(
+        self, inbound: InboundTurn, bot_user_id: str | None, reading: Reading
+    ) -> tuple[Admission, Redactions]:
+        """The message's admission, its turn and `reading` read by the budget's deadline;
+        the credentials redacted on the way."""
+        deadline = asyncio.get_running_loop().time() + self._settings.lookup_budget_seconds
+        inbound = await self._reader.shared(inbound, deadline)
+        refused = self._settings.rules(inbound.channel).refusal(inbound.ext_shared)
+        if refused is not None:  # nothing more of the channel is read for a refused message
+            reading = NOTHING
+        tally = Redactions()
+        (turn_text, images), earlier = await self._reader.turn_and_earlier(
+            inbound, bot_user_id, deadline, reading, tally
+        )
+        admission = replace(
+            admission_of(inbound, redacted=sum(tally.kinds.values())),
+            turn_text=turn_text,
+            images=images,
+            earlier=earlier,
+            refused=refused,
+            traceparent=self._ports.tracer.traceparent(),
+        )
+        return admission, tally
+
+    def _settle(self, admitted: Admitted, tally: Redactions) -> Outcome:
+        """Report what the admission found and did; its outcome."""
+        if tally:
+            self._ports.on_redacted(tally)
+        if admitted.limited is not None:
+            self._ports.on_limited(admitted.limited)
+            return "refused" if admitted.limited in REFUSALS else "limited"
+        return "admitted" if admitted else "duplicate"
+
+    def _limits_of(self, inbound: InboundTurn) -> Limits:
+        return self._settings.rules(inbound.channel).limits or self._settings.limits
+
+    async def render(
+        self,
+        inbound: InboundTurn,
+        *,
+        bot_user_id: str | None,
+        deadline: float,
+        files_note: str | None = None,
+    ) -> str:
+        """The turn's text as admission stores it, its files never fetched: `files_note`
+        (what the stored version says of them) when given, else described as not read. An
+        edit is stored again this way; the pictures stored with the first version stay."""
+        inbound = await self._reader.shared(inbound, deadline)
+        tally = Redactions()
+        if files_note is None:
+            text, _ = await self._reader.turn(inbound, bot_user_id, deadline, None, tally)
+        else:
+            text = await self._reader.text_with_note(
+                inbound, bot_user_id, deadline, files_note, tally
+            )
+        if tally:
+            self._ports.on_redacted(tally)
+        return text
+
+
+def admission_of(inbound: InboundTurn, *, redacted: int = 0) -> Admission:
+    """The message's admission, its turn not rendered yet (`redacted`: the credentials
+    taken out of what it brought)."""
+    return Admission(
+        event_id=inbound.event_id,
+        task_id=inbound.task_id,
+        session_id=inbound.session_id,
+        address={
+            "team": inbound.team,
+            "channel": inbound.channel,
+            "thread_ts": inbound.reply_thread_ts,
+            # The recipient Slack requires for a streamed reply outside DMs.
+            "user": inbound.user,
+            # Which installation's token serves the task (gateway/slack/workspaces.py).
+            **({"enterprise": inbound.enterprise} if inbound.enterprise else {}),
+            # The writer's workspace (Slack Connect: not the tenant's), a stream's recipient.
+            **({"user_team": inbound.user_team} if inbound.user_team else {}),
+            # A channel shared with another organization (for `read_thread`'s turns), and
+            # the credentials redacted from the turn (for the reply's note).
+            **({"shared": EXTERNAL} if inbound.ext_shared is not False else {}),
+            **({"redacted": str(redacted)} if redacted else {}),
+        },
+        turn_text="",
+        user=f"{inbound.team}:{inbound.user}",
+        channel=f"{inbound.team}:{inbound.channel}",
     )
-
-
-def _ts_key(ts: str) -> tuple[int, int]:
-    seconds, _, fraction = ts.partition(".")
-    return int(seconds or 0), int(fraction.ljust(6, "0")[:6] or 0)

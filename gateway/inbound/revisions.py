@@ -30,7 +30,8 @@ from typing import Literal, TypeAlias
 
 from agent import bind_log_fields, user_message_id
 from gateway.inbound.edits import Deletion, Edit
-from gateway.inbound.gatekeeper import Gatekeeper, Outcome, earlier_message_id
+from gateway.inbound.gatekeeper import Gatekeeper, Outcome
+from gateway.inbound.turns import earlier_message_id
 from gateway.slack.threads import slack_time
 from gateway.text.markup import mentioned_user_ids
 from gateway.text.provenance import TurnParseError, parse_turn

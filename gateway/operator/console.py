@@ -28,7 +28,7 @@ from typing import TextIO
 from agent import Citation, ModelError, Step, Task, default_registries
 from gateway.config.settings import Settings, database_dsn
 from gateway.delivery.alerts import headline, what_to_check
-from gateway.inbound.gatekeeper import Gatekeeper, Policy
+from gateway.inbound.gatekeeper import Gatekeeper, GatekeeperPorts, GatekeeperSettings, Policy
 from gateway.models.routes import open_models
 from gateway.process.runner import RunnerParts, build_runner, start_mcp
 from gateway.slack.events import InboundTurn
@@ -195,14 +195,15 @@ async def run_console(settings: Settings) -> int:
         runner.start()
         stack.push_async_callback(runner.stop)
         gatekeeper = Gatekeeper(
-            db,
-            LocalNames(USER, local_name()),
-            # Everyone at the terminal may talk; there is no thread to read back.
-            policy=Policy(
-                continue_threads=settings.threadgate_continue_threads,
-                backfill_messages=settings.threadgate_backfill_messages,
+            GatekeeperSettings(
+                # Everyone at the terminal may talk; there is no thread to read back.
+                policy=Policy(
+                    continue_threads=settings.threadgate_continue_threads,
+                    backfill_messages=settings.threadgate_backfill_messages,
+                ),
+                lookup_budget_seconds=settings.threadgate_lookup_budget_seconds,
             ),
-            lookup_budget_seconds=settings.threadgate_lookup_budget_seconds,
+            GatekeeperPorts(db=db, users=LocalNames(USER, local_name())),
         )
         await chat(gatekeeper, publisher)
     return 0

@@ -26,7 +26,13 @@ from gateway.inbound.attachments import FileReader
 from gateway.inbound.bolt_app import Listeners, build_bolt_app
 from gateway.inbound.decoders import Decoders
 from gateway.inbound.files import FileDownloader
-from gateway.inbound.gatekeeper import Gatekeeper, InFlight, Policy
+from gateway.inbound.gatekeeper import (
+    Gatekeeper,
+    GatekeeperPorts,
+    GatekeeperSettings,
+    InFlight,
+    Policy,
+)
 from gateway.inbound.interactions import Interactions
 from gateway.inbound.pins import Pins
 from gateway.inbound.revisions import Revisions
@@ -118,19 +124,23 @@ class Ingress:
         r, s = self._r, self._r.settings
         workspace = await r.clients.workspace(team_id, enterprise_id)
         return Gatekeeper(
-            r.db,
-            workspace.users,
-            threads=workspace.threads,
-            policy=self._policy,
-            lookup_budget_seconds=s.threadgate_lookup_budget_seconds,
-            limits=limits(s),
-            on_limited=r.metrics.message_limited,
-            files=self._file_reader(workspace.client),
-            in_flight=self._in_flight,
-            rules=r.policies.rules_of,
-            sharing=workspace.sharing,
-            on_redacted=lambda found: r.metrics.redacted(found.kinds),
-            tracer=r.tracer,
+            GatekeeperSettings(
+                policy=self._policy,
+                lookup_budget_seconds=s.threadgate_lookup_budget_seconds,
+                limits=limits(s),
+                rules=r.policies.rules_of,
+            ),
+            GatekeeperPorts(
+                db=r.db,
+                users=workspace.users,
+                threads=workspace.threads,
+                files=self._file_reader(workspace.client),
+                sharing=workspace.sharing,
+                in_flight=self._in_flight,
+                tracer=r.tracer,
+                on_limited=r.metrics.message_limited,
+                on_redacted=lambda found: r.metrics.redacted(found.kinds),
+            ),
         )
 
     async def pins(self, team_id: str | None, enterprise_id: str | None) -> Pins:

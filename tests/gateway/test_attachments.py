@@ -23,8 +23,8 @@ from gateway.inbound.attachments import (
     read_text,
 )
 from gateway.inbound.file_contents import MAX_SIDE, read_image, read_pdf
-from gateway.inbound.gatekeeper import render_inbound
 from gateway.inbound.reasons import NO_TEXT_LAYER, NOT_AN_IMAGE, NOT_TEXT, NotRead
+from gateway.inbound.turns import render_inbound
 from gateway.slack.events import InboundTurn, SharedFile
 from gateway.text.provenance import parse_turn
 

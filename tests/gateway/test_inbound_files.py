@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from agent import sanitize_text
 from gateway.inbound.attachments import MAX_FILE_NAME
-from gateway.inbound.gatekeeper import render_inbound
+from gateway.inbound.turns import render_inbound
 from gateway.slack.events import InboundTurn, inbound_turn
 from gateway.text.markup import clean_text
 from gateway.text.provenance import parse_turn

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from agent import Image
+from agent import Image, recur_every
 from storage.admission import (
     Admission,
     EarlierMessage,
@@ -19,6 +19,7 @@ from storage.admission import (
     session_exists,
 )
 from storage.database import Database
+from storage.schedules import NewSchedule, ScheduledRun, create_schedule, fire_schedule
 from tests.pg import create_database
 
 
@@ -199,3 +200,43 @@ def thread_message(event_id: str | None, ts: str) -> Admission:
         user="T1:U1",
         channel="T1:C1",
     )
+
+
+async def test_a_schedules_run_writes_what_admit_writes(twins: list[Database]) -> None:
+    """A schedule's run stores its session, task and turn as admission stores a person's
+    message with that task, conversation, address and turn (the delivery aside: a run
+    has none; and the run names its schedule)."""
+    admitted, scheduled = twins
+    schedule = await create_schedule(
+        scheduled,
+        NewSchedule(
+            team="T1",
+            target="channel",
+            prompt="digest",
+            recurrence=recur_every("10s"),
+            created_by="test",
+            channel="C1",
+            owner="T1:U1",
+        ),
+    )
+    await scheduled.pool.execute(
+        "UPDATE schedules SET next_run_at = now() - interval '1 second' WHERE id = $1",
+        int(schedule.id),
+    )
+    run = ScheduledRun(
+        "T1:C1:schedule", {"team": "T1", "channel": "C1", "thread_ts": ""}, "run", "T1:C1"
+    )
+    fired = await fire_schedule(scheduled, schedule.id, lambda s, p: run, late_seconds=60)
+    assert fired is not None and fired.created and fired.task_id is not None
+    a = Admission(
+        event_id=None,
+        task_id=fired.task_id,
+        session_id=run.session_id,
+        address=run.address,
+        turn_text=run.turn_text,
+        user="T1:U1",
+        channel=run.channel,
+    )
+    assert await admit(admitted, a)
+    await admitted.pool.execute("UPDATE tasks SET schedule_id = $1", int(schedule.id))
+    assert await written_rows(admitted) == await written_rows(scheduled)
