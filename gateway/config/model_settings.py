@@ -7,7 +7,6 @@ describes are built by gateway/models/.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Annotated
 
 from pydantic import Field, SecretStr, field_validator
@@ -27,7 +26,7 @@ from agent import (
     parse_prices,
     parse_spec,
 )
-from gateway.config.groups import Group
+from gateway.config.groups import Group, inline_or_file
 from gateway.config.route_config import VARIABLE as ROUTES_VARIABLE
 from gateway.config.route_config import parse_routes, parse_stop_sequences, routes_json
 
@@ -185,12 +184,7 @@ class ModelSettings(Group):
 def prices_json(value: str) -> str:
     """THREADGATE_PRICES's JSON: the value itself when it is an object, else the file it
     names; a `ValueError` (said of the setting) when either is wrong."""
-    text = value.strip()
-    if text and not text.startswith("{"):
-        try:
-            text = Path(text).expanduser().read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ValueError(f"the file {value!r} cannot be read ({exc.strerror})") from None
+    text = inline_or_file(value, opens="{")
     if text:
         parse_prices(text)
     return text

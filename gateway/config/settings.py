@@ -38,9 +38,6 @@ from gateway.config.groups import (
     DEFAULT_METRICS_ADDRESS,
     FILE_KINDS,
     ROLES,
-    AccessSettings,
-    AlertSettings,
-    AssistantSettings,
     DatabaseSettings,
     DeliverySettings,
     FileSettings,
@@ -50,7 +47,6 @@ from gateway.config.groups import (
     ProcessSettings,
     Role,
     ScheduleSettings,
-    SlackSettings,
     TaskSettings,
     TelemetrySettings,
     ToolSettings,
@@ -59,6 +55,12 @@ from gateway.config.groups import (
 )
 from gateway.config.model_settings import ModelSettings, prices_json
 from gateway.config.route_config import VARIABLE as ROUTES_VARIABLE
+from gateway.config.slack_settings import (
+    AccessSettings,
+    AlertSettings,
+    AssistantSettings,
+    SlackSettings,
+)
 from storage import start_embedded_postgres
 
 __all__ = [
