@@ -103,7 +103,7 @@ async def measure(
                 cpu1, elapsed = _cpu(pids, server), time.perf_counter() - began
         finally:
             await probe.close()
-        workers = Settings.model_fields["threadgate_workers"].default
+        workers = Settings.field("THREADGATE_WORKERS").default
         result = {
             "cores": {k: round((cpu1[k] - cpu0[k]) / elapsed, 2) for k in cpu0},
             "connections": connections,

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from collections.abc import MutableMapping
 
-from gateway.config.settings import Settings
+from gateway.config.settings import VARIABLES
 
 # The families threadgate's settings (and any it may grow) are named in.
 PREFIXES = ("SLACK_", "THREADGATE_", "OPENAI_", "ANTHROPIC_")
 
 # Every variable `Settings` reads, including the unprefixed ones (PORT, DATABASE_URL).
-SETTINGS = frozenset(name.upper() for name in Settings.model_fields)
+SETTINGS = frozenset(VARIABLES)
 
 # Proxies would route the suite's loopback HTTP through another machine (httpx honours
 # them), where the loopback guard would refuse it: tests never want one.

@@ -2,8 +2,9 @@
 
 docs/ARCHITECTURE.md names, for each invariant, the tests that prove it, and the modules
 to read first; a rename that leaves the map pointing at nothing fails here. README.md's
-configuration table lists every setting with the default `Settings` has. Nothing in
-the repository may point outside it (a clone has nothing beside it).
+configuration table lists every variable `Settings` reads with its field's default (the
+fields live in the settings' groups). Nothing in the repository may point outside it (a
+clone has nothing beside it).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.config.settings import Settings
+from gateway.config.settings import VARIABLES
 
 ROOT = Path(__file__).resolve().parent.parent
 ARCHITECTURE = ROOT / "docs" / "ARCHITECTURE.md"
@@ -99,7 +100,7 @@ def _variables(cell: str) -> list[str]:
 
 def _has_default(name: str) -> bool:
     """Whether a setting has a value when unset (None and empty mean it is off or absent)."""
-    default = Settings.model_fields[name.lower()].default
+    default = VARIABLES[name].default
     return default is not None and default != ""
 
 
@@ -117,7 +118,7 @@ def test_every_setting_is_in_the_readme_and_nothing_else() -> None:
     """Each variable Settings reads has a row in README.md's configuration table, and each
     variable the table names is a setting."""
     listed = [v for cell in configuration_rows() for v in _variables(cell)]
-    settings = [name.upper() for name in Settings.model_fields]
+    settings = list(VARIABLES)
     assert sorted(set(settings) - set(listed)) == []
     assert sorted(set(listed) - set(settings)) == []
 
@@ -126,11 +127,7 @@ def test_every_setting_is_in_the_readme_and_nothing_else() -> None:
 def test_the_readme_states_each_default_settings_has(cell: str) -> None:
     """A row states one default per variable that has one, in the variables' order, each
     equal to the settings field's default; a variable unset by default states none."""
-    defaults = [
-        (name, Settings.model_fields[name.lower()].default)
-        for name in _variables(cell)
-        if _has_default(name)
-    ]
+    defaults = [(name, VARIABLES[name].default) for name in _variables(cell) if _has_default(name)]
     stated = configuration_rows()[cell]
     assert len(stated) == len(defaults), f"{cell} states {stated}, expected {defaults}"
     wrong = [(n, s, d) for (n, d), s in zip(defaults, stated, strict=True) if not _same(s, d)]

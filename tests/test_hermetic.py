@@ -84,9 +84,9 @@ def test_load_settings_reads_a_dotenv_only_when_given_one(
     write_dotenv(tmp_path, REAL_LOOKING)
     monkeypatch.chdir(tmp_path)
     ignored = load_settings()
-    assert ignored.slack_app_token is None and ignored.threadgate_fallback_model is None
+    assert ignored.slack.app_token is None and ignored.models.fallback_model is None
     read = load_settings(env_file=".env")  # what the `threadgate` command passes
-    assert read.slack_app_token is not None and read.threadgate_fallback_model == "openai:gpt-real"
+    assert read.slack.app_token is not None and read.models.fallback_model == "openai:gpt-real"
 
 
 def test_the_rigs_settings_ignore_a_dotenv_in_the_working_directory(
@@ -97,11 +97,11 @@ def test_the_rigs_settings_ignore_a_dotenv_in_the_working_directory(
     write_dotenv(tmp_path, REAL_LOOKING)
     monkeypatch.chdir(tmp_path)
     settings = rig_settings(SERVE)
-    assert not settings.socket_mode
-    assert settings.threadgate_fallback_model is None
-    assert settings.threadgate_alert_webhook_url is None
-    assert settings.openai_api_key is not None
-    assert settings.openai_api_key.get_secret_value() == "sk-test"
+    assert not settings.slack.socket_mode
+    assert settings.models.fallback_model is None
+    assert settings.alerts.webhook_url is None
+    assert settings.models.openai_api_key is not None
+    assert settings.models.openai_api_key.get_secret_value() == "sk-test"
 
 
 async def test_the_threadgate_command_still_reads_the_dotenv_of_its_directory(
@@ -156,8 +156,8 @@ def test_the_environment_holds_no_gateway_setting() -> None:
     """After the conftest, nothing in this process's environment configures a gateway."""
     assert [name for name in os.environ if hermetic.removed(name)] == []
     settings = load_settings()
-    assert settings.slack_app_token is None and not settings.socket_mode
-    assert settings.openai_api_key is None and settings.threadgate_alert_webhook_url is None
+    assert settings.slack.app_token is None and not settings.slack.socket_mode
+    assert settings.models.openai_api_key is None and settings.alerts.webhook_url is None
 
 
 async def test_settings_exported_in_the_shell_are_gone_before_any_test_runs() -> None:

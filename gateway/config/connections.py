@@ -46,17 +46,17 @@ class ConnectionPlan:
     @classmethod
     def of(cls, settings: Settings) -> ConnectionPlan:
         pool, admission = (
-            settings.threadgate_db_connections,
-            settings.threadgate_admission_connections,
+            settings.database.connections,
+            settings.database.admission_connections,
         )
-        if settings.ingress_apart:
+        if settings.process.ingress_apart:
             thread = Connections(min(INGRESS_THREAD_CONNECTIONS, pool), admission, signals=False)
             return cls(Connections(pool, 0, signals=True), thread)
         return cls(
             Connections(
                 pool,
-                admission if settings.serves_events else 0,
-                signals=settings.runs_workers,  # an ingress takes no lease and wakes no worker
+                admission if settings.process.serves_events else 0,
+                signals=settings.process.runs_workers,  # an ingress takes no lease and wakes no worker
             )
         )
 

@@ -30,12 +30,12 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Collection, Mapping
-from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, StringConstraints, ValidationError
 
 from agent import CAPABILITY_NAMES, ConfigError, RouteConfig, Sampling, parse_spec
+from gateway.config.groups import inline_or_file
 
 VARIABLE = "THREADGATE_ROUTES"
 MAX_ROUTES = 8
@@ -63,13 +63,7 @@ class _Route(BaseModel):
 def routes_json(value: str) -> str:
     """THREADGATE_ROUTES's JSON: the value itself when it is a list, else the file it
     names; a `ValueError` (said of the setting) when the file cannot be read."""
-    text = value.strip()
-    if text and not text.startswith("["):
-        try:
-            text = Path(text).expanduser().read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ValueError(f"the file {value!r} cannot be read ({exc.strerror})") from None
-    return text
+    return inline_or_file(value, opens="[")
 
 
 def parse_routes(

@@ -33,15 +33,15 @@ from gateway.telemetry.metrics import MeteredModel, Metrics
 
 def provider_settings(settings: Settings) -> ProviderSettings:
     return ProviderSettings(
-        openai_api_key=settings.openai_api_key,
-        openai_base_url=settings.openai_base_url,
-        anthropic_api_key=settings.anthropic_api_key,
-        anthropic_base_url=settings.anthropic_base_url,
-        gateway_header=settings.threadgate_gateway_header,
-        gateway_token=settings.threadgate_gateway_token,
-        timeout=settings.threadgate_model_timeout_seconds,
-        transport=functools.partial(model_transport, workers=settings.threadgate_workers),
-        sampling=settings.sampling,
+        openai_api_key=settings.models.openai_api_key,
+        openai_base_url=settings.models.openai_base_url,
+        anthropic_api_key=settings.models.anthropic_api_key,
+        anthropic_base_url=settings.models.anthropic_base_url,
+        gateway_header=settings.models.gateway_header,
+        gateway_token=settings.models.gateway_token,
+        timeout=settings.models.timeout_seconds,
+        transport=functools.partial(model_transport, workers=settings.tasks.workers),
+        sampling=settings.models.sampling,
     )
 
 
@@ -60,7 +60,7 @@ def open_models(settings: Settings) -> list[Model]:
 
 def metered_models(settings: Settings, metrics: Metrics, tracer: Tracer = NO_TRACER) -> list[Model]:
     """The deployment's fallback chain, each request counted, priced and traced."""
-    prices = settings.price_table()
+    prices = settings.models.price_table()
     return [
         MeteredModel(m, metrics, n, prices=prices, tracer=tracer)
         for n, m in enumerate(open_models(settings))
@@ -78,11 +78,11 @@ def channel_ladder(
     """A channel's own models (THREADGATE_CHANNEL_CONFIG) as a ladder sharing the
     deployment's `circuit`, and the models to close with the process."""
     variable = "THREADGATE_CHANNEL_CONFIG"
-    providers, prices = provider_settings(settings), settings.price_table()
+    providers, prices = provider_settings(settings), settings.models.price_table()
     models: list[Model] = [
         MeteredModel(
             open_route(
-                settings.route_for(spec, variable=variable),
+                settings.models.route_for(spec, variable=variable),
                 index=n,
                 settings=providers,
                 kinds=installed_providers(),
@@ -107,18 +107,18 @@ def reads_documents(settings: Settings) -> bool:
     providers = provider_settings(settings)
     return any(
         route_capabilities(route, settings=providers, kinds=installed_providers()).documents
-        for route in settings.routes(keys=False)
+        for route in settings.models.routes(keys=False)
     )
 
 
 def _routes_variable(settings: Settings) -> str:
-    return "THREADGATE_ROUTES" if settings.threadgate_routes.strip() else "THREADGATE_MODEL"
+    return "THREADGATE_ROUTES" if settings.models.chain.strip() else "THREADGATE_MODEL"
 
 
 def retry_policy(settings: Settings) -> RetryPolicy:
     return RetryPolicy(
-        attempts_per_slot=settings.threadgate_model_attempts,
-        base_delay=settings.threadgate_model_retry_seconds,
+        attempts_per_slot=settings.models.attempts,
+        base_delay=settings.models.retry_seconds,
     )
 
 

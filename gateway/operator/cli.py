@@ -40,11 +40,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The `.env` of the working directory, as documented; only the command line reads one.
         settings = load_settings(env_file=".env")
         configure_logging(
-            settings.threadgate_log_level,
-            settings.threadgate_log_format,
+            settings.telemetry.log_level,
+            settings.telemetry.log_format,
             secrets=settings.secret_values(),
         )
-        with asyncio.Runner(loop_factory=loop_factory(settings.threadgate_event_loop)) as run:
+        with asyncio.Runner(loop_factory=loop_factory(settings.process.event_loop)) as run:
             return int(run.run(args.command(settings, args)) or 0)
     except ConfigError as exc:
         print(f"threadgate: {exc}", file=sys.stderr)
@@ -63,7 +63,7 @@ def parser() -> argparse.ArgumentParser:
         "serve", help="serve Slack events (HTTP, or Socket Mode with SLACK_APP_TOKEN)"
     )
     serve.add_argument("--host", default="0.0.0.0", help="interface to listen on (default 0.0.0.0)")
-    port = Settings.model_fields["port"].default
+    port = Settings.field("PORT").default
     serve.add_argument("--port", type=int, default=None, help=f"port (default: PORT, else {port})")
     serve.add_argument(
         "--role",
@@ -123,7 +123,7 @@ async def serve_command(settings: Settings, args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    port = settings.port if args.port is None else args.port
+    port = settings.process.port if args.port is None else args.port
     settings = with_role(settings, args.role)
     try:
         await serve_forever(settings, args.host, port, stop)
@@ -137,7 +137,7 @@ async def serve_command(settings: Settings, args: argparse.Namespace) -> int:
 
 def with_role(settings: Settings, role: str | None) -> Settings:
     """The settings `serve` runs with: `--role`, when given, wins over THREADGATE_ROLE."""
-    return settings if role is None else settings.model_copy(update={"threadgate_role": role})
+    return settings if role is None else settings.replace(threadgate_role=role)
 
 
 # What binding the HTTP port can fail with: taken, privileged, or not an address of ours.
@@ -181,12 +181,12 @@ async def console_command(settings: Settings, args: argparse.Namespace) -> int:
 async def manifest_command(settings: Settings, args: argparse.Namespace) -> int:
     manifest = functools.partial(
         render_manifest,
-        continue_threads=settings.threadgate_continue_threads,
-        oauth=settings.oauth_mode,
-        redirect_url=settings.threadgate_oauth_redirect_url,
-        agent_view=settings.threadgate_agent_view,
-        description=settings.threadgate_agent_description,
-        prompts=settings.suggested_prompts,
+        continue_threads=settings.access.continue_threads,
+        oauth=settings.slack.oauth_mode,
+        redirect_url=settings.slack.oauth_redirect_url,
+        agent_view=settings.assistant.agent_view,
+        description=settings.assistant.description,
+        prompts=settings.assistant.suggested_prompts,
     )
     if args.socket:
         print(manifest(socket_mode=True), end="")

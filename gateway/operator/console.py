@@ -176,7 +176,7 @@ async def run_console(settings: Settings) -> int:
     models = open_models(settings)
     # One line per model call on stderr would drown the chat; warnings still show.
     logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))
-    settings = settings.model_copy(update={"threadgate_workers": 1})
+    settings = settings.replace(threadgate_workers=1)
     publisher = TerminalPublisher(sys.stdout)
     async with AsyncExitStack() as stack:
         for model in models:
@@ -198,10 +198,10 @@ async def run_console(settings: Settings) -> int:
             GatekeeperSettings(
                 # Everyone at the terminal may talk; there is no thread to read back.
                 policy=Policy(
-                    continue_threads=settings.threadgate_continue_threads,
-                    backfill_messages=settings.threadgate_backfill_messages,
+                    continue_threads=settings.access.continue_threads,
+                    backfill_messages=settings.memory.backfill_messages,
                 ),
-                lookup_budget_seconds=settings.threadgate_lookup_budget_seconds,
+                lookup_budget_seconds=settings.process.lookup_budget_seconds,
             ),
             GatekeeperPorts(db=db, users=LocalNames(USER, local_name())),
         )

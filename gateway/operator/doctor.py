@@ -148,8 +148,8 @@ def check_settings(settings: Settings) -> list[Finding]:
 
 def check_retention(settings: Settings) -> Finding:
     """What the retention job will delete (storage/retention.py); not a check, a reminder."""
-    days = settings.threadgate_retention_days
-    every = f"every {settings.threadgate_retention_interval_seconds:g} s"
+    days = settings.database.retention_days
+    every = f"every {settings.database.retention_interval_seconds:g} s"
     if not days:
         detail = (
             "conversations and finished tasks are kept forever (THREADGATE_RETENTION_DAYS "
@@ -164,26 +164,28 @@ def check_retention(settings: Settings) -> Finding:
 
 
 def mode(settings: Settings) -> str:
-    transport = "Socket Mode (SLACK_APP_TOKEN is set)" if settings.socket_mode else "HTTP mode"
-    if not settings.serves_events:
+    transport = (
+        "Socket Mode (SLACK_APP_TOKEN is set)" if settings.slack.socket_mode else "HTTP mode"
+    )
+    if not settings.process.serves_events:
         transport = "no Slack events"
-    described = f"{transport}, many workspaces (OAuth)" if settings.oauth_mode else transport
-    role = settings.threadgate_role
+    described = f"{transport}, many workspaces (OAuth)" if settings.slack.oauth_mode else transport
+    role = settings.process.role
     return described if role == "all" else f"role {role} (THREADGATE_ROLE): {described}"
 
 
 def config_problems(settings: Settings) -> list[ConfigError]:
     """Every missing variable the mode requires; when none is missing, a malformed one."""
-    transport = "SLACK_APP_TOKEN" if settings.socket_mode else "SLACK_SIGNING_SECRET"
+    transport = "SLACK_APP_TOKEN" if settings.slack.socket_mode else "SLACK_SIGNING_SECRET"
     # A worker takes no events (no transport secret) and runs no install flow (no client
     # secret); an ingress calls no model.
-    secret = ("SLACK_CLIENT_SECRET",) if settings.serves_events else ()
-    credentials = ("SLACK_CLIENT_ID", *secret) if settings.oauth_mode else ()
+    secret = ("SLACK_CLIENT_SECRET",) if settings.process.serves_events else ()
+    credentials = ("SLACK_CLIENT_ID", *secret) if settings.slack.oauth_mode else ()
     checks: list[Callable[[], object]] = [
         *(functools.partial(settings.require, variable) for variable in credentials),
         *(() if credentials else (lambda: settings.require("SLACK_BOT_TOKEN"),)),
-        *((lambda: settings.require(transport),) if settings.serves_events else ()),
-        *((lambda: settings.require("THREADGATE_MODEL"),) if settings.runs_workers else ()),
+        *((lambda: settings.require(transport),) if settings.process.serves_events else ()),
+        *((lambda: settings.require("THREADGATE_MODEL"),) if settings.process.runs_workers else ()),
     ]
     problems = [problem for check in checks if (problem := _config_error(check))]
     if not problems and (problem := _config_error(settings.require_serve)):
@@ -203,12 +205,12 @@ def _config_error(check: Callable[[], object]) -> ConfigError | None:
 
 
 async def check_slack(settings: Settings, limit: float) -> list[Finding]:
-    if settings.oauth_mode:
+    if settings.slack.oauth_mode:
         return [install_policy(settings), *await check_installations(settings, limit)]
-    token = settings.slack_bot_token
+    token = settings.slack.bot_token
     if token is None or not token.get_secret_value():
         return [Finding("slack", "skip", "not checked: SLACK_BOT_TOKEN is not set")]
-    client = slack_client(token.get_secret_value(), settings.slack_api_url, timeout=int(limit))
+    client = slack_client(token.get_secret_value(), settings.slack.api_url, timeout=int(limit))
     try:
         async with asyncio.timeout(limit):
             response = await client.auth_test()
@@ -218,7 +220,7 @@ async def check_slack(settings: Settings, limit: float) -> list[Finding]:
         return [Finding("slack", "FAIL", slack_failed(failure))]
     except TimeoutError:
         return [Finding("slack", "FAIL", unreachable_slack(f"no answer within {limit:g} s"))]
-    continuing = settings.threadgate_continue_threads
+    continuing = settings.access.continue_threads
     scopes = check_scopes(response.headers, continue_threads=continuing)
     return [Finding("slack", "ok", identity(response)), *scopes]
 
@@ -226,10 +228,10 @@ async def check_slack(settings: Settings, limit: float) -> list[Finding]:
 async def check_socket_mode(settings: Settings, limit: float) -> list[Finding]:
     """With SLACK_APP_TOKEN set, open a Socket Mode connection, wait for Slack's hello,
     and close it again."""
-    token = settings.slack_app_token
+    token = settings.slack.app_token
     if token is None or not token.get_secret_value():
         return []  # HTTP mode: nothing to check
-    if not settings.serves_events:
+    if not settings.process.serves_events:
         return [Finding("socket mode", "skip", "not checked: a worker takes no events")]
     if any("SLACK_APP_TOKEN" in str(problem) for problem in config_problems(settings)):
         detail = "not checked: SLACK_APP_TOKEN is not usable (see settings)"
@@ -237,7 +239,7 @@ async def check_socket_mode(settings: Settings, limit: float) -> list[Finding]:
     try:
         async with asyncio.timeout(limit):
             count = await probe_socket_mode(
-                app_token=token.get_secret_value(), api_url=settings.slack_api_url
+                app_token=token.get_secret_value(), api_url=settings.slack.api_url
             )
     except ConfigError as exc:
         return [Finding("socket mode", "FAIL", str(exc))]
@@ -254,7 +256,7 @@ async def check_socket_mode(settings: Settings, limit: float) -> list[Finding]:
 
 def install_policy(settings: Settings) -> Finding:
     """Who may install (OAuth mode): the allowlist, or a warning that anyone may."""
-    allowed = settings.install_allowlist
+    allowed = settings.slack.install_allowlist
     if allowed:
         return Finding("install", "ok", f"only {', '.join(sorted(allowed))} may install")
     return Finding("install", "warn", OPEN_INSTALLS)
@@ -319,7 +321,7 @@ async def _try_installation(
         return Finding("slack", "FAIL", f"{named}: {exc}")
     if found is None:
         return Finding("slack", "skip", f"{named}: uninstalled while checked")
-    client = slack_client(found.bot_token, settings.slack_api_url, timeout=int(limit))
+    client = slack_client(found.bot_token, settings.slack.api_url, timeout=int(limit))
     try:
         response = await client.auth_test()
     except SlackRefused as refused:
@@ -397,10 +399,10 @@ def missing_scope(scope: str) -> str:
 
 async def check_models(settings: Settings, limit: float) -> list[Finding]:
     """One tiny call to each route of the fallback chain, all at once."""
-    if not settings.runs_workers:
+    if not settings.process.runs_workers:
         return [Finding("model", "skip", "not checked: an ingress calls no model")]
     try:
-        routes = settings.routes()
+        routes = settings.models.routes()
     except ConfigError as exc:
         return [Finding("model", "FAIL", str(exc))]
     if not routes:
@@ -415,7 +417,7 @@ async def check_route(settings: Settings, index: int, route: RouteConfig, limit:
     """One route on its own, so a bad fallback does not hide how the primary is doing."""
     variable = (
         "THREADGATE_ROUTES"
-        if settings.threadgate_routes.strip()
+        if settings.models.chain.strip()
         else ("THREADGATE_MODEL" if index == 0 else "THREADGATE_FALLBACK_MODEL")
     )
     try:
@@ -447,8 +449,8 @@ async def probe(model: Model, limit: float) -> Finding:
 
 
 async def check_database(settings: Settings, limits: Limits) -> list[Finding]:
-    embedded = settings.database_url is None
-    where = f"embedded PostgreSQL in {settings.threadgate_data_dir}" if embedded else "DATABASE_URL"
+    embedded = settings.database.url is None
+    where = f"embedded PostgreSQL in {settings.database.data_dir}" if embedded else "DATABASE_URL"
     limit = limits.embedded_database if embedded else limits.database
     try:
         async with asyncio.timeout(limit):
@@ -503,12 +505,12 @@ SELECT current_setting('max_connections')::int AS max,
 def connections_finding(settings: Settings, room: Room) -> Finding:
     """Whether the server has room for this process's connections under load (README:
     Postgres connections), and for how many processes like it."""
-    need, role = ConnectionPlan.of(settings).total, settings.threadgate_role
+    need, role = ConnectionPlan.of(settings).total, settings.process.role
     usable = room.max_connections - room.reserved
     free = usable - room.in_use
     detail = (
         f"a process of role {role} opens up to {need} (THREADGATE_DB_CONNECTIONS "
-        f"{settings.threadgate_db_connections}); the server takes {usable} "
+        f"{settings.database.connections}); the server takes {usable} "
         f"(max_connections {room.max_connections}, {room.reserved} reserved), "
         f"{room.in_use} in use now: room for {max(free, 0) // need} more such process(es)"
     )
@@ -522,12 +524,12 @@ def connections_finding(settings: Settings, room: Room) -> Finding:
 
 
 async def check_mcp(settings: Settings, limit: float) -> list[Finding]:
-    if settings.threadgate_mcp_config is None:
+    if settings.tools.mcp_file is None:
         return []  # MCP is optional: nothing configured, nothing to check
-    if not settings.runs_workers:
+    if not settings.process.runs_workers:
         return [Finding("mcp", "skip", "not checked: an ingress connects no MCP server")]
     try:
-        config = settings.mcp_config()
+        config = settings.tools.mcp_config()
     except ConfigError as exc:
         return [Finding("mcp", "FAIL", str(exc))]
     if not config.enabled:
@@ -555,10 +557,10 @@ def mcp_finding(state: McpServerState, limit: float) -> Finding:
 
 def check_channels(settings: Settings) -> list[Finding]:
     """The effective policy of the default and of each channel the file names."""
-    if settings.threadgate_channel_config is None:
+    if settings.access.channel_file is None:
         return []  # one policy everywhere: the deployment's, Slack Connect refused
     try:
-        config = settings.channel_config()
+        config = settings.access.channel_config()
     except ConfigError as exc:
         return [Finding("channels", "FAIL", str(exc))]
     builtin = default_registries()[0].names
@@ -567,7 +569,7 @@ def check_channels(settings: Settings) -> list[Finding]:
         Finding(
             f"channel {channel or 'default'}",
             "ok",
-            describe_policy(config.effective(channel, settings.model_specs), builtin),
+            describe_policy(config.effective(channel, settings.models.specs), builtin),
         )
         for channel in channels
     ]

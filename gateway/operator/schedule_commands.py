@@ -83,7 +83,7 @@ def add_schedules_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser
 
 async def add_command(settings: Settings, args: argparse.Namespace) -> int:
     try:
-        new = _new_schedule(args, settings.threadgate_schedule_min_period_seconds)
+        new = _new_schedule(args, settings.schedules.min_period_seconds)
     except InvalidSchedule as exc:
         print(f"threadgate: {exc}", file=sys.stderr)
         return 2

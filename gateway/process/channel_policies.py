@@ -192,10 +192,10 @@ def compile_policies(
         )
         ladders = Ladders(make)
     return ChannelPolicies(
-        settings.channel_config,
-        models=settings.model_specs,
+        settings.access.channel_config,
+        models=settings.models.specs,
         limits=limits(settings),
-        max_model_requests=settings.threadgate_max_model_requests_per_task,
+        max_model_requests=settings.limits.model_requests_per_task,
         ladders=ladders,
     )
 
@@ -203,16 +203,16 @@ def compile_policies(
 def limits(settings: Settings) -> Limits:
     """The guard rails admission enforces (0: that one is off)."""
     return Limits(
-        user_messages_per_hour=settings.threadgate_user_messages_per_hour,
-        thread_messages_per_hour=settings.threadgate_thread_messages_per_hour,
-        user_daily_tokens=settings.threadgate_user_daily_tokens,
-        channel_daily_tokens=settings.threadgate_channel_daily_tokens,
-        all_daily_tokens=settings.threadgate_daily_tokens_all_workspaces,
-        channel_daily_spend_usd=settings.threadgate_channel_daily_spend_usd,
-        workspace_daily_spend_usd=settings.threadgate_workspace_daily_spend_usd,
+        user_messages_per_hour=settings.limits.user_messages_per_hour,
+        thread_messages_per_hour=settings.limits.thread_messages_per_hour,
+        user_daily_tokens=settings.limits.user_daily_tokens,
+        channel_daily_tokens=settings.limits.channel_daily_tokens,
+        all_daily_tokens=settings.limits.all_daily_tokens,
+        channel_daily_spend_usd=settings.limits.channel_daily_spend_usd,
+        workspace_daily_spend_usd=settings.limits.workspace_daily_spend_usd,
         notices=LIMIT_NOTICES,
         pictures=PictureBudgets(
-            thread_bytes=settings.threadgate_thread_picture_bytes,
-            workspace_daily_bytes=settings.threadgate_workspace_daily_picture_bytes,
+            thread_bytes=settings.limits.thread_picture_bytes,
+            workspace_daily_bytes=settings.limits.workspace_daily_picture_bytes,
         ),
     )

@@ -56,11 +56,11 @@ class Ingress:
         self._r = resources
         s = resources.settings
         self._policy = Policy(
-            allowed_channels=s.allowed_channels,
-            allowed_users=s.allowed_users,
-            continue_threads=s.threadgate_continue_threads,
-            backfill_messages=s.threadgate_backfill_messages,
-            dm_threads_apart=not s.threadgate_agent_view,
+            allowed_channels=s.access.allowed_channels,
+            allowed_users=s.access.allowed_users,
+            continue_threads=s.access.continue_threads,
+            backfill_messages=s.memory.backfill_messages,
+            dm_threads_apart=not s.assistant.agent_view,
         )
         self._in_flight = InFlight()  # messages being admitted with downloads, process-wide
         self._files: _Files | None = None
@@ -73,17 +73,17 @@ class Ingress:
         s, factory = self._r.settings, self._r.slack
         installations = factory.installations(self._r.db)
         bolt = await self._bolt(installations)
-        secret = s.slack_signing_secret
+        secret = s.slack.signing_secret
         app = build_http_app(
             bolt=bolt,
             signing_secret=secret.get_secret_value() if secret else None,
             ready=self._readiness(),
             metrics=self._r.metrics,
-            events=not s.socket_mode,
+            events=not s.slack.socket_mode,
             oauth=factory.oauth_flow(self._r.db, self._r.clients) if installations else None,
         )
         bound = await listen(stack, app, host, port)
-        if s.socket_mode:
+        if s.slack.socket_mode:
             await self._start_socket_mode(stack, bolt, bound)
         else:
             log.info("threadgate listening on http://%s:%d/slack/events", host, bound)
@@ -94,7 +94,7 @@ class Ingress:
     async def _bolt(self, installations: PostgresInstallations | None) -> AsyncApp:
         r, s = self._r, self._r.settings
         clients, db = r.clients, r.db
-        secret = s.slack_signing_secret
+        secret = s.slack.signing_secret
         listeners = Listeners(
             self.gatekeeper,
             r.metrics,
@@ -104,8 +104,8 @@ class Ingress:
             stops=Stops(db, clients),
             app_home=AppHome(
                 clients,
-                s.suggested_prompts if s.threadgate_agent_view else (),
-                budget_seconds=s.threadgate_lookup_budget_seconds,
+                s.assistant.suggested_prompts if s.assistant.agent_view else (),
+                budget_seconds=s.process.lookup_budget_seconds,
             ),
         )
         return build_bolt_app(
@@ -126,7 +126,7 @@ class Ingress:
         return Gatekeeper(
             GatekeeperSettings(
                 policy=self._policy,
-                lookup_budget_seconds=s.threadgate_lookup_budget_seconds,
+                lookup_budget_seconds=s.process.lookup_budget_seconds,
                 limits=limits(s),
                 rules=r.policies.rules_of,
             ),
@@ -149,8 +149,8 @@ class Ingress:
         return Pins(
             self._r.db,
             workspace.users,
-            max_pinned=s.threadgate_pinned_max,
-            lookup_budget_seconds=s.threadgate_lookup_budget_seconds,
+            max_pinned=s.memory.pinned_max,
+            lookup_budget_seconds=s.process.lookup_budget_seconds,
             client=workspace.client,
         )
 
@@ -158,7 +158,7 @@ class Ingress:
         return Revisions(
             self._r.db,
             await self.gatekeeper(team_id, enterprise_id),
-            lookup_budget_seconds=self._r.settings.threadgate_lookup_budget_seconds,
+            lookup_budget_seconds=self._r.settings.process.lookup_budget_seconds,
         )
 
     def _interactions(self) -> Interactions:
@@ -168,7 +168,7 @@ class Ingress:
         return Interactions(
             r.db,
             r.clients,
-            approvers=r.settings.approvers,
+            approvers=r.settings.tools.approvers,
             show=ApprovalMessages(r.clients, r.outbox()).show,
             supervisor=r.supervisor,
             metrics=r.metrics,
@@ -179,7 +179,7 @@ class Ingress:
         connection to Slack is up (not before it first is, not while it reconnects)."""
 
         async def ready() -> bool:
-            if self._r.settings.socket_mode and (
+            if self._r.settings.slack.socket_mode and (
                 self._socket is None or not await self._socket.is_connected()
             ):
                 return False
@@ -203,9 +203,9 @@ class Ingress:
         connection = await start_socket_mode(
             bolt,
             app_token=s.require("SLACK_APP_TOKEN"),
-            api_url=s.slack_api_url,
+            api_url=s.slack.api_url,
             metrics=self._r.metrics,
-            connect_timeout=s.threadgate_socket_connect_timeout,
+            connect_timeout=s.slack.socket_connect_timeout,
         )
         self._socket = connection
         stack.push_async_callback(connection.close)
@@ -224,21 +224,21 @@ class _Files:
     @classmethod
     def open(cls, r: Resources, stack: AsyncExitStack) -> _Files:
         s = r.settings
-        client = httpx.AsyncClient(timeout=s.threadgate_lookup_budget_seconds)
+        client = httpx.AsyncClient(timeout=s.process.lookup_budget_seconds)
         stack.push_async_callback(client.aclose)
         decoders = Decoders(
-            processes=s.threadgate_file_decoders,
-            memory_bytes=s.threadgate_file_decode_memory_mb * 2**20,
+            processes=s.files.decoders,
+            memory_bytes=s.files.decode_memory_mb * 2**20,
         )
         stack.push_async_callback(decoders.close)
-        return cls(r, FileDownloader(client, max_bytes=s.threadgate_file_max_bytes), decoders)
+        return cls(r, FileDownloader(client, max_bytes=s.files.max_bytes), decoders)
 
     def reader(self, token: str, slack: AsyncWebClient) -> FileReader:
         return FileReader(
             self._downloads,
             self._decoders,
             token,
-            self._r.settings.file_kinds,
+            self._r.settings.files.kinds,
             on_read=self._r.metrics.file_read,
             info=FileInfo(slack),
             documents=self._documents,

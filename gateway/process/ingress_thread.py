@@ -105,7 +105,7 @@ class IngressThread:
             self._loop.call_soon_threadsafe(self._policies.reload)
 
     def _run(self, host: str, port: int) -> None:
-        factory = loop_factory(self._settings.threadgate_event_loop)
+        factory = loop_factory(self._settings.process.event_loop)
         try:
             with asyncio.Runner(loop_factory=factory) as runner:
                 runner.run(self._serve(host, port))

@@ -56,14 +56,14 @@ class Resources:
         s = self.settings
         return Outbox(
             self.db,
-            call_seconds=s.threadgate_slack_timeout_seconds,
-            settle_seconds=s.threadgate_slack_settle_seconds,
+            call_seconds=s.slack.timeout_seconds,
+            settle_seconds=s.slack.settle_seconds,
         )
 
     def operator_alerts(self) -> OperatorAlerts:
         return OperatorAlerts(
             self.clients.operator,
-            self.settings.threadgate_operator_channel,
+            self.settings.alerts.operator_channel,
             alert_windows(self.settings, self.db),
         )
 
@@ -88,7 +88,7 @@ async def open_resources(
     stack.push_async_callback(supervisor.aclose)
     session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
     stack.push_async_callback(session.close)
-    webhook = settings.threadgate_alert_webhook_url
+    webhook = settings.alerts.webhook_url
     alarm = TokenAlarm(webhook.get_secret_value() if webhook else None, alert_windows(settings, db))
     slack = SlackClientFactory(settings, metrics, supervisor, session, alarm, tracer)
     clients, identity = await open_clients(slack, db)
@@ -125,9 +125,9 @@ async def open_clients(
     """Each installation's client (OAuth mode, stored tokens sealed), or the one
     workspace's, after asking Slack who the bot is there."""
     s = slack.settings
-    if s.oauth_mode:
+    if s.slack.oauth_mode:
         await seal_stored_tokens(slack.installations(db))
-        if not s.install_allowlist:
+        if not s.slack.install_allowlist:
             log.warning("%s", OPEN_INSTALLS)
         return slack.many(db), None
     client = slack.single()
@@ -140,8 +140,8 @@ def alert_windows(settings: Settings, db: Database) -> AlertWindows:
     alert still being sent after a few Slack call limits is taken over by another."""
     return AlertWindows(
         PostgresAlertThrottle(db),
-        window_seconds=settings.threadgate_alert_window_seconds,
-        send_seconds=4 * settings.threadgate_slack_timeout_seconds,
+        window_seconds=settings.alerts.window_seconds,
+        send_seconds=4 * settings.slack.timeout_seconds,
     )
 
 
@@ -149,7 +149,7 @@ def start_tracer(settings: Settings, stack: AsyncExitStack) -> Tracer:
     """The process's tracer: OTLP export when an endpoint is configured (its spans flushed
     when `stack` closes), else the one that records nothing. The OpenTelemetry SDK is
     imported here, only then."""
-    endpoint = settings.otlp_traces_endpoint
+    endpoint = settings.telemetry.traces_endpoint
     if endpoint is None:
         return NO_TRACER
     from gateway.telemetry.tracing import otlp_tracer

@@ -91,12 +91,12 @@ def build_runner(
     """The task runner on Postgres, answering through `models` (in fallback order)."""
     approvals = PostgresApprovals(db) if parts.desk is not None else None
     respond = build_responder(settings, db, models, parts, approvals)
-    lease = settings.threadgate_lease_seconds
+    lease = settings.database.lease_seconds
     return TaskRunner(
         RunnerPorts(
             queue=PostgresTaskQueue(db, lease_seconds=lease),
             delegations=PostgresDelegations(db, lease_seconds=lease),
-            history=PostgresHistory(db, max_pinned=settings.threadgate_pinned_max),
+            history=PostgresHistory(db, max_pinned=settings.memory.pinned_max),
             publisher=parts.publisher,
             alerts=parts.alerts,
             observer=parts.metrics,
@@ -144,15 +144,15 @@ def build_responder(
         ),
         settings=ResponderSettings(
             round=RoundSettings(
-                max_output_tokens=settings.threadgate_max_output_tokens,
-                tool_timeout_seconds=settings.threadgate_tool_timeout_seconds,
-                tool_output_chars=settings.threadgate_tool_output_chars,
+                max_output_tokens=settings.models.max_output_tokens,
+                tool_timeout_seconds=settings.tools.timeout_seconds,
+                tool_output_chars=settings.tools.output_chars,
             ),
-            max_model_requests=settings.threadgate_max_model_requests_per_task,
-            instructions=settings.threadgate_instructions,
-            prices=settings.price_table(),
-            prompt_caching=settings.threadgate_prompt_caching,
-            end_user=end_user_of if settings.threadgate_send_user_id else None,
+            max_model_requests=settings.limits.model_requests_per_task,
+            instructions=settings.memory.instructions,
+            prices=settings.models.price_table(),
+            prompt_caching=settings.models.prompt_caching,
+            end_user=end_user_of if settings.models.send_user_id else None,
         ),
     )
 
@@ -161,34 +161,34 @@ def build_compaction(
     settings: Settings, db: Database, respond: ModelResponder, metrics: Metrics | None
 ) -> Compaction | None:
     """Older turns summarized once the history passes its budget (THREADGATE_COMPACTION)."""
-    if not settings.threadgate_compaction:
+    if not settings.memory.compaction:
         return None
     return Compaction(
         PostgresSummaries(db),
         respond.ask_text,
         epoch=respond.epoch_of,
         settings=CompactionSettings(
-            max_chars=settings.threadgate_history_chars,
-            keep_chars=settings.threadgate_history_chars // 2,
+            max_chars=settings.memory.history_chars,
+            keep_chars=settings.memory.history_chars // 2,
         ),
         observe=metrics.compacted if metrics else lambda outcome: None,
     )
 
 
 def runner_settings(settings: Settings) -> RunnerSettings:
-    lease = settings.threadgate_lease_seconds
+    lease = settings.database.lease_seconds
     return RunnerSettings(
-        workers=settings.threadgate_workers,
+        workers=settings.tasks.workers,
         heartbeat_seconds=lease / 3,
-        history_chars=settings.threadgate_history_chars,
-        max_rounds=settings.threadgate_max_rounds,
-        subtask_timeout_seconds=settings.threadgate_subtask_timeout_seconds,
-        max_deferrals=settings.threadgate_max_deferrals,
-        max_deferral_seconds=settings.threadgate_max_deferral_seconds,
-        still_trying_seconds=settings.threadgate_models_down_notice_seconds,
-        task_timeout_seconds=settings.threadgate_task_timeout_seconds,
-        notices=FailureNotices(override=settings.threadgate_failure_notice),
-        approval_timeout_seconds=settings.threadgate_approval_timeout_seconds,
+        history_chars=settings.memory.history_chars,
+        max_rounds=settings.tasks.max_rounds,
+        subtask_timeout_seconds=settings.tasks.subtask_timeout_seconds,
+        max_deferrals=settings.tasks.max_deferrals,
+        max_deferral_seconds=settings.tasks.max_deferral_seconds,
+        still_trying_seconds=settings.tasks.models_down_notice_seconds,
+        task_timeout_seconds=settings.tasks.task_timeout_seconds,
+        notices=FailureNotices(override=settings.tasks.failure_notice),
+        approval_timeout_seconds=settings.tools.approval_timeout_seconds,
     )
 
 
@@ -197,7 +197,7 @@ async def start_mcp(settings: Settings, tools: ToolRegistry, stack: AsyncExitSta
 
     Waits for each server's first attempt (at most `MCP_STARTUP_SECONDS`); one that failed
     is logged and retried in the background, never a reason not to serve."""
-    clients = McpClients(settings.mcp_config(), tools)
+    clients = McpClients(settings.tools.mcp_config(), tools)
     clients.start()
     stack.push_async_callback(clients.aclose)
     await clients.wait_settled(MCP_STARTUP_SECONDS)

@@ -69,7 +69,7 @@ class Gateway:
         self.metrics_port = await start_metrics(self._stack, self.metrics, s)
         log_role(s)
         plan = ConnectionPlan.of(s)
-        circuit = CircuitBreaker() if s.runs_workers else None
+        circuit = CircuitBreaker() if s.process.runs_workers else None
         resources = await open_resources(
             s, self.metrics, self._stack, connections=plan.main, circuit=circuit, migrate=True
         )
@@ -94,7 +94,7 @@ class Gateway:
     def reload(self) -> None:
         """Read THREADGATE_CHANNEL_CONFIG again and put it in force (SIGHUP); a file that
         became malformed keeps the policy in force (gateway/process/channel_policies.py)."""
-        if self.settings.threadgate_channel_config is None:
+        if self.settings.access.channel_file is None:
             log.info("THREADGATE_CHANNEL_CONFIG is not set: there is no channel config to reload")
         elif self._policies is not None:
             self._policies.reload()
@@ -112,7 +112,7 @@ class Gateway:
     ) -> int:
         if self._thread is not None:
             return await self._thread.started()
-        if self.settings.serves_events:
+        if self.settings.process.serves_events:
             return await Ingress(resources).start(self._stack, host, port)
         assert workers is not None  # role worker
         return await start_health(self._stack, resources.db, workers, host, port)
@@ -122,31 +122,33 @@ def check_serve(settings: Settings) -> None:
     """What `serve` needs is set and well formed, before anything is opened: a bad MCP or
     channel config stops start-up here."""
     settings.require_serve()
-    settings.mcp_config()
-    settings.channel_config()
+    settings.tools.mcp_config()
+    settings.access.channel_config()
 
 
 def log_role(s: Settings) -> None:
     log.info(
         "threadgate role: %s (THREADGATE_ROLE or --role), event loop: %s (THREADGATE_EVENT_LOOP)%s",
-        s.threadgate_role,
+        s.process.role,
         loop_name(asyncio.get_running_loop()),
-        ", ingress on a thread of its own (THREADGATE_INGRESS_THREAD)" if s.ingress_apart else "",
+        ", ingress on a thread of its own (THREADGATE_INGRESS_THREAD)"
+        if s.process.ingress_apart
+        else "",
     )
 
 
 def _loop_of(settings: Settings) -> str:
     """`threadgate_event_loop_lag_seconds{loop}` of the main loop: `workers` when the
     ingress is on a thread of its own (its loop is `ingress`)."""
-    if settings.ingress_apart or settings.threadgate_role == "worker":
+    if settings.process.ingress_apart or settings.process.role == "worker":
         return "workers"
-    return settings.threadgate_role
+    return settings.process.role
 
 
 async def start_metrics(stack: AsyncExitStack, metrics: Metrics, settings: Settings) -> int | None:
     """/metrics on THREADGATE_METRICS_ADDRESS, a listener of its own; its port, or None
     when off."""
-    address = settings.metrics_address
+    address = settings.telemetry.metrics_listen
     if address is None:
         log.info("metrics are off (THREADGATE_METRICS_ADDRESS)")
         return None
@@ -156,7 +158,7 @@ async def start_metrics(stack: AsyncExitStack, metrics: Metrics, settings: Setti
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
         raise ConfigError(
-            f"THREADGATE_METRICS_ADDRESS {settings.threadgate_metrics_address.strip()} "
+            f"THREADGATE_METRICS_ADDRESS {settings.telemetry.metrics_address.strip()} "
             f"cannot be listened on ({reason}): put a free address of this host there, or off."
         ) from None
     shown = f"[{host}]" if ":" in host else host

@@ -52,8 +52,8 @@ class SlackClientFactory:
     def _client(self, token: str | None, **options: Any) -> MeteredWebClient:
         return slack_client(
             token,
-            self.settings.slack_api_url,
-            timeout=self.settings.threadgate_slack_timeout_seconds,
+            self.settings.slack.api_url,
+            timeout=self.settings.slack.timeout_seconds,
             metrics=self.metrics,
             supervisor=self.supervisor,
             session=self.session,
@@ -70,7 +70,7 @@ class SlackClientFactory:
 
     def installations(self, db: Database) -> PostgresInstallations | None:
         s = self.settings
-        if not s.oauth_mode:
+        if not s.slack.oauth_mode:
             return None
         return PostgresInstallations(db, s.require("SLACK_CLIENT_ID"), cipher=token_cipher(s))
 
@@ -92,24 +92,24 @@ class SlackClientFactory:
         clients = SlackClients(
             installations=installations,
             make_client=for_installation,
-            operator_team=self.settings.threadgate_operator_team,
+            operator_team=self.settings.alerts.operator_team,
         )
         return clients
 
     def oauth_flow(self, db: Database, clients: SlackClients) -> AsyncOAuthFlow:
         s = self.settings
         installations = self.installations(db)
-        assert installations is not None and s.slack_client_secret is not None
+        assert installations is not None and s.slack.client_secret is not None
         return oauth_flow(
             client=self.tokenless(),
             client_id=s.require("SLACK_CLIENT_ID"),
-            client_secret=s.slack_client_secret.get_secret_value(),
-            redirect_uri=s.threadgate_oauth_redirect_url,
+            client_secret=s.slack.client_secret.get_secret_value(),
+            redirect_uri=s.slack.oauth_redirect_url,
             installations=installations,
-            states=PostgresOAuthStates(db, max_outstanding=s.threadgate_oauth_states_max),
+            states=PostgresOAuthStates(db, max_outstanding=s.slack.oauth_states_max),
             clients=clients,
-            scopes=bot_scopes(continue_threads=s.threadgate_continue_threads),
-            allowlist=InstallAllowlist(s.install_allowlist),
+            scopes=bot_scopes(continue_threads=s.access.continue_threads),
+            allowlist=InstallAllowlist(s.slack.install_allowlist),
         )
 
 
@@ -123,7 +123,7 @@ async def seal_stored_tokens(installations: PostgresInstallations | None) -> Non
 
 def token_cipher(settings: Settings) -> TokenCipher | None:
     """What seals the stored bot tokens (THREADGATE_TOKEN_KEY), if anything."""
-    key = settings.threadgate_token_key
+    key = settings.slack.token_key
     return TokenCipher(key.get_secret_value()) if key is not None else None
 
 

@@ -56,7 +56,7 @@ class Workers:
     def _registries(self) -> tuple[ToolRegistry, SubtaskRegistry]:
         registries = default_registries()
         book = PostgresScheduleBook(
-            self._r.db, minimum_seconds=self._r.settings.threadgate_schedule_min_period_seconds
+            self._r.db, minimum_seconds=self._r.settings.schedules.min_period_seconds
         )
         for tool in schedule_tools(book):  # people's own schedules
             registries[0].register(tool)
@@ -94,13 +94,13 @@ class Workers:
     def _publisher(self) -> SlackPublisher:
         r, s = self._r, self._r.settings
         settings = PublisherSettings(
-            status_refresh_seconds=s.threadgate_status_refresh_seconds,
-            status_delay_seconds=s.threadgate_status_delay_seconds,
+            status_refresh_seconds=s.delivery.status_refresh_seconds,
+            status_delay_seconds=s.delivery.status_delay_seconds,
             # Reads retried within a few call limits, then one outcome.
-            reconcile_seconds=4 * s.threadgate_slack_timeout_seconds,
+            reconcile_seconds=4 * s.slack.timeout_seconds,
             streams=(
-                StreamSettings(interval_seconds=s.threadgate_stream_interval_seconds)
-                if s.threadgate_streaming
+                StreamSettings(interval_seconds=s.delivery.stream_interval_seconds)
+                if s.delivery.streaming
                 else None
             ),
             # With many workspaces, each installation says who our bot is there.
@@ -119,10 +119,10 @@ class Workers:
         s = self._r.settings
         retention = Retention(
             self._r.db,
-            days=s.threadgate_retention_days,
+            days=s.database.retention_days,
             on_deleted=self._r.metrics.retention_deleted_rows,
         )
-        return retention.run_every(s.threadgate_retention_interval_seconds)
+        return retention.run_every(s.database.retention_interval_seconds)
 
     def _scheduler(self) -> Coroutine[Any, Any, None]:
         """Each period of each schedule, one task (gateway/schedules/scheduler.py)."""
@@ -130,7 +130,7 @@ class Workers:
         scheduler = Scheduler(
             r.db,
             r.clients,
-            late_seconds=r.settings.threadgate_schedule_late_seconds,
+            late_seconds=r.settings.schedules.late_seconds,
             observe=r.metrics.schedule_run_settled,
             tell_operators=functools.partial(tell_paused, r.operator_alerts()),
             limits=limits(r.settings),

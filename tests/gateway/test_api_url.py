@@ -38,7 +38,7 @@ REFUSED = [
 @pytest.mark.parametrize("url", ACCEPTED)
 def test_https_and_loopback_http_are_accepted(url: str) -> None:
     """https anywhere, plain http to a loopback address (the tests' fakes)."""
-    assert load_settings(env_file=None, slack_api_url=url).slack_api_url == url
+    assert load_settings(env_file=None, slack_api_url=url).slack.api_url == url
 
 
 @pytest.mark.parametrize("url", REFUSED)

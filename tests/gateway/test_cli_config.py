@@ -49,7 +49,7 @@ async def test_unreachable_database_is_one_sentence_without_the_secret(tmp_path:
 def test_model_timeout_and_attempts_reach_the_providers_and_the_ladder() -> None:
     """THREADGATE_MODEL_TIMEOUT_SECONDS sets the providers' timeout; a bad value is named."""
     settings = load_settings(threadgate_model_timeout_seconds="2.5", threadgate_model_attempts="5")
-    assert provider_settings(settings).timeout == 2.5 and settings.threadgate_model_attempts == 5
+    assert provider_settings(settings).timeout == 2.5 and settings.models.attempts == 5
     with pytest.raises(ConfigError, match="THREADGATE_MODEL_TIMEOUT_SECONDS"):
         load_settings(threadgate_model_timeout_seconds="-1")
 
@@ -60,11 +60,11 @@ def test_prices_and_spend_limits_are_read_and_a_bad_one_names_its_variable(
     """THREADGATE_PRICES inline or as a file adds to the built-in table; a malformed one,
     a missing file or a negative spend limit ends in one sentence naming the variable."""
     inline = '{"openai:local": {"input": 1, "output": 2}}'
-    assert load_settings(threadgate_prices=inline).price_table().price("openai:local")
+    assert load_settings(threadgate_prices=inline).models.price_table().price("openai:local")
     (tmp_path / "prices.json").write_text(inline)
     from_file = load_settings(threadgate_prices=str(tmp_path / "prices.json"))
-    assert from_file.price_table().price("openai:local") is not None
-    assert from_file.price_table().price("anthropic:claude-sonnet-4-5") is not None
+    assert from_file.models.price_table().price("openai:local") is not None
+    assert from_file.models.price_table().price("anthropic:claude-sonnet-4-5") is not None
     for value in ('{"openai:local": {"input": 1}}', str(tmp_path / "absent.json"), "{"):
         with pytest.raises(ConfigError, match=r"^THREADGATE_PRICES is invalid"):
             load_settings(threadgate_prices=value)
@@ -74,14 +74,14 @@ def test_prices_and_spend_limits_are_read_and_a_bad_one_names_its_variable(
 
 def test_the_traces_endpoint_follows_the_otlp_variables() -> None:
     """The general endpoint gets the signal's path; the traces one is used as it is."""
-    assert load_settings().otlp_traces_endpoint is None
+    assert load_settings().telemetry.traces_endpoint is None
     general = load_settings(otel_exporter_otlp_endpoint="http://collector:4318/")
-    assert general.otlp_traces_endpoint == "http://collector:4318/v1/traces"
+    assert general.telemetry.traces_endpoint == "http://collector:4318/v1/traces"
     traces = load_settings(
         otel_exporter_otlp_endpoint="http://a:4318",
         otel_exporter_otlp_traces_endpoint="http://b:4318/custom",
     )
-    assert traces.otlp_traces_endpoint == "http://b:4318/custom"
+    assert traces.telemetry.traces_endpoint == "http://b:4318/custom"
 
 
 @pytest.mark.parametrize(

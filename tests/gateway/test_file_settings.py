@@ -11,17 +11,17 @@ from gateway.config.settings import load_settings
 def test_the_defaults_read_images_text_and_pdfs_up_to_10_mb() -> None:
     """Unset: every kind, ten million bytes."""
     settings = load_settings(env_file=None)
-    assert settings.file_kinds == {"image", "text", "pdf"}
-    assert settings.threadgate_file_max_bytes == 10_000_000
+    assert settings.files.kinds == {"image", "text", "pdf"}
+    assert settings.files.max_bytes == 10_000_000
 
 
 def test_a_list_of_kinds_is_read_case_and_spacing_aside() -> None:
     """Commas or spaces; empty reads no files at all."""
-    assert load_settings(env_file=None, threadgate_file_types="Image, pdf").file_kinds == {
+    assert load_settings(env_file=None, threadgate_file_types="Image, pdf").files.kinds == {
         "image",
         "pdf",
     }
-    assert load_settings(env_file=None, threadgate_file_types="").file_kinds == frozenset()
+    assert load_settings(env_file=None, threadgate_file_types="").files.kinds == frozenset()
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from slack_bolt.async_app import AsyncApp
 
-from gateway.config.settings import Settings, parse_address
+from gateway.config.settings import VARIABLES, Settings, parse_address
 from gateway.operator.cli import parser, with_role
 from gateway.process.http import build_health_app, build_http_app, build_metrics_app
 from gateway.slack.manifest import app_manifest, render_manifest
@@ -72,7 +72,7 @@ def test_committed_slack_manifests_equal_the_generated_ones(name: str, socket_mo
     )
     manifest = yaml.safe_load(text)
     assert manifest == app_manifest(socket_mode=socket_mode, continue_threads=True)
-    continuing = Settings.model_fields["threadgate_continue_threads"].default
+    continuing = Settings.field("THREADGATE_CONTINUE_THREADS").default
     assert manifest["oauth_config"]["scopes"]["bot"] == list(
         bot_scopes(continue_threads=continuing)
     )
@@ -135,7 +135,7 @@ def test_deployment_sets_only_real_settings_from_the_example_secret() -> None:
     """Every env var is a Settings field; every secret key it reads exists in the example."""
     container = deployment_container()
     names = [e["name"] for e in container["env"]]
-    assert {name.lower() for name in names} <= set(Settings.model_fields)
+    assert {name.upper() for name in names} <= set(VARIABLES)
     secret = load(K8S / "secret.example.yaml")
     refs = [e["valueFrom"]["secretKeyRef"] for e in container["env"] if "valueFrom" in e]
     assert refs and all(ref["name"] == secret["metadata"]["name"] for ref in refs)
@@ -195,7 +195,7 @@ def test_compose_wires_the_gateway_to_a_healthy_postgres(name: str) -> None:
     assert gateway["env_file"]
     assert gateway["environment"]["DATABASE_URL"].startswith("postgresql://")
     assert "@postgres:5432/" in gateway["environment"]["DATABASE_URL"]
-    assert {name.lower() for name in gateway["environment"]} <= set(Settings.model_fields)
+    assert {name.upper() for name in gateway["environment"]} <= set(VARIABLES)
     assert gateway["build"]["dockerfile"] == "manifests/Dockerfile"
 
 
@@ -215,7 +215,7 @@ def serve_role(command: list[str]) -> str:
     """The role a `threadgate serve …` command line runs as (the CLI's own parsing)."""
     assert command[:2] == ["threadgate", "serve"]
     args = parser().parse_args(command[1:])
-    return with_role(Settings(), args.role).threadgate_role
+    return with_role(Settings(), args.role).process.role
 
 
 def worker_container() -> dict[str, Any]:
@@ -244,7 +244,7 @@ async def test_k8s_splits_ingress_and_workers_and_the_service_reaches_only_the_i
     assert not ingress_env & {"THREADGATE_MODEL", "OPENAI_API_KEY", "ANTHROPIC_API_KEY"}
     assert "SLACK_SIGNING_SECRET" not in worker_env
     assert {"THREADGATE_MODEL", "SLACK_BOT_TOKEN", "DATABASE_URL"} <= worker_env
-    assert {name.lower() for name in worker_env} <= set(Settings.model_fields)
+    assert {name.upper() for name in worker_env} <= set(VARIABLES)
     secret = load(K8S / "secret.example.yaml")["stringData"]
     refs = [e["valueFrom"]["secretKeyRef"]["key"] for e in worker["env"] if "valueFrom" in e]
     assert set(refs) <= set(secret)

@@ -45,12 +45,12 @@ COMPLETE = {
 )
 def test_metrics_address_forms(value: str, expected: tuple[str, int] | None) -> None:
     """HOST:PORT, [v6]:PORT, or empty/off for no metrics listener at all."""
-    assert load_settings(threadgate_metrics_address=value).metrics_address == expected
+    assert load_settings(threadgate_metrics_address=value).telemetry.metrics_listen == expected
 
 
 def test_metrics_are_on_loopback_by_default() -> None:
     """Unset, metrics are served on 127.0.0.1:9090: reachable from the host only."""
-    default = Settings.model_fields["threadgate_metrics_address"].default
+    default = Settings.field("THREADGATE_METRICS_ADDRESS").default
     assert parse_address(default) == ("127.0.0.1", 9090)
 
 

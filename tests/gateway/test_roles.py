@@ -173,9 +173,9 @@ def test_serve_requires_what_its_role_uses(env: dict[str, str], missing: str | N
 
 def test_the_role_flag_wins_over_the_variable() -> None:
     settings = rig_settings(without(THREADGATE_ROLE="ingress"))
-    assert with_role(settings, "worker").threadgate_role == "worker"
-    assert with_role(settings, None).threadgate_role == "ingress"
-    assert rig_settings(BASE).threadgate_role == "all"
+    assert with_role(settings, "worker").process.role == "worker"
+    assert with_role(settings, None).process.role == "ingress"
+    assert rig_settings(BASE).process.role == "all"
 
 
 async def test_doctor_names_the_role_and_skips_what_it_does_not_use() -> None:

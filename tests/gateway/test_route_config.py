@@ -109,15 +109,15 @@ def test_the_routes_setting_or_the_shorthand_never_both() -> None:
     THREADGATE_ROUTES set as well, which chain is meant cannot be guessed."""
     both = load_settings(threadgate_routes=json.dumps(CHAIN[2:]), threadgate_model="openai:x")
     with pytest.raises(ConfigError, match="THREADGATE_ROUTES and THREADGATE_MODEL"):
-        both.routes()
+        both.models.routes()
     shorthand = load_settings(
         threadgate_model="openai:gpt-4.1", threadgate_fallback_model="anthropic:claude-haiku-4-5"
     )
-    assert shorthand.routes() == (
+    assert shorthand.models.routes() == (
         RouteConfig("openai", "gpt-4.1"),
         RouteConfig("anthropic", "claude-haiku-4-5"),
     )
-    assert shorthand.model_specs == ("openai:gpt-4.1", "anthropic:claude-haiku-4-5")
+    assert shorthand.models.specs == ("openai:gpt-4.1", "anthropic:claude-haiku-4-5")
 
 
 def test_the_routes_may_live_in_a_file_and_their_keys_are_never_logged(
@@ -130,7 +130,7 @@ def test_the_routes_may_live_in_a_file_and_their_keys_are_never_logged(
     path = tmp_path / "routes.json"
     path.write_text(json.dumps(CHAIN))
     settings = load_settings(threadgate_routes=str(path))
-    assert settings.model_specs == (
+    assert settings.models.specs == (
         "anthropic:claude-sonnet-4-5",
         "openai:gpt-4.1-mini",
         "openai:llama3:8b",
@@ -144,7 +144,7 @@ def test_sampling_settings_are_checked_when_read() -> None:
     settings = load_settings(
         threadgate_temperature="0.3", threadgate_top_p="0.8", threadgate_stop_sequences='["END"]'
     )
-    assert settings.sampling == Sampling(0.3, 0.8, ("END",))
+    assert settings.models.sampling == Sampling(0.3, 0.8, ("END",))
     with pytest.raises(ConfigError, match="THREADGATE_STOP_SEQUENCES is invalid"):
         load_settings(threadgate_stop_sequences="END")
     with pytest.raises(ConfigError, match="THREADGATE_TEMPERATURE is invalid"):
@@ -185,19 +185,19 @@ def test_a_channels_model_is_reached_by_the_deployments_routes(
         monkeypatch.setenv(name, value)
     settings = load_settings(threadgate_routes=json.dumps(CHAIN))
     variable = "THREADGATE_CHANNEL_CONFIG"
-    same = settings.route_for("openai:gpt-4.1-mini", variable=variable)
+    same = settings.models.route_for("openai:gpt-4.1-mini", variable=variable)
     assert same.capabilities == {"documents": False, "parallel_tool_calls": False}
-    kin = settings.route_for("openai:gpt-4.1", variable=variable)
+    kin = settings.models.route_for("openai:gpt-4.1", variable=variable)
     assert (kin.base_url, kin.credential, kin.capabilities) == (
         "https://gateway.example/openai/v1",
         "GATEWAY_KEY",
         {},
     )
-    assert settings.route_for("anthropic:claude-haiku-4-5", variable=variable).api_key == (
+    assert settings.models.route_for("anthropic:claude-haiku-4-5", variable=variable).api_key == (
         SecretStr("sk-ant-claude-secret")
     )
     config = parse_channel_config({"channels": {"C0SUPPORT": {"model": "openai:gpt-4.1"}}})
-    assert config.effective("C0SUPPORT", settings.model_specs).models == (
+    assert config.effective("C0SUPPORT", settings.models.specs).models == (
         "openai:gpt-4.1",
         "openai:gpt-4.1-mini",
         "openai:llama3:8b",

@@ -1,0 +1,160 @@
+"""The Slack-facing settings' groups: the app's credentials and API, its agent view in the
+DM, who and where it answers, and where operator alerts go.
+
+Groups of `Settings` (gateway/config/settings.py), each validated here; the rest are in
+gateway/config/groups.py, which says how a group names its variables.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, SecretStr, field_validator
+
+from gateway.config.channel_config import EMPTY as NO_CHANNEL_CONFIG
+from gateway.config.channel_config import ChannelConfig, load_channel_config
+from gateway.config.groups import Group, Ids, url_parts
+from gateway.slack.client import carries_tokens_safely
+from gateway.slack.manifest import DESCRIPTION, SuggestedPrompt, parse_prompts
+from storage import is_token_key
+
+
+class SlackSettings(Group):
+    """Slack: the credentials of one workspace or of the OAuth install flow, the API, time limits."""
+
+    bot_token: SecretStr | None = Field(default=None, validation_alias="SLACK_BOT_TOKEN")
+    signing_secret: SecretStr | None = Field(default=None, validation_alias="SLACK_SIGNING_SECRET")
+    app_token: SecretStr | None = Field(default=None, validation_alias="SLACK_APP_TOKEN")
+    api_url: str = Field(default="https://slack.com/api/", validation_alias="SLACK_API_URL")
+    # One Slack call's time limit, its waits after 429s included. A post whose call went
+    # unanswered is looked for in its thread only once the call must be over: this long
+    # after it started plus the settle margin (how long Slack may take to show it).
+    timeout_seconds: float = Field(
+        default=15.0, gt=0, le=300, validation_alias="THREADGATE_SLACK_TIMEOUT_SECONDS"
+    )
+    settle_seconds: float = Field(
+        default=5.0, ge=0, le=300, validation_alias="THREADGATE_SLACK_SETTLE_SECONDS"
+    )
+    # Seconds `serve` waits for the Socket Mode connection's hello before it gives up.
+    socket_connect_timeout: float = Field(
+        default=30.0, gt=0, le=600, validation_alias="THREADGATE_SOCKET_CONNECT_TIMEOUT"
+    )
+    # Many workspaces (Slack's OAuth install flow) instead of one SLACK_BOT_TOKEN.
+    client_id: str | None = Field(default=None, validation_alias="SLACK_CLIENT_ID")
+    client_secret: SecretStr | None = Field(default=None, validation_alias="SLACK_CLIENT_SECRET")
+    oauth_redirect_url: str | None = Field(
+        default=None, validation_alias="THREADGATE_OAUTH_REDIRECT_URL"
+    )
+    # Seals the bot tokens in the database (storage/token_cipher.py); unset: stored as issued.
+    token_key: SecretStr | None = Field(default=None, validation_alias="THREADGATE_TOKEN_KEY")
+    # The teams (T…) and enterprises (E…) that may install (OAuth mode); unset: anyone.
+    install_allowlist: Ids = Field(
+        default="", validation_alias="THREADGATE_INSTALL_ALLOWLIST", validate_default=True
+    )
+    # OAuth states (one per visit of the public install page) outstanding at most.
+    oauth_states_max: int = Field(
+        default=1000, ge=1, le=1_000_000, validation_alias="THREADGATE_OAUTH_STATES_MAX"
+    )
+
+    @field_validator("api_url")
+    @classmethod
+    def _api_url(cls, value: str) -> str:
+        if not carries_tokens_safely(value):
+            raise ValueError(
+                "expected an https:// URL, or plain http to a loopback address such as "
+                "127.0.0.1: every call sends the bot token there"
+            )
+        return value
+
+    @field_validator("oauth_redirect_url")
+    @classmethod
+    def _redirect_url(cls, value: str | None) -> str | None:
+        parts = url_parts(value) if value else None
+        if value and (parts is None or parts.scheme not in ("https", "http")):
+            raise ValueError("expected the full https:// URL of /slack/oauth_redirect")
+        return value
+
+    @field_validator("token_key")
+    @classmethod
+    def _token_key(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not is_token_key(value.get_secret_value()):
+            raise ValueError(
+                "expected a Fernet key (urlsafe base64 of 32 bytes), e.g. from "
+                "`python -c 'from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())'`"
+            )
+        return value
+
+    @property
+    def socket_mode(self) -> bool:
+        return self.app_token is not None
+
+    @property
+    def oauth_mode(self) -> bool:
+        """Many workspaces through Slack's OAuth install flow (else one, SLACK_BOT_TOKEN)."""
+        return self.client_id is not None or self.client_secret is not None
+
+
+class AssistantSettings(Group):
+    """Slack's agent messaging experience (issue 31): the manifest's `agent_view`, with this
+    description and these suggested prompts (also offered when someone opens the DM), and
+    every DM message a thread of its own in the DM's one conversation; false: the retiring
+    `assistant_view`, where each DM thread is a conversation of its own."""
+
+    agent_view: bool = Field(default=True, validation_alias="THREADGATE_AGENT_VIEW")
+    description: str = Field(
+        default=DESCRIPTION,
+        min_length=1,
+        max_length=1000,
+        validation_alias="THREADGATE_AGENT_DESCRIPTION",
+    )
+    prompts: str = Field(default="", validation_alias="THREADGATE_SUGGESTED_PROMPTS")
+
+    @field_validator("prompts")
+    @classmethod
+    def _prompts(cls, value: str) -> str:
+        parse_prompts(value)  # a ValueError names what is wrong
+        return value
+
+    @property
+    def suggested_prompts(self) -> tuple[SuggestedPrompt, ...]:
+        """The prompts offered in the DM with the app (THREADGATE_SUGGESTED_PROMPTS)."""
+        return parse_prompts(self.prompts)
+
+
+class AccessSettings(Group):
+    """Who and where the bot answers, and each channel's policy."""
+
+    allowed_channels: Ids = Field(
+        default="", validation_alias="THREADGATE_ALLOWED_CHANNELS", validate_default=True
+    )
+    allowed_users: Ids = Field(
+        default="", validation_alias="THREADGATE_ALLOWED_USERS", validate_default=True
+    )
+    continue_threads: bool = Field(default=True, validation_alias="THREADGATE_CONTINUE_THREADS")
+    # Each channel's tools, instructions, models, limits and Slack Connect answer (a JSON
+    # file, gateway/config/channel_config.py; read again on SIGHUP).
+    channel_file: Path | None = Field(default=None, validation_alias="THREADGATE_CHANNEL_CONFIG")
+
+    def channel_config(self) -> ChannelConfig:
+        """The channel policies (none when THREADGATE_CHANNEL_CONFIG is unset: the default
+        everywhere); a bad file is a ConfigError naming the variable, the file and the field."""
+        if self.channel_file is None:
+            return NO_CHANNEL_CONFIG
+        return load_channel_config(self.channel_file)
+
+
+class AlertSettings(Group):
+    """Where operator alerts go, and how often one kind may repeat."""
+
+    operator_channel: str | None = Field(
+        default=None, validation_alias="THREADGATE_OPERATOR_CHANNEL"
+    )
+    # The workspace whose THREADGATE_OPERATOR_CHANNEL gets operator alerts (OAuth mode);
+    # unset: the workspace installed first.
+    operator_team: str | None = Field(default=None, validation_alias="THREADGATE_OPERATOR_TEAM")
+    webhook_url: SecretStr | None = Field(
+        default=None, validation_alias="THREADGATE_ALERT_WEBHOOK_URL"
+    )
+    window_seconds: float = Field(
+        default=900.0, ge=0, validation_alias="THREADGATE_ALERT_WINDOW_SECONDS"
+    )
