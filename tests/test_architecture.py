@@ -26,6 +26,9 @@ functions count: a cycle that only type checkers see is still two modules owning
   `inbound` and `delivery` never import each other; `text` imports no Slack SDK, no
   network library and no storage.
 - No import cycle among the modules of the three packages.
+- No class in `gateway/` is over `MAX_CLASS_LINES` lines and no function over
+  `MAX_FUNCTION_LINES`: a module is one noun, a function one step. Lines of a declarative
+  table (a literal assigned or returned) do not count.
 
 The checker is tested on a small tree of its own too, so a rule that silently stopped
 matching would fail here rather than pass forever.
@@ -235,6 +238,42 @@ def cycles(graph: Mapping[str, set[str]]) -> list[list[str]]:
     return found
 
 
+MAX_CLASS_LINES = 300
+MAX_FUNCTION_LINES = 70
+_LITERALS = (ast.Dict, ast.List, ast.Tuple, ast.Set)
+
+
+def _table_lines(node: ast.AST) -> int:
+    """Lines of the literal tables (assigned or returned) directly in `node`'s body."""
+    lines = 0
+    for statement in getattr(node, "body", []):
+        value = getattr(statement, "value", None)
+        if isinstance(statement, ast.Assign | ast.AnnAssign | ast.Return) and isinstance(
+            value, _LITERALS
+        ):
+            lines += (statement.end_lineno or statement.lineno) - statement.lineno + 1
+    return lines
+
+
+def oversized(root: Path, package: str) -> list[str]:
+    """Each class over MAX_CLASS_LINES and function over MAX_FUNCTION_LINES in `package`."""
+    found = []
+    for path in sorted((root / package).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ClassDef):
+                limit = MAX_CLASS_LINES
+            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                limit = MAX_FUNCTION_LINES
+            else:
+                continue
+            size = (node.end_lineno or node.lineno) - node.lineno + 1 - _table_lines(node)
+            if size > limit:
+                found.append(
+                    f"{module_name(root, path)}.{node.name}: {size} lines (at most {limit})"
+                )
+    return found
+
+
 # The project itself
 
 
@@ -246,6 +285,11 @@ def test_the_packages_import_only_what_the_layout_allows() -> None:
 def test_there_is_no_import_cycle() -> None:
     """No two modules import each other, even only for type checking."""
     assert cycles(import_graph(ROOT, PACKAGES)) == []
+
+
+def test_no_gateway_class_or_function_outgrows_one_job() -> None:
+    """No class in gateway/ over 300 lines, no function over 70 (tables aside)."""
+    assert oversized(ROOT, "gateway") == []
 
 
 def test_every_agent_module_sits_in_a_layer() -> None:
@@ -376,3 +420,24 @@ def test_the_checker_finds_a_cycle_hidden_under_type_checking(tmp_path: Path) ->
     assert cycles(import_graph(root, PACKAGES)) == [
         ["agent.rounds.control", "agent.rounds.loop", "agent.rounds.subtasks"]
     ]
+
+
+def test_the_size_check_finds_a_long_function_and_spares_a_table(tmp_path: Path) -> None:
+    """A 71-line function is reported; a function returning a long literal table is not."""
+    body = "".join(f"    x{n} = {n}\n" for n in range(70))
+    table = "".join(f"        {n},\n" for n in range(100))
+    root = _tree(
+        tmp_path,
+        {
+            "gateway/process/long.py": f"def long():\n{body}",
+            "gateway/process/table.py": f"def table():\n    return (\n{table}    )\n",
+        },
+    )
+    assert oversized(root, "gateway") == ["gateway.process.long.long: 71 lines (at most 70)"]
+
+
+def test_the_size_check_finds_a_long_class(tmp_path: Path) -> None:
+    """A class over 300 lines is reported by name."""
+    methods = "".join(f"    def m{n}(self):\n        return {n}\n\n" for n in range(101))
+    root = _tree(tmp_path, {"gateway/process/big.py": f"class Big:\n{methods}"})
+    assert oversized(root, "gateway") == ["gateway.process.big.Big: 303 lines (at most 300)"]
