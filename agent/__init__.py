@@ -27,6 +27,7 @@ from agent.core.approval import (
 from agent.core.attachments import AttachmentRefusals, attachment_key, message_of, not_shown_note
 from agent.core.attachments import describe as describe_attachment
 from agent.core.citations import Citation
+from agent.core.config_files import read_json_file
 from agent.core.delegation import (
     Delegation,
     DelegationStore,
@@ -452,6 +453,7 @@ __all__ = [
     "parse_spec",
     "probe_model",
     "prompt_epoch",
+    "read_json_file",
     "recur_cron",
     "recur_every",
     "recur_once",

@@ -41,7 +41,6 @@ silently offer every tool of the server.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -49,6 +48,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, model_validator
 
+from agent.core.config_files import read_json_file
 from agent.core.errors import ConfigError
 
 VARIABLE = "THREADGATE_MCP_CONFIG"
@@ -146,21 +146,7 @@ EMPTY = McpConfig()
 def load_mcp_config(path: Path, environ: Mapping[str, str]) -> McpConfig:
     """The config in `path`, with `${VAR}` taken from `environ`; a `ConfigError` naming
     `THREADGATE_MCP_CONFIG` and the server and field at fault otherwise."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
-        raise ConfigError(
-            f"{VARIABLE} names {path}, which cannot be read ({reason}): put the path of "
-            "an MCP config file there, or unset it."
-        ) from None
-    try:
-        raw = json.loads(text)
-    except ValueError as exc:
-        raise ConfigError(
-            f"{VARIABLE} ({path}) is not valid JSON (line {getattr(exc, 'lineno', '?')}): fix "
-            "the file."
-        ) from None
+    raw = read_json_file(path, variable=VARIABLE, what="an MCP config file")
     return parse_mcp_config(raw, environ, source=str(path))
 
 

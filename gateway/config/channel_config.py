@@ -41,7 +41,6 @@ variable, the file and the field; never a value (instructions may be confidentia
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,7 +48,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
-from agent import ConfigError, parse_spec
+from agent import ConfigError, parse_spec, read_json_file
 
 VARIABLE = "THREADGATE_CHANNEL_CONFIG"
 
@@ -162,21 +161,7 @@ def _models(entry: ChannelEntry, deployment: tuple[str, ...]) -> tuple[str, ...]
 def load_channel_config(path: Path) -> ChannelConfig:
     """The config in `path`; a `ConfigError` naming the variable, the file and the field
     at fault otherwise."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
-        raise ConfigError(
-            f"{VARIABLE} names {path}, which cannot be read ({reason}): put the path of a "
-            "channel config file there, or unset it."
-        ) from None
-    try:
-        raw = json.loads(text)
-    except ValueError as exc:
-        raise ConfigError(
-            f"{VARIABLE} ({path}) is not valid JSON (line {getattr(exc, 'lineno', '?')}): fix "
-            "the file."
-        ) from None
+    raw = read_json_file(path, variable=VARIABLE, what="a channel config file")
     return parse_channel_config(raw, source=str(path))
 
 
