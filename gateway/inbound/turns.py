@@ -35,10 +35,16 @@ Turn: TypeAlias = tuple[str, tuple[Image | Document, ...]]
 
 class ThreadSource(Protocol):
     async def messages(
-        self, channel: str, thread_ts: str, *, limit: int, deadline: float | None = None
+        self,
+        channel: str,
+        thread_ts: str,
+        *,
+        limit: int,
+        deadline: float | None = None,
+        team: str = "",
     ) -> list[ThreadMessage]:
         """At most the latest `limit` messages, oldest first; at `deadline` (event-loop
-        time), what was read so far."""
+        time), what was read so far. Paced in `team`'s workspace."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +151,11 @@ class TurnReader:
         if self._threads is None or not inbound.thread_ts:
             return ()
         found = await self._threads.messages(
-            inbound.channel, inbound.thread_ts, limit=self._backfill_messages + 1, deadline=deadline
+            inbound.channel,
+            inbound.thread_ts,
+            limit=self._backfill_messages + 1,
+            deadline=deadline,
+            team=inbound.team,
         )
         before = [m for m in found if _ts_key(m.ts) < _ts_key(inbound.ts)]
         before = before[-self._backfill_messages :]
