@@ -21,39 +21,56 @@ from typing import Protocol, TypeAlias
 
 from agent import Document, Image
 from gateway.inbound.attachments import FileContent, FileReader, files_text, images_of, unread
+from gateway.inbound.context import Gap, Plan, ThreadContext, earlier_message_id
 from gateway.slack.events import InboundTurn, SharedFile
 from gateway.slack.sharing import ChannelSharing
-from gateway.slack.threads import ThreadMessage, foreign, render_message, slack_time
+from gateway.slack.threads import ThreadMessage, ThreadRead, foreign, render_message, slack_time
 from gateway.slack.users import NameDirectory
 from gateway.text.markup import mentioned_user_ids
 from gateway.text.secrets import Redactions
-from storage import EarlierMessage
+from storage import EarlierMessage, ReadMessage
 
 # A turn's text, and the pictures (and PDFs kept as documents) stored with it.
 Turn: TypeAlias = tuple[str, tuple[Image | Document, ...]]
 
 
 class ThreadSource(Protocol):
-    async def messages(
+    async def read(
         self,
         channel: str,
         thread_ts: str,
         *,
+        team: str,
         limit: int,
         deadline: float | None = None,
-        team: str = "",
-    ) -> list[ThreadMessage]:
-        """At most the latest `limit` messages, oldest first; at `deadline` (event-loop
-        time), what was read so far. Paced in `team`'s workspace."""
+        oldest: str | None = None,
+        latest: str | None = None,
+    ) -> ThreadRead:
+        """At most the latest `limit` messages after `oldest`, oldest first, paced in
+        `team`'s workspace; at `deadline` (event-loop time), what was read so far."""
 
 
 @dataclass(frozen=True, slots=True)
 class Reading:
-    """What is read for a message before its admission: its thread's earlier messages
-    (`backfill`), and its files (and theirs) with `files`; None: described, not read."""
+    """What is read for a message before its admission: its thread's earlier messages as
+    `plan` says (gateway/inbound/context.py; None: none), and its files (and theirs) with
+    `files`; None: described, not read."""
 
-    backfill: bool = False
+    plan: Plan | None = None
     files: FileReader | None = None
+
+    @property
+    def backfill(self) -> bool:
+        return self.plan is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Earlier:
+    """What was read before a message: the earlier messages to store before its turn, and
+    what could not be read (None: nothing is missing)."""
+
+    messages: Sequence[EarlierMessage] = ()
+    gap: Gap | None = None
 
 
 NOTHING = Reading()
@@ -69,11 +86,13 @@ class TurnReader:
         threads: ThreadSource | None,
         sharing: ChannelSharing | None,
         backfill_messages: int,
+        context: ThreadContext | None = None,
     ) -> None:
         self._users = users
         self._threads = threads
         self._sharing = sharing
         self._backfill_messages = backfill_messages
+        self._context = context  # the store first (None: Slack only, as in the console)
 
     async def shared(self, inbound: InboundTurn, deadline: float) -> InboundTurn:
         """The turn with its channel's sharing known, as the event said it or as
@@ -92,15 +111,16 @@ class TurnReader:
         deadline: float,
         reading: Reading,
         redactions: Redactions,
-    ) -> tuple[Turn, Sequence[EarlierMessage]]:
-        """The turn and, with `reading.backfill`, the thread's earlier messages, read at
+    ) -> tuple[Turn, Earlier]:
+        """The turn and, with `reading.plan`, the thread's earlier messages, read at
         once. Only then gathered: a gather runs each part as a task of its own, and each
         costs the ack a turn of the event loop, behind whatever else the loop has to do."""
         turn = self.turn(inbound, bot_user_id, deadline, reading.files, redactions)
-        if not reading.backfill:
-            return await turn, ()
+        if reading.plan is None:
+            return await turn, Earlier()
         return await asyncio.gather(
-            turn, self._backfill(inbound, bot_user_id, deadline, reading.files, redactions)
+            turn,
+            self._backfill(inbound, bot_user_id, deadline, reading.plan, reading.files, redactions),
         )
 
     async def turn(
@@ -144,43 +164,94 @@ class TurnReader:
         inbound: InboundTurn,
         bot_user_id: str | None,
         deadline: float,
+        plan: Plan,
         files: FileReader | None,
         redactions: Redactions,
-    ) -> Sequence[EarlierMessage]:
-        """The thread's messages before this one, rendered as turns with ids from their ts."""
-        if self._threads is None or not inbound.thread_ts:
-            return ()
-        found = await self._threads.messages(
+    ) -> Earlier:
+        """The thread's messages before this one, as turns with ids from their ts: the
+        store's, and Slack's when the plan says (kept for the next time), the newest
+        `backfill_messages` of them; what Slack did not give in time is the gap."""
+        context = self._context
+        stored = await context.stored(inbound, plan) if context is not None else []
+        read, fresh = await self._read_slack(
+            inbound, bot_user_id, deadline, plan, files, redactions
+        )
+        gap = None
+        if context is not None and read is not None:
+            kept = [
+                ReadMessage(ts, plan.root if ts != plan.root else "", m.text) for ts, m in fresh
+            ]
+            gap = await context.read(inbound, plan, read, kept)
+        by_ts = {
+            ts: EarlierMessage(earlier_message_id(inbound.team, inbound.channel, ts), text)
+            for ts, text in stored
+        }
+        by_ts.update(fresh)
+        before = sorted((ts for ts in by_ts if _ts_key(ts) < _ts_key(inbound.ts)), key=_ts_key)
+        before = before[-self._backfill_messages :]
+        if context is not None and plan.known:
+            new = await context.new_in_session(inbound, before)
+            before = [ts for ts in before if ts in new]
+        return Earlier(tuple(by_ts[ts] for ts in before), gap)
+
+    async def _read_slack(
+        self,
+        inbound: InboundTurn,
+        bot_user_id: str | None,
+        deadline: float,
+        plan: Plan,
+        files: FileReader | None,
+        redactions: Redactions,
+    ) -> tuple[ThreadRead | None, list[tuple[str, EarlierMessage]]]:
+        """What Slack gives of the thread after `plan.oldest`, paced, rendered (by ts)."""
+        if self._threads is None or not plan.slack:
+            return None, []
+        read = await self._threads.read(
             inbound.channel,
-            inbound.thread_ts,
+            plan.root,
+            team=inbound.team,
             limit=self._backfill_messages + 1,
             deadline=deadline,
-            team=inbound.team,
+            oldest=plan.oldest,
         )
-        before = [m for m in found if _ts_key(m.ts) < _ts_key(inbound.ts)]
-        before = before[-self._backfill_messages :]
-        users = {m.user for m in before} | {u for m in before for u in mentioned_user_ids(m.text)}
+        found = [m for m in read.messages if _ts_key(m.ts) < _ts_key(inbound.ts)]
+        return read, await self._rendered(inbound, bot_user_id, deadline, found, files, redactions)
+
+    async def _rendered(
+        self,
+        inbound: InboundTurn,
+        bot_user_id: str | None,
+        deadline: float,
+        found: Sequence[ThreadMessage],
+        files: FileReader | None,
+        redactions: Redactions,
+    ) -> list[tuple[str, EarlierMessage]]:
+        """Messages read from Slack as the model reads them, with their files read."""
+        users = {m.user for m in found} | {u for m in found for u in mentioned_user_ids(m.text)}
         names, contents = await asyncio.gather(
             self._names(sorted(users), deadline),
-            asyncio.gather(*(_read_files(files, m.files, deadline) for m in before)),
+            asyncio.gather(*(_read_files(files, m.files, deadline) for m in found)),
         )
         shared = inbound.ext_shared is not False
-        return tuple(
-            EarlierMessage(
-                earlier_message_id(inbound.team, inbound.channel, m.ts),
-                render_message(
-                    m,
-                    inbound.channel,
-                    names,
-                    bot_user_id=bot_user_id,
-                    note=files_text(read),
-                    external=shared and foreign(m.team, inbound.team, inbound.enterprise),
-                    redactions=redactions,
+        return [
+            (
+                m.ts,
+                EarlierMessage(
+                    earlier_message_id(inbound.team, inbound.channel, m.ts),
+                    render_message(
+                        m,
+                        inbound.channel,
+                        names,
+                        bot_user_id=bot_user_id,
+                        note=files_text(read),
+                        external=shared and foreign(m.team, inbound.team, inbound.enterprise),
+                        redactions=redactions,
+                    ),
+                    images_of(read),
                 ),
-                images_of(read),
             )
-            for m, read in zip(before, contents, strict=True)
-        )
+            for m, read in zip(found, contents, strict=True)
+        ]
 
     async def _names(self, user_ids: list[str], deadline: float | None) -> dict[str, str]:
         try:
@@ -188,11 +259,6 @@ class TurnReader:
                 return await self._users.names(user_ids)
         except TimeoutError:
             return {}  # the ids stand in: a name is decoration, the id is the identity
-
-
-def earlier_message_id(team: str, channel: str, ts: str) -> str:
-    """The stored id of a back-filled message (one that has no task of its own)."""
-    return f"slack:{team}:{channel}:{ts}"
 
 
 def render_inbound(
