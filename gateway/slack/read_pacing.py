@@ -122,9 +122,11 @@ class ReadPacing:
         self, team: str, method: str, *, asked: int, got: int, has_more: bool
     ) -> None:
         """A page came back: counted; with `auto`, a page capped at the limited tier's 15
-        messages (fewer than asked) with more to read shows that tier."""
+        messages (fewer than asked) with more to read shows that tier, and the call just
+        made holds the method for the tier's minute (the budget taken was Tier 3's)."""
         self.on_read(method, "read")
-        if has_more and got <= LIMITED_PAGE < asked:
+        if has_more and got <= LIMITED_PAGE < asked and self.tier == "auto":
+            await push_read(self.db, team, method, INTERVALS["limited"])
             await self.found(team, "limited", f"{method} gave {got} of {asked} with more")
 
     async def found(self, team: str, tier: ReadTier, evidence: str) -> None:
