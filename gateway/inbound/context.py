@@ -15,7 +15,11 @@ What a message needs (`plan`):
   otherwise from Slack, from where the store stops being complete;
 - in a thread the bot knows (a re-mention), nothing while its messages kept arriving as
   events; without those events, only what is newer than the last stored message
-  (`oldest`); and, in either case, what an earlier turn could not read (its `gap`).
+  (`oldest`); and, in either case, what an earlier turn could not read (its `gap`);
+- at the top of a channel (item 5), the channel's latest messages before the mention
+  (THREADGATE_CHANNEL_CONTEXT_MESSAGES, or the channel's `channelContextMessages`), each
+  as its author's turn — data, never instructions — from the store when it holds them
+  without a break, else from one paced `conversations.history` call.
 
 Slack is asked through the paced reader (gateway/slack/read_pacing.py), never past the
 ack's deadline. What it did not give in time is a gap: remembered in Postgres with the
@@ -36,6 +40,7 @@ from storage import (
     ReadMessage,
     SeenMessage,
     Stream,
+    channel_stream,
     keep_in_session,
     mark_read,
     observe_message,
@@ -54,6 +59,13 @@ class Plan:
     oldest: str | None = None
     gap: int | None = None  # what the store knew was missing
     known: bool = False  # the bot takes part in the thread: its conversation has turns
+    # A top-level mention's channel context (`root` ''): the channel's latest messages
+    # before it, this many (item 5).
+    channel_messages: int = 0
+
+    @property
+    def channel(self) -> bool:
+        return self.root == ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +73,10 @@ class Gap:
     """Messages of a thread that could not be read: how many (None: Slack did not say)."""
 
     count: int | None
+
+
+# A channel's top level complete from its beginning (`slack_streams.complete_from`).
+BEGINNING = "0.000000"
 
 
 class ThreadContext:
@@ -83,8 +99,17 @@ class ThreadContext:
         message_id = earlier_message_id(inbound.team, inbound.channel, inbound.ts)
         return await keep_in_session(self._db, inbound.session_id, message_id, text)
 
-    def plan(self, inbound: InboundTurn, stream: Stream) -> Plan | None:
-        """What to read before the message (module docstring); None: nothing."""
+    def plan(
+        self, inbound: InboundTurn, stream: Stream, *, channel_messages: int = 0
+    ) -> Plan | None:
+        """What to read before the message (module docstring); None: nothing. A mention at
+        the top of a channel gets that channel's latest `channel_messages` before it."""
+        if not inbound.thread_ts and not inbound.direct and inbound.mentioned:
+            return (
+                Plan("", slack=True, channel_messages=channel_messages)
+                if channel_messages
+                else None
+            )
         if not inbound.in_own_thread or not inbound.thread_ts or self._limit == 0:
             return None
         root, through = inbound.thread_ts, stream.complete_through
@@ -102,6 +127,50 @@ class ThreadContext:
         takes, oldest first, as (ts, text)."""
         return await stored_messages(
             self._db, inbound.team, inbound.channel, plan.root, before=inbound.ts, limit=self._limit
+        )
+
+    async def channel_stored(
+        self, inbound: InboundTurn, plan: Plan
+    ) -> tuple[list[tuple[str, str]], bool]:
+        """The channel's kept messages before a top-level mention (the newest it takes),
+        and whether they are all there are: the channel's messages arrive as events and
+        the store holds it without a break over as many as are asked for."""
+        team, channel, count = inbound.team, inbound.channel, plan.channel_messages
+        stored = await stored_messages(self._db, team, channel, "", before=inbound.ts, limit=count)
+        start, _ = await channel_stream(self._db, team, channel)
+        if start is None or not self._subscribed:
+            return stored, False
+        unbroken = [ts for ts, _ in stored if _ts(ts) >= _ts(start)]
+        return stored, start == BEGINNING or len(unbroken) >= count
+
+    async def channel_read(
+        self, inbound: InboundTurn, plan: Plan, read: ThreadRead, rendered: Sequence[ReadMessage]
+    ) -> None:
+        """Keep what `conversations.history` gave before a mention: the channel's top level
+        is complete from the oldest of it (from its beginning when Slack had no more, with
+        fewer than asked) through the newest, when the read was whole."""
+        if not read.complete:
+            await mark_read(
+                self._db,
+                inbound.team,
+                inbound.channel,
+                "",
+                rendered,
+                complete_from=None,
+                complete_through=None,
+                gap=None,
+            )
+            return
+        start = BEGINNING if len(read.messages) < plan.channel_messages else None
+        await mark_read(
+            self._db,
+            inbound.team,
+            inbound.channel,
+            "",
+            rendered,
+            complete_from=start or (rendered[0].ts if rendered else None),
+            complete_through=rendered[-1].ts if rendered else None,
+            gap=None,
         )
 
     async def read(
@@ -161,14 +230,38 @@ def seen_message(inbound: InboundTurn, text: str) -> SeenMessage:
     )
 
 
-def gap_note(gap: Gap, where: str = "thread") -> str:
-    """The runtime note after a turn whose conversation could not be read whole: never a
+def gap_note(gap: Gap) -> str:
+    """The runtime note after a turn whose thread could not be read whole: never a
     person's turn, and it says the next turn reads the rest."""
     some = f"{gap.count} earlier messages" if gap.count else "Some earlier messages"
     return (
-        f"\n<runtime>{some} in this {where} were not read (Slack's read limit); "
+        f"\n<runtime>{some} in this thread were not read (Slack's read limit); "
         "they are read for your next turn here.</runtime>"
     )
+
+
+def channel_note(shown: int, *, whole: bool) -> str | None:
+    """The runtime note after a top-level mention that carries its channel's latest
+    messages: what they are, and whether some could not be read; None when there were
+    none to show."""
+    notes = []
+    if shown:
+        what = f"The {shown} messages before this turn are the channel's latest before it,"
+        notes.append(f"{what} shown for context; they were not addressed to you.")
+    if not whole:
+        notes.append("Earlier messages of the channel were not read (Slack's read limit).")
+    return f"\n<runtime>{' '.join(notes)}</runtime>" if notes else None
+
+
+def context_message_id(inbound: InboundTurn, ts: str) -> str:
+    """The stored id of a channel message shown as a top-level mention's context: its own
+    in that conversation (the same message may be context of many)."""
+    return f"{earlier_message_id(inbound.team, inbound.channel, ts)}@{inbound.ts}"
+
+
+def _ts(ts: str) -> tuple[int, int]:
+    seconds, _, fraction = ts.partition(".")
+    return int(seconds or 0), int(fraction.ljust(6, "0")[:6] or 0)
 
 
 def earlier_message_id(team: str, channel: str, ts: str) -> str:

@@ -63,7 +63,7 @@ from agent import NO_TRACER, Tracer, bind_log_fields
 from gateway.inbound.addressing import addresses_someone_else
 from gateway.inbound.attachments import FileReader
 from gateway.inbound.channel_rules import DEFAULT_RULES, REFUSAL_NOTICES, ChannelRules, RulesOf
-from gateway.inbound.context import ThreadContext, gap_note
+from gateway.inbound.context import ThreadContext
 from gateway.inbound.turns import NOTHING, Reading, ThreadSource, TurnReader
 from gateway.slack.events import InboundTurn
 from gateway.slack.sharing import ChannelSharing
@@ -128,6 +128,8 @@ class Policy:
 
     continue_threads: bool
     backfill_messages: int
+    # The channel's latest messages a top-level mention carries (0: none).
+    channel_context_messages: int = 0
     allowed_channels: frozenset[str] = frozenset()
     allowed_users: frozenset[str] = frozenset()
     # False with Slack's agent experience: a DM's threads all continue the DM's conversation.
@@ -185,6 +187,14 @@ class InFlight:
         finally:
             del self._running[task_id]
             done.set()
+
+
+# Runs an admitting step: in the message's first span, or as it is (already in it).
+Traced: TypeAlias = Callable[[Callable[[], Awaitable["Outcome"]]], Awaitable["Outcome"]]
+
+
+async def _untraced(step: Callable[[], Awaitable[Outcome]]) -> Outcome:
+    return await step()
 
 
 def _default_rules(channel: str) -> ChannelRules:
@@ -264,9 +274,20 @@ class Gatekeeper:
     ) -> Outcome:
         """The pipeline: allowed at all; kept (store first); ours to answer; stored at once
         in a thread we know with nothing to read; else looked up, read and stored. Storing
-        is the first span of the message's trace."""
+        is the first span of the message's trace: for a mention or a DM, which asks the
+        bot, everything from keeping it on; for other messages, only their admission (most
+        are kept and ignored, and make no trace)."""
         if not self._policy.allows(inbound):
             return "ignored"
+        if inbound.mentioned or inbound.direct:
+            step = functools.partial(self._handle, inbound, bot_user_id, deadline, _untraced)
+            return await self._traced(step)
+        return await self._handle(inbound, bot_user_id, deadline, self._traced)
+
+    async def _handle(
+        self, inbound: InboundTurn, bot_user_id: str | None, deadline: float, traced: Traced
+    ) -> Outcome:
+        """`_admit` from keeping the message on, its admitting steps run by `traced`."""
         tally = Redactions()
         text, _ = await self._reader.turn(inbound, bot_user_id, deadline, None, tally)
         stream = await self._context.keep(inbound, text)  # store first, whatever comes of it
@@ -280,13 +301,15 @@ class Gatekeeper:
             return "ignored"
         reading = self._reading(inbound, stream)
         if known and reading.plan is None and self._answered_in_any_thread(inbound):
-            step = functools.partial(self._in_known_thread, inbound, bot_user_id, deadline)
-            return await self._traced(step)
+            return await traced(
+                functools.partial(self._in_known_thread, inbound, bot_user_id, deadline)
+            )
         async with self._looked_up(inbound, reading) as looked:
             if looked is None:
                 return "duplicate"  # what admission would say, without fetching the files
-            step = functools.partial(self._store, inbound, bot_user_id, looked, deadline)
-            return await self._traced(step)
+            return await traced(
+                functools.partial(self._store, inbound, bot_user_id, looked, deadline)
+            )
 
     def _ours(self, inbound: InboundTurn, bot_user_id: str | None) -> bool:
         """Not context only (a message at the top of a channel), and not a thread reply
@@ -321,7 +344,10 @@ class Gatekeeper:
         """What to read for the message: its files, and what its thread needs before it
         (gateway/inbound/context.py: a back-fill of a thread new to us, a refresh, a gap; a
         DM thread that continues the DM's conversation has its history stored)."""
-        return Reading(plan=self._context.plan(inbound, stream), files=self._ports.files)
+        rules = self._settings.rules(inbound.channel).context_messages
+        count = self._policy.channel_context_messages if rules is None else rules
+        plan = self._context.plan(inbound, stream, channel_messages=count)
+        return Reading(plan=plan, files=self._ports.files)
 
     @contextlib.asynccontextmanager
     async def _looked_up(
@@ -384,7 +410,7 @@ class Gatekeeper:
             earlier=earlier.messages,
             refused=refused,
             traceparent=self._ports.tracer.traceparent(),
-            note=None if earlier.gap is None else gap_note(earlier.gap),
+            note=earlier.note,
         )
         return admission, tally
 

@@ -21,7 +21,15 @@ from typing import Protocol, TypeAlias
 
 from agent import Document, Image
 from gateway.inbound.attachments import FileContent, FileReader, files_text, images_of, unread
-from gateway.inbound.context import Gap, Plan, ThreadContext, earlier_message_id
+from gateway.inbound.context import (
+    Gap,
+    Plan,
+    ThreadContext,
+    channel_note,
+    context_message_id,
+    earlier_message_id,
+    gap_note,
+)
 from gateway.slack.events import InboundTurn, SharedFile
 from gateway.slack.sharing import ChannelSharing
 from gateway.slack.threads import ThreadMessage, ThreadRead, foreign, render_message, slack_time
@@ -71,6 +79,7 @@ class Earlier:
 
     messages: Sequence[EarlierMessage] = ()
     gap: Gap | None = None
+    note: str | None = None  # the runtime note after the turn: a gap, or the channel's context
 
 
 NOTHING = Reading()
@@ -171,6 +180,8 @@ class TurnReader:
         """The thread's messages before this one, as turns with ids from their ts: the
         store's, and Slack's when the plan says (kept for the next time), the newest
         `backfill_messages` of them; what Slack did not give in time is the gap."""
+        if plan.channel:
+            return await self._channel(inbound, bot_user_id, deadline, plan, redactions)
         context = self._context
         stored = await context.stored(inbound, plan) if context is not None else []
         read, fresh = await self._read_slack(
@@ -192,7 +203,47 @@ class TurnReader:
         if context is not None and plan.known:
             new = await context.new_in_session(inbound, before)
             before = [ts for ts in before if ts in new]
-        return Earlier(tuple(by_ts[ts] for ts in before), gap)
+        note = None if gap is None else gap_note(gap)
+        return Earlier(tuple(by_ts[ts] for ts in before), gap, note)
+
+    async def _channel(
+        self,
+        inbound: InboundTurn,
+        bot_user_id: str | None,
+        deadline: float,
+        plan: Plan,
+        redactions: Redactions,
+    ) -> Earlier:
+        """A top-level mention's channel context: the channel's latest messages before it,
+        from the store when it holds them all, else from one paced conversations.history
+        call (kept for the next time); each as its author's turn, with a note saying what
+        they are (gateway/inbound/context.py)."""
+        if self._context is None:
+            return Earlier()
+        stored, whole = await self._context.channel_stored(inbound, plan)
+        by_ts = dict(stored)
+        if not whole and self._threads is not None:
+            read = await self._threads.read(
+                inbound.channel,
+                "",
+                team=inbound.team,
+                limit=plan.channel_messages,
+                deadline=deadline,
+                latest=inbound.ts,
+            )
+            fresh = await self._rendered(
+                inbound, bot_user_id, deadline, read.messages, None, redactions
+            )
+            kept = [ReadMessage(ts, "", m.text) for ts, m in fresh]
+            await self._context.channel_read(inbound, plan, read, kept)
+            by_ts.update((ts, m.text) for ts, m in fresh)
+            whole = read.stopped is None
+        before = sorted((ts for ts in by_ts if _ts_key(ts) < _ts_key(inbound.ts)), key=_ts_key)
+        before = before[-plan.channel_messages :]
+        messages = tuple(
+            EarlierMessage(context_message_id(inbound, ts), by_ts[ts]) for ts in before
+        )
+        return Earlier(messages, None, channel_note(len(messages), whole=whole))
 
     async def _read_slack(
         self,

@@ -15,7 +15,7 @@ page asks `ReadPacing` first:
   the caller goes on without it and says so (gateway/inbound/context.py).
 - A `ratelimited` answer (HTTP 429) pushes the shared budget to Slack's Retry-After, so
   no replica asks before then; the call is not retried (gateway/slack/client.py leaves
-  these methods' 429 to us), the read is `ratelimited`.
+  these methods' 429 to us), the read is `rate_limited`.
 - Pages are read one after another, never in parallel (gateway/slack/threads.py), each
   taking its own call.
 
@@ -47,8 +47,7 @@ from storage import (
 log = logging.getLogger(__name__)
 
 TierSetting: TypeAlias = Literal["auto", "internal", "limited"]
-ReadOutcome: TypeAlias = Literal["read", "deferred", "ratelimited", "failed"]
-READ_OUTCOMES: tuple[ReadOutcome, ...] = ("read", "deferred", "ratelimited", "failed")
+ReadOutcome: TypeAlias = Literal["read", "deferred", "rate_limited", "failed"]
 
 # Messages per page in the limited tier (Slack's maximum and default there), and what we
 # ask for otherwise (Slack's recommended page size for these methods).
@@ -115,7 +114,7 @@ class ReadPacing:
         when it did not say), and with `auto` the workspace is in the limited tier."""
         seconds = retry_after if retry_after is not None else INTERVALS["limited"]
         await push_read(self.db, team, method, seconds)
-        self.on_read(method, "ratelimited")
+        self.on_read(method, "rate_limited")
         await self.found(team, "limited", f"{method} answered ratelimited")
 
     async def page_read(

@@ -10,7 +10,7 @@ Reads are bounded in count and time; a failure to read (any of `gateway.slack.er
 outcomes, which the client raises) is never a failure to answer. Each page is paced
 (gateway/slack/read_pacing.py: a budget per workspace and method, shared by every replica)
 and the pages are read one after another; a read that stops short (`ThreadRead.stopped`:
-deferred, ratelimited, failed) says how much it did not read when Slack said how many the
+deferred, rate_limited, failed) says how much it did not read when Slack said how many the
 thread holds (`unread_count`), for the model to be told (gateway/inbound/context.py;
 `read_thread`'s last line).
 
@@ -135,7 +135,7 @@ class SlackThreads:
             log.warning("%s failed for %s/%s: ratelimited", page.method, channel, thread_ts)
             if self._pacing is not None:
                 await self._pacing.ratelimited(team, page.method, failure.retry_after)
-            return page.stopped("ratelimited", limit)
+            return page.stopped("rate_limited", limit)
         except SlackError as failure:
             return self._failed(page, failure, limit)
         except TimeoutError:

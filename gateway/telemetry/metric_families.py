@@ -186,7 +186,7 @@ class SlackFamilies:
             "threadgate_slack_reads_total",
             "Paced Slack reads (conversations.replies, conversations.history) by method and"
             " outcome: read (a page came back), deferred (its turn in the workspace's shared"
-            " budget was past the caller's deadline: not called), ratelimited (Slack said"
+            " budget was past the caller's deadline: not called), rate_limited (Slack said"
             " ratelimited: the budget waits its Retry-After), failed.",
             ["method", "outcome"],
             registry=registry,

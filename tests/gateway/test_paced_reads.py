@@ -91,9 +91,9 @@ async def test_a_ratelimited_answer_holds_every_replica_and_is_not_retried(
     a, b = Replica(slack, fresh_db, "internal"), Replica(slack, fresh_db, "internal")
     first = await a.read("T1", ROOTS[0])
     second = await b.read("T1", ROOTS[1], seconds=1.5)
-    assert first.stopped == "ratelimited" and second.stopped == "deferred"
+    assert first.stopped == "rate_limited" and second.stopped == "deferred"
     assert len(slack.calls_to(REPLIES)) == 1
-    assert (REPLIES, "ratelimited") in a.outcomes and (REPLIES, "deferred") in b.outcomes
+    assert (REPLIES, "rate_limited") in a.outcomes and (REPLIES, "deferred") in b.outcomes
 
 
 async def test_auto_finds_the_limited_tier_from_a_capped_page_and_remembers_it(
