@@ -14,11 +14,15 @@ the budget's deadline, and what did not arrive by then is done without
 (gateway/inbound/turns.py). A slow Slack delays the ack by at most the budget, never into
 Slack's retry.
 
-A message goes through one pipeline of named steps (`Gatekeeper.admit`): is it ours
-(`Policy`); a mention in a thread with nothing to download is stored at once if we know
-the thread (`_store_in_known`: one round trip); otherwise what is read for it is decided
-(`Reading`), looked at before downloading (`_looked_up`), read and rendered
-(`TurnReader`), admitted, and its outcome reported (`_settle`).
+A message goes through one pipeline of named steps (`Gatekeeper.admit`): is it allowed
+(`Policy`); it is kept, whatever becomes of it (store first: gateway/inbound/context.py,
+which also says whether we know its thread and what the store holds of it); is it ours to
+answer — if not, it is context, kept in its thread's conversation when we take part in it;
+a mention in a thread we know with nothing to read or download is stored at once
+(`_store_in_known`: one round trip); otherwise what is read for it is decided (`Reading`:
+its files, and `ThreadContext.plan`'s back-fill, refresh, gap or channel context), looked
+at before downloading (`_looked_up`), read and rendered (`TurnReader`), admitted with a
+runtime note of what could not be read, and its outcome reported (`_settle`).
 
 Limits come before downloads: before a message's files are fetched, one read
 (`storage.before_downloads`) says whether it has its task already (a redelivery) or is

@@ -4,7 +4,9 @@ The gatekeeper (gateway/inbound/gatekeeper.py) decides what is read for a messag
 (`Reading`: its files, its thread's earlier messages) and by when; `TurnReader` reads it.
 Names, file downloads and the back-fill run at once, each ending at the look-ups'
 deadline; what did not arrive by then is done without — a user id stands in for a name, a
-file is described as not read, and a back-fill keeps the newest messages it has.
+file is described as not read, and a back-fill keeps what it has and says what it missed.
+A back-fill reads the store first and Slack only as its plan says (gateway/inbound/context.py),
+and keeps what Slack gave; a top-level mention's channel context is read the same way.
 
 Credentials in what people wrote are redacted as it is rendered (`gateway.text.secrets`),
 counted in the `Redactions` given. In a channel shared with another organization (or
