@@ -24,6 +24,7 @@ from bench import (
     report,
     roles,
     rss,
+    slack_reads,
     sql_count,
     stream_parse,
     throughput,
@@ -51,6 +52,7 @@ async def measure() -> dict[str, Any]:
             ("scaling", roles.scaling),
             ("admissions", admissions.run_all),
             ("costs", costs.run_all),
+            ("slack_reads", slack_reads.run_all),
         ):
             print(f"bench: {name}", flush=True)
             results[name] = await step(dsn, data)

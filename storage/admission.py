@@ -26,8 +26,9 @@ posts it through the outbox like any reply (after the ack, exactly once, in the 
 order), without asking a model. Every later over-limit message of the window is acked and
 dropped.
 
-A message with pictures (or PDFs kept for the models that read documents), or with
-back-filled messages, is admitted statement by statement in one transaction: the
+A message with pictures (or PDFs kept for the models that read documents), with
+back-filled messages, or with a note of what could not be read before it, is admitted
+statement by statement in one transaction: the
 attachments are weighed against their budgets there (storage/pictures.py), and one past a
 budget is not stored; the message says so.
 """
@@ -73,6 +74,9 @@ class Admission:
     images: tuple[Image | Document, ...] = ()
     refused: LimitScope | None = None  # one of `REFUSALS`: the channel is not answered
     traceparent: str | None = None  # the message's trace, stored with its task
+    # A runtime note after the turn, kept beside it as a pictures' note is (an edit keeps
+    # it): what of its conversation could not be read (gateway/inbound/context.py).
+    note: str | None = None
 
     @property
     def workspace(self) -> str | None:
@@ -199,7 +203,7 @@ async def before_downloads(db: Database, a: Admission, limits: Limits) -> Before
 @translate_errors("The turn could not be stored")
 async def admit(db: Database, a: Admission, limits: Limits = UNLIMITED) -> Admitted:
     """Make the turn and its task durable, within `limits`; see `Admitted`."""
-    if not a.earlier and not a.images:  # the common case, in one round trip
+    if not a.earlier and not a.images and not a.note:  # the common case, in one round trip
         return _outcome(*await _admit_at_once(db, a, limits, known_only=False))
     return await _admit_in_steps(db, a, limits)
 
@@ -357,9 +361,12 @@ async def _store_messages(
     kept = await keep_pictures(
         conn, budgets, session_id=a.session_id, workspace=workspace, messages=newest_first
     )
+    notes = [keep.note for keep in reversed(kept)]
+    if a.note:  # the turn's own note, after its pictures'
+        notes[-1] = (notes[-1] or "") + a.note
     stored = 0
-    for (message_id, text, _), keep in zip(messages, reversed(kept), strict=True):
-        await store_turn(conn, message_id, a.session_id, text, keep.note)
+    for (message_id, text, _), keep, note in zip(messages, reversed(kept), notes, strict=True):
+        await store_turn(conn, message_id, a.session_id, text, note)
         stored += await _store_images(conn, message_id, keep.images)
     await count_pictures(conn, session_id=a.session_id, workspace=workspace, stored_bytes=stored)
 

@@ -13,7 +13,11 @@ this order:
    queued task and its conversation are never touched;
 3. sessions left with no message, summary or task, with their audit rows (and their
    picture counter, a column of theirs);
-4. `usage_daily` days before the cutoff (the token budgets only read today).
+4. `usage_daily` days before the cutoff (the token budgets only read today);
+5. the Slack messages kept as they arrived (`slack_messages`, storage/seen_messages.py)
+   before the cutoff, and with each the record of what its streams hold
+   (`slack_streams`): a stream that lost a message is no longer known complete, so a
+   later need reads it from Slack again; and streams not touched since the cutoff.
 
 Whatever the setting, each run also prunes what only matters for a while: `seen_events`
 older than `SEEN_EVENTS_KEPT` (Slack retries a delivery for about an hour; a day is ample),
@@ -107,6 +111,24 @@ WITH gone AS (
     DELETE FROM session_interventions WHERE session_id IN (SELECT id FROM gone)
 )
 DELETE FROM sessions WHERE id IN (SELECT id FROM gone)
+"""
+
+# A kept message goes with its thread's record and its channel's (each is no longer known
+# complete); records not touched since the cutoff go too.
+_OLD_SLACK_MESSAGES = """
+WITH gone AS (
+    DELETE FROM slack_messages WHERE ctid IN (
+        SELECT ctid FROM slack_messages WHERE created_at < now() - $1::interval LIMIT $2)
+    RETURNING team, channel, ts, root
+), streams AS (
+    DELETE FROM slack_streams s USING gone g
+    WHERE s.team = g.team AND s.channel = g.channel AND (s.root = g.root OR s.root = g.ts)
+)
+SELECT count(*) FROM gone
+"""
+_OLD_SLACK_STREAMS = """
+DELETE FROM slack_streams WHERE ctid IN (
+    SELECT ctid FROM slack_streams WHERE updated_at < now() - $1::interval LIMIT $2)
 """
 
 _OLD_USAGE = """
@@ -207,6 +229,8 @@ class Retention:
             await self._repeat(conn, done, "summaries", _OLD_SUMMARIES, self._age)
             await self._repeat(conn, done, "sessions", _EMPTY_SESSIONS, self._age)
             await self._repeat(conn, done, "usage_daily", _OLD_USAGE, self._age)
+            await self._repeat(conn, done, "slack_messages", _OLD_SLACK_MESSAGES, self._age)
+            await self._repeat(conn, done, "slack_streams", _OLD_SLACK_STREAMS, self._age)
         for table, count in done.deleted.items():
             self._on_deleted(table, count)
         return done
@@ -224,7 +248,10 @@ class Retention:
         self, conn: Connection, done: RetentionRun, table: str, statement: str, age: timedelta
     ) -> None:
         while True:
-            count = _count(await conn.execute(statement, age, self._batch))
+            if statement is _OLD_SLACK_MESSAGES:  # it counts what it deleted in a row
+                count = int(await conn.fetchval(statement, age, self._batch))
+            else:
+                count = _count(await conn.execute(statement, age, self._batch))
             done.add(table, count)
             if count < self._batch:
                 return

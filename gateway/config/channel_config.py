@@ -33,6 +33,8 @@ Keys of an entry (all optional; a channel's entry overrides the default's key by
 - `limits`: `userMessagesPerHour`, `threadMessagesPerHour`, `userDailyTokens`,
   `channelDailyTokens`, `modelRequestsPerMessage` — the THREADGATE_ settings of the same
   meaning, for that channel (0: none).
+- `channelContextMessages`: the channel's recent messages a top-level mention there
+  carries (0 to 100; 0: none), in place of THREADGATE_CHANNEL_CONTEXT_MESSAGES.
 
 Unknown keys are refused rather than ignored, as in the MCP config: a misspelt `tools`
 would otherwise offer every tool. A bad file is a `ConfigError` of one sentence naming the
@@ -57,6 +59,7 @@ External = Literal["refuse", "allow"]
 ChannelId = Annotated[str, StringConstraints(pattern=r"^[CGD][A-Z0-9]{2,31}$")]
 ToolGlob = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 Count = Annotated[int, Field(ge=0)]
+ContextCount = Annotated[int, Field(ge=0, le=100)]
 
 
 class _Strict(BaseModel):
@@ -89,6 +92,7 @@ class ChannelEntry(_Strict):
     tools: tuple[ToolGlob, ...] | None = None
     external_channels: External | None = Field(default=None, alias="externalChannels")
     limits: ChannelLimits = NO_LIMITS
+    context_messages: ContextCount | None = Field(default=None, alias="channelContextMessages")
 
     def over(self, base: ChannelEntry) -> ChannelEntry:
         """This entry with `base`'s keys where it gives none (a `fallbackModel` given as
@@ -115,6 +119,7 @@ class Effective:
     tools: tuple[str, ...] = ("*",)
     external: External = "refuse"
     limits: ChannelLimits = NO_LIMITS
+    context_messages: int | None = None  # None: THREADGATE_CHANNEL_CONTEXT_MESSAGES
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +142,7 @@ class ChannelConfig:
             tools=entry.tools if entry.tools is not None else ("*",),
             external=entry.external_channels or "refuse",
             limits=entry.limits,
+            context_messages=entry.context_messages,
         )
 
 

@@ -186,6 +186,10 @@ class MemorySettings(Group):
     backfill_messages: int = Field(
         default=50, ge=0, le=1000, validation_alias="THREADGATE_BACKFILL_MESSAGES"
     )
+    # The channel's recent messages a top-level mention carries (gateway/inbound/context.py).
+    channel_context_messages: int = Field(
+        default=15, ge=0, le=100, validation_alias="THREADGATE_CHANNEL_CONTEXT_MESSAGES"
+    )
 
 
 class LimitSettings(Group):

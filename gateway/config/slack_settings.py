@@ -8,6 +8,7 @@ gateway/config/groups.py, which says how a group names its variables.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator
 
@@ -38,6 +39,12 @@ class SlackSettings(Group):
     # Seconds `serve` waits for the Socket Mode connection's hello before it gives up.
     socket_connect_timeout: float = Field(
         default=30.0, gt=0, le=600, validation_alias="THREADGATE_SOCKET_CONNECT_TIMEOUT"
+    )
+    # How Slack paces conversations.replies and .history for this app: `internal` (Tier 3),
+    # `limited` (a distributed app outside the Marketplace: one call a minute per method
+    # per workspace, 15 messages), `auto`: found per workspace (gateway/slack/read_pacing.py).
+    read_tier: Literal["auto", "internal", "limited"] = Field(
+        default="auto", validation_alias="THREADGATE_SLACK_READ_TIER"
     )
     # Many workspaces (Slack's OAuth install flow) instead of one SLACK_BOT_TOKEN.
     client_id: str | None = Field(default=None, validation_alias="SLACK_CLIENT_ID")

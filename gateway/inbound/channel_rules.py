@@ -42,6 +42,8 @@ class ChannelRules:
 
     external: External = "refuse"
     limits: Limits | None = None  # None: the deployment's
+    # How many recent channel messages a top-level mention carries (None: the deployment's).
+    context_messages: int | None = None
 
     def refusal(self, shared: bool | None) -> LimitScope | None:
         """Why a message of this channel is not answered, given its sharing (None: it

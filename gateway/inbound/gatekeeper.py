@@ -14,11 +14,15 @@ the budget's deadline, and what did not arrive by then is done without
 (gateway/inbound/turns.py). A slow Slack delays the ack by at most the budget, never into
 Slack's retry.
 
-A message goes through one pipeline of named steps (`Gatekeeper.admit`): is it ours
-(`Policy`); a mention in a thread with nothing to download is stored at once if we know
-the thread (`_store_in_known`: one round trip); otherwise what is read for it is decided
-(`Reading`), looked at before downloading (`_looked_up`), read and rendered
-(`TurnReader`), admitted, and its outcome reported (`_settle`).
+A message goes through one pipeline of named steps (`Gatekeeper.admit`): is it allowed
+(`Policy`); it is kept, whatever becomes of it (store first: gateway/inbound/context.py,
+which also says whether we know its thread and what the store holds of it); is it ours to
+answer — if not, it is context, kept in its thread's conversation when we take part in it;
+a mention in a thread we know with nothing to read or download is stored at once
+(`_store_in_known`: one round trip); otherwise what is read for it is decided (`Reading`:
+its files, and `ThreadContext.plan`'s back-fill, refresh, gap or channel context), looked
+at before downloading (`_looked_up`), read and rendered (`TurnReader`), admitted with a
+runtime note of what could not be read, and its outcome reported (`_settle`).
 
 Limits come before downloads: before a message's files are fetched, one read
 (`storage.before_downloads`) says whether it has its task already (a redelivery) or is
@@ -63,6 +67,7 @@ from agent import NO_TRACER, Tracer, bind_log_fields
 from gateway.inbound.addressing import addresses_someone_else
 from gateway.inbound.attachments import FileReader
 from gateway.inbound.channel_rules import DEFAULT_RULES, REFUSAL_NOTICES, ChannelRules, RulesOf
+from gateway.inbound.context import ThreadContext
 from gateway.inbound.turns import NOTHING, Reading, ThreadSource, TurnReader
 from gateway.slack.events import InboundTurn
 from gateway.slack.sharing import ChannelSharing
@@ -77,10 +82,10 @@ from storage import (
     Database,
     Limits,
     LimitScope,
+    Stream,
     admit,
     admit_in_known_session,
     before_downloads,
-    session_exists,
 )
 
 log = logging.getLogger(__name__)
@@ -127,6 +132,8 @@ class Policy:
 
     continue_threads: bool
     backfill_messages: int
+    # The channel's latest messages a top-level mention carries (0: none).
+    channel_context_messages: int = 0
     allowed_channels: frozenset[str] = frozenset()
     allowed_users: frozenset[str] = frozenset()
     # False with Slack's agent experience: a DM's threads all continue the DM's conversation.
@@ -149,7 +156,9 @@ class Policy:
     def addressed(self, inbound: InboundTurn, *, known: bool) -> bool:
         """Whether the message asks the bot: a mention, a DM, or (continuing threads) a reply
         in a thread the bot takes part in (`known`) that is not someone else's
-        (`may_continue`)."""
+        (`may_continue`); never a message kept as context only."""
+        if inbound.context_only:
+            return False
         return inbound.mentioned or inbound.direct or (known and self.continue_threads)
 
     def may_continue(self, inbound: InboundTurn, *, bot_user_id: str | None) -> bool:
@@ -182,6 +191,14 @@ class InFlight:
         finally:
             del self._running[task_id]
             done.set()
+
+
+# Runs an admitting step: in the message's first span, or as it is (already in it).
+Traced: TypeAlias = Callable[[Callable[[], Awaitable["Outcome"]]], Awaitable["Outcome"]]
+
+
+async def _untraced(step: Callable[[], Awaitable[Outcome]]) -> Outcome:
+    return await step()
 
 
 def _default_rules(channel: str) -> ChannelRules:
@@ -229,11 +246,17 @@ class Gatekeeper:
         self._policy = settings.policy
         self._ports = ports
         self._db = ports.db
+        self._context = ThreadContext(
+            ports.db,
+            subscribed=settings.policy.continue_threads,
+            backfill_messages=settings.policy.backfill_messages,
+        )
         self._reader = TurnReader(
             ports.users,
             threads=ports.threads,
             sharing=ports.sharing,
             backfill_messages=settings.policy.backfill_messages,
+            context=self._context,
         )
 
     async def admit(self, inbound: InboundTurn, *, bot_user_id: str | None) -> Outcome:
@@ -246,29 +269,56 @@ class Gatekeeper:
             "channel": inbound.channel,
             "thread_ts": inbound.reply_thread_ts,
         }
+        deadline = asyncio.get_running_loop().time() + self._settings.lookup_budget_seconds
         with bind_log_fields(task=inbound.task_id, event=inbound.event_id, **where):
-            return await self._admit(inbound, bot_user_id)
+            return await self._admit(inbound, bot_user_id, deadline)
 
-    async def _admit(self, inbound: InboundTurn, bot_user_id: str | None) -> Outcome:
-        """The pipeline: ours at all; stored at once in a thread we know; else looked up,
-        read and stored. Storing is the first span of the message's trace."""
-        if not self._ours(inbound, bot_user_id):
+    async def _admit(
+        self, inbound: InboundTurn, bot_user_id: str | None, deadline: float
+    ) -> Outcome:
+        """The pipeline: allowed at all; kept (store first); ours to answer; stored at once
+        in a thread we know with nothing to read; else looked up, read and stored. Storing
+        is the first span of the message's trace: for a mention or a DM, which asks the
+        bot, everything from keeping it on; for other messages, only their admission (most
+        are kept and ignored, and make no trace)."""
+        if not self._policy.allows(inbound):
             return "ignored"
-        if self._answered_in_any_thread(inbound):
-            return await self._traced(functools.partial(self._in_any_thread, inbound, bot_user_id))
-        # Only a message inside a thread asks whether we know the conversation (to continue
-        # it without a mention, or to back-fill it); a top-level one saves the round trip.
-        known = bool(inbound.thread_ts) and await session_exists(self._db, inbound.session_id)
-        if not self._policy.addressed(inbound, known=known):
+        if inbound.mentioned or inbound.direct:
+            step = functools.partial(self._handle, inbound, bot_user_id, deadline, _untraced)
+            return await self._traced(step)
+        return await self._handle(inbound, bot_user_id, deadline, self._traced)
+
+    async def _handle(
+        self, inbound: InboundTurn, bot_user_id: str | None, deadline: float, traced: Traced
+    ) -> Outcome:
+        """`_admit` from keeping the message on, its admitting steps run by `traced`."""
+        tally = Redactions()
+        text, _ = await self._reader.turn(inbound, bot_user_id, deadline, None, tally)
+        stream = await self._context.keep(inbound, text)  # store first, whatever comes of it
+        known = bool(inbound.thread_ts) and stream.known
+        if not self._ours(inbound, bot_user_id) or not (
+            self._answered_in_any_thread(inbound) or self._policy.addressed(inbound, known=known)
+        ):
+            await self._context.as_context(inbound, text, stream)
+            if tally:  # an answered message's are counted as its turn is stored
+                self._ports.on_redacted(tally)
             return "ignored"
-        async with self._looked_up(inbound, self._reading(inbound, known=known)) as reading:
-            if reading is None:
+        reading = self._reading(inbound, stream)
+        if known and reading.plan is None and self._answered_in_any_thread(inbound):
+            return await traced(
+                functools.partial(self._in_known_thread, inbound, bot_user_id, deadline)
+            )
+        async with self._looked_up(inbound, reading) as looked:
+            if looked is None:
                 return "duplicate"  # what admission would say, without fetching the files
-            return await self._traced(functools.partial(self._store, inbound, bot_user_id, reading))
+            return await traced(
+                functools.partial(self._store, inbound, bot_user_id, looked, deadline)
+            )
 
     def _ours(self, inbound: InboundTurn, bot_user_id: str | None) -> bool:
-        """Allowed, and not a thread reply addressed to someone else."""
-        if not self._policy.allows(inbound):
+        """Not context only (a message at the top of a channel), and not a thread reply
+        addressed to someone else."""
+        if inbound.context_only:
             return False
         if not self._policy.may_continue(inbound, bot_user_id=bot_user_id):
             log.debug("a reply addressed to someone else: not ours to answer")
@@ -281,22 +331,27 @@ class Gatekeeper:
         downloads = self._ports.files is not None and bool(inbound.files)
         return bool(inbound.thread_ts) and (inbound.mentioned or inbound.direct) and not downloads
 
-    async def _in_any_thread(self, inbound: InboundTurn, bot_user_id: str | None) -> Outcome:
-        """Admitted by the one statement that also asks whether we know its thread (one
-        round trip where asking first made two, each a turn of the event loop before the
-        ack); in a thread new to us, nothing was written, and it is back-filled first."""
-        outcome = await self._store_in_known(inbound, bot_user_id)
+    async def _in_known_thread(
+        self, inbound: InboundTurn, bot_user_id: str | None, deadline: float
+    ) -> Outcome:
+        """Admitted by the one statement that also asks whether we know its thread, which
+        the store said we do; should it be gone since (retention), it is back-filled."""
+        outcome = await self._store_in_known(inbound, bot_user_id, deadline)
         if outcome is not None:
             return outcome
-        async with self._looked_up(inbound, self._reading(inbound, known=False)) as reading:
+        async with self._looked_up(inbound, self._reading(inbound, Stream())) as reading:
             if reading is None:
                 return "duplicate"
-            return await self._store(inbound, bot_user_id, reading)
+            return await self._store(inbound, bot_user_id, reading, deadline)
 
-    def _reading(self, inbound: InboundTurn, *, known: bool) -> Reading:
-        """What to read for the message: its files, and the back-fill of a thread new to
-        us (a DM thread that continues the DM's conversation has its history stored)."""
-        return Reading(backfill=not known and inbound.in_own_thread, files=self._ports.files)
+    def _reading(self, inbound: InboundTurn, stream: Stream) -> Reading:
+        """What to read for the message: its files, and what its thread needs before it
+        (gateway/inbound/context.py: a back-fill of a thread new to us, a refresh, a gap; a
+        DM thread that continues the DM's conversation has its history stored)."""
+        rules = self._settings.rules(inbound.channel).context_messages
+        count = self._policy.channel_context_messages if rules is None else rules
+        plan = self._context.plan(inbound, stream, channel_messages=count)
+        return Reading(plan=plan, files=self._ports.files)
 
     @contextlib.asynccontextmanager
     async def _looked_up(
@@ -306,7 +361,7 @@ class Gatekeeper:
         all; None: it has its task already. Downloads are the costly part: they wait for
         Slack's other event for this message (in this process) until it is admitted."""
         if reading.files is None or not (inbound.files or reading.backfill):
-            yield Reading(backfill=reading.backfill)
+            yield Reading(plan=reading.plan)
             return
         async with self._ports.in_flight.turn(inbound.task_id):
             before = await before_downloads(
@@ -324,27 +379,26 @@ class Gatekeeper:
         return outcome
 
     async def _store(
-        self, inbound: InboundTurn, bot_user_id: str | None, reading: Reading
+        self, inbound: InboundTurn, bot_user_id: str | None, reading: Reading, deadline: float
     ) -> Outcome:
         """Read and render the message, and admit it."""
-        admission, tally = await self._render(inbound, bot_user_id, reading)
+        admission, tally = await self._render(inbound, bot_user_id, reading, deadline)
         return self._settle(await admit(self._db, admission, self._limits_of(inbound)), tally)
 
     async def _store_in_known(
-        self, inbound: InboundTurn, bot_user_id: str | None
+        self, inbound: InboundTurn, bot_user_id: str | None, deadline: float
     ) -> Outcome | None:
         """`_store` with nothing to read, only in a session that exists; None when it does
         not (nothing written, nothing counted)."""
-        admission, tally = await self._render(inbound, bot_user_id, NOTHING)
+        admission, tally = await self._render(inbound, bot_user_id, NOTHING, deadline)
         admitted = await admit_in_known_session(self._db, admission, self._limits_of(inbound))
         return None if admitted is None else self._settle(admitted, tally)
 
     async def _render(
-        self, inbound: InboundTurn, bot_user_id: str | None, reading: Reading
+        self, inbound: InboundTurn, bot_user_id: str | None, reading: Reading, deadline: float
     ) -> tuple[Admission, Redactions]:
         """The message's admission, its turn and `reading` read by the budget's deadline;
-        the credentials redacted on the way."""
-        deadline = asyncio.get_running_loop().time() + self._settings.lookup_budget_seconds
+        the credentials redacted on the way; what could not be read, noted after the turn."""
         inbound = await self._reader.shared(inbound, deadline)
         refused = self._settings.rules(inbound.channel).refusal(inbound.ext_shared)
         if refused is not None:  # nothing more of the channel is read for a refused message
@@ -357,9 +411,10 @@ class Gatekeeper:
             admission_of(inbound, redacted=sum(tally.kinds.values())),
             turn_text=turn_text,
             images=images,
-            earlier=earlier,
+            earlier=earlier.messages,
             refused=refused,
             traceparent=self._ports.tracer.traceparent(),
+            note=earlier.note,
         )
         return admission, tally
 

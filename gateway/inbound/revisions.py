@@ -13,7 +13,10 @@
 - An edit that adds a mention of the bot to a message we never stored (no task) is a new
   request: it goes through the normal admission with the message's own task id, so it is
   answered once — a second edit, or the same event redelivered, admits nothing.
-- Any other edit (of a message we never stored, of a bot's message) is acked quietly.
+- The copy kept of every message the app receives (storage/seen_messages.py, the store
+  context is read from first) follows edits, re-rendered the same way, and is deleted
+  with its message; an edit of a message kept only there says `edited`.
+- Any other edit (of a message we never kept, of a bot's message) is acked quietly.
 - A deletion blanks the stored turn and cancels its task if that has not started
   (storage/lifecycle.py says why a running one is left to finish). Nothing is posted.
 
@@ -29,13 +32,21 @@ from dataclasses import replace
 from typing import Literal, TypeAlias
 
 from agent import bind_log_fields, user_message_id
+from gateway.inbound.context import earlier_message_id
 from gateway.inbound.edits import Deletion, Edit
 from gateway.inbound.gatekeeper import Gatekeeper, Outcome
-from gateway.inbound.turns import earlier_message_id
 from gateway.slack.threads import slack_time
 from gateway.text.markup import mentioned_user_ids
 from gateway.text.provenance import TurnParseError, parse_turn
-from storage import Database, delete_turn, revise_turn, stored_turn, stored_turn_text
+from storage import (
+    Database,
+    delete_turn,
+    forget_seen,
+    revise_seen,
+    revise_turn,
+    stored_turn,
+    stored_turn_text,
+)
 
 Revision: TypeAlias = Outcome | Literal["edited", "deleted"]
 
@@ -64,13 +75,14 @@ class Revisions:
                 return await self._gatekeeper.admit(
                     replace(turn, mentioned=True), bot_user_id=bot_user_id
                 )
-            return "ignored"
+            return await self._edit_kept(edit, bot_user_id)
         deadline = asyncio.get_running_loop().time() + self._budget
         note = await self._files_note(edit, stored, bot_user_id, deadline)
         text = await self._gatekeeper.render(
             turn, bot_user_id=bot_user_id, deadline=deadline, files_note=note
         )
         assert turn.edited is not None  # set by gateway/inbound/edits.py for every edit
+        await revise_seen(self._db, turn.team, turn.channel, turn.ts, text)
         revised = await revise_turn(
             self._db,
             event_id=turn.event_id,
@@ -101,7 +113,17 @@ class Revisions:
         start = f"{words}\n\n" if words else ""
         return body.removeprefix(start) if body.startswith(start) and body != words else None
 
+    async def _edit_kept(self, edit: Edit, bot_user_id: str | None) -> Revision:
+        """An edit of a message kept only as context (storage/seen_messages.py): its kept
+        copy rendered again (its files described, not read)."""
+        turn = edit.turn
+        deadline = asyncio.get_running_loop().time() + self._budget
+        text = await self._gatekeeper.render(turn, bot_user_id=bot_user_id, deadline=deadline)
+        revised = await revise_seen(self._db, turn.team, turn.channel, turn.ts, text)
+        return "edited" if revised else "ignored"
+
     async def _delete(self, deletion: Deletion) -> Revision:
+        kept = await forget_seen(self._db, deletion.team, deletion.channel, deletion.ts)
         deleted = await delete_turn(
             self._db,
             event_id=deletion.event_id,
@@ -110,7 +132,7 @@ class Revisions:
         )
         if deleted is None:
             return "duplicate"
-        return "deleted" if deleted.turns else "ignored"
+        return "deleted" if deleted.turns or kept else "ignored"
 
 
 def _turn_ids(team: str, channel: str, ts: str) -> tuple[str, str]:

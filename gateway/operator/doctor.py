@@ -460,8 +460,9 @@ async def check_database(settings: Settings, limits: Limits) -> list[Finding]:
     except TimeoutError:
         detail = f"{where}: no answer within {limit:g} s; check DATABASE_URL and the network."
         return [Finding("database", "FAIL", detail)]
-    pending, room = found
+    pending, room, tiers = found
     connections = connections_finding(settings, room)
+    reads = read_tier_finding(settings, tiers)
     if pending:
         # Not a failure: `serve` applies pending migrations before it takes any work.
         detail = (
@@ -469,9 +470,9 @@ async def check_database(settings: Settings, limits: Limits) -> list[Finding]:
             f"migration(s) at start ({', '.join(pending)}), or apply them now with "
             "`threadgate migrate`"
         )
-        return [Finding("database", "ok", detail), connections]
+        return [Finding("database", "ok", detail), connections, reads]
     ready = f"{where} is reachable and the schema is up to date"
-    return [Finding("database", "ok", ready), connections]
+    return [Finding("database", "ok", ready), connections, reads]
 
 
 @dataclass(frozen=True, slots=True)
@@ -483,7 +484,7 @@ class Room:
     in_use: int
 
 
-async def _pending(settings: Settings) -> tuple[list[str], Room]:
+async def _pending(settings: Settings) -> tuple[list[str], Room, list[tuple[str, str, str]]]:
     async with (
         Database(await database_dsn(settings), min_size=1, max_size=1, signals=False) as db,
         db.pool.acquire() as conn,
@@ -491,7 +492,32 @@ async def _pending(settings: Settings) -> tuple[list[str], Room]:
         pending = [migration.name for migration in await pending_migrations(conn)]
         row = await conn.fetchrow(_ROOM)
         assert row is not None
-        return pending, Room(row["max"], row["reserved"], row["in_use"])
+        tiers = await conn.fetch(_TIERS) if await conn.fetchval(_HAS_TIERS) else []
+        found = [(t["team"], t["tier"], t["evidence"]) for t in tiers]
+        return pending, Room(row["max"], row["reserved"], row["in_use"]), found
+
+
+# The read tier each workspace was found in (migration 025; none before it is applied).
+_HAS_TIERS = "SELECT to_regclass('slack_read_tiers') IS NOT NULL"
+_TIERS = "SELECT team, tier, evidence FROM slack_read_tiers ORDER BY team"
+
+
+def read_tier_finding(settings: Settings, found: list[tuple[str, str, str]]) -> Finding:
+    """How Slack's thread and channel reads are paced (gateway/slack/read_pacing.py): the
+    tier set, or found per workspace; the limited tier is a warning, since the model then
+    sees less of what people see unless the messages arrive as events."""
+    setting = settings.slack.read_tier
+    if setting != "auto":
+        pace = "one read a minute per method, 15 messages" if setting == "limited" else "Tier 3"
+        return Finding("slack read tier", "ok", f"{setting} ({pace}; THREADGATE_SLACK_READ_TIER)")
+    limited = [f"{team} ({evidence})" for team, tier, evidence in found if tier == "limited"]
+    if not limited:
+        return Finding("slack read tier", "ok", "auto: no workspace found in the limited tier")
+    detail = (
+        f"auto: limited (one read a minute per method, 15 messages) in {', '.join(limited)}; "
+        "keep THREADGATE_CONTINUE_THREADS on so that messages arrive as events"
+    )
+    return Finding("slack read tier", "warn", detail)
 
 
 _ROOM = """

@@ -147,7 +147,11 @@ class ChannelPolicies:
             attempts=ladder,
             max_model_requests=limits.model_requests_per_message,
         )
-        rules = ChannelRules(effective.external, channel_limits(self._limits, limits))
+        rules = ChannelRules(
+            effective.external,
+            channel_limits(self._limits, limits),
+            effective.context_messages,
+        )
         return policy, rules
 
 

@@ -60,6 +60,7 @@ class Ingress:
             allowed_users=s.access.allowed_users,
             continue_threads=s.access.continue_threads,
             backfill_messages=s.memory.backfill_messages,
+            channel_context_messages=s.memory.channel_context_messages,
             dm_threads_apart=not s.assistant.agent_view,
         )
         self._in_flight = InFlight()  # messages being admitted with downloads, process-wide

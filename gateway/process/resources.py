@@ -31,6 +31,7 @@ from gateway.delivery.alerts import AlertWindows, OperatorAlerts, TokenAlarm
 from gateway.process.channel_policies import ChannelPolicies, compile_policies
 from gateway.process.slack_clients import SlackClientFactory, identify, seal_stored_tokens
 from gateway.slack.oauth import OPEN_INSTALLS
+from gateway.slack.read_pacing import ReadPacing
 from gateway.slack.workspaces import SlackClients
 from gateway.telemetry.metrics import Metrics
 from storage import Database, Outbox, PostgresAlertThrottle
@@ -125,14 +126,25 @@ async def open_clients(
     """Each installation's client (OAuth mode, stored tokens sealed), or the one
     workspace's, after asking Slack who the bot is there."""
     s = slack.settings
+    pacing = read_pacing(s, db, slack.metrics)
     if s.slack.oauth_mode:
         await seal_stored_tokens(slack.installations(db))
         if not s.slack.install_allowlist:
             log.warning("%s", OPEN_INSTALLS)
-        return slack.many(db), None
+        return slack.many(db, pacing), None
     client = slack.single()
     identity = await identify(client, s.require("SLACK_BOT_TOKEN"))
-    return SlackClients.single(client), identity
+    return SlackClients.single(client, pacing), identity
+
+
+def read_pacing(settings: Settings, db: Database, metrics: Metrics) -> ReadPacing:
+    """Slack's reads paced for every replica on `db` (gateway/slack/read_pacing.py)."""
+    return ReadPacing(
+        db,
+        settings.slack.read_tier,
+        on_read=metrics.slack_read,
+        on_tier=metrics.read_tier_found,
+    )
 
 
 def alert_windows(settings: Settings, db: Database) -> AlertWindows:

@@ -22,6 +22,7 @@ from gateway.delivery.alerts import TokenAlarm
 from gateway.slack.client import MeteredWebClient, slack_client
 from gateway.slack.errors import SlackError, SlackOutcomeUnknown, SlackRefused
 from gateway.slack.oauth import InstallAllowlist, oauth_flow
+from gateway.slack.read_pacing import ReadPacing
 from gateway.slack.scopes import bot_scopes
 from gateway.slack.workspaces import SlackClients, label
 from gateway.telemetry.metrics import Metrics
@@ -74,7 +75,7 @@ class SlackClientFactory:
             return None
         return PostgresInstallations(db, s.require("SLACK_CLIENT_ID"), cipher=token_cipher(s))
 
-    def many(self, db: Database) -> SlackClients:
+    def many(self, db: Database, pacing: ReadPacing | None = None) -> SlackClients:
         installations = self.installations(db)
         assert installations is not None  # OAuth mode
 
@@ -93,6 +94,7 @@ class SlackClientFactory:
             installations=installations,
             make_client=for_installation,
             operator_team=self.settings.alerts.operator_team,
+            pacing=pacing,
         )
         return clients
 

@@ -7,7 +7,10 @@ other is refused with a `ConfigError` naming the variable, here and where the se
 are read.
 
 Retries: a 429 is retried by slack_sdk's handler, honoring Retry-After: Slack refused the
-call, so nothing happened and sending it again is safe. A 5xx is not like that: Slack may
+call, so nothing happened and sending it again is safe. Not for the paced reads
+(`PACED_READS`: conversations.replies and .history): their 429 is the pacer's to honour
+for every replica (gateway/slack/read_pacing.py), and a retry here would wait out a
+minute's Retry-After inside one call. A 5xx is not like that: Slack may
 have stored the post and then failed to answer (it does), exactly as when a response is
 lost on the way. So a 5xx is retried only for reads (`is_read`); anything that creates
 or changes something — chat.postMessage, chat.update, chat.delete, the chat.*Stream
@@ -70,6 +73,31 @@ def is_read(method: str) -> bool:
     return verb in _READ_VERBS or verb.startswith(("get", "lookup"))
 
 
+# The reads Slack limits per workspace for distributed apps (one a minute), paced by
+# gateway/slack/read_pacing.py: never retried after a 429 here.
+PACED_READS = frozenset({"conversations.replies", "conversations.history"})
+
+
+def _method_of(request: HttpRequest) -> str:
+    return urlsplit(request.url).path.rsplit("/", 1)[-1]
+
+
+class UnpacedRateLimitRetryHandler(AsyncRateLimitErrorRetryHandler):
+    """slack_sdk's 429 retry, except for the paced reads (module docstring)."""
+
+    async def _can_retry_async(
+        self,
+        *,
+        state: RetryState,
+        request: HttpRequest,
+        response: HttpResponse | None = None,
+        error: Exception | None = None,
+    ) -> bool:
+        return _method_of(request) not in PACED_READS and await super()._can_retry_async(
+            state=state, request=request, response=response, error=error
+        )
+
+
 class ReadServerErrorRetryHandler(AsyncServerErrorRetryHandler):
     """slack_sdk's 5xx retry, for reads only: a write answered 5xx may have happened."""
 
@@ -81,8 +109,7 @@ class ReadServerErrorRetryHandler(AsyncServerErrorRetryHandler):
         response: HttpResponse | None = None,
         error: Exception | None = None,
     ) -> bool:
-        method = urlsplit(request.url).path.rsplit("/", 1)[-1]
-        return is_read(method) and await super()._can_retry_async(
+        return is_read(_method_of(request)) and await super()._can_retry_async(
             state=state, request=request, response=response, error=error
         )
 
@@ -205,7 +232,7 @@ def slack_client(
         base_url=base_url if base_url.endswith("/") else base_url + "/",
         timeout=math.ceil(timeout),  # slack_sdk's own, per request: whole seconds
         retry_handlers=[
-            AsyncRateLimitErrorRetryHandler(max_retry_count=5),
+            UnpacedRateLimitRetryHandler(max_retry_count=5),
             ReadServerErrorRetryHandler(max_retry_count=2),
         ],
         metrics=metrics,

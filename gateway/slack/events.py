@@ -4,8 +4,10 @@ This is the trust boundary for event payloads: pydantic checks the shape, and a 
 that claims to be a message but lacks what a message must have is a `MalformedEvent`
 (the HTTP layer answers 400). Events we do not handle — bots, edits, deletions, hidden
 subtypes, channel chatter without a mention — translate to None and are acked quietly
-(edits and deletions have their own reading, gateway/inbound/edits.py). HTTP and Socket Mode both
-call `inbound_turn`, so both see the same rules.
+(edits and deletions have their own reading, gateway/inbound/edits.py). A person's
+message at the top of a channel without a mention is a turn marked `context_only`: never
+answered, only kept as the channel's context (gateway/inbound/context.py). HTTP and
+Socket Mode both call `inbound_turn`, so both see the same rules.
 
 Two subtypes are people talking and are answered like plain messages: `file_share` (a
 message with files; a DM with only a file is one) and `thread_broadcast` (a thread reply
@@ -173,6 +175,9 @@ class InboundTurn:
     dm_threads_apart: bool = True
     # Shared with another organization (Slack Connect), as the envelope says; None: unsaid.
     ext_shared: bool | None = None
+    # A message at the top of a channel that does not mention the bot: never answered,
+    # only kept as the channel's context (gateway/inbound/context.py).
+    context_only: bool = False
 
     @property
     def task_id(self) -> str:
@@ -237,10 +242,12 @@ def inbound_turn(body: Mapping[str, Any]) -> InboundTurn | None:
     except ValidationError as exc:
         raise MalformedEvent(f"event envelope: {summary(exc)}") from exc
     event = envelope.event
-    if not _addressed_to_us(event):
+    if not _a_persons_message(event):
         return None
     shared = envelope.is_ext_shared_channel
     turn = message_turn(event_tenant(body), envelope.event_id, event)
+    if not _addressed_to_us(event):
+        turn = replace(turn, context_only=True)
     return replace(turn, ext_shared=shared) if isinstance(shared, bool) else turn
 
 
@@ -374,19 +381,22 @@ def shared_files(entries: Any) -> tuple[SharedFile, ...]:
     return tuple(map(_shared_file, entries[:MAX_FILES_DESCRIBED]))
 
 
-def _addressed_to_us(event: Mapping[str, Any]) -> bool:
+def _a_persons_message(event: Mapping[str, Any]) -> bool:
+    """A person's message (a mention, or a message the subscriptions bring), to keep."""
     if event.get("bot_id") or event.get("bot_profile"):
         return False  # bot posts (ours included)
     subtype = event.get("subtype")
     if subtype is not None and not (isinstance(subtype, str) and subtype in ANSWERED_SUBTYPES):
         return False  # edits, deletions, joins, bot_message and the other system subtypes
-    kind = event.get("type")
-    if kind == "app_mention":
+    return event.get("type") in ("app_mention", "message")
+
+
+def _addressed_to_us(event: Mapping[str, Any]) -> bool:
+    """Of people's messages, which may be ours to answer: a mention, a DM always; a
+    channel message only as a reply in a thread (the gatekeeper then admits it only if
+    the bot already takes part in that thread). The others are context only."""
+    if event.get("type") == "app_mention":
         return True
-    if kind != "message":
-        return False
-    # A DM always; a channel message only as a reply in a thread (the gatekeeper then
-    # admits it only if the bot already takes part in that thread).
     return event.get("channel_type") == "im" or bool(event.get("thread_ts"))
 
 

@@ -7,7 +7,12 @@ the `agent.ThreadReader` port. Both render every person's message the way the ga
 renders a typed one (`render_message`): in a `<turn>` tag with the author's id, the
 channel and the time, so nothing a person wrote can pass for someone else's words.
 Reads are bounded in count and time; a failure to read (any of `gateway.slack.errors`'
-outcomes, which the client raises) is never a failure to answer.
+outcomes, which the client raises) is never a failure to answer. Each page is paced
+(gateway/slack/read_pacing.py: a budget per workspace and method, shared by every replica)
+and the pages are read one after another; a read that stops short (`ThreadRead.stopped`:
+deferred, rate_limited, failed) says how much it did not read when Slack said how many the
+thread holds (`unread_count`), for the model to be told (gateway/inbound/context.py;
+`read_thread`'s last line).
 
 `render_message` is also where a pasted credential leaves what people wrote
 (`gateway.text.secrets`): every turn, back-filled message, thread read and file text the
@@ -30,8 +35,10 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from agent import Task, sanitize_text
 from gateway.slack.address import SHARED, SlackAddress
-from gateway.slack.errors import SlackError
+from gateway.slack.codes import Meaning
+from gateway.slack.errors import SlackError, SlackRefused
 from gateway.slack.events import ANSWERED_SUBTYPES, MalformedEvent, SharedFile, shared_files
+from gateway.slack.read_pacing import FULL_PAGE, ReadOutcome, ReadPacing
 from gateway.slack.users import NameDirectory
 from gateway.text.markup import mentioned_user_ids, slack_to_text
 from gateway.text.provenance import Turn, render_turn
@@ -53,63 +60,209 @@ class ThreadMessage:
     team: str | None = None  # its author's workspace (in a Slack Connect channel, maybe not ours)
 
 
+@dataclass(frozen=True, slots=True)
+class ThreadRead:
+    """What a read of a thread (or of a channel's top level) brought: people's messages,
+    oldest first; whether every page was read (`complete`); how many messages Slack said
+    the thread holds (`total`, its root's `reply_count` and the root; None: not said) and
+    how many of any kind were read (`seen`, bots' included, to count against `total`);
+    and why a read stopped short (`stopped`: None when it did not)."""
+
+    messages: list[ThreadMessage]
+    complete: bool = True
+    total: int | None = None
+    seen: int = 0
+    stopped: ReadOutcome | None = None
+
+    @property
+    def newest(self) -> str | None:
+        return self.messages[-1].ts if self.messages else None
+
+
 class SlackThreads:
-    def __init__(self, client: AsyncWebClient, users: NameDirectory) -> None:
+    """Reads of one workspace's threads and channels, each page paced (`pacing`; None:
+    not paced, for tests of the reads themselves)."""
+
+    def __init__(
+        self, client: AsyncWebClient, users: NameDirectory, pacing: ReadPacing | None = None
+    ) -> None:
         self._client = client
         self._users = users
+        self._pacing = pacing
 
     async def messages(
-        self, channel: str, thread_ts: str, *, limit: int, deadline: float | None = None
+        self,
+        channel: str,
+        thread_ts: str,
+        *,
+        limit: int,
+        deadline: float | None = None,
+        team: str = "",
     ) -> list[ThreadMessage]:
         """People's messages in the thread, oldest first: at most the latest `limit`. At
         `deadline` (event-loop time) the pages read so far are what there is."""
-        collected: list[ThreadMessage] = []
-        cursor = None
+        return (
+            await self.read(channel, thread_ts, team=team, limit=limit, deadline=deadline)
+        ).messages
+
+    async def read(
+        self,
+        channel: str,
+        thread_ts: str,
+        *,
+        team: str,
+        limit: int,
+        deadline: float | None = None,
+        oldest: str | None = None,
+        latest: str | None = None,
+    ) -> ThreadRead:
+        """The thread (or with no `thread_ts`, the channel's latest top-level messages)
+        after `oldest` and before `latest` when given, page after page, each paced: at most
+        the latest `limit` people's messages, oldest first, and whether that is all."""
+        page = _Pages(channel, thread_ts, team, oldest, latest)
         try:
             while True:
+                if not await self._take(page, deadline):
+                    return page.stopped("deferred", limit)
                 async with asyncio.timeout_at(deadline):
-                    page = await self._page(channel, thread_ts, cursor, limit)
-                collected.extend(m for m in map(_person_message, page.get("messages") or []) if m)
-                cursor = (page.get("response_metadata") or {}).get("next_cursor")
-                if not cursor or (not thread_ts and len(collected) >= limit):
-                    return _oldest_first(collected, thread_ts)[-limit:]
+                    body = await self._page(page, limit)
+                await self._counted(page, body, limit)
+                if not page.cursor or (not thread_ts and len(page.collected) >= limit):
+                    return page.done(limit)
+        except SlackRefused as failure:
+            if failure.meaning is not Meaning.RATE_LIMITED and failure.response.status_code != 429:
+                return self._failed(page, failure, limit)
+            log.warning("%s failed for %s/%s: ratelimited", page.method, channel, thread_ts)
+            if self._pacing is not None:
+                await self._pacing.ratelimited(team, page.method, failure.retry_after)
+            return page.stopped("rate_limited", limit)
         except SlackError as failure:
-            log.warning(
-                "conversations.replies failed for %s/%s: %s", channel, thread_ts, failure.reason
-            )
-            return _oldest_first(collected, thread_ts)[-limit:]
+            return self._failed(page, failure, limit)
         except TimeoutError:
-            log.warning(
-                "conversations.replies cut by the time budget for %s/%s", channel, thread_ts
-            )
-            return _oldest_first(collected, thread_ts)[-limit:]
+            log.warning("%s cut by the time budget for %s/%s", page.method, channel, thread_ts)
+            return page.stopped("deferred", limit)
 
-    async def _page(self, channel: str, thread_ts: str, cursor: str | None, limit: int) -> Any:
-        """A page of the thread; with no thread (a schedule's run at the top of a channel),
-        a page of the channel's latest messages, newest first as Slack gives them."""
-        if not thread_ts:
+    def _failed(self, page: _Pages, failure: SlackError, limit: int) -> ThreadRead:
+        log.warning(
+            "%s failed for %s/%s: %s", page.method, page.channel, page.thread_ts, failure.reason
+        )
+        if self._pacing is not None:
+            self._pacing.on_read(page.method, "failed")
+        return page.stopped("failed", limit)
+
+    async def _take(self, page: _Pages, deadline: float | None) -> bool:
+        """The page's call, from the shared budget (waiting until `deadline` at most)."""
+        if self._pacing is None:
+            return True
+        page.size = await self._pacing.page_size(page.team)
+        return await self._pacing.take(page.team, page.method, deadline)
+
+    async def _counted(self, page: _Pages, body: Any, limit: int) -> None:
+        asked = page.asked(limit)
+        got = page.add(body)
+        if self._pacing is not None:
+            await self._pacing.page_read(
+                page.team, page.method, asked=asked, got=got, has_more=bool(page.cursor)
+            )
+
+    async def _page(self, page: _Pages, limit: int) -> Any:
+        """A page of the thread; with no thread (a schedule's run, a top-level mention's
+        channel context), a page of the channel's latest messages, newest first as Slack
+        gives them."""
+        if not page.thread_ts:
             return await self._client.conversations_history(
-                channel=channel, limit=min(limit, 200), cursor=cursor
+                channel=page.channel,
+                limit=page.asked(limit),
+                cursor=page.cursor,
+                oldest=page.oldest,
+                latest=page.latest,
             )
         return await self._client.conversations_replies(
-            channel=channel, ts=thread_ts, limit=200, cursor=cursor
+            channel=page.channel,
+            ts=page.thread_ts,
+            limit=page.asked(limit),
+            cursor=page.cursor,
+            oldest=page.oldest,
+            latest=page.latest,
         )
 
     async def read_thread(self, task: Task, *, limit: int) -> Sequence[str]:
-        """`agent.ThreadReader`: the task's thread, each message in its `<turn>` tag.
+        """`agent.ThreadReader`: the task's thread, each message in its `<turn>` tag, and
+        a last line saying so when Slack's read limit kept some from being read.
 
         Not `Name: text` lines: a newline in one message would read as another speaker."""
         channel = task.address["channel"]
-        found = await self.messages(channel, task.address["thread_ts"], limit=limit)
+        address = SlackAddress.parse(task.address)
+        read = await self.read(
+            channel, task.address["thread_ts"], team=address.team or "", limit=limit
+        )
+        found = read.messages
         names = await self._users.names(
             sorted({m.user for m in found} | {u for m in found for u in mentioned_user_ids(m.text)})
         )
-        address = SlackAddress.parse(task.address)
         tenant = (address.team, address.enterprise)
-        return [
+        turns = [
             render_message(m, channel, names, external=address.shared and foreign(m.team, *tenant))
             for m in found
         ]
+        return [*turns, gap_line(read)] if read.stopped else turns
+
+
+def gap_line(read: ThreadRead) -> str:
+    """What a read stopped short says of what it did not read."""
+    missing = unread_count(read)
+    why = "Slack's read limit" if read.stopped != "failed" else "Slack did not answer"
+    if missing:
+        return f"({missing} more messages of this thread were not read: {why}.)"
+    return f"(Some messages of this thread were not read: {why}.)"
+
+
+def unread_count(read: ThreadRead, *, later: int = 0) -> int | None:
+    """How many messages of the thread a read did not see, by what Slack said the thread
+    holds (None: it did not say); `later` of them are known to be after what was asked."""
+    if read.total is None:
+        return None
+    return max(0, read.total - read.seen - later)
+
+
+class _Pages:
+    """Where a paged read stands: its method, cursor, what it collected and counted."""
+
+    def __init__(
+        self, channel: str, thread_ts: str, team: str, oldest: str | None, latest: str | None
+    ) -> None:
+        self.channel, self.thread_ts, self.team = channel, thread_ts, team
+        self.oldest, self.latest = oldest, latest
+        self.method = "conversations.replies" if thread_ts else "conversations.history"
+        self.cursor: str | None = None
+        self.collected: list[ThreadMessage] = []
+        self.seen = 0
+        self.total: int | None = None
+        self.size = FULL_PAGE  # the tier's page size (gateway/slack/read_pacing.py)
+
+    def asked(self, limit: int) -> int:
+        return self.size if self.thread_ts else min(limit, self.size)
+
+    def add(self, body: Any) -> int:
+        """The page's messages collected; how many it held (of any kind)."""
+        raw = body.get("messages") or []
+        for message in raw:
+            if message.get("ts") == self.thread_ts and isinstance(message.get("reply_count"), int):
+                self.total = int(message["reply_count"]) + 1
+        self.seen += len(raw)
+        self.collected.extend(m for m in map(_person_message, raw) if m)
+        self.cursor = (body.get("response_metadata") or {}).get("next_cursor") or None
+        return len(raw)
+
+    def done(self, limit: int) -> ThreadRead:
+        return self._read(limit, complete=True, stopped=None)
+
+    def stopped(self, why: ReadOutcome, limit: int) -> ThreadRead:
+        return self._read(limit, complete=False, stopped=why)
+
+    def _read(self, limit: int, *, complete: bool, stopped: ReadOutcome | None) -> ThreadRead:
+        found = _oldest_first(self.collected, self.thread_ts)[-limit:] if limit else []
+        return ThreadRead(found, complete, self.total, self.seen, stopped)
 
 
 def render_message(

@@ -28,6 +28,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from agent import Task
 from gateway.slack.client import MeteredWebClient
 from gateway.slack.errors import SlackUnavailable
+from gateway.slack.read_pacing import ReadPacing
 from gateway.slack.sharing import ChannelSharing
 from gateway.slack.threads import SlackThreads
 from gateway.slack.users import UserDirectory
@@ -58,9 +59,14 @@ class Workspace:
     sharing: ChannelSharing | None = None  # which of its channels are shared (Slack Connect)
 
 
-def open_workspace(client: AsyncWebClient, found: StoredInstallation | None = None) -> Workspace:
+def open_workspace(
+    client: AsyncWebClient,
+    found: StoredInstallation | None = None,
+    pacing: ReadPacing | None = None,
+) -> Workspace:
     users = UserDirectory(client)
-    return Workspace(client, users, SlackThreads(client, users), found, ChannelSharing(client))
+    threads = SlackThreads(client, users, pacing)
+    return Workspace(client, users, threads, found, ChannelSharing(client))
 
 
 def label(found: StoredInstallation) -> str:
@@ -80,8 +86,10 @@ class SlackClients:
         installations: PostgresInstallations | None = None,
         make_client: ClientFactory | None = None,
         operator_team: str | None = None,
+        pacing: ReadPacing | None = None,
     ) -> None:
         self._single = single
+        self._pacing = pacing  # Slack's reads paced (gateway/slack/read_pacing.py)
         self._installations = installations
         self._make_client = make_client
         self._operator_team = operator_team
@@ -89,9 +97,13 @@ class SlackClients:
         self._lock = asyncio.Lock()
 
     @classmethod
-    def single(cls, client: AsyncWebClient) -> SlackClients:
-        """One workspace: `client` for every team."""
-        return cls(single=open_workspace(client))
+    def single(cls, client: AsyncWebClient, pacing: ReadPacing | None = None) -> SlackClients:
+        """One workspace: `client` for every team (its reads paced by `pacing`)."""
+        return cls(single=open_workspace(client, pacing=pacing), pacing=pacing)
+
+    @property
+    def pacing(self) -> ReadPacing | None:
+        return self._pacing
 
     @property
     def many(self) -> bool:
@@ -140,7 +152,7 @@ class SlackClients:
         found = await self.installation(team_id, enterprise_id)
         if found is None:
             raise NotInstalled(team_id or enterprise_id)
-        return open_workspace(self._make_client(found), found)
+        return open_workspace(self._make_client(found), found, self._pacing)
 
     def forget(self, team_id: str | None, enterprise_id: str | None = None) -> None:
         """Drop a workspace's client (uninstalled, revoked, refused): the next use reads

@@ -182,8 +182,33 @@ class SlackFamilies:
             registry=registry,
         )
 
+        self.slack_reads = Counter(
+            "threadgate_slack_reads_total",
+            "Paced Slack reads (conversations.replies, conversations.history) by method and"
+            " outcome: read (a page came back), deferred (its turn in the workspace's shared"
+            " budget was past the caller's deadline: not called), rate_limited (Slack said"
+            " ratelimited: the budget waits its Retry-After), failed.",
+            ["method", "outcome"],
+            registry=registry,
+        )
+        self.slack_read_tier = Gauge(
+            "threadgate_slack_read_tier",
+            "1 for the read tier each workspace reads in (internal: Tier 3; limited: one"
+            " read a minute per method, 15 messages a page), as THREADGATE_SLACK_READ_TIER"
+            " sets it or as it was found.",
+            ["workspace", "tier"],
+            registry=registry,
+        )
+
     def stream_ended(self, kind: str, outcome: str) -> None:
         self.streams.labels(kind, outcome).inc()
+
+    def slack_read(self, method: str, outcome: str) -> None:
+        self.slack_reads.labels(method, outcome).inc()
+
+    def read_tier_found(self, workspace: str, tier: str) -> None:
+        for each in ("internal", "limited"):
+            self.slack_read_tier.labels(workspace, each).set(1 if each == tier else 0)
 
 
 class TaskFamilies:

@@ -51,7 +51,10 @@ title, state, metadata, recipients), `stream(channel, ts)`, `wait_for_streams(n)
 `thread()` lists what was posted; `visible_thread()` what a reader sees now: every posted or
 streamed message's current text, edits applied, deleted ones gone.
 
-conversations.replies and .history honor `oldest`, `latest` and `inclusive` as Slack does.
+conversations.replies and .history honor `oldest`, `latest` and `inclusive` as Slack does;
+`reads.limited = True` answers them in the limited tier of distributed apps (one call a
+minute per method and workspace, 15 messages a page, else 429 with Retry-After: 60), its
+minute moved on by `reads.advance(seconds)` (tests/fakes/slack_read_limits.py).
 `archived` and `deleted` (sets of channel ids) make conversations.info say `is_archived` or
 answer `channel_not_found`, and chat.postMessage refuse with `is_archived` or
 `channel_not_found`; a user id in `gone_users` makes conversations.open answer `user_not_found`.
@@ -134,6 +137,7 @@ from .slack_channels import FakeChannels
 from .slack_events import CLOCK, block_actions, ts_to_micros
 from .slack_files import FakeFiles
 from .slack_permalinks import permalink
+from .slack_read_limits import ReadLimits
 from .slack_streams import DISPLAY_MODES, MAX_MARKDOWN, Stream, StreamedMessage, check_payload
 
 if TYPE_CHECKING:
@@ -322,6 +326,8 @@ class FakeSlack:
         self._methods["files.info"] = self.files.info
         self.channels = FakeChannels(team_id)  # conversations.info (slack_channels.py)
         self._methods["conversations.info"] = self.channels.info
+        # Slack's read limits for distributed apps (slack_read_limits.py: `reads.limited`).
+        self.reads = ReadLimits()
         # Channels archived or deleted (slack_channels.py), as chat.postMessage sees them too.
         self.archived, self.deleted = self.channels.archived, self.channels.deleted
 
@@ -644,6 +650,9 @@ class FakeSlack:
         else:
             auth_error = self._auth_error(token, method)
         fault = None if auth_error else self._next_fault(method)
+        if fault is None and not auth_error:
+            retry_after = self.reads.retry_after(method, token)
+            fault = None if retry_after is None else _Fault("ratelimited", 429, retry_after)
         self._expire_streams()
         self.calls.append(
             Call(method, params, fault.kind if fault else None, time.monotonic(), token)
@@ -651,7 +660,7 @@ class FakeSlack:
         await self._notify()
         if (gate := self._holds.get(method)) is not None:
             await gate.wait()
-        response = self._respond(method, params, auth_error, fault)
+        response = self._respond(method, self.reads.capped(method, params), auth_error, fault)
         if self.granted_scopes is not None and auth_error is None:
             response.headers["X-OAuth-Scopes"] = ",".join(self.granted_scopes)
         if fault is not None and fault.kind == "drop" and request.transport is not None:

@@ -37,6 +37,8 @@ FAMILIES = [
     ("threadgate_schedule_runs", "counter", ("outcome",)),
     ("threadgate_secrets_redacted", "counter", ("kind",)),
     ("threadgate_slack_api_calls", "counter", ("method", "status")),
+    ("threadgate_slack_read_tier", "gauge", ("workspace", "tier")),
+    ("threadgate_slack_reads", "counter", ("method", "outcome")),
     ("threadgate_streamed_messages", "counter", ("kind", "outcome")),
     ("threadgate_subtasks", "counter", ("state",)),
     ("threadgate_tasks", "counter", ("outcome",)),
