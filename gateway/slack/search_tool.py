@@ -90,7 +90,8 @@ def render_found(found: Found, address: SlackAddress) -> str:
     """What the model reads: each message under its channel and link, in its turn."""
     if not found.messages:
         return "No messages found. Try other words, or answer without a search."
-    lines = [f"Found {len(found.messages)} messages (newest or best first):"]
+    count = len(found.messages)
+    lines = [f"Found {count} message{'' if count == 1 else 's'}, best match first:"]
     for number, message in enumerate(found.messages, start=1):
         lines += [_heading(number, message), _turn(message, address)]
     if found.next_cursor:
