@@ -34,6 +34,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from slack_sdk.web.async_client import AsyncWebClient
+
 from agent import NO_TRACER, Task, Tracer, sanitize_text
 from gateway.slack.client import MeteredWebClient
 from gateway.slack.codes import Meaning
@@ -151,7 +153,7 @@ class WorkspaceSearch:
             ) from failure
         return found_in(response.data if isinstance(response.data, dict) else {})
 
-    def _client(self, workspace: Any) -> MeteredWebClient:
+    def _client(self, workspace: AsyncWebClient) -> MeteredWebClient:
         """The client a search is made with: the workspace's token and connection, without
         the token alarm (a refusal here is about the person's grant, not our token) and
         without waiting out a 429 (the model is told and goes on without the search)."""
