@@ -5,6 +5,7 @@ raises only `StorageError` and its subclasses; asyncpg's exceptions never leave 
 package (`storage.errors.translate_errors`).
 """
 
+from storage.action_tokens import PostgresActionTokens
 from storage.admission import (
     LIMIT_SCOPES,
     REFUSALS,
@@ -216,6 +217,7 @@ __all__ = [
     "PostEvent",
     "PostRecord",
     "PostState",
+    "PostgresActionTokens",
     "PostgresAlertThrottle",
     "PostgresApprovals",
     "PostgresAttachmentRefusals",

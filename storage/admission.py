@@ -31,6 +31,10 @@ back-filled messages, or with a note of what could not be read before it, is adm
 statement by statement in one transaction: the
 attachments are weighed against their budgets there (storage/pictures.py), and one past a
 budget is not stored; the message says so.
+
+The event's `action_token` (what workspace search needs, gateway/slack/search.py) is kept
+with a task the admission created, in the same statement or transaction
+(storage/action_tokens.py): the worker that claims the task finds it.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from typing import Literal, TypeAlias, get_args
 import asyncpg
 
 from agent import Document, Image, reply_id, user_message_id
+from storage.action_tokens import keep_action_token
 from storage.database import TASKS_CHANNEL, Database
 from storage.errors import translate_errors
 from storage.migrations import Connection
@@ -77,6 +82,9 @@ class Admission:
     # A runtime note after the turn, kept beside it as a pictures' note is (an edit keeps
     # it): what of its conversation could not be read (gateway/inbound/context.py).
     note: str | None = None
+    # The event's `action_token` (workspace search as its writer), kept while the task
+    # lives (storage/action_tokens.py); a credential, so never shown.
+    action_token: str | None = field(default=None, repr=False)
 
     @property
     def workspace(self) -> str | None:
@@ -147,9 +155,13 @@ class Admitted:
 _GATE = (
     "SELECT * FROM admission_gate($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)"
 )
+# The action token is kept in the same statement, for a task this admission created.
 _ADMIT = (
-    "SELECT * FROM admit_turn($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15,"
-    " $16, $17, $18, $19, $20, $21, $22, $23)"
+    "WITH admitted AS (SELECT * FROM admit_turn($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,"
+    " $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)), kept AS ("
+    " INSERT INTO task_action_tokens (task_id, token) SELECT $2, $24::text FROM admitted"
+    " WHERE admitted.created AND $24::text IS NOT NULL)"
+    " SELECT * FROM admitted"
 )
 _OPEN_TASK = "SELECT open_task($1, $2, $3::jsonb, $4, $5, $6, $7)"
 _STORE_TURN = "SELECT store_turn($1, $2, $3, $4)"
@@ -290,6 +302,7 @@ async def _admit_at_once(
         json.dumps(dict(limits.notices)),
         FALLBACK_NOTICE,
         TASKS_CHANNEL,
+        a.action_token or None,
     )
     assert row is not None
     return bool(row["created"]), row
@@ -314,6 +327,7 @@ async def _admit_in_steps(db: Database, a: Admission, limits: Limits) -> Admitte
         )
         if not created:
             return _outcome(False, verdict)
+        await keep_action_token(conn, a.task_id, a.action_token)
         await _store_messages(conn, a, limits.pictures, noticed=bool(verdict["noticed"]))
         if verdict["noticed"]:
             await conn.execute(

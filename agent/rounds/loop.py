@@ -190,7 +190,7 @@ async def _run_round(
             if gated:
                 tail = conversation[len(messages) :]
                 return Paused(
-                    round_state(tail, steps=steps, repairs=repairs),
+                    round_state(tail, steps=steps, repairs=repairs, unkept=toolbox.unkept),
                     tuple(GatedCall(c.id, c.name, c.raw_arguments) for c in gated),
                 )
             results = await _run_work(toolbox, step.calls)

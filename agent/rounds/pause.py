@@ -9,6 +9,9 @@ that asked, and its counts of work steps and repairs — is written as JSON
 there (`agent.rounds.loop.run_round(so_far=…)`), as if it had never stopped: the model
 sees the same conversation, with the step's results after its calls.
 
+The output of a tool that keeps none (`WorkTool.keeps_output`: workspace search) is not
+stored either: the resumed round reads a note that it is gone.
+
 Only the round's own messages are stored, never the transcript: the next run renders the
 transcript again from the window and the rounds, as every round does. A person's pictures
 are never among the round's own messages (they are in the transcript).
@@ -17,7 +20,7 @@ are never among the round's own messages (they are in the transcript).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,12 +64,29 @@ class RoundSoFar:
         return last.tool_calls if isinstance(last, AssistantMessage) else ()
 
 
-def round_state(tail: Sequence[ModelMessage], *, steps: int, repairs: int) -> str:
-    """The round so far as JSON, for the store (`RoundSoFar.load` reads it back)."""
-    return json.dumps(
-        {"tail": [_plain(m) for m in tail], "steps": steps, "repairs": repairs},
-        ensure_ascii=False,
+def round_state(
+    tail: Sequence[ModelMessage], *, steps: int, repairs: int, unkept: Collection[str] = ()
+) -> str:
+    """The round so far as JSON, for the store (`RoundSoFar.load` reads it back); the
+    results of the tools in `unkept` (`WorkTool.keeps_output`) are not stored: the
+    resumed round reads that they are gone and may call the tool again."""
+    plain = [_plain(_without_output(m) if _unkept(m, unkept) else m) for m in tail]
+    return json.dumps({"tail": plain, "steps": steps, "repairs": repairs}, ensure_ascii=False)
+
+
+def _unkept(message: ModelMessage, unkept: Collection[str]) -> bool:
+    return isinstance(message, ToolResultMessage) and message.name in unkept
+
+
+def _without_output(message: ModelMessage) -> ModelMessage:
+    assert isinstance(message, ToolResultMessage)
+    if message.is_error:  # the tool's own words to the model: nothing it found
+        return message
+    note = (
+        f"[What {message.name} returned was not kept while the round waited for approval. "
+        f"Call {message.name} again if you still need it.]"
     )
+    return ToolResultMessage(message.call_id, message.name, note, message.is_error)
 
 
 def _plain(message: ModelMessage) -> dict[str, Any]:

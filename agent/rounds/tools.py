@@ -107,6 +107,10 @@ class WorkTool(ABC, Generic[InputT]):
     # rendered (`read_thread`): the round keeps those tags. Any other tool's turn tags are
     # escaped, so a page it fetched cannot pass for a person's words.
     shows_turns: bool = False
+    # False for a tool whose output may reach the model but must not outlive the round
+    # (workspace search: what it found belongs to Slack): observers (the stored tool
+    # calls) and a paused round's state get a note of its size instead (`withheld`).
+    keeps_output: bool = True
 
     @property
     def spec(self) -> ToolSpec:
@@ -179,6 +183,11 @@ class Toolbox:
         tool = self._tools.get(name)
         return tool is not None and tool.shows_turns
 
+    @property
+    def unkept(self) -> frozenset[str]:
+        """The tools whose output is shown to the model and kept nowhere (`keeps_output`)."""
+        return frozenset(name for name, tool in self._tools.items() if not tool.keeps_output)
+
     async def run(self, calls: Sequence[ToolCall]) -> list[ToolResultMessage]:
         """Run the calls concurrently; one result per call, in call order."""
         return list(await asyncio.gather(*(self._run_one(call) for call in calls)))
@@ -186,7 +195,8 @@ class Toolbox:
     async def _run_one(self, call: ToolCall) -> ToolResultMessage:
         await self._observe(call, "running")
         result = await self._result(call)
-        await self._observe(call, "error" if result.is_error else "ok", result.content)
+        shown = result.content if self._tools[call.name].keeps_output else withheld(result)
+        await self._observe(call, "error" if result.is_error else "ok", shown)
         return result
 
     async def _result(self, call: ToolCall) -> ToolResultMessage:
@@ -233,6 +243,14 @@ def _offered(tool: WorkTool[Any], context: ToolContext) -> bool:
     if tool.requires_approval and not context.approvals:
         return False
     return tool.available(context)
+
+
+def withheld(result: ToolResultMessage) -> str:
+    """What is kept of the output of a tool that keeps none: its size, and an error's text
+    (written by the tool for the model, it quotes nothing it found)."""
+    if result.is_error:
+        return result.content
+    return f"[{len(result.content):,} characters shown to the model and not kept]"
 
 
 def _capped(output: str, max_chars: int) -> str:

@@ -157,6 +157,9 @@ class ToolSettings(Group):
     approvers: Ids = Field(
         default="", validation_alias="THREADGATE_APPROVERS", validate_default=True
     )
+    # `search_workspace` through Slack's Real-time Search, as the person who asked
+    # (gateway/slack/search.py); the manifest asks for its scopes only while it is on.
+    workspace_search: bool = Field(default=False, validation_alias="THREADGATE_WORKSPACE_SEARCH")
 
     def mcp_config(self) -> McpConfig:
         """The MCP servers to connect (none when THREADGATE_MCP_CONFIG is unset); its

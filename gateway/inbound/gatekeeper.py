@@ -479,4 +479,5 @@ def admission_of(inbound: InboundTurn, *, redacted: int = 0) -> Admission:
         turn_text="",
         user=f"{inbound.team}:{inbound.user}",
         channel=f"{inbound.team}:{inbound.channel}",
+        action_token=inbound.action_token,  # kept with the task, for workspace search
     )

@@ -187,6 +187,7 @@ async def manifest_command(settings: Settings, args: argparse.Namespace) -> int:
         agent_view=settings.assistant.agent_view,
         description=settings.assistant.description,
         prompts=settings.assistant.suggested_prompts,
+        workspace_search=settings.tools.workspace_search,
     )
     if args.socket:
         print(manifest(socket_mode=True), end="")

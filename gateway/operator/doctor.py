@@ -220,8 +220,11 @@ async def check_slack(settings: Settings, limit: float) -> list[Finding]:
         return [Finding("slack", "FAIL", slack_failed(failure))]
     except TimeoutError:
         return [Finding("slack", "FAIL", unreachable_slack(f"no answer within {limit:g} s"))]
-    continuing = settings.access.continue_threads
-    scopes = check_scopes(response.headers, continue_threads=continuing)
+    scopes = check_scopes(
+        response.headers,
+        continue_threads=settings.access.continue_threads,
+        workspace_search=settings.tools.workspace_search,
+    )
     return [Finding("slack", "ok", identity(response)), *scopes]
 
 
@@ -374,14 +377,19 @@ def identity(response: AsyncSlackResponse) -> str:
     return f"SLACK_BOT_TOKEN works: workspace {team} ({team_id}), bot @{bot} ({bot_id})"
 
 
-def check_scopes(headers: Mapping[str, str], *, continue_threads: bool) -> list[Finding]:
+def check_scopes(
+    headers: Mapping[str, str], *, continue_threads: bool, workspace_search: bool = False
+) -> list[Finding]:
+    """The granted scopes against those the settings need (workspace search's only while
+    THREADGATE_WORKSPACE_SEARCH is on: each missing one is named with what it is for)."""
     header = next((v for k, v in headers.items() if k.lower() == "x-oauth-scopes"), None)
     if header is None:
         detail = "not checked: Slack did not report the granted scopes (no x-oauth-scopes header)"
         return [Finding("slack scopes", "skip", detail)]
-    missing = missing_scopes(parse_granted(header), continue_threads=continue_threads)
+    settings = {"continue_threads": continue_threads, "workspace_search": workspace_search}
+    missing = missing_scopes(parse_granted(header), **settings)
     if not missing:
-        required = len(bot_scopes(continue_threads=continue_threads))
+        required = len(bot_scopes(**settings))
         detail = f"all {required} required bot scopes are granted"
         return [Finding("slack scopes", "ok", detail)]
     return [Finding("slack scopes", "FAIL", missing_scope(scope)) for scope in missing]

@@ -110,7 +110,10 @@ class SlackClientFactory:
             installations=installations,
             states=PostgresOAuthStates(db, max_outstanding=s.slack.oauth_states_max),
             clients=clients,
-            scopes=bot_scopes(continue_threads=s.access.continue_threads),
+            scopes=bot_scopes(
+                continue_threads=s.access.continue_threads,
+                workspace_search=s.tools.workspace_search,
+            ),
             allowlist=InstallAllowlist(s.slack.install_allowlist),
         )
 

@@ -7,6 +7,9 @@ scheduler. They meet the ingress only in Postgres: admission queues a task, and 
 worker's lease claims it (storage/queue.py). All they need is `Resources`
 (gateway/process/resources.py) and the circuit their ladders share with the channels'.
 
+With `THREADGATE_WORKSPACE_SEARCH` on, the tools include `search_workspace`
+(gateway/slack/search_tool.py).
+
 An MCP server that does not connect in time does not stop `serve`: it is logged, its
 tools are not offered, and its connection keeps retrying in the background.
 """
@@ -33,6 +36,7 @@ from gateway.process.channel_policies import limits
 from gateway.process.resources import Resources, background, tool_spans
 from gateway.process.runner import RunnerParts, build_runner, start_mcp, tool_observer
 from gateway.schedules.scheduler import Scheduler, tell_paused
+from gateway.slack.search_tool import SearchWorkspace, search_tool
 from storage import PostgresScheduleBook, Retention
 
 
@@ -60,7 +64,17 @@ class Workers:
         )
         for tool in schedule_tools(book):  # people's own schedules
             registries[0].register(tool)
+        if self._r.settings.tools.workspace_search:  # THREADGATE_WORKSPACE_SEARCH
+            registries[0].register(self._search_tool())
         return registries
+
+    def _search_tool(self) -> SearchWorkspace:
+        """`search_workspace`, as the person who asked (gateway/slack/search_tool.py)."""
+        r = self._r
+        seconds = r.settings.slack.timeout_seconds
+        return search_tool(
+            r.clients, r.db, call_seconds=seconds, metrics=r.metrics, tracer=r.tracer
+        )
 
     async def _start_runner(
         self, stack: AsyncExitStack, registries: tuple[ToolRegistry, SubtaskRegistry]

@@ -34,6 +34,9 @@ cancelled by its uninstall, never another's. The writer's own workspace rides al
 the turn as data (`user_team`). Only a payload without `authorizations` (older shapes)
 falls back on the envelope's team.
 
+The `action_token` of a mention or a DM rides along too (`action_token`): workspace search
+needs it, and it is kept with the task (storage/action_tokens.py), never shown.
+
 Whether the channel is shared with another organization rides along as the envelope says
 it (`is_ext_shared_channel`; None when the envelope does not say, and the gatekeeper asks
 `conversations.info`, gateway/slack/sharing.py).
@@ -43,7 +46,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Annotated, Any
 
 from pydantic import BaseModel, StringConstraints, ValidationError
@@ -56,6 +59,8 @@ SlackId = Annotated[str, StringConstraints(pattern=r"^[A-Z0-9][A-Za-z0-9_-]{0,63
 SlackTs = Annotated[str, StringConstraints(pattern=r"^[0-9]{1,12}\.[0-9]{1,9}$")]
 EventId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,128}$")]
 _SLACK_ID = re.compile(r"[A-Z0-9][A-Za-z0-9_-]{0,63}")
+# An action token ("12345.98765.abcd2358fdea" in Slack's reference): printable, bounded.
+_ACTION_TOKEN = re.compile(r"[A-Za-z0-9._:-]{8,512}")
 
 
 class MalformedEvent(ValueError):
@@ -178,6 +183,9 @@ class InboundTurn:
     # A message at the top of a channel that does not mention the bot: never answered,
     # only kept as the channel's context (gateway/inbound/context.py).
     context_only: bool = False
+    # What Slack's Real-time Search wants to search as this message's writer
+    # (gateway/slack/search.py): short-lived, a credential, never shown.
+    action_token: str | None = field(default=None, repr=False)
 
     @property
     def task_id(self) -> str:
@@ -360,6 +368,7 @@ def message_turn(
         edited=edited,
         enterprise=tenant.enterprise,
         user_team=_writer_team(event),
+        action_token=action_token(event),
     )
 
 
@@ -370,6 +379,20 @@ def _writer_team(event: Mapping[str, Any]) -> str | None:
         value = event.get(key)
         if isinstance(value, str) and _SLACK_ID.fullmatch(value):
             return value
+    return None
+
+
+def action_token(event: Mapping[str, Any]) -> str | None:
+    """The `action_token` Slack puts in the event of a message that mentions or DMs the
+    app (on the event; in an assistant thread's event, in its `assistant_thread`), when it
+    has the shape of one; anything else is no token."""
+    thread = event.get("assistant_thread")
+    for found in (
+        event.get("action_token"),
+        isinstance(thread, Mapping) and thread.get("action_token"),
+    ):
+        if isinstance(found, str) and _ACTION_TOKEN.fullmatch(found):
+            return found
     return None
 
 

@@ -12,6 +12,9 @@ tiny emitter rather than a YAML library: the document is a fixed shape of mappin
 strings and booleans, and every string is double-quoted in JSON syntax (a subset of YAML's
 double-quoted style), so nothing a value contains can change the structure.
 
+Workspace search (`THREADGATE_WORKSPACE_SEARCH`) adds Real-time Search's scopes
+(`search:read.*`, gateway/slack/scopes.py); the committed copies, for the defaults, have none.
+
 For many workspaces (`oauth`: SLACK_CLIENT_ID is set) the manifest adds what the install
 flow needs: the redirect URL (`THREADGATE_OAUTH_REDIRECT_URL`) in
 `oauth_config.redirect_urls`, the `app_uninstalled` and `tokens_revoked` events (an
@@ -91,19 +94,25 @@ def app_manifest(
     agent_view: bool = True,
     description: str = DESCRIPTION,
     prompts: Sequence[SuggestedPrompt] = (),
+    workspace_search: bool = False,
 ) -> dict[str, Any]:
     """The manifest as data: Socket Mode, or HTTP events delivered to `request_url`; the
     events and scopes are those the settings need (`THREADGATE_CONTINUE_THREADS`); with
     `oauth` (or a `redirect_url`), what installing in many workspaces needs; Slack's agent
     experience (`agent_view`, with its description and suggested prompts) unless
-    `agent_view` is off (the retiring `assistant_view`)."""
+    `agent_view` is off (the retiring `assistant_view`); the search scopes with
+    `workspace_search`."""
     oauth = oauth or redirect_url is not None
     subscribed = bot_events(continue_threads=continue_threads)
     events: dict[str, Any] = {
         "bot_events": list(subscribed + UNINSTALL_EVENTS if oauth else subscribed)
     }
     scopes: dict[str, Any] = {
-        "scopes": {"bot": list(bot_scopes(continue_threads=continue_threads))}
+        "scopes": {
+            "bot": list(
+                bot_scopes(continue_threads=continue_threads, workspace_search=workspace_search)
+            )
+        }
     }
     if not socket_mode:
         events = {"request_url": request_url, **events}
@@ -167,6 +176,7 @@ def render_manifest(
     agent_view: bool = True,
     description: str = DESCRIPTION,
     prompts: Sequence[SuggestedPrompt] = (),
+    workspace_search: bool = False,
 ) -> str:
     """The manifest as YAML text, exactly what `threadgate manifest` prints."""
     manifest = app_manifest(
@@ -178,6 +188,7 @@ def render_manifest(
         agent_view=agent_view,
         description=description,
         prompts=prompts,
+        workspace_search=workspace_search,
     )
     return "\n".join(_yaml_mapping(manifest, 0)) + "\n"
 

@@ -6,6 +6,9 @@ installed token, and the tests compare it with what the code actually calls and 
 A scope added to the code but not here shows up as a `missing_scope` error in production;
 a scope listed here but not used is a permission nobody should have to approve.
 
+Workspace search (`THREADGATE_WORKSPACE_SEARCH`) adds the Real-time Search scopes, and only
+while it is on.
+
 Both depend on the settings: answering replies in threads without a mention
 (`THREADGATE_CONTINUE_THREADS`) needs the channel message events — Slack sends a channel
 message to an app only if it subscribes to them — and their history scopes. Without it the
@@ -41,6 +44,10 @@ SCOPE_REASONS: Mapping[str, str] = MappingProxyType(
         "im:read": "check whether a direct message is with someone of another organization (conversations.info) when its event does not say",
         "mpim:read": "check whether a group DM is shared with another organization (conversations.info) when its event does not say",
         "im:write": "open a person's DM with the bot for a schedule that posts there (conversations.open)",
+        "search:read.public": "search public channels as the person asking (search_workspace: assistant.search.context), with THREADGATE_WORKSPACE_SEARCH",
+        "search:read.private": "search the private channels the person asking is in, from a DM with the bot (search_workspace), with THREADGATE_WORKSPACE_SEARCH",
+        "search:read.mpim": "search the person's group DMs, from a DM with the bot (search_workspace), with THREADGATE_WORKSPACE_SEARCH",
+        "search:read.im": "search the person's DMs, from a DM with the bot (search_workspace), with THREADGATE_WORKSPACE_SEARCH",
     }
 )
 
@@ -50,6 +57,11 @@ _ALWAYS = ("app_mention", "message.im")
 _CONTINUATION = ("message.channels", "message.groups", "message.mpim")
 # Scopes only the continuation events need (channels and groups history serve back-fill too).
 _CONTINUATION_ONLY = frozenset({"mpim:history"})
+# Scopes only workspace search needs (THREADGATE_WORKSPACE_SEARCH): Real-time Search by
+# channel type (gateway/slack/search_tool.py says which types it searches where).
+SEARCH_SCOPES = frozenset(
+    {"search:read.public", "search:read.private", "search:read.mpim", "search:read.im"}
+)
 # Pins keep a thread's pinned messages in the model's window (gateway/inbound/pins.py).
 _PINS = ("pin_added", "pin_removed")
 # Slack's agent experience: the Stop button of a working thread (gateway/inbound/stops.py;
@@ -68,16 +80,22 @@ def bot_events(*, continue_threads: bool) -> tuple[str, ...]:
 UNINSTALL_EVENTS = ("app_uninstalled", "tokens_revoked")
 
 
-def bot_scopes(*, continue_threads: bool) -> tuple[str, ...]:
+def bot_scopes(*, continue_threads: bool, workspace_search: bool = False) -> tuple[str, ...]:
     """The bot scopes to request with these settings, in manifest order."""
     return tuple(
-        scope for scope in SCOPE_REASONS if continue_threads or scope not in _CONTINUATION_ONLY
+        scope
+        for scope in SCOPE_REASONS
+        if (continue_threads or scope not in _CONTINUATION_ONLY)
+        and (workspace_search or scope not in SEARCH_SCOPES)
     )
 
 
-def missing_scopes(granted: set[str], *, continue_threads: bool) -> list[str]:
+def missing_scopes(
+    granted: set[str], *, continue_threads: bool, workspace_search: bool = False
+) -> list[str]:
     """The required scopes not in `granted`, in declaration order."""
-    return [s for s in bot_scopes(continue_threads=continue_threads) if s not in granted]
+    needed = bot_scopes(continue_threads=continue_threads, workspace_search=workspace_search)
+    return [s for s in needed if s not in granted]
 
 
 def parse_granted(header: str) -> set[str]:

@@ -11,7 +11,9 @@ traceback. So the handler redacts every record before it is formatted (`SecretsF
 the values of the settings that are secrets (given by the CLI; values shorter than
 `MIN_SECRET` characters are left alone, as redacting them would garble every line), the
 credentials part of any URL, Slack tokens (`xoxb-…`, `xapp-…`), the paths of known webhook
-hosts, and query parameters named like secrets (`token=`, `key=`, `ticket=`, …). The
+hosts, query parameters named like secrets (`token=`, `key=`, `ticket=`, …), and quoted
+values of keys named like them (`'action_token': '…'`, as slack_sdk's debug line of a
+request's arguments shows a workspace search's). The
 libraries' loggers keep their levels: httpx's request line is the one record of each call
 to the model, and it is safe once redacted.
 
@@ -96,6 +98,13 @@ _SECRET_QUERY = re.compile(
 )
 
 
+# A value quoted beside a key named like a secret, as a dict or JSON shows one: slack_sdk's
+# debug line of a request's arguments (the `action_token` of a workspace search among them).
+_SECRET_FIELD = re.compile(
+    r"""(['"][\w-]*(?:token|secret|password)['"]\s*:\s*['"])[^'"]+""", re.IGNORECASE
+)
+
+
 class Redactor:
     """Removes secrets from text: known values, and the shapes secrets come in."""
 
@@ -109,6 +118,7 @@ class Redactor:
         text = _URL_CREDENTIALS.sub(rf"\1{REDACTED}@", text)
         text = _SLACK_TOKEN.sub(REDACTED, text)
         text = _WEBHOOK_PATH.sub(rf"\1{REDACTED}", text)
+        text = _SECRET_FIELD.sub(rf"\1{REDACTED}", text)
         return _SECRET_QUERY.sub(rf"\1{REDACTED}", text)
 
 

@@ -149,7 +149,8 @@ class ModelFamilies:
 
 
 class SlackFamilies:
-    """Calls to Slack's Web API, the messages we streamed, and clicks on our buttons."""
+    """Calls to Slack's Web API, the messages we streamed, workspace searches, and clicks
+    on our buttons."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.slack_calls = Counter(
@@ -174,6 +175,18 @@ class SlackFamilies:
             ["value"],
             registry=registry,
         )
+        self.workspace_searches = Counter(
+            "threadgate_workspace_searches_total",
+            "Workspace searches (search_workspace, Slack's Real-time Search) by outcome: ok;"
+            " no_action_token (the task has no person's permission: a schedule's run);"
+            " shared_conversation (not searched from a Slack Connect conversation);"
+            " unanswered; or Slack's error code (missing_scope, invalid_action_token,"
+            " not_allowed_token_type, ratelimited, …).",
+            ["outcome"],
+            registry=registry,
+        )
+        for outcome in ("ok", "no_action_token"):  # both show, at 0 until the first
+            self.workspace_searches.labels(outcome)
         self.approvals = Counter(
             "threadgate_approval_clicks_total",
             "Clicks on approval requests, by outcome (approved, denied; refused: not the"
@@ -209,6 +222,9 @@ class SlackFamilies:
     def read_tier_found(self, workspace: str, tier: str) -> None:
         for each in ("internal", "limited"):
             self.slack_read_tier.labels(workspace, each).set(1 if each == tier else 0)
+
+    def searched(self, outcome: str) -> None:
+        self.workspace_searches.labels(outcome).inc()
 
 
 class TaskFamilies:

@@ -219,3 +219,26 @@ def test_a_round_so_far_reads_back_as_written(tail: list[Any], steps: int, repai
     """Whatever the model wrote, the stored round reads back the same."""
     so_far = RoundSoFar.load(round_state(tail, steps=steps, repairs=repairs))
     assert so_far == RoundSoFar(tuple(tail), steps, repairs)
+
+
+class Secretive(Look):
+    """`look`, keeping nothing of what it saw (workspace search)."""
+
+    name = "secretive"
+    keeps_output = False
+
+
+async def test_a_paused_round_keeps_nothing_of_an_unkept_tools_output() -> None:
+    """A step that read a tool which keeps no output, then a step that waits for approval:
+    the stored round has a note for the model where the output was, the rest as it was."""
+    model = scripted(
+        tool_response("secretive", {"text": "the roadmap"}, call_id="c_s"),
+        tool_response("deploy", {"text": "v2"}, call_id="c_deploy"),
+    )
+    box = toolbox(Deploy(), Secretive(), Look())
+    decision = await run_round(model, [UserMessage("deploy")], (FinalReply(),), toolbox=box)
+    assert isinstance(decision, Paused)
+    assert "saw the roadmap" not in decision.state
+    [result] = [m for m in RoundSoFar.load(decision.state).tail if isinstance(m, ToolResultMessage)]
+    assert (result.call_id, result.name) == ("c_s", "secretive")
+    assert "not kept" in result.content and "Call secretive again" in result.content

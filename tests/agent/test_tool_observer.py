@@ -19,8 +19,9 @@ from agent import (
     ToolContext,
     tool_response,
 )
-from agent.rounds.tools import builtin_tools
+from agent.rounds.tools import ToolRegistry, WorkTool, builtin_tools
 from tests.agent.test_responder import NOON, TASK, WINDOW, scripted
+from tests.agent.test_tools import EchoInput
 
 
 class Recorder:
@@ -90,3 +91,39 @@ async def test_the_responder_hands_its_observer_to_rounds_and_sub_agents() -> No
         (TASK.id, "sub-call", "running", "agent"),
         (TASK.id, "sub-call", "ok", "agent"),
     ]
+
+
+class Secretive(WorkTool[EchoInput]):
+    """A tool whose output the model reads and nothing keeps (workspace search)."""
+
+    name = "secretive"
+    description = "Find something that must not be kept."
+    input_model = EchoInput
+    keeps_output = False
+
+    async def execute(self, context: ToolContext, input: EchoInput) -> str:
+        if input.word == "refuse":
+            raise ValueError("secretive could not look: say so in your reply.")
+        return f"found {input.word} in a private channel"
+
+
+async def test_a_tool_that_keeps_no_output_is_observed_with_a_note_of_its_size() -> None:
+    """The model reads the output; the observer (the stored tool calls) gets its size only,
+    and an error the tool wrote for the model as it is."""
+    recorder = Recorder()
+    registry = ToolRegistry([Secretive()])
+    box = Toolbox(registry, ToolContext(TASK, clock=lambda: NOON, observer=recorder))
+    found, refused = await box.run(
+        [
+            ToolCall.from_raw("c1", "secretive", '{"word": "plans"}'),
+            ToolCall.from_raw("c2", "secretive", '{"word": "refuse"}'),
+        ]
+    )
+    assert found.content == "found plans in a private channel"
+    ended = {r.call_id: r for _, r in recorder.seen if r.state != "running"}
+    assert "plans" not in ended["c1"].output
+    assert (
+        ended["c1"].output == f"[{len(found.content)} characters shown to the model and not kept]"
+    )
+    assert refused.is_error and ended["c2"].output == refused.content
+    assert box.unkept == {"secretive"}

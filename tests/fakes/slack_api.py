@@ -19,7 +19,8 @@ Methods: auth.test, users.info, chat.postMessage, chat.update, chat.delete,
 chat.postEphemeral, chat.startStream, chat.appendStream, chat.stopStream, conversations.replies,
 conversations.history, assistant.threads.setStatus, files.info (tests/fakes/slack_files.py),
 agents.sessions.setStatus, assistant.threads.setSuggestedPrompts,
-conversations.info (tests/fakes/slack_channels.py: `slack.channels.share(…)`), conversations.open
+conversations.info (tests/fakes/slack_channels.py: `slack.channels.share(…)`),
+assistant.search.context (tests/fakes/slack_search.py: `slack.search`), conversations.open
 (a DM's channel is D + the person's id without its U);
 anything else answers `unknown_method`.
 apps.connections.open (Socket Mode) wants the app token (`xapp-…`), as Slack does, and
@@ -138,6 +139,7 @@ from .slack_events import CLOCK, block_actions, ts_to_micros
 from .slack_files import FakeFiles
 from .slack_permalinks import permalink
 from .slack_read_limits import ReadLimits
+from .slack_search import FakeSearch
 from .slack_streams import DISPLAY_MODES, MAX_MARKDOWN, Stream, StreamedMessage, check_payload
 
 if TYPE_CHECKING:
@@ -328,6 +330,8 @@ class FakeSlack:
         self._methods["conversations.info"] = self.channels.info
         # Slack's read limits for distributed apps (slack_read_limits.py: `reads.limited`).
         self.reads = ReadLimits()
+        self.search = FakeSearch(self)  # Real-time Search as one person (slack_search.py)
+        self._methods["assistant.search.context"] = self.search.context
         # Channels archived or deleted (slack_channels.py), as chat.postMessage sees them too.
         self.archived, self.deleted = self.channels.archived, self.channels.deleted
 

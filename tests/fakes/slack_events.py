@@ -19,6 +19,10 @@ message, so only a button that was posted can be clicked), and `deliver_interact
 it as Slack does — form-encoded, one `payload` field holding the JSON, signed over the
 form body like an event (docs.slack.dev, "Handling user interaction").
 
+A mention and a DM carry an `action_token`, as Slack's events do: the writer's short-lived
+grant to search the workspace as them, which the fake Slack's search checks
+(tests/fakes/slack_search.py).
+
 Message timestamps come from `new_ts()`, a process-wide monotonic clock shared with
 `slack_api.FakeSlack`, so a user's message and the bot's reply never share a ts and sort in
 the order they happened.
@@ -38,6 +42,8 @@ from typing import Any
 from urllib.parse import urlencode
 
 import aiohttp
+
+from .slack_search import grant_action_token
 
 DEFAULT_TEAM = "T1"
 DEFAULT_APP = "A0APP00001"
@@ -139,11 +145,14 @@ def app_mention_event(
     thread_ts: str | None = None,
     team: str = DEFAULT_TEAM,
 ) -> dict[str, Any]:
-    """An `app_mention` event; `text` is verbatim, so include the mention (`<@UBOT> hi`)."""
+    """An `app_mention` event; `text` is verbatim, so include the mention (`<@UBOT> hi`).
+    It carries an `action_token`, as Slack's do: the writer's grant to search
+    (tests/fakes/slack_search.py)."""
     event = _user_message(
         text=text, user=user, channel=channel, ts=ts, thread_ts=thread_ts, team=team
     )
     event["type"] = "app_mention"
+    event["action_token"] = grant_action_token(user, team)
     return event
 
 
@@ -174,8 +183,9 @@ def dm_message_event(
     thread_ts: str | None = None,
     team: str = DEFAULT_TEAM,
 ) -> dict[str, Any]:
-    """A user's `message` in a direct message with the bot (`channel_type` "im")."""
-    return message_event(
+    """A user's `message` in a direct message with the bot (`channel_type` "im"), with its
+    `action_token` (tests/fakes/slack_search.py)."""
+    event = message_event(
         text=text,
         user=user,
         channel=channel,
@@ -184,6 +194,8 @@ def dm_message_event(
         thread_ts=thread_ts,
         team=team,
     )
+    event["action_token"] = grant_action_token(user, team)
+    return event
 
 
 def slack_file(

@@ -180,6 +180,27 @@ async def test_the_scopes_checked_follow_continue_threads(
     assert (status, lines(out, "FAIL")) == (0, []), out
 
 
+async def test_workspace_search_on_without_its_scopes_is_named(
+    slack: FakeSlack, model: OpenAIServer, postgres_dsn: str, tmp_path: Path
+) -> None:
+    """An installation granted everything but Real-time Search's scopes passes while
+    THREADGATE_WORKSPACE_SEARCH is off, and fails naming each search scope and why once
+    it is on."""
+    slack.granted_scopes = list(bot_scopes(continue_threads=True))
+    env = gateway_env(slack, model, await create_database(postgres_dsn, "doctor_search"))
+    status, out, _ = await run_cli_output(["doctor"], env, tmp_path)
+    assert (status, lines(out, "FAIL")) == (0, []), out
+    searching = {**env, "THREADGATE_WORKSPACE_SEARCH": "true"}
+    status, out, _ = await run_cli_output(["doctor"], searching, tmp_path)
+    assert status == 1
+    failures = lines(out, "FAIL")
+    search = [s for s in bot_scopes(continue_threads=True, workspace_search=True) if "search" in s]
+    assert len(failures) == len(search) == 4, out
+    for scope, line in zip(search, failures, strict=True):
+        assert line.startswith(f"FAIL slack scopes: {scope} is not granted")
+        assert "THREADGATE_WORKSPACE_SEARCH" in line
+
+
 async def test_a_model_that_never_answers_is_bounded_in_time(
     slack: FakeSlack, postgres_dsn: str, tmp_path: Path
 ) -> None:

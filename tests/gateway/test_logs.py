@@ -26,7 +26,7 @@ from gateway.telemetry.logs import (
     TextFormatter,
     log_handler,
 )
-from tests.fakes.openai_api import OpenAIServer
+from tests.fakes.openai_api import OpenAIServer, RecordedRequest, Reply, reply_with_tool
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.slack_events import app_mention_event, deliver, event_callback
 from tests.gateway.process import GatewayProcess
@@ -128,6 +128,11 @@ def test_no_secret_of_the_settings_reaches_a_log_line(style: str) -> None:
         ("https://discord.com/api/webhooks/123/tok", "https://discord.com/api/webhooks/[redacted]"),
         ("https://x.test/cb?api_key=k1&page=2", "?api_key=[redacted]&page=2"),
         (
+            "data: {'query': 'launch', 'action_token': '12345.98765.abcd2358fdea'}",
+            "{'query': 'launch', 'action_token': '[redacted]'}",
+        ),
+        ('{"action_token": "12345.98765.abcd", "limit": 10}', '"action_token": "[redacted]"'),
+        (
             "plain text, a@b.example and https://docs.example/a?b=1",
             "plain text, a@b.example and https://docs.example/a?b=1",
         ),
@@ -153,8 +158,10 @@ def test_a_known_secret_never_survives_redaction(secret: str, before: str, after
 
 async def test_a_gateway_run_logs_no_secret(postgres_dsn: str, tmp_path: Path) -> None:
     """A real `threadgate serve` at DEBUG, answering through a model URL with credentials
-    in it, then alarmed by a revoked token at a webhook that fails: its whole stderr holds
-    none of the secrets, though httpx's request lines and the alarm's failure are there."""
+    in it (after a workspace search with the mention's action token), then alarmed by a
+    revoked token at a webhook that fails: its whole stderr holds none of the secrets,
+    though httpx's request lines, slack_sdk's search request and the alarm's failure are
+    there."""
     dsn = await create_database(postgres_dsn, "secrets")
     hits = asyncio.Event()
 
@@ -184,18 +191,20 @@ async def test_a_gateway_run_logs_no_secret(postgres_dsn: str, tmp_path: Path) -
             OpenAIServer() as model,
             aiohttp.ClientSession() as http,
         ):
-            model.default = echo
+            model.default = searching
             base = model.url.replace("http://", "http://modeluser:liveBasePasswordSecret@")
             env = {
                 **gateway_env(slack, model, dsn),
                 **secrets,
                 "OPENAI_BASE_URL": base,
                 "THREADGATE_LOG_LEVEL": "DEBUG",
+                "THREADGATE_WORKSPACE_SEARCH": "true",
             }
             gateway = GatewayProcess(env, tmp_path)
             await gateway.start()
             try:
-                first = event_callback(app_mention_event(text="<@UBOT> hello"))
+                mention = app_mention_event(text="<@UBOT> hello")
+                first = event_callback(mention)
                 assert (await deliver(http, gateway.events_url, first, signing))[0] == 200
                 await slack.wait_for_posts(1)
                 slack.revoke_token()
@@ -209,5 +218,14 @@ async def test_a_gateway_run_logs_no_secret(postgres_dsn: str, tmp_path: Path) -
         await runner.cleanup()
     log = gateway.log.decode(errors="replace")
     leaks = ["liveBasePasswordSecret", "/services/T0LIVE/B0LIVE", *secrets.values()]
+    leaks.append(mention["action_token"])
     assert [leak for leak in leaks if leak in log] == []
     assert "HTTP Request: POST http://[redacted]@127.0.0.1" in log
+    assert "'action_token': '[redacted]'" in log  # slack_sdk's debug line of the search
+
+
+def searching(seen: RecordedRequest) -> Reply:
+    """Searches the workspace first, then answers as `echo` does."""
+    if any(m.get("role") == "tool" for m in seen.body["messages"]):
+        return echo(seen)
+    return reply_with_tool("search_workspace", {"query": "hello"})

@@ -71,6 +71,12 @@ METHOD_SCOPES: dict[str, set[str]] = {
     # A person's DM opened for a schedule that posts there (issue 34).
     "conversations_open": {"im:write"},
 }
+# Real-time Search, called by its name (its arguments in the request's body, the action
+# token among them: gateway/slack/search.py) and only with THREADGATE_WORKSPACE_SEARCH: a
+# scope per channel type it searches (search:read.public, .private, .mpim, .im on
+# docs.slack.dev's scope pages).
+SEARCH_METHOD = "assistant.search.context"
+SEARCH_SCOPES = {"search:read.public", "search:read.private", "search:read.mpim", "search:read.im"}
 # The scope Slack requires for each Events API subscription.
 EVENT_SCOPES = {
     "app_mention": {"app_mentions:read"},
@@ -209,7 +215,10 @@ def test_required_scopes_are_exactly_what_the_code_needs(continue_threads: bool)
     if "url_private" in source:  # file downloads (gateway/inbound/files.py) are not Web API calls
         needed.add("files:read")
     assert needed == set(bot_scopes(continue_threads=continue_threads))
-    assert set(SCOPE_REASONS) == set(bot_scopes(continue_threads=True))
+    assert f'"{SEARCH_METHOD}"' in source
+    searching = bot_scopes(continue_threads=continue_threads, workspace_search=True)
+    assert set(searching) == needed | SEARCH_SCOPES
+    assert set(SCOPE_REASONS) == set(bot_scopes(continue_threads=True, workspace_search=True))
     assert all(reason.strip() for reason in SCOPE_REASONS.values())
 
 
@@ -311,6 +320,21 @@ async def test_manifest_command_follows_continue_threads(tmp_path: Path) -> None
     assert "message.channels" in default["settings"]["event_subscriptions"]["bot_events"]
     assert "mpim:history" in default["oauth_config"]["scopes"]["bot"]
     assert "mpim:history" not in quiet["oauth_config"]["scopes"]["bot"]
+
+
+async def test_manifest_command_asks_for_the_search_scopes_only_with_workspace_search(
+    tmp_path: Path,
+) -> None:
+    """THREADGATE_WORKSPACE_SEARCH=true prints an app that asks for Real-time Search's
+    scopes; the default (off) asks for none of them."""
+    env = {"THREADGATE_WORKSPACE_SEARCH": "true"}
+    status, out, _ = await run_cli_output(["manifest", "--socket"], env, tmp_path)
+    assert status == 0
+    searching = yaml.safe_load(out)["oauth_config"]["scopes"]["bot"]
+    assert set(searching) >= SEARCH_SCOPES
+    default = app_manifest(socket_mode=True, continue_threads=True)["oauth_config"]["scopes"]
+    assert not SEARCH_SCOPES & set(default["bot"])
+    assert [s for s in searching if s not in SEARCH_SCOPES] == default["bot"]
 
 
 async def test_manifest_command_refuses_a_plain_http_url(tmp_path: Path) -> None:

@@ -44,6 +44,7 @@ FAMILIES = [
     ("threadgate_tasks", "counter", ("outcome",)),
     ("threadgate_tokens_today", "gauge", ("direction",)),
     ("threadgate_tool_calls", "counter", ("server", "tool", "outcome")),
+    ("threadgate_workspace_searches", "counter", ("outcome",)),
 ]
 
 

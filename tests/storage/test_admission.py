@@ -81,6 +81,7 @@ _WRITTEN = {
     "message_attachments": "SELECT * FROM message_attachments WHERE message_id NOT LIKE 'slack:%'",
     "admission_counts": "SELECT * FROM admission_counts",
     "limit_notices": "SELECT * FROM limit_notices",
+    "task_action_tokens": "SELECT * FROM task_action_tokens",
 }
 
 
@@ -141,6 +142,7 @@ async def test_the_back_filling_admission_writes_what_the_one_statement_writes(
             user="T1:U1",
             channel="T1:C1",
             images=images,
+            action_token=f"{event_id}.action",  # the second event's token is not kept
         )
         earlier = (EarlierMessage(f"slack:C1:{ts}:0", "before", picture),)
         one = await admit(fast, a, rule)
@@ -148,6 +150,7 @@ async def test_the_back_filling_admission_writes_what_the_one_statement_writes(
         assert (one, one.limited, one.noticed) == (other, other.limited, other.noticed)
     rows = await written_rows(fast)
     assert len(rows["tasks"]) == 3 and rows["limit_notices"] != []  # every outcome came
+    assert {r["token"] for r in rows["task_action_tokens"]} == {f"Ev{n}.action" for n in (1, 2, 3)}
     assert rows == await written_rows(backfilled)
 
 
