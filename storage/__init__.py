@@ -33,6 +33,14 @@ from storage.approvals import (
 from storage.database import DEFAULT_ADMISSION_CONNECTIONS, DEFAULT_WORK_CONNECTIONS, Database
 from storage.delegations import PostgresDelegations
 from storage.embedded import start_embedded_postgres
+from storage.erasure import (
+    Erasure,
+    ErasureRun,
+    PendingErasure,
+    pending_erasures,
+    request_erasure,
+    uninstall_seen,
+)
 from storage.errors import DatabaseUnavailable, MigrationError, StorageError
 from storage.feedback import (
     VOTES,
@@ -171,6 +179,8 @@ __all__ = [
     "Deleted",
     "EarlierMessage",
     "EpochRecord",
+    "Erasure",
+    "ErasureRun",
     "FeedbackLine",
     "Fired",
     "InstallationSummary",
@@ -184,6 +194,7 @@ __all__ = [
     "NewSchedule",
     "Outbox",
     "PendingApproval",
+    "PendingErasure",
     "PictureBudgets",
     "Pinned",
     "PinnedMessage",
@@ -259,8 +270,10 @@ __all__ = [
     "pause_unrunnable",
     "pause_workspace",
     "pending_approval",
+    "pending_erasures",
     "pending_migrations",
     "record_vote",
+    "request_erasure",
     "reset_session",
     "resume_schedule",
     "retain_pin",
@@ -278,6 +291,7 @@ __all__ = [
     "stored_turn_text",
     "tokens_today",
     "tool_calls_of",
+    "uninstall_seen",
     "usage_report",
     "votes_of",
 ]
