@@ -23,3 +23,8 @@ CREATE INDEX tasks_workspace ON tasks (split_part(session_id, ':', 1));
 CREATE INDEX messages_workspace ON messages (split_part(session_id, ':', 1));
 CREATE INDEX summaries_workspace ON summaries (split_part(session_id, ':', 1));
 CREATE INDEX model_usage_workspace ON model_usage (workspace);
+
+-- Deleting a session makes Postgres look for tasks that still name it (their foreign key),
+-- and the only index on tasks.session_id was for unfinished ones: each deleted session read
+-- the whole table. The retention job's deletion of empty sessions pays the same look.
+CREATE INDEX tasks_session ON tasks (session_id);
