@@ -34,6 +34,14 @@ from storage.approvals import (
 from storage.database import DEFAULT_ADMISSION_CONNECTIONS, DEFAULT_WORK_CONNECTIONS, Database
 from storage.delegations import PostgresDelegations
 from storage.embedded import start_embedded_postgres
+from storage.erasure import (
+    Erasure,
+    ErasureRun,
+    PendingErasure,
+    pending_erasures,
+    request_erasure,
+    uninstall_seen,
+)
 from storage.errors import DatabaseUnavailable, MigrationError, StorageError
 from storage.feedback import (
     VOTES,
@@ -197,6 +205,8 @@ __all__ = [
     "Deleted",
     "EarlierMessage",
     "EpochRecord",
+    "Erasure",
+    "ErasureRun",
     "FeedbackLine",
     "Fired",
     "FoundTier",
@@ -211,6 +221,7 @@ __all__ = [
     "NewSchedule",
     "Outbox",
     "PendingApproval",
+    "PendingErasure",
     "PictureBudgets",
     "Pinned",
     "PinnedMessage",
@@ -299,10 +310,12 @@ __all__ = [
     "pause_unrunnable",
     "pause_workspace",
     "pending_approval",
+    "pending_erasures",
     "pending_migrations",
     "push_read",
     "read_tier_of",
     "record_vote",
+    "request_erasure",
     "reset_session",
     "resume_schedule",
     "retain_pin",
@@ -324,6 +337,7 @@ __all__ = [
     "take_read",
     "tokens_today",
     "tool_calls_of",
+    "uninstall_seen",
     "usage_report",
     "votes_of",
 ]

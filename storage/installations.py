@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from storage.database import Database
+from storage.erasure import finish_erasure
 from storage.errors import translate_errors
 from storage.queue import InterventionRefused, UnknownTask, cancel_task
 from storage.token_cipher import SEALED, TokenCipher, open_token
@@ -128,9 +129,13 @@ class PostgresInstallations:
 
     @translate_errors("The Slack installation could not be saved")
     async def save(self, found: StoredInstallation) -> None:
+        """Store an install; a pending erasure of the workspace (an earlier uninstall) is
+        finished first, so nothing of this installation is erased with it."""
         enterprise_id, team_id = workspace_key(
             found.enterprise_id, found.team_id, found.is_enterprise_install
         )
+        if (key := team_id or enterprise_id) is not None:
+            await finish_erasure(self._db, key)
         await self._db.pool.execute(
             _INSERT,
             self.client_id,

@@ -31,7 +31,7 @@ One replica runs at a time: the runner holds a session-level advisory lock
 skips this run. A connection that dies drops its lock with it.
 
 Tables other parts may add that hang on a message, a task or a session must be listed here
-(`_TASK_CHILDREN`, or a step of their own) or have `ON DELETE CASCADE`, or a step fails on
+(`TASK_ROWS`, or a step of their own) or have `ON DELETE CASCADE`, or a step fails on
 their foreign key; the run then logs the error and stops, deleting nothing more. A row that
 names one without a foreign key would be left behind: tests/storage/test_retention.py looks
 in every table's `task_id`, `message_id` and `session_id` columns after a run.
@@ -62,8 +62,9 @@ WHERE state IN ('done', 'failed', 'cancelled') AND finished_at < now() - $1::int
 ORDER BY finished_at LIMIT $2 FOR UPDATE SKIP LOCKED
 """
 
-# Per-task rows, children before parents; $1 the batch's task ids.
-_TASK_CHILDREN = (
+# A task and every row that hangs on it, children before parents; $1 the batch's task ids.
+# Erasure (storage/erasure.py) deletes a workspace's tasks with the same list.
+TASK_ROWS = (
     ("subtasks", "DELETE FROM subtasks WHERE task_id = ANY($1::text[])"),
     ("task_rounds", "DELETE FROM task_rounds WHERE task_id = ANY($1::text[])"),
     ("tool_calls", "DELETE FROM tool_calls WHERE task_id = ANY($1::text[])"),
@@ -240,7 +241,7 @@ class Retention:
         async with conn.transaction():
             ids = [r["id"] for r in await conn.fetch(_FINISHED_TASKS, self._age, self._batch)]
             if ids:
-                for table, statement in _TASK_CHILDREN:
+                for table, statement in TASK_ROWS:
                     done.add(table, _count(await conn.execute(statement, ids)))
         return len(ids)
 

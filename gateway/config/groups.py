@@ -81,6 +81,11 @@ class DatabaseSettings(Group):
     retention_interval_seconds: float = Field(
         default=3600.0, ge=10, le=7 * _DAY, validation_alias="THREADGATE_RETENTION_INTERVAL_SECONDS"
     )
+    # How long after an uninstall the workspace's stored content starts being erased:
+    # time for a round still running there to stop (storage/erasure.py).
+    erasure_delay_seconds: float = Field(
+        default=60.0, ge=0, le=_DAY, validation_alias="THREADGATE_ERASURE_DELAY_SECONDS"
+    )
 
 
 class TaskSettings(Group):

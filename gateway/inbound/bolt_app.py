@@ -17,8 +17,9 @@ With many workspaces (OAuth mode), authorization finds the event's installation
 (`gateway.slack.oauth.InstalledIdentity`), the listener works through the gatekeeper, pins and
 revisions of the event's tenant — the installation the delivery is for, its
 `authorizations` (`gateway.slack.events.event_tenant`), not the envelope's team, which in a
-Slack Connect channel is the writer's — with that installation's token, and an
-`app_uninstalled` or a `tokens_revoked` naming bot tokens goes to `on_uninstalled`.
+Slack Connect channel is the writer's — with that installation's token. In both modes an
+`app_uninstalled` or a `tokens_revoked` naming bot tokens goes to `on_uninstalled`
+(gateway/slack/uninstall.py).
 """
 
 from __future__ import annotations
@@ -60,8 +61,8 @@ log = logging.getLogger(__name__)
 
 # The gatekeeper of a workspace (team id, enterprise id): one per workspace with many.
 Gatekeepers: TypeAlias = Callable[[str | None, str | None], Awaitable[Gatekeeper]]
-# Called with (team id, enterprise id, is an org-wide install) when the app leaves one.
-Uninstalled: TypeAlias = Callable[[str | None, str | None, bool], Awaitable[None]]
+# Called with the installation and the delivery's event id when the app leaves a workspace.
+Uninstalled: TypeAlias = Callable[[Tenant, str | None], Awaitable[None]]
 # Pins and revisions of the event's workspace (team id, enterprise id).
 WorkspacePins: TypeAlias = Callable[[str | None, str | None], Awaitable[Pins]]
 WorkspaceRevisions: TypeAlias = Callable[[str | None, str | None], Awaitable[Revisions]]
@@ -150,7 +151,8 @@ class Listeners:
         event = body.get("event")
         tenant = event_tenant(body)
         if self.on_uninstalled is not None and isinstance(event, dict) and uninstalls(event):
-            await self.on_uninstalled(tenant.installed_team, tenant.enterprise, tenant.org_wide)
+            event_id = body.get("event_id")
+            await self.on_uninstalled(tenant, event_id if isinstance(event_id, str) else None)
             self.metrics.events.labels("uninstalled").inc()
         elif (pin := pin_change(body)) is not None:
             self.metrics.pin_settled(await self._pin(pin, tenant, context.bot_user_id))

@@ -15,6 +15,10 @@ the setting to fix:
   closed, so a refused or wrong-kind app token shows before `serve`;
 - the model: one tiny call per configured slot (`agent.probe_model`);
 - the database: reachable, and which migrations `serve` will apply at start (not a failure);
+- erasure: a workspace the app was uninstalled from whose stored content is still there
+  well after the uninstall (storage/erasure.py);
+- retention: with many workspaces, messages kept longer than Slack's terms allow a
+  distributed app (`DISTRIBUTED_RETENTION_DAYS`);
 - MCP servers (`THREADGATE_MCP_CONFIG`): each one connected or not (and why), with the
   tools it offers the model. A server that does not connect is a problem to report, even
   though `serve` would start without it;
@@ -33,6 +37,7 @@ import asyncio
 import functools
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Literal, TypeAlias
 
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
@@ -57,6 +62,7 @@ from gateway.inbound.socket_mode import probe_socket_mode
 from gateway.models.routes import provider_settings
 from gateway.process.channel_policies import prompt_instructions
 from gateway.process.slack_clients import token_cipher
+from gateway.process.workers import ERASURE_SWEEP_SECONDS
 from gateway.slack.client import slack_client
 from gateway.slack.errors import SlackError, SlackRefused, SlackUnavailable
 from gateway.slack.oauth import OPEN_INSTALLS
@@ -66,6 +72,7 @@ from storage import (
     InstallationSummary,
     PostgresInstallations,
     StorageError,
+    pending_erasures,
     pending_migrations,
 )
 
@@ -113,6 +120,7 @@ async def diagnose(settings: Settings, limits: Limits | None = None) -> list[Fin
         _guarded("database", check_database(settings, limits)),
         _guarded("mcp", check_mcp(settings, limits.mcp)),
     )
+    erasures = await _guarded("erasure", check_erasures(settings, limits))
     return [
         *check_settings(settings),
         check_retention(settings),
@@ -120,6 +128,7 @@ async def diagnose(settings: Settings, limits: Limits | None = None) -> list[Fin
         *sockets,
         *models,
         *database,
+        *erasures,
         *mcp,
         *check_channels(settings),
     ]
@@ -146,8 +155,31 @@ def check_settings(settings: Settings) -> list[Finding]:
     return [Finding("settings", "ok", f"complete for {mode(settings)}")]
 
 
+# The most days a distributed install (many workspaces) keeps messages without a warning.
+# Slack's API terms name no number: they forbid persistent copies, archives and indexes of
+# Slack data for apps used beyond their maker's organization. A month keeps a thread's
+# context for as long as people usually come back to it, and is a cache, not an archive.
+DISTRIBUTED_RETENTION_DAYS = 30
+
+
 def check_retention(settings: Settings) -> Finding:
-    """What the retention job will delete (storage/retention.py); not a check, a reminder."""
+    """What the retention job will delete (storage/retention.py): a reminder, and a warning
+    when a distributed install keeps messages longer than `DISTRIBUTED_RETENTION_DAYS`."""
+    finding = retention_reminder(settings)
+    days = settings.database.retention_days
+    if settings.slack.oauth_mode and not 0 < days <= DISTRIBUTED_RETENTION_DAYS:
+        kept = "forever" if not days else f"for {days} days"
+        detail = (
+            f"many workspaces (SLACK_CLIENT_ID) and messages kept {kept}: Slack's API terms "
+            "forbid a distributed app persistent copies of Slack data; set "
+            f"THREADGATE_RETENTION_DAYS to {DISTRIBUTED_RETENTION_DAYS} or fewer "
+            "(README: What threadgate stores, and for how long)"
+        )
+        return Finding("retention", "warn", detail)
+    return finding
+
+
+def retention_reminder(settings: Settings) -> Finding:
     days = settings.database.retention_days
     every = f"every {settings.database.retention_interval_seconds:g} s"
     if not days:
@@ -481,6 +513,32 @@ async def check_database(settings: Settings, limits: Limits) -> list[Finding]:
         return [Finding("database", "ok", detail), connections, reads]
     ready = f"{where} is reachable and the schema is up to date"
     return [Finding("database", "ok", ready), connections, reads]
+
+
+async def check_erasures(settings: Settings, limits: Limits) -> list[Finding]:
+    """Workspaces the app was uninstalled from whose stored content is still there past the
+    delay and two of the workers' sweeps: erasure is failing, or no worker runs."""
+    limit = limits.embedded_database if settings.database.url is None else limits.database
+    try:
+        async with (
+            asyncio.timeout(limit),
+            Database(await database_dsn(settings), min_size=1, max_size=1, signals=False) as db,
+        ):
+            pending = await pending_erasures(db)
+    except (StorageError, TimeoutError):
+        return []  # the database check says why
+    due = timedelta(seconds=settings.database.erasure_delay_seconds + 2 * ERASURE_SWEEP_SECONDS)
+    overdue = [p.workspace for p in pending if p.waited > due]
+    if overdue:
+        detail = (
+            f"the content of {len(overdue)} uninstalled workspace(s) ({', '.join(overdue)}) "
+            f"is not erased {due.total_seconds():g} s after the uninstall: check that a "
+            "worker runs and its log ('erasure of an uninstalled workspace failed')"
+        )
+        return [Finding("erasure", "warn", detail)]
+    if pending:
+        return [Finding("erasure", "ok", f"{len(pending)} uninstalled workspace(s) being erased")]
+    return [Finding("erasure", "ok", "no uninstalled workspace's content waits to be erased")]
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,7 +43,8 @@ from gateway.process.channel_policies import limits
 from gateway.process.http import Readiness, build_http_app, listen
 from gateway.process.resources import Resources
 from gateway.slack.file_info import FileInfo
-from gateway.slack.oauth import INSTALL_PATH, InstalledIdentity, Uninstaller
+from gateway.slack.oauth import INSTALL_PATH, InstalledIdentity
+from gateway.slack.uninstall import Uninstaller
 from storage import PostgresInstallations
 
 log = logging.getLogger(__name__)
@@ -101,7 +102,7 @@ class Ingress:
             r.metrics,
             pins=self.pins,
             revisions=self.revisions,
-            on_uninstalled=Uninstaller(db, installations, clients) if installations else None,
+            on_uninstalled=Uninstaller(db, installations, clients, r.erasure(), r.supervisor),
             stops=Stops(db, clients),
             app_home=AppHome(
                 clients,

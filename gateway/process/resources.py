@@ -19,6 +19,7 @@ import logging
 from collections.abc import Coroutine
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import aiohttp
@@ -34,7 +35,7 @@ from gateway.slack.oauth import OPEN_INSTALLS
 from gateway.slack.read_pacing import ReadPacing
 from gateway.slack.workspaces import SlackClients
 from gateway.telemetry.metrics import Metrics
-from storage import Database, Outbox, PostgresAlertThrottle
+from storage import Database, Erasure, Outbox, PostgresAlertThrottle
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,14 @@ class Resources:
             self.db,
             call_seconds=s.slack.timeout_seconds,
             settle_seconds=s.slack.settle_seconds,
+        )
+
+    def erasure(self) -> Erasure:
+        """Deletes what was stored of a workspace the app left (storage/erasure.py)."""
+        return Erasure(
+            self.db,
+            settle=timedelta(seconds=self.settings.database.erasure_delay_seconds),
+            on_deleted=self.metrics.erased_rows,
         )
 
     def operator_alerts(self) -> OperatorAlerts:

@@ -2,9 +2,10 @@
 
 The workers open the model routes (an ingress opens none), connect the MCP servers before
 the first task is claimed so the first messages already see their tools, and run the task
-runner (agent/durable/runner.py) with Slack's publisher, the retention job and the
-scheduler. They meet the ingress only in Postgres: admission queues a task, and any
-worker's lease claims it (storage/queue.py). All they need is `Resources`
+runner (agent/durable/runner.py) with Slack's publisher, the retention job, the sweep
+of uninstalled workspaces' erasures (storage/erasure.py) and the scheduler. They meet the
+ingress only in Postgres: admission queues a task, and any worker's lease claims it
+(storage/queue.py). All they need is `Resources`
 (gateway/process/resources.py) and the circuit their ladders share with the channels'.
 
 With `THREADGATE_WORKSPACE_SEARCH` on, the tools include `search_workspace`
@@ -39,6 +40,10 @@ from gateway.schedules.scheduler import Scheduler, tell_paused
 from gateway.slack.search_tool import SearchWorkspace, search_tool
 from storage import PostgresScheduleBook, Retention
 
+# How often the workers look for erasures of uninstalled workspaces that are due or that
+# the uninstall's own try did not finish (a restart, a failure).
+ERASURE_SWEEP_SECONDS = 60.0
+
 
 class Workers:
     """Answers queued tasks with `resources`; `start` it on a stack that stops it."""
@@ -54,6 +59,13 @@ class Workers:
         self.mcp = await start_mcp(self._r.settings, registries[0], stack)
         await self._start_runner(stack, registries)
         background(stack, "retention", self._retention())
+        background(
+            stack,
+            "erasure",
+            self._r.erasure().run_every(
+                ERASURE_SWEEP_SECONDS, self._r.metrics.erasures_pending.set
+            ),
+        )
         background(stack, "scheduler", self._scheduler())
         self.started = True
 

@@ -15,11 +15,13 @@ double-quoted style), so nothing a value contains can change the structure.
 Workspace search (`THREADGATE_WORKSPACE_SEARCH`) adds Real-time Search's scopes
 (`search:read.*`, gateway/slack/scopes.py); the committed copies, for the defaults, have none.
 
-For many workspaces (`oauth`: SLACK_CLIENT_ID is set) the manifest adds what the install
-flow needs: the redirect URL (`THREADGATE_OAUTH_REDIRECT_URL`) in
-`oauth_config.redirect_urls`, the `app_uninstalled` and `tokens_revoked` events (an
-uninstall stops that workspace's tasks), and `org_deploy_enabled` (Enterprise Grid
-org-wide installs). Public distribution itself is switched on in the app's settings
+Every manifest subscribes to `app_uninstalled` and `tokens_revoked`: an uninstall stops
+that workspace's tasks and erases what was stored of it (gateway/slack/uninstall.py), with
+one workspace as with many. For many workspaces (`oauth`: SLACK_CLIENT_ID is set) the
+manifest adds what the install flow needs: the redirect URL
+(`THREADGATE_OAUTH_REDIRECT_URL`) in `oauth_config.redirect_urls` and
+`org_deploy_enabled` (Enterprise Grid org-wide installs). Public distribution itself is
+switched on in the app's settings
 ("Manage Distribution"): the manifest schema has no field for it.
 
 New apps get Slack's agent messaging experience (`agent_view`, with `agent_description`
@@ -104,9 +106,7 @@ def app_manifest(
     `workspace_search`."""
     oauth = oauth or redirect_url is not None
     subscribed = bot_events(continue_threads=continue_threads)
-    events: dict[str, Any] = {
-        "bot_events": list(subscribed + UNINSTALL_EVENTS if oauth else subscribed)
-    }
+    events: dict[str, Any] = {"bot_events": list(subscribed + UNINSTALL_EVENTS)}
     scopes: dict[str, Any] = {
         "scopes": {
             "bot": list(

@@ -50,21 +50,12 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from gateway.slack.errors import SlackError
 from gateway.slack.workspaces import NotInstalled, SlackClients
-from storage import (
-    Database,
-    PostgresInstallations,
-    PostgresOAuthStates,
-    StoredInstallation,
-    cancel_workspace_tasks,
-    pause_workspace,
-)
+from storage import PostgresInstallations, PostgresOAuthStates, StoredInstallation
 
 log = logging.getLogger(__name__)
 
 INSTALL_PATH = "/slack/install"
 REDIRECT_PATH = "/slack/oauth_redirect"
-# Why a workspace's schedules stop running when the app leaves it.
-UNINSTALLED = "the app was uninstalled from its workspace (app_uninstalled)"
 
 
 class InstallationStore(AsyncInstallationStore):
@@ -338,35 +329,3 @@ class InstallFlow(AsyncOAuthFlow):
 
 _HTML: dict[str, str | Sequence[str]] = {"Content-Type": "text/html; charset=utf-8"}
 _RETRY: dict[str, str | Sequence[str]] = {"Retry-After": "60"}
-
-UNINSTALL_ACTOR = "slack:app_uninstalled"
-
-
-class Uninstaller:
-    """What an uninstall (or a revocation of the bot's tokens) does: the installation is
-    deleted, its cached client dropped, and the workspace's unfinished tasks cancelled
-    through the operators' cancel path — so nothing more is posted there (the token is
-    gone: a post could only fail and raise the alarm)."""
-
-    def __init__(self, db: Database, installations: PostgresInstallations, clients: SlackClients):
-        self._db = db
-        self._installations = installations
-        self._clients = clients
-
-    async def __call__(
-        self, team_id: str | None, enterprise_id: str | None, is_enterprise_install: bool
-    ) -> None:
-        team = None if is_enterprise_install else team_id
-        await self._installations.delete(enterprise_id, team)
-        self._clients.forget(team, enterprise_id)
-        cancelled = await cancel_workspace_tasks(
-            self._db, team, enterprise_id=enterprise_id, actor=UNINSTALL_ACTOR
-        )
-        paused = await pause_workspace(self._db, team, enterprise_id, UNINSTALLED) if team else 0
-        log.warning(
-            "threadgate was uninstalled from Slack workspace %s: installation deleted, "
-            "%d unfinished task(s) cancelled, %d schedule(s) paused",
-            team or enterprise_id,
-            len(cancelled),
-            paused,
-        )

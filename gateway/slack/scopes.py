@@ -75,8 +75,8 @@ def bot_events(*, continue_threads: bool) -> tuple[str, ...]:
     return (_ALWAYS + _CONTINUATION if continue_threads else _ALWAYS) + _PINS + _AGENT
 
 
-# With many workspaces (OAuth), an uninstall or a revoked token must reach us, to forget
-# the workspace and stop its tasks. Neither needs a scope.
+# An uninstall or a revoked bot token must reach us, to stop the workspace's tasks and
+# erase what we stored of it (and with many workspaces, forget it). Neither needs a scope.
 UNINSTALL_EVENTS = ("app_uninstalled", "tokens_revoked")
 
 

@@ -312,7 +312,7 @@ class QueueFamilies:
 
 
 class DatabaseFamilies:
-    """The connection pool, and the rows retention deleted."""
+    """The connection pool, and the rows retention and erasure deleted."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.db_pool_wait_seconds = Histogram(
@@ -342,6 +342,21 @@ class DatabaseFamilies:
             registry=registry,
         )
 
+        self.erased = Counter(
+            "threadgate_erased_rows_total",
+            "Rows deleted because the app was uninstalled from their workspace, by table"
+            " (storage/erasure.py).",
+            ["table"],
+            registry=registry,
+        )
+        self.erasures_pending = Gauge(
+            "threadgate_erasures_pending",
+            "Workspaces the app was uninstalled from whose stored content is not erased yet,"
+            " as the workers' last sweep found (one stays up for THREADGATE_ERASURE_DELAY_SECONDS"
+            " after an uninstall; longer means erasure fails: see the log).",
+            registry=registry,
+        )
+
     def watch_pool(self, pool: ConnectionPool) -> None:
         """The pool gauges read `pool` when scraped."""
         self.db_pool_connections.labels("lent").set_function(lambda: pool.lent)
@@ -352,3 +367,7 @@ class DatabaseFamilies:
     def retention_deleted_rows(self, table: str, count: int) -> None:
         """`storage.Retention`'s counter callback."""
         self.retention_deleted.labels(table).inc(count)
+
+    def erased_rows(self, table: str, count: int) -> None:
+        """`storage.Erasure`'s counter callback."""
+        self.erased.labels(table).inc(count)

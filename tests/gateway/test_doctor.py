@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from gateway.config.settings import Settings
-from gateway.operator.doctor import check_slack
+from gateway.operator.doctor import Limits, check_erasures, check_retention, check_slack
 from gateway.slack.scopes import SCOPE_REASONS, bot_scopes
+from storage import Database, request_erasure
 from storage.migrations import available_migrations
 from tests.fakes.openai_api import (
     Completion,
@@ -242,3 +243,38 @@ async def test_a_server_without_room_for_a_process_s_connections_is_a_warning(
     [warned] = lines(out, "warn")
     assert status == 0 and "opens up to 511" in warned, out + err
     assert "raise max_connections or lower THREADGATE_DB_CONNECTIONS" in warned
+
+
+def oauth_settings(**more: object) -> Settings:
+    return Settings(slack_client_id="1.2", slack_client_secret="s" * 32, **more)
+
+
+def test_a_distributed_install_keeping_messages_past_30_days_is_warned() -> None:
+    """With many workspaces, retention off or over 30 days is a warning naming the setting
+    and the number; 30 or fewer passes; with one workspace the setting is only reported."""
+    for days in (0, 31):
+        finding = check_retention(oauth_settings(threadgate_retention_days=days))
+        assert finding.status == "warn", finding
+        assert "THREADGATE_RETENTION_DAYS to 30 or fewer" in finding.detail
+    assert "kept forever" in check_retention(oauth_settings()).detail
+    assert check_retention(oauth_settings(threadgate_retention_days=30)).status == "ok"
+    single = Settings(slack_bot_token=BOT_TOKEN)
+    assert check_retention(single).status == "ok"
+    assert "kept forever" in check_retention(single).detail
+
+
+async def test_an_erasure_not_done_well_after_its_delay_is_warned(postgres_dsn: str) -> None:
+    """An uninstalled workspace whose content waits past the delay and two sweeps is a
+    warning naming it; one requested just now is reported as being erased."""
+    dsn = await create_database(postgres_dsn, "doctor_erasure")
+    settings = Settings(slack_bot_token=BOT_TOKEN, database_url=dsn)
+    assert [f.status for f in await check_erasures(settings, Limits())] == ["ok"]
+    async with Database(dsn, min_size=1, max_size=1) as db:
+        await request_erasure(db, "T9", reason="uninstalled")
+        [fresh] = await check_erasures(settings, Limits())
+        assert fresh.status == "ok" and "1 uninstalled workspace(s) being erased" in fresh.detail
+        await db.pool.execute(
+            "UPDATE workspace_erasures SET requested_at = now() - '1 hour'::interval"
+        )
+    [late] = await check_erasures(settings, Limits())
+    assert late.status == "warn" and "(T9)" in late.detail and "worker" in late.detail

@@ -26,7 +26,7 @@ from gateway.slack.manifest import (
     parse_prompts,
     render_manifest,
 )
-from gateway.slack.scopes import SCOPE_REASONS, bot_events, bot_scopes
+from gateway.slack.scopes import SCOPE_REASONS, UNINSTALL_EVENTS, bot_events, bot_scopes
 from tests.fakes.slack_events import (
     agent_session_stopped_event,
     app_home_opened_event,
@@ -262,7 +262,7 @@ def test_manifest_declares_scopes_events_and_mode(continue_threads: bool) -> Non
     socket = app_manifest(socket_mode=True, continue_threads=continue_threads)
     http = app_manifest(socket_mode=False, continue_threads=continue_threads)
     scopes = list(bot_scopes(continue_threads=continue_threads))
-    events = list(bot_events(continue_threads=continue_threads))
+    events = list(bot_events(continue_threads=continue_threads) + UNINSTALL_EVENTS)
     for manifest in (socket, http):
         assert manifest["oauth_config"]["scopes"]["bot"] == scopes
         assert manifest["settings"]["event_subscriptions"]["bot_events"] == events
@@ -343,9 +343,10 @@ async def test_manifest_command_refuses_a_plain_http_url(tmp_path: Path) -> None
     assert status == 2 and out == "" and "https://" in err and "Traceback" not in err
 
 
-def test_many_workspaces_add_the_redirect_url_uninstall_events_and_org_installs() -> None:
-    """With OAuth the manifest lists the redirect URL, subscribes to app_uninstalled and
-    tokens_revoked, and allows org-wide installs; without it, none of these."""
+def test_many_workspaces_add_the_redirect_url_and_org_installs_every_app_the_uninstall() -> None:
+    """With OAuth the manifest lists the redirect URL and allows org-wide installs; without
+    it, neither. Both subscribe to app_uninstalled and tokens_revoked (an uninstall erases
+    the workspace's content with one workspace too)."""
     url = "https://threadgate.example.com/slack/oauth_redirect"
     many = app_manifest(socket_mode=False, oauth=True, redirect_url=url, continue_threads=True)
     assert many["oauth_config"]["redirect_urls"] == [url]
@@ -354,7 +355,7 @@ def test_many_workspaces_add_the_redirect_url_uninstall_events_and_org_installs(
     assert many["settings"]["org_deploy_enabled"] is True
     one = app_manifest(socket_mode=False, continue_threads=True)
     assert "redirect_urls" not in one["oauth_config"]
-    assert not {"app_uninstalled", "tokens_revoked"} & set(
+    assert {"app_uninstalled", "tokens_revoked"} <= set(
         one["settings"]["event_subscriptions"]["bot_events"]
     )
     assert one["settings"]["org_deploy_enabled"] is False

@@ -16,7 +16,7 @@ from gateway.config.settings import VARIABLES, Settings, parse_address
 from gateway.operator.cli import parser, with_role
 from gateway.process.http import build_health_app, build_http_app, build_metrics_app
 from gateway.slack.manifest import app_manifest, render_manifest
-from gateway.slack.scopes import bot_events, bot_scopes
+from gateway.slack.scopes import UNINSTALL_EVENTS, bot_events, bot_scopes
 from gateway.telemetry.metrics import Metrics
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
@@ -76,7 +76,7 @@ def test_committed_slack_manifests_equal_the_generated_ones(name: str, socket_mo
     assert manifest["oauth_config"]["scopes"]["bot"] == list(
         bot_scopes(continue_threads=continuing)
     )
-    events = list(bot_events(continue_threads=continuing))
+    events = list(bot_events(continue_threads=continuing) + UNINSTALL_EVENTS)
     assert manifest["settings"]["event_subscriptions"]["bot_events"] == events
 
 

@@ -20,6 +20,8 @@ FAMILIES = [
     ("threadgate_db_pool_connections", "gauge", ("state",)),
     ("threadgate_db_pool_wait_seconds", "histogram", ()),
     ("threadgate_db_pool_waiting", "gauge", ()),
+    ("threadgate_erased_rows", "counter", ("table",)),
+    ("threadgate_erasures_pending", "gauge", ()),
     ("threadgate_event_loop_lag_seconds", "histogram", ("loop",)),
     ("threadgate_events", "counter", ("outcome",)),
     ("threadgate_feedback", "counter", ("value",)),

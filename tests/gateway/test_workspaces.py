@@ -25,10 +25,12 @@ from gateway.inbound.bolt_app import uninstalls
 from gateway.inbound.gatekeeper import LIMIT_NOTICES
 from gateway.slack.events import Tenant, event_tenant, inbound_turn
 from gateway.slack.oauth import OPEN_INSTALLS
+from storage import Database
 from tests.fakes.openai_api import RecordedRequest, Reply
 from tests.fakes.slack_events import app_mention_event, event_callback
 from tests.gateway.process import run_cli_output
 from tests.gateway.rig import BOTH, Rig, echo, gateway_env, oauth_env
+from tests.gateway.test_files_end_to_end import png
 from tests.pg import wait_for_task
 
 TEAMS = {"T2": "C2ALPHA", "T3": "C3BRAVO"}
@@ -130,6 +132,91 @@ async def test_an_uninstalled_workspace_gets_nothing_and_the_other_is_still_answ
     assert not [
         c for c in rig.slack.calls_to("chat.postMessage") if c.params["channel"] == gone["channel"]
     ]
+
+
+# An uninstall's content is erased at once (not after the default delay).
+ERASE_AT_ONCE = {"THREADGATE_ERASURE_DELAY_SECONDS": "0"}
+
+
+async def until(db: Database, query: str, deadline: float = 30) -> None:
+    """Wait until `query` is true: erasure runs in the background and wakes no one."""
+    async with asyncio.timeout(deadline):
+        while not await db.pool.fetchval(query):  # noqa: ASYNC110 - rows, polled
+            await asyncio.sleep(0.02)  # polling a condition, under the deadline above
+
+
+# What is stored of one workspace ($1): its messages, and what hangs on its sessions.
+_STORED = """
+SELECT (SELECT count(*) FROM messages WHERE split_part(session_id, ':', 1) = $1) AS messages,
+       (SELECT count(*) FROM messages WHERE split_part(session_id, ':', 1) = $1
+          AND text LIKE '%launch moved to March%') AS file_text,
+       (SELECT count(*) FROM sessions WHERE split_part(id, ':', 1) = $1) AS sessions,
+       (SELECT count(*) FROM tasks WHERE split_part(session_id, ':', 1) = $1) AS tasks,
+       (SELECT count(*) FROM model_usage WHERE workspace = $1) AS usage
+"""
+
+
+NOTHING = {"messages": 0, "file_text": 0, "sessions": 0, "tasks": 0, "usage": 0}
+
+
+async def stored(rig: Rig, team: str) -> dict[str, int]:
+    row = await rig.db.pool.fetchrow(_STORED, team)
+    assert row is not None
+    return dict(row)
+
+
+@pytest.mark.rig(oauth=True, workspaces=TEAMS, overrides=ERASE_AT_ONCE)
+async def test_an_uninstall_erases_that_workspaces_messages_pictures_and_files(rig: Rig) -> None:
+    """Two workspaces answered, one shown a picture and a text file: app_uninstalled there
+    leaves no stored message, picture or file text of it (nor task, session or usage),
+    and the other keeps all of its own. After a reinstall, whose mention is answered, the
+    same delivery again (Slack's retry) changes nothing: the new installation stays."""
+    assert rig.slack.oauth is not None
+    tokens = {team: await rig.install(team) for team in TEAMS}
+    rig.slack.files.bot_token = tokens["T2"]  # the fake hosts T2's files
+    picture = rig.slack.files.add_file("chart.png", png(), mimetype="image/png")
+    notes = rig.slack.files.add_file("notes.txt", b"launch moved to March")
+    shown, _ = mention("T2", "what do these say?")
+    await send(rig, event_callback(shown | {"files": [picture, notes]}, team_id="T2"))
+    other, envelope = mention("T3", "hello from T3")
+    await send(rig, envelope)
+    for event in (shown, other):
+        await wait_for_task(rig.db, f"{event['team']}:{event['channel']}:{event['ts']}", "done")
+    before = await stored(rig, "T2")
+    assert before["file_text"] >= 1 and before["usage"] >= 1
+    assert await rig.count("message_attachments") == 1  # T2's picture
+    kept = await stored(rig, "T3")
+    rig.slack.oauth.uninstall("T2")
+    uninstall = event_callback({"type": "app_uninstalled"}, team_id="T2")
+    await send(rig, uninstall)
+    await until(rig.db, "SELECT NOT EXISTS (SELECT 1 FROM workspace_erasures)")
+    assert await stored(rig, "T2") == NOTHING
+    assert await rig.count("message_attachments") == 0
+    assert await stored(rig, "T3") == kept
+    await rig.install("T2")
+    back, envelope = mention("T2", "back again")
+    await send(rig, envelope)
+    await wait_for_task(rig.db, f"T2:{back['channel']}:{back['ts']}", "done")
+    await send(rig, uninstall)
+    teams = await rig.db.pool.fetch("SELECT team_id FROM slack_installations")
+    assert sorted(r["team_id"] for r in teams) == ["T2", "T3"]
+    assert await rig.count("workspace_erasures") == 0
+    assert (await stored(rig, "T2"))["messages"] == 2  # the mention and its answer
+
+
+@pytest.mark.rig(overrides=ERASE_AT_ONCE)
+async def test_with_one_workspace_a_revoked_bot_token_erases_its_content_too(rig: Rig) -> None:
+    """With SLACK_BOT_TOKEN (no installations), tokens_revoked naming the bot erases the
+    workspace's messages, tasks and sessions as an uninstall does."""
+    event = app_mention_event(text="<@UBOT> remember this")
+    await rig.send(event_callback(event))
+    await wait_for_task(rig.db, f"{event['team']}:{event['channel']}:{event['ts']}", "done")
+    assert (await stored(rig, event["team"]))["messages"] == 2
+    revoked = {"type": "tokens_revoked", "tokens": {"bot": ["UBOT"]}}
+    status, body = await rig.send(event_callback(revoked, team_id=event["team"]))
+    assert status == 200, body
+    await until(rig.db, "SELECT NOT EXISTS (SELECT 1 FROM workspace_erasures)")
+    assert await stored(rig, event["team"]) == NOTHING
 
 
 def connect_mention(host: str, writer: str, text: str) -> tuple[dict[str, Any], dict[str, Any]]:

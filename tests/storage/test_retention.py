@@ -10,11 +10,12 @@ from storage.retention import _LOCK_KEY
 DAYS = 30
 
 
-async def task(db: Database, name: str, *, state: str, age_days: int) -> str:
-    """A task with its turn, reply, outbox rows, a delegating round with a subtask, a tool
-    call and an intervention, created (and finished, unless unfinished) `age_days` ago."""
-    task_id = f"T1:C1:{name}"
-    assert await admit(db, Admission(None, task_id, f"T1:C1:{name}", {"channel": "C1"}, "hi"))
+async def task(db: Database, name: str, *, state: str, age_days: int, team: str = "T1") -> str:
+    """A task of workspace `team` with its turn, reply, outbox rows, a delegating round with
+    a subtask, a tool call and an intervention, created (and finished, unless unfinished)
+    `age_days` ago."""
+    task_id = f"{team}:C1:{name}"
+    assert await admit(db, Admission(None, task_id, task_id, {"channel": "C1"}, "hi"))
     ago = f"now() - interval '{age_days} days'"
     finished = ago if state in ("done", "failed", "cancelled") else "NULL"
     await db.pool.execute(
