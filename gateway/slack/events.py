@@ -30,7 +30,9 @@ Connect channel it is the workspace of whoever wrote the message, and an event a
 under one installation must be answered with its token, counted against its limits and
 cancelled by its uninstall, never another's. The writer's own workspace rides along on
 the turn as data (`user_team`). Only a payload without `authorizations` (older shapes)
-falls back on the envelope's team.
+falls back on the envelope's team, and one with neither on its `enterprise_id`: an
+organization's own events (Enterprise Grid's org-wide `app_uninstalled` and
+`tokens_revoked`) name no team, and are for the org-wide installation.
 
 Whether the channel is shared with another organization rides along as the envelope says
 it (`is_ext_shared_channel`; None when the envelope does not say, and the gatekeeper asks
@@ -98,7 +100,8 @@ class _Tenancy(BaseModel):
 
 def event_tenant(body: Mapping[str, Any]) -> Tenant:
     """The installation the payload is for: its first authorization, else (a payload
-    without one) the envelope's team. `MalformedEvent` if it names none."""
+    without one) the envelope's team, else its enterprise's org-wide installation.
+    `MalformedEvent` if it names none."""
     try:
         tenancy = _Tenancy.model_validate(body)
     except ValidationError as exc:
@@ -109,9 +112,14 @@ def event_tenant(body: Mapping[str, Any]) -> Tenant:
             return Tenant(auth.enterprise_id, auth.enterprise_id, org_wide=True)
         if auth.team_id:
             return Tenant(auth.team_id, auth.enterprise_id)
-    if tenancy.team_id is None:
-        raise MalformedEvent("event envelope: no team_id and no authorizations")
-    return Tenant(tenancy.team_id, tenancy.enterprise_id)
+    if tenancy.team_id is not None:
+        return Tenant(tenancy.team_id, tenancy.enterprise_id)
+    if tenancy.enterprise_id is not None:
+        # An organization's own event (Enterprise Grid: `app_uninstalled`,
+        # `tokens_revoked`, `team_access_granted`) names its enterprise and no team: it is
+        # for the org-wide installation.
+        return Tenant(tenancy.enterprise_id, tenancy.enterprise_id, org_wide=True)
+    raise MalformedEvent("event envelope: no team_id, enterprise_id or authorizations")
 
 
 # Subtypes that are a person's message all the same; every other subtype is not one.
@@ -226,6 +234,53 @@ def check_shape(body: Mapping[str, Any]) -> None:
         raise MalformedEvent(f"payload: {summary(exc)}") from exc
     if shape.event is None and (shape.type == "event_callback" or "event" in body):
         raise MalformedEvent("payload: event must be an object")
+
+
+# What bolt reads of an interaction payload before any listener runs, whatever its type:
+# its tenancy fields (an id, or an object with one) and, by type, the objects it indexes
+# without looking (slack_bolt/request/payload_utils.py: `to_step`, `to_action`, `to_view`).
+_Owner = str | dict[str, Any] | None
+
+
+class _InteractionShape(BaseModel):
+    type: str
+    user: _Owner = None
+    team: _Owner = None
+    enterprise: _Owner = None
+    channel: _Owner = None
+    authorizations: list[dict[str, Any]] | None = None
+    view: dict[str, Any] | None = None
+    actions: list[Any] | None = None
+    workflow_step: dict[str, Any] | None = None
+
+
+def check_interaction_shape(payload: Mapping[str, Any]) -> None:
+    """Raise `MalformedEvent` unless bolt can safely read the interaction payload: a
+    workflow step's edit or save must carry its `workflow_step` object, a view its type,
+    a click its actions (without them bolt raised a KeyError: a 500 and a traceback)."""
+    try:
+        shape = _InteractionShape.model_validate(payload)
+    except ValidationError as exc:
+        raise MalformedEvent(f"interaction: {summary(exc)}") from exc
+    missing = _missing_part(shape, "callback_id" in payload)
+    if missing is not None:
+        raise MalformedEvent(f"{shape.type} interaction: {missing}")
+
+
+def _missing_part(shape: _InteractionShape, has_callback: bool) -> str | None:
+    """What bolt would index and the payload lacks, None when nothing."""
+    view = shape.view or {}
+    if shape.type == "workflow_step_edit" and has_callback and shape.workflow_step is None:
+        return "workflow_step must be an object"
+    if shape.type == "view_submission" and "callback_id" in view:
+        if not isinstance(view.get("type"), str):
+            return "view.type must be a string"
+        if view["type"] == "workflow_step" and shape.workflow_step is None:
+            return "workflow_step must be an object"
+    clicks = shape.type == "block_actions" or (shape.type == "interactive_message" and has_callback)
+    if clicks and not shape.actions:
+        return "actions must be a list of at least one action"
+    return None
 
 
 def inbound_turn(body: Mapping[str, Any]) -> InboundTurn | None:
