@@ -116,6 +116,7 @@ async def diagnose(settings: Settings, limits: Limits | None = None) -> list[Fin
     return [
         *check_settings(settings),
         check_retention(settings),
+        check_bots(settings),
         *slack,
         *sockets,
         *models,
@@ -252,6 +253,23 @@ async def check_socket_mode(settings: Settings, limit: float) -> list[Finding]:
         return [Finding("socket mode", "FAIL", unreachable_socket(f"no hello within {limit:g} s"))]
     detail = f"SLACK_APP_TOKEN works: Slack said hello ({count} connection(s) open, this check's included)"
     return [Finding("socket mode", "ok", detail)]
+
+
+def check_bots(settings: Settings) -> Finding:
+    """Which bots are answered (THREADGATE_ALLOW_BOTS), with the loop guard's bound; a
+    warning when the guard's alert would reach no operator channel."""
+    access = settings.access
+    policy, guard = access.bot_policy, access.loop_guard
+    if policy.mode == "none":
+        return Finding("bots", "ok", "no bot is answered (THREADGATE_ALLOW_BOTS=none)")
+    detail = (
+        f"answers {policy.describe()}, at most {guard.turns} bot turn(s) per thread per "
+        f"{guard.window_seconds:g} s (THREADGATE_BOT_TURNS_PER_THREAD)"
+    )
+    if not settings.alerts.operator_channel:
+        warning = "; a bot loop is only logged: set THREADGATE_OPERATOR_CHANNEL to be told"
+        return Finding("bots", "warn", detail + warning)
+    return Finding("bots", "ok", detail)
 
 
 def install_policy(settings: Settings) -> Finding:

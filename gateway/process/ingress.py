@@ -24,6 +24,7 @@ from gateway.delivery.approval import ApprovalMessages
 from gateway.inbound.app_home import AppHome
 from gateway.inbound.attachments import FileReader
 from gateway.inbound.bolt_app import Listeners, build_bolt_app
+from gateway.inbound.bots import BotGate
 from gateway.inbound.decoders import Decoders
 from gateway.inbound.files import FileDownloader
 from gateway.inbound.gatekeeper import (
@@ -44,7 +45,7 @@ from gateway.process.http import Readiness, build_http_app, listen
 from gateway.process.resources import Resources
 from gateway.slack.file_info import FileInfo
 from gateway.slack.oauth import INSTALL_PATH, InstalledIdentity, Uninstaller
-from storage import PostgresInstallations
+from storage import PostgresInstallations, StoredInstallation
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +141,29 @@ class Ingress:
                 tracer=r.tracer,
                 on_limited=r.metrics.message_limited,
                 on_redacted=lambda found: r.metrics.redacted(found.kinds),
+                bots=self._bots(workspace.installation),
             ),
+        )
+
+    def _bots(self, installation: StoredInstallation | None) -> BotGate | None:
+        """The bot policy and loop guard (gateway/inbound/bots.py); None when no bot is
+        answered. Its alert goes out in the background: the ack waits for no post."""
+        r, access = self._r, self._r.settings.access
+        if access.bot_policy.mode == "none":
+            return None
+        alerts = r.operator_alerts()
+
+        def alert(key: str, text: str) -> None:
+            r.supervisor.spawn(alerts.notice(key, text), name=f"alert-{key}")
+
+        own = installation.bot_id if installation else r.identity.bot_id if r.identity else None
+        return BotGate(
+            r.db,
+            access.bot_policy,
+            access.loop_guard,
+            own_bot_id=own,
+            alert=alert,
+            on_decided=r.metrics.bot_turn,
         )
 
     async def pins(self, team_id: str | None, enterprise_id: str | None) -> Pins:

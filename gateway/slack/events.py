@@ -2,9 +2,11 @@
 
 This is the trust boundary for event payloads: pydantic checks the shape, and a payload
 that claims to be a message but lacks what a message must have is a `MalformedEvent`
-(the HTTP layer answers 400). Events we do not handle — bots, edits, deletions, hidden
+(the HTTP layer answers 400). Events we do not handle — bots that do not mention us, edits, deletions, hidden
 subtypes, channel chatter without a mention — translate to None and are acked quietly
-(edits and deletions have their own reading, gateway/inbound/edits.py). HTTP and Socket Mode both
+(edits and deletions have their own reading, gateway/inbound/edits.py). A bot's post
+becomes a turn only when it mentions us (`app_mention`), with its bot id (`bot_id`): the
+bot policy decides the rest (gateway/inbound/bots.py). HTTP and Socket Mode both
 call `inbound_turn`, so both see the same rules.
 
 Two subtypes are people talking and are answered like plain messages: `file_share` (a
@@ -181,6 +183,8 @@ class InboundTurn:
     dm_threads_apart: bool = True
     # Shared with another organization (Slack Connect), as the envelope says; None: unsaid.
     ext_shared: bool | None = None
+    # The bot that wrote it (`B…`), for a bot's mention; None: a person's message.
+    bot_id: str | None = None
 
     @property
     def task_id(self) -> str:
@@ -387,6 +391,9 @@ def message_turn(
     """A person's message event as a turn of `tenant`, addressed or not (the caller has
     decided); `edited` is the time of an edit (gateway/inbound/edits.py). `MalformedEvent`
     if it is not one."""
+    bot = bot_of(event)
+    if bot is not None and "user" not in event:
+        event = {**event, "user": bot}  # a classic bot post has no user: the bot is its writer
     try:
         message = _MessageEvent.model_validate(event)
     except ValidationError as exc:
@@ -408,7 +415,16 @@ def message_turn(
         edited=edited,
         enterprise=tenant.enterprise,
         user_team=_writer_team(event),
+        bot_id=bot,
     )
+
+
+def bot_of(event: Mapping[str, Any]) -> str | None:
+    """The bot (`B…`) that wrote a message event: its `bot_id`, else its `bot_profile`'s
+    id; None for a person's message or a bot id that is not a Slack id."""
+    profile = event.get("bot_profile")
+    found = event.get("bot_id") or (profile.get("id") if isinstance(profile, Mapping) else None)
+    return found if isinstance(found, str) and _SLACK_ID.fullmatch(found) else None
 
 
 def _writer_team(event: Mapping[str, Any]) -> str | None:
@@ -431,7 +447,9 @@ def shared_files(entries: Any) -> tuple[SharedFile, ...]:
 
 def _addressed_to_us(event: Mapping[str, Any]) -> bool:
     if event.get("bot_id") or event.get("bot_profile"):
-        return False  # bot posts (ours included)
+        # A bot's post (ours included) only when it mentions us: then the gatekeeper asks
+        # the bot policy (gateway/inbound/bots.py) whether it is answered at all.
+        return event.get("type") == "app_mention" and bot_of(event) is not None
     subtype = event.get("subtype")
     if subtype is not None and not (isinstance(subtype, str) and subtype in ANSWERED_SUBTYPES):
         return False  # edits, deletions, joins, bot_message and the other system subtypes

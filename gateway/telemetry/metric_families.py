@@ -49,8 +49,8 @@ class EventFamilies:
 
 
 class MessageFamilies:
-    """What the gatekeeper made of what people sent: limits, pasted credentials, attached
-    files, pins."""
+    """What the gatekeeper made of what people (and bots) sent: limits, bots' turns, pasted
+    credentials, attached files, pins."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.limited = Counter(
@@ -78,6 +78,15 @@ class MessageFamilies:
             ["outcome"],
             registry=registry,
         )
+        self.bot_turns = Counter(
+            "threadgate_bot_turns_total",
+            "Bots' mentions of ours by outcome: answered, not_allowed (THREADGATE_ALLOW_BOTS),"
+            " own (our own bot), looping (past THREADGATE_BOT_TURNS_PER_THREAD in its thread).",
+            ["outcome"],
+            registry=registry,
+        )
+        for outcome in ("answered", "not_allowed", "own", "looping"):
+            self.bot_turns.labels(outcome)
         self.secrets_redacted = Counter(
             "threadgate_secrets_redacted_total",
             "Credentials taken out of what people wrote (messages, edits, back-filled"
@@ -88,6 +97,9 @@ class MessageFamilies:
 
     def message_limited(self, scope: str) -> None:
         self.limited.labels(scope).inc()
+
+    def bot_turn(self, outcome: str) -> None:
+        self.bot_turns.labels(outcome).inc()
 
     def file_read(self, kind: str, outcome: str) -> None:
         self.attached_files.labels(kind, outcome).inc()
