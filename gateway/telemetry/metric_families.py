@@ -37,6 +37,15 @@ class EventFamilies:
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
             registry=registry,
         )
+        self.channel_reloads = Counter(
+            "threadgate_channel_config_reloads_total",
+            "SIGHUP reloads of THREADGATE_CHANNEL_CONFIG by outcome: reloaded, or failed (the"
+            " policy in force kept, the operators alerted).",
+            ["outcome"],
+            registry=registry,
+        )
+        for outcome in ("reloaded", "failed"):
+            self.channel_reloads.labels(outcome)
         self.loop_lag = Histogram(
             "threadgate_event_loop_lag_seconds",
             "How late a quarter-second timer woke on each event loop of the process (`loop`:"
