@@ -52,10 +52,6 @@ class SlackSettings(Group):
     install_allowlist: Ids = Field(
         default="", validation_alias="THREADGATE_INSTALL_ALLOWLIST", validate_default=True
     )
-    # OAuth states (one per visit of the public install page) outstanding at most.
-    oauth_states_max: int = Field(
-        default=1000, ge=1, le=1_000_000, validation_alias="THREADGATE_OAUTH_STATES_MAX"
-    )
 
     @field_validator("api_url")
     @classmethod

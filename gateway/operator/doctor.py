@@ -59,7 +59,7 @@ from gateway.process.channel_policies import prompt_instructions
 from gateway.process.slack_clients import token_cipher
 from gateway.slack.client import slack_client
 from gateway.slack.errors import SlackError, SlackRefused, SlackUnavailable
-from gateway.slack.oauth import OPEN_INSTALLS
+from gateway.slack.oauth import OPEN_INSTALLS, InstallAllowlist
 from gateway.slack.scopes import SCOPE_REASONS, bot_scopes, missing_scopes, parse_granted
 from storage import (
     Database,
@@ -302,8 +302,24 @@ async def check_installations(settings: Settings, limit: float) -> list[Finding]
         tried = [await _try_installation(settings, installations, s, limit) for s in found]
         return [
             *tried,
+            *off_the_allowlist(settings, found),
             await token_sealing(installations, sealing=token_cipher(settings) is not None),
         ]
+
+
+def off_the_allowlist(settings: Settings, found: list[InstallationSummary]) -> list[Finding]:
+    """Installations THREADGATE_INSTALL_ALLOWLIST leaves out: their events are refused."""
+    allowlist = InstallAllowlist(settings.slack.install_allowlist)
+    return [
+        Finding(
+            "install",
+            "warn",
+            f"{summary.team_id or summary.enterprise_id} is installed but not on "
+            "THREADGATE_INSTALL_ALLOWLIST: its events are refused; add it, or uninstall the app there",
+        )
+        for summary in found
+        if not allowlist.allows_workspace(summary.team_id, summary.enterprise_id)
+    ]
 
 
 async def token_sealing(installations: PostgresInstallations, *, sealing: bool) -> Finding:

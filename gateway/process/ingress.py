@@ -44,7 +44,7 @@ from gateway.process.channel_policies import limits
 from gateway.process.http import Readiness, build_http_app, listen
 from gateway.process.resources import Resources
 from gateway.slack.file_info import FileInfo
-from gateway.slack.oauth import INSTALL_PATH, InstalledIdentity, Uninstaller
+from gateway.slack.oauth import INSTALL_PATH, InstallAllowlist, InstalledIdentity, Uninstaller
 from storage import PostgresInstallations, StoredInstallation
 
 log = logging.getLogger(__name__)
@@ -116,9 +116,17 @@ class Ingress:
             signing_secret=secret.get_secret_value() if secret else None,
             listeners=listeners,
             identity=r.identity,
-            authorize=InstalledIdentity(clients) if installations else None,
+            authorize=self._identity() if installations else None,
             interactions=self._interactions(),
         )
+
+    def _identity(self) -> InstalledIdentity:
+        """Each event's installation; a workspace off THREADGATE_INSTALL_ALLOWLIST is
+        refused before anything of its event is read (counted as `not_allowed`)."""
+        r = self._r
+        refused = r.metrics.events.labels("not_allowed")
+        allowlist = InstallAllowlist(r.settings.slack.install_allowlist)
+        return InstalledIdentity(r.clients, allowlist, on_refused=refused.inc)
 
     async def gatekeeper(self, team_id: str | None, enterprise_id: str | None) -> Gatekeeper:
         """The gatekeeper of the event's workspace: names and back-fill read with its token."""

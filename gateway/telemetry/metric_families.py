@@ -27,7 +27,7 @@ class EventFamilies:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.events = Counter(
             "threadgate_events_total",
-            "Slack event deliveries by outcome (admitted, duplicate, ignored, limited, refused, rejected, unauthorized; edited, deleted for edits and deletions).",
+            "Slack event deliveries by outcome (admitted, duplicate, ignored, limited, refused, rejected, unauthorized; edited, deleted for edits and deletions; not_allowed: a workspace off THREADGATE_INSTALL_ALLOWLIST).",
             ["outcome"],
             registry=registry,
         )
