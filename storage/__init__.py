@@ -31,6 +31,7 @@ from storage.approvals import (
     decide_approval,
     pending_approval,
 )
+from storage.bot_turns import BotTurn, count_bot_turn
 from storage.database import DEFAULT_ADMISSION_CONNECTIONS, DEFAULT_WORK_CONNECTIONS, Database
 from storage.delegations import PostgresDelegations
 from storage.embedded import start_embedded_postgres
@@ -196,6 +197,7 @@ __all__ = [
     "Admission",
     "Admitted",
     "BeforeDownloads",
+    "BotTurn",
     "Claim",
     "ClaimAnswer",
     "ConnectionPool",
@@ -287,6 +289,7 @@ __all__ = [
     "cancel_workspace_tasks",
     "channel_stream",
     "clear_pin",
+    "count_bot_turn",
     "create_schedule",
     "decide_approval",
     "delete_schedule",

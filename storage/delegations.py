@@ -151,12 +151,12 @@ _CLAIM_NEXT = (
     + """)
 SELECT s.task_id AS id, t.session_id, t.address, t.attempts, NULL::timestamptz AS created_at,
        NULL::boolean AS stored_reply, NULL::boolean AS stopped, t.traceparent, t.schedule_id,
-       s.round, s.index, s.type, s.params, s.refs, s.attempts AS subtask_attempts, s.remaining,
+       NULL::text AS stopped_by, s.round, s.index, s.type, s.params, s.refs, s.attempts AS subtask_attempts, s.remaining,
        s.recovered
 FROM s_leased s JOIN tasks t ON t.id = s.task_id
 UNION ALL
 SELECT id, session_id, address, attempts, created_at, stored_reply, stopped, traceparent,
-       schedule_id,
+       schedule_id, stopped_by,
        NULL, NULL, NULL, NULL, NULL, NULL, NULL, recovered
 FROM t_leased
 """

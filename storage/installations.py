@@ -17,15 +17,15 @@ UPDATE that finds it still holding the plaintext it read, so of two replicas sea
 same row one writes and the other finds nothing left to do, and a row sealed already is
 never read as plaintext again.
 
-OAuth states are one-use and expire: `consume` deletes the row and says whether it was
-still fresh, so a replayed or stale redirect is refused. Anyone may ask for one (the
-install page is public), so `issue` sweeps the expired ones and issues none while
-`max_outstanding` fresh ones wait: the table stays bounded whoever calls.
+OAuth states are one-use and expire. Anyone may ask for one (the install page is public),
+so issuing one stores nothing: it is signed where it is made (gateway/slack/oauth.py), and
+only a state that comes back with Slack's redirect is written, by `use`, which refuses it
+when stale or seen before. A flood of visits of the install page writes nothing and
+locks no installer out.
 """
 
 from __future__ import annotations
 
-import secrets
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -236,49 +236,34 @@ def workspace_key(
     return (enterprise_id, None) if is_enterprise_install else (enterprise_id, team_id)
 
 
-# Sweep the expired states, then issue one unless `$3` fresh ones are outstanding. Two
-# issues at once may both pass the count: the bound holds to within the concurrent ones.
-_ISSUE = """
+# A state seen back from Slack: written once, while it is fresh; the expired ones swept.
+_USE = """
 WITH swept AS (
     DELETE FROM slack_oauth_states WHERE expires_at <= now()
-), outstanding AS (
-    SELECT count(*) AS n FROM slack_oauth_states WHERE expires_at > now()
 )
 INSERT INTO slack_oauth_states (state, expires_at)
-SELECT $1, now() + make_interval(secs => $2) FROM outstanding WHERE n < $3
-RETURNING state
+SELECT $1, to_timestamp($2) WHERE to_timestamp($2) > now()
+ON CONFLICT (state) DO NOTHING
+RETURNING true
 """
 
 
 class PostgresOAuthStates:
-    """OAuth `state` values: issued once, consumed once, within `expiration_seconds`; at
-    most `max_outstanding` of them fresh at a time."""
+    """The OAuth `state` values that came back from Slack, each good for one redirect
+    within `expiration_seconds` of its issue. Issuing writes nothing (the state is signed
+    where it is made, gateway/slack/oauth.py): only a state that comes back is written, so
+    visits of the public install page cost no row and cannot fill anything."""
 
-    def __init__(
-        self, db: Database, *, expiration_seconds: float = 600.0, max_outstanding: int = 1000
-    ) -> None:
+    def __init__(self, db: Database, *, expiration_seconds: float = 600.0) -> None:
         self._db = db
         self.expiration_seconds = expiration_seconds
-        self.max_outstanding = max_outstanding
-
-    @translate_errors("The OAuth state could not be stored")
-    async def issue(self) -> str | None:
-        """A new state; None while `max_outstanding` fresh ones are still out."""
-        state = secrets.token_urlsafe(24)
-        issued: str | None = await self._db.pool.fetchval(
-            _ISSUE, state, self.expiration_seconds, self.max_outstanding
-        )
-        return issued
 
     @translate_errors("The OAuth state could not be checked")
-    async def consume(self, state: str) -> bool:
-        """Whether `state` was issued here and is still fresh; it cannot be used again."""
-        fresh = await self._db.pool.fetchval(
-            "DELETE FROM slack_oauth_states WHERE state = $1 RETURNING expires_at > now()", state
-        )
-        # Expired ones are swept on the way: they would only pile up.
-        await self._db.pool.execute("DELETE FROM slack_oauth_states WHERE expires_at < now()")
-        return bool(fresh)
+    async def use(self, state: str, expires_at: float) -> bool:
+        """Whether `state` (expiring at Unix time `expires_at`) is fresh and seen for the
+        first time; it is refused from then on."""
+        used: bool | None = await self._db.pool.fetchval(_USE, state, expires_at)
+        return bool(used)
 
 
 _WORKSPACE_TASKS = """

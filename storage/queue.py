@@ -101,7 +101,7 @@ RETURNING tasks.id, tasks.session_id, tasks.address, tasks.attempts,
           EXISTS (SELECT 1 FROM messages m WHERE m.id = 'task:' || tasks.id || ':reply')
               AS stored_reply,
           tasks.stopped_at IS NOT NULL AS stopped, tasks.traceparent, tasks.schedule_id,
-          {p}candidate.recovered
+          tasks.stopped_by, {p}candidate.recovered
 """
 
 _CLAIM = (
@@ -206,6 +206,7 @@ def task_from_row(row: asyncpg.Record) -> Task:
         stopped,
         traceparent,
         str(schedule) if schedule is not None else None,
+        row.get("stopped_by") if stopped else None,
     )
 
 

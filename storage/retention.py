@@ -71,6 +71,7 @@ TASK_ROWS = (
     ("task_interventions", "DELETE FROM task_interventions WHERE task_id = ANY($1::text[])"),
     ("limit_notices", "DELETE FROM limit_notices WHERE task_id = ANY($1::text[])"),
     ("model_usage", "DELETE FROM model_usage WHERE task_id = ANY($1::text[])"),
+    ("bot_turns", "DELETE FROM bot_turns WHERE task_id = ANY($1::text[])"),
     (
         "outbox",
         "DELETE FROM outbox o USING unnest($1::text[]) AS t (id) "

@@ -16,9 +16,13 @@ has one winner:
   through the outbox: once), and finishes it 'cancelled' (`finish` of a stopped task
   cancels it). Until then it is its thread's oldest open task, so the thread's next message
   waits for the note and is then answered as usual.
-- Later tasks of the thread admitted before the stop (messages sent while it worked) are
-  cancelled outright: Stop means "stop what you are doing here", and they would otherwise
-  start as soon as the note is out. Messages after the stop are answered as usual.
+- Stop is a safety button: anyone in the thread may press it, and it stops the working
+  task whoever asked for it (the note says who pressed it). What waits behind it is
+  another matter: the presser's own messages admitted before the stop (sent while it
+  worked) are cancelled outright — "stop what you are doing here", and they would
+  otherwise start as soon as the note is out — but other people's stay queued and are
+  answered after the note: one person's Stop cancels nobody else's question. Messages
+  after the stop are answered as usual.
 - Subtasks of every stopped task end 'failed' (what a sub-agent runs is cut the same way,
   by its heartbeat); their results feed nothing, since the task's next round never runs.
 
@@ -37,7 +41,7 @@ from storage.migrations import Connection
 
 # The thread's open tasks, oldest first, locked; with whether their ending post is out.
 _OPEN_IN_THREAD = """
-SELECT t.id, t.state,
+SELECT t.id, t.state, t.address->>'user' AS asker,
        EXISTS (SELECT 1 FROM outbox o WHERE o.state = 'sent' AND o.id = ANY(
            ARRAY['task:' || t.id || ':reply', 'task:' || t.id || ':failure'])) AS ended
 FROM tasks t
@@ -86,7 +90,7 @@ class ThreadStop:
 @dataclass(frozen=True, slots=True)
 class Stopped:
     """What a stop ended: the task that will say so (None: nothing was working) and the
-    later tasks cancelled with it."""
+    presser's own later tasks cancelled with it."""
 
     task_id: str | None
     cancelled: tuple[str, ...] = ()
@@ -105,14 +109,16 @@ async def stop_thread(db: Database, stop: ThreadStop) -> Stopped:
             return Stopped(None)
         actor = f"slack:{stop.user}"
         first, *later = open_rows
+        own = [r for r in later if r["asker"] == stop.user]  # others' stay queued
         await conn.execute(_STOP, first["id"], actor)
-        for row in later:
+        for row in own:
             await conn.execute(_CANCEL, row["id"], actor)
-        ids = [r["id"] for r in open_rows]
+        ended = [first, *own]
+        ids = [r["id"] for r in ended]
         await conn.execute(_STOP_SUBTASKS, ids)
-        await conn.execute(_RECORD, ids, actor, [r["state"] for r in open_rows])
+        await conn.execute(_RECORD, ids, actor, [r["state"] for r in ended])
         await _signal(conn, first["id"])
-        return Stopped(first["id"], tuple(r["id"] for r in later))
+        return Stopped(first["id"], tuple(r["id"] for r in own))
 
 
 async def _signal(conn: Connection, task_id: str) -> None:

@@ -51,6 +51,8 @@ class Task:
     traceparent: str | None = None
     # The schedule whose period this task runs (agent/core/schedules.py); None: a person's message.
     schedule_id: str | None = None
+    # Who pressed Stop (the actor storage recorded, e.g. "slack:U123"); None: nobody.
+    stopped_by: str | None = None
 
     @property
     def user_message_id(self) -> str:

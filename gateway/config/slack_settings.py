@@ -15,6 +15,7 @@ from pydantic import Field, SecretStr, field_validator
 from gateway.config.channel_config import EMPTY as NO_CHANNEL_CONFIG
 from gateway.config.channel_config import ChannelConfig, load_channel_config
 from gateway.config.groups import Group, Ids, url_parts
+from gateway.slack.bot_policy import BotPolicy, LoopGuard
 from gateway.slack.client import carries_tokens_safely
 from gateway.slack.manifest import DESCRIPTION, SuggestedPrompt, parse_prompts
 from storage import is_token_key
@@ -57,10 +58,6 @@ class SlackSettings(Group):
     # The teams (T…) and enterprises (E…) that may install (OAuth mode); unset: anyone.
     install_allowlist: Ids = Field(
         default="", validation_alias="THREADGATE_INSTALL_ALLOWLIST", validate_default=True
-    )
-    # OAuth states (one per visit of the public install page) outstanding at most.
-    oauth_states_max: int = Field(
-        default=1000, ge=1, le=1_000_000, validation_alias="THREADGATE_OAUTH_STATES_MAX"
     )
 
     @field_validator("api_url")
@@ -138,9 +135,32 @@ class AccessSettings(Group):
         default="", validation_alias="THREADGATE_ALLOWED_USERS", validate_default=True
     )
     continue_threads: bool = Field(default=True, validation_alias="THREADGATE_CONTINUE_THREADS")
+    # Which bots' mentions are answered, and how many bot turns a thread takes per window
+    # (gateway/inbound/bots.py).
+    allow_bots: str = Field(default="none", validation_alias="THREADGATE_ALLOW_BOTS")
+    bot_turns_per_thread: int = Field(
+        default=5, ge=1, le=1000, validation_alias="THREADGATE_BOT_TURNS_PER_THREAD"
+    )
+    bot_turns_window_seconds: float = Field(
+        default=3600.0, gt=0, le=7 * 86400, validation_alias="THREADGATE_BOT_TURNS_WINDOW_SECONDS"
+    )
     # Each channel's tools, instructions, models, limits and Slack Connect answer (a JSON
     # file, gateway/config/channel_config.py; read again on SIGHUP).
     channel_file: Path | None = Field(default=None, validation_alias="THREADGATE_CHANNEL_CONFIG")
+
+    @field_validator("allow_bots")
+    @classmethod
+    def _allow_bots(cls, value: str) -> str:
+        BotPolicy.parse(value)  # a wrong value says what to write
+        return value
+
+    @property
+    def bot_policy(self) -> BotPolicy:
+        return BotPolicy.parse(self.allow_bots)
+
+    @property
+    def loop_guard(self) -> LoopGuard:
+        return LoopGuard(self.bot_turns_per_thread, self.bot_turns_window_seconds)
 
     def channel_config(self) -> ChannelConfig:
         """The channel policies (none when THREADGATE_CHANNEL_CONFIG is unset: the default

@@ -17,8 +17,8 @@ as a draft is completed (the draft's streamed message becomes the reply) rather 
 posted beside it. Every final reply carries Slack's feedback buttons (a `context_actions`
 block, gateway/slack/interactive.py) on its last message: posted with it, or, when that
 message is the draft's stream, sent with its `chat.stopStream`. Publishing the note that
-someone stopped the task (`task:{id}:stopped`) also ends the thread's agent session
-(gateway/delivery/status.py). The reply to a message a credential was redacted
+someone stopped the task (`task:{id}:stopped`) names who pressed Stop (anyone in the
+thread may) and ends the thread's agent session (gateway/delivery/status.py). The reply to a message a credential was redacted
 from ends with one sentence saying so (`redacted` in the task's address,
 gateway/text/secrets.py): part of the reply's text, it is posted with it exactly once.
 """
@@ -26,6 +26,7 @@ gateway/text/secrets.py): part of the reply's text, it is posted with it exactly
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
@@ -54,6 +55,16 @@ from gateway.slack.workspaces import SlackClients
 from gateway.text.rendering import SlackMessage, render_reply
 from gateway.text.secrets import ROTATE_NOTE
 from storage import Outbox
+
+# Who pressed Stop, as storage records the actor (storage/stops.py).
+_PRESSER = re.compile(r"slack:([UW][A-Z0-9]{2,20})")
+
+
+def stop_presser(task: Task) -> str | None:
+    """The Slack user who stopped the task, None when it is not known."""
+    found = _PRESSER.fullmatch(task.stopped_by or "")
+    return found.group(1) if found else None
+
 
 _TOOL_STATES: dict[str, StepState] = {"running": "in_progress", "ok": "complete", "error": "error"}
 
@@ -143,7 +154,12 @@ class SlackPublisher:
         sources = await self._sources_line(task, citations) if citations else ""
         if message_id == task.reply_id and SlackAddress.parse(task.address).redacted:
             text = f"{text}\n\n{ROTATE_NOTE}"
-        parts = render_reply(f"{text}\n\n{sources}" if sources else text)
+        presser = stop_presser(task) if message_id == task.stopped_id else None
+        if presser is not None:
+            # Our own words and a Slack id checked by its shape: the one mention allowed.
+            parts = render_reply(f"<@{presser}> pressed Stop. {text}", allow_mentions=True)
+        else:
+            parts = render_reply(f"{text}\n\n{sources}" if sources else text)
         if message_id == task.reply_id:
             parts[-1] = _with_feedback(parts[-1], message_id)
         for n, part in enumerate(parts):

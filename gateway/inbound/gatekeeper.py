@@ -66,6 +66,7 @@ from typing import Literal, TypeAlias
 from agent import NO_TRACER, Tracer, bind_log_fields
 from gateway.inbound.addressing import addresses_someone_else
 from gateway.inbound.attachments import FileReader
+from gateway.inbound.bots import BotGate
 from gateway.inbound.channel_rules import DEFAULT_RULES, REFUSAL_NOTICES, ChannelRules, RulesOf
 from gateway.inbound.context import ThreadContext
 from gateway.inbound.turns import NOTHING, Reading, ThreadSource, TurnReader
@@ -236,6 +237,8 @@ class GatekeeperPorts:
     tracer: Tracer = NO_TRACER
     on_limited: Callable[[LimitScope], None] = _ignore
     on_redacted: Callable[[Redactions], None] = _ignore
+    # Whether a bot's mention is answered (gateway/inbound/bots.py); None: no bot is.
+    bots: BotGate | None = None
 
 
 class Gatekeeper:
@@ -283,6 +286,8 @@ class Gatekeeper:
         are kept and ignored, and make no trace)."""
         if not self._policy.allows(inbound):
             return "ignored"
+        if inbound.bot_id is not None and not await self._bot_admitted(inbound, bot_user_id):
+            return "ignored"  # another bot's post: only where allowed, within the loop guard
         if inbound.mentioned or inbound.direct:
             step = functools.partial(self._handle, inbound, bot_user_id, deadline, _untraced)
             return await self._traced(step)
@@ -324,6 +329,11 @@ class Gatekeeper:
             log.debug("a reply addressed to someone else: not ours to answer")
             return False
         return True
+
+    async def _bot_admitted(self, inbound: InboundTurn, bot_user_id: str | None) -> bool:
+        """A bot's mention: allowed, and not past its thread's loop guard."""
+        bots = self._ports.bots
+        return bots is not None and await bots.admits(inbound, bot_user_id=bot_user_id)
 
     def _answered_in_any_thread(self, inbound: InboundTurn) -> bool:
         """A mention or a DM inside a thread, with nothing to download: it is answered

@@ -31,7 +31,13 @@ from pydantic import BaseModel, ValidationError
 from agent import ApprovalDecision, ApprovalRequest, Supervisor, Task
 from gateway.slack.address import SlackAddress
 from gateway.slack.errors import SlackError
-from gateway.slack.events import MalformedEvent, SlackId, SlackTs, summary
+from gateway.slack.events import (
+    MalformedEvent,
+    SlackId,
+    SlackTs,
+    check_interaction_shape,
+    summary,
+)
 from gateway.slack.interactive import APPROVE, DENY, FEEDBACK, vote_of
 from gateway.slack.workspaces import SlackClients
 from gateway.telemetry.metrics import Metrics
@@ -78,8 +84,9 @@ class _BlockActions(BaseModel):
 
 
 def check_interaction(payload: Mapping[str, Any]) -> None:
-    """`MalformedEvent` unless the payload is a `block_actions` one we can read (other
-    interaction types pass: no listener takes them)."""
+    """`MalformedEvent` unless bolt can read the payload (`check_interaction_shape`) and,
+    for `block_actions`, we can too (other interaction types pass: no listener takes them)."""
+    check_interaction_shape(payload)
     if payload.get("type") == "block_actions":
         _parsed(payload)
 

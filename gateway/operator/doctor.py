@@ -65,7 +65,7 @@ from gateway.process.slack_clients import token_cipher
 from gateway.process.workers import ERASURE_SWEEP_SECONDS
 from gateway.slack.client import slack_client
 from gateway.slack.errors import SlackError, SlackRefused, SlackUnavailable
-from gateway.slack.oauth import OPEN_INSTALLS
+from gateway.slack.oauth import OPEN_INSTALLS, InstallAllowlist
 from gateway.slack.scopes import SCOPE_REASONS, bot_scopes, missing_scopes, parse_granted
 from storage import (
     Database,
@@ -124,6 +124,7 @@ async def diagnose(settings: Settings, limits: Limits | None = None) -> list[Fin
     return [
         *check_settings(settings),
         check_retention(settings),
+        check_bots(settings),
         *slack,
         *sockets,
         *models,
@@ -289,6 +290,23 @@ async def check_socket_mode(settings: Settings, limit: float) -> list[Finding]:
     return [Finding("socket mode", "ok", detail)]
 
 
+def check_bots(settings: Settings) -> Finding:
+    """Which bots are answered (THREADGATE_ALLOW_BOTS), with the loop guard's bound; a
+    warning when the guard's alert would reach no operator channel."""
+    access = settings.access
+    policy, guard = access.bot_policy, access.loop_guard
+    if policy.mode == "none":
+        return Finding("bots", "ok", "no bot is answered (THREADGATE_ALLOW_BOTS=none)")
+    detail = (
+        f"answers {policy.describe()}, at most {guard.turns} bot turn(s) per thread per "
+        f"{guard.window_seconds:g} s (THREADGATE_BOT_TURNS_PER_THREAD)"
+    )
+    if not settings.alerts.operator_channel:
+        warning = "; a bot loop is only logged: set THREADGATE_OPERATOR_CHANNEL to be told"
+        return Finding("bots", "warn", detail + warning)
+    return Finding("bots", "ok", detail)
+
+
 def install_policy(settings: Settings) -> Finding:
     """Who may install (OAuth mode): the allowlist, or a warning that anyone may."""
     allowed = settings.slack.install_allowlist
@@ -319,8 +337,24 @@ async def check_installations(settings: Settings, limit: float) -> list[Finding]
         tried = [await _try_installation(settings, installations, s, limit) for s in found]
         return [
             *tried,
+            *off_the_allowlist(settings, found),
             await token_sealing(installations, sealing=token_cipher(settings) is not None),
         ]
+
+
+def off_the_allowlist(settings: Settings, found: list[InstallationSummary]) -> list[Finding]:
+    """Installations THREADGATE_INSTALL_ALLOWLIST leaves out: their events are refused."""
+    allowlist = InstallAllowlist(settings.slack.install_allowlist)
+    return [
+        Finding(
+            "install",
+            "warn",
+            f"{summary.team_id or summary.enterprise_id} is installed but not on "
+            "THREADGATE_INSTALL_ALLOWLIST: its events are refused; add it, or uninstall the app there",
+        )
+        for summary in found
+        if not allowlist.allows_workspace(summary.team_id, summary.enterprise_id)
+    ]
 
 
 async def token_sealing(installations: PostgresInstallations, *, sealing: bool) -> Finding:

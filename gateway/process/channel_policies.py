@@ -13,10 +13,12 @@ the deployment's ladder (a refused key is refused for every channel that uses it
 stay open until the gateway stops: a reload that drops a model may still have rounds
 running on it.
 
-`reload` reads the file again and compiles it before anything is swapped: the new policy
-replaces the old in one assignment, so a round, a subtask or an admission sees one or the
-other, never a mix. A file that became unreadable or malformed keeps the policy in force,
-and says so in one log line; `serve` goes on.
+The file is read in one place, the composition root (gateway/process/service.py): at
+start and on each SIGHUP it reads it once and hands the same `ChannelConfig` to every
+loop's `ChannelPolicies` (the workers' and the ingress thread's), so the gatekeeper and
+the responder never enforce two readings of a file that changed in between. `put`
+compiles the config before anything is swapped: the new policy replaces the old in one
+assignment, so a round, a subtask or an admission sees one or the other, never a mix.
 """
 
 from __future__ import annotations
@@ -31,12 +33,11 @@ from agent import (
     Attempts,
     ChannelPolicy,
     CircuitBreaker,
-    ConfigError,
     Model,
     Task,
     Tracer,
 )
-from gateway.config.channel_config import VARIABLE, ChannelConfig, ChannelLimits, Effective
+from gateway.config.channel_config import ChannelConfig, ChannelLimits, Effective
 from gateway.config.settings import Settings
 from gateway.inbound.channel_rules import DEFAULT_RULES, ChannelRules
 from gateway.inbound.gatekeeper import LIMIT_NOTICES
@@ -78,6 +79,7 @@ class Ladders:
 
 @dataclass(frozen=True, slots=True)
 class _Compiled:
+    config: ChannelConfig  # what it was compiled from
     default: tuple[ChannelPolicy, ChannelRules] = (ChannelPolicy(), DEFAULT_RULES)
     channels: Mapping[str, tuple[ChannelPolicy, ChannelRules]] = field(default_factory=dict)
 
@@ -87,19 +89,18 @@ class ChannelPolicies:
 
     def __init__(
         self,
-        load: Callable[[], ChannelConfig],
+        config: ChannelConfig,
         *,
         models: tuple[str, ...],
         limits: Limits,
         max_model_requests: int,
         ladders: Ladders | None = None,
     ) -> None:
-        self._load = load
         self._models = models  # the deployment's specs (THREADGATE_MODEL, _FALLBACK_MODEL)
         self._limits = limits
         self._max_requests = max_model_requests
         self._ladders = ladders
-        self._compiled = self._compile(load())  # a bad file stops start-up here
+        self._compiled = self._compile(config)
 
     def policy_of(self, task: Task) -> ChannelPolicy:
         """`agent.PolicyOf`: the policy of the task's channel."""
@@ -109,17 +110,15 @@ class ChannelPolicies:
         """`RulesOf`: what the gatekeeper enforces in `channel`."""
         return self._of(channel)[1]
 
-    def reload(self) -> bool:
-        """Read the file again and put it in force; False (the policy in force kept, one
-        line logged) when it cannot be read or is malformed."""
-        try:
-            compiled = self._compile(self._load())
-        except ConfigError as exc:
-            log.error("%s was not reloaded, the channel policy in force is kept: %s", VARIABLE, exc)
-            return False
-        self._compiled = compiled
-        log.info("%s reloaded: %d channel(s) configured", VARIABLE, len(compiled.channels))
-        return True
+    @property
+    def config(self) -> ChannelConfig:
+        """The channel config in force (the very value `put` was handed)."""
+        return self._compiled.config
+
+    def put(self, config: ChannelConfig) -> None:
+        """Put `config` in force, whole (a `ConfigError` from compiling it keeps the policy
+        in force)."""
+        self._compiled = self._compile(config)
 
     async def aclose(self) -> None:
         """Close the channels' models (the gateway is stopping)."""
@@ -132,6 +131,7 @@ class ChannelPolicies:
 
     def _compile(self, config: ChannelConfig) -> _Compiled:
         return _Compiled(
+            config,
             self._pair(config.effective(None, self._models)),
             {c: self._pair(config.effective(c, self._models)) for c in config.channels},
         )
@@ -181,11 +181,12 @@ def prompt_instructions(effective: Effective) -> str:
 
 def compile_policies(
     settings: Settings,
+    config: ChannelConfig,
     metrics: Metrics,
     circuit: CircuitBreaker | None,
     tracer: Tracer = NO_TRACER,
 ) -> ChannelPolicies:
-    """The channel config compiled (a bad file is a ConfigError). With a `circuit` (a
+    """The channel config (read by the composition root) compiled. With a `circuit` (a
     process that runs workers) each distinct set of channel models gets its ladder, opened
     when first asked for and sharing that circuit; without, no model is opened (an ingress
     calls none)."""
@@ -196,7 +197,7 @@ def compile_policies(
         )
         ladders = Ladders(make)
     return ChannelPolicies(
-        settings.access.channel_config,
+        config,
         models=settings.models.specs,
         limits=limits(settings),
         max_model_requests=settings.limits.model_requests_per_task,

@@ -24,6 +24,7 @@ from gateway.delivery.approval import ApprovalMessages
 from gateway.inbound.app_home import AppHome
 from gateway.inbound.attachments import FileReader
 from gateway.inbound.bolt_app import Listeners, build_bolt_app
+from gateway.inbound.bots import BotGate
 from gateway.inbound.decoders import Decoders
 from gateway.inbound.files import FileDownloader
 from gateway.inbound.gatekeeper import (
@@ -43,9 +44,9 @@ from gateway.process.channel_policies import limits
 from gateway.process.http import Readiness, build_http_app, listen
 from gateway.process.resources import Resources
 from gateway.slack.file_info import FileInfo
-from gateway.slack.oauth import INSTALL_PATH, InstalledIdentity
+from gateway.slack.oauth import INSTALL_PATH, InstallAllowlist, InstalledIdentity
 from gateway.slack.uninstall import Uninstaller
-from storage import PostgresInstallations
+from storage import PostgresInstallations, StoredInstallation
 
 log = logging.getLogger(__name__)
 
@@ -117,9 +118,17 @@ class Ingress:
             signing_secret=secret.get_secret_value() if secret else None,
             listeners=listeners,
             identity=r.identity,
-            authorize=InstalledIdentity(clients) if installations else None,
+            authorize=self._identity() if installations else None,
             interactions=self._interactions(),
         )
+
+    def _identity(self) -> InstalledIdentity:
+        """Each event's installation; a workspace off THREADGATE_INSTALL_ALLOWLIST is
+        refused before anything of its event is read (counted as `not_allowed`)."""
+        r = self._r
+        refused = r.metrics.events.labels("not_allowed")
+        allowlist = InstallAllowlist(r.settings.slack.install_allowlist)
+        return InstalledIdentity(r.clients, allowlist, on_refused=refused.inc)
 
     async def gatekeeper(self, team_id: str | None, enterprise_id: str | None) -> Gatekeeper:
         """The gatekeeper of the event's workspace: names and back-fill read with its token."""
@@ -142,7 +151,29 @@ class Ingress:
                 tracer=r.tracer,
                 on_limited=r.metrics.message_limited,
                 on_redacted=lambda found: r.metrics.redacted(found.kinds),
+                bots=self._bots(workspace.installation),
             ),
+        )
+
+    def _bots(self, installation: StoredInstallation | None) -> BotGate | None:
+        """The bot policy and loop guard (gateway/inbound/bots.py); None when no bot is
+        answered. Its alert goes out in the background: the ack waits for no post."""
+        r, access = self._r, self._r.settings.access
+        if access.bot_policy.mode == "none":
+            return None
+        alerts = r.operator_alerts()
+
+        def alert(key: str, text: str) -> None:
+            r.supervisor.spawn(alerts.notice(key, text), name=f"alert-{key}")
+
+        own = installation.bot_id if installation else r.identity.bot_id if r.identity else None
+        return BotGate(
+            r.db,
+            access.bot_policy,
+            access.loop_guard,
+            own_bot_id=own,
+            alert=alert,
+            on_decided=r.metrics.bot_turn,
         )
 
     async def pins(self, team_id: str | None, enterprise_id: str | None) -> Pins:

@@ -29,6 +29,7 @@ import sys
 import threading
 from contextlib import AsyncExitStack
 
+from gateway.config.channel_config import ChannelConfig
 from gateway.config.connections import Connections
 from gateway.config.settings import Settings
 from gateway.process.channel_policies import ChannelPolicies
@@ -50,8 +51,15 @@ class IngressThread:
     """An `Ingress` served on a thread with its own event loop and resources; `launch` it
     from the main loop, wait until it has `started`, then `stop` it."""
 
-    def __init__(self, settings: Settings, metrics: Metrics, connections: Connections) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        metrics: Metrics,
+        connections: Connections,
+        channels: ChannelConfig,
+    ) -> None:
         self._settings = settings
+        self._channels = channels  # the channel config the main loop read, for the same policy
         self._metrics = metrics  # shared: a prometheus_client registry is thread-safe
         self._connections = connections
         self._started: concurrent.futures.Future[int] = concurrent.futures.Future()
@@ -98,11 +106,19 @@ class IngressThread:
         self._thread.join()  # it only returns from `_run` now
         sys.setswitchinterval(self._switch_interval)
 
-    def reload(self) -> None:
-        """The channel config read again on the ingress's own loop (SIGHUP arrives on the
-        main one)."""
+    @property
+    def policies(self) -> ChannelPolicies | None:
+        """The ingress's channel policies, once it has started."""
+        return self._policies
+
+    def reload(self, channels: ChannelConfig) -> None:
+        """Put the channel config the main loop read (SIGHUP arrives there) in force on the
+        ingress's own loop: the same reading the workers enforce. One the thread has not
+        started with yet is the one it starts with."""
+        self._channels = channels
         if self._loop is not None and self._policies is not None:
-            self._loop.call_soon_threadsafe(self._policies.reload)
+            with contextlib.suppress(RuntimeError):  # its loop closed already: it ended
+                self._loop.call_soon_threadsafe(self._policies.put, channels)
 
     def _run(self, host: str, port: int) -> None:
         factory = loop_factory(self._settings.process.event_loop)
@@ -134,6 +150,7 @@ class IngressThread:
     async def _start(self, stack: AsyncExitStack, host: str, port: int) -> int:
         """Open the ingress's own resources (the workers' side migrated the database
         before launching this), then listen."""
+        channels = self._channels
         resources = await open_resources(
             self._settings,
             self._metrics,
@@ -141,8 +158,11 @@ class IngressThread:
             connections=self._connections,
             circuit=None,
             migrate=False,
+            channels=channels,
         )
         self._policies = resources.policies
+        if self._channels is not channels:  # reloaded while this started
+            self._policies.put(self._channels)
         bound = await Ingress(resources).start(stack, host, port)
         background(stack, "loop-lag-ingress", watch_lag(self._metrics.loop_lag.labels("ingress")))
         return bound

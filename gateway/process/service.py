@@ -18,7 +18,9 @@ is `Resources` (gateway/process/resources.py), sized by the connection plan
 
 The channel policies (`THREADGATE_CHANNEL_CONFIG`, gateway/process/channel_policies.py)
 are compiled before anything is opened, so a bad file stops `serve` first; SIGHUP reads the
-file again (`Gateway.reload`).
+file again (`Gateway.reload`), once, and hands that one reading to every loop (the ingress
+thread's too), so the gatekeeper and the workers never enforce two readings of it; a
+reload that fails keeps the policy in force everywhere and alerts the operator channel.
 """
 
 from __future__ import annotations
@@ -31,9 +33,11 @@ import signal
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 
-from agent import CircuitBreaker, ConfigError
+from agent import CircuitBreaker, ConfigError, Supervisor
+from gateway.config.channel_config import VARIABLE, ChannelConfig
 from gateway.config.connections import ConnectionPlan
 from gateway.config.settings import Settings
+from gateway.delivery.alerts import OperatorAlerts
 from gateway.process.channel_policies import ChannelPolicies
 from gateway.process.event_loop import loop_name
 from gateway.process.http import build_health_app, build_metrics_app, listen
@@ -48,6 +52,13 @@ from storage import Database, tokens_today
 
 log = logging.getLogger(__name__)
 
+# The operator alert of a SIGHUP whose channel config could not be put in force.
+RELOAD_KEY = "channel-config-reload"
+RELOAD_FAILED = (
+    "THREADGATE_CHANNEL_CONFIG was not reloaded: {error} Every channel keeps the policy in "
+    "force until the file is fixed and the gateway gets SIGHUP again."
+)
+
 
 @dataclass
 class Gateway:
@@ -60,10 +71,12 @@ class Gateway:
     _stack: AsyncExitStack = field(default_factory=AsyncExitStack)
     _policies: ChannelPolicies | None = None
     _thread: IngressThread | None = None
+    _alerts: OperatorAlerts | None = None
+    _supervisor: Supervisor | None = None
 
     async def start(self, host: str, port: int) -> None:
         s = self.settings
-        check_serve(s)
+        channels = check_serve(s)  # the channel config, read once for every loop
         self.metrics.show_kinds(SECRET_KINDS)
         # First: a wrong THREADGATE_METRICS_ADDRESS stops start-up before anything is opened.
         self.metrics_port = await start_metrics(self._stack, self.metrics, s)
@@ -71,13 +84,21 @@ class Gateway:
         plan = ConnectionPlan.of(s)
         circuit = CircuitBreaker() if s.process.runs_workers else None
         resources = await open_resources(
-            s, self.metrics, self._stack, connections=plan.main, circuit=circuit, migrate=True
+            s,
+            self.metrics,
+            self._stack,
+            connections=plan.main,
+            circuit=circuit,
+            migrate=True,
+            channels=channels,
         )
         self._policies = resources.policies
+        self._alerts = resources.operator_alerts()
+        self._supervisor = resources.supervisor
         if plan.ingress_thread is not None:
             # Launched once the database is migrated, awaited last: its start overlaps the
             # workers'.
-            self._thread = IngressThread(s, self.metrics, plan.ingress_thread)
+            self._thread = IngressThread(s, self.metrics, plan.ingress_thread, channels)
             self._thread.launch(host, port)
             self._stack.push_async_callback(self._thread.stop)
         workers = Workers(resources, circuit) if circuit is not None else None
@@ -92,14 +113,38 @@ class Gateway:
         await self._stack.aclose()
 
     def reload(self) -> None:
-        """Read THREADGATE_CHANNEL_CONFIG again and put it in force (SIGHUP); a file that
-        became malformed keeps the policy in force (gateway/process/channel_policies.py)."""
+        """Read THREADGATE_CHANNEL_CONFIG again, once, and put that one reading in force on
+        every loop (SIGHUP): the workers' here, the ingress thread's on its own. A file that
+        became unreadable or malformed keeps the policy in force everywhere, and the
+        operators are told (once per alert window), not only the log."""
         if self.settings.access.channel_file is None:
             log.info("THREADGATE_CHANNEL_CONFIG is not set: there is no channel config to reload")
-        elif self._policies is not None:
-            self._policies.reload()
-            if self._thread is not None:
-                self._thread.reload()
+            return
+        if self._policies is None:
+            return
+        try:
+            channels = self.settings.access.channel_config()
+            self._policies.put(channels)
+        except ConfigError as exc:
+            self._reload_failed(exc)
+            return
+        if self._thread is not None:
+            self._thread.reload(channels)
+        self.metrics.channel_reloads.labels("reloaded").inc()
+        log.info("%s reloaded: %d channel(s) configured", VARIABLE, len(channels.channels))
+
+    @property
+    def channel_policies(self) -> list[ChannelPolicies]:
+        """The channel policies of each loop (the workers', the ingress thread's)."""
+        loops = [self._policies, self._thread.policies if self._thread else None]
+        return [policies for policies in loops if policies is not None]
+
+    def _reload_failed(self, error: ConfigError) -> None:
+        self.metrics.channel_reloads.labels("failed").inc()
+        log.error("%s was not reloaded, the channel policy in force is kept: %s", VARIABLE, error)
+        if self._alerts is not None and self._supervisor is not None:
+            text = RELOAD_FAILED.format(error=error)
+            self._supervisor.spawn(self._alerts.notice(RELOAD_KEY, text), name=RELOAD_KEY)
 
     async def __aenter__(self) -> Gateway:
         return self
@@ -118,12 +163,12 @@ class Gateway:
         return await start_health(self._stack, resources.db, workers, host, port)
 
 
-def check_serve(settings: Settings) -> None:
+def check_serve(settings: Settings) -> ChannelConfig:
     """What `serve` needs is set and well formed, before anything is opened: a bad MCP or
-    channel config stops start-up here."""
+    channel config stops start-up here. The channel config, read once for every loop."""
     settings.require_serve()
     settings.tools.mcp_config()
-    settings.access.channel_config()
+    return settings.access.channel_config()
 
 
 def log_role(s: Settings) -> None:

@@ -108,7 +108,7 @@ class SlackClientFactory:
             client_secret=s.slack.client_secret.get_secret_value(),
             redirect_uri=s.slack.oauth_redirect_url,
             installations=installations,
-            states=PostgresOAuthStates(db, max_outstanding=s.slack.oauth_states_max),
+            states=PostgresOAuthStates(db),
             clients=clients,
             scopes=bot_scopes(
                 continue_threads=s.access.continue_threads,

@@ -2,12 +2,14 @@
 
 This is the trust boundary for event payloads: pydantic checks the shape, and a payload
 that claims to be a message but lacks what a message must have is a `MalformedEvent`
-(the HTTP layer answers 400). Events we do not handle — bots, edits, deletions, hidden
+(the HTTP layer answers 400). Events we do not handle — bots that do not mention us, edits, deletions, hidden
 subtypes, channel chatter without a mention — translate to None and are acked quietly
 (edits and deletions have their own reading, gateway/inbound/edits.py). A person's
 message at the top of a channel without a mention is a turn marked `context_only`: never
-answered, only kept as the channel's context (gateway/inbound/context.py). HTTP and
-Socket Mode both call `inbound_turn`, so both see the same rules.
+answered, only kept as the channel's context (gateway/inbound/context.py). A bot's post
+becomes a turn only when it mentions us (`app_mention`), with its bot id (`bot_id`): the
+bot policy decides the rest (gateway/inbound/bots.py). HTTP and Socket Mode both call
+`inbound_turn`, so both see the same rules.
 
 Two subtypes are people talking and are answered like plain messages: `file_share` (a
 message with files; a DM with only a file is one) and `thread_broadcast` (a thread reply
@@ -32,7 +34,9 @@ Connect channel it is the workspace of whoever wrote the message, and an event a
 under one installation must be answered with its token, counted against its limits and
 cancelled by its uninstall, never another's. The writer's own workspace rides along on
 the turn as data (`user_team`). Only a payload without `authorizations` (older shapes)
-falls back on the envelope's team.
+falls back on the envelope's team, and one with neither on its `enterprise_id`: an
+organization's own events (Enterprise Grid's org-wide `app_uninstalled` and
+`tokens_revoked`) name no team, and are for the org-wide installation.
 
 The `action_token` of a mention or a DM rides along too (`action_token`): workspace search
 needs it, and it is kept with the task (storage/action_tokens.py), never shown.
@@ -105,7 +109,8 @@ class _Tenancy(BaseModel):
 
 def event_tenant(body: Mapping[str, Any]) -> Tenant:
     """The installation the payload is for: its first authorization, else (a payload
-    without one) the envelope's team. `MalformedEvent` if it names none."""
+    without one) the envelope's team, else its enterprise's org-wide installation.
+    `MalformedEvent` if it names none."""
     try:
         tenancy = _Tenancy.model_validate(body)
     except ValidationError as exc:
@@ -116,9 +121,14 @@ def event_tenant(body: Mapping[str, Any]) -> Tenant:
             return Tenant(auth.enterprise_id, auth.enterprise_id, org_wide=True)
         if auth.team_id:
             return Tenant(auth.team_id, auth.enterprise_id)
-    if tenancy.team_id is None:
-        raise MalformedEvent("event envelope: no team_id and no authorizations")
-    return Tenant(tenancy.team_id, tenancy.enterprise_id)
+    if tenancy.team_id is not None:
+        return Tenant(tenancy.team_id, tenancy.enterprise_id)
+    if tenancy.enterprise_id is not None:
+        # An organization's own event (Enterprise Grid: `app_uninstalled`,
+        # `tokens_revoked`, `team_access_granted`) names its enterprise and no team: it is
+        # for the org-wide installation.
+        return Tenant(tenancy.enterprise_id, tenancy.enterprise_id, org_wide=True)
+    raise MalformedEvent("event envelope: no team_id, enterprise_id or authorizations")
 
 
 # Subtypes that are a person's message all the same; every other subtype is not one.
@@ -186,6 +196,8 @@ class InboundTurn:
     # What Slack's Real-time Search wants to search as this message's writer
     # (gateway/slack/search.py): short-lived, a credential, never shown.
     action_token: str | None = field(default=None, repr=False)
+    # The bot that wrote it (`B…`), for a bot's mention; None: a person's message.
+    bot_id: str | None = None
 
     @property
     def task_id(self) -> str:
@@ -239,6 +251,53 @@ def check_shape(body: Mapping[str, Any]) -> None:
         raise MalformedEvent(f"payload: {summary(exc)}") from exc
     if shape.event is None and (shape.type == "event_callback" or "event" in body):
         raise MalformedEvent("payload: event must be an object")
+
+
+# What bolt reads of an interaction payload before any listener runs, whatever its type:
+# its tenancy fields (an id, or an object with one) and, by type, the objects it indexes
+# without looking (slack_bolt/request/payload_utils.py: `to_step`, `to_action`, `to_view`).
+_Owner = str | dict[str, Any] | None
+
+
+class _InteractionShape(BaseModel):
+    type: str
+    user: _Owner = None
+    team: _Owner = None
+    enterprise: _Owner = None
+    channel: _Owner = None
+    authorizations: list[dict[str, Any]] | None = None
+    view: dict[str, Any] | None = None
+    actions: list[Any] | None = None
+    workflow_step: dict[str, Any] | None = None
+
+
+def check_interaction_shape(payload: Mapping[str, Any]) -> None:
+    """Raise `MalformedEvent` unless bolt can safely read the interaction payload: a
+    workflow step's edit or save must carry its `workflow_step` object, a view its type,
+    a click its actions (without them bolt raised a KeyError: a 500 and a traceback)."""
+    try:
+        shape = _InteractionShape.model_validate(payload)
+    except ValidationError as exc:
+        raise MalformedEvent(f"interaction: {summary(exc)}") from exc
+    missing = _missing_part(shape, "callback_id" in payload)
+    if missing is not None:
+        raise MalformedEvent(f"{shape.type} interaction: {missing}")
+
+
+def _missing_part(shape: _InteractionShape, has_callback: bool) -> str | None:
+    """What bolt would index and the payload lacks, None when nothing."""
+    view = shape.view or {}
+    if shape.type == "workflow_step_edit" and has_callback and shape.workflow_step is None:
+        return "workflow_step must be an object"
+    if shape.type == "view_submission" and "callback_id" in view:
+        if not isinstance(view.get("type"), str):
+            return "view.type must be a string"
+        if view["type"] == "workflow_step" and shape.workflow_step is None:
+            return "workflow_step must be an object"
+    clicks = shape.type == "block_actions" or (shape.type == "interactive_message" and has_callback)
+    if clicks and not shape.actions:
+        return "actions must be a list of at least one action"
+    return None
 
 
 def inbound_turn(body: Mapping[str, Any]) -> InboundTurn | None:
@@ -347,6 +406,9 @@ def message_turn(
     """A person's message event as a turn of `tenant`, addressed or not (the caller has
     decided); `edited` is the time of an edit (gateway/inbound/edits.py). `MalformedEvent`
     if it is not one."""
+    bot = bot_of(event)
+    if bot is not None and "user" not in event:
+        event = {**event, "user": bot}  # a classic bot post has no user: the bot is its writer
     try:
         message = _MessageEvent.model_validate(event)
     except ValidationError as exc:
@@ -369,7 +431,16 @@ def message_turn(
         enterprise=tenant.enterprise,
         user_team=_writer_team(event),
         action_token=action_token(event),
+        bot_id=bot,
     )
+
+
+def bot_of(event: Mapping[str, Any]) -> str | None:
+    """The bot (`B…`) that wrote a message event: its `bot_id`, else its `bot_profile`'s
+    id; None for a person's message or a bot id that is not a Slack id."""
+    profile = event.get("bot_profile")
+    found = event.get("bot_id") or (profile.get("id") if isinstance(profile, Mapping) else None)
+    return found if isinstance(found, str) and _SLACK_ID.fullmatch(found) else None
 
 
 def _writer_team(event: Mapping[str, Any]) -> str | None:
@@ -407,7 +478,9 @@ def shared_files(entries: Any) -> tuple[SharedFile, ...]:
 def _a_persons_message(event: Mapping[str, Any]) -> bool:
     """A person's message (a mention, or a message the subscriptions bring), to keep."""
     if event.get("bot_id") or event.get("bot_profile"):
-        return False  # bot posts (ours included)
+        # A bot's post (ours included) only when it mentions us: then the gatekeeper asks
+        # the bot policy (gateway/inbound/bots.py) whether it is answered at all.
+        return event.get("type") == "app_mention" and bot_of(event) is not None
     subtype = event.get("subtype")
     if subtype is not None and not (isinstance(subtype, str) and subtype in ANSWERED_SUBTYPES):
         return False  # edits, deletions, joins, bot_message and the other system subtypes

@@ -19,9 +19,13 @@ Only bot tokens are stored: threadgate asks for no user scopes (gateway/slack/sc
 
 Who may install is the operator's to say: every installed workspace can spend the model
 quota. With an allowlist (`InstallAllowlist`), an install whose team and enterprise are
-both off it ends on a page saying so, and nothing is stored. The install page itself is
-public and each visit issues an OAuth state (a row): past `PostgresOAuthStates`'s bound
-the page answers 429 until states expire or are used. Its `?team=` (which workspace Slack
+both off it ends on a page saying so, nothing is stored, and the token Slack issued it is
+revoked (`auth.revoke`); an event of a workspace off it (installed before the allowlist
+said otherwise) is refused by `InstalledIdentity` before anything of it is read or
+admitted — no model call — counted, and logged once per workspace. The install page
+itself is public: each visit gets an OAuth state that is signed, not stored
+(`OAuthStateStore`), so no number of anonymous visits can fill a bound and lock real
+installers out. Its `?team=` (which workspace Slack
 should offer first) is the visitor's text: slack_sdk puts it in the authorize link as it
 came, so `?team=T1%26redirect_uri%3D…` would add parameters of the visitor's choosing to
 our link; `InstallFlow` encodes it as one value.
@@ -29,8 +33,13 @@ our link; `InstallFlow` encodes it as one value.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
-from collections.abc import Sequence
+import re
+import secrets
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
@@ -121,28 +130,43 @@ class InstallationStore(AsyncInstallationStore):
         await self.async_delete_installation(enterprise_id=enterprise_id, team_id=team_id)
 
 
-class OAuthStateStore(AsyncOAuthStateStore):
-    """slack_sdk's OAuth state store on `PostgresOAuthStates` (one use, with expiry)."""
+# A state: its expiry (Unix seconds), a nonce, and their HMAC-SHA256 (hex).
+_STATE = re.compile(r"([0-9]{1,12})\.([A-Za-z0-9_-]{16,64})\.([0-9a-f]{64})")
 
-    def __init__(self, states: PostgresOAuthStates) -> None:
+
+class OAuthStateStore(AsyncOAuthStateStore):
+    """slack_sdk's OAuth state store: a state is signed, not stored, when the install page
+    issues it (its expiry and a nonce, under a key derived from the app's client secret),
+    and written only when it comes back (`PostgresOAuthStates.use`: once, while fresh).
+    Anonymous visits of the install page therefore cost nothing and cannot fill a bound
+    that would lock out a real installer; bolt's state cookie still ties the state to the
+    browser that asked for it."""
+
+    def __init__(self, states: PostgresOAuthStates, client_secret: str) -> None:
         self._states = states
+        self._key = hashlib.sha256(b"threadgate oauth state\0" + client_secret.encode()).digest()
 
     @property
     def logger(self) -> logging.Logger:
         return log
 
     async def async_issue(self, *args: Any, **kwargs: Any) -> str:
-        state = await self._states.issue()
-        if state is None:
-            raise TooManyInstalls(self._states.max_outstanding)
-        return state
+        expires = int(time.time() + self._states.expiration_seconds)
+        body = f"{expires}.{secrets.token_urlsafe(18)}"
+        return f"{body}.{self._sign(body)}"
 
     async def async_consume(self, state: str) -> bool:
-        return await self._states.consume(state)
+        found = _STATE.fullmatch(state)
+        if found is None:
+            return False
+        expires, nonce, signature = found.groups()
+        body = f"{expires}.{nonce}"
+        if not hmac.compare_digest(self._sign(body), signature):
+            return False
+        return await self._states.use(body, float(expires))
 
-
-class TooManyInstalls(Exception):
-    """As many installs as the bound allows are under way: no state is issued."""
+    def _sign(self, body: str) -> str:
+        return hmac.new(self._key, body.encode(), hashlib.sha256).hexdigest()
 
 
 class InstallRefused(BoltError):
@@ -162,9 +186,10 @@ class InstallAllowlist:
     ids: frozenset[str] = frozenset()
 
     def allows(self, installation: Installation) -> bool:
-        if not self.ids:
-            return True
-        return bool({installation.team_id, installation.enterprise_id} & self.ids)
+        return self.allows_workspace(installation.team_id, installation.enterprise_id)
+
+    def allows_workspace(self, team_id: str | None, enterprise_id: str | None) -> bool:
+        return not self.ids or bool({team_id, enterprise_id} & self.ids)
 
 
 def stored(installation: Installation) -> StoredInstallation:
@@ -204,13 +229,26 @@ def as_installation(found: StoredInstallation) -> Installation:
 
 class InstalledIdentity(AsyncAuthorize):
     """bolt's authorization from the event's installation: its own team's, or (Enterprise
-    Grid) its enterprise's org-wide one. None (bolt refuses the event) when not installed."""
+    Grid) its enterprise's org-wide one. None (bolt acks the event and runs no listener)
+    when not installed, or when `allowlist` does not name the workspace or its enterprise:
+    such an event is counted (`on_refused`) and logged once per workspace."""
 
-    def __init__(self, clients: SlackClients) -> None:
+    def __init__(
+        self,
+        clients: SlackClients,
+        allowlist: InstallAllowlist = InstallAllowlist(),
+        on_refused: Callable[[], None] = lambda: None,
+    ) -> None:
         self._clients = clients
+        self._allowlist = allowlist
+        self._on_refused = on_refused
+        self._told: set[tuple[str | None, str | None]] = set()  # workspaces logged already
 
     async def __call__(self, **kwargs: Any) -> AuthorizeResult | None:
         team_id, enterprise_id = kwargs.get("team_id"), kwargs.get("enterprise_id")
+        if not self._allowlist.allows_workspace(team_id, enterprise_id):
+            self._refuse(team_id, enterprise_id)
+            return None
         try:
             workspace = await self._clients.workspace(team_id, enterprise_id)
         except NotInstalled:
@@ -227,6 +265,17 @@ class InstalledIdentity(AsyncAuthorize):
             bot_token=found.bot_token,
             bot_scopes=found.bot_scopes,
         )
+
+    def _refuse(self, team_id: str | None, enterprise_id: str | None) -> None:
+        self._on_refused()
+        if (team_id, enterprise_id) not in self._told and len(self._told) < 10_000:
+            self._told.add((team_id, enterprise_id))
+            log.warning(
+                "events from Slack workspace %s (enterprise %s) are refused: it is not on "
+                "THREADGATE_INSTALL_ALLOWLIST (logged once per workspace)",
+                team_id,
+                enterprise_id,
+            )
 
 
 def oauth_flow(
@@ -253,7 +302,7 @@ def oauth_flow(
         redirect_uri_path=REDIRECT_PATH,
         installation_store=InstallationStore(installations, clients),
         installation_store_bot_only=True,
-        state_store=OAuthStateStore(states),
+        state_store=OAuthStateStore(states, client_secret),
         state_expiration_seconds=int(states.expiration_seconds),
         logger=log,
     )
@@ -271,17 +320,13 @@ REFUSED_PAGE = (
     "the operator to add your workspace (or organization) ID to "
     "THREADGATE_INSTALL_ALLOWLIST.</p></body></html>"
 )
-BUSY_PAGE = (
-    "<html><body><h1>Too many installs under way</h1><p>Please try again in a few "
-    "minutes.</p></body></html>"
-)
 
 
 class InstallFlow(AsyncOAuthFlow):
     """bolt's flow, where an exchange of the code that did not succeed for any reason shows
     the installer bolt's failure page (bolt itself catches only a refusal), an install the
-    allowlist refuses is stored nowhere and says why, an install page past the bound on
-    outstanding states is a 429, and `?team=` is one encoded value of the link."""
+    allowlist refuses is stored nowhere, its token revoked, and says why, and `?team=` is
+    one encoded value of the link."""
 
     def __init__(self, *, allowlist: InstallAllowlist, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -300,13 +345,6 @@ class InstallFlow(AsyncOAuthFlow):
         teams = request.query.get("team")
         return f"{url}&{urlencode({'team': teams[0]})}" if teams else url
 
-    async def handle_installation(self, request: AsyncBoltRequest) -> BoltResponse:
-        try:
-            return await super().handle_installation(request)
-        except TooManyInstalls as busy:
-            log.warning("install page refused: %s OAuth states outstanding", busy.args[0])
-            return BoltResponse(status=429, body=BUSY_PAGE, headers=_HTML | _RETRY)
-
     async def store_installation(
         self, request: AsyncBoltRequest, installation: Installation
     ) -> None:
@@ -316,8 +354,20 @@ class InstallFlow(AsyncOAuthFlow):
                 installation.team_id,
                 installation.enterprise_id,
             )
+            await self._revoke(installation)
             raise InstallRefused(installation)
         await super().store_installation(request, installation)
+
+    async def _revoke(self, installation: Installation) -> None:
+        """Slack issued the refused install a token all the same: `auth.revoke` it, so no
+        live token of a workspace we refused is left anywhere (a failure is logged, and
+        the install refused all the same)."""
+        if installation.bot_token is None:
+            return
+        try:
+            await self.client.auth_revoke(token=installation.bot_token)
+        except SlackError as failure:
+            log.warning("the refused install's token was not revoked (%s)", failure.reason)
 
     async def run_installation(self, code: str) -> Installation | None:
         try:
@@ -328,4 +378,3 @@ class InstallFlow(AsyncOAuthFlow):
 
 
 _HTML: dict[str, str | Sequence[str]] = {"Content-Type": "text/html; charset=utf-8"}
-_RETRY: dict[str, str | Sequence[str]] = {"Retry-After": "60"}

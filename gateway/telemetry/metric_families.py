@@ -27,7 +27,7 @@ class EventFamilies:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.events = Counter(
             "threadgate_events_total",
-            "Slack event deliveries by outcome (admitted, duplicate, ignored, limited, refused, rejected, unauthorized; edited, deleted for edits and deletions).",
+            "Slack event deliveries by outcome (admitted, duplicate, ignored, limited, refused, rejected, unauthorized; edited, deleted for edits and deletions; not_allowed: a workspace off THREADGATE_INSTALL_ALLOWLIST).",
             ["outcome"],
             registry=registry,
         )
@@ -37,6 +37,15 @@ class EventFamilies:
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
             registry=registry,
         )
+        self.channel_reloads = Counter(
+            "threadgate_channel_config_reloads_total",
+            "SIGHUP reloads of THREADGATE_CHANNEL_CONFIG by outcome: reloaded, or failed (the"
+            " policy in force kept, the operators alerted).",
+            ["outcome"],
+            registry=registry,
+        )
+        for outcome in ("reloaded", "failed"):
+            self.channel_reloads.labels(outcome)
         self.loop_lag = Histogram(
             "threadgate_event_loop_lag_seconds",
             "How late a quarter-second timer woke on each event loop of the process (`loop`:"
@@ -49,8 +58,8 @@ class EventFamilies:
 
 
 class MessageFamilies:
-    """What the gatekeeper made of what people sent: limits, pasted credentials, attached
-    files, pins."""
+    """What the gatekeeper made of what people (and bots) sent: limits, bots' turns, pasted
+    credentials, attached files, pins."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.limited = Counter(
@@ -78,6 +87,15 @@ class MessageFamilies:
             ["outcome"],
             registry=registry,
         )
+        self.bot_turns = Counter(
+            "threadgate_bot_turns_total",
+            "Bots' mentions of ours by outcome: answered, not_allowed (THREADGATE_ALLOW_BOTS),"
+            " own (our own bot), looping (past THREADGATE_BOT_TURNS_PER_THREAD in its thread).",
+            ["outcome"],
+            registry=registry,
+        )
+        for outcome in ("answered", "not_allowed", "own", "looping"):
+            self.bot_turns.labels(outcome)
         self.secrets_redacted = Counter(
             "threadgate_secrets_redacted_total",
             "Credentials taken out of what people wrote (messages, edits, back-filled"
@@ -88,6 +106,9 @@ class MessageFamilies:
 
     def message_limited(self, scope: str) -> None:
         self.limited.labels(scope).inc()
+
+    def bot_turn(self, outcome: str) -> None:
+        self.bot_turns.labels(outcome).inc()
 
     def file_read(self, kind: str, outcome: str) -> None:
         self.attached_files.labels(kind, outcome).inc()

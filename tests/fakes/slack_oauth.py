@@ -15,6 +15,7 @@ installed through the OAuth flow, as Slack does:
                       Channels placed nowhere belong to the FakeSlack's own team.
     apps.uninstall    revokes the calling token's workspace (as `uninstall(team_id)` does):
                       its tokens answer `token_revoked` from then on.
+    auth.revoke       revokes the calling token (tests/fakes/slack_revoke.py).
 
 The record: `installed` (the workspaces with live tokens), and every `Call` carries the
 token it was made with, so a test can assert which workspace's token each post used.
@@ -29,6 +30,8 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from tests.fakes import slack_revoke
 
 Body = dict[str, Any]
 
@@ -127,6 +130,8 @@ class FakeOAuth:
         workspace = self.tokens[token]
         if method == "auth.test":
             return self._auth_test(workspace)
+        if method == slack_revoke.METHOD:  # tests/fakes/slack_revoke.py
+            return slack_revoke.revoke(token, params, self.revoked.add)
         if method == "apps.uninstall":
             self.uninstall(workspace.team_id, workspace.enterprise_id)
             return {"ok": True}

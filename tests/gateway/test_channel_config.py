@@ -4,7 +4,6 @@ default's, compiled into the agent's and the gatekeeper's halves, and swapped wh
 from __future__ import annotations
 
 import json
-import logging
 import re
 from pathlib import Path
 from typing import Any
@@ -93,7 +92,7 @@ class Opened:
 
 def policies(path: Path, opened: Opened | None = None) -> ChannelPolicies:
     return ChannelPolicies(
-        lambda: load_channel_config(path),
+        load_channel_config(path),
         models=DEPLOYMENT,
         limits=Limits(user_messages_per_hour=60, thread_messages_per_hour=40),
         max_model_requests=60,
@@ -137,30 +136,23 @@ def test_channels_naming_the_same_models_share_one_ladder(tmp_path: Path) -> Non
     path.write_text(json.dumps({"channels": {"C0ONE00001": same, "C0TWO00002": same}}))
     opened = Opened()
     compiled = policies(path, opened)
-    assert compiled.reload()
+    compiled.put(load_channel_config(path))
     one = compiled.policy_of(task("C0ONE00001")).attempts
     assert one is compiled.policy_of(task("C0TWO00002")).attempts and one is not None
     assert opened.opened == [("openai:gpt-4.1", "anthropic:claude-test")]
 
 
-def test_a_reload_swaps_the_policy_and_a_malformed_one_keeps_it(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    """A good file is in force after `reload`; one that became malformed leaves the old
-    policy in force and logs one line naming the field."""
+def test_a_put_swaps_the_policy_whole(tmp_path: Path) -> None:
+    """A config `put` is in force at once, for the agent and the gatekeeper alike, and is
+    the one `config` says is in force."""
     path = tmp_path / "channels.json"
     path.write_text(json.dumps(FILE))
     compiled = policies(path)
     path.write_text(json.dumps({"channels": {SUPPORT: {"tools": ["current_time"]}}}))
-    assert compiled.reload()
+    config = load_channel_config(path)
+    compiled.put(config)
     assert compiled.policy_of(task(SUPPORT)).tools == ("current_time",)
-    path.write_text(json.dumps({"channels": {SUPPORT: {"tools": ["*"], "colour": "red"}}}))
-    with caplog.at_level(logging.ERROR):
-        assert not compiled.reload()
-    assert compiled.policy_of(task(SUPPORT)).tools == ("current_time",)
-    [line] = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
-    assert "was not reloaded, the channel policy in force is kept" in line
-    assert f"channels.{SUPPORT}.colour" in line
+    assert compiled.rules_of(SUPPORT).external == "refuse" and compiled.config is config
 
 
 def test_a_bad_file_at_start_is_the_error_of_start_up(tmp_path: Path) -> None:

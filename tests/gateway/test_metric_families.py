@@ -16,6 +16,8 @@ FAMILIES = [
     ("threadgate_ack_seconds", "histogram", ()),
     ("threadgate_approval_clicks", "counter", ("outcome",)),
     ("threadgate_attached_files", "counter", ("kind", "outcome")),
+    ("threadgate_bot_turns", "counter", ("outcome",)),
+    ("threadgate_channel_config_reloads", "counter", ("outcome",)),
     ("threadgate_compactions", "counter", ("outcome",)),
     ("threadgate_db_pool_connections", "gauge", ("state",)),
     ("threadgate_db_pool_wait_seconds", "histogram", ()),

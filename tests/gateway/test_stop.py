@@ -137,6 +137,40 @@ async def test_stop_ends_the_work_once_and_the_thread_goes_on(rig: Rig) -> None:
     assert [(a["action"], a["actor"]) for a in actions] == [("stop", "slack:U0A1B2C3D4E")]
 
 
+async def test_a_stop_by_one_person_leaves_anothers_queued_message_answered(rig: Rig) -> None:
+    """Anyone's Stop stops the working task, and the note names who pressed it; the
+    presser's own queued message is cancelled with it, another person's stays queued and
+    is answered."""
+    asker, other, presser = "U0A1B2C3D4E", "U0OTHER0001", "U0PRESSER01"
+    release = asyncio.Event()
+    rig.model.script(Gated(reply_with_tool("final_reply", {"text": ANSWER}), release, before=14))
+    event = app_mention_event(text="<@UBOT> tell me everything", user=asker)
+    await send(rig, event_callback(event))
+    await working(rig, event)
+    queued = [
+        app_mention_event(text=f"<@UBOT> a question from {who}", user=who, thread_ts=event["ts"])
+        for who in (other, presser)
+    ]
+    for message in queued:
+        assert await send(rig, event_callback(message)) == 200
+        await wait_for_task(rig.db, task_of(message), "queued")
+    streams = rig.slack.press_stop(event["channel"], event["ts"])
+    stop = agent_session_stopped_event(
+        channel=event["channel"], thread_ts=event["ts"], user=presser, streaming_message_ts=streams
+    )
+    assert await send(rig, event_callback(stop)) == 200
+    await wait_for_task(rig.db, task_of(event), "cancelled")
+    await wait_for_task(rig.db, task_of(queued[1]), "cancelled")
+    await wait_for_task(rig.db, task_of(queued[0]), "done")
+    release.set()
+    notes = [p.text for p in rig.slack.posts if STOPPED in p.text]
+    assert len(notes) == 1 and f"<@{presser}> pressed Stop" in notes[0]
+    answered = await rig.db.pool.fetch(
+        "SELECT id FROM outbox WHERE state = 'sent' AND id LIKE '%:reply'"
+    )
+    assert [r["id"] for r in answered] == [f"task:{task_of(queued[0])}:reply"]
+
+
 def delegate_then_hold(release: asyncio.Event) -> Any:
     """The task delegates two sub-agent tasks whose model requests hang until `release`."""
 

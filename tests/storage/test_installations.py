@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from cryptography.fernet import Fernet
@@ -89,33 +90,25 @@ async def test_what_operators_see_carries_no_token(fresh_db: Database) -> None:
     assert "xoxb-secret-value" not in repr(await store.find(None, "T1"))
 
 
-async def test_a_state_is_consumed_once(fresh_db: Database) -> None:
-    """An issued state is good for one redirect; a replay or an unknown one is refused."""
+async def test_a_state_is_used_once(fresh_db: Database) -> None:
+    """A fresh state is good for one redirect; a replay is refused."""
     states = PostgresOAuthStates(fresh_db)
-    state = await states.issue()
-    assert await states.consume(state) is True
-    assert await states.consume(state) is False
-    assert await states.consume("never-issued") is False
+    expires = time.time() + 600
+    assert await states.use("1.nonce", expires) is True
+    assert await states.use("1.nonce", expires) is False
+    assert await states.use("2.other", expires) is True
 
 
-async def test_an_expired_state_is_refused(fresh_db: Database) -> None:
-    """A state older than its expiry is refused even on first use, and swept."""
+async def test_an_expired_state_is_refused_and_swept(fresh_db: Database) -> None:
+    """A state past its expiry is refused even on first use; used ones past theirs are
+    swept as the next one is written."""
     states = PostgresOAuthStates(fresh_db)
-    state = await states.issue()
+    assert await states.use("stale", time.time() - 1) is False
+    assert await states.use("used", time.time() + 600) is True
     await fresh_db.pool.execute("UPDATE slack_oauth_states SET expires_at = now() - interval '1 s'")
-    assert await states.consume(state) is False
-    assert await fresh_db.pool.fetchval("SELECT count(*) FROM slack_oauth_states") == 0
-
-
-async def test_no_state_is_issued_past_the_bound_until_one_is_used(fresh_db: Database) -> None:
-    """At `max_outstanding` fresh states `issue` stores nothing; a used one frees its place."""
-    states = PostgresOAuthStates(fresh_db, max_outstanding=2)
-    first, second = await states.issue(), await states.issue()
-    assert first is not None and second is not None
-    assert await states.issue() is None
-    assert await fresh_db.pool.fetchval("SELECT count(*) FROM slack_oauth_states") == 2
-    assert await states.consume(first) is True
-    assert await states.issue() is not None
+    assert await states.use("next", time.time() + 600) is True
+    rows = await fresh_db.pool.fetch("SELECT state FROM slack_oauth_states")
+    assert [r["state"] for r in rows] == ["next"]
 
 
 async def test_cancelling_a_workspace_stops_only_its_unfinished_tasks(fresh_db: Database) -> None:

@@ -27,9 +27,9 @@ DELEGATION = Delegation(
 )
 
 
-async def enqueue(db: Database, thread: str, ts: str, channel: str = "C1") -> str:
+async def enqueue(db: Database, thread: str, ts: str, channel: str = "C1", user: str = "U1") -> str:
     task_id = f"T1:{channel}:{ts}"
-    address = {"team": "T1", "channel": channel, "thread_ts": thread}
+    address = {"team": "T1", "channel": channel, "thread_ts": thread, "user": user}
     assert await admit(db, Admission(None, task_id, f"T1:{channel}:{thread}", address, ts))
     return task_id
 
@@ -43,11 +43,13 @@ async def state_of(db: Database, task_id: str) -> tuple[str, str | None]:
 async def test_a_stop_ends_the_running_lease_and_queues_the_task_to_say_so(
     fresh_db: Database,
 ) -> None:
-    """The running task's heartbeat fails at once; claimed again it is marked stopped, and
-    its finish cancels it; a later task of the thread is cancelled, another thread's not."""
+    """The running task's heartbeat fails at once; claimed again it is marked stopped (by
+    whom), and its finish cancels it; the presser's later task of the thread is cancelled,
+    another person's and another thread's are not."""
     queue = PostgresTaskQueue(fresh_db)
-    first = await enqueue(fresh_db, "1.0", "1.0")
+    first = await enqueue(fresh_db, "1.0", "1.0", user="U2")
     later = await enqueue(fresh_db, "1.0", "1.1")
+    others = await enqueue(fresh_db, "1.0", "1.2", user="U3")
     elsewhere = await enqueue(fresh_db, "2.0", "2.0")
     running = await queue.claim()
     assert running is not None and running.id == first and not running.stopped
@@ -56,9 +58,11 @@ async def test_a_stop_ends_the_running_lease_and_queues_the_task_to_say_so(
     assert not await queue.heartbeat(running)
     assert await queue.cancelled(running)
     assert await state_of(fresh_db, later) == ("cancelled", "slack:U1")
+    assert await state_of(fresh_db, others) == ("queued", None)
     assert (await state_of(fresh_db, elsewhere))[0] == "queued"
     again = await queue.claim()
     assert again is not None and again.id == first and again.stopped
+    assert again.stopped_by == "slack:U1"
     await queue.finish(again)
     assert await state_of(fresh_db, first) == ("cancelled", "slack:U1")
     rows = await fresh_db.pool.fetch(
