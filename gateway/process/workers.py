@@ -32,7 +32,8 @@ from gateway.models.routes import metered_models
 from gateway.process.channel_policies import limits
 from gateway.process.resources import Resources, background, tool_spans
 from gateway.process.runner import RunnerParts, build_runner, start_mcp, tool_observer
-from gateway.schedules.scheduler import Scheduler, tell_paused
+from gateway.schedules.preflight import Preflight
+from gateway.schedules.scheduler import Scheduler, Timing, tell_paused
 from storage import PostgresScheduleBook, Retention
 
 
@@ -127,12 +128,17 @@ class Workers:
     def _scheduler(self) -> Coroutine[Any, Any, None]:
         """Each period of each schedule, one task (gateway/schedules/scheduler.py)."""
         r = self._r
+        deployment = limits(r.settings)
         scheduler = Scheduler(
             r.db,
-            r.clients,
-            late_seconds=r.settings.schedules.late_seconds,
+            Preflight(
+                r.db,
+                r.clients,
+                lambda channel, shared: r.policies.rules_of(channel).refusal(shared),
+            ),
+            timing=Timing(late_seconds=r.settings.schedules.late_seconds),
+            limits_of=lambda channel: r.policies.rules_of(channel).limits or deployment,
             observe=r.metrics.schedule_run_settled,
             tell_operators=functools.partial(tell_paused, r.operator_alerts()),
-            limits=limits(r.settings),
         )
         return scheduler.run()

@@ -17,7 +17,7 @@ from agent import Route
 from storage import LIMIT_SCOPES, ConnectionPool
 
 # How a schedule's period can end (`threadgate_schedule_runs_total`).
-SCHEDULE_OUTCOMES = ("posted", "silent", "failed", "skipped", "limited", "paused")
+SCHEDULE_OUTCOMES = ("posted", "silent", "failed", "skipped", "limited", "paused", "unverified")
 _LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
 
@@ -223,8 +223,10 @@ class TaskFamilies:
         self.schedule_runs = Counter(
             "threadgate_schedule_runs_total",
             "Periods of schedules, by outcome: posted, silent (no_reply), failed; skipped"
-            " (missed while down, skip); limited (a daily token budget was spent); paused"
-            " (its channel or workspace is gone).",
+            " (missed while down, skip); limited (a limit or budget refused it); paused"
+            " (its channel or workspace is gone, its channel became Slack Connect against"
+            " its policy, or its owner left); unverified (the check before the run could not"
+            " be made: looked at again, counted each time).",
             ["outcome"],
             registry=registry,
         )

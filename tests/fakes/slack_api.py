@@ -20,7 +20,8 @@ chat.postEphemeral, chat.startStream, chat.appendStream, chat.stopStream, conver
 conversations.history, assistant.threads.setStatus, files.info (tests/fakes/slack_files.py),
 agents.sessions.setStatus, assistant.threads.setSuggestedPrompts,
 conversations.info (tests/fakes/slack_channels.py: `slack.channels.share(…)`), conversations.open
-(a DM's channel is D + the person's id without its U);
+(a DM's channel is D + the person's id without its U), conversations.members
+(tests/fakes/slack_members.py: `slack.members.leave(…)`);
 anything else answers `unknown_method`.
 apps.connections.open (Socket Mode) wants the app token (`xapp-…`), as Slack does, and
 answers with a URL of the `FakeSocketMode` in `socket_mode` (tests/fakes/socket_mode.py);
@@ -133,6 +134,7 @@ from . import WAIT_SECONDS
 from .slack_channels import FakeChannels
 from .slack_events import CLOCK, block_actions, ts_to_micros
 from .slack_files import FakeFiles
+from .slack_members import FakeMembers
 from .slack_permalinks import permalink
 from .slack_streams import DISPLAY_MODES, MAX_MARKDOWN, Stream, StreamedMessage, check_payload
 
@@ -324,6 +326,8 @@ class FakeSlack:
         self._methods["conversations.info"] = self.channels.info
         # Channels archived or deleted (slack_channels.py), as chat.postMessage sees them too.
         self.archived, self.deleted = self.channels.archived, self.channels.deleted
+        self.members = FakeMembers(self.users, self.deleted)  # conversations.members
+        self._methods["conversations.members"] = self.members.list
 
     # -- lifecycle ---------------------------------------------------------------------------
 

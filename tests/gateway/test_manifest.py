@@ -70,6 +70,9 @@ METHOD_SCOPES: dict[str, set[str]] = {
     "conversations_info": {"channels:read", "groups:read", "im:read", "mpim:read"},
     # A person's DM opened for a schedule that posts there (issue 34).
     "conversations_open": {"im:write"},
+    # Whether a schedule's owner is still in its channel (issue 44; docs.slack.dev,
+    # conversations.members: channels:read, groups:read, im:read, mpim:read).
+    "conversations_members": {"channels:read", "groups:read", "im:read", "mpim:read"},
 }
 # The scope Slack requires for each Events API subscription.
 EVENT_SCOPES = {

@@ -171,6 +171,7 @@ async def test_a_person_creates_lists_and_deletes_their_own_schedule_by_asking(
     `schedules list --owner`), whose runs post in the channel; someone else neither sees
     nor deletes it; its owner deletes it by asking."""
     rig.model.default = digest_model(fallback=asking)
+    rig.slack.add_user(DEFAULT_USER, name="asker")  # its runs check that its owner is there
     env = env_of(rig)
     await mention(rig, "every second, say hi")
     await rig.slack.wait_until(lambda: any("Created. Schedule" in t for t in told(rig)), 30)
@@ -375,6 +376,7 @@ async def test_with_streaming_a_channel_run_posts_whole_and_a_thread_run_streams
         thread_ts=root,
         owner=f"T1:{DEFAULT_USER}",
     )
+    rig.slack.add_user(DEFAULT_USER, name="owner")  # a person's schedule: its owner is there
     threaded = (await create_schedule(rig.db, new)).id
     await rig.slack.wait_until(
         lambda: (
