@@ -112,8 +112,17 @@ from storage.queue import (
     retry_task,
 )
 from storage.retention import SEEN_EVENTS_KEPT, Retention, RetentionRun
-from storage.schedule_book import PostgresScheduleBook
+from storage.schedule_book import DEFAULT_PERSON_SCHEDULES, PersonSchedules, PostgresScheduleBook
+from storage.schedule_consent import (
+    ScheduleCapReached,
+    ScheduleCaps,
+    ScheduleCensus,
+    ask_schedule,
+    decide_schedule,
+    schedule_census,
+)
 from storage.schedules import (
+    AskedIn,
     Fired,
     NewSchedule,
     ScheduledRun,
@@ -145,6 +154,7 @@ from storage.usage_report import USAGE_GROUPINGS, UsageGrouping, UsageLine, usag
 __all__ = [
     "DEFAULT_ADMISSION_CONNECTIONS",
     "DEFAULT_LEASE_SECONDS",
+    "DEFAULT_PERSON_SCHEDULES",
     "DEFAULT_PINNED_MAX",
     "DEFAULT_THREAD_PICTURE_BYTES",
     "DEFAULT_WORKSPACE_DAILY_PICTURE_BYTES",
@@ -161,6 +171,7 @@ __all__ = [
     "VOTES",
     "Admission",
     "Admitted",
+    "AskedIn",
     "BeforeDownloads",
     "Claim",
     "ClaimAnswer",
@@ -184,6 +195,7 @@ __all__ = [
     "NewSchedule",
     "Outbox",
     "PendingApproval",
+    "PersonSchedules",
     "PictureBudgets",
     "Pinned",
     "PinnedMessage",
@@ -207,6 +219,9 @@ __all__ = [
     "Retention",
     "RetentionRun",
     "RoundRecord",
+    "ScheduleCapReached",
+    "ScheduleCaps",
+    "ScheduleCensus",
     "ScheduleState",
     "ScheduledRun",
     "SessionReset",
@@ -238,12 +253,14 @@ __all__ = [
     "admit",
     "admit_in_known_session",
     "approvals_of",
+    "ask_schedule",
     "before_downloads",
     "cancel_task",
     "cancel_workspace_tasks",
     "clear_pin",
     "create_schedule",
     "decide_approval",
+    "decide_schedule",
     "delete_schedule",
     "delete_turn",
     "due_schedules",
@@ -267,6 +284,7 @@ __all__ = [
     "retry_task",
     "revise_turn",
     "run_task_id",
+    "schedule_census",
     "seconds_until_due",
     "session_exists",
     "session_known",

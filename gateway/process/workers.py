@@ -34,7 +34,7 @@ from gateway.process.resources import Resources, background, tool_spans
 from gateway.process.runner import RunnerParts, build_runner, start_mcp, tool_observer
 from gateway.schedules.preflight import Preflight
 from gateway.schedules.scheduler import Scheduler, Timing, tell_paused
-from storage import PostgresScheduleBook, Retention
+from storage import PersonSchedules, PostgresScheduleBook, Retention, ScheduleCaps
 
 
 class Workers:
@@ -47,31 +47,38 @@ class Workers:
         self.started = False  # the task runner runs: a worker's /readyz waits for it
 
     async def start(self, stack: AsyncExitStack) -> None:
-        registries = self._registries()
+        publisher = self._publisher()
+        stack.push_async_callback(publisher.aclose)
+        registries = self._registries(publisher)
         self.mcp = await start_mcp(self._r.settings, registries[0], stack)
-        await self._start_runner(stack, registries)
+        await self._start_runner(stack, registries, publisher)
         background(stack, "retention", self._retention())
         background(stack, "scheduler", self._scheduler())
         self.started = True
 
-    def _registries(self) -> tuple[ToolRegistry, SubtaskRegistry]:
+    def _registries(self, desk: SlackPublisher) -> tuple[ToolRegistry, SubtaskRegistry]:
         registries = default_registries()
-        book = PostgresScheduleBook(
-            self._r.db, minimum_seconds=self._r.settings.schedules.min_period_seconds
+        s = self._r.settings
+        bounds = PersonSchedules(
+            minimum_seconds=s.schedules.person_min_period_seconds,
+            caps=ScheduleCaps(s.schedules.per_person, s.schedules.per_channel),
+            approval_seconds=s.tools.approval_timeout_seconds,
         )
-        for tool in schedule_tools(book):  # people's own schedules
+        book = PostgresScheduleBook(self._r.db, bounds, on_refused=self._r.metrics.schedule_refused)
+        for tool in schedule_tools(book, desk):  # people's own schedules, owners asked
             registries[0].register(tool)
         return registries
 
     async def _start_runner(
-        self, stack: AsyncExitStack, registries: tuple[ToolRegistry, SubtaskRegistry]
+        self,
+        stack: AsyncExitStack,
+        registries: tuple[ToolRegistry, SubtaskRegistry],
+        publisher: SlackPublisher,
     ) -> None:
         r = self._r
         models = metered_models(r.settings, r.metrics, r.tracer)
         for model in models:
             stack.push_async_callback(model.aclose)
-        publisher = self._publisher()
-        stack.push_async_callback(publisher.aclose)
         assert self.mcp is not None  # connected just before
         parts = RunnerParts(
             publisher,
