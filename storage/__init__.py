@@ -122,8 +122,17 @@ from storage.queue import (
     retry_task,
 )
 from storage.retention import SEEN_EVENTS_KEPT, Retention, RetentionRun
-from storage.schedule_book import PostgresScheduleBook
+from storage.schedule_book import DEFAULT_PERSON_SCHEDULES, PersonSchedules, PostgresScheduleBook
+from storage.schedule_consent import (
+    ScheduleCapReached,
+    ScheduleCaps,
+    ScheduleCensus,
+    ask_schedule,
+    decide_schedule,
+    schedule_census,
+)
 from storage.schedules import (
+    AskedIn,
     Fired,
     NewSchedule,
     ScheduledRun,
@@ -179,6 +188,7 @@ from storage.usage_report import USAGE_GROUPINGS, UsageGrouping, UsageLine, usag
 __all__ = [
     "DEFAULT_ADMISSION_CONNECTIONS",
     "DEFAULT_LEASE_SECONDS",
+    "DEFAULT_PERSON_SCHEDULES",
     "DEFAULT_PINNED_MAX",
     "DEFAULT_THREAD_PICTURE_BYTES",
     "DEFAULT_WORKSPACE_DAILY_PICTURE_BYTES",
@@ -196,6 +206,7 @@ __all__ = [
     "VOTES",
     "Admission",
     "Admitted",
+    "AskedIn",
     "BeforeDownloads",
     "BotTurn",
     "Claim",
@@ -224,6 +235,7 @@ __all__ = [
     "Outbox",
     "PendingApproval",
     "PendingErasure",
+    "PersonSchedules",
     "PictureBudgets",
     "Pinned",
     "PinnedMessage",
@@ -250,6 +262,9 @@ __all__ = [
     "Retention",
     "RetentionRun",
     "RoundRecord",
+    "ScheduleCapReached",
+    "ScheduleCaps",
+    "ScheduleCensus",
     "ScheduleState",
     "ScheduledRun",
     "SeenMessage",
@@ -284,6 +299,7 @@ __all__ = [
     "admit",
     "admit_in_known_session",
     "approvals_of",
+    "ask_schedule",
     "before_downloads",
     "cancel_task",
     "cancel_workspace_tasks",
@@ -292,6 +308,7 @@ __all__ = [
     "count_bot_turn",
     "create_schedule",
     "decide_approval",
+    "decide_schedule",
     "delete_schedule",
     "delete_turn",
     "due_schedules",
@@ -326,6 +343,7 @@ __all__ = [
     "revise_seen",
     "revise_turn",
     "run_task_id",
+    "schedule_census",
     "seconds_until_due",
     "session_exists",
     "session_known",

@@ -4,6 +4,8 @@
                                   anything runs, so it is not an AgentError (nothing failed)
     InvalidSchedule               a schedule's period, cron expression, time zone or time is
                                   written wrongly: one sentence saying how to write it
+    └── ScheduleRefused           a schedule the person may not have now (a cap is reached):
+                                  one sentence saying why, for the model to relay
 
     AgentError                    a run-time failure of the agent
     ├── ControlCallError          a control tool was called wrongly; the message is for the model
@@ -63,6 +65,11 @@ class ConfigError(Exception):
 class InvalidSchedule(ValueError):
     """A schedule written wrongly (agent/core/recurrence.py): a usage mistake, whose message
     says how to write it, for a person at the command line or for the model."""
+
+
+class ScheduleRefused(InvalidSchedule):
+    """A schedule written rightly that the person may not have now: they have as many as
+    they may (or their channel has). The message says why, for the model to relay."""
 
 
 class AgentError(Exception):

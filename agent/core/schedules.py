@@ -9,6 +9,12 @@ the agent it shows in two places:
   that storage implements: the agent knows no SQL. The book takes the task whose round
   asked, and makes the person who wrote its turn the schedule's owner; a person may list
   and delete only their own.
+- what a conversation asks for outlives the message that asked, and any text the model
+  read can ask for it: so a schedule made by asking waits for its owner's approval
+  (`ScheduleDesk`: on Slack, a message with Approve and Deny buttons that says who asked
+  and from which message) and runs only once they approve. The book keeps a person's
+  schedules, and a channel's, to a number (`ScheduleRefused` past it) and to a shortest
+  period.
 - a run (`Task.schedule_id`) may end without posting: `Silence`, the decision of the
   `no_reply` control tool, offered only in runs (agent/rounds/control.py), so that a
   digest of an empty channel says nothing.
@@ -49,10 +55,13 @@ class ScheduleEntry:
     prompt: str
     when: str  # `Recurrence.describe`
     where: str  # e.g. "channel C123", "thread C123/1700000000.000100", "DM"
-    state: str  # active, paused (with why), done
+    state: str  # pending approval (until when), active, paused (with why), done, denied
     next_run_at: datetime | None = None
     last_run_at: datetime | None = None
     last_outcome: str | None = None
+    # Who asked for it and from which message, e.g. "U123 in message C456/1700000000.000100".
+    origin: str = ""
+    owner: str = ""  # the owner's user id, whom the desk asks
 
 
 class ScheduleBook(Protocol):
@@ -63,7 +72,9 @@ class ScheduleBook(Protocol):
         """The shortest period a schedule may have here."""
 
     async def create(self, task: Task, request: ScheduleRequest) -> ScheduleEntry:
-        """Store a schedule owned by the task's person, its first run planned."""
+        """Store a schedule owned by the task's person, pending their approval (the one
+        stored before, when this task asked for the same already); `ScheduleRefused` when
+        they, or the channel, have as many as they may."""
 
     async def mine(self, task: Task) -> Sequence[ScheduleEntry]:
         """The task's person's schedules, oldest first."""
@@ -71,6 +82,15 @@ class ScheduleBook(Protocol):
     async def delete(self, task: Task, schedule_id: str) -> bool:
         """Delete the task's person's schedule `schedule_id`; False when they have none by
         that id (someone else's counts as none)."""
+
+
+class ScheduleDesk(Protocol):
+    """Where a schedule's owner is asked to approve it (for Slack: a message in the
+    conversation that asked, with Approve and Deny buttons)."""
+
+    async def confirm(self, task: Task, entry: ScheduleEntry) -> None:
+        """Ask the owner of the pending schedule `entry`, which `task` asked for, to
+        approve it; once however often it is called."""
 
 
 @dataclass(frozen=True, slots=True)

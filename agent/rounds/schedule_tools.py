@@ -6,6 +6,12 @@ agent/core/schedules.py, decides that from the task, not from anything the model
 and `schedule_list` and `schedule_delete` see only that person's. They are ordinary work
 tools with ordinary names, so a channel's policy can withhold them like any other.
 
+A schedule made here does not run until its owner approves it: `schedule_create` stores
+it pending and asks them (`ScheduleDesk`), and tells the model so. The model may have been
+talked into the call by anything it read; the owner, shown who asked and from which
+message, is the one who says yes. A schedule past the person's or the channel's cap is a
+failed call whose message says why (`ScheduleRefused`), for the model to relay.
+
 They are not offered to a sub-agent, nor in a schedule's own runs: a run speaks for the
 schedule, not for a person, and a schedule that made schedules would multiply.
 
@@ -21,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agent.core.errors import InvalidSchedule
 from agent.core.recurrence import Recurrence, recur_cron, recur_every, recur_once
-from agent.core.schedules import ScheduleBook, ScheduleEntry, ScheduleRequest
+from agent.core.schedules import ScheduleBook, ScheduleDesk, ScheduleEntry, ScheduleRequest
 from agent.rounds.tools import ToolContext, WorkTool
 
 SCHEDULED_TURNS = """\
@@ -82,8 +88,9 @@ class ScheduleDeleteInput(BaseModel):
 class _ScheduleTool:
     """What the three tools share: the book, and where they are offered."""
 
-    def __init__(self, book: ScheduleBook) -> None:
+    def __init__(self, book: ScheduleBook, desk: ScheduleDesk) -> None:
         self._book = book
+        self._desk = desk
 
     def available(self, context: ToolContext) -> bool:
         return context.subtask_type is None and context.task.schedule_id is None
@@ -96,7 +103,8 @@ class ScheduleCreate(_ScheduleTool, WorkTool[ScheduleCreateInput]):
     description = (
         "Set up work that runs on a schedule for the person asking: a prompt run every "
         "period (every), on a cron expression (cron) or once (at), its result posted here, "
-        "in this channel or in their DMs. It belongs to that person."
+        "in this channel or in their DMs. It belongs to that person, and runs only once "
+        "they approve it with the button the gateway posts."
     )
     input_model = ScheduleCreateInput
 
@@ -104,7 +112,11 @@ class ScheduleCreate(_ScheduleTool, WorkTool[ScheduleCreateInput]):
         recurrence = self._recurrence(input)
         request = ScheduleRequest(input.prompt.strip(), recurrence, input.where, input.missed)
         entry = await self._book.create(context.task, request)
-        return f"Created. {describe(entry)}"
+        await self._desk.confirm(context.task, entry)
+        return (
+            f"Created, waiting for its owner's approval: nothing runs until they click "
+            f"Approve on the message just posted. {describe(entry)}"
+        )
 
     def _recurrence(self, input: ScheduleCreateInput) -> Recurrence:
         given = [n for n in ("every", "cron", "at") if getattr(input, n)]
@@ -151,9 +163,9 @@ class ScheduleDelete(_ScheduleTool, WorkTool[ScheduleDeleteInput]):
         )
 
 
-def schedule_tools(book: ScheduleBook) -> list[WorkTool[Any]]:
-    """The three tools, on `book`, for a deployment's tool registry."""
-    return [ScheduleCreate(book), ScheduleList(book), ScheduleDelete(book)]
+def schedule_tools(book: ScheduleBook, desk: ScheduleDesk) -> list[WorkTool[Any]]:
+    """The three tools, on `book` (owners asked at `desk`), for a deployment's registry."""
+    return [ScheduleCreate(book, desk), ScheduleList(book, desk), ScheduleDelete(book, desk)]
 
 
 def describe(entry: ScheduleEntry) -> str:
@@ -164,7 +176,8 @@ def describe(entry: ScheduleEntry) -> str:
         if entry.last_run_at
         else ""
     )
+    asked = f" Asked by {entry.origin}." if entry.origin else ""
     return (
         f"Schedule {entry.id}: {entry.when}, posting to {entry.where}, {entry.state}; "
-        f"next run {next_run}{last}. Prompt: {entry.prompt}"
+        f"next run {next_run}{last}.{asked} Prompt: {entry.prompt}"
     )

@@ -22,6 +22,7 @@ from agent import DEFAULT_ROUND, DEFAULT_RUNNER, McpConfig, load_mcp_config
 from storage import (
     DEFAULT_ADMISSION_CONNECTIONS,
     DEFAULT_LEASE_SECONDS,
+    DEFAULT_PERSON_SCHEDULES,
     DEFAULT_PINNED_MAX,
     DEFAULT_THREAD_PICTURE_BYTES,
     DEFAULT_WORK_CONNECTIONS,
@@ -296,10 +297,31 @@ class DeliverySettings(Group):
 
 class ScheduleSettings(Group):
     """Schedules (gateway/schedules/scheduler.py): the shortest period one may have, and how
-    late a period may be seen before a schedule that skips missed runs skips it."""
+    late a period may be seen before a schedule that skips missed runs skips it. People's
+    own, made by asking the bot, have a shortest period of their own (an operator's may
+    run every minute; a conversation's should not), and caps: how many one person may
+    have, and people in one channel together, active or waiting for approval."""
 
     min_period_seconds: int = Field(
         default=60, ge=1, le=86_400, validation_alias="THREADGATE_SCHEDULE_MIN_PERIOD_SECONDS"
+    )
+    person_min_period_seconds: int = Field(
+        default=DEFAULT_PERSON_SCHEDULES.minimum_seconds,
+        ge=1,
+        le=7 * _DAY,
+        validation_alias="THREADGATE_PERSON_SCHEDULE_MIN_PERIOD_SECONDS",
+    )
+    per_person: int = Field(
+        default=DEFAULT_PERSON_SCHEDULES.caps.per_person,
+        ge=1,
+        le=1000,
+        validation_alias="THREADGATE_SCHEDULES_PER_PERSON",
+    )
+    per_channel: int = Field(
+        default=DEFAULT_PERSON_SCHEDULES.caps.per_channel,
+        ge=1,
+        le=10_000,
+        validation_alias="THREADGATE_SCHEDULES_PER_CHANNEL",
     )
     late_seconds: float = Field(
         default=60.0, ge=1, le=86_400, validation_alias="THREADGATE_SCHEDULE_LATE_SECONDS"

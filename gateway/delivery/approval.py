@@ -88,7 +88,7 @@ def request_message(request: ApprovalRequest, asker: str | None) -> SlackMessage
     call = _call(request)
     who = f"<@{asker}> or an approver" if asker else "An approver"
     decide = f"{who} can decide: the call runs only once it is approved."
-    blocks = [*call.blocks, _section(decide), approval_buttons(request.id)]
+    blocks = [*call.blocks, section(decide), approval_buttons(request.id)]
     return SlackMessage(
         f"Approval needed: the agent wants to call {_named(request)}", tuple(blocks)
     )
@@ -99,18 +99,23 @@ def decided_message(request: ApprovalRequest, decision: ApprovalDecision) -> Sla
     call = _call(request)
     who = f"<@{decision.by}>" if decision.by else "nobody"
     outcome = _OUTCOMES[decision.verdict].format(who=who)
-    return SlackMessage(f"{outcome} ({_named(request)})", (*call.blocks, _section(outcome)))
+    return SlackMessage(f"{outcome} ({_named(request)})", (*call.blocks, section(outcome)))
 
 
 def _call(request: ApprovalRequest) -> SlackMessage:
     arguments = _pretty(request.arguments)
-    longest = max((len(run) for run in _BACKTICKS.findall(arguments)), default=0)
-    fence = "`" * max(3, longest + 1)
     text = (
         f"**Approve this tool call?** The agent wants to call `{request.tool}` with:\n\n"
-        f"{fence}json\n{arguments}\n{fence}"
+        f"{fenced(arguments, 'json')}"
     )
     return render_reply(text)[0]
+
+
+def fenced(text: str, info: str = "") -> str:
+    """`text` in a Markdown code block whose fence no run of backticks in it can close."""
+    longest = max((len(run) for run in _BACKTICKS.findall(text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}{info}\n{text}\n{fence}"
 
 
 def _named(request: ApprovalRequest) -> str:
@@ -128,5 +133,5 @@ def _pretty(arguments: str) -> str:
     return shown
 
 
-def _section(mrkdwn: str) -> dict[str, Any]:
+def section(mrkdwn: str) -> dict[str, Any]:
     return {"type": "section", "text": {"type": "mrkdwn", "text": mrkdwn}}

@@ -10,6 +10,8 @@ Slack: a small facade over the parts that do the work, each with its own state.
 - gateway/delivery/sources.py — the Sources line under a reply that cites.
 - gateway/delivery/approval.py — the agent's `ApprovalDesk`: a tool call that waits for a
   person is asked in the thread, with approve and deny buttons, and shows its decision.
+- gateway/delivery/schedule_approval.py — the agent's `ScheduleDesk`: a schedule a
+  conversation asked for is put to its owner the same way.
 
 Publishing renders the text (gateway/text/rendering.py: no pings, links show their host),
 splits a long reply into posts (`id`, `id#1`, …) and posts each; a reply that was shown
@@ -37,6 +39,7 @@ from agent import (
     ApprovalDecision,
     ApprovalRequest,
     Citation,
+    ScheduleEntry,
     Step,
     StepState,
     Task,
@@ -46,6 +49,7 @@ from agent import (
 from gateway.delivery.approval import ApprovalMessages
 from gateway.delivery.posts import Posts
 from gateway.delivery.reconcile import ThreadSearch
+from gateway.delivery.schedule_approval import ScheduleApprovals
 from gateway.delivery.sources import SourceLinks
 from gateway.delivery.status import StatusLine
 from gateway.delivery.streams import LiveMessages, SlackDraft, StreamEnded, StreamSettings
@@ -127,6 +131,7 @@ class SlackPublisher:
         self._posts = Posts(self._clients, outbox, search, self._live, tracer)
         self._sources = SourceLinks(outbox, call_seconds=outbox.call_seconds)
         self._approvals = ApprovalMessages(self._clients, outbox, self._posts)
+        self._schedules = ScheduleApprovals(self._clients, outbox, self._posts)
         self._drafts: dict[tuple[str, str], SlackDraft] = {}  # by task id and message id
 
     @property
@@ -182,6 +187,11 @@ class SlackPublisher:
 
     async def show(self, task: Task, request: ApprovalRequest, decision: ApprovalDecision) -> None:
         await self._approvals.show(task, request, decision)
+
+    # The agent's ScheduleDesk (gateway/delivery/schedule_approval.py)
+
+    async def confirm(self, task: Task, entry: ScheduleEntry) -> None:
+        await self._schedules.confirm(task, entry)
 
     async def _sources_line(self, task: Task, citations: Sequence[Citation]) -> str:
         address = SlackAddress.parse(task.address)  # permalinks are asked in its workspace

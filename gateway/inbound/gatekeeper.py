@@ -475,6 +475,8 @@ def admission_of(inbound: InboundTurn, *, redacted: int = 0) -> Admission:
             "team": inbound.team,
             "channel": inbound.channel,
             "thread_ts": inbound.reply_thread_ts,
+            # The message itself: a schedule it asks for says which message asked.
+            "ts": inbound.ts,
             # The recipient Slack requires for a streamed reply outside DMs.
             "user": inbound.user,
             # Which installation's token serves the task (gateway/slack/workspaces.py).

@@ -9,6 +9,9 @@ what Slack shows afterwards — the request's message updated to show the decisi
 private note to someone whose click changes nothing — is display, done in the background
 (`Supervisor`), so no Slack call holds the ack.
 
+A schedule a conversation asked for carries the same buttons, its value naming the
+schedule (`schedule:{id}`): its owner alone decides (gateway/inbound/schedule_clicks.py).
+
 Who decides on a tool call: the person whose message started the task (the task's
 address names them) or anyone in `THREADGATE_APPROVERS`. Anyone else's click changes
 nothing, and they are told so privately (`chat.postEphemeral`). The first decision stands:
@@ -29,6 +32,7 @@ from typing import Any, Literal, TypeAlias
 from pydantic import BaseModel, ValidationError
 
 from agent import ApprovalDecision, ApprovalRequest, Supervisor, Task
+from gateway.inbound.schedule_clicks import ScheduleClicks
 from gateway.slack.address import SlackAddress
 from gateway.slack.errors import SlackError
 from gateway.slack.events import (
@@ -38,7 +42,7 @@ from gateway.slack.events import (
     check_interaction_shape,
     summary,
 )
-from gateway.slack.interactive import APPROVE, DENY, FEEDBACK, vote_of
+from gateway.slack.interactive import APPROVE, DENY, FEEDBACK, schedule_of, vote_of
 from gateway.slack.workspaces import SlackClients
 from gateway.telemetry.metrics import Metrics
 from storage import Database, PendingApproval, decide_approval, pending_approval, record_vote
@@ -51,7 +55,7 @@ ShowDecision: TypeAlias = Callable[
     [Task, ApprovalRequest, ApprovalDecision], Coroutine[Any, Any, None]
 ]
 Outcome: TypeAlias = Literal[
-    "approved", "denied", "refused", "already", "ended", "unknown", "voted", "ignored"
+    "approved", "denied", "timed_out", "refused", "already", "ended", "unknown", "voted", "ignored"
 ]
 
 NOT_YOURS = "Only {who} can decide on this tool call; your click changed nothing."
@@ -110,6 +114,7 @@ class Interactions:
         show: ShowDecision,
         supervisor: Supervisor,
         metrics: Metrics,
+        schedules: ScheduleClicks,
     ) -> None:
         self._db = db
         self._clients = clients
@@ -117,17 +122,21 @@ class Interactions:
         self._show = show
         self._supervisor = supervisor
         self._metrics = metrics
+        self._schedules = schedules
 
     async def handle(self, payload: Mapping[str, Any]) -> list[Outcome]:
         """Store what the payload's clicks decide; the outcome of each."""
         parsed = _parsed(payload)
-        return [await self._act(parsed.user.id, action) for action in parsed.actions]
+        return [await self._act(parsed, action) for action in parsed.actions]
 
-    async def _act(self, user: str, action: _Action) -> Outcome:
+    async def _act(self, parsed: _BlockActions, action: _Action) -> Outcome:
+        user = parsed.user.id
         if action.action_id in (APPROVE, DENY) and action.value:
             verdict: Literal["approved", "denied"] = (
                 "approved" if action.action_id == APPROVE else "denied"
             )
+            if (schedule_id := schedule_of(action.value)) is not None:
+                return await self._decide_schedule(parsed, schedule_id, verdict)
             outcome = await self._decide(user, action.value, verdict)
             self._metrics.approvals.labels(outcome).inc()
             return outcome
@@ -161,6 +170,22 @@ class Interactions:
             self._tell(found.task, user, ENDED)
         return decided
 
+    async def _decide_schedule(
+        self, parsed: _BlockActions, schedule_id: str, verdict: Literal["approved", "denied"]
+    ) -> Outcome:
+        click = await self._schedules.decide(parsed.user.id, schedule_id, verdict)
+        self._metrics.schedule_decided(click.outcome)
+        if click.note and click.schedule is not None:
+            where = SlackAddress(
+                channel=parsed.container.channel_id or "",
+                thread_ts=parsed.container.thread_ts or "",
+                team=click.schedule.team,
+                enterprise=click.schedule.enterprise,
+            )
+            if where.channel:
+                self._tell_at(where, parsed.user.id, click.note)
+        return click.outcome
+
     def _may_decide(self, user: str, found: PendingApproval) -> bool:
         return user == found.task.address.get("user") or user in self._approvers
 
@@ -179,14 +204,19 @@ class Interactions:
 
     def _tell(self, task: Task, user: str, text: str) -> None:
         """A private note to `user` in the task's thread, in the background."""
-        self._supervisor.spawn(self._ephemeral(task, user, text), name=f"ephemeral-{task.id}")
+        self._tell_at(SlackAddress.parse(task.address), user, text)
 
-    async def _ephemeral(self, task: Task, user: str, text: str) -> None:
-        address = SlackAddress.parse(task.address)
+    def _tell_at(self, address: SlackAddress, user: str, text: str) -> None:
+        """A private note to `user` in `address`'s channel (and thread), in the background."""
+        self._supervisor.spawn(
+            self._ephemeral(address, user, text), name=f"ephemeral-{address.channel}"
+        )
+
+    async def _ephemeral(self, address: SlackAddress, user: str, text: str) -> None:
         try:
             client = await self._clients.for_team(address.team, address.enterprise)
             await client.chat_postEphemeral(
-                channel=address.channel, user=user, text=text, thread_ts=address.thread_ts
+                channel=address.channel, user=user, text=text, thread_ts=address.thread_ts or None
             )
         except SlackError as exc:
             log.info("telling %s privately failed (%s)", user, exc)

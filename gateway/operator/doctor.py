@@ -19,6 +19,8 @@ the setting to fix:
   well after the uninstall (storage/erasure.py);
 - retention: with many workspaces, messages kept longer than Slack's terms allow a
   distributed app (`DISTRIBUTED_RETENTION_DAYS`);
+  then people's schedules: how many are active, waiting for approval or paused, and those
+  that slip past today's bounds (never approved, too often, over a cap) as warnings;
 - MCP servers (`THREADGATE_MCP_CONFIG`): each one connected or not (and why), with the
   tools it offers the model. A server that does not connect is a problem to report, even
   though `serve` would start without it;
@@ -60,6 +62,8 @@ from gateway.config.connections import ConnectionPlan
 from gateway.config.settings import Settings, database_dsn
 from gateway.inbound.socket_mode import probe_socket_mode
 from gateway.models.routes import provider_settings
+from gateway.operator.schedule_check import census as schedule_census
+from gateway.operator.schedule_check import findings as schedule_findings
 from gateway.process.channel_policies import prompt_instructions
 from gateway.process.slack_clients import token_cipher
 from gateway.process.workers import ERASURE_SWEEP_SECONDS
@@ -546,7 +550,12 @@ async def check_database(settings: Settings, limits: Limits) -> list[Finding]:
         )
         return [Finding("database", "ok", detail), connections, reads]
     ready = f"{where} is reachable and the schema is up to date"
-    return [Finding("database", "ok", ready), connections, reads]
+    return [
+        Finding("database", "ok", ready),
+        connections,
+        reads,
+        *await check_schedules(settings, limit),
+    ]
 
 
 async def check_erasures(settings: Settings, limits: Limits) -> list[Finding]:
@@ -573,6 +582,17 @@ async def check_erasures(settings: Settings, limits: Limits) -> list[Finding]:
     if pending:
         return [Finding("erasure", "ok", f"{len(pending)} uninstalled workspace(s) being erased")]
     return [Finding("erasure", "ok", "no uninstalled workspace's content waits to be erased")]
+
+
+async def check_schedules(settings: Settings, limit: float) -> list[Finding]:
+    """People's schedules against today's bounds (gateway/operator/schedule_check.py)."""
+    try:
+        async with asyncio.timeout(limit):
+            found = await schedule_census(settings)
+    except (StorageError, TimeoutError) as exc:
+        why = str(exc) or f"no answer within {limit:g} s"
+        return [Finding("schedules", "warn", f"people's schedules could not be read: {why}")]
+    return [Finding("schedules", status, detail) for status, detail in schedule_findings(found)]
 
 
 @dataclass(frozen=True, slots=True)

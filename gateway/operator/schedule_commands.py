@@ -3,9 +3,11 @@
 `add` stores a schedule (storage/schedules.py) — a channel (a new top-level post each
 run), a thread, or a person's DM; a prompt; `--every`, `--cron` with `--tz`, or `--at` —
 and every replica's scheduler hears of it at once (NOTIFY). `list` and `show` read them
-with their last and next run and the last run's outcome; `pause`, `resume` and `delete`
-take effect from the next period on, whatever replica runs it. Operators see and steer
-every schedule, people's own included; people manage theirs by asking the bot.
+with their last and next run and the last run's outcome, and for a person's schedule who
+asked for it, from which message, and whether its owner approved it (pending, approved
+by whom, denied, lapsed); `pause`, `resume` and `delete` take effect from the next period
+on, whatever replica runs it. Operators see and steer every schedule, people's own
+included; people manage theirs by asking the bot.
 
 Like `threadgate tasks`, it renders a table, a page, or JSON (`--json`), every cell made
 printable first: prompts are what people wrote.
@@ -185,7 +187,7 @@ _COLUMNS = (
     "NEXT RUN",
     "LAST RUN",
     "LAST OUTCOME",
-    "OWNER",
+    "OWNER (ASKED IN)",
     "PROMPT",
 )
 
@@ -203,7 +205,7 @@ def render_table(schedules: Sequence[StoredSchedule], *, now: datetime) -> str:
             _when(s.next_run_at) if s.state == "active" else "-",
             f"{age(now - s.last_run_at)} ago" if s.last_run_at else "-",
             one_line(s.last_outcome or "-", 20),
-            one_line(s.owner or "operators", 20),
+            one_line(_asked(s), 50),
             one_line(s.prompt, 40),
         )
         for s in schedules
@@ -227,6 +229,8 @@ def render_detail(s: StoredSchedule) -> str:
         ("missed runs", "one run for all of them" if s.missed == "catch_up" else "skipped"),
         ("where", f"team {s.team}, {s.where}"),
         ("owner", s.owner or "operators"),
+        ("asked in", f"message {s.asked} (task {s.asked.task_id})" if s.asked else "-"),
+        ("approval", _approval(s)),
         ("created", f"{_when(s.created_at)} by {s.created_by}"),
         ("next run", _when(s.next_run_at) if s.state == "active" else f"- ({s.state})"),
         ("last run", f"{_when(s.last_run_at)} (task {s.last_task_id})" if s.last_task_id else "-"),
@@ -236,6 +240,28 @@ def render_detail(s: StoredSchedule) -> str:
     prompt = "\n".join(f"    {line}" for line in s.prompt.splitlines() or [""])
     lines = [f"Schedule {s.id}", *(f"  {k + ':':<14}{v}" for k, v in fields), "  prompt:", prompt]
     return "\n".join(lines)
+
+
+def _asked(s: StoredSchedule) -> str:
+    """Whose it is, and the message that asked for it (a person's)."""
+    if s.owner is None:
+        return "operators"
+    return f"{s.owner} in {s.asked}" if s.asked else s.owner
+
+
+def _approval(s: StoredSchedule) -> str:
+    """What its owner decided: an operator's needs no approval."""
+    if s.owner is None or s.approval_deadline is None:
+        return "-"
+    if s.state == "pending":
+        lapsed = "lapsed at" if s.lapsed else "waiting for its owner until"
+        return f"{lapsed} {_when(s.approval_deadline)}"
+    if s.decided_at is None:
+        return "-"
+    if s.state == "denied":
+        who = f"by {s.decided_by}" if s.decided_by else "(nobody decided in time)"
+        return f"denied {who} at {_when(s.decided_at)}"
+    return f"approved by {s.decided_by} at {_when(s.decided_at)}"
 
 
 def _when(at: datetime | None) -> str:

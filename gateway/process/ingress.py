@@ -21,6 +21,7 @@ from slack_bolt.async_app import AsyncApp
 from slack_sdk.web.async_client import AsyncWebClient
 
 from gateway.delivery.approval import ApprovalMessages
+from gateway.delivery.schedule_approval import ScheduleApprovals
 from gateway.inbound.app_home import AppHome
 from gateway.inbound.attachments import FileReader
 from gateway.inbound.bolt_app import Listeners, build_bolt_app
@@ -37,6 +38,7 @@ from gateway.inbound.gatekeeper import (
 from gateway.inbound.interactions import Interactions
 from gateway.inbound.pins import Pins
 from gateway.inbound.revisions import Revisions
+from gateway.inbound.schedule_clicks import ScheduleClicks
 from gateway.inbound.socket_mode import SocketModeConnection, start_socket_mode
 from gateway.inbound.stops import Stops
 from gateway.models.routes import reads_documents
@@ -198,6 +200,7 @@ class Ingress:
         """Clicks on approval and feedback buttons: stored, then shown (the decision on
         its request's message, updated from here: an ingress posts nothing else)."""
         r = self._r
+        shown = ScheduleApprovals(r.clients, r.outbox()).show
         return Interactions(
             r.db,
             r.clients,
@@ -205,6 +208,7 @@ class Ingress:
             show=ApprovalMessages(r.clients, r.outbox()).show,
             supervisor=r.supervisor,
             metrics=r.metrics,
+            schedules=ScheduleClicks(r.db, shown, r.supervisor),
         )
 
     def _readiness(self) -> Readiness:

@@ -36,9 +36,10 @@ from gateway.models.routes import metered_models
 from gateway.process.channel_policies import limits
 from gateway.process.resources import Resources, background, tool_spans
 from gateway.process.runner import RunnerParts, build_runner, start_mcp, tool_observer
-from gateway.schedules.scheduler import Scheduler, tell_paused
+from gateway.schedules.preflight import Preflight
+from gateway.schedules.scheduler import Scheduler, Timing, tell_paused
 from gateway.slack.search_tool import SearchWorkspace, search_tool
-from storage import PostgresScheduleBook, Retention
+from storage import PersonSchedules, PostgresScheduleBook, Retention, ScheduleCaps
 
 # How often the workers look for erasures of uninstalled workspaces that are due or that
 # the uninstall's own try did not finish (a restart, a failure).
@@ -55,9 +56,11 @@ class Workers:
         self.started = False  # the task runner runs: a worker's /readyz waits for it
 
     async def start(self, stack: AsyncExitStack) -> None:
-        registries = self._registries()
+        publisher = self._publisher()
+        stack.push_async_callback(publisher.aclose)
+        registries = self._registries(publisher)
         self.mcp = await start_mcp(self._r.settings, registries[0], stack)
-        await self._start_runner(stack, registries)
+        await self._start_runner(stack, registries, publisher)
         background(stack, "retention", self._retention())
         background(
             stack,
@@ -69,12 +72,16 @@ class Workers:
         background(stack, "scheduler", self._scheduler())
         self.started = True
 
-    def _registries(self) -> tuple[ToolRegistry, SubtaskRegistry]:
+    def _registries(self, desk: SlackPublisher) -> tuple[ToolRegistry, SubtaskRegistry]:
         registries = default_registries()
-        book = PostgresScheduleBook(
-            self._r.db, minimum_seconds=self._r.settings.schedules.min_period_seconds
+        s = self._r.settings
+        bounds = PersonSchedules(
+            minimum_seconds=s.schedules.person_min_period_seconds,
+            caps=ScheduleCaps(s.schedules.per_person, s.schedules.per_channel),
+            approval_seconds=s.tools.approval_timeout_seconds,
         )
-        for tool in schedule_tools(book):  # people's own schedules
+        book = PostgresScheduleBook(self._r.db, bounds, on_refused=self._r.metrics.schedule_refused)
+        for tool in schedule_tools(book, desk):  # people's own schedules, owners asked
             registries[0].register(tool)
         if self._r.settings.tools.workspace_search:  # THREADGATE_WORKSPACE_SEARCH
             registries[0].register(self._search_tool())
@@ -89,14 +96,15 @@ class Workers:
         )
 
     async def _start_runner(
-        self, stack: AsyncExitStack, registries: tuple[ToolRegistry, SubtaskRegistry]
+        self,
+        stack: AsyncExitStack,
+        registries: tuple[ToolRegistry, SubtaskRegistry],
+        publisher: SlackPublisher,
     ) -> None:
         r = self._r
         models = metered_models(r.settings, r.metrics, r.tracer)
         for model in models:
             stack.push_async_callback(model.aclose)
-        publisher = self._publisher()
-        stack.push_async_callback(publisher.aclose)
         assert self.mcp is not None  # connected just before
         parts = RunnerParts(
             publisher,
@@ -153,12 +161,17 @@ class Workers:
     def _scheduler(self) -> Coroutine[Any, Any, None]:
         """Each period of each schedule, one task (gateway/schedules/scheduler.py)."""
         r = self._r
+        deployment = limits(r.settings)
         scheduler = Scheduler(
             r.db,
-            r.clients,
-            late_seconds=r.settings.schedules.late_seconds,
+            Preflight(
+                r.db,
+                r.clients,
+                lambda channel, shared: r.policies.rules_of(channel).refusal(shared),
+            ),
+            timing=Timing(late_seconds=r.settings.schedules.late_seconds),
+            limits_of=lambda channel: r.policies.rules_of(channel).limits or deployment,
             observe=r.metrics.schedule_run_settled,
             tell_operators=functools.partial(tell_paused, r.operator_alerts()),
-            limits=limits(r.settings),
         )
         return scheduler.run()

@@ -13,13 +13,21 @@ fire), at most `idle_seconds` — never polling hot: a schedule another replica 
 looked at again a moment later (its transaction takes milliseconds), one whose check
 failed only after `retry_seconds`.
 
-The check before a run, one Slack call: `conversations.info` for a channel or a thread
-(archived, or not there: `channel_not_found`), `conversations.open` for a person's DM (the
-first time: its channel is kept). A schedule whose channel is gone, whose person is gone,
-or whose workspace no longer has the app is paused with the reason, counted (`paused`) and
-told to the operators; any other failure of the check is not a reason not to run. A run
-counts against the daily token budgets of its owner and channel like a person's message,
-and a period whose budget is spent is not run (`limited`).
+Before a run it is checked with Slack (gateway/schedules/preflight.py): its channel still
+there, not archived, and not shared with another organization where its policy refuses
+that; a person's schedule's owner still in the workspace and, for a channel's, in the
+channel. A schedule that cannot run is paused with the reason, counted (`paused`) and
+told to the operators, and to its owner when it is theirs; a check that could not be made
+runs nothing now (`unverified`), and the schedule is looked at again after
+`retry_seconds`.
+
+A run is held to the limits of its channel (its own, from `THREADGATE_CHANNEL_CONFIG`,
+else the deployment's) like a person's message: its owner's hourly messages and daily
+tokens, its channel's tokens and spend, its workspace's spend, every workspace's tokens —
+in the transaction that fires it (storage/schedules.py, migration 028), which also keeps
+runs that fire together from all passing before any has spent: a run waits while runs in
+flight may spend what its budgets have left, and is looked at again a moment later. A
+period a limit refuses is not run (`limited`).
 
 The run's turn is the schedule speaking (`render_schedule_turn`): nothing a person writes
 can produce one. A channel's run posts at the top of the channel (its address has no
@@ -30,43 +38,47 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import datetime
 
-from slack_sdk.web.async_client import AsyncWebClient
-
 from gateway.delivery.alerts import OperatorAlerts
-from gateway.slack.codes import Meaning, describe
-from gateway.slack.errors import SlackError, SlackRefused
-from gateway.slack.workspaces import NotInstalled, SlackClients
+from gateway.schedules.preflight import Preflight, Runnable, Unrunnable
 from gateway.text.provenance import ScheduleTurn, render_schedule_turn
 from storage import (
-    Admission,
     Database,
+    Fired,
     Limits,
-    LimitScope,
     ScheduledRun,
     StoredSchedule,
-    before_downloads,
     due_schedules,
     fire_schedule,
     pause_unrunnable,
     seconds_until_due,
-    set_dm_channel,
 )
 
 log = logging.getLogger(__name__)
 
-# What Slack's refusal means when the run can never post there (gateway/slack/codes.py).
-_UNRUNNABLE = frozenset({Meaning.TOKEN_REFUSED, Meaning.CONVERSATION_GONE, Meaning.PERSON_GONE})
-
 # A schedule another scheduler holds is mid-fire: its transaction takes milliseconds.
 _HELD = 0.25
+# A run waiting for runs in flight against its budgets: they end in seconds or minutes.
+_IN_FLIGHT = 1.0
 Observe = Callable[[str], None]
 Tell = Callable[[StoredSchedule, str], Awaitable[None]]
+# The limits a run in `channel` is held to: the channel's own, else the deployment's.
+LimitsOf = Callable[[str], Limits]
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """How late a period may run when missed ones are skipped, the longest sleep between
+    passes, and how soon a schedule whose check could not be made is looked at again."""
+
+    late_seconds: float
+    idle_seconds: float = 300.0
+    retry_seconds: float = 5.0
 
 
 class Scheduler:
@@ -75,28 +87,22 @@ class Scheduler:
     def __init__(
         self,
         db: Database,
-        clients: SlackClients,
+        preflight: Preflight,
         *,
-        late_seconds: float,
+        timing: Timing,
+        limits_of: LimitsOf | None,
         observe: Observe,
         tell_operators: Tell,
-        limits: Limits | None = None,
-        idle_seconds: float = 300.0,
-        retry_seconds: float = 5.0,
     ) -> None:
+        """`limits_of`: None holds runs to no limits."""
         self._db = db
-        self._clients = clients
-        self._late = late_seconds
+        self._preflight = preflight
+        self._late = timing.late_seconds
+        self._idle = timing.idle_seconds
+        self._retry = timing.retry_seconds
+        self._limits_of = limits_of
         self._observe = observe
         self._tell = tell_operators
-        # Only the token budgets: a run is no message a person sent in the hour.
-        self._limits = (
-            None
-            if limits is None
-            else dataclasses.replace(limits, user_messages_per_hour=0, thread_messages_per_hour=0)
-        )
-        self._idle = idle_seconds
-        self._retry = retry_seconds
         self._not_before: dict[str, float] = {}  # a schedule to leave alone until then
 
     async def run(self) -> None:
@@ -130,87 +136,59 @@ class Scheduler:
 
     async def _fire(self, schedule: StoredSchedule) -> bool:
         """Check and fire one schedule; False when it stays due (another scheduler holds
-        it, or its check could not be made)."""
-        channel = await self._check(schedule)
-        if channel is None:  # paused now (settled), or to be checked again later
-            return schedule.id not in self._not_before
-        limited = await self._over_budget(schedule, channel)
+        it, its check could not be made, or runs in flight may spend its budgets)."""
+        verdict = await self._preflight.check(schedule)
+        if isinstance(verdict, Unrunnable):
+            await self._pause(schedule, verdict)
+            return True
+        if not isinstance(verdict, Runnable):
+            log.warning("schedule %s: its check could not be made (%s)", schedule.id, verdict.why)
+            self._observe("unverified")
+            self._not_before[schedule.id] = time.monotonic() + self._retry
+            return False
+        channel = verdict.channel
         fired = await fire_schedule(
             self._db,
             schedule.id,
             lambda s, period: self._plan(s, period, channel),
             late_seconds=self._late,
-            skip=limited is not None,
+            limits=None if self._limits_of is None else self._limits_of(channel),
         )
         if fired is None:
             return False
-        if limited is not None:
-            log.warning(
-                "schedule %s: period %s not run: %s is spent", schedule.id, fired.period, limited
-            )
-            self._observe("limited")
-        elif fired.skipped:
-            log.info("schedule %s: period %s was missed; skipped", schedule.id, fired.period)
-            self._observe("skipped")
-        elif fired.created:
-            log.info(
-                "schedule %s: period %s runs as task %s", schedule.id, fired.period, fired.task_id
-            )
+        if fired.waits:
+            log.info("schedule %s: waits for runs in flight against its budgets", schedule.id)
+            self._not_before[schedule.id] = time.monotonic() + _IN_FLIGHT
+            return False
+        self._settled(fired)
         return True
 
-    async def _over_budget(self, schedule: StoredSchedule, channel: str) -> LimitScope | None:
-        """The daily token budget a run would go past (its owner's, its channel's, every
-        workspace's: what admission refuses a person's message for), if any."""
-        if self._limits is None:
-            return None
-        session = _session(schedule, channel)
-        asked = Admission(
-            None, "", session, {}, "", user=schedule.owner, channel=f"{schedule.team}:{channel}"
-        )
-        verdict = await before_downloads(self._db, asked, self._limits)
-        return verdict.limited
+    def _settled(self, fired: Fired) -> None:
+        """Log and count what firing did."""
+        sid, period = fired.schedule.id, fired.period
+        if fired.limited is not None:
+            log.warning("schedule %s: period %s not run: over %s", sid, period, fired.limited)
+            self._observe("limited")
+        elif fired.skipped:
+            log.info("schedule %s: period %s was missed; skipped", sid, period)
+            self._observe("skipped")
+        elif fired.created:
+            log.info("schedule %s: period %s runs as task %s", sid, period, fired.task_id)
 
-    async def _check(self, schedule: StoredSchedule) -> str | None:
-        """The channel the run posts in, checked with Slack; None when it cannot run now
-        (paused here, or to be looked at again after `retry_seconds`)."""
-        try:
-            client = await self._clients.for_team(schedule.team, schedule.enterprise)
-            if schedule.target == "dm" and schedule.channel is None:
-                return await self._open_dm(client, schedule)
-            assert schedule.channel is not None
-            if not schedule.channel.startswith(("D", "G")):  # DMs and group DMs stay
-                info = await client.conversations_info(channel=schedule.channel)
-                if (info.get("channel") or {}).get("is_archived"):
-                    return await self._pause(schedule, "is_archived")
-            return schedule.channel
-        except NotInstalled:
-            return await self._pause(schedule, "token_revoked")
-        except SlackRefused as exc:
-            if exc.meaning in _UNRUNNABLE:
-                return await self._pause(schedule, exc.error)
-            log.warning("schedule %s: checking its channel failed (%s)", schedule.id, exc.error)
-        except SlackError as exc:
-            log.warning("schedule %s: checking its channel failed (%s)", schedule.id, exc.reason)
-        if schedule.channel is None:
-            self._not_before[schedule.id] = time.monotonic() + self._retry
-        return schedule.channel
-
-    async def _open_dm(self, client: AsyncWebClient, schedule: StoredSchedule) -> str:
-        """The person's DM channel (conversations.open), kept for the next runs."""
-        response = await client.conversations_open(users=schedule.dm_user)
-        channel = str((response.get("channel") or {})["id"])
-        await set_dm_channel(self._db, schedule.id, channel)
-        return channel
-
-    async def _pause(self, schedule: StoredSchedule, code: str) -> str | None:
-        """Pause `schedule` for Slack's `code`, saying why in an operator's words."""
-        reason = describe(code)
-        if await pause_unrunnable(self._db, schedule.id, reason):
-            log.warning("schedule %s paused: %s", schedule.id, reason)
-            self._observe("paused")
-            with contextlib.suppress(Exception):  # telling is best effort; the pause holds
-                await self._tell(schedule, reason)
-        return None
+    async def _pause(self, schedule: StoredSchedule, why: Unrunnable) -> None:
+        """Pause `schedule` for `why`: the operators hear of it, and its owner when they
+        can still read it — once, by whichever scheduler paused it."""
+        if not await pause_unrunnable(self._db, schedule.id, why.reason):
+            return
+        log.warning("schedule %s paused: %s", schedule.id, why.reason)
+        self._observe("paused")
+        with contextlib.suppress(Exception):  # telling is best effort; the pause holds
+            await self._tell(schedule, why.reason)
+        if why.tell_owner and schedule.owner_user is not None:
+            try:
+                await self._preflight.tell_owner(schedule, why.reason)
+            except Exception as exc:  # best effort too: the operators heard of it
+                log.warning("schedule %s: telling its owner failed (%s)", schedule.id, exc)
 
     def _plan(self, schedule: StoredSchedule, period: datetime, channel: str) -> ScheduledRun:
         """The period's task: where it posts, its conversation, the schedule's turn."""

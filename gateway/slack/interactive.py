@@ -8,7 +8,8 @@ inbound reads the clicks (gateway/inbound/interactions.py). Slack sends a click 
 "Button element", "Context actions block", "Feedback buttons element"):
 
 - an approval request's two buttons, in an `actions` block: approve (`style: primary`) and
-  deny (`style: danger`), each with the request's id as its `value`;
+  deny (`style: danger`), each with the request's id as its `value` — a tool call's
+  (`task:…:approval:…`), or a schedule's that waits for its owner (`schedule:{id}`);
 - a reply's native feedback buttons: a `feedback_buttons` element (a positive and a
   negative button, each with a `value`) in a `context_actions` block. The value says which
   reply and which way: `positive task:…:reply` (Slack allows 2,000 characters).
@@ -22,6 +23,9 @@ APPROVE = "threadgate_approve"
 DENY = "threadgate_deny"
 FEEDBACK = "threadgate_feedback"
 ACTION_IDS = (APPROVE, DENY, FEEDBACK)
+
+# A schedule's approval buttons carry its id after this (a tool call's start "task:").
+SCHEDULE_VALUE = "schedule:"
 
 Vote: TypeAlias = Literal["positive", "negative"]
 _VALUE_LIMIT = 2000  # Slack's limit on a button's value
@@ -53,6 +57,12 @@ def feedback_buttons(reply_id: str) -> dict[str, Any]:
             }
         ],
     }
+
+
+def schedule_of(value: str) -> str | None:
+    """The id of the schedule an approval button's value names; None if it names none."""
+    schedule_id = value.removeprefix(SCHEDULE_VALUE)
+    return schedule_id if schedule_id != value and schedule_id.isdigit() else None
 
 
 def vote_of(value: str) -> tuple[Vote, str] | None:

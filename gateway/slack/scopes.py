@@ -34,13 +34,13 @@ SCOPE_REASONS: Mapping[str, str] = MappingProxyType(
             "and keep a working thread's agent session in 'processing' "
             "(agents.sessions.setStatus)"
         ),
-        "users:read": "show people's display names in the provenance tag (users.info)",
+        "users:read": "show people's display names in the provenance tag (users.info), and before a person's schedule runs, check that its owner is still in the workspace",
         "assistant:write": "show 'is thinking…' in the thread while a task runs (assistant.threads.setStatus) and offer suggested prompts in the DM (assistant.threads.setSuggestedPrompts)",
         "metadata.message:read": "read our posts' metadata back to settle a post whose outcome is unknown",
         "files:read": "download the files people attach to messages (and describe with files.info those an event gives only by id), so the model can read them (THREADGATE_FILE_TYPES)",
         "pins:read": "keep messages pinned in a thread in the model's view (pin_added, pin_removed)",
-        "channels:read": "check whether a public channel is shared with another organization (conversations.info) when its event does not say, to refuse Slack Connect by default; and, before a schedule runs, that its channel is still there and not archived",
-        "groups:read": "check whether a private channel is shared with another organization (conversations.info) when its event does not say; and, before a schedule runs, that its channel is still there and not archived",
+        "channels:read": "check whether a public channel is shared with another organization (conversations.info) when its event does not say, to refuse Slack Connect by default; and, before a schedule runs, that its channel is still there, not archived and not shared against its policy, and that its owner is still a member (conversations.members)",
+        "groups:read": "check whether a private channel is shared with another organization (conversations.info) when its event does not say; and, before a schedule runs, that its channel is still there, not archived and not shared against its policy, and that its owner is still a member (conversations.members)",
         "im:read": "check whether a direct message is with someone of another organization (conversations.info) when its event does not say",
         "mpim:read": "check whether a group DM is shared with another organization (conversations.info) when its event does not say",
         "im:write": "open a person's DM with the bot for a schedule that posts there (conversations.open)",

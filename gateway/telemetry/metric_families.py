@@ -17,7 +17,9 @@ from agent import Route
 from storage import LIMIT_SCOPES, ConnectionPool
 
 # How a schedule's period can end (`threadgate_schedule_runs_total`).
-SCHEDULE_OUTCOMES = ("posted", "silent", "failed", "skipped", "limited", "paused")
+SCHEDULE_OUTCOMES = ("posted", "silent", "failed", "skipped", "limited", "paused", "unverified")
+# What became of a person's schedule asked for by a conversation, and of clicks on it.
+SCHEDULE_DECISIONS = ("approved", "denied", "timed_out", "refused", "already", "unknown")
 _LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
 
@@ -285,13 +287,32 @@ class TaskFamilies:
         self.schedule_runs = Counter(
             "threadgate_schedule_runs_total",
             "Periods of schedules, by outcome: posted, silent (no_reply), failed; skipped"
-            " (missed while down, skip); limited (a daily token budget was spent); paused"
-            " (its channel or workspace is gone).",
+            " (missed while down, skip); limited (a limit or budget refused it); paused"
+            " (its channel or workspace is gone, its channel became Slack Connect against"
+            " its policy, or its owner left); unverified (the check before the run could not"
+            " be made: looked at again, counted each time).",
             ["outcome"],
             registry=registry,
         )
         for outcome in SCHEDULE_OUTCOMES:
             self.schedule_runs.labels(outcome)
+        self.schedule_approvals = Counter(
+            "threadgate_schedule_approvals_total",
+            "Clicks on the Approve and Deny of a schedule a conversation asked for, by"
+            " outcome: approved, denied, timed_out (clicked past its deadline: denied);"
+            " refused (someone not its owner clicked), already (decided before), unknown.",
+            ["outcome"],
+            registry=registry,
+        )
+        for outcome in SCHEDULE_DECISIONS:
+            self.schedule_approvals.labels(outcome)
+        self.schedules_refused = Counter(
+            "threadgate_schedules_refused_total",
+            "schedule_create calls refused by a cap: person (THREADGATE_SCHEDULES_PER_PERSON)"
+            " or channel (THREADGATE_SCHEDULES_PER_CHANNEL).",
+            ["cap"],
+            registry=registry,
+        )
 
     def task_settled(self, outcome: str) -> None:
         self.tasks.labels(outcome).inc()
@@ -307,6 +328,12 @@ class TaskFamilies:
 
     def schedule_run_settled(self, outcome: str) -> None:
         self.schedule_runs.labels(outcome).inc()
+
+    def schedule_decided(self, outcome: str) -> None:
+        self.schedule_approvals.labels(outcome).inc()
+
+    def schedule_refused(self, cap: str) -> None:
+        self.schedules_refused.labels(cap).inc()
 
 
 class QueueFamilies:

@@ -15,6 +15,7 @@ from agent import (
     RunnerPorts,
     ScheduleBook,
     ScheduleEntry,
+    ScheduleRefused,
     ScheduleRequest,
     Silence,
     Task,
@@ -159,8 +160,24 @@ class MemoryBook:
         return True
 
 
-def toolbox(book: ScheduleBook, task: Task, subtask_type: str | None = None) -> Toolbox:
-    return Toolbox(ToolRegistry(schedule_tools(book)), ToolContext(task, subtask_type=subtask_type))
+class MemoryDesk:
+    """`agent.ScheduleDesk` in memory: who was asked about which schedule."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, str]] = []
+
+    async def confirm(self, task: Task, entry: ScheduleEntry) -> None:
+        self.asked.append((task.id, entry.id))
+
+
+def toolbox(
+    book: ScheduleBook,
+    task: Task,
+    subtask_type: str | None = None,
+    desk: MemoryDesk | None = None,
+) -> Toolbox:
+    tools = schedule_tools(book, desk or MemoryDesk())
+    return Toolbox(ToolRegistry(tools), ToolContext(task, subtask_type=subtask_type))
 
 
 ASKER = dataclasses.replace(TASK, address={**TASK.address, "team": "T1", "user": "U1"})
@@ -168,16 +185,17 @@ OTHER = dataclasses.replace(TASK, address={**TASK.address, "team": "T1", "user":
 
 
 async def test_a_schedule_made_by_asking_is_the_askers_alone() -> None:
-    """schedule_create stores it for the person whose turn it is; another person's
-    schedule_list shows none and schedule_delete refuses it."""
-    book = MemoryBook()
+    """schedule_create stores it for the person whose turn it is and asks them to approve
+    it; another person's schedule_list shows none and schedule_delete refuses it."""
+    book, desk = MemoryBook(), MemoryDesk()
     create = call(
         "schedule_create",
         {"prompt": "digest", "cron": "0 9 * * MON-FRI", "time_zone": "Europe/Berlin"},
     )
-    [made] = await toolbox(book, ASKER).run([create])
-    assert not made.is_error and "Created. Schedule 1" in made.content
-    assert book.entries["1"][0] == "U1"
+    [made] = await toolbox(book, ASKER, desk=desk).run([create])
+    assert not made.is_error and "waiting for its owner's approval" in made.content
+    assert "Schedule 1" in made.content
+    assert book.entries["1"][0] == "U1" and desk.asked == [(ASKER.id, "1")]
     [listed] = await toolbox(book, OTHER).run([call("schedule_list", {})])
     assert listed.content == "This person has no schedules."
     [refused] = await toolbox(book, OTHER).run([call("schedule_delete", {"id": "1"})])
@@ -203,6 +221,23 @@ async def test_a_schedule_asked_for_wrongly_is_a_failed_result_saying_why(
     book = MemoryBook()
     [result] = await toolbox(book, ASKER).run([call("schedule_create", arguments)])
     assert result.is_error and words in result.content and book.entries == {}
+
+
+class FullBook(MemoryBook):
+    """A book whose person has as many schedules as they may."""
+
+    async def create(self, task: Task, request: ScheduleRequest) -> ScheduleEntry:
+        raise ScheduleRefused("Not created: this person has 5 schedules, the most allowed.")
+
+
+async def test_a_schedule_over_a_cap_is_a_failed_result_the_model_can_relay() -> None:
+    """The book's refusal reaches the model as a failed call carrying its reason, and
+    nobody is asked to approve anything."""
+    desk = MemoryDesk()
+    create = call("schedule_create", {"prompt": "p", "every": "1h"})
+    [result] = await toolbox(FullBook(), ASKER, desk=desk).run([create])
+    assert result.is_error and "this person has 5 schedules, the most allowed" in result.content
+    assert desk.asked == []
 
 
 def test_the_tools_are_not_offered_in_a_run_or_to_a_sub_agent() -> None:

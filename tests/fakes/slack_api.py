@@ -21,7 +21,8 @@ conversations.history, assistant.threads.setStatus, files.info (tests/fakes/slac
 agents.sessions.setStatus, assistant.threads.setSuggestedPrompts,
 conversations.info (tests/fakes/slack_channels.py: `slack.channels.share(…)`),
 assistant.search.context (tests/fakes/slack_search.py: `slack.search`), conversations.open
-(a DM's channel is D + the person's id without its U);
+(a DM's channel is D + the person's id without its U), conversations.members
+(tests/fakes/slack_members.py: `slack.members.leave(…)`);
 anything else answers `unknown_method`.
 apps.connections.open (Socket Mode) wants the app token (`xapp-…`), as Slack does, and
 answers with a URL of the `FakeSocketMode` in `socket_mode` (tests/fakes/socket_mode.py);
@@ -137,6 +138,7 @@ from . import WAIT_SECONDS
 from .slack_channels import FakeChannels
 from .slack_events import CLOCK, block_actions, ts_to_micros
 from .slack_files import FakeFiles
+from .slack_members import FakeMembers
 from .slack_permalinks import permalink
 from .slack_read_limits import ReadLimits
 from .slack_search import FakeSearch
@@ -334,6 +336,8 @@ class FakeSlack:
         self._methods["assistant.search.context"] = self.search.context
         # Channels archived or deleted (slack_channels.py), as chat.postMessage sees them too.
         self.archived, self.deleted = self.channels.archived, self.channels.deleted
+        self.members = FakeMembers(self.users, self.deleted)  # conversations.members
+        self._methods["conversations.members"] = self.members.list
 
     # -- lifecycle ---------------------------------------------------------------------------
 

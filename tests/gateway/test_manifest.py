@@ -70,6 +70,9 @@ METHOD_SCOPES: dict[str, set[str]] = {
     "conversations_info": {"channels:read", "groups:read", "im:read", "mpim:read"},
     # A person's DM opened for a schedule that posts there (issue 34).
     "conversations_open": {"im:write"},
+    # Whether a schedule's owner is still in its channel (issue 44; docs.slack.dev,
+    # conversations.members: channels:read, groups:read, im:read, mpim:read).
+    "conversations_members": {"channels:read", "groups:read", "im:read", "mpim:read"},
 }
 # Real-time Search, called by its name (its arguments in the request's body, the action
 # token among them: gateway/slack/search.py) and only with THREADGATE_WORKSPACE_SEARCH: a

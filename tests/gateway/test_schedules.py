@@ -14,13 +14,16 @@ from pathlib import Path
 import pytest
 
 from agent import recur_every, recur_once
+from gateway.slack.interactive import APPROVE
 from storage import NewSchedule, create_schedule, get_schedule, list_schedules
 from tests.fakes.openai_api import RecordedRequest, Reply, reply_with_tool
+from tests.fakes.slack_api import Post
 from tests.fakes.slack_events import (
     DEFAULT_CHANNEL,
     DEFAULT_USER,
     app_mention_event,
     deliver,
+    deliver_interaction,
     event_callback,
 )
 from tests.gateway.rig import SECRET, STREAMING, Rig, gateway_env, last_user_text
@@ -36,7 +39,10 @@ from tests.gateway.schedules_help import (
 
 # Periods of a couple of seconds keep the suite fast; the minute-long scenario is in
 # tests/chaos/test_schedules.py.
-FAST = {"THREADGATE_SCHEDULE_MIN_PERIOD_SECONDS": "1"}
+FAST = {
+    "THREADGATE_SCHEDULE_MIN_PERIOD_SECONDS": "1",
+    "THREADGATE_PERSON_SCHEDULE_MIN_PERIOD_SECONDS": "1",
+}
 pytestmark = pytest.mark.rig(overrides=FAST)
 
 
@@ -168,14 +174,16 @@ async def test_a_person_creates_lists_and_deletes_their_own_schedule_by_asking(
     rig: Rig, tmp_path: Path
 ) -> None:
     """ "Every second, say hi" becomes a schedule owned by the person who asked (listed by
-    `schedules list --owner`), whose runs post in the channel; someone else neither sees
-    nor deletes it; its owner deletes it by asking."""
+    `schedules list --owner`), whose runs post in the channel once they approve it;
+    someone else neither sees nor deletes it; its owner deletes it by asking."""
     rig.model.default = digest_model(fallback=asking)
+    rig.slack.add_user(DEFAULT_USER, name="asker")
     env = env_of(rig)
     await mention(rig, "every second, say hi")
-    await rig.slack.wait_until(lambda: any("Created. Schedule" in t for t in told(rig)), 30)
+    await rig.slack.wait_until(lambda: any("waiting for its owner" in t for t in told(rig)), 30)
     [mine] = await list_schedules(rig.db, owner=f"T1:{DEFAULT_USER}")
     assert mine.target == "channel" and mine.channel == DEFAULT_CHANNEL
+    await approve(rig, mine.id)
     await rig.slack.wait_until(lambda: len(digests(rig.slack, mine.id)) >= 1, 30)
     assert (await cli(env, tmp_path, "schedules", "list", "--owner", f"T1:{DEFAULT_USER}")).count(
         "every 1s"
@@ -196,6 +204,30 @@ async def test_a_person_creates_lists_and_deletes_their_own_schedule_by_asking(
 
 
 OTHER = "U0OTHER0001"
+
+
+async def approve(rig: Rig, schedule_id: str, *, user: str = DEFAULT_USER) -> None:
+    """`user` clicks Approve on the message that asks about the schedule (over HTTP)."""
+    value = f"schedule:{schedule_id}"
+    await rig.slack.wait_until(lambda: asking_post(rig, value) is not None, 30, what="the ask")
+    post = asking_post(rig, value)
+    assert post is not None
+    payload = rig.slack.click(post.channel, post.ts, APPROVE, user=user)
+    status, body = await deliver_interaction(rig.http, rig.events_url, payload, SECRET)
+    assert status == 200, body
+
+
+def asking_post(rig: Rig, value: str) -> Post | None:
+    """The message whose Approve button's value is `value`, once posted."""
+    return next(
+        (
+            p
+            for p in rig.slack.posts
+            for b in p.blocks or []
+            if b["type"] == "actions" and any(e.get("value") == value for e in b["elements"])
+        ),
+        None,
+    )
 
 
 def asking(seen: RecordedRequest) -> Reply:
@@ -375,6 +407,7 @@ async def test_with_streaming_a_channel_run_posts_whole_and_a_thread_run_streams
         thread_ts=root,
         owner=f"T1:{DEFAULT_USER}",
     )
+    rig.slack.add_user(DEFAULT_USER, name="owner")  # a person's schedule: its owner is there
     threaded = (await create_schedule(rig.db, new)).id
     await rig.slack.wait_until(
         lambda: (

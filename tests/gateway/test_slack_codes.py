@@ -22,7 +22,7 @@ from tests.gateway.rig import APP_TOKEN, BOT_TOKEN
 GATEWAY = Path(__file__).resolve().parents[2] / "gateway"
 TABLE = GATEWAY / "slack" / "codes.py"
 # The modules that react to a refusal's meaning: none of them looks at the code itself.
-CALLERS = ("slack/client.py", "slack/errors.py", "inbound/socket_mode.py", "schedules/scheduler.py")
+CALLERS = ("slack/client.py", "slack/errors.py", "inbound/socket_mode.py", "schedules/preflight.py")
 TOKEN_CODES = sorted(
     code for code, entry in CODES.items() if entry.meaning is Meaning.TOKEN_REFUSED
 )
@@ -87,7 +87,7 @@ def test_no_other_gateway_module_lists_a_code() -> None:
 
 @pytest.mark.parametrize("caller", CALLERS)
 def test_the_callers_branch_on_the_meaning_not_the_code(caller: str) -> None:
-    """The client, the outcome mapping, Socket Mode and the scheduler never compare Slack's
+    """The client, the outcome mapping, Socket Mode and the scheduler's checks never compare Slack's
     error code: they compare its meaning."""
     assert not _compares_error(ast.parse((GATEWAY / caller).read_text()))
     assert "gateway.slack.codes" in (GATEWAY / caller).read_text()
