@@ -41,6 +41,7 @@ from gateway.inbound.stops import Stops
 from gateway.models.routes import reads_documents
 from gateway.process.channel_policies import limits
 from gateway.process.http import Readiness, build_http_app, listen
+from gateway.process.readiness import CachedReadiness
 from gateway.process.resources import Resources
 from gateway.slack.file_info import FileInfo
 from gateway.slack.oauth import INSTALL_PATH, InstalledIdentity, Uninstaller
@@ -176,14 +177,17 @@ class Ingress:
 
     def _readiness(self) -> Readiness:
         """Ready: the database answers with no migration pending and, in Socket Mode, the
-        connection to Slack is up (not before it first is, not while it reconnects)."""
+        connection to Slack is up (not before it first is, not while it reconnects). The
+        database is asked at most once a second (gateway/process/readiness.py)."""
+
+        database_ready = CachedReadiness(self._r.db.is_ready)  # one query a second at most
 
         async def ready() -> bool:
             if self._r.settings.slack.socket_mode and (
                 self._socket is None or not await self._socket.is_connected()
             ):
                 return False
-            return await self._r.db.is_ready()
+            return await database_ready()
 
         return ready
 
