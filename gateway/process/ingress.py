@@ -235,7 +235,8 @@ class _Files:
             memory_bytes=s.files.decode_memory_mb * 2**20,
         )
         stack.push_async_callback(decoders.close)
-        return cls(r, FileDownloader(client, max_bytes=s.files.max_bytes), decoders)
+        downloads = FileDownloader(client, max_bytes=s.files.max_bytes, api_url=s.slack.api_url)
+        return cls(r, downloads, decoders)
 
     def reader(self, token: str, slack: AsyncWebClient) -> FileReader:
         return FileReader(
