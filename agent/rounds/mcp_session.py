@@ -23,6 +23,9 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
+import shutil
+import tempfile
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -41,6 +44,7 @@ from agent.rounds.mcp_schemas import SchemaCheck, schema_check
 # One SSE event carries one whole tool result; the SDK's default (1 MiB) would fail a
 # verbose tool outright instead of letting the output cap cut it.
 MAX_SSE_EVENT_BYTES = 64 * 1024 * 1024
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")  # in a server's name, for its directory's
 _PAGES = 100  # a server that pages its tool list forever cannot hang start-up
 # Pictures of one tool result: as many as a request's own bound allows for one call, each
 # within what the providers take (agent/core/images.py, gateway/inbound/file_contents.py).
@@ -146,6 +150,16 @@ async def open_session(
         yield Session(session)
 
 
+def _own_directory(name: str, stack: AsyncExitStack) -> str:
+    """A working directory of the server's own (mode 0700), removed once its connection is
+    closed. Not the gateway's: a `.env` there holds the gateway's secrets, and many servers
+    load the `.env` of their working directory at start (dotenv); the embedded database's
+    files may be there too."""
+    path = tempfile.mkdtemp(prefix=f"threadgate-mcp-{_UNSAFE.sub('_', name)[:40]}-")
+    stack.callback(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
 def _transport(
     config: McpServerConfig, stack: AsyncExitStack, errlog: TextIO | None, connect_seconds: float
 ) -> AbstractAsyncContextManager[Any]:
@@ -153,8 +167,10 @@ def _transport(
         params = StdioServerParameters(
             command=config.command,
             args=list(config.args),
+            # The SDK adds its safe set (HOME, LOGNAME, PATH, SHELL, TERM, USER) and nothing
+            # else of the gateway's environment: the config's `env` is all a server is given.
             env=dict(config.env) or None,
-            cwd=config.cwd,
+            cwd=config.cwd or _own_directory(config.name, stack),
         )
         return stdio_client(params) if errlog is None else stdio_client(params, errlog=errlog)
     assert config.url is not None  # the config has one or the other

@@ -29,6 +29,7 @@ from agent import (
 from gateway.config.groups import Group, inline_or_file
 from gateway.config.route_config import VARIABLE as ROUTES_VARIABLE
 from gateway.config.route_config import parse_routes, parse_stop_sequences, routes_json
+from gateway.slack.client import carries_tokens_safely
 
 OPENAI_BASE_URL = VENDORS["openai"].base_url
 ANTHROPIC_BASE_URL = VENDORS["anthropic"].base_url
@@ -97,6 +98,18 @@ class ModelSettings(Group):
     # Requests name their conversation and mark their stable prefix for the providers'
     # prompt caches (agent/rounds/caching.py); off for a server that refuses the fields.
     prompt_caching: bool = Field(default=True, validation_alias="THREADGATE_PROMPT_CACHING")
+
+    @field_validator("openai_base_url", "anthropic_base_url")
+    @classmethod
+    def _base_url(cls, value: str) -> str:
+        # The routes without a baseUrl of their own are reached here, with the vendor's key:
+        # the rule of SLACK_API_URL and of a route's baseUrl (route_config.py).
+        if not carries_tokens_safely(value):
+            raise ValueError(
+                "expected an https:// URL, or plain http to a loopback address such as "
+                "http://127.0.0.1:11434/v1: the key and what people write are sent there"
+            )
+        return value
 
     @field_validator("stop_sequences")
     @classmethod

@@ -12,9 +12,13 @@ routes of one vendor can use two accounts, or one the vendor and one a gateway::
 
 Keys of a route: `model` (`provider:model`, required); `baseUrl` (absent: the vendor's own
 API, and then the vendor's usual key when `apiKey` is absent too — a route to any other
-URL never gets that key); `apiKey`, the *name* of the environment variable holding the
+URL never gets that key), https, or plain http to a loopback address only, the rule of
+SLACK_API_URL (`carries_tokens_safely`): a key, and what people wrote, must not cross a
+network in the clear; `apiKey`, the *name* of the environment variable holding the
 key, written `${NAME}`: the setting itself never holds a secret, so it can be logged,
-diffed and stored like any other; `capabilities` (`vision`, `documents`,
+diffed and stored like any other. It may not name one of the gateway's own secrets
+(`GATEWAY_SECRETS`: Slack's tokens and secrets, the database URL, the token key…): a
+route would hand them to whatever its URL is; `capabilities` (`vision`, `documents`,
 `parallelToolCalls`, `structuredOutput`, `sampling`: true or false, over the model's
 defaults, agent/models/capabilities.py); `temperature`, `topP`, `stop` (at most four
 sequences) over THREADGATE_TEMPERATURE, THREADGATE_TOP_P and THREADGATE_STOP_SEQUENCES.
@@ -36,6 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, StringConstraints,
 
 from agent import CAPABILITY_NAMES, ConfigError, RouteConfig, Sampling, parse_spec
 from gateway.config.groups import inline_or_file
+from gateway.slack.client import carries_tokens_safely
 
 VARIABLE = "THREADGATE_ROUTES"
 MAX_ROUTES = 8
@@ -43,6 +48,25 @@ MAX_STOP_SEQUENCES = 4  # OpenAI's bound; Anthropic takes more, but one list ser
 _REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]{0,127})\}")
 _URL = re.compile(r"https?://[^\s/?#]+[^\s]*", re.IGNORECASE)
 _CAMEL = {"parallelToolCalls": "parallel_tool_calls", "structuredOutput": "structured_output"}
+# The variables the gateway itself reads as secrets, which no route may send to a model:
+# every secret setting but the model path's own (OPENAI_API_KEY, ANTHROPIC_API_KEY,
+# THREADGATE_GATEWAY_TOKEN: what routes are for; a test compares this with the settings),
+# and those read by the libraries in the process (asyncpg's PGPASSWORD, the OpenTelemetry
+# exporter's headers). Any SLACK_* is Slack's, never a model's.
+GATEWAY_SECRETS = frozenset(
+    {
+        "SLACK_BOT_TOKEN",
+        "SLACK_SIGNING_SECRET",
+        "SLACK_APP_TOKEN",
+        "SLACK_CLIENT_SECRET",
+        "DATABASE_URL",
+        "THREADGATE_TOKEN_KEY",
+        "THREADGATE_ALERT_WEBHOOK_URL",
+        "PGPASSWORD",
+        "OTEL_EXPORTER_OTLP_HEADERS",
+        "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+    }
+)
 
 StopSequence = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 StopSequences = Annotated[tuple[StopSequence, ...], Field(max_length=MAX_STOP_SEQUENCES)]
@@ -95,6 +119,11 @@ def _route(
     provider, model = parse_spec(entry.model, variable=f"{where}.model", known=known)
     if entry.base_url is not None and not _URL.fullmatch(entry.base_url):
         raise ConfigError(f"{where}.baseUrl must be an http:// or https:// URL: fix it.")
+    if entry.base_url is not None and not carries_tokens_safely(entry.base_url):
+        raise ConfigError(
+            f"{where}.baseUrl must be https://, or plain http:// to a loopback address such "
+            "as http://127.0.0.1:11434/v1 (what people write is sent there): fix it."
+        )
     credential, key = _key(entry.api_key, environ, where)
     return RouteConfig(
         provider,
@@ -121,6 +150,11 @@ def _key(
             "${NAME}, not hold a key: put the key in a variable of its own."
         )
     name = found[1]
+    if name in GATEWAY_SECRETS or name.upper().startswith("SLACK_"):
+        raise ConfigError(
+            f"{where}.apiKey names {name}, a secret of the gateway itself, which no route "
+            "may send to a model: name the variable holding that route's API key."
+        )
     if environ is None:
         return name, None
     value = environ.get(name, "")

@@ -13,11 +13,17 @@ by the deadline is described as not read, with that reason, and never holds the 
 the budget.
 
 What it refuses, and why:
-- the token goes only to Slack's own hosts (`*.slack.com`, `*.slack-gov.com`) or, for
-  tests, to loopback; an external file's URL points at someone else's server;
-- a URL that is not https is refused, except plain http to a loopback address (the
-  tests' fake Slack), as the other base URLs in the settings allow;
-- a redirect is followed with the token only to the host the event named; elsewhere
+- the token goes only over https to Slack's own hosts (`*.slack.com`, `*.slack-gov.com`),
+  or to the origin SLACK_API_URL names (its scheme, host and port exactly): an external
+  file's URL points at someone else's server. The second is how a test double or an
+  egress proxy gets the files: the operator already trusts that origin with the token on
+  every Web API call, and SLACK_API_URL itself must be https or plain http to a loopback
+  address (gateway/slack/client.py). So the fake Slack's plain-http files on 127.0.0.1
+  are fetched with the token, and no other plain-http URL ever sees it — not another port
+  or address on loopback (some other local service), not Slack's hosts over http;
+- a hop without the token (a redirect elsewhere) must be https, or plain http to a
+  loopback address;
+- a redirect is followed with the token only to the origin the event named; elsewhere
   (a CDN) without it, and never more than a few times;
 - Slack's login page (HTTP 200, `text/html`: the token is missing, wrong or lacks
   `files:read`) is a failed download, not content;
@@ -45,6 +51,8 @@ from gateway.inbound.reasons import (
 # Where the bot token may go. Slack's files live on files.slack.com (and the workspace's
 # own subdomains for some plans); GovSlack's on slack-gov.com.
 _SLACK_DOMAINS = ("slack.com", "slack-gov.com")
+_DEFAULT_PORTS = {"https": 443, "http": 80}
+Origin = tuple[str, str, int | None]
 # Slack's file URLs redirect at most once in practice; more is a loop or a trick.
 _MAX_REDIRECTS = 3
 # Files of one message are fetched at once; this many at a time across the process.
@@ -55,9 +63,10 @@ class FileDownloader:
     """Fetches Slack files with a bot token (each workspace has its own); one per process,
     so `_CONCURRENT_DOWNLOADS` holds across workspaces."""
 
-    def __init__(self, client: httpx.AsyncClient, *, max_bytes: int) -> None:
+    def __init__(self, client: httpx.AsyncClient, *, max_bytes: int, api_url: str) -> None:
         self._client = client
         self._max_bytes = max_bytes
+        self._api_origin = _origin(api_url)  # SLACK_API_URL's: trusted with the token
         self._slots = asyncio.Semaphore(_CONCURRENT_DOWNLOADS)
 
     async def download(
@@ -66,20 +75,34 @@ class FileDownloader:
         """The file's bytes, or `NotRead` saying why not (by `deadline`, event-loop time)."""
         if declared_size is not None and declared_size > self._max_bytes:
             raise NotRead(TOO_LARGE)
-        host = _token_host(url)
+        origin = self._token_origin(url)
         try:
             async with asyncio.timeout_at(deadline), self._slots:
-                return await self._follow(url, host, token)
+                return await self._follow(url, origin, token)
         except TimeoutError:
             raise NotRead(OUT_OF_TIME) from None
         except (httpx.HTTPError, OSError) as exc:
             raise NotRead(DOWNLOAD_FAILED) from exc
 
-    async def _follow(self, url: str, token_host: str, token: str) -> bytes:
+    def _token_origin(self, url: str) -> Origin:
+        """The origin the token may be shown to: the event's own, if it is Slack's over
+        https or SLACK_API_URL's (see the module docstring)."""
+        origin = _origin(url)
+        if origin == self._api_origin:
+            return origin
+        scheme, host, _ = origin
+        if not any(_within(host, domain) for domain in _SLACK_DOMAINS):
+            raise NotRead(NOT_FROM_SLACK)
+        if scheme != "https":
+            raise NotRead(DOWNLOAD_FAILED)  # Slack's host, but not over https
+        return origin
+
+    async def _follow(self, url: str, token_origin: Origin, token: str) -> bytes:
         for _ in range(_MAX_REDIRECTS + 1):
-            _check_scheme(url)
-            same_host = urlsplit(url).hostname == token_host
-            headers = {"Authorization": f"Bearer {token}"} if same_host else {}
+            same_origin = _origin(url) == token_origin
+            if not same_origin:
+                _check_scheme(url)
+            headers = {"Authorization": f"Bearer {token}"} if same_origin else {}
             async with self._client.stream("GET", url, headers=headers) as response:
                 if response.is_redirect and "location" in response.headers:
                     url = urljoin(url, response.headers["location"])
@@ -104,13 +127,17 @@ class FileDownloader:
         return b"".join(chunks)
 
 
-def _token_host(url: str) -> str:
-    """The host the token may be shown to: the event's own, if it is Slack's (or loopback)."""
-    _check_scheme(url)
-    host = urlsplit(url).hostname or ""
-    if not (_is_loopback(host) or any(_within(host, d) for d in _SLACK_DOMAINS)):
-        raise NotRead(NOT_FROM_SLACK)
-    return host
+def _origin(url: str) -> Origin:
+    """Scheme, host and port, as a browser compares origins (the default port filled in);
+    a URL without a host has none that can be trusted."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port or _DEFAULT_PORTS.get(parts.scheme.lower())
+    except ValueError:
+        port = None
+    if not parts.hostname:
+        raise NotRead(DOWNLOAD_FAILED)
+    return parts.scheme.lower(), parts.hostname, port
 
 
 def _check_scheme(url: str) -> None:

@@ -44,6 +44,7 @@ from gateway.inbound.stops import Stops
 from gateway.models.routes import reads_documents
 from gateway.process.channel_policies import limits
 from gateway.process.http import Readiness, build_http_app, listen
+from gateway.process.readiness import CachedReadiness
 from gateway.process.resources import Resources
 from gateway.slack.file_info import FileInfo
 from gateway.slack.oauth import INSTALL_PATH, InstallAllowlist, InstalledIdentity
@@ -213,14 +214,17 @@ class Ingress:
 
     def _readiness(self) -> Readiness:
         """Ready: the database answers with no migration pending and, in Socket Mode, the
-        connection to Slack is up (not before it first is, not while it reconnects)."""
+        connection to Slack is up (not before it first is, not while it reconnects). The
+        database is asked at most once a second (gateway/process/readiness.py)."""
+
+        database_ready = CachedReadiness(self._r.db.is_ready)  # one query a second at most
 
         async def ready() -> bool:
             if self._r.settings.slack.socket_mode and (
                 self._socket is None or not await self._socket.is_connected()
             ):
                 return False
-            return await self._r.db.is_ready()
+            return await database_ready()
 
         return ready
 
@@ -268,7 +272,8 @@ class _Files:
             memory_bytes=s.files.decode_memory_mb * 2**20,
         )
         stack.push_async_callback(decoders.close)
-        return cls(r, FileDownloader(client, max_bytes=s.files.max_bytes), decoders)
+        downloads = FileDownloader(client, max_bytes=s.files.max_bytes, api_url=s.slack.api_url)
+        return cls(r, downloads, decoders)
 
     def reader(self, token: str, slack: AsyncWebClient) -> FileReader:
         return FileReader(

@@ -43,6 +43,7 @@ from gateway.process.event_loop import loop_name
 from gateway.process.http import build_health_app, build_metrics_app, listen
 from gateway.process.ingress import Ingress
 from gateway.process.ingress_thread import IngressThread
+from gateway.process.readiness import CachedReadiness
 from gateway.process.resources import Resources, background, open_resources
 from gateway.process.workers import Workers
 from gateway.telemetry.loop_lag import watch_lag
@@ -215,10 +216,13 @@ async def start_health(
     stack: AsyncExitStack, db: Database, workers: Workers, host: str, port: int
 ) -> int:
     """A worker's port: /healthz and /readyz only (ready: the database answers and the
-    task workers run), so an orchestrator can probe it; no events route."""
+    task workers run; the database asked at most once a second), so an orchestrator can
+    probe it; no events route."""
+
+    database_ready = CachedReadiness(db.is_ready)
 
     async def ready() -> bool:
-        return workers.started and await db.is_ready()
+        return workers.started and await database_ready()
 
     bound = await listen(stack, build_health_app(ready), host, port)
     log.info(

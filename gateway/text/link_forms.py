@@ -5,12 +5,15 @@
 a form taken for a link that Slack would show as plain text only gets its host shown after
 it, which hides nothing — and otherwise the way CommonMark reads them:
 
-- inline links `[text](url)`, also with spaces or one line break between `]` and `(`
-  (`[text] (url)`, `[text]\\n(url)`), which older Markdown renderers accept;
+- inline links `[text](url "title")`, with spaces and one line break around the URL and
+  its title inside the parentheses, as CommonMark allows (`[text](\\nurl\\n)`), and also
+  with spaces or one line break between `]` and `(` (`[text] (url)`, `[text]\\n(url)`),
+  which older Markdown renderers accept;
 - reference links `[text][ref]`, `[text][]` and `[ref]`, with a definition `[ref]: url`
   anywhere in the text (labels compared case-insensitively with their spaces collapsed,
   the first definition winning; a definition is taken wherever it stands, not only at
-  the start of a line);
+  the start of a line, but only with a destination CommonMark reads — parentheses
+  balanced, nothing after it on its line but a title — else its `[label]` may be a link);
 - images `![alt](url)` and `![alt][ref]`: Slack shows an image as a link whose text is
   its alt text;
 - Slack's `<url|text>`, and autolinks `<url>`;
@@ -28,6 +31,7 @@ every definition's `[` for such text: it then defines nothing and reads as writt
 from __future__ import annotations
 
 import re
+import string
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -40,26 +44,44 @@ __all__ = [
     "Link",
     "definition_starts",
     "disarm_definitions",
+    "disarm_doubtful_definitions",
     "find_links",
 ]
 
 # Between a link's text and its destination or reference: nothing in CommonMark; spaces
 # or one line break in older renderers, which we follow to be safe.
 _GAP = r"[ \t]*(?:\n[ \t]*)?"
-# `](destination "optional title")`: the end of a Markdown inline link.
-_DESTINATION = re.compile(
-    rf"\]{_GAP}\([ \t]*(?:<(?P<bracketed>[^<>\n]*)>"
-    r"|(?P<bare>[^\s()<>`]*(?:\([^\s()<>`]*\)[^\s()<>`]*)*))"
-    r"(?:[ \t]+(?:\"[^\"\n]*\"|'[^'\n]*'|\([^()\n]*\)))?[ \t]*\)"
+# Inside the parentheses, around the destination and its title: spaces or tabs with at most
+# one line break (CommonMark), so `[text](\nhttps://…\n)` is a link like any other.
+_SPACE = r"[ \t]*(?:\n[ \t]*)?"
+# A title in its quotes or parentheses: escapes, and line breaks but not a blank line.
+_TITLE = "|".join(
+    rf"{opening}(?:[^{inside}\\\n]|\\.|\\?\n(?![ \t]*\n))*{closing}"
+    for opening, inside, closing in (('"', '"', '"'), ("'", "'", "'"), (r"\(", "()", r"\)"))
 )
+# `](` and the space before an inline link's destination; what may follow the destination
+# (a title) up to its `)`; a destination in angle brackets.
+_OPENING = re.compile(rf"\]{_GAP}\({_SPACE}")
+_CLOSING = re.compile(rf"(?:(?:[ \t]+(?:\n[ \t]*)?|\n[ \t]*)(?:{_TITLE}))?{_SPACE}\)")
+_BRACKETED = re.compile(r"<(?:[^<>\n\\]|\\.)*>")
+# How deep parentheses in a bare destination may nest (cmark's and markdown-it's bound).
+_MAX_NESTING = 32
 # `][`: a reference link's label follows its text.
 _REFERENCE = re.compile(rf"\]{_GAP}\[")
 # `[label]: destination`; a label may hold escaped brackets and run over lines, not
 # over a blank one. Disarmed: anything that starts like one, destination or not yet.
 _LABEL_COLON = r"\[(?P<label>(?:[^\[\]\\\n]|\\.|\n(?![ \t]*\n))+)\]:"
 _DEFINITION = re.compile(
-    rf"{_LABEL_COLON}[ \t]*(?:\n[ \t]*)?(?:<(?P<bracketed>[^<>\n]*)>|(?P<bare>[^\s<>]+))"
+    rf"{_LABEL_COLON}[ \t]*(?:\n[ \t]*)?(?:<(?P<bracketed>[^<>\n]*)>"
+    r"|(?P<bare>[^\s<][^\s]*))"  # its parentheses balanced: `_bare_end` says
+    # The destination ends its line, or a title does: else CommonMark takes none of it
+    # for a definition, and its `[label]` may be a link (to another definition).
+    rf"(?=[ \t]*(?:\n|\Z)|[ \t]+(?:{_TITLE})[ \t]*(?:\n|\Z))"
 )
+# A next line that opens a parenthesised title and is not that title alone: the spec reads
+# a definition without a title, markdown-it none at all. Such a definition is doubtful:
+# `disarm_doubtful_definitions` makes it text for both, and it defines nothing here.
+_DOUBTFUL_TITLE = re.compile(r"[ \t]*\n[ \t]*\((?![^()\n]*\)[ \t]*(?:\n|\Z))")
 _DEFINITION_START = re.compile(_LABEL_COLON)
 # `<target|label>`: a Slack mrkdwn link (mentions and commands start with `@`, `#`, `!`).
 _SLACK_LINK = re.compile(r"<(?P<target>[^!@#|<>\s][^|<>\s]*)\|(?P<label>[^<>]*)>")
@@ -73,6 +95,8 @@ _BARE_URL = re.compile(
     f"(?:{'|'.join(map(re.escape, URL_STARTS))}){URL_CHARACTERS}+", re.IGNORECASE
 )
 _TRAILING = ".,;:!?*_~'\""
+
+_PUNCTUATION = frozenset(string.punctuation)
 
 Kind = Literal["link", "image", "slack", "autolink", "bare"]
 
@@ -113,6 +137,17 @@ def disarm_definitions(text: str) -> str:
     return "".join([*pieces, text[position:]])
 
 
+def disarm_doubtful_definitions(text: str) -> str:
+    """`text` with a backslash before the `[` of each definition that parsers read two
+    ways (see `_DOUBTFUL_TITLE`): text for every reader, it defines nothing."""
+    doubtful = _Definitions(text, _masked(text)).doubtful
+    pieces, position = [], 0
+    for start in doubtful:
+        pieces += [text[position:start], "\\"]
+        position = start
+    return "".join([*pieces, text[position:]])
+
+
 def definition_starts(text: str) -> list[int]:
     """Where `disarm_definitions` puts its backslashes, in order."""
     masked = _masked(text)
@@ -126,11 +161,18 @@ class _Definitions:
     def __init__(self, text: str, masked: str) -> None:
         self.targets: dict[str, str] = {}
         self.spans: list[tuple[int, int]] = []
+        self.doubtful: list[int] = []
         for match in _DEFINITION.finditer(masked):
             if _escaped(masked, match.start()):
                 continue
-            group = "bracketed" if match["bracketed"] is not None else "bare"
+            bare = match["bare"] is not None
+            if bare and _bare_end(masked, match.start("bare")) != match.end("bare"):
+                continue  # not a destination CommonMark reads: no definition at all
+            group = "bare" if bare else "bracketed"
             label = _normalized(text[match.start("label") : match.end("label")])
+            if _DOUBTFUL_TITLE.match(masked, match.end()):
+                self.doubtful.append(match.start())
+                continue
             self.targets.setdefault(label, text[match.start(group) : match.end(group)])
             self.spans.append((match.start(), match.end()))
 
@@ -175,10 +217,10 @@ def _ending(
 ) -> tuple[int, str, bool] | None:
     """Where the link whose text `label` ends at `close` ends, its target and whether that
     is by reference; None when no link ends there."""
-    inline = _DESTINATION.match(masked, close)
+    inline = _inline_destination(masked, close)
     if inline is not None:
-        group = "bracketed" if inline["bracketed"] is not None else "bare"
-        return inline.end(), text[inline.start(group) : inline.end(group)], False
+        start, end, link_end = inline
+        return link_end, text[start:end], False
     reference = _REFERENCE.match(masked, close)
     if reference is not None and (ref_close := openers.get(reference.end() - 1)) is not None:
         name = text[reference.end() : ref_close]
@@ -187,6 +229,46 @@ def _ending(
             return ref_close + 1, target, True
     target = definitions.target(label)  # `[ref]` alone
     return (close + 1, target, True) if target is not None else None
+
+
+def _inline_destination(masked: str, close: int) -> tuple[int, int, int] | None:
+    """Where the destination of an inline link whose text ends at `close` starts and ends,
+    and where the link ends; None when no `(destination "title")` follows."""
+    opening = _OPENING.match(masked, close)
+    if opening is None:
+        return None
+    start = opening.end()
+    if masked.startswith("<", start):
+        bracketed = _BRACKETED.match(masked, start)
+        if bracketed is None:
+            return None
+        destination, after = (start + 1, bracketed.end() - 1), bracketed.end()
+    else:
+        bare_end = _bare_end(masked, start)
+        if bare_end is None:
+            return None
+        destination, after = (start, bare_end), bare_end
+    closing = _CLOSING.match(masked, after)
+    return (*destination, closing.end()) if closing is not None else None
+
+
+def _bare_end(text: str, start: int) -> int | None:
+    """Where a bare destination starting at `start` ends, as CommonMark reads one: at a
+    space or control character, or at a `)` it did not open; escaped parentheses do not
+    count. None when its parentheses are left open or nest too deep."""
+    depth, index = 0, start
+    while index < len(text):
+        char = text[index]
+        if char == "\\" and index + 1 < len(text) and text[index + 1] in _PUNCTUATION:
+            index += 2
+            continue
+        if char <= " " or char == "\x7f" or (char == ")" and depth == 0):
+            break
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth > _MAX_NESTING:
+            return None
+        index += 1
+    return index if depth == 0 else None
 
 
 def _slack_links(text: str, masked: str) -> Iterator[Link]:

@@ -35,7 +35,7 @@ from __future__ import annotations
 import re
 from urllib.parse import SplitResult, urlsplit
 
-from gateway.text.link_forms import Link, find_links
+from gateway.text.link_forms import Link, disarm_doubtful_definitions, find_links
 
 __all__ = ["reveal_link_hosts"]
 
@@ -48,6 +48,7 @@ _SHOWABLE = re.compile(r"[^A-Za-z0-9._\-:\[\]]")
 
 def reveal_link_hosts(text: str) -> str:
     """`text` with every link outside code showing the host it opens (see the module doc)."""
+    text = disarm_doubtful_definitions(text)
     edits = [edit for link in find_links(text) for edit in _edits(link)]
     return _apply(text, _outermost(edits))
 
@@ -59,7 +60,7 @@ def _edits(link: Link) -> list[tuple[int, int, str]]:
     host = _host(parts) if parts is not None else None
     if parts is None or host is None:
         return []
-    shown = _hosts_in(label)
+    shown = _hosts_in(_shown(label))
     names_it = bool(shown) and all(_same(h, host) for h in shown)
     # Credentials before the host, or a host in another script, disguise even an honest
     # label (and a bare target): the ASCII host is then always added.
@@ -97,6 +98,17 @@ def _host(parts: SplitResult) -> str | None:
     if parts.scheme.lower() == "mailto":
         return parts.path.rpartition("@")[2].partition("?")[0] or None
     return parts.hostname or None
+
+
+def _shown(label: str) -> str:
+    """`label` as a reader sees it: the links and images in it reduced to their own text
+    (`![good.example](…)a` reads `good.examplea`, one host, not two words)."""
+    inner = [link for link in find_links(label) if link.kind in ("link", "image", "slack")]
+    edits: list[tuple[int, int, str]] = []
+    for link in inner:  # in order of where they start: the outermost first
+        if not edits or link.start >= edits[-1][1]:
+            edits.append((link.start, link.end, _shown(link.label)))
+    return _apply(label, edits)
 
 
 def _hosts_in(label: str) -> list[str]:

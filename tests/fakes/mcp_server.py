@@ -12,7 +12,9 @@ Tools: `echo` (returns its text), `record` (appends its text as a line to the fi
 `FAKE_MCP_CALLS` names, waits `seconds` (0 by default) and says how many lines the file
 holds: a test counts how often a tool really ran, and can kill a gateway during a call), `slow` (sleeps `seconds`, then answers), `huge` (returns
 `megabytes` MB of text), `fails` (raises: an `isError` result), `token_is_set` (whether
-the server received the token the test configured — never the token itself) and `hidden`
+the server received the token the test configured — never the token itself),
+`surroundings` (its working directory, the names of its environment variables and whether
+a `.env` is there) and `hidden`
 (a tool tests leave out of the allowlist). Hostile ones: `spelled`, whose input schema's
 `pattern` backtracks catastrophically (`^(a+)+$`), `shaped`, whose declared output schema
 holds the same pattern and whose result does not match it, and `page`, a web page that
@@ -34,6 +36,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import json
 import os
 import signal
 import socket
@@ -103,6 +106,13 @@ def token_is_set() -> str:
     expected = os.environ.get("FAKE_MCP_TOKEN")
     got = os.environ.get("FAKE_MCP_GOT_TOKEN")
     return "yes" if expected and got == expected else "no"
+
+
+@server.tool(description="Where this server runs: its working directory and what it sees.")
+def surroundings() -> str:
+    return json.dumps(
+        {"cwd": os.getcwd(), "env": sorted(os.environ), "dotenv": Path(".env").exists()}
+    )
 
 
 @server.tool(description="A tool the tests never allow.")

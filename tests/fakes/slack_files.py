@@ -1,8 +1,8 @@
 """Slack's file hosting, for the fake Slack: `url_private` downloads with the bot token.
 
 `FakeSlack.files` is a `FakeFiles`; its handler is registered on the fake's server, so a
-file's `url_private` is `http://127.0.0.1:PORT/files-pri/T1-F…/name` (loopback plain http,
-which the gateway allows only for loopback)::
+file's `url_private` is `http://127.0.0.1:PORT/files-pri/T1-F…/name` (plain http, which
+the gateway sends the token to only because it is SLACK_API_URL's own origin)::
 
     file = slack.files.add_file("shot.png", png_bytes, mimetype="image/png", filetype="png")
     await rig.send(event_callback(file_share_event(files=[file])))

@@ -70,9 +70,10 @@ async def hosts() -> AsyncIterator[tuple[Host, Host]]:
 
 
 @pytest.fixture
-async def downloader() -> AsyncIterator[FileDownloader]:
+async def downloader(hosts: tuple[Host, Host]) -> AsyncIterator[FileDownloader]:
+    """A downloader whose SLACK_API_URL is the first host's, as the fake Slack's is."""
     async with httpx.AsyncClient() as client:
-        yield FileDownloader(client, max_bytes=1000)
+        yield FileDownloader(client, max_bytes=1000, api_url=f"{hosts[0].origin}/api/")
 
 
 def deadline(seconds: float = 5.0) -> float:
@@ -127,6 +128,41 @@ async def test_urls_that_are_not_slack_over_https_are_refused(
     """Plain http off loopback, or a host that is not Slack's: refused before any request."""
     with pytest.raises(NotRead, match=reason):
         await downloader.download(url, TOKEN, declared_size=None, deadline=deadline())
+
+
+async def test_plain_http_elsewhere_on_loopback_never_sees_the_token(
+    hosts: tuple[Host, Host], downloader: FileDownloader
+) -> None:
+    """Only SLACK_API_URL's own origin is trusted over plain http: another loopback
+    address, or another port of the same one, is refused before any request."""
+    slack, other = hosts
+    other.routes = {"/f": body(b"bytes")}
+    port = int(slack.origin.rsplit(":", 1)[1])
+    for url in (f"{other.origin}/f", f"http://127.0.0.1:{port + 1 if port < 65535 else 1}/f"):
+        with pytest.raises(NotRead, match=NOT_FROM_SLACK):
+            await downloader.download(url, TOKEN, declared_size=None, deadline=deadline())
+    assert other.seen == [] and slack.seen == []
+
+
+async def test_the_token_goes_over_https_to_slacks_file_host() -> None:
+    """https://files.slack.com gets the token; its http twin is refused unasked."""
+    seen: list[tuple[str, str | None]] = []
+
+    def slack_files(request: httpx.Request) -> httpx.Response:
+        seen.append((str(request.url), request.headers.get("Authorization")))
+        return httpx.Response(200, content=b"bytes", headers={"Content-Type": "text/plain"})
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(slack_files)) as client:
+        downloads = FileDownloader(client, max_bytes=1000, api_url="https://slack.com/api/")
+        url = "https://files.slack.com/files-pri/T1-F1/a.txt"
+        assert await downloads.download(url, TOKEN, declared_size=5, deadline=deadline()) == (
+            b"bytes"
+        )
+        with pytest.raises(NotRead, match=DOWNLOAD_FAILED):
+            await downloads.download(
+                url.replace("https", "http"), TOKEN, declared_size=5, deadline=deadline()
+            )
+    assert seen == [(url, f"Bearer {TOKEN}")]
 
 
 async def test_a_redirect_loop_fails(hosts: tuple[Host, Host], downloader: FileDownloader) -> None:
@@ -189,7 +225,7 @@ async def test_an_unexpected_failure_is_a_failed_download_and_is_counted() -> No
     counted: list[tuple[str, str]] = []
     async with httpx.AsyncClient(transport=httpx.MockTransport(explode)) as client:
         reader = FileReader(
-            FileDownloader(client, max_bytes=1000),
+            FileDownloader(client, max_bytes=1000, api_url="https://slack.com/api/"),
             Decoders(processes=1, memory_bytes=256 * 2**20),  # a text file starts none
             TOKEN,
             frozenset({"text"}),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import get_args
 
 import pytest
 from hypothesis import given
@@ -14,8 +15,8 @@ from pydantic import SecretStr
 
 from agent import ConfigError, RouteConfig, Sampling
 from gateway.config.channel_config import parse_channel_config
-from gateway.config.route_config import parse_routes
-from gateway.config.settings import load_settings
+from gateway.config.route_config import GATEWAY_SECRETS, parse_routes
+from gateway.config.settings import PLACES, VARIABLES, load_settings
 from tests.gateway.process import run_cli
 
 KNOWN = ("openai", "anthropic")
@@ -91,17 +92,67 @@ def test_each_route_is_read_with_its_own_url_key_capabilities_and_sampling() -> 
             {},
             r"THREADGATE_ROUTES\[0\]: field stop",
         ),
+        (
+            {"model": "openai:gpt", "baseUrl": "http://model.example/v1", "apiKey": "${K}"},
+            {"K": "sk-literal-key-0123"},
+            r"THREADGATE_ROUTES\[0\].baseUrl must be https://, or plain http:// to a loopback",
+        ),
+        (
+            {"model": "openai:gpt", "baseUrl": "http://localhost:11434/v1"},
+            {},
+            r"THREADGATE_ROUTES\[0\].baseUrl must be https://",
+        ),
+        (
+            {"model": "openai:gpt", "apiKey": "${SLACK_BOT_TOKEN}"},
+            {"SLACK_BOT_TOKEN": "sk-literal-key-0123"},
+            r"THREADGATE_ROUTES\[0\].apiKey names SLACK_BOT_TOKEN, a secret of the gateway",
+        ),
     ],
 )
 def test_a_wrong_route_is_one_sentence_naming_it(
     route: dict[str, object], env: dict[str, str], said: str
 ) -> None:
     """A literal key, a variable not set, a misspelt key, a bad spec, URL, capability or
-    stop list: one sentence naming the route, never a key's value."""
+    stop list, plain http beyond loopback, the bot token as a key: one sentence naming the
+    route, never a key's value."""
     with pytest.raises(ConfigError, match=said) as caught:
         parse_routes(json.dumps([route]), env, known=KNOWN)
     assert "sk-literal-key-0123" not in str(caught.value)
     assert str(caught.value).count(". ") <= 1
+
+
+@pytest.mark.parametrize("name", sorted(GATEWAY_SECRETS | {"SLACK_ANY_OTHER", "slack_bot_token"}))
+def test_no_route_may_name_a_secret_of_the_gateway_as_its_key(name: str) -> None:
+    """Slack's tokens and secrets, the database URL, the token key, the alert webhook and
+    the libraries' secrets are refused as a key, set or not, keys read or not."""
+    route = json.dumps([{"model": "openai:gpt", "apiKey": f"${{{name}}}"}])
+    for environ in ({name: "the-secret-value"}, None):
+        with pytest.raises(ConfigError, match=f"apiKey names {name}, a secret of the gateway"):
+            parse_routes(route, environ, known=KNOWN)
+
+
+def test_every_secret_setting_outside_the_model_path_is_a_gateway_secret() -> None:
+    """A secret setting added later is refused as a route's key without another list to
+    keep: every SecretStr variable but the model group's is in GATEWAY_SECRETS."""
+    secret = {
+        variable
+        for variable, info in VARIABLES.items()
+        if SecretStr in (info.annotation, *get_args(info.annotation))
+    }
+    models = {v for v in secret if PLACES[v].group == "models"}
+    assert models == {"OPENAI_API_KEY", "ANTHROPIC_API_KEY", "THREADGATE_GATEWAY_TOKEN"}
+    assert secret - models <= GATEWAY_SECRETS
+
+
+@pytest.mark.parametrize("variable", ["OPENAI_BASE_URL", "ANTHROPIC_BASE_URL"])
+def test_the_vendors_base_urls_follow_the_same_rule(variable: str) -> None:
+    """The routes without a baseUrl of their own are reached at the vendor's base URL, with
+    its key: https, or plain http to a loopback address; anything else names the variable."""
+    assert load_settings(**{variable.lower(): "http://127.0.0.1:11434/v1"})
+    assert load_settings(**{variable.lower(): "https://llm.example/v1"})
+    for url in ("http://vllm.internal:8000/v1", "http://localhost:8000/v1"):
+        with pytest.raises(ConfigError, match=f"{variable} is invalid .*loopback"):
+            load_settings(**{variable.lower(): url})
 
 
 def test_the_routes_setting_or_the_shorthand_never_both() -> None:
@@ -162,6 +213,32 @@ async def test_serve_with_a_literal_key_in_the_routes_says_so_in_one_line(tmp_pa
     status, stderr = await run_cli(["serve"], env, tmp_path)
     assert status == 2 and stderr.count("\n") == 1
     assert "THREADGATE_ROUTES[0].apiKey" in stderr and "sk-pasted-here" not in stderr
+
+
+async def test_serve_with_a_route_keyed_on_the_bot_token_stops_in_one_line(
+    tmp_path: Path,
+) -> None:
+    """A real `threadgate serve` process whose route names SLACK_BOT_TOKEN as its key: one
+    line naming the route and the variable, exit 2, the token nowhere."""
+    token = "xoxb-2718281828-3141592653-liveBotTokenValue"
+    env = {
+        "SLACK_BOT_TOKEN": token,
+        "SLACK_SIGNING_SECRET": "s3cr3t-value",
+        "THREADGATE_ROUTES": json.dumps(
+            [
+                {
+                    "model": "openai:gpt",
+                    "baseUrl": "https://llm.example/v1",
+                    "apiKey": "${SLACK_BOT_TOKEN}",
+                }
+            ]
+        ),
+        "DATABASE_URL": "postgresql://127.0.0.1:1/none",
+    }
+    status, stderr = await run_cli(["serve"], env, tmp_path)
+    assert status == 2 and stderr.count("\n") == 1
+    assert "THREADGATE_ROUTES[0].apiKey names SLACK_BOT_TOKEN" in stderr
+    assert token not in stderr
 
 
 @given(st.text(max_size=200))
