@@ -90,9 +90,10 @@ async def test_a_kept_pdf_comes_back_as_a_document_with_its_pages_and_key(db: Da
 
 async def test_a_refused_picture_is_marked_once_and_never_in_a_window_again(db: Database) -> None:
     """Before: a picture a provider refused came back with every window of its thread, and
-    each round failed on it. Now it is marked (by which route), its bytes dropped, the turn
-    says it was not shown and why, every later window leaves it out, and a second replica
-    marking it at the same time adds nothing."""
+    each round failed on it. Now it is marked (by which route), the turn says it was not
+    shown and why, every later window leaves it out, a second replica marking it at the same
+    time adds nothing — and its bytes stay in the history (issue 47: they used to be
+    erased)."""
     task = task_in("6.0", "6.0")
     await admit_with(db, task, (picture(1), picture(2)))
     [turn] = await PostgresHistory(db).window(task, max_chars=10_000, max_messages=10)
@@ -115,4 +116,4 @@ async def test_a_refused_picture_is_marked_once_and_never_in_a_window_again(db: 
         "WHERE message_id = $1 AND ordinal = 2",
         task.user_message_id,
     )
-    assert (row["refused_by"], row["size"]) == ("anthropic:claude-sonnet-4-5", 0)
+    assert (row["refused_by"], row["size"]) == ("anthropic:claude-sonnet-4-5", 16)
