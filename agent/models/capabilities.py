@@ -10,7 +10,9 @@ the model takes, before the wire format writes it:
   400. A tool's pictures the same way.
 - `documents`: PDFs go as the vendor's document blocks (read natively, scans included,
   citable by page); without it they are left out — every model reads a PDF's text layer
-  in the turn anyway (gateway/inbound/attachments.py) — and the note says so.
+  in the turn anyway (gateway/inbound/attachments.py) — and the note says so. A tool's
+  PDFs the same way: sent inside its result to a model that reads documents, named to one
+  that does not.
 - `parallel_tool_calls`: without it, the request asks for one tool call per step
   (OpenAI `parallel_tool_calls: false`, Anthropic `disable_parallel_tool_use`).
 - `structured_output`: a request's `output_schema` goes as the vendor's JSON-schema
@@ -72,6 +74,7 @@ _OPENAI_MULTIMODAL = re.compile(r"(?:^|/)(?:gpt-4o|chatgpt-4o|gpt-4\.1|gpt-4\.5|
 _CLAUDE_TEXT_ONLY = re.compile(r"^claude-(?:2|instant)")
 
 NO_VISION = "this model cannot see pictures"
+NO_TOOL_DOCUMENTS = "this model does not read documents"
 NO_DOCUMENTS = (
     "this model reads documents only by their text, given in the turn where a PDF has one"
 )
@@ -112,11 +115,21 @@ def fit_request(request: ModelRequest, capabilities: Capabilities) -> ModelReque
 def _fit(message: ModelMessage, capabilities: Capabilities) -> ModelMessage:
     if isinstance(message, UserMessage):
         return _fit_user(message, capabilities)
-    if isinstance(message, ToolResultMessage) and message.images and not capabilities.vision:
+    if isinstance(message, ToolResultMessage):
+        return _fit_tool_result(message, capabilities)
+    return message
+
+
+def _fit_tool_result(message: ToolResultMessage, capabilities: Capabilities) -> ToolResultMessage:
+    if message.images and not capabilities.vision:
         note = not_shown_note(
             [describe("picture", i.name, len(i.data)) for i in message.images], NO_VISION
         )
-        return replace(message, content=message.content + note, images=())
+        message = replace(message, content=message.content + note, images=())
+    if message.documents and not capabilities.documents:
+        described = [describe("document", d.name, len(d.data)) for d in message.documents]
+        note = not_shown_note(described, NO_TOOL_DOCUMENTS)
+        message = replace(message, content=message.content + note, documents=())
     return message
 
 

@@ -103,6 +103,7 @@ class ToolResultMessage:
     content: str
     is_error: bool = False
     images: tuple[Image, ...] = ()  # pictures the tool returned (an MCP tool's image content)
+    documents: tuple[Document, ...] = ()  # PDFs it returned (an MCP tool's embedded resource)
 
 
 ModelMessage: TypeAlias = SystemMessage | UserMessage | AssistantMessage | ToolResultMessage

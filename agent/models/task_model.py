@@ -119,11 +119,13 @@ class Withheld:
             if not notes_i and not notes_d:
                 return message
             return UserMessage(message.text + notes_i + notes_d, images, documents)
-        if isinstance(message, ToolResultMessage) and message.images:
-            images, notes = self._split(message.images, "picture", route)
-            if not notes:
+        if isinstance(message, ToolResultMessage) and (message.images or message.documents):
+            images, notes_i = self._split(message.images, "picture", route)
+            documents, notes_d = self._split(message.documents, "document", route)
+            if not notes_i and not notes_d:
                 return message
-            return replace(message, content=message.content + notes, images=images)
+            content = message.content + notes_i + notes_d
+            return replace(message, content=content, images=images, documents=documents)
         return message
 
     def _split(self, items: tuple[A, ...], kind: str, route: Route) -> tuple[tuple[A, ...], str]:
