@@ -85,7 +85,8 @@ WITH ranked AS (
     JOIN message_attachments a ON a.message_id = w.id
     WHERE a.refused_at IS NULL
 )
-SELECT a.message_id, a.ordinal, a.name, a.media_type, a.data, a.pages
+SELECT a.message_id, a.ordinal, a.name, a.media_type, a.data, a.pages, a.in_turn,
+       a.page_texts
 FROM ranked r JOIN message_attachments a USING (message_id, ordinal)
 WHERE r.n <= CASE WHEN r.document THEN $3::int ELSE $2::int END
 ORDER BY r.position DESC, a.ordinal
@@ -139,6 +140,20 @@ def message_from_row(row: asyncpg.Record) -> StoredMessage:
         row["text"],
         pinned=row["pinned"],
         citations=citations_from_json(row["citations"]),
+    )
+
+
+def document_from_row(row: asyncpg.Record, key: str) -> Document:
+    """A stored PDF, with the block of its turn that carries its text and its pages' text."""
+    pages = row["page_texts"]
+    page_texts = json.loads(pages) if isinstance(pages, str) else pages or ()
+    return Document(
+        bytes(row["data"]),
+        row["name"],
+        row["pages"],
+        key=key,
+        in_turn=row["in_turn"] or "",
+        page_texts=tuple(str(p) for p in page_texts),
     )
 
 
@@ -248,9 +263,7 @@ class PostgresHistory:
         for row in rows:  # each message's attachments in their order
             key = attachment_key(row["message_id"], row["ordinal"])
             if row["media_type"] == PDF:
-                documents[row["message_id"]].append(
-                    Document(bytes(row["data"]), row["name"], row["pages"], key=key)
-                )
+                documents[row["message_id"]].append(document_from_row(row, key))
             else:
                 images[row["message_id"]].append(
                     Image(row["media_type"], bytes(row["data"]), row["name"], key=key)

@@ -9,8 +9,10 @@ the model takes, before the wire format writes it:
   note after the turn (agent/core/attachments.py) instead of failing the request with a
   400. A tool's pictures the same way.
 - `documents`: PDFs go as the vendor's document blocks (read natively, scans included,
-  citable by page); without it they are left out — every model reads a PDF's text layer
-  in the turn anyway (gateway/inbound/attachments.py) — and the note says so. A tool's
+  citable by page), and the turn's copy of their text layer is left out: the model reads
+  each PDF once (`Document.without_text`). Without it they are left out — every model
+  reads a PDF's text layer in the turn (gateway/inbound/attachments.py) — and the note
+  says so. A tool's
   PDFs the same way: sent inside its result to a model that reads documents, named to one
   that does not.
 - `parallel_tool_calls`: without it, the request asks for one tool call per step
@@ -145,9 +147,12 @@ def _fit_user(message: UserMessage, capabilities: Capabilities) -> UserMessage:
         described = [describe("document", d.name, len(d.data)) for d in documents]
         notes.append(not_shown_note(described, NO_DOCUMENTS))
         documents = ()
-    if not notes:
+    text = message.text
+    for document in documents:  # sent as itself: its text is not sent a second time
+        text = document.without_text(text)
+    if not notes and text == message.text:
         return message
-    return UserMessage(message.text + "".join(notes), images, documents)
+    return UserMessage(text + "".join(notes), images, documents)
 
 
 def _schema_in_prompt(request: ModelRequest, schema: Mapping[str, Any]) -> ModelRequest:

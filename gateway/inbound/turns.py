@@ -23,7 +23,13 @@ from agent import Document, Image
 from gateway.inbound.attachments import FileContent, FileReader, files_text, images_of, unread
 from gateway.slack.events import InboundTurn, SharedFile
 from gateway.slack.sharing import ChannelSharing
-from gateway.slack.threads import ThreadMessage, foreign, render_message, slack_time
+from gateway.slack.threads import (
+    ThreadMessage,
+    foreign,
+    render_message,
+    rendered_note_part,
+    slack_time,
+)
 from gateway.slack.users import NameDirectory
 from gateway.text.markup import mentioned_user_ids
 from gateway.text.secrets import Redactions
@@ -117,7 +123,7 @@ class TurnReader:
         text = render_inbound(
             inbound, names, bot_user_id=bot_user_id, contents=contents, redactions=redactions
         )
-        return text, images_of(contents)
+        return text, images_of(contents, rendered_note_part)
 
     async def text_with_note(
         self,
@@ -167,7 +173,7 @@ class TurnReader:
                     external=shared and foreign(m.team, inbound.team, inbound.enterprise),
                     redactions=redactions,
                 ),
-                images_of(read),
+                images_of(read, rendered_note_part),
             )
             for m, read in zip(before, contents, strict=True)
         )

@@ -33,7 +33,8 @@ async def test_pdfs_are_documents_a_scan_is_read_and_passages_are_cited_by_page(
 ) -> None:
     """Before: a scan was "not read: no text layer" and a PDF reached every model as its
     text only. Now, with a route that reads documents (Anthropic), both PDFs go as document
-    blocks with their bytes, the scan's turn says it is attached, and the Sources line shows
+    blocks with their bytes — the text PDF's text layer left out of the turn, so it is read
+    once — the scan's turn says it is attached, and the Sources line shows
     the passages cited — one the provider cited in its text (`page_location`), one the
     model cited in `final_reply` — as the document's name and page, linked to the message,
     with the cited text."""
@@ -66,11 +67,16 @@ async def test_pdfs_are_documents_a_scan_is_read_and_passages_are_cited_by_page(
             stored = await rig.db.pool.fetchval(
                 "SELECT citations FROM messages WHERE kind = 'reply'"
             )
+            stored_turn = await rig.db.pool.fetchval(
+                "SELECT text FROM messages WHERE kind = 'turn'"
+            )
     [request] = claude.requests
     assert request.documents() == [("document 1", scan), ("document 2", report)]
     turn = user_texts(request)[-1]
     assert '[document "scan.pdf"' in turn and "no text layer" not in turn
-    assert "Revenue grew 12 percent" in turn  # every model still has the text layer
+    # Read once: as the document, not also as its text layer in the turn (issue 47 item 10)
+    assert "Revenue grew 12 percent" not in turn and '[file "q3.pdf"' in turn
+    assert "Revenue grew 12 percent" in stored_turn  # kept for a model that reads no PDFs
     link = f"{WORKSPACE_URL}/archives/{DEFAULT_DM}/p{event['ts'].replace('.', '')}"
     sources = block_text_of(post.blocks)
     host = "(threadgate-test.slack.com)"  # a label that is not the host gets it after the link
