@@ -167,7 +167,14 @@ def citations_to_json(citations: Sequence[Citation]) -> str | None:
 def _citation_json(c: Citation) -> dict[str, object]:
     if c.url is not None:
         return {"url": c.url}
-    passage = {"document": c.document, "page": c.page, "quote": c.quote}
+    passage = {
+        "document": c.document,
+        "page": c.page,
+        "end_page": c.end_page,
+        "cited_text": c.cited_text,
+        "quote": c.quote,
+        "quote_found": c.quote_found,
+    }
     return {"message": c.message_id} | {k: v for k, v in passage.items() if v is not None}
 
 
@@ -181,6 +188,9 @@ def citations_from_json(stored: str | None) -> tuple[Citation, ...]:
             document=item.get("document"),
             page=item.get("page"),
             quote=item.get("quote"),
+            end_page=item.get("end_page"),
+            cited_text=item.get("cited_text"),
+            quote_found=item.get("quote_found"),
         )
         for item in json.loads(stored)
     )

@@ -22,6 +22,10 @@ the model takes, before the wire format writes it:
 - `sampling`: whether `temperature` and `top_p` are accepted (OpenAI's reasoning models
   refuse them with a 400); without it they are not sent.
 
+A request that carries no document once fitted (none attached, or the model reads none)
+offers each tool in its `without_documents` form: `final_reply` asks for document
+citations only where a document is attached.
+
 The defaults are what the vendors document for their own APIs. An OpenAI-compatible
 server elsewhere (vLLM, Ollama, a gateway) is assumed to take pictures, as before, and no
 document parts, which none of them reads; a route says otherwise when it knows better.
@@ -107,6 +111,8 @@ def fit_request(request: ModelRequest, capabilities: Capabilities) -> ModelReque
         messages=messages,
         parallel_tool_calls=request.parallel_tool_calls and capabilities.parallel_tool_calls,
     )
+    if not any(isinstance(m, UserMessage | ToolResultMessage) and m.documents for m in messages):
+        fitted = replace(fitted, tools=tuple(t.without_documents or t for t in request.tools))
     if not capabilities.sampling:
         fitted = replace(fitted, temperature=None, top_p=None)
     if request.output_schema is not None and not capabilities.structured_output:

@@ -16,6 +16,7 @@ FAMILIES = [
     ("threadgate_ack_seconds", "histogram", ()),
     ("threadgate_approval_clicks", "counter", ("outcome",)),
     ("threadgate_attached_files", "counter", ("kind", "outcome")),
+    ("threadgate_cited_passages", "counter", ("quote",)),
     ("threadgate_compactions", "counter", ("outcome",)),
     ("threadgate_db_pool_connections", "gauge", ("state",)),
     ("threadgate_db_pool_wait_seconds", "histogram", ()),
