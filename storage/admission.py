@@ -158,7 +158,7 @@ SELECT EXISTS (SELECT 1 FROM tasks WHERE id = $1) AS has_task,
        AS limited
 """
 
-# A message's pictures and documents (a PDF's text layer with it, migration 031); the
+# A message's pictures and documents (a PDF's text layer with it, migration 030); the
 # bytes stored, for the budgets' counters.
 _INSERT_IMAGES = """
 WITH stored AS (

@@ -90,7 +90,7 @@ async def test_a_kept_pdf_comes_back_as_a_document_with_its_pages_and_key(db: Da
 
 async def test_a_pdfs_text_layer_comes_back_with_it(db: Database) -> None:
     """A kept PDF's block of the turn (its text layer as the turn carries it) and its
-    pages' text are stored beside it and read back (migration 031): what a request that
+    pages' text are stored beside it and read back (migration 030): what a request that
     carries the PDF leaves out of the turn, and what a cited quote is checked against."""
     task = task_in("5.5", "5.5")
     block = '[file "d3.pdf" (PDF, 17 bytes)]\nQ3 &amp; Q4\n[end of file "d3.pdf"]'
