@@ -174,13 +174,15 @@ SELECT EXISTS (SELECT 1 FROM tasks WHERE id = $1) AS has_task,
        AS limited
 """
 
-# A message's pictures and documents; the bytes stored, for the budgets' counters.
+# A message's pictures and documents (a PDF's text layer with it, migration 030); the
+# bytes stored, for the budgets' counters.
 _INSERT_IMAGES = """
 WITH stored AS (
-    INSERT INTO message_attachments (message_id, ordinal, name, media_type, data, pages)
-    SELECT $1, a.ordinal, a.name, a.media_type, a.data, a.pages
-    FROM unnest($2::text[], $3::text[], $4::bytea[], $5::int[])
-         WITH ORDINALITY AS a (name, media_type, data, pages, ordinal)
+    INSERT INTO message_attachments
+        (message_id, ordinal, name, media_type, data, pages, in_turn, page_texts)
+    SELECT $1, a.ordinal, a.name, a.media_type, a.data, a.pages, a.in_turn, a.page_texts::jsonb
+    FROM unnest($2::text[], $3::text[], $4::bytea[], $5::int[], $6::text[], $7::text[])
+         WITH ORDINALITY AS a (name, media_type, data, pages, in_turn, page_texts, ordinal)
     ON CONFLICT DO NOTHING
     RETURNING octet_length(data) AS size
 )
@@ -351,13 +353,16 @@ def _usd(amount: float) -> Decimal:
 
 def _image_columns(
     attachments: Sequence[Image | Document],
-) -> tuple[list[str], list[str], list[bytes], list[int]]:
-    """The attachments as the four arrays the statements unnest, in order."""
+) -> tuple[list[str], list[str], list[bytes], list[int], list[str | None], list[str | None]]:
+    """The attachments as the six arrays the statement unnests, in order."""
+    documents = [a if isinstance(a, Document) else None for a in attachments]
     return (
         [a.name for a in attachments],
         [a.media_type for a in attachments],
         [a.data for a in attachments],
-        [a.pages if isinstance(a, Document) else 0 for a in attachments],
+        [d.pages if d else 0 for d in documents],
+        [d.in_turn or None if d else None for d in documents],
+        [json.dumps(d.page_texts) if d and d.page_texts else None for d in documents],
     )
 
 

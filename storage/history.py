@@ -85,7 +85,8 @@ WITH ranked AS (
     JOIN message_attachments a ON a.message_id = w.id
     WHERE a.refused_at IS NULL
 )
-SELECT a.message_id, a.ordinal, a.name, a.media_type, a.data, a.pages
+SELECT a.message_id, a.ordinal, a.name, a.media_type, a.data, a.pages, a.in_turn,
+       a.page_texts
 FROM ranked r JOIN message_attachments a USING (message_id, ordinal)
 WHERE r.n <= CASE WHEN r.document THEN $3::int ELSE $2::int END
 ORDER BY r.position DESC, a.ordinal
@@ -142,6 +143,20 @@ def message_from_row(row: asyncpg.Record) -> StoredMessage:
     )
 
 
+def document_from_row(row: asyncpg.Record, key: str) -> Document:
+    """A stored PDF, with the block of its turn that carries its text and its pages' text."""
+    pages = row["page_texts"]
+    page_texts = json.loads(pages) if isinstance(pages, str) else pages or ()
+    return Document(
+        bytes(row["data"]),
+        row["name"],
+        row["pages"],
+        key=key,
+        in_turn=row["in_turn"] or "",
+        page_texts=tuple(str(p) for p in page_texts),
+    )
+
+
 def citations_to_json(citations: Sequence[Citation]) -> str | None:
     """A reply's citations as stored (`messages.citations`); None when it has none."""
     if not citations:
@@ -152,7 +167,14 @@ def citations_to_json(citations: Sequence[Citation]) -> str | None:
 def _citation_json(c: Citation) -> dict[str, object]:
     if c.url is not None:
         return {"url": c.url}
-    passage = {"document": c.document, "page": c.page, "quote": c.quote}
+    passage = {
+        "document": c.document,
+        "page": c.page,
+        "end_page": c.end_page,
+        "cited_text": c.cited_text,
+        "quote": c.quote,
+        "quote_found": c.quote_found,
+    }
     return {"message": c.message_id} | {k: v for k, v in passage.items() if v is not None}
 
 
@@ -166,6 +188,9 @@ def citations_from_json(stored: str | None) -> tuple[Citation, ...]:
             document=item.get("document"),
             page=item.get("page"),
             quote=item.get("quote"),
+            end_page=item.get("end_page"),
+            cited_text=item.get("cited_text"),
+            quote_found=item.get("quote_found"),
         )
         for item in json.loads(stored)
     )
@@ -248,9 +273,7 @@ class PostgresHistory:
         for row in rows:  # each message's attachments in their order
             key = attachment_key(row["message_id"], row["ordinal"])
             if row["media_type"] == PDF:
-                documents[row["message_id"]].append(
-                    Document(bytes(row["data"]), row["name"], row["pages"], key=key)
-                )
+                documents[row["message_id"]].append(document_from_row(row, key))
             else:
                 images[row["message_id"]].append(
                     Image(row["media_type"], bytes(row["data"]), row["name"], key=key)

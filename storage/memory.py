@@ -14,8 +14,10 @@ begins it as the session's next number, saying why (`EpochReason`): `start`, the
 had none; `reset`, an operator reset it (`threadgate sessions reset` clears the pin,
 audited in `session_interventions`);
 `offer_changed`, the pinned epoch offered something else, or — an epoch from before
-offers were recorded — nobody knows what. A compaction begins one too (`compaction`), in
-the transaction that stores its summary (storage/summaries.py, through `begin_epoch`).
+offers were recorded — nobody knows what. A compaction under another prompt than the
+session's begins one too (`compaction`), in the transaction that stores its summary
+(storage/summaries.py, through `begin_epoch`); under the session's own prompt it restates
+the current epoch and numbers none (nothing changed for `tasks show` to list).
 Sessions pinned before epochs were numbered have theirs as number 1, `legacy` (migration
 021). Two deployments serving one thread at once (a rolling deploy) move it back and
 forth between their epochs, each move recorded.
@@ -148,10 +150,19 @@ class PostgresMemory:
         await self._db.pool.execute(_STAMP_SUBTASK, task_id, round_number, index, attempt, epoch)
 
 
-async def lock_session(conn: Connection, session_id: str) -> bool:
-    """Lock the session's row for the transaction (epochs are numbered under it); False
+@dataclass(frozen=True, slots=True)
+class LockedSession:
+    """A session's row, locked for the caller's transaction: its current epoch (None: none
+    pinned, as after a reset)."""
+
+    prompt_epoch: str | None
+
+
+async def lock_session(conn: Connection, session_id: str) -> LockedSession | None:
+    """Lock the session's row for the transaction (epochs are numbered under it); None
     when there is no such session."""
-    return await conn.fetchrow(_LOCK, session_id) is not None
+    row = await conn.fetchrow(_LOCK, session_id)
+    return LockedSession(row["prompt_epoch"]) if row is not None else None
 
 
 async def begin_epoch(

@@ -32,8 +32,9 @@ PDFs kept for the models that read documents (agent/core/documents.py) are store
 same way, in the same budgets, after the pictures of their message.
 
 An attachment a provider refused is marked (`PostgresAttachmentRefusals`, the agent's
-`AttachmentRefusals`): its bytes are dropped, no later window carries it
-(storage/history.py), and its turn's text gets a note saying it was not shown and why,
+`AttachmentRefusals`): no later window carries it (storage/history.py), but its bytes stay
+with its turn, as the person's words do — the history is what was said, and the mark is
+what a provider made of it — and its turn's text gets a note saying it was not shown and why,
 kept with the budgets' note so an edit keeps it too. The mark and the note are one
 statement: a replica marking it at the same time marks nothing and adds no second note.
 """
@@ -194,8 +195,8 @@ async def count_pictures(
         await conn.execute(_COUNT, session_id, workspace, stored_bytes)
 
 
-# $1 message ids, $2 ordinals (pairs), $3 the route, $4 the note's reason. The rows not yet
-# marked are marked and emptied; each one's turn gets its note, in the same statement.
+# $1 message ids, $2 ordinals (pairs), $3 the route. The rows not yet marked are marked
+# (their bytes kept); each one's turn gets its note, in the same transaction.
 _REFUSE = """
 WITH old AS (
     SELECT a.message_id, a.ordinal, a.name, a.media_type, octet_length(a.data) AS size
@@ -204,7 +205,7 @@ WITH old AS (
     WHERE a.refused_at IS NULL
     FOR UPDATE OF a
 ), marked AS (
-    UPDATE message_attachments a SET refused_at = now(), refused_by = $3, data = ''::bytea
+    UPDATE message_attachments a SET refused_at = now(), refused_by = $3
     FROM old WHERE a.message_id = old.message_id AND a.ordinal = old.ordinal
     RETURNING a.message_id
 )

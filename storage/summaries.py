@@ -8,9 +8,12 @@ half of a question and its answer. A pinned turn is not summarized: the window s
 whole (storage/pins.py). The summarizer gets the previous summary with them,
 and the new summary covers both: summaries roll forward, and only the latest is read.
 
-Storing a summary begins the session's next epoch (`compaction`, storage/memory.py) in
-the same transaction: the summary was written for this deployment's prompt, and a crash
-between the two cannot leave one without the other.
+Storing a summary written under another prompt than the session's begins the session's
+next epoch (`compaction`, storage/memory.py) in the same transaction: the summary was
+written for this deployment's prompt, and a crash between the two cannot leave one without
+the other. Under the session's own prompt it restates the current epoch: an epoch is a
+prompt and its offer, and a compaction changes neither, so it numbers no new one (`tasks
+show` would list "epoch 3 (compaction)" where nothing changed).
 """
 
 from __future__ import annotations
@@ -79,12 +82,15 @@ class PostgresSummaries:
     async def store_summary(self, session_id: str, summary: Summary, epoch: PromptEpoch) -> None:
         s = summary
         async with self._db.pool.acquire() as conn, conn.transaction():
-            if not await lock_session(conn, session_id):
+            session = await lock_session(conn, session_id)
+            if session is None:
                 return  # no such session: nothing to summarize into
             stored = await conn.fetchval(
                 _STORE, session_id, s.covers_from, s.covers_to, s.text, epoch.hash
             )
-            if stored:  # a summary stored before (a re-run) began its epoch then
+            # A summary stored before (a re-run) began its epoch then; one under the
+            # session's own prompt restates it.
+            if stored and session.prompt_epoch != epoch.hash:
                 await begin_epoch(conn, session_id, epoch, "compaction")
 
 

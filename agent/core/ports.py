@@ -453,5 +453,6 @@ class SummaryStore(Protocol):
 
     async def store_summary(self, session_id: str, summary: Summary, epoch: PromptEpoch) -> None:
         """Store a summary (idempotent per session and `covers_to`) and, in the same
-        transaction, begin the session's next epoch on `epoch` (reason `compaction`: the
-        summary was written for the prompt of now)."""
+        transaction, pin the session to `epoch` (the summary was written for the prompt of
+        now): its current epoch restated when it is that one, else its next one begun
+        (reason `compaction`)."""

@@ -17,11 +17,13 @@ a later task) and the previous summary, itself capped. Its prompt is short and i
 the turns reach the model framed as data (`agent.rounds.framing`), turn tags intact, and
 the previous summary and our replies with theirs escaped: only people's turns are turns.
 
-A compaction also begins the session's next epoch (reason `compaction`): the session is
-re-pinned to this deployment's epoch (the summary is written now, for the prompt of now) —
-its channel's, when `epoch` is a function of the task (`ModelResponder.epoch_of`). The
-summary and the re-pin are one transaction (`SummaryStore.store_summary`): a crash between
-them cannot leave a summary read under an epoch it was not written for.
+A compaction also re-pins the session to this deployment's epoch (the summary is written
+now, for the prompt of now) — its channel's, when `epoch` is a function of the task
+(`ModelResponder.epoch_of`). When that is the session's epoch already (the common case:
+nothing was deployed), the compaction restates it and numbers none; otherwise the session
+begins its next epoch, reason `compaction`. The summary and the re-pin are one transaction
+(`SummaryStore.store_summary`): a crash between them cannot leave a summary read under an
+epoch it was not written for.
 
 Nothing here may fail a task. A summary that cannot be had (models down, a refusal, past
 its time limit) is logged and counted as `failed`, and the window drops the old turns as

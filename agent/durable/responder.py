@@ -55,7 +55,8 @@ with the reply or acknowledgment.
 Every model an attempt is handed is the task's (`agent.models.task_model.TaskModel`): with
 `end_user`, each request names the task's person by the gateway's opaque id; with
 `refusals`, a picture or document a provider refused is withheld from the task's later
-requests and recorded, so no later round of any replica sends it again.
+requests — its rounds and subtasks share what is withheld — and recorded, so no later round
+of any replica sends it again.
 
 With a `PolicyOf`, each round, subtask and summary is run within its task's channel policy
 (`agent.rounds.channel_policy`): the toolset the round and its subtasks are offered, the
@@ -108,7 +109,7 @@ from agent.models.contract import (
 )
 from agent.models.ladder import Answered, Attempts
 from agent.models.prices import DEFAULT_PRICE_TABLE, PriceTable
-from agent.models.task_model import TaskModel, Withheld
+from agent.models.task_model import TaskModel, Withheld, WithheldByTask
 from agent.rounds.caching import cache_key, conversation_cache
 from agent.rounds.channel_policy import (
     DEFAULT_POLICY,
@@ -227,6 +228,8 @@ class ModelResponder:
         # holds its specs, so no schema's id is reused while the entry lives): the offer's
         # JSON and its hashes were made again every round, for the same answer.
         self._epochs: dict[_EpochKey, tuple[tuple[ToolSpec, ...], PromptEpoch]] = {}
+        # What each task's requests no longer carry, shared by its rounds and subtasks.
+        self._withheld = WithheldByTask()
 
     async def __call__(self, round_input: RoundInput) -> Decision:
         """Run one round of the task and return how it ended."""
@@ -423,7 +426,8 @@ class ModelResponder:
             )
             allowance = _Allowance(meter, task, cap, s.prices)
         end_user = s.end_user(task) if s.end_user is not None else None
-        return _MeteredAttempts(attempts, allowance, end_user, self._ports.refusals)
+        withheld = self._withheld.of(task.id)
+        return _MeteredAttempts(attempts, allowance, end_user, self._ports.refusals, withheld)
 
 
 class _Allowance:
@@ -479,7 +483,7 @@ def route_of(model: Model) -> Route:
 class _MeteredAttempts:
     """The ladder, with every model it hands an attempt charged to one task's allowance
     (when there is one) and made the task's: its person named, refused attachments
-    withheld (one `Withheld` for all of the run's routes)."""
+    withheld (the task's `Withheld`, shared by its rounds, subtasks and routes)."""
 
     def __init__(
         self,
@@ -487,12 +491,13 @@ class _MeteredAttempts:
         allowance: _Allowance | None,
         end_user: str | None = None,
         refusals: AttachmentRefusals | None = None,
+        withheld: Withheld | None = None,
     ) -> None:
         self._inner = inner
         self._allowance = allowance
         self._end_user = end_user
         self._refusals = refusals
-        self._withheld = Withheld()
+        self._withheld = withheld if withheld is not None else Withheld()
 
     async def run(self, attempt: Callable[[Model], Awaitable[T]]) -> Answered[T]:
         async def metered(model: Model) -> T:

@@ -9,14 +9,22 @@ the model takes, before the wire format writes it:
   note after the turn (agent/core/attachments.py) instead of failing the request with a
   400. A tool's pictures the same way.
 - `documents`: PDFs go as the vendor's document blocks (read natively, scans included,
-  citable by page); without it they are left out — every model reads a PDF's text layer
-  in the turn anyway (gateway/inbound/attachments.py) — and the note says so.
+  citable by page), and the turn's copy of their text layer is left out: the model reads
+  each PDF once (`Document.without_text`). Without it they are left out — every model
+  reads a PDF's text layer in the turn (gateway/inbound/attachments.py) — and the note
+  says so. A tool's
+  PDFs the same way: sent inside its result to a model that reads documents, named to one
+  that does not.
 - `parallel_tool_calls`: without it, the request asks for one tool call per step
   (OpenAI `parallel_tool_calls: false`, Anthropic `disable_parallel_tool_use`).
 - `structured_output`: a request's `output_schema` goes as the vendor's JSON-schema
   response format; without it the schema is said in the system prompt.
 - `sampling`: whether `temperature` and `top_p` are accepted (OpenAI's reasoning models
   refuse them with a 400); without it they are not sent.
+
+A request that carries no document once fitted (none attached, or the model reads none)
+offers each tool in its `without_documents` form: `final_reply` asks for document
+citations only where a document is attached.
 
 The defaults are what the vendors document for their own APIs. An OpenAI-compatible
 server elsewhere (vLLM, Ollama, a gateway) is assumed to take pictures, as before, and no
@@ -72,6 +80,7 @@ _OPENAI_MULTIMODAL = re.compile(r"(?:^|/)(?:gpt-4o|chatgpt-4o|gpt-4\.1|gpt-4\.5|
 _CLAUDE_TEXT_ONLY = re.compile(r"^claude-(?:2|instant)")
 
 NO_VISION = "this model cannot see pictures"
+NO_TOOL_DOCUMENTS = "this model does not read documents"
 NO_DOCUMENTS = (
     "this model reads documents only by their text, given in the turn where a PDF has one"
 )
@@ -102,6 +111,8 @@ def fit_request(request: ModelRequest, capabilities: Capabilities) -> ModelReque
         messages=messages,
         parallel_tool_calls=request.parallel_tool_calls and capabilities.parallel_tool_calls,
     )
+    if not any(isinstance(m, UserMessage | ToolResultMessage) and m.documents for m in messages):
+        fitted = replace(fitted, tools=tuple(t.without_documents or t for t in request.tools))
     if not capabilities.sampling:
         fitted = replace(fitted, temperature=None, top_p=None)
     if request.output_schema is not None and not capabilities.structured_output:
@@ -112,11 +123,21 @@ def fit_request(request: ModelRequest, capabilities: Capabilities) -> ModelReque
 def _fit(message: ModelMessage, capabilities: Capabilities) -> ModelMessage:
     if isinstance(message, UserMessage):
         return _fit_user(message, capabilities)
-    if isinstance(message, ToolResultMessage) and message.images and not capabilities.vision:
+    if isinstance(message, ToolResultMessage):
+        return _fit_tool_result(message, capabilities)
+    return message
+
+
+def _fit_tool_result(message: ToolResultMessage, capabilities: Capabilities) -> ToolResultMessage:
+    if message.images and not capabilities.vision:
         note = not_shown_note(
             [describe("picture", i.name, len(i.data)) for i in message.images], NO_VISION
         )
-        return replace(message, content=message.content + note, images=())
+        message = replace(message, content=message.content + note, images=())
+    if message.documents and not capabilities.documents:
+        described = [describe("document", d.name, len(d.data)) for d in message.documents]
+        note = not_shown_note(described, NO_TOOL_DOCUMENTS)
+        message = replace(message, content=message.content + note, documents=())
     return message
 
 
@@ -132,9 +153,12 @@ def _fit_user(message: UserMessage, capabilities: Capabilities) -> UserMessage:
         described = [describe("document", d.name, len(d.data)) for d in documents]
         notes.append(not_shown_note(described, NO_DOCUMENTS))
         documents = ()
-    if not notes:
+    text = message.text
+    for document in documents:  # sent as itself: its text is not sent a second time
+        text = document.without_text(text)
+    if not notes and text == message.text:
         return message
-    return UserMessage(message.text + "".join(notes), images, documents)
+    return UserMessage(text + "".join(notes), images, documents)
 
 
 def _schema_in_prompt(request: ModelRequest, schema: Mapping[str, Any]) -> ModelRequest:

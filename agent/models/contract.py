@@ -29,11 +29,14 @@ FinishReason: TypeAlias = Literal[
 
 @dataclass(frozen=True, slots=True)
 class ToolSpec:
-    """A tool as the model sees it: a name, what it is for, and a JSON Schema for its input."""
+    """A tool as the model sees it: a name, what it is for, and a JSON Schema for its input.
+    `without_documents` is how it is offered in a request that carries no document (a
+    control that asks for document citations only where one is attached); None: as is."""
 
     name: str
     description: str
     parameters: Mapping[str, Any]
+    without_documents: ToolSpec | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +106,7 @@ class ToolResultMessage:
     content: str
     is_error: bool = False
     images: tuple[Image, ...] = ()  # pictures the tool returned (an MCP tool's image content)
+    documents: tuple[Document, ...] = ()  # PDFs it returned (an MCP tool's embedded resource)
 
 
 ModelMessage: TypeAlias = SystemMessage | UserMessage | AssistantMessage | ToolResultMessage

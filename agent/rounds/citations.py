@@ -6,9 +6,13 @@ appeared in what the model read this round — people's turns in the window, ear
 rounds' subtask results, the outputs of the tools it called — and `{"document": N,
 "page": P, "quote": "…"}` for a passage of a PDF sent beside a turn (titled `document N`
 by the prompt): the document must be one the request carried, the page one it has; the
-quote is the model's, shown as it cited it. The provider's own citations of a document
-(Anthropic's `page_location`, in the text of an answer: `cited_passages`) are mapped the
-same way, by the document's title. The round loop notes all of
+quote is the model's, shown as it cited it, and checked against the text of that page
+(`Document.page_texts`, as the gateway read it): the citation says whether it was found
+there — a quote the model made up, or took from another page, is shown as not found, and a
+page whose text was never read (a scan) leaves it unknown. The provider's own citations of
+a document (Anthropic's `page_location`, in the text of an answer: `cited_passages`) are
+mapped the same way, by the document's title, keeping their range of pages (start and
+end) and the cited text exactly as the provider returned it. The round loop notes all of
 that here as it goes (`note`), so a citation is checked against what the model actually
 saw: a URL it made up, or remembered from training, is refused with a message for the
 model that lists what it may cite, and the round repairs it like any other bad control
@@ -25,6 +29,7 @@ are HTML-escaped (`&amp;`), so each text is also read unescaped.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -139,7 +144,7 @@ class Citable:
             return (
                 f"document {passage.document} has no page {passage.page} ({document.pages} pages)"
             )
-        citation = _document_citation(document, passage.page, passage.quote)
+        citation = _model_citation(document, passage.page, passage.quote)
         return citation if citation is not None else f"document {passage.document} cannot be cited"
 
     def cited_passages(self, citations: Sequence[PageCitation]) -> tuple[Citation, ...]:
@@ -150,11 +155,19 @@ class Citable:
         found = []
         for cited in citations:
             document = by_title.get(cited.document_title or "")
-            if document is None:
+            message_id = message_of(document.key) if document is not None else None
+            if document is None or message_id is None or cited.start_page < 1:
                 continue
-            citation = _document_citation(document, cited.start_page, cited.cited_text)
-            if citation is not None:
-                found.append(citation)
+            end = cited.end_page if cited.end_page > cited.start_page else None
+            found.append(
+                Citation(
+                    message_id=message_id,
+                    document=document.name,
+                    page=cited.start_page,
+                    end_page=end,
+                    cited_text=cited.cited_text or None,
+                )
+            )
         return tuple(dict.fromkeys(found))
 
     def what_may_be_cited(self) -> str:
@@ -178,12 +191,36 @@ class Citable:
         return f"{refs}; the URLs you may cite are {listed}."
 
 
-def _document_citation(document: Document, page: int, quote: str) -> Citation | None:
-    """A passage of `document` as a citation of the message it came with (None when it
-    came with none: a document that is not a person's)."""
+def _model_citation(document: Document, page: int, quote: str) -> Citation | None:
+    """A passage the model cited of `document` as a citation of the message it came with
+    (None when it came with none: a document that is not a person's): the page, and its
+    quote with whether that page's text holds it."""
     message_id = message_of(document.key)
     if message_id is None:
         return None
     text = " ".join(quote.split())
     shown = text if len(text) <= MAX_QUOTE else text[: MAX_QUOTE - 1].rstrip() + "…"
-    return Citation(message_id=message_id, document=document.name, page=page, quote=shown or None)
+    return Citation(
+        message_id=message_id,
+        document=document.name,
+        page=page,
+        end_page=page + 1,
+        quote=shown or None,
+        quote_found=quote_on_page(document, page, text) if text else None,
+    )
+
+
+def quote_on_page(document: Document, page: int, quote: str) -> bool | None:
+    """Whether `quote` is on `page` of `document`, compared as readers would (Unicode
+    compatibility forms, case, runs of white space); None when that page's text is not
+    known."""
+    if not 1 <= page <= len(document.page_texts):
+        return None
+    text = _comparable(document.page_texts[page - 1])
+    if not text:
+        return None  # a page without a text layer: a scan's page, read only as it looks
+    return _comparable(quote) in text
+
+
+def _comparable(text: str) -> str:
+    return " ".join(unicodedata.normalize("NFKC", text).casefold().split())

@@ -147,15 +147,30 @@ _CITATIONS = {
 }
 
 
-class FinalReply:
-    """`final_reply`: answer the user, optionally citing what the model was shown
-    (`agent.rounds.citations`). Several calls in one step: the last one counts."""
+# Where no document is attached, citations are asked for without the document form: a
+# model told it may cite "document N" would cite one it was never given.
+_CITATIONS_WITHOUT_DOCUMENTS = {
+    "type": "array",
+    "maxItems": MAX_CITATIONS,
+    "description": (
+        "Optional: the sources of your answer, shown under it. Each item is either "
+        '{"ref": N} for a [ref N] message of this conversation, or {"url": "https://…"} '
+        "for an address that appeared in what you read (messages, tool results). Cite only "
+        "what you were shown."
+    ),
+    "items": {
+        "type": "object",
+        "properties": {
+            "ref": {"type": "integer", "minimum": 1},
+            "url": {"type": "string"},
+        },
+        "additionalProperties": False,
+    },
+}
 
-    usage = (
-        'Call final_reply again with {"text": "<your answer>"} and, optionally, '
-        '"citations": [{"ref": N} or {"url": "https://…"}].'
-    )
-    spec = ToolSpec(
+
+def _final_reply_spec(citations: dict[str, Any], **more: Any) -> ToolSpec:
+    return ToolSpec(
         name="final_reply",
         description=(
             "Send your answer to the user and end this round. Put the whole answer, in "
@@ -165,11 +180,27 @@ class FinalReply:
             "type": "object",
             "properties": {
                 "text": {"type": "string", "description": "The answer, in Markdown."},
-                "citations": _CITATIONS,
+                "citations": citations,
             },
             "required": ["text"],
             "additionalProperties": False,
         },
+        **more,
+    )
+
+
+class FinalReply:
+    """`final_reply`: answer the user, optionally citing what the model was shown
+    (`agent.rounds.citations`); a request that carries no document offers it without the
+    document form of a citation (`ToolSpec.without_documents`). Several calls in one step:
+    the last one counts."""
+
+    usage = (
+        'Call final_reply again with {"text": "<your answer>"} and, optionally, '
+        '"citations": [{"ref": N} or {"url": "https://…"}].'
+    )
+    spec = _final_reply_spec(
+        _CITATIONS, without_documents=_final_reply_spec(_CITATIONS_WITHOUT_DOCUMENTS)
     )
 
     def __init__(self, citable: Citable | None = None) -> None:

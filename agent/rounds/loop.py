@@ -352,6 +352,7 @@ def framed(result: ToolResultMessage, toolbox: Toolbox) -> ToolResultMessage:
         frame_output(result.name, result.content, keep_turns=keep_turns),
         is_error=result.is_error,
         images=result.images,
+        documents=result.documents,
     )
 
 

@@ -15,7 +15,13 @@ check (`validate_tool_result`, the SDK's public hook) with the bounded one of
 A result's image content is a picture for the model (`Answer.images`): at most
 `MAX_TOOL_IMAGES` of them, each a png, jpeg, gif or webp by its own bytes (not only by the
 type the server claims) within `MAX_TOOL_IMAGE_BYTES`, what the providers take; its text
-names each one, and any other image as not shown, with why.
+names each one, and any other image as not shown, with why. A PDF it returns as an
+embedded resource (a blob, `%PDF-` by its own bytes) is a document for the model
+(`Answer.documents`), sent as the vendor's document block to a model that reads them
+(agent/models/capabilities.py): at most `MAX_TOOL_DOCUMENTS`, each within
+`MAX_TOOL_DOCUMENT_BYTES`. A text blob is its text. Audio and any other binary are named —
+kind, type, size, where it came from — never sent: no model here hears audio, and bytes
+nobody can read would only cost tokens.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
+from agent.core.documents import PDF, Document
 from agent.core.images import Image
 from agent.rounds.mcp_config import McpServerConfig
 from agent.rounds.mcp_schemas import SchemaCheck, schema_check
@@ -50,6 +57,12 @@ _PAGES = 100  # a server that pages its tool list forever cannot hang start-up
 # within what the providers take (agent/core/images.py, gateway/inbound/file_contents.py).
 MAX_TOOL_IMAGES = 4
 MAX_TOOL_IMAGE_BYTES = 3_750_000
+# PDFs of one tool result: as many and as large as a request's own bounds allow for one
+# call (agent/core/documents.py) — the pages are not counted here, so fewer than a turn's.
+MAX_TOOL_DOCUMENTS = 2
+MAX_TOOL_DOCUMENT_BYTES = 8_000_000
+# A blob of these types is text, shown as such.
+_TEXT_TYPES = ("text/", "application/json", "application/xml", "application/yaml")
 _MAGIC = (
     (b"\x89PNG\r\n\x1a\n", "image/png"),
     (b"\xff\xd8\xff", "image/jpeg"),
@@ -67,6 +80,7 @@ class Answer:
     failed: bool = False
     closed: bool = False
     images: tuple[Image, ...] = ()
+    documents: tuple[Document, ...] = ()
 
 
 class CheckedSession(ClientSession):
@@ -133,8 +147,10 @@ class Session:
             return Answer(f"the server refused the call: {exc.message}", True, closed)
         except RuntimeError as exc:  # the SDK's complaint about a result, e.g. its schema
             return Answer(str(exc), failed=True)
-        text, images = read_result(result, tool)
-        return Answer(text, failed=bool(result.is_error), images=images)
+        read = read_result(result, tool)
+        return Answer(
+            read.text, failed=bool(result.is_error), images=read.images, documents=read.documents
+        )
 
 
 @asynccontextmanager
@@ -185,28 +201,75 @@ def _transport(
 
 def render_result(result: mcp_types.CallToolResult) -> str:
     """A tool result as text for the model: text as is, other content described."""
-    return read_result(result)[0]
+    return read_result(result).text
 
 
-def read_result(
-    result: mcp_types.CallToolResult, tool: str = "the tool"
-) -> tuple[str, tuple[Image, ...]]:
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    """A tool result for the model: its text, and the pictures and PDFs it sends beside."""
+
+    text: str
+    images: tuple[Image, ...] = ()
+    documents: tuple[Document, ...] = ()
+
+
+def read_result(result: mcp_types.CallToolResult, tool: str = "the tool") -> ReadResult:
     """A tool result for the model: its text (text as is, other content described) and
-    the pictures it returned (module docstring)."""
+    the pictures and PDFs it returned (module docstring)."""
     parts: list[str] = []
     images: list[Image] = []
+    documents: list[Document] = []
     for block in result.content:
         picture = _picture(block, len(images), tool)
+        document = _document(block, len(documents), tool)
         if isinstance(picture, Image):
             images.append(picture)
             parts.append(
                 f"[image {len(images)} ({picture.media_type}, {len(picture.data):,} bytes): attached]"
             )
+        elif isinstance(document, Document):
+            documents.append(document)
+            parts.append(
+                f"[document {len(documents)} ({PDF}, {len(document.data):,} bytes): attached]"
+            )
         else:
-            parts.append(picture or _render_block(block))
+            parts.append(picture or document or _render_block(block))
     if not parts and result.structured_content is not None:
         parts.append(json.dumps(result.structured_content, ensure_ascii=False))
-    return ("\n".join(parts) if parts else "(the tool returned nothing)"), tuple(images)
+    text = "\n".join(parts) if parts else "(the tool returned nothing)"
+    return ReadResult(text, tuple(images), tuple(documents))
+
+
+def _document(block: mcp_types.ContentBlock, taken: int, tool: str) -> Document | str | None:
+    """A PDF blob as a document, or the text saying what a blob is (its own text, or why
+    it is not shown); None for a block of another kind."""
+    if not isinstance(block, mcp_types.EmbeddedResource):
+        return None
+    contents = block.resource
+    if not isinstance(contents, mcp_types.BlobResourceContents):
+        return None
+    kind = contents.mime_type or "type unknown"
+    try:
+        data = base64.b64decode(contents.blob, validate=True)
+    except (binascii.Error, ValueError):
+        return f"[resource {_uri(contents)} ({kind}) not shown: not valid base64]"
+    if kind.startswith(_TEXT_TYPES):
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            return f"[resource {_uri(contents)} ({kind}, {len(data):,} bytes) not shown: not UTF-8]"
+    if not data.startswith(b"%PDF-"):
+        return f"[binary resource {_uri(contents)} ({kind}, {len(data):,} bytes) not shown]"
+    if taken >= MAX_TOOL_DOCUMENTS:
+        return f"[document ({PDF}) not shown: more than {MAX_TOOL_DOCUMENTS} in one result]"
+    if len(data) > MAX_TOOL_DOCUMENT_BYTES:
+        return f"[document ({PDF}, {len(data):,} bytes) not shown: larger than a model takes]"
+    return Document(data, f"{tool} document {taken + 1}")
+
+
+def _uri(contents: mcp_types.BlobResourceContents) -> str:
+    """The resource's URI, quoted: the server's text, which cannot end the bracket."""
+    return json.dumps(str(contents.uri)[:200], ensure_ascii=True)
 
 
 def _picture(block: mcp_types.ContentBlock, taken: int, tool: str) -> Image | str | None:
@@ -235,10 +298,22 @@ def _media_type(data: bytes) -> str | None:
     return next((kind for magic, kind in _MAGIC if data.startswith(magic)), None)
 
 
+def _size(data: str) -> str:
+    """The size of base64 `data` once decoded, as a note names it."""
+    try:
+        return f"{len(base64.b64decode(data, validate=True)):,} bytes"
+    except (binascii.Error, ValueError):
+        return "not valid base64"
+
+
 def _render_block(block: mcp_types.ContentBlock) -> str:
     if isinstance(block, mcp_types.TextContent):
         return block.text
-    if isinstance(block, mcp_types.ImageContent | mcp_types.AudioContent):
+    if isinstance(block, mcp_types.AudioContent):
+        return (
+            f"[audio ({block.mime_type}, {_size(block.data)}) not shown: no model here hears audio]"
+        )
+    if isinstance(block, mcp_types.ImageContent):
         return f"[{block.type} ({block.mime_type}) not shown]"
     if isinstance(block, mcp_types.EmbeddedResource):
         contents = block.resource

@@ -285,7 +285,7 @@ class McpConnection:
         text = self.redact(answer.text)
         if answer.failed:
             raise McpToolError(text)
-        return ToolOutput(text, answer.images)
+        return ToolOutput(text, answer.images, answer.documents)
 
     def state(self) -> McpServerState:
         return McpServerState(

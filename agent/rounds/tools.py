@@ -49,6 +49,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agent.core.documents import Document
 from agent.core.images import Image
 from agent.core.ports import Task, ThreadReader, ToolCallRecord, ToolCallState, ToolObserver
 from agent.models.contract import ToolCall, ToolResultMessage, ToolSpec
@@ -64,11 +65,13 @@ CONTROL_NAMES = frozenset({"final_reply", "delegate", "no_reply"})
 
 @dataclass(frozen=True, slots=True)
 class ToolOutput:
-    """What a tool returned: its text, and pictures (an MCP tool's image content), sent
-    with the result to a model that can see them and named to one that cannot."""
+    """What a tool returned: its text, and pictures (an MCP tool's image content) and PDFs
+    (its embedded resources), sent with the result to a model that can see or read them
+    and named to one that cannot."""
 
     text: str
     images: tuple[Image, ...] = ()
+    documents: tuple[Document, ...] = ()
 
 
 def utc_now() -> datetime:
@@ -222,7 +225,9 @@ class Toolbox:
             return ToolResultMessage(call.id, call.name, text, is_error=True)
         result = output if isinstance(output, ToolOutput) else ToolOutput(output)
         text = _capped(result.text, tool.output_chars or self._max_chars)
-        return ToolResultMessage(call.id, call.name, text, images=result.images)
+        return ToolResultMessage(
+            call.id, call.name, text, images=result.images, documents=result.documents
+        )
 
     async def _observe(self, call: ToolCall, state: ToolCallState, output: str = "") -> None:
         observer = self.context.observer

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
 from slack_sdk.web.async_client import AsyncWebClient
@@ -99,6 +99,7 @@ class SlackPublisher:
         settings: PublisherSettings = PublisherSettings(),
         *,
         on_stream_ended: StreamEnded | None = None,
+        on_passage_cited: Callable[[str], None] = lambda backed_by: None,
         tracer: Tracer = NO_TRACER,
     ) -> None:
         # Each task's calls use its workspace's client (gateway/slack/workspaces.py).
@@ -129,7 +130,9 @@ class SlackPublisher:
             orphans=self._live is not None,
         )
         self._posts = Posts(self._clients, outbox, search, self._live, tracer)
-        self._sources = SourceLinks(outbox, call_seconds=outbox.call_seconds)
+        self._sources = SourceLinks(
+            outbox, call_seconds=outbox.call_seconds, on_passage=on_passage_cited
+        )
         self._approvals = ApprovalMessages(self._clients, outbox, self._posts)
         self._schedules = ScheduleApprovals(self._clients, outbox, self._posts)
         self._drafts: dict[tuple[str, str], SlackDraft] = {}  # by task id and message id

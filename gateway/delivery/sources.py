@@ -6,9 +6,11 @@ stored id, and URLs the model was shown. Under the reply they become one Markdow
     **Sources:** [message 1](<https://acme.slack.com/archives/C1/p1700000000000100>) · [example.com](<https://example.com/a>)
 
 A passage of a document a person attached links to the message it came with, labelled
-with the document's name and page, the cited text after it in quotes:
-`[report.pdf, page 3](<permalink>) “the cited sentence”` (the name and the quote are
-the sender's and the model's text: the renderer treats them as words, never as a link).
+with the document's name and its pages, the cited text after it in quotes:
+`[report.pdf, pages 3–4](<permalink>) “the cited sentence”` — the text the provider
+cited, or else the quote the model wrote, marked when it was not found on the page it
+cites: `“a sentence” (not found on page 3)` (the name and the quote are the sender's and
+the model's text: the renderer treats them as words, never as a link).
 
 A cited message links to its permalink (`chat.getPermalink`); when Slack does not give one
 (a refusal, a timeout, a message it cannot find) the link is built the way Slack's own
@@ -29,7 +31,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from urllib.parse import urlsplit
 
 from slack_sdk.web.async_client import AsyncWebClient
@@ -51,11 +53,19 @@ SEPARATOR = " · "
 
 
 def passage_link(citation: Citation, url: str) -> str:
-    """`[name, page P](<url>) “quote”`, the name and quote made plain words: no bracket,
+    """`[name, pages P–Q](<url>) “quote”`, the name and quote made plain words: no bracket,
     backtick or line break of theirs can end the label or open markup."""
     name = _plain(citation.document or "document", 80)
-    link = f"[{name}, page {citation.page}](<{url}>)"
-    return f"{link} “{_plain(citation.quote, 200)}”" if citation.quote else link
+    first, last = citation.page, citation.last_page
+    pages = f"page {first}" if last == first else f"pages {first}–{last}"
+    link = f"[{name}, {pages}](<{url}>)"
+    quoted = citation.cited_text or citation.quote
+    if not quoted or not _plain(quoted, 200):
+        return link
+    shown = f"{link} “{_plain(quoted, 200)}”"
+    if citation.cited_text is None and citation.quote_found is False:
+        shown += f" (not found on page {first})"
+    return shown
 
 
 def _plain(text: str, limit: int) -> str:
@@ -68,12 +78,29 @@ def fallback_permalink(channel: str, ts: str) -> str:
     return f"https://slack.com/archives/{channel}/p{ts.replace('.', '')}"
 
 
-class SourceLinks:
-    """Turns citations into the Sources line (module docstring)."""
+def backing(citation: Citation) -> str:
+    """What backs a cited passage's text, as `threadgate_cited_passages_total` counts it."""
+    if citation.cited_text:
+        return "provider"
+    if not citation.quote:
+        return "none"
+    return {True: "found", False: "not_found", None: "unknown"}[citation.quote_found]
 
-    def __init__(self, outbox: Outbox, *, call_seconds: float) -> None:
+
+class SourceLinks:
+    """Turns citations into the Sources line (module docstring); each passage shown is
+    told to `on_passage` (what backs its text: `backing`)."""
+
+    def __init__(
+        self,
+        outbox: Outbox,
+        *,
+        call_seconds: float,
+        on_passage: Callable[[str], None] = lambda backed_by: None,
+    ) -> None:
         self._outbox = outbox
         self._call_seconds = call_seconds
+        self._on_passage = on_passage
 
     async def line(self, citations: Sequence[Citation], client: AsyncWebClient) -> str:
         """The Sources line in Markdown, or "" when nothing cited can be shown; permalinks
@@ -88,6 +115,7 @@ class SourceLinks:
                 url = await self._message_link(citation.message_id, client)
                 if url is not None:
                     links.append(passage_link(citation, url))
+                    self._on_passage(backing(citation))
             elif citation.message_id is not None:
                 url = await self._message_link(citation.message_id, client)
                 if url is not None:

@@ -15,7 +15,11 @@ comes of it:
   `MAX_DOCUMENT_PAGES_PER_REQUEST` pages and `MAX_DOCUMENT_BYTES_PER_REQUEST` bytes — stored
   with the turn and sent beside it to those models, which read its pages as they look; a
   scan with no text layer is then read too, its turn naming it (`[document "name" (type,
-  size): attached]`) where it would otherwise say "not read: no text layer";
+  size): attached]`) where it would otherwise say "not read: no text layer". Its text
+  layer stays in the turn, for the models that read no documents, and the document keeps
+  that block exactly as the rendered turn has it (`Document.in_turn`, `documents_of`): a
+  request that carries the PDF leaves the block out, so a model reads the PDF once, never
+  as text and as a document; it keeps each page's text too (`Document.page_texts`);
 - text (text files, code, Markdown, CSV, JSON; a PDF's text layer) goes into the turn,
   after the sender's words, in a labelled block: `[file "name" (type, size)]`, the text,
   `[end of file "name"]`. It is the sender's text like their words: the provenance tag
@@ -35,7 +39,7 @@ import json
 import logging
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal, TypeAlias
 
 from agent import (
@@ -266,19 +270,22 @@ class FileReader:
             image = Image(decoded.media_type, decoded.data, shared.name or "")
             return FileContent(shared, image=image)
         text = storable_text(decoded.text or "")
-        document = self._document(shared, data, decoded.pages)
+        page_texts = tuple(storable_text(t) for t in decoded.page_texts)
+        document = self._document(shared, data, decoded.pages, page_texts)
         if not text.strip() and document is None:
             raise NotRead(NO_TEXT_LAYER)
         return FileContent(shared, text=text if text.strip() else None, document=document)
 
-    def _document(self, shared: SharedFile, data: bytes, pages: int) -> Document | None:
+    def _document(
+        self, shared: SharedFile, data: bytes, pages: int, page_texts: tuple[str, ...]
+    ) -> Document | None:
         """The PDF itself, when it is kept for the models that read documents and fits
         what one request may carry."""
         if not self._documents or not 0 < pages <= MAX_DOCUMENT_PAGES_PER_REQUEST:
             return None
         if len(data) > MAX_DOCUMENT_BYTES_PER_REQUEST:
             return None
-        return Document(data, shared.name or "", pages)
+        return Document(data, shared.name or "", pages, page_texts=page_texts)
 
 
 def _slug(reason: str) -> str:
@@ -299,33 +306,56 @@ def unread(files: Sequence[SharedFile]) -> tuple[FileContent, ...]:
     return tuple(FileContent(f) for f in files)
 
 
-def images_of(contents: Sequence[FileContent]) -> tuple[Image | Document, ...]:
+def images_of(
+    contents: Sequence[FileContent], rendered: Callable[[str], str] | None = None
+) -> tuple[Image | Document, ...]:
     """What is stored beside the turn, in file order: its pictures, and its PDFs kept as
-    documents."""
-    return tuple(a for c in contents if (a := c.image or c.document) is not None)
+    documents, each with the block of the turn that carries its text as `rendered` (the
+    turn's rendering of a part of its body) makes it."""
+    blocks = _blocks(contents)[0] if rendered is not None else {}
+    kept: list[Image | Document] = []
+    for index, content in enumerate(contents):
+        if content.image is not None:
+            kept.append(content.image)
+        elif content.document is not None:
+            block = blocks.get(index)
+            in_turn = rendered(block) if rendered is not None and block else ""
+            kept.append(replace(content.document, in_turn=in_turn))
+    return tuple(kept)
 
 
 def files_text(contents: Sequence[FileContent], more: int = 0) -> str:
     """What the turn says of its files, after the sender's words: each text in its block,
     each picture by name, then one note for the files not read (with `more` files Slack
     listed beyond those described)."""
+    _, parts, not_read = _blocks(contents)
+    note = files_note(not_read, more)
+    return "\n\n".join(parts + ([note] if note else []))
+
+
+def _blocks(
+    contents: Sequence[FileContent],
+) -> tuple[dict[int, str], list[str], list[FileContent]]:
+    """What `files_text` says of each file: the text blocks by the file's index, every
+    part in order, and the files not read."""
+    blocks: dict[int, str] = {}
     parts: list[str] = []
     not_read: list[FileContent] = []
     budget = MAX_TEXT_CHARS
-    for content in contents:
+    for index, content in enumerate(contents):
         if content.image is not None:
             parts.append(f"[image {describe(content.shared)}: attached]")
         elif content.text is None and content.document is not None:  # a scan
             parts.append(f"[document {describe(content.shared)}: attached]")
         elif content.text is not None and budget > 0:
-            parts.append(_text_block(content, budget))
+            blocks[index] = _text_block(content, budget)
+            parts.append(blocks[index])
             budget -= len(content.text)
         elif content.text is not None:
             not_read.append(FileContent(content.shared, problem=OVER_TEXT_LIMIT))
         else:
             not_read.append(content)
-    note = files_note(not_read, more)
-    return "\n\n".join(parts + ([note] if note else []))
+    return blocks, parts, not_read
 
 
 def _text_block(content: FileContent, budget: int) -> str:

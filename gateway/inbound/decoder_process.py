@@ -4,7 +4,8 @@ gateway, one at a time, under the limits the gateway gave it.
 Started by `gateway.inbound.decoders` as `python -m gateway.inbound.decoder_process
 MEMORY_BYTES`, it talks frames on its stdin and stdout (`FRAME_HEADER`: the lengths of a
 JSON header and of the bytes that follow it): a request
-is `{"kind", "cpu_seconds", "max_chars"}` and the file's bytes; a reply `{"problem"}`, `{"text"}` or
+is `{"kind", "cpu_seconds", "max_chars"}` and the file's bytes; a reply `{"problem"}`,
+`{"text", "pages", "page_texts"}` or
 `{"media_type"}` with the picture's bytes. Before each request its CPU limit
 (RLIMIT_CPU) is set to the seconds the gateway allows from what it used so far, so a
 runaway decode is stopped by the kernel (SIGXCPU) even if the gateway were not there to
@@ -63,8 +64,9 @@ def _decode(
             picture = file_contents.read_image(data)
             return {"media_type": picture.media_type}, picture.data, False
         if kind == "pdf":
-            text, pages = file_contents.read_pdf_pages(data, int(request["max_chars"]))
-            return {"text": text, "pages": pages}, b"", False
+            read = file_contents.read_pdf_pages(data, int(request["max_chars"]))
+            reply = {"text": read.text, "pages": read.pages, "page_texts": list(read.page_texts)}
+            return reply, b"", False
         return {"problem": DECODER_FAILED}, b"", False
     except NotRead as exc:
         return {"problem": exc.reason}, b"", isinstance(exc.__cause__, MemoryError)

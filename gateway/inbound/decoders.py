@@ -67,12 +67,13 @@ _MAX_REPLY = 8_000_000
 @dataclass(frozen=True, slots=True)
 class Decoded:
     """What a decoder read: a picture (its type and bytes) or a PDF's text ("" for a
-    scan) and its page count."""
+    scan), its page count and the text of each page read."""
 
     text: str | None = None
     media_type: str | None = None
     data: bytes = b""
     pages: int = 0
+    page_texts: tuple[str, ...] = ()
 
 
 class Decoders:
@@ -244,8 +245,14 @@ def _decoded(header: dict[str, Any], body: bytes) -> Decoded:
     if isinstance(problem, str):
         raise NotRead(problem if problem in _PROBLEMS else DECODER_FAILED)
     if isinstance(text, str):
-        pages = header.get("pages")
-        return Decoded(text=text, pages=pages if isinstance(pages, int) and pages >= 0 else 0)
+        pages, page_texts = header.get("pages"), header.get("page_texts")
+        return Decoded(
+            text=text,
+            pages=pages if isinstance(pages, int) and pages >= 0 else 0,
+            page_texts=tuple(t if isinstance(t, str) else "" for t in page_texts)
+            if isinstance(page_texts, list)
+            else (),
+        )
     if media_type in _PICTURE_TYPES and body:
         return Decoded(media_type=str(media_type), data=body)
     raise NotRead(DECODER_FAILED)

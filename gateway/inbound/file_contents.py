@@ -9,7 +9,9 @@ Each is checked against the bytes, never against what the upload claimed (text f
 - PDFs are their text layer, as `pypdf` extracts it, from the first `MAX_PDF_PAGES`
   pages, until as much of it is read as the turn can show, and their page count; a scan
   has no text to give (`read_pdf_pages` then gives "": the PDF itself may still go to a
-  model that reads documents, gateway/inbound/attachments.py).
+  model that reads documents, gateway/inbound/attachments.py). The text of each page read
+  comes too (`PdfText.page_texts`), within the same bound: a quote cited from a page is
+  checked against it.
 
 What an image costs is decided from its header, before a pixel is decoded: its decoded
 size (width × height × bands bytes) must fit `MAX_DECODED_BYTES`. A PNG of a few hundred
@@ -150,37 +152,50 @@ def _encode(picture: PILImage.Image, image_format: str, **options: int) -> bytes
     return out.getvalue()
 
 
+@dataclass(frozen=True, slots=True)
+class PdfText:
+    """A PDF's text layer ("" for a scan), its page count, and the text of each page read
+    ("" for a page without text), in order."""
+
+    text: str
+    pages: int
+    page_texts: tuple[str, ...] = ()
+
+
 def read_pdf(data: bytes, max_chars: int) -> str:
     """The text layer of the first MAX_PDF_PAGES pages; extraction stops at the first page
     that brings it past `max_chars` (what the turn can show), and the text is cut at twice
     that (the turn counts what it does not show). A PDF without one is `NotRead`."""
-    text, _ = read_pdf_pages(data, max_chars)
+    text = read_pdf_pages(data, max_chars).text
     if not text.strip():
         raise NotRead(NO_TEXT_LAYER)
     return text
 
 
-def read_pdf_pages(data: bytes, max_chars: int) -> tuple[str, int]:
-    """`read_pdf`'s text ("" for a scan) and the PDF's page count."""
+def read_pdf_pages(data: bytes, max_chars: int) -> PdfText:
+    """`read_pdf`'s text ("" for a scan), the PDF's page count and its pages' text."""
     if not data.startswith(b"%PDF-"):
         raise NotRead(NOT_A_PDF)
     try:
         reader = pypdf.PdfReader(io.BytesIO(data))
-        return _pdf_text(reader, max_chars), len(reader.pages)
+        page_texts = _page_texts(reader, max_chars)
+        text = "\n\n".join(t for t in page_texts if t)[: 2 * max_chars]
+        return PdfText(text, len(reader.pages), page_texts)
     except MemoryError as exc:
         raise NotRead(TOO_LARGE_DECODED) from exc
     except Exception as exc:  # pypdf raises many kinds on damaged or encrypted files
         raise NotRead(NOT_A_PDF) from exc
 
 
-def _pdf_text(reader: pypdf.PdfReader, max_chars: int) -> str:
+def _page_texts(reader: pypdf.PdfReader, max_chars: int) -> tuple[str, ...]:
+    """Each page's text until the first page past `max_chars`, all of it within twice
+    that (the last page read cut to fit)."""
     pages: list[str] = []
     read = 0
     for page in reader.pages[:MAX_PDF_PAGES]:
-        text = (page.extract_text() or "").strip()
-        if text:
-            pages.append(text)
-            read += len(text)
+        text = (page.extract_text() or "").strip()[: 2 * max_chars - read]
+        pages.append(text)
+        read += len(text)
         if read > max_chars:
             break
-    return "\n\n".join(pages)[: 2 * max_chars]
+    return tuple(pages)

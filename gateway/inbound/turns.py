@@ -34,7 +34,14 @@ from gateway.inbound.context import (
 )
 from gateway.slack.events import InboundTurn, SharedFile
 from gateway.slack.sharing import ChannelSharing
-from gateway.slack.threads import ThreadMessage, ThreadRead, foreign, render_message, slack_time
+from gateway.slack.threads import (
+    ThreadMessage,
+    ThreadRead,
+    foreign,
+    render_message,
+    rendered_note_part,
+    slack_time,
+)
 from gateway.slack.users import NameDirectory
 from gateway.text.markup import mentioned_user_ids
 from gateway.text.secrets import Redactions
@@ -154,7 +161,7 @@ class TurnReader:
         text = render_inbound(
             inbound, names, bot_user_id=bot_user_id, contents=contents, redactions=redactions
         )
-        return text, images_of(contents)
+        return text, images_of(contents, rendered_note_part)
 
     async def text_with_note(
         self,
@@ -300,7 +307,7 @@ class TurnReader:
                         external=shared and foreign(m.team, inbound.team, inbound.enterprise),
                         redactions=redactions,
                     ),
-                    images_of(read),
+                    images_of(read, rendered_note_part),
                 ),
             )
             for m, read in zip(found, contents, strict=True)

@@ -146,6 +146,7 @@ class Workers:
             r.outbox(),
             settings,
             on_stream_ended=r.metrics.stream_ended,
+            on_passage_cited=r.metrics.passage_cited,
             tracer=r.tracer,
         )
 

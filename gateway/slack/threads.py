@@ -41,7 +41,7 @@ from gateway.slack.events import ANSWERED_SUBTYPES, MalformedEvent, SharedFile, 
 from gateway.slack.read_pacing import FULL_PAGE, ReadOutcome, ReadPacing
 from gateway.slack.users import NameDirectory
 from gateway.text.markup import mentioned_user_ids, slack_to_text
-from gateway.text.provenance import Turn, render_turn
+from gateway.text.provenance import Turn, escape_body, render_turn
 from gateway.text.secrets import Redactions
 
 log = logging.getLogger(__name__)
@@ -294,6 +294,13 @@ def render_message(
     return render_turn(
         Turn(author, message.user, channel, slack_time(message.ts), body, edited, org)
     )
+
+
+def rendered_note_part(part: str) -> str:
+    """A part of a message's `note` (a file's text block) exactly as `render_message` writes
+    it into the turn: sanitized, its credentials redacted and escaped, the same steps in
+    the same order, so the rendered turn contains it (`agent.Document.in_turn`)."""
+    return escape_body(Redactions().redact(sanitize_text(part)))
 
 
 # How a turn says "another organization" (and a task's address, `SlackAddress.shared`).

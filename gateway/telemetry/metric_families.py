@@ -235,6 +235,15 @@ class SlackFamilies:
             ["workspace", "tier"],
             registry=registry,
         )
+        self.cited_passages = Counter(
+            "threadgate_cited_passages_total",
+            "Passages of people's documents cited under replies, by what backs the quoted"
+            " text: provider (the text the provider cited), found or not_found (a quote the"
+            " model wrote, on the page it cites or not), unknown (that page's text was not"
+            " read), none (no quote).",
+            ["quote"],
+            registry=registry,
+        )
 
     def stream_ended(self, kind: str, outcome: str) -> None:
         self.streams.labels(kind, outcome).inc()
@@ -248,6 +257,9 @@ class SlackFamilies:
 
     def searched(self, outcome: str) -> None:
         self.workspace_searches.labels(outcome).inc()
+
+    def passage_cited(self, quote: str) -> None:
+        self.cited_passages.labels(quote).inc()
 
 
 class TaskFamilies:

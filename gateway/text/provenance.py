@@ -39,6 +39,7 @@ __all__ = [
     "ScheduleTurn",
     "Turn",
     "TurnParseError",
+    "escape_body",
     "parse_schedule_turn",
     "parse_turn",
     "render_schedule_turn",

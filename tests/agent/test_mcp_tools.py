@@ -11,6 +11,7 @@ import logging
 import os
 import signal
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,7 @@ from agent.rounds.mcp_tools import offered_name
 from agent.rounds.tools import builtin_tools
 from tests.fakes.anthropic_api import AnthropicServer
 from tests.fakes.anthropic_api import reply_with_tool as anthropic_tool_reply
-from tests.fakes.mcp_server import SCREENSHOT_PNG, HttpServerProcess, stdio_entry
+from tests.fakes.mcp_server import REPORT_PDF, SCREENSHOT_PNG, HttpServerProcess, stdio_entry
 from tests.fakes.openai_api import OpenAIServer
 from tests.fakes.openai_api import reply_with_tool as openai_tool_reply
 
@@ -418,5 +419,79 @@ async def test_a_tools_pictures_reach_a_model_that_can_see_them(tmp_path: Path) 
         after = server.requests[1].body["messages"]
         assert [m["role"] for m in after[-2:]] == ["tool", "user"]
         assert server.requests[1].images() == [("image/png", SCREENSHOT_PNG)]
+    finally:
+        await clients.aclose()
+
+
+async def test_a_tools_pdf_reaches_a_model_that_reads_documents(tmp_path: Path) -> None:
+    """Before: a PDF an MCP tool returned reached every model as "[binary resource … not
+    shown]", and audio as "[audio (audio/wav) not shown]". Now the PDF goes as a document
+    block inside the `tool_result` on the Messages API (citations enabled like any
+    document), as a `file` part after the tool messages on Chat Completions, and is named
+    to a route that reads no documents; a CSV blob is its text; the audio and the archive
+    are named with their type and size."""
+    stdio = Server("stdio", tmp_path / "stdio.pid", None)
+    clients, registry = await connect(stdio, allowed=["report"])
+    try:
+        box = Toolbox(registry, ToolContext(TASK))
+        [result] = await box.run([call("fake__report", "{}")])
+        assert [(d.name, d.data) for d in result.documents] == [("report document 1", REPORT_PDF)]
+        assert f"[document 1 (application/pdf, {len(REPORT_PDF):,} bytes): attached]" in (
+            result.content
+        )
+        assert "quarter,revenue\nq3,12" in result.content
+        assert "[audio (audio/wav, 44 bytes) not shown: no model here hears audio]" in (
+            result.content
+        )
+        assert (
+            '[binary resource "file:///reports/q3.zip" (application/zip, 15 bytes) not shown]'
+            in (result.content)
+        )
+        routes = {
+            "anthropic": RouteConfig("anthropic", "reader", ""),
+            "openai": RouteConfig("openai", "reader", "", capabilities={"documents": True}),
+            "blind": RouteConfig("openai", "text-reader", ""),
+        }
+        async with AnthropicServer() as claude, OpenAIServer() as server:
+            claude.script(
+                anthropic_tool_reply("fake__report", {}),
+                anthropic_tool_reply("final_reply", {"text": "q3 grew"}),
+            )
+            server.script(
+                *[
+                    openai_tool_reply("fake__report", {}),
+                    openai_tool_reply("final_reply", {"text": "q3 grew"}),
+                ]
+                * 2
+            )
+            for name, config in routes.items():
+                url = claude.url if name == "anthropic" else server.url
+                model = open_route(
+                    replace(config, base_url=url), index=0, settings=ProviderSettings(stream=False)
+                )
+                try:
+                    await run_round(
+                        model,
+                        [UserMessage("<turn>how did q3 go?</turn>")],
+                        round_controls(
+                            final=True, subtasks=SubtaskRegistry(), catalog=ReferenceCatalog()
+                        ),
+                        toolbox=box,
+                    )
+                finally:
+                    await model.aclose()
+        tool_result = claude.requests[1].body["messages"][-1]["content"][0]
+        assert [b["type"] for b in tool_result["content"]] == ["text", "document"]
+        document = tool_result["content"][1]
+        assert document["title"] == "report document 1"
+        assert document["citations"] == {"enabled": True}
+        assert claude.requests[1].documents() == [("report document 1", REPORT_PDF)]
+        reader, blind = server.requests[1], server.requests[3]
+        assert [m["role"] for m in reader.body["messages"][-2:]] == ["tool", "user"]
+        assert reader.documents() == [("report document 1.pdf", REPORT_PDF)]
+        assert blind.documents() == []
+        told = blind.body["messages"][-1]["content"]
+        assert 'the document "report document 1"' in told
+        assert "this model does not read documents" in told
     finally:
         await clients.aclose()

@@ -189,16 +189,22 @@ def _block_events(index: int, block: dict[str, Any]) -> list[tuple[str, Mapping[
 
 
 def page_citation(
-    cited_text: str, *, document_index: int = 0, title: str = "document 1", page: int = 1
+    cited_text: str,
+    *,
+    document_index: int = 0,
+    title: str = "document 1",
+    page: int = 1,
+    last_page: int | None = None,
 ) -> dict[str, Any]:
-    """A `page_location` citation of one page, as the API writes it (end page exclusive)."""
+    """A `page_location` citation of `page` (to `last_page`), as the API writes it (end
+    page exclusive)."""
     return {
         "type": "page_location",
         "cited_text": cited_text,
         "document_index": document_index,
         "document_title": title,
         "start_page_number": page,
-        "end_page_number": page + 1,
+        "end_page_number": (last_page or page) + 1,
     }
 
 

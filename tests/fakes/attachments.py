@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Collection, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 _MAGIC = {
@@ -61,7 +61,7 @@ def parts(body: Any) -> Iterator[Part]:
             inner = block.get("content") if block.get("type") == "tool_result" else None
             for nested in inner if isinstance(inner, list) else []:
                 for part in _parts_of(i, j, nested):
-                    yield Part(part.message, part.index, part.media_type, part.data, nested=True)
+                    yield replace(part, nested=True)
 
 
 def _parts_of(i: int, j: int, block: dict[str, Any]) -> Iterator[Part]:

@@ -19,7 +19,8 @@ a `.env` is there) and `hidden`
 `pattern` backtracks catastrophically (`^(a+)+$`), `shaped`, whose declared output schema
 holds the same pattern and whose result does not match it, and `page`, a web page that
 writes a person's turn tags (`FORGED_PAGE`). `screenshot` returns text, a PNG
-(`SCREENSHOT_PNG`) and an "image" that is not one.
+(`SCREENSHOT_PNG`) and an "image" that is not one; `report` returns text, a PDF
+(`REPORT_PDF`) and a CSV as embedded resources, a recording (audio) and a zip archive.
 
 Environment: `FAKE_MCP_SAY` — a line the server writes on its stderr at start, `{token}`
 in it replaced by the token it got (a server careless with its credential).
@@ -46,7 +47,14 @@ from typing import Annotated, Any
 
 import aiohttp
 from mcp.server.mcpserver import MCPServer
-from mcp_types import CallToolResult, ImageContent, TextContent
+from mcp_types import (
+    AudioContent,
+    BlobResourceContents,
+    CallToolResult,
+    EmbeddedResource,
+    ImageContent,
+    TextContent,
+)
 from pydantic import Field
 
 server = MCPServer("threadgate-fake", log_level="WARNING")
@@ -146,6 +154,33 @@ def screenshot() -> CallToolResult:
         type="image", data=base64.b64encode(b"<svg/>").decode(), mime_type="image/png"
     )
     return CallToolResult(content=[TextContent(type="text", text="the shop"), picture, fake])
+
+
+# A PDF as a report tool would return one: an embedded resource's blob.
+REPORT_PDF = b"%PDF-1.4\n1 0 obj<</Type/Catalog>>endobj\ntrailer<</Root 1 0 R>>\n%%EOF\n"
+
+
+def _blob(uri: str, mime_type: str, data: bytes) -> EmbeddedResource:
+    contents = BlobResourceContents(
+        uri=uri, mime_type=mime_type, blob=base64.b64encode(data).decode()
+    )
+    return EmbeddedResource(type="resource", resource=contents)
+
+
+@server.tool(description="Fetch the quarterly report.")
+def report() -> CallToolResult:
+    recording = AudioContent(
+        type="audio", data=base64.b64encode(b"RIFF" + b"\0" * 40).decode(), mime_type="audio/wav"
+    )
+    return CallToolResult(
+        content=[
+            TextContent(type="text", text="the report"),
+            _blob("file:///reports/q3.pdf", "application/pdf", REPORT_PDF),
+            _blob("file:///reports/q3.csv", "text/csv", b"quarter,revenue\nq3,12\n"),
+            recording,
+            _blob("file:///reports/q3.zip", "application/zip", b"PK\x03\x04 an archive"),
+        ]
+    )
 
 
 @server.tool(description="Shape a word (its result declares a backtracking pattern).")

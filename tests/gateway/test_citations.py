@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from agent import Citation, UserMessage
 from agent.rounds.citations import Citable
-from gateway.delivery.sources import SourceLinks
+from gateway.delivery.sources import SourceLinks, passage_link
 from gateway.slack.client import slack_client
 from gateway.text.rendering import render_reply
 from storage import Database, Outbox
@@ -147,3 +147,36 @@ async def test_a_url_only_the_bot_wrote_is_no_source(rig: Rig) -> None:
     assert feedback["role"] == "tool" and "did not appear" in feedback["content"]
     assert posts[1].text.startswith("As I said, without a source.")
     assert "Sources:" not in posts[1].text
+
+
+@given(
+    st.text(alphabet="ab.:/<>|()[]*_~\n`\\“”@!", max_size=80),
+    st.text(alphabet="ab.:/<>|()[]*_~\n`\\“”@!", max_size=80),
+    st.sampled_from([True, False, None]),
+    st.integers(min_value=1, max_value=3),
+)
+def test_a_cited_passage_is_one_link_whatever_its_text(
+    cited_text: str, quote: str, found: bool | None, pages: int
+) -> None:
+    """Whatever text the provider cited and the model quoted, a passage renders as one
+    link to its message, labelled with the document and its pages, with nothing Slack
+    could turn into a ping; the note of a quote not found follows the quote only."""
+    citation = Citation(
+        message_id="task:T1:C1:1.0:user",
+        document="q3.pdf",
+        page=2,
+        end_page=2 + pages,
+        cited_text=cited_text or None,
+        quote=quote or None,
+        quote_found=found,
+    )
+    link = passage_link(citation, "https://acme.slack.com/archives/C1/p1000")
+    label = "page 2" if pages == 1 else f"pages 2–{1 + pages}"
+    assert link.startswith(f"[q3.pdf, {label}](<https://acme.slack.com/archives/C1/p1000>)")
+    assert link.count("](<") == 1
+    assert link.endswith(" (not found on page 2)") == (
+        not cited_text and found is False and bool(passage_link(citation, "u").count("“"))
+    )
+    for message in render_reply(f"Answer.\n\n**Sources:** {link}"):
+        assert PING.search(block_text(message)) is None
+        assert not any(sequence in message.text for sequence in FORBIDDEN)

@@ -33,7 +33,8 @@ async def test_pdfs_are_documents_a_scan_is_read_and_passages_are_cited_by_page(
 ) -> None:
     """Before: a scan was "not read: no text layer" and a PDF reached every model as its
     text only. Now, with a route that reads documents (Anthropic), both PDFs go as document
-    blocks with their bytes, the scan's turn says it is attached, and the Sources line shows
+    blocks with their bytes — the text PDF's text layer left out of the turn, so it is read
+    once — the scan's turn says it is attached, and the Sources line shows
     the passages cited — one the provider cited in its text (`page_location`), one the
     model cited in `final_reply` — as the document's name and page, linked to the message,
     with the cited text."""
@@ -66,11 +67,16 @@ async def test_pdfs_are_documents_a_scan_is_read_and_passages_are_cited_by_page(
             stored = await rig.db.pool.fetchval(
                 "SELECT citations FROM messages WHERE kind = 'reply'"
             )
+            stored_turn = await rig.db.pool.fetchval(
+                "SELECT text FROM messages WHERE kind = 'turn'"
+            )
     [request] = claude.requests
     assert request.documents() == [("document 1", scan), ("document 2", report)]
     turn = user_texts(request)[-1]
     assert '[document "scan.pdf"' in turn and "no text layer" not in turn
-    assert "Revenue grew 12 percent" in turn  # every model still has the text layer
+    # Read once: as the document, not also as its text layer in the turn (issue 47 item 10)
+    assert "Revenue grew 12 percent" not in turn and '[file "q3.pdf"' in turn
+    assert "Revenue grew 12 percent" in stored_turn  # kept for a model that reads no PDFs
     link = f"{WORKSPACE_URL}/archives/{DEFAULT_DM}/p{event['ts'].replace('.', '')}"
     sources = block_text_of(post.blocks)
     host = "(threadgate-test.slack.com)"  # a label that is not the host gets it after the link
@@ -126,3 +132,85 @@ async def test_a_picture_the_provider_refused_is_never_sent_again(fresh_dsn: str
         assert (
             'the picture "huge.png"' in told and "the provider refused it: it is too large" in told
         )
+
+
+def two_page_pdf(first: str, second: str) -> bytes:
+    """A two-page PDF whose pages' text layers say `first` and `second` (ASCII, no
+    parentheses)."""
+    streams = [f"BT /F1 12 Tf 72 720 Td ({t}) Tj ET".encode() for t in (first, second)]
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R 4 0 R] /Count 2 >>",
+        *(
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents %d 0 R"
+            b" /Resources << /Font << /F1 7 0 R >> >> >>" % n
+            for n in (5, 6)
+        ),
+        *(b"<< /Length %d >>\nstream\n%s\nendstream" % (len(s), s) for s in streams),
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    ]
+    out = b"%PDF-1.4\n"
+    offsets = []
+    for number, body in enumerate(objects, 1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n%s\nendobj\n" % (number, body)
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (
+        len(objects) + 1,
+        xref,
+    )
+    return out
+
+
+async def test_citations_keep_their_pages_the_providers_text_and_whether_a_quote_was_found(
+    fresh_dsn: str,
+) -> None:
+    """Before: a provider citation kept its first page only and its text re-spaced, and a
+    quote the model made up was shown like one it read. Now, through a real gateway: the
+    provider's passage over pages 1 to 2 is stored with its range and its text verbatim
+    and shown as "pages 1–2"; the model's quote found on page 2 is shown as is, and one
+    that is not on page 1 is stored and shown as not found there."""
+    report = two_page_pdf("Revenue grew 12 percent", "Costs fell 3 percent")
+    cited = "Revenue grew 12 percent\n\nCosts fell 3 percent"
+    reply = Message(
+        text="Growth, and savings:",
+        citations=[page_citation(cited, title="document 1", page=1, last_page=2)],
+        tool_calls=[
+            FakeToolCall(
+                "final_reply",
+                {
+                    "text": "Revenue grew and costs fell.",
+                    "citations": [
+                        {"document": 1, "page": 2, "quote": "costs fell 3 percent"},
+                        {"document": 1, "page": 1, "quote": "profits doubled"},
+                    ],
+                },
+                "toolu_1",
+            )
+        ],
+    )
+    async with AnthropicServer() as claude:
+        claude.script(reply)
+        async with Rig(fresh_dsn, overrides=anthropic_env(claude)) as rig:
+            file = rig.slack.files.add_file("report.pdf", report, mimetype="application/pdf")
+            event = file_share_event(text="how was q3?", files=[file])
+            rig.slack.seed_message(DEFAULT_DM, event["ts"], event["user"], event["text"])
+            await rig.send(event_callback(event))
+            [post] = await rig.slack.wait_for_posts(1)
+            stored = await rig.db.pool.fetchval(
+                "SELECT citations FROM messages WHERE kind = 'reply'"
+            )
+            page = await (await rig.http.get(rig.metrics_url)).text()
+    for backed_by in ("provider", "found", "not_found"):
+        assert f'threadgate_cited_passages_total{{quote="{backed_by}"}} 1.0' in page
+    found, made_up, provider = json.loads(stored)  # the reply's own first, then the provider's
+    assert provider["page"] == 1 and provider["end_page"] == 3
+    assert provider["cited_text"] == cited
+    assert (found["quote_found"], made_up["quote_found"]) == (True, False)
+    sources = block_text_of(post.blocks)
+    assert "[report.pdf, pages 1–2](<" in sources
+    assert "“Revenue grew 12 percent Costs fell 3 percent”" in sources
+    assert "[report.pdf, page 2](<" in sources and "“costs fell 3 percent”" in sources
+    assert "“profits doubled” (not found on page 1)" in sources

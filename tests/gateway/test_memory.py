@@ -304,3 +304,23 @@ async def test_a_summary_that_fails_drops_the_old_turns_as_before(rig: Rig) -> N
     page = await (await rig.http.get(rig.metrics_url)).text()
     assert 'threadgate_compactions_total{outcome="failed"} ' in page
     assert 'threadgate_compactions_total{outcome="failed"} 0.0' not in page
+
+
+async def test_a_thread_compacted_twice_under_one_prompt_keeps_one_epoch(rig: Rig) -> None:
+    """Before: each compaction numbered a new epoch, so `tasks show` listed "#2 compaction",
+    "#3 compaction" though the prompt never changed. Now a compaction under the prompt the
+    session is pinned to restates that epoch: `tasks show` of a thread summarized twice
+    lists one epoch, #1 start, and every answer is stamped with it."""
+    rig.model.default = summarizing
+    await long_thread(rig, [f"code {'ABCDEFGH'[n] * 4} {PAD}" for n in range(6)])
+    summaries = "SELECT count(*) FROM summaries"
+    assert await rig.db.pool.fetchval(summaries) >= 2, "the thread was not compacted twice"
+    await wait_for_value(rig.db, "SELECT count(*) FROM tasks WHERE state <> 'done'", 0)
+    last = await rig.db.pool.fetchval("SELECT id FROM tasks ORDER BY seq DESC LIMIT 1")
+    detail = await inspect_task(rig.db, last)
+    assert [(e.number, e.reason) for e in detail.epochs] == [(1, "start")]
+    page = render_detail(detail)
+    lines = page.split("Prompt epochs of the session\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert [line.split(" at ")[0].strip() for line in lines] == ["#1 start"]
+    stamped = "SELECT DISTINCT prompt_epoch FROM messages WHERE role = 'assistant'"
+    assert [r[0] for r in await rig.db.pool.fetch(stamped)] == [detail.epochs[0].hash]

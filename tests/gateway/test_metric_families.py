@@ -18,6 +18,7 @@ FAMILIES = [
     ("threadgate_attached_files", "counter", ("kind", "outcome")),
     ("threadgate_bot_turns", "counter", ("outcome",)),
     ("threadgate_channel_config_reloads", "counter", ("outcome",)),
+    ("threadgate_cited_passages", "counter", ("quote",)),
     ("threadgate_compactions", "counter", ("outcome",)),
     ("threadgate_db_pool_connections", "gauge", ("state",)),
     ("threadgate_db_pool_wait_seconds", "histogram", ()),

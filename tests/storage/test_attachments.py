@@ -88,11 +88,27 @@ async def test_a_kept_pdf_comes_back_as_a_document_with_its_pages_and_key(db: Da
     ]
 
 
+async def test_a_pdfs_text_layer_comes_back_with_it(db: Database) -> None:
+    """A kept PDF's block of the turn (its text layer as the turn carries it) and its
+    pages' text are stored beside it and read back (migration 030): what a request that
+    carries the PDF leaves out of the turn, and what a cited quote is checked against."""
+    task = task_in("5.5", "5.5")
+    block = '[file "d3.pdf" (PDF, 17 bytes)]\nQ3 &amp; Q4\n[end of file "d3.pdf"]'
+    pages = ("Q3 & Q4", "", "the last page")
+    kept = dataclasses.replace(pdf(3, pages=3), in_turn=block, page_texts=pages)
+    await admit_with(db, task, (kept, pdf(4)))
+    [turn] = await PostgresHistory(db).window(task, max_chars=10_000, max_messages=10)
+    with_text, without = turn.documents
+    assert (with_text.in_turn, with_text.page_texts) == (block, pages)
+    assert (without.in_turn, without.page_texts) == ("", ())
+
+
 async def test_a_refused_picture_is_marked_once_and_never_in_a_window_again(db: Database) -> None:
     """Before: a picture a provider refused came back with every window of its thread, and
-    each round failed on it. Now it is marked (by which route), its bytes dropped, the turn
-    says it was not shown and why, every later window leaves it out, and a second replica
-    marking it at the same time adds nothing."""
+    each round failed on it. Now it is marked (by which route), the turn says it was not
+    shown and why, every later window leaves it out, a second replica marking it at the same
+    time adds nothing — and its bytes stay in the history (issue 47: they used to be
+    erased)."""
     task = task_in("6.0", "6.0")
     await admit_with(db, task, (picture(1), picture(2)))
     [turn] = await PostgresHistory(db).window(task, max_chars=10_000, max_messages=10)
@@ -115,4 +131,4 @@ async def test_a_refused_picture_is_marked_once_and_never_in_a_window_again(db: 
         "WHERE message_id = $1 AND ordinal = 2",
         task.user_message_id,
     )
-    assert (row["refused_by"], row["size"]) == ("anthropic:claude-sonnet-4-5", 0)
+    assert (row["refused_by"], row["size"]) == ("anthropic:claude-sonnet-4-5", 16)

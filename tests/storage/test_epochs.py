@@ -1,6 +1,6 @@
 """A session's prompt epochs on Postgres (issue 35, item 1): numbered, each with why it
 began; a new offer begins one, new words alone do not; a compaction's summary and its
-epoch are one transaction; sessions pinned before epochs were numbered get a `legacy`
+epoch are one transaction, and a compaction under the session's own prompt begins none; sessions pinned before epochs were numbered get a `legacy`
 one; a subtask records the epoch its run was asked under."""
 
 from __future__ import annotations
@@ -153,6 +153,28 @@ async def test_a_summary_and_its_epoch_are_one_transaction(db: Database) -> None
     count = "SELECT count(*) FROM summaries WHERE session_id = $1"
     assert await db.pool.fetchval(count, task.session_id) == 1
     assert len(await epochs_of(db, task.session_id)) == 2
+
+
+async def test_a_compaction_under_the_sessions_prompt_restates_its_epoch(db: Database) -> None:
+    """Before: every summary stored began an epoch, `compaction`, prompt changed or not.
+    Now two summaries under the epoch the session is pinned to number none; one under
+    another prompt begins #2, and one more under that prompt restates #2."""
+    summaries, memory = PostgresSummaries(db), PostgresMemory(db)
+    task = await new_task(db, "105.0", "105.0", "q")
+    pinned = epoch("Words.", REPLY)
+    await memory.pin_prompt(task.session_id, pinned)
+    await summaries.store_summary(task.session_id, Summary(1, 2, "S1"), pinned)
+    await summaries.store_summary(task.session_id, Summary(1, 3, "S2"), pinned)
+    assert [(n, r) for n, r, _ in await epochs_of(db, task.session_id)] == [(1, "start")]
+    deployed = epoch("New words.", REPLY)
+    await summaries.store_summary(task.session_id, Summary(1, 4, "S3"), deployed)
+    await summaries.store_summary(task.session_id, Summary(1, 5, "S4"), deployed)
+    assert await epochs_of(db, task.session_id) == [
+        (1, "start", pinned.hash),
+        (2, "compaction", deployed.hash),
+    ]
+    count = "SELECT count(*) FROM summaries WHERE session_id = $1"
+    assert await db.pool.fetchval(count, task.session_id) == 4
 
 
 async def test_tasks_show_reads_the_sessions_epochs(db: Database) -> None:

@@ -18,7 +18,9 @@ prompt numbered them (`document N`) and with citations enabled (Anthropic wants 
 documents or none); a text block citing one carries `page_location` citations (`cited_text`,
 `document_index`, `start_page_number`, `end_page_number` exclusive), streamed as
 `citations_delta`s, which the answer keeps (`ModelResponse.citations`). A tool's pictures
-go inside its `tool_result`. `top_p` is sent only without `temperature`: the current
+and PDFs go inside its `tool_result` (text, image and document blocks are what one holds),
+its PDFs titled by the tool (`report document 1`), citations enabled like every
+document of the request. `top_p` is sent only without `temperature`: the current
 models refuse both at once. The end user's id goes in `metadata.user_id`.
 """
 
@@ -171,12 +173,12 @@ def _image(image: Image) -> dict[str, Any]:
     return {"type": "image", "source": source}
 
 
-def _document(document: Document, number: int) -> dict[str, Any]:
+def _document(document: Document, number: int = 0) -> dict[str, Any]:
     data = base64.b64encode(document.data).decode("ascii")
     return {
         "type": "document",
         "source": {"type": "base64", "media_type": document.media_type, "data": data},
-        "title": document.label or f"document {number}",
+        "title": document.label or (f"document {number}" if number else document.name),
         "citations": {"enabled": True},
     }
 
@@ -189,8 +191,9 @@ def _tool_use(call: ToolCall) -> dict[str, Any]:
 
 def _tool_result(result: ToolResultMessage) -> dict[str, Any]:
     content: str | list[dict[str, Any]] = result.content
-    if result.images:  # the tool's words, then the pictures it returned
-        content = [{"type": "text", "text": result.content}] + [_image(i) for i in result.images]
+    if result.images or result.documents:  # the tool's words, then its pictures and PDFs
+        content = [{"type": "text", "text": result.content}]
+        content += [_image(i) for i in result.images] + [_document(d) for d in result.documents]
     block = {"type": "tool_result", "tool_use_id": result.call_id, "content": content}
     return block | ({"is_error": True} if result.is_error else {})
 

@@ -5,9 +5,9 @@ message starts with it (`messages.2.content.1.image.source.base64: …`), OpenAI
 is it (`messages.[3].content.[1]`). The body's attachment parts — `image` and `document`
 blocks (inside a `tool_result` too), `image_url` and `file` parts — come in the same order
 as `attachments_of` lists the request's pictures and documents (each wire writes a
-message's pictures, then its documents, message by message; OpenAI's tool pictures follow
-their run of tool messages, still in order), so the n-th part found is the n-th
-attachment.
+message's pictures, then its documents, message by message, a tool result's too; OpenAI's
+tool pictures and files follow their run of tool messages, still in order), so the n-th
+part found is the n-th attachment.
 """
 
 from __future__ import annotations
@@ -26,10 +26,8 @@ def attachments_of(request: ModelRequest) -> list[Image | Document]:
     """The request's pictures and documents, in the order the wire formats write them."""
     found: list[Image | Document] = []
     for message in request.messages:
-        if isinstance(message, UserMessage):
+        if isinstance(message, UserMessage | ToolResultMessage):
             found += [*message.images, *message.documents]
-        elif isinstance(message, ToolResultMessage):
-            found += message.images
     return found
 
 

@@ -10,8 +10,9 @@ routed to the same cache. What it read is `usage.prompt_tokens_details.cached_to
 
 Pictures are `image_url` parts with data URLs; a person's PDFs are `file` parts
 (`file_data` as a data URL, named as the prompt numbered them, `document N.pdf`: the file's own name
-stays inside the turn). A tool message carries text only, so the pictures a tool returned
-follow the run of tool messages in one user message, each after a note naming its call.
+stays inside the turn). A tool message carries text only, so the pictures and PDFs a tool
+returned follow the run of tool messages in one user message, each tool's after a note
+naming its call (its PDFs as `file` parts named by the tool).
 The end user's id is `user`; `parallel_tool_calls: false` when the route takes one call
 per step; an `output_schema` is the `json_schema` response format.
 """
@@ -29,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter
 # pydantic reads TypedDicts from typing_extensions only, before Python 3.12.
 from typing_extensions import TypedDict
 
-from agent.core.documents import Document
+from agent.core.documents import PDF, Document
 from agent.core.images import Image
 from agent.models.contract import (
     AssistantMessage,
@@ -123,7 +124,7 @@ def build_messages(messages: tuple[ModelMessage, ...]) -> list[dict[str, Any]]:
             documents += len(message.documents)
         else:
             out.append(_message(message))
-        if isinstance(message, ToolResultMessage) and message.images:
+        if isinstance(message, ToolResultMessage) and (message.images or message.documents):
             pending.append(message)
     if pending:
         out.append(_tool_pictures(pending))
@@ -133,10 +134,20 @@ def build_messages(messages: tuple[ModelMessage, ...]) -> list[dict[str, Any]]:
 def _tool_pictures(results: list[ToolResultMessage]) -> dict[str, Any]:
     parts: list[dict[str, Any]] = []
     for result in results:
-        note = f"<runtime>The pictures {result.name} returned (call {result.call_id}):</runtime>"
+        kinds = ["pictures"] * bool(result.images) + ["documents"] * bool(result.documents)
+        what = " and ".join(kinds)
+        note = f"<runtime>The {what} {result.name} returned (call {result.call_id}):</runtime>"
         parts.append({"type": "text", "text": note})
         parts += [_image_part(i) for i in result.images]
+        parts += [_tool_file_part(d) for d in result.documents]
     return {"role": "user", "content": parts}
+
+
+def _tool_file_part(document: Document) -> dict[str, Any]:
+    """A tool's PDF as a `file` part, named by the tool (`report document 1.pdf`)."""
+    data = base64.b64encode(document.data).decode("ascii")
+    file = {"filename": f"{document.name}.pdf", "file_data": f"data:{PDF};base64,{data}"}
+    return {"type": "file", "file": file}
 
 
 def _message(message: ModelMessage) -> dict[str, Any]:
