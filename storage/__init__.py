@@ -135,6 +135,7 @@ from storage.schedules import (
     seconds_until_due,
     set_dm_channel,
 )
+from storage.sessions import SessionBusy, SessionRemoved, clear_session, delete_session
 from storage.stops import Stopped, ThreadStop, stop_thread
 from storage.summaries import PostgresSummaries
 from storage.token_cipher import TokenCipher, TokenKeyError, is_token_key
@@ -209,6 +210,8 @@ __all__ = [
     "RoundRecord",
     "ScheduleState",
     "ScheduledRun",
+    "SessionBusy",
+    "SessionRemoved",
     "SessionReset",
     "Settlement",
     "StateRule",
@@ -242,9 +245,11 @@ __all__ = [
     "cancel_task",
     "cancel_workspace_tasks",
     "clear_pin",
+    "clear_session",
     "create_schedule",
     "decide_approval",
     "delete_schedule",
+    "delete_session",
     "delete_turn",
     "due_schedules",
     "feedback_report",

@@ -27,10 +27,11 @@ One replica runs at a time: the runner holds a session-level advisory lock
 skips this run. A connection that dies drops its lock with it.
 
 Tables other parts may add that hang on a message, a task or a session must be listed here
-(`_TASK_CHILDREN`, or a step of their own) or have `ON DELETE CASCADE`, or a step fails on
-their foreign key; the run then logs the error and stops, deleting nothing more. A row that
-names one without a foreign key would be left behind: tests/storage/test_retention.py looks
-in every table's `task_id`, `message_id` and `session_id` columns after a run.
+(`TASK_CHILDREN`, which `threadgate sessions delete` follows too: storage/sessions.py, or
+a step of their own) or have `ON DELETE CASCADE`, or a step fails on their foreign key;
+the run then logs the error and stops, deleting nothing more. A row that names one
+without a foreign key would be left behind: tests/storage/test_retention.py looks in
+every table's `task_id`, `message_id` and `session_id` columns after a run.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ ORDER BY finished_at LIMIT $2 FOR UPDATE SKIP LOCKED
 """
 
 # Per-task rows, children before parents; $1 the batch's task ids.
-_TASK_CHILDREN = (
+TASK_CHILDREN = (
     ("subtasks", "DELETE FROM subtasks WHERE task_id = ANY($1::text[])"),
     ("task_rounds", "DELETE FROM task_rounds WHERE task_id = ANY($1::text[])"),
     ("tool_calls", "DELETE FROM tool_calls WHERE task_id = ANY($1::text[])"),
@@ -216,20 +217,20 @@ class Retention:
         async with conn.transaction():
             ids = [r["id"] for r in await conn.fetch(_FINISHED_TASKS, self._age, self._batch)]
             if ids:
-                for table, statement in _TASK_CHILDREN:
-                    done.add(table, _count(await conn.execute(statement, ids)))
+                for table, statement in TASK_CHILDREN:
+                    done.add(table, command_count(await conn.execute(statement, ids)))
         return len(ids)
 
     async def _repeat(
         self, conn: Connection, done: RetentionRun, table: str, statement: str, age: timedelta
     ) -> None:
         while True:
-            count = _count(await conn.execute(statement, age, self._batch))
+            count = command_count(await conn.execute(statement, age, self._batch))
             done.add(table, count)
             if count < self._batch:
                 return
 
 
-def _count(status: str) -> int:
+def command_count(status: str) -> int:
     """The row count of a command status ("DELETE 12")."""
     return int(status.rsplit(" ", 1)[-1])
