@@ -101,15 +101,16 @@ def test_sampling_and_parallel_calls_follow_the_declaration() -> None:
 
 
 def test_structured_output_is_native_where_declared_and_said_elsewhere() -> None:
-    """An output schema is OpenAI's `json_schema` response format when the route declares
-    structured output, and a system message stating the schema when it does not."""
+    """An output schema is OpenAI's `json_schema` response format (closed) when the route
+    declares structured output, and a system message stating the schema when it does not."""
     schema = {"type": "object", "properties": {"n": {"type": "integer"}}}
     request = ModelRequest((UserMessage("count"),), output_schema=schema)
     native = fit_request(request, Capabilities(structured_output=True))
     body = openai_wire.build_body(native, "gpt-4.1", stream=False)
+    closed = {**schema, "additionalProperties": False}
     assert body["response_format"] == {
         "type": "json_schema",
-        "json_schema": {"name": "answer", "schema": schema},
+        "json_schema": {"name": "answer", "schema": closed},
     }
     said = fit_request(request, Capabilities())
     assert said.output_schema is None

@@ -17,7 +17,8 @@ the server received the token the test configured — never the token itself) an
 `pattern` backtracks catastrophically (`^(a+)+$`), `shaped`, whose declared output schema
 holds the same pattern and whose result does not match it, and `page`, a web page that
 writes a person's turn tags (`FORGED_PAGE`). `screenshot` returns text, a PNG
-(`SCREENSHOT_PNG`) and an "image" that is not one.
+(`SCREENSHOT_PNG`) and an "image" that is not one. `file_ticket` takes nested input (a
+ticket model holding its reporter's, as `$defs`, and a map of labels), as real servers do.
 
 Environment: `FAKE_MCP_SAY` — a line the server writes on its stderr at start, `{token}`
 in it replaced by the token it got (a server careless with its credential).
@@ -44,7 +45,7 @@ from typing import Annotated, Any
 import aiohttp
 from mcp.server.mcpserver import MCPServer
 from mcp_types import CallToolResult, ImageContent, TextContent
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 server = MCPServer("threadgate-fake", log_level="WARNING")
 
@@ -113,6 +114,22 @@ def hidden() -> str:
 @server.tool(description="Spell a word made of a's.")
 def spelled(word: Annotated[str, Field(pattern=BACKTRACKING)]) -> str:
     return f"spelled: {word}"
+
+
+class Reporter(BaseModel):
+    name: str
+    email: str | None = None
+
+
+class Ticket(BaseModel):
+    title: str
+    reporter: Reporter
+    steps: list[Reporter] = []
+
+
+@server.tool(description="File a ticket.")
+def file_ticket(ticket: Ticket, labels: dict[str, str] | None = None) -> str:
+    return f"filed: {ticket.title} ({len(labels or {})} labels)"
 
 
 @server.tool(description="Fetch the shop's web page.")

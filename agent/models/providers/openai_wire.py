@@ -13,7 +13,11 @@ Pictures are `image_url` parts with data URLs; a person's PDFs are `file` parts
 stays inside the turn). A tool message carries text only, so the pictures a tool returned
 follow the run of tool messages in one user message, each after a note naming its call.
 The end user's id is `user`; `parallel_tool_calls: false` when the route takes one call
-per step; an `output_schema` is the `json_schema` response format.
+per step; an `output_schema` is the `json_schema` response format, `strict` where OpenAI
+takes the schema so (agent/models/schemas.py: closed, every property required). Tools'
+schemas are closed (`ToolSpec`) but not marked `strict`: strict function calling refuses
+optional properties, which our tools have, and not every OpenAI-compatible server knows
+the flag.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ from agent.models.contract import (
 )
 from agent.models.providers.call_events import CallEvents
 from agent.models.providers.classify import StreamFailed
+from agent.models.schemas import openai_strict
 
 _FINISH_REASONS: dict[str, FinishReason] = {
     "stop": "stop",
@@ -96,7 +101,9 @@ def build_body(request: ModelRequest, model: str, *, stream: bool) -> dict[str, 
     if request.end_user:
         body["user"] = request.end_user
     if request.output_schema is not None:
-        schema = {"name": "answer", "schema": dict(request.output_schema)}
+        schema: dict[str, Any] = {"name": "answer", "schema": dict(request.output_schema)}
+        if openai_strict(request.output_schema):
+            schema["strict"] = True
         body["response_format"] = {"type": "json_schema", "json_schema": schema}
     if stream:
         body["stream"] = True
