@@ -58,7 +58,7 @@ def closed_schema(schema: Mapping[str, Any]) -> ClosedSchema:
 
 
 def _closed(node: Any, depth: int) -> Any:
-    if not isinstance(node, Mapping) or depth > _MAX_DEPTH:
+    if not isinstance(node, Mapping) or isinstance(node, ClosedSchema) or depth > _MAX_DEPTH:
         return node
     out: dict[str, Any] = {}
     for key, value in node.items():
