@@ -69,6 +69,7 @@ from agent.core.errors import (
 from agent.core.ids import approval_id, reply_id, user_message_id
 from agent.core.images import MAX_IMAGES_PER_REQUEST, Image
 from agent.core.log_context import bind_log_fields, log_fields
+from agent.core.notes import DELETED, NOTE_SOURCES, NoteSource, RuntimeNote, render_notes
 from agent.core.ports import (
     AlertOutcome,
     AlertSink,
@@ -253,6 +254,7 @@ __all__ = [
     "DEFAULT_RESPONDER",
     "DEFAULT_ROUND",
     "DEFAULT_RUNNER",
+    "DELETED",
     "GATEWAY_HEADER_VARIABLE",
     "GATEWAY_TOKEN_VARIABLE",
     "INVISIBLE_CHARACTERS",
@@ -260,6 +262,7 @@ __all__ = [
     "MAX_DOCUMENT_BYTES_PER_REQUEST",
     "MAX_DOCUMENT_PAGES_PER_REQUEST",
     "MAX_IMAGES_PER_REQUEST",
+    "NOTE_SOURCES",
     "NO_SAMPLING",
     "NO_TRACER",
     "PDF",
@@ -340,6 +343,7 @@ __all__ = [
     "NoReply",
     "NoTracer",
     "NonTransientModelError",
+    "NoteSource",
     "OpenRoute",
     "Overflow",
     "PageCitation",
@@ -376,6 +380,7 @@ __all__ = [
     "RunnerObserver",
     "RunnerPorts",
     "RunnerSettings",
+    "RuntimeNote",
     "Sampling",
     "ScheduleBook",
     "ScheduleCreate",
@@ -457,6 +462,7 @@ __all__ = [
     "recur_cron",
     "recur_every",
     "recur_once",
+    "render_notes",
     "reply_id",
     "round_controls",
     "route_capabilities",

@@ -42,10 +42,11 @@ from typing import Literal, TypeAlias, get_args
 
 import asyncpg
 
-from agent import Document, Image, reply_id, user_message_id
+from agent import Document, Image, RuntimeNote, reply_id, user_message_id
 from storage.database import TASKS_CHANNEL, Database
 from storage.errors import translate_errors
 from storage.migrations import Connection
+from storage.notes import notes_json
 from storage.pictures import NO_BUDGETS, PictureBudgets, count_pictures, keep_pictures
 
 
@@ -148,7 +149,7 @@ _ADMIT = (
     " $16, $17, $18, $19, $20, $21, $22, $23)"
 )
 _OPEN_TASK = "SELECT open_task($1, $2, $3::jsonb, $4, $5, $6, $7)"
-_STORE_TURN = "SELECT store_turn($1, $2, $3, $4)"
+_STORE_TURN = "SELECT store_turn($1, $2, $3, $4::jsonb)"
 _STORE_NOTICE = "SELECT store_notice($1, $2, $3, $4, $5::jsonb, $6)"
 # Before the files of a message are downloaded: whether it has its task already, and the
 # limit its admission would refuse it by, read without counting it.
@@ -243,10 +244,17 @@ async def open_task(
 
 
 async def store_turn(
-    conn: Connection, message_id: str, session_id: str, text: str, note: str | None = None
+    conn: Connection,
+    message_id: str,
+    session_id: str,
+    text: str,
+    note: RuntimeNote | None = None,
 ) -> None:
-    """Store a turn, its own anchor (`note`: what of its pictures was not kept)."""
-    await conn.execute(_STORE_TURN, message_id, session_id, text, note)
+    """Store a turn, its own anchor (`note`: what of its pictures was not kept, kept beside
+    its text: storage/notes.py)."""
+    await conn.execute(
+        _STORE_TURN, message_id, session_id, text, notes_json([note] if note else [])
+    )
 
 
 def _limit_args(a: Admission, limits: Limits) -> tuple[object, ...]:

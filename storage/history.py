@@ -35,6 +35,7 @@ from collections.abc import Sequence
 import asyncpg
 
 from agent import (
+    DELETED,
     MAX_DOCUMENTS_PER_REQUEST,
     MAX_IMAGES_PER_REQUEST,
     PDF,
@@ -50,8 +51,9 @@ from agent import (
 from storage.database import Database
 from storage.errors import translate_errors
 from storage.memory import slot_name
+from storage.notes import notes_from_json
 
-_COLUMNS = "id, session_id, role, kind, text, pinned, citations"
+_COLUMNS = "id, session_id, role, kind, text, pinned, citations, notes, deleted_at"
 
 # A deleted turn's pictures were deleted with it (storage/lifecycle.py); never shown anyway.
 _HAS_IMAGES = """(role = 'user' AND deleted_at IS NULL AND EXISTS (
@@ -111,15 +113,16 @@ pins AS (
     ORDER BY pinned_at DESC LIMIT $3
 )
 (SELECT 'pinned' AS part, id, session_id, role, kind, text, true AS pinned, citations,
-        anchor, seq, {_HAS_IMAGES}
+        notes, deleted_at, anchor, seq, {_HAS_IMAGES}
  FROM messages m
  WHERE session_id = $1 AND anchor IN (SELECT anchor FROM pins WHERE anchor > 0))
 UNION ALL
-(SELECT 'pinned', id, session_id, role, kind, text, true, citations, anchor, seq, {_HAS_IMAGES}
+(SELECT 'pinned', id, session_id, role, kind, text, true, citations, notes, deleted_at, anchor,
+        seq, {_HAS_IMAGES}
  FROM messages m WHERE id IN (SELECT id FROM pins WHERE anchor = 0))
 UNION ALL
 (SELECT 'summary', 'summary:' || $1 || ':' || covers_to_seq, $1, 'user', 'summary', text,
-        false, NULL::jsonb, covers_to_seq, 0, false
+        false, NULL::jsonb, NULL::jsonb, NULL::timestamptz, covers_to_seq, 0, false
  FROM summary)
 UNION ALL
 (SELECT 'recent', {_COLUMNS}, anchor, seq, {_HAS_IMAGES} FROM messages m
@@ -131,6 +134,11 @@ UNION ALL
 
 
 def message_from_row(row: asyncpg.Record) -> StoredMessage:
+    """A stored message with the host's notes on it (storage/notes.py): a deleted turn's
+    is the tombstone, derived from `deleted_at` (a query without those columns: none)."""
+    notes = notes_from_json(row.get("notes"))
+    if row.get("deleted_at") is not None:
+        notes = (DELETED, *notes)
     return StoredMessage(
         row["id"],
         row["session_id"],
@@ -139,6 +147,7 @@ def message_from_row(row: asyncpg.Record) -> StoredMessage:
         row["text"],
         pinned=row["pinned"],
         citations=citations_from_json(row["citations"]),
+        notes=notes,
     )
 
 
@@ -293,7 +302,7 @@ def trim_to_budget(
     kept: list[StoredMessage] = []
     used = 0
     for message in newest_first:
-        used += len(message.text)
+        used += len(message.text) + sum(len(note.text) for note in message.notes)
         if used > max_chars and message.id != keep_id:
             if any(m.id == keep_id for m in kept):
                 break

@@ -23,6 +23,7 @@ from agent.core.citations import Citation
 from agent.core.documents import Document
 from agent.core.errors import Route
 from agent.core.images import Image
+from agent.core.notes import RuntimeNote
 
 Role: TypeAlias = Literal["user", "assistant"]
 StepState: TypeAlias = Literal["pending", "in_progress", "complete", "error"]
@@ -94,6 +95,9 @@ class StoredMessage:
     pinned: bool = field(default=False, compare=False)  # pinned in the conversation
     citations: tuple[Citation, ...] = ()  # a reply's sources (agent/core/citations.py)
     documents: tuple[Document, ...] = ()  # PDFs shown with a user turn, stored like pictures
+    # What the host says of it (a picture not kept, the message deleted…), kept apart from
+    # `text` and rendered after it (agent/core/notes.py): never part of a person's words.
+    notes: tuple[RuntimeNote, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,7 @@ from agent.core.attachments import AttachmentRefusals, describe, not_shown_note
 from agent.core.documents import Document
 from agent.core.errors import AttachmentRefused, Route
 from agent.core.images import Image
+from agent.core.notes import render_notes
 from agent.models.contract import (
     Model,
     ModelMessage,
@@ -87,12 +88,16 @@ class Withheld:
 
     def _split(self, items: tuple[A, ...], kind: str) -> tuple[tuple[A, ...], str]:
         kept = tuple(a for a in items if self.reason(a) is None)
-        notes = "".join(
-            not_shown_note([describe(kind, a.name, len(a.data))], f"the provider refused it: {why}")
-            for a in items
-            if (why := self.reason(a)) is not None
-        )
-        return kept, notes
+        refused = [(a, why) for a in items if (why := self.reason(a)) is not None]
+        notes = [
+            not_shown_note(
+                [describe(kind, a.name, len(a.data))],
+                f"the provider refused it: {why}",
+                "attachment_refused",
+            )
+            for a, why in refused
+        ]
+        return kept, render_notes(n for n in notes if n is not None)
 
 
 class TaskModel(Model):

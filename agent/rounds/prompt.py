@@ -10,7 +10,10 @@ outcome framed as data (`agent.rounds.framing`), as work-tool results are.
 Only the gateway writes turn tags: in whatever else the window holds — a summary, our own
 replies and acknowledgments, which may quote a page a tool read — and in subtask results,
 each turn tag is escaped (`agent.core.text.neutralize_turns`), so the model never reads a
-turn no person wrote.
+turn no person wrote. What the host says of a message (a picture not kept, the message
+deleted) comes with it as typed notes (`StoredMessage.notes`, agent/core/notes.py),
+rendered after its text in runtime tags of their own; so does the note that the window
+opens with pinned messages. Those tags are escaped everywhere else the same way.
 
 An operator may add instructions of their own (`THREADGATE_INSTRUCTIONS`), after ours. A
 prompt's identity is its epoch (`prompt_epoch`): the version of this module's text, and a
@@ -38,6 +41,7 @@ from agent.core.documents import (
     Document,
 )
 from agent.core.images import MAX_IMAGES_PER_REQUEST, Image
+from agent.core.notes import RuntimeNote, render_notes
 from agent.core.ports import PromptEpoch, StoredMessage
 from agent.core.text import neutralize_turns
 from agent.models.contract import (
@@ -103,7 +107,7 @@ PINNED_MARK = "[pinned] "
 SUMMARY_FRAME = "summary of the earlier conversation"
 # Said first when the window starts with a pinned answer of ours: a conversation shown to
 # a model starts with a user message (Anthropic refuses anything else).
-PINNED_FIRST = "(The conversation so far starts with pinned messages.)"
+PINNED_FIRST = RuntimeNote("pinned_first", "The conversation so far starts with pinned messages.")
 
 
 def system_prompt(subtasks: SubtaskRegistry, instructions: str = "") -> str:
@@ -167,10 +171,10 @@ def transcript(
     messages: list[ModelMessage] = [SystemMessage(prompt)]
     window = round_input.window
     if window and window[0].role != "user":  # a pinned answer of ours comes first
-        messages.append(UserMessage(PINNED_FIRST))
+        messages.append(UserMessage(PINNED_FIRST.rendered()))
     images, documents = newest_images(window), newest_documents(window)
     for message in window:
-        text = catalog.label(_as_shown(message))
+        text = catalog.label(_as_shown(message)) + render_notes(message.notes)
         text = PINNED_MARK + text if message.pinned else text
         if message.role == "user":
             shown = images.get(message.id, ()), documents.get(message.id, ())

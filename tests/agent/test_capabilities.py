@@ -60,9 +60,8 @@ def test_a_model_without_vision_gets_its_pictures_named_not_sent() -> None:
     [user] = fitted.messages
     assert isinstance(user, UserMessage) and user.images == () and user.documents == (PDF,)
     assert user.text.startswith(TURN.text)
-    assert f'<runtime>Not shown to you ({NO_VISION}): the picture "screen.png" (28 bytes).' in (
-        user.text
-    )
+    said = f'Not shown to you ({NO_VISION}): the picture "screen.png" (28 bytes).'
+    assert f'<runtime source="attachment_not_shown">{said}</runtime>' in user.text
     assert "image" not in str(openai_wire.build_body(fitted, "gpt-3.5-turbo", stream=False))
     body = anthropic_wire.build_body(fitted, "claude-2.1", stream=False)
     assert [b["type"] for b in body["messages"][0]["content"]] == ["text", "document"]

@@ -35,6 +35,7 @@ from typing_extensions import TypedDict
 
 from agent.core.documents import Document
 from agent.core.images import Image
+from agent.core.notes import RuntimeNote
 from agent.models.contract import (
     AssistantMessage,
     Finish,
@@ -140,8 +141,8 @@ def build_messages(messages: tuple[ModelMessage, ...]) -> list[dict[str, Any]]:
 def _tool_pictures(results: list[ToolResultMessage]) -> dict[str, Any]:
     parts: list[dict[str, Any]] = []
     for result in results:
-        note = f"<runtime>The pictures {result.name} returned (call {result.call_id}):</runtime>"
-        parts.append({"type": "text", "text": note})
+        said = f"The pictures {result.name} returned (call {result.call_id}):"
+        parts.append({"type": "text", "text": RuntimeNote("tool_pictures", said).rendered()})
         parts += [_image_part(i) for i in result.images]
     return {"role": "user", "content": parts}
 
