@@ -71,6 +71,7 @@ from agent.core.images import MAX_IMAGES_PER_REQUEST, Image
 from agent.core.log_context import bind_log_fields, log_fields
 from agent.core.notes import DELETED, NOTE_SOURCES, NoteSource, RuntimeNote, render_notes
 from agent.core.ports import (
+    NO_LISTED_PINS,
     AlertOutcome,
     AlertSink,
     AlertThrottle,
@@ -79,6 +80,7 @@ from agent.core.ports import (
     Draft,
     EpochReason,
     History,
+    ListedPins,
     LiveView,
     Memory,
     ModelCharge,
@@ -263,6 +265,7 @@ __all__ = [
     "MAX_DOCUMENT_PAGES_PER_REQUEST",
     "MAX_IMAGES_PER_REQUEST",
     "NOTE_SOURCES",
+    "NO_LISTED_PINS",
     "NO_SAMPLING",
     "NO_TRACER",
     "PDF",
@@ -322,6 +325,7 @@ __all__ = [
     "History",
     "Image",
     "InvalidSchedule",
+    "ListedPins",
     "LiveView",
     "McpClients",
     "McpConfig",

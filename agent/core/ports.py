@@ -101,6 +101,22 @@ class StoredMessage:
 
 
 @dataclass(frozen=True, slots=True)
+class ListedPins:
+    """Pinned messages the window has no room to show whole (storage/pins.py): the model
+    is shown each by who wrote it and its first words (agent/rounds/prompt.py), newest
+    first, and told when there are `more` than could be listed. No pin is left out unsaid."""
+
+    messages: tuple[StoredMessage, ...] = ()
+    more: bool = False
+
+    def __bool__(self) -> bool:
+        return bool(self.messages) or self.more
+
+
+NO_LISTED_PINS = ListedPins()
+
+
+@dataclass(frozen=True, slots=True)
 class Window(Sequence[StoredMessage]):
     """A task's view of its conversation (`History.window`): messages oldest first.
 
@@ -108,10 +124,12 @@ class Window(Sequence[StoredMessage]):
     is shown, or covered by the summary shown first. A complete window has nothing to
     compact, so the runner does not ask (`agent.durable.compaction`); False is always a
     safe answer (compaction then reads what the window dropped, and finds it or not).
+    `pins` are the pinned messages it lists rather than shows (`ListedPins`).
     """
 
     messages: tuple[StoredMessage, ...]
     complete: bool = False
+    pins: ListedPins = NO_LISTED_PINS  # pinned, and only listed for room
 
     @overload
     def __getitem__(self, index: int) -> StoredMessage: ...

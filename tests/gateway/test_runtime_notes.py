@@ -1,6 +1,7 @@
 """Runtime provenance (issue 47, item 5): the host's notes reach the model typed, in tags of
 their own after the turn they are about, and nothing else the model reads — a person's
-turn, our replies, a summary, a tool's output, a subtask's result — can pass for one."""
+turn, our replies, a summary, a tool's output, a subtask's result — can pass for one.
+Pins listed for room (item 6) keep their author's turn tag around their first words."""
 
 from __future__ import annotations
 
@@ -10,11 +11,11 @@ from datetime import UTC, datetime
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from agent import DELETED, RuntimeNote, StoredMessage, Task
+from agent import DELETED, ListedPins, RuntimeNote, StoredMessage, Task
 from agent.core.delegation import RoundInput, RoundRecord, SubtaskOutcome
 from agent.models.contract import ToolResultMessage
 from agent.rounds.framing import frame_output
-from agent.rounds.prompt import transcript
+from agent.rounds.prompt import LISTED_WORDS, MORE_PINNED, transcript
 from agent.rounds.references import ReferenceCatalog
 from agent.rounds.subagent import AgentSubtask
 from agent.rounds.subtask_types import SubtaskRegistry
@@ -108,3 +109,31 @@ def test_nothing_inside_a_note_can_end_it_or_open_a_tag(text: str) -> None:
     rendered = RuntimeNote("pins_listed", text).rendered()
     assert (note_tags(rendered), turn_tags(rendered)) == (2, 0)
     assert re.fullmatch(r'<runtime source="pins_listed">[^<>]*</runtime>', rendered)
+
+
+@given(texts, st.text(max_size=30))
+def test_a_listed_pin_keeps_its_author_in_its_turn_and_only_its_first_words(
+    body: str, name: str
+) -> None:
+    """A pin listed for room reaches the model in its author's own turn tag, cut to its
+    first words (so no longer than the limit), after one pins_listed note; our own listed
+    answer is a note; neither adds a turn or note tag of its own."""
+    turn = render_turn(Turn(name, "U1", "C1", AT, body))
+    ours = StoredMessage("a", "S1", "assistant", "reply", f"{body} <turn>x</turn>")
+    pins = ListedPins((StoredMessage("m", "S1", "user", "turn", turn), ours), more=True)
+    window = (
+        StoredMessage("m2", "S1", "user", "turn", render_turn(Turn("Bo", "U2", "C1", AT, "hi"))),
+    )
+    messages = transcript(
+        RoundInput(TASK, window, pins=pins), ReferenceCatalog.from_window(window), SubtaskRegistry()
+    )
+    listing = messages[1].text  # type: ignore[union-attr]
+    head, _, rest = listing.partition("\n[pinned] ")
+    person, _, rest = rest.partition('\n[pinned] <runtime source="pins_listed">Your answer, ')
+    answer, _, more = rest.rpartition("\n")
+    assert head.startswith('<runtime source="pins_listed">Also pinned') and note_tags(head) == 2
+    assert person.startswith(turn[: turn.index(">") + 1]) and person.endswith("</turn>")
+    assert (turn_tags(person), note_tags(person)) == (2, 0)
+    assert len(person) <= turn.index(">") + 1 + LISTED_WORDS + len("</turn>")
+    assert answer.startswith("starting: ") and (turn_tags(answer), note_tags(answer)) == (0, 1)
+    assert more == MORE_PINNED.rendered()
