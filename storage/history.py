@@ -116,9 +116,9 @@ summary AS (
 ),
 pins AS (
     SELECT id, anchor, row_number() OVER (ORDER BY pinned_at DESC) AS rank
-    FROM messages
-    WHERE session_id = $1 AND pinned AND anchor <= (SELECT seq FROM target)
-    ORDER BY pinned_at DESC LIMIT $3::int + $5::int + 1
+    FROM (SELECT id, anchor, pinned_at FROM messages
+          WHERE session_id = $1 AND pinned AND anchor <= (SELECT seq FROM target)
+          ORDER BY pinned_at DESC LIMIT $3::int + $5::int + 1) newest
 )
 (SELECT 'pinned' AS part, id, session_id, role, kind, text, true AS pinned, citations,
         notes, deleted_at, pinned_at, anchor, seq, {_HAS_IMAGES}
