@@ -1,7 +1,7 @@
 """The host's notes on a stored message, as `messages.notes` holds them.
 
 A note (`agent.RuntimeNote`: a picture not kept, an attachment a provider refused) is kept
-beside the message it is about, never in its text (migration 032): `messages.text` of a
+beside the message it is about, never in its text (migration 031): `messages.text` of a
 person's turn is the turn as the gateway rendered it and nothing else, so an edit
 replaces just that, a deletion blanks just that, and the prompt renders the notes after
 it in tags of their own (agent/core/notes.py). The column is a JSON list of

@@ -11,7 +11,7 @@ is them (`threadgate sessions delete` and `clear`, gateway/operator/task_command
 - `clear_session`: its history goes — messages and summaries, pins with them — and the
   session stays: its prompt epoch and epochs, its tasks and what `tasks show` reads of
   them, its picture counter (deleting gives no budget back, storage/pictures.py), and its
-  audit rows, to which the clear adds one (who, why; migration 032).
+  audit rows, to which the clear adds one (who, why; migration 031).
 
 Both refuse, with a sentence saying what to do, while a task of the session is open
 (queued, running or waiting on subtasks or a person): its window and the anchor its

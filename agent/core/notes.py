@@ -12,7 +12,7 @@ reaches the model in a tag of its own, distinct from a turn::
 Provenance holds for notes as for turns (invariants 2 and 10):
 
 - a note is never written into a person's stored turn: the turn's row keeps the person's
-  words only, the notes beside them (`messages.notes`, migration 032) or derived from the
+  words only, the notes beside them (`messages.notes`, migration 031) or derived from the
   row (a deleted turn's `DELETED`), and the prompt renders them after the turn;
 - nothing a person writes can pass for one: a turn's body has every `<` escaped
   (gateway/text/provenance.py), and in whatever else reaches the model — a summary, our

@@ -1,5 +1,5 @@
 """The host's notes on stored messages (issue 47, item 5): kept beside a turn, never in its
-text, and moved out of the turns that migration 032 found them in."""
+text, and moved out of the turns that migration 031 found them in."""
 
 from __future__ import annotations
 
