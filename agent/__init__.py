@@ -70,7 +70,9 @@ from agent.core.errors import (
 from agent.core.ids import approval_id, reply_id, user_message_id
 from agent.core.images import MAX_IMAGES_PER_REQUEST, Image
 from agent.core.log_context import bind_log_fields, log_fields
+from agent.core.notes import DELETED, NOTE_SOURCES, NoteSource, RuntimeNote, render_notes
 from agent.core.ports import (
+    NO_LISTED_PINS,
     AlertOutcome,
     AlertSink,
     AlertThrottle,
@@ -79,6 +81,7 @@ from agent.core.ports import (
     Draft,
     EpochReason,
     History,
+    ListedPins,
     LiveView,
     Memory,
     ModelCharge,
@@ -255,6 +258,7 @@ __all__ = [
     "DEFAULT_RESPONDER",
     "DEFAULT_ROUND",
     "DEFAULT_RUNNER",
+    "DELETED",
     "GATEWAY_HEADER_VARIABLE",
     "GATEWAY_TOKEN_VARIABLE",
     "INVISIBLE_CHARACTERS",
@@ -262,6 +266,8 @@ __all__ = [
     "MAX_DOCUMENT_BYTES_PER_REQUEST",
     "MAX_DOCUMENT_PAGES_PER_REQUEST",
     "MAX_IMAGES_PER_REQUEST",
+    "NOTE_SOURCES",
+    "NO_LISTED_PINS",
     "NO_SAMPLING",
     "NO_TRACER",
     "PDF",
@@ -321,6 +327,7 @@ __all__ = [
     "History",
     "Image",
     "InvalidSchedule",
+    "ListedPins",
     "LiveView",
     "McpClients",
     "McpConfig",
@@ -342,6 +349,7 @@ __all__ = [
     "NoReply",
     "NoTracer",
     "NonTransientModelError",
+    "NoteSource",
     "OpenRoute",
     "Overflow",
     "PageCitation",
@@ -378,6 +386,7 @@ __all__ = [
     "RunnerObserver",
     "RunnerPorts",
     "RunnerSettings",
+    "RuntimeNote",
     "Sampling",
     "ScheduleBook",
     "ScheduleCreate",
@@ -461,6 +470,7 @@ __all__ = [
     "recur_cron",
     "recur_every",
     "recur_once",
+    "render_notes",
     "reply_id",
     "round_controls",
     "route_capabilities",

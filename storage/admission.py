@@ -47,11 +47,12 @@ from typing import Literal, TypeAlias, get_args
 
 import asyncpg
 
-from agent import Document, Image, reply_id, user_message_id
+from agent import Document, Image, RuntimeNote, reply_id, user_message_id
 from storage.action_tokens import keep_action_token
 from storage.database import TASKS_CHANNEL, Database
 from storage.errors import translate_errors
 from storage.migrations import Connection
+from storage.notes import notes_json
 from storage.pictures import NO_BUDGETS, PictureBudgets, count_pictures, keep_pictures
 
 
@@ -81,7 +82,7 @@ class Admission:
     traceparent: str | None = None  # the message's trace, stored with its task
     # A runtime note after the turn, kept beside it as a pictures' note is (an edit keeps
     # it): what of its conversation could not be read (gateway/inbound/context.py).
-    note: str | None = None
+    note: RuntimeNote | None = None
     # The event's `action_token` (workspace search as its writer), kept while the task
     # lives (storage/action_tokens.py); a credential, so never shown.
     action_token: str | None = field(default=None, repr=False)
@@ -164,7 +165,7 @@ _ADMIT = (
     " SELECT * FROM admitted"
 )
 _OPEN_TASK = "SELECT open_task($1, $2, $3::jsonb, $4, $5, $6, $7)"
-_STORE_TURN = "SELECT store_turn($1, $2, $3, $4)"
+_STORE_TURN = "SELECT store_turn($1, $2, $3, $4::jsonb)"
 _STORE_NOTICE = "SELECT store_notice($1, $2, $3, $4, $5::jsonb, $6)"
 # Before the files of a message are downloaded: whether it has its task already, and the
 # limit its admission would refuse it by, read without counting it.
@@ -261,10 +262,15 @@ async def open_task(
 
 
 async def store_turn(
-    conn: Connection, message_id: str, session_id: str, text: str, note: str | None = None
+    conn: Connection,
+    message_id: str,
+    session_id: str,
+    text: str,
+    *notes: RuntimeNote,
 ) -> None:
-    """Store a turn, its own anchor (`note`: what of its pictures was not kept)."""
-    await conn.execute(_STORE_TURN, message_id, session_id, text, note)
+    """Store a turn, its own anchor, with its `notes` (what of its pictures was not kept,
+    what of its conversation could not be read) kept beside its text: storage/notes.py."""
+    await conn.execute(_STORE_TURN, message_id, session_id, text, notes_json(list(notes)))
 
 
 def _limit_args(a: Admission, limits: Limits) -> tuple[object, ...]:
@@ -380,12 +386,12 @@ async def _store_messages(
     kept = await keep_pictures(
         conn, budgets, session_id=a.session_id, workspace=workspace, messages=newest_first
     )
-    notes = [keep.note for keep in reversed(kept)]
+    notes = [[keep.note] if keep.note else [] for keep in reversed(kept)]
     if a.note:  # the turn's own note, after its pictures'
-        notes[-1] = (notes[-1] or "") + a.note
+        notes[-1].append(a.note)
     stored = 0
-    for (message_id, text, _), keep, note in zip(messages, reversed(kept), notes, strict=True):
-        await store_turn(conn, message_id, a.session_id, text, note)
+    for (message_id, text, _), keep, own in zip(messages, reversed(kept), notes, strict=True):
+        await store_turn(conn, message_id, a.session_id, text, *own)
         stored += await _store_images(conn, message_id, keep.images)
     await count_pictures(conn, session_id=a.session_id, workspace=workspace, stored_bytes=stored)
 

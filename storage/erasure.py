@@ -52,7 +52,7 @@ from datetime import datetime, timedelta
 from storage.database import Database
 from storage.errors import StorageError, translate_errors
 from storage.migrations import Connection
-from storage.retention import DEFAULT_BATCH, TASK_ROWS
+from storage.retention import DEFAULT_BATCH, TASK_ROWS, command_count
 
 log = logging.getLogger(__name__)
 
@@ -281,19 +281,14 @@ class Erasure:
             ids = [r["id"] for r in await conn.fetch(_TASKS, workspace, self._batch)]
             if ids:
                 for table, statement in TASK_ROWS:
-                    done.add(table, _count(await conn.execute(statement, ids)))
+                    done.add(table, command_count(await conn.execute(statement, ids)))
         return len(ids)
 
     async def _repeat(
         self, conn: Connection, scoped: Scoped, workspace: str, done: ErasureRun
     ) -> None:
         while True:
-            count = _count(await conn.execute(scoped.statement, workspace, self._batch))
+            count = command_count(await conn.execute(scoped.statement, workspace, self._batch))
             done.add(scoped.table, count)
             if count < self._batch:
                 return
-
-
-def _count(status: str) -> int:
-    """The row count of a command status ("DELETE 12")."""
-    return int(status.rsplit(" ", 1)[-1])

@@ -6,14 +6,17 @@ The window is one index scan bounded by `max_messages`; the character budget is 
 to those rows, newest first. The cost of a round does not grow with the conversation.
 
 What the session remembers beyond that comes with it, in the same statement: its pinned
-messages (the newest `max_pinned` pins, storage/pins.py), each with the rest of its turn —
-the messages of the same anchor: a pinned answer keeps its question, a pinned question
-its answer — shown wherever they are and marked, and
-the latest summary of its older turns (storage/summaries.py), shown first; the recent
-messages are then those after what the summary covers. Pinned messages and the summary
-are paid for first out of the character budget; the task's turn is always shown. The
-window says whether the budget left anything out (`Window.complete`): when it did not,
-compaction has nothing to read.
+messages, each with the rest of its turn — the messages of the same anchor: a pinned
+answer keeps its question, a pinned question its answer — shown wherever they are and
+marked, and the latest summary of its older turns (storage/summaries.py), shown first;
+the recent messages are then those after what the summary covers. No pin is left out:
+the newest `max_pinned` are read whole and shown while they fit the pins' room (the
+budget, `storage.pins.PinRoom`, decided by `shown_pins` as when the pin was made), and the
+others — up to `MAX_LISTED_PINS` more, their first `LISTED_CHARS` read — come as
+`Window.pins`, which the prompt lists by author and first words (and says when there are
+more still). Shown pins, the listing and the summary are paid for first out of the
+character budget; the task's turn is always shown. The window says whether the budget
+left anything out (`Window.complete`): when it did not, compaction has nothing to read.
 
 Pictures and PDFs shown with user turns (`message_attachments`) come from one more query,
 made only when a kept turn has any (the window's rows say so), bounded like the prompt
@@ -35,6 +38,7 @@ from collections.abc import Sequence
 import asyncpg
 
 from agent import (
+    DELETED,
     MAX_DOCUMENTS_PER_REQUEST,
     MAX_IMAGES_PER_REQUEST,
     PDF,
@@ -42,6 +46,7 @@ from agent import (
     Citation,
     Document,
     Image,
+    ListedPins,
     StoredMessage,
     Task,
     Window,
@@ -50,8 +55,10 @@ from agent import (
 from storage.database import Database
 from storage.errors import translate_errors
 from storage.memory import slot_name
+from storage.notes import notes_from_json
+from storage.pins import PinRoom, PinSize, shown_pins
 
-_COLUMNS = "id, session_id, role, kind, text, pinned, citations"
+_COLUMNS = "id, session_id, role, kind, text, pinned, citations, notes, deleted_at"
 
 # A deleted turn's pictures were deleted with it (storage/lifecycle.py); never shown anyway.
 _HAS_IMAGES = """(role = 'user' AND deleted_at IS NULL AND EXISTS (
@@ -92,11 +99,13 @@ WHERE r.n <= CASE WHEN r.document THEN $3::int ELSE $2::int END
 ORDER BY r.position DESC, a.ordinal
 """
 
-# The window in one statement: the pinned messages (newest pins, bounded) with their
-# turns, the latest summary before the task's turn, and the recent messages after what
-# that summary covers (one index scan bounded by $4), each row marked with its `part`.
-# A pin's turn is its anchor's rows (a retained pin, anchor 0, is alone), all marked
-# pinned; each is an index lookup (by anchor, by id), whatever the session's length.
+# The window in one statement: the pinned messages (the newest $3 pins) with their turns,
+# the next $5 pins (and one more, to know of more) by their first $6 characters, the
+# latest summary before the task's turn, and the recent messages after what that summary
+# covers (one index scan bounded by $4), each row marked with its `part`. A pin's turn is
+# its anchor's rows (a retained pin, anchor 0, is alone), all marked pinned, `pinned_at`
+# on the pinned ones; each is an index lookup (by anchor, by id), whatever the session's
+# length, and the pins are read newest first along `messages_pinned`, as far as needed.
 # `has_images` says whether a user turn has pictures, so that the pictures are read only
 # when one has.
 _WINDOW = f"""
@@ -107,23 +116,31 @@ summary AS (
     ORDER BY covers_to_seq DESC LIMIT 1
 ),
 pins AS (
-    SELECT id, anchor FROM messages
-    WHERE session_id = $1 AND pinned AND anchor <= (SELECT seq FROM target)
-    ORDER BY pinned_at DESC LIMIT $3
+    SELECT id, anchor, row_number() OVER (ORDER BY pinned_at DESC) AS rank
+    FROM (SELECT id, anchor, pinned_at FROM messages
+          WHERE session_id = $1 AND pinned AND anchor <= (SELECT seq FROM target)
+          ORDER BY pinned_at DESC LIMIT $3::int + $5::int + 1) newest
 )
 (SELECT 'pinned' AS part, id, session_id, role, kind, text, true AS pinned, citations,
-        anchor, seq, {_HAS_IMAGES}
+        notes, deleted_at, pinned_at, anchor, seq, {_HAS_IMAGES}
  FROM messages m
- WHERE session_id = $1 AND anchor IN (SELECT anchor FROM pins WHERE anchor > 0))
+ WHERE session_id = $1
+   AND anchor IN (SELECT anchor FROM pins WHERE anchor > 0 AND rank <= $3::int))
 UNION ALL
-(SELECT 'pinned', id, session_id, role, kind, text, true, citations, anchor, seq, {_HAS_IMAGES}
- FROM messages m WHERE id IN (SELECT id FROM pins WHERE anchor = 0))
+(SELECT 'pinned', id, session_id, role, kind, text, true, citations, notes, deleted_at,
+        pinned_at, anchor, seq, {_HAS_IMAGES}
+ FROM messages m WHERE id IN (SELECT id FROM pins WHERE anchor = 0 AND rank <= $3::int))
+UNION ALL
+(SELECT 'listed', id, session_id, role, kind, left(text, $6::int), true, NULL::jsonb, notes,
+        deleted_at, pinned_at, anchor, seq, false
+ FROM messages m WHERE id IN (SELECT id FROM pins WHERE rank > $3::int))
 UNION ALL
 (SELECT 'summary', 'summary:' || $1 || ':' || covers_to_seq, $1, 'user', 'summary', text,
-        false, NULL::jsonb, covers_to_seq, 0, false
+        false, NULL::jsonb, NULL::jsonb, NULL::timestamptz, NULL::timestamptz, covers_to_seq,
+        0, false
  FROM summary)
 UNION ALL
-(SELECT 'recent', {_COLUMNS}, anchor, seq, {_HAS_IMAGES} FROM messages m
+(SELECT 'recent', {_COLUMNS}, NULL::timestamptz, anchor, seq, {_HAS_IMAGES} FROM messages m
  WHERE session_id = $1 AND anchor <= (SELECT seq FROM target)
    AND anchor > coalesce((SELECT covers_to_seq FROM summary), 0)
  ORDER BY anchor DESC, seq DESC
@@ -132,6 +149,11 @@ UNION ALL
 
 
 def message_from_row(row: asyncpg.Record) -> StoredMessage:
+    """A stored message with the host's notes on it (storage/notes.py): a deleted turn's
+    is the tombstone, derived from `deleted_at` (a query without those columns: none)."""
+    notes = notes_from_json(row.get("notes"))
+    if row.get("deleted_at") is not None:
+        notes = (DELETED, *notes)
     return StoredMessage(
         row["id"],
         row["session_id"],
@@ -140,6 +162,7 @@ def message_from_row(row: asyncpg.Record) -> StoredMessage:
         row["text"],
         pinned=row["pinned"],
         citations=citations_from_json(row["citations"]),
+        notes=notes,
     )
 
 
@@ -196,8 +219,11 @@ def citations_from_json(stored: str | None) -> tuple[Citation, ...]:
     )
 
 
-# Pinned messages kept in view per thread; the newest pins win (THREADGATE_PINNED_MAX).
+# Pinned messages shown whole per thread, room allowing (THREADGATE_PINNED_MAX); the
+# others are listed, up to MAX_LISTED_PINS of them by their first LISTED_CHARS.
 DEFAULT_PINNED_MAX = 10
+MAX_LISTED_PINS = 20
+LISTED_CHARS = 600  # the opening tag (name, ids, times) and the first words
 
 
 class PostgresHistory:
@@ -244,18 +270,28 @@ class PostgresHistory:
     @translate_errors("The conversation history could not be reached")
     async def window(self, task: Task, *, max_chars: int, max_messages: int) -> Window:
         rows = await self._db.pool.fetch(
-            _WINDOW, task.session_id, task.user_message_id, self._max_pinned, max_messages
+            _WINDOW,
+            task.session_id,
+            task.user_message_id,
+            self._max_pinned,
+            max_messages,
+            MAX_LISTED_PINS,
+            LISTED_CHARS,
         )
         summary = next((r for r in rows if r["part"] == "summary"), None)
-        pinned = [r for r in rows if r["part"] == "pinned"]
+        pins = pinned_view(
+            [r for r in rows if r["part"] == "pinned"],
+            [r for r in rows if r["part"] == "listed"],
+            PinRoom.of(self._max_pinned, max_chars),
+        )
         recent = [r for r in rows if r["part"] == "recent"]
-        window = remembered_window(summary, pinned, recent, task.user_message_id, max_chars)
+        window = remembered_window(summary, pins, recent, task.user_message_id, max_chars)
         # Nothing was left out when the scan ended before its limit and the budget kept
         # every recent message (a pinned one is shown anyway).
         shown = {m.id for m in window}
         complete = len(recent) < max_messages and all(r["id"] in shown for r in recent)
         messages = await self._with_attachments(window, {r["id"] for r in rows if r["has_images"]})
-        return Window(tuple(messages), complete)
+        return Window(tuple(messages), complete, pins.listed(shown))
 
     async def _with_attachments(
         self, window: list[StoredMessage], with_attachments: set[str]
@@ -286,17 +322,71 @@ class PostgresHistory:
         ]
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class PinnedView:
+    """The window's pins: the rows shown whole, and the pins listed, newest first."""
+
+    shown: list[asyncpg.Record]
+    listing: list[asyncpg.Record]
+
+    @property
+    def chars(self) -> int:
+        """What they cost the budget: the turns shown, and the listing's words."""
+        return sum(len(r["text"]) for r in self.shown) + sum(
+            min(len(r["text"]), LISTED_CHARS // 3) for r in self.listing[:MAX_LISTED_PINS]
+        )
+
+    def listed(self, shown: set[str]) -> ListedPins:
+        """The pins to list: those not shown anyway (a recent one is)."""
+        rows = [r for r in self.listing if r["id"] not in shown]
+        messages = tuple(
+            dataclasses.replace(message_from_row(r), text=r["text"][:LISTED_CHARS])
+            for r in rows[:MAX_LISTED_PINS]
+        )
+        return ListedPins(messages, more=len(rows) > MAX_LISTED_PINS)
+
+
+def pinned_view(
+    pinned: list[asyncpg.Record], listed: list[asyncpg.Record], room: PinRoom
+) -> PinnedView:
+    """Which of the newest pins are shown whole, by `shown_pins` (storage/pins.py), and
+    which listed with those read for the list only."""
+    turns: defaultdict[object, list[asyncpg.Record]] = defaultdict(list)
+    for row in pinned:
+        turns[_turn_of(row)].append(row)
+    pins = sorted((r for r in pinned if r["pinned_at"] is not None), key=lambda r: r["pinned_at"])
+    pins.reverse()
+    sizes = [
+        PinSize(r["id"], r["anchor"], sum(len(t["text"]) for t in turns[_turn_of(r)])) for r in pins
+    ]
+    whole = shown_pins(sizes, room)
+    shown_turns = {_turn_of(r) for r in pins if r["id"] in whole}
+    shown = [row for turn in shown_turns for row in turns[turn]]
+    shown_ids = {r["id"] for r in shown}
+    listing = [r for r in pins if r["id"] not in whole]
+    listing += sorted(
+        (r for r in listed if r["id"] not in shown_ids), key=lambda r: r["pinned_at"], reverse=True
+    )
+    return PinnedView(shown, [r for r in listing if r["id"] not in shown_ids])
+
+
+def _turn_of(row: asyncpg.Record) -> object:
+    """The turn a pinned row belongs to: its anchor, or itself for a retained pin."""
+    return row["anchor"] if row["anchor"] > 0 else row["id"]
+
+
 def remembered_window(
     summary: asyncpg.Record | None,
-    pinned: list[asyncpg.Record],
+    pins: PinnedView,
     newest_first: list[asyncpg.Record],
     keep_id: str,
     max_chars: int,
 ) -> list[StoredMessage]:
     """The summary, then the pinned and the recent messages in their order (anchor, seq);
     the recent ones within what the summary and the pins left of the budget."""
+    pinned = pins.shown
     pinned_ids = {r["id"] for r in pinned}
-    spent = sum(len(r["text"]) for r in pinned) + (len(summary["text"]) if summary else 0)
+    spent = pins.chars + (len(summary["text"]) if summary else 0)
     recent = [r for r in newest_first if r["id"] not in pinned_ids]
     kept = {
         m.id
@@ -316,7 +406,7 @@ def trim_to_budget(
     kept: list[StoredMessage] = []
     used = 0
     for message in newest_first:
-        used += len(message.text)
+        used += len(message.text) + sum(len(note.text) for note in message.notes)
         if used > max_chars and message.id != keep_id:
             if any(m.id == keep_id for m in kept):
                 break

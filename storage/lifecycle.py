@@ -2,13 +2,16 @@
 
 An edit replaces the turn's text (re-rendered by the gateway exactly as a new turn is) and
 keeps its row, so its place in the conversation and the reply that answered it stay, and
-its pictures, and the note on those not kept (storage/pictures.py), appended again. An
+its pictures, and the host's notes on it (storage/notes.py: kept beside the text, never
+in it, they need no re-appending). An
 edit only moves forward: `edited_at` is the time of the edit as Slack gives it, and an
 older edit delivered after a newer one changes nothing.
 
-A deletion leaves a tombstone rather than deleting the row: the text is replaced by
-`TOMBSTONE` and the pictures are deleted (in the same statement), so the model never
-reads the words or sees the pictures again, while the row keeps its seq — the anchor of
+A deletion leaves a tombstone rather than deleting the row: the text is blanked, the
+notes and the pictures deleted (in the same statement) and `deleted_at` set — the window
+shows the runtime note `TOMBSTONE` (`agent.DELETED`) there, a note of the host's and not
+words put in the person's turn — so the model never reads the words or sees the pictures
+again, while the row keeps its seq — the anchor of
 the reply that answered it, and the anchor a running task's window is read by
 (`storage/history.py` reads the window up to the task's own turn). If the turn's task has
 not started, it is cancelled in the same transaction through the operators' cancel path
@@ -26,11 +29,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from agent import DELETED
 from storage.database import Database
 from storage.errors import translate_errors
 from storage.queue import cancel_if_queued
 
-TOMBSTONE = "<runtime>A message here was deleted by its author; its text is gone.</runtime>"
+TOMBSTONE = DELETED  # what the window shows where a deleted turn was (storage/history.py)
 DELETION_ACTOR = "slack:message_deleted"
 
 _SEEN = """
@@ -40,7 +44,7 @@ ON CONFLICT DO NOTHING RETURNING true
 
 _REVISE = f"""
 WITH ev AS ({_SEEN})
-UPDATE messages SET text = $3 || coalesce(pictures_note, ''), edited_at = $4
+UPDATE messages SET text = $3, edited_at = $4
 WHERE id = $2 AND deleted_at IS NULL AND (edited_at IS NULL OR edited_at < $4)
   AND ($1::text IS NULL OR EXISTS (SELECT 1 FROM ev))
 RETURNING true
@@ -49,7 +53,7 @@ RETURNING true
 # The pictures go in the same statement: a tombstone has none to show.
 _BURY = """
 WITH pictures AS (DELETE FROM message_attachments WHERE message_id = ANY($1::text[]))
-UPDATE messages SET text = $2, deleted_at = now(), citations = NULL, pictures_note = NULL
+UPDATE messages SET text = '', deleted_at = now(), citations = NULL, notes = NULL
 WHERE id = ANY($1::text[]) AND deleted_at IS NULL
 RETURNING id
 """
@@ -99,7 +103,7 @@ async def delete_turn(
     async with db.pool.acquire() as conn, conn.transaction():
         if event_id is not None and not await conn.fetchval(_SEEN, event_id):
             return None
-        buried = await conn.fetch(_BURY, list(message_ids), TOMBSTONE)
+        buried = await conn.fetch(_BURY, list(message_ids))
         if not buried:
             return Deleted(0, cancelled=False)
         cancelled = await cancel_if_queued(

@@ -17,10 +17,11 @@ a full-page screenshot. Both budgets count what was stored, and deleting a messa
 nothing back: posting and deleting cannot cycle round them, and the counters are written
 in one place only.
 
-Past a budget a picture is not stored, and its message says so: a note is appended to
-its text (`<runtime>…</runtime>`, after the turn tag; the names in it are escaped so that
-no name can close it), which the model reads with the turn, and kept beside it
-(`messages.pictures_note`) so an edit of the message keeps it. The turn's own pictures
+Past a budget a picture is not stored, and its message says so: a note
+(`agent.RuntimeNote`, source `attachment_not_kept`; the names in it are quoted and escaped
+so that no name can close it) is kept beside the turn, never in its text
+(`messages.notes`, storage/notes.py), and the model reads it after the turn; an edit of
+the message replaces the text and keeps the note. The turn's own pictures
 are weighed first, then the back-filled messages', newest first; each picture is kept
 when it fits both budgets, so a small one may still fit after a large one did not.
 
@@ -34,9 +35,10 @@ same way, in the same budgets, after the pictures of their message.
 An attachment a provider refused is marked (`PostgresAttachmentRefusals`, the agent's
 `AttachmentRefusals`): no later window carries it (storage/history.py), but its bytes stay
 with its turn, as the person's words do — the history is what was said, and the mark is
-what a provider made of it — and its turn's text gets a note saying it was not shown and why,
-kept with the budgets' note so an edit keeps it too. The mark and the note are one
-statement: a replica marking it at the same time marks nothing and adds no second note.
+what a provider made of it — and its turn gets a note (`attachment_refused`) saying it was
+not shown and why, beside the budgets' note, so an edit keeps it too. The mark and the note
+are one transaction, the rows locked: a replica marking it at the same time marks nothing
+and adds no second note.
 """
 
 from __future__ import annotations
@@ -51,12 +53,14 @@ from agent import (
     Document,
     Image,
     Route,
+    RuntimeNote,
     describe_attachment,
     not_shown_note,
 )
 from storage.database import Database
 from storage.errors import translate_errors
 from storage.migrations import Connection
+from storage.notes import notes_json
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +107,7 @@ class Kept:
     """A message's pictures within the budgets, and what its text says of the others."""
 
     images: tuple[Image | Document, ...]
-    note: str | None = None  # appended to the message's text; None when all were kept
+    note: RuntimeNote | None = None  # kept beside the message's text; None: all were kept
     left_out: int = 0
 
 
@@ -144,9 +148,8 @@ class PictureRoom:
         return None
 
 
-def not_kept_note(refused: Sequence[tuple[Image | Document, str]]) -> str | None:
-    """The note appended to a message's text for pictures (and PDFs) not kept, with the
-    reasons."""
+def not_kept_note(refused: Sequence[tuple[Image | Document, str]]) -> RuntimeNote | None:
+    """The note kept with a message for pictures (and PDFs) not kept, with the reasons."""
     if not refused:
         return None
     noun = "picture" if all(isinstance(i, Image) for i, _ in refused) else "attachment"
@@ -155,8 +158,9 @@ def not_kept_note(refused: Sequence[tuple[Image | Document, str]]) -> str | None
     each = "; ".join(
         f"{_quoted(image.name)} ({len(image.data):,} bytes): {reason}" for image, reason in refused
     )
-    return (
-        f"\n<runtime>Not kept, so you cannot see {its}: {which} of this message, {each}.</runtime>"
+    return RuntimeNote(
+        "attachment_not_kept",
+        f"Not kept, so you cannot see {its}: {which} of this message, {each}.",
     )
 
 
@@ -214,7 +218,7 @@ ORDER BY old.message_id, old.ordinal
 """
 
 _NOTE = """
-UPDATE messages SET text = text || $2, pictures_note = coalesce(pictures_note, '') || $2
+UPDATE messages SET notes = coalesce(notes, '[]'::jsonb) || $2::jsonb
 WHERE id = $1 AND deleted_at IS NULL
 """
 
@@ -245,7 +249,8 @@ class PostgresAttachmentRefusals(AttachmentRefusals):
                 )
             for message_id, described in notes.items():
                 why = f"the provider refused {'it' if len(described) == 1 else 'them'}: {reason}"
-                await conn.execute(_NOTE, message_id, not_shown_note(described, why))
+                note = not_shown_note(described, why, "attachment_refused")
+                await conn.execute(_NOTE, message_id, notes_json([note] if note else []))
         log.info("%d attachment(s) refused by %s:%s marked", len(rows), route.provider, route.model)
 
 

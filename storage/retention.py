@@ -31,10 +31,11 @@ One replica runs at a time: the runner holds a session-level advisory lock
 skips this run. A connection that dies drops its lock with it.
 
 Tables other parts may add that hang on a message, a task or a session must be listed here
-(`TASK_ROWS`, or a step of their own) or have `ON DELETE CASCADE`, or a step fails on
-their foreign key; the run then logs the error and stops, deleting nothing more. A row that
-names one without a foreign key would be left behind: tests/storage/test_retention.py looks
-in every table's `task_id`, `message_id` and `session_id` columns after a run.
+(`TASK_ROWS`, which erasure and `threadgate sessions delete` follow too: storage/erasure.py,
+storage/sessions.py; or a step of their own) or have `ON DELETE CASCADE`, or a step fails
+on their foreign key; the run then logs the error and stops, deleting nothing more. A row
+that names one without a foreign key would be left behind: tests/storage/test_retention.py
+looks in every table's `task_id`, `message_id` and `session_id` columns after a run.
 """
 
 from __future__ import annotations
@@ -63,7 +64,8 @@ ORDER BY finished_at LIMIT $2 FOR UPDATE SKIP LOCKED
 """
 
 # A task and every row that hangs on it, children before parents; $1 the batch's task ids.
-# Erasure (storage/erasure.py) deletes a workspace's tasks with the same list.
+# Erasure (storage/erasure.py) and `threadgate sessions delete` (storage/sessions.py)
+# delete tasks with the same list.
 TASK_ROWS = (
     ("subtasks", "DELETE FROM subtasks WHERE task_id = ANY($1::text[])"),
     ("task_rounds", "DELETE FROM task_rounds WHERE task_id = ANY($1::text[])"),
@@ -243,7 +245,7 @@ class Retention:
             ids = [r["id"] for r in await conn.fetch(_FINISHED_TASKS, self._age, self._batch)]
             if ids:
                 for table, statement in TASK_ROWS:
-                    done.add(table, _count(await conn.execute(statement, ids)))
+                    done.add(table, command_count(await conn.execute(statement, ids)))
         return len(ids)
 
     async def _repeat(
@@ -253,12 +255,12 @@ class Retention:
             if statement is _OLD_SLACK_MESSAGES:  # it counts what it deleted in a row
                 count = int(await conn.fetchval(statement, age, self._batch))
             else:
-                count = _count(await conn.execute(statement, age, self._batch))
+                count = command_count(await conn.execute(statement, age, self._batch))
             done.add(table, count)
             if count < self._batch:
                 return
 
 
-def _count(status: str) -> int:
+def command_count(status: str) -> int:
     """The row count of a command status ("DELETE 12")."""
     return int(status.rsplit(" ", 1)[-1])

@@ -1,7 +1,8 @@
 """Pictures and documents a model was not shown, and the port that remembers refusals.
 
 Two reasons keep an attachment of a person's turn from a model, and the model is told of
-each, in a runtime note after the turn (never inside it: only the gateway writes turns):
+each, in a runtime note after the turn (never inside it: only the gateway writes turns;
+agent/core/notes.py):
 
 - the model cannot take it (its route declares no vision, or no documents:
   agent/models/capabilities.py): the picture is named, not sent, and a request that would
@@ -9,8 +10,8 @@ each, in a runtime note after the turn (never inside it: only the gateway writes
 - a provider refused it (a 400 about that picture: too large, not what its type says).
   Sending it again fails every later request of its thread the same way, so the refusal
   is recorded where every replica reads it (`AttachmentRefusals`, storage/pictures.py):
-  the attachment is marked and left out of every later window, and its turn's text gets
-  the note, so later rounds are told it without being sent it.
+  the attachment is marked and left out of every later window, and its turn gets the
+  note (beside its text, not in it), so later rounds are told it without being sent it.
 
 Names in a note are the sender's text: they are quoted as JSON strings in ASCII with angle
 brackets escaped, so no name can end the note or open a tag.
@@ -23,6 +24,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from agent.core.errors import Route
+from agent.core.notes import NoteSource, RuntimeNote
 
 
 class AttachmentRefusals(Protocol):
@@ -40,11 +42,12 @@ def quoted_name(name: str) -> str:
     return json.dumps(name, ensure_ascii=True).replace("<", "\\u003c").replace(">", "\\u003e")
 
 
-def not_shown_note(described: Sequence[str], why: str) -> str:
-    """The runtime note for attachments not shown (each `described` by `describe`)."""
+def not_shown_note(described: Sequence[str], why: str, source: NoteSource) -> RuntimeNote | None:
+    """The runtime note for attachments not shown (each `described` by `describe`);
+    None when there are none."""
     if not described:
-        return ""
-    return f"\n<runtime>Not shown to you ({why}): {'; '.join(described)}.</runtime>"
+        return None
+    return RuntimeNote(source, f"Not shown to you ({why}): {'; '.join(described)}.")
 
 
 def describe(kind: str, name: str, size: int) -> str:

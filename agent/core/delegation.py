@@ -25,7 +25,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
 
-from agent.core.ports import AnswerOrigin, PromptEpoch, StoredMessage, Task, TaskQueue
+from agent.core.ports import (
+    NO_LISTED_PINS,
+    AnswerOrigin,
+    ListedPins,
+    PromptEpoch,
+    StoredMessage,
+    Task,
+    TaskQueue,
+)
 
 if TYPE_CHECKING:
     from agent.core.approval import PausedRound
@@ -132,6 +140,7 @@ class RoundInput:
     final: bool = False
     prompt: PromptEpoch | None = None
     resume: PausedRound | None = None
+    pins: ListedPins = NO_LISTED_PINS  # the window's pins listed rather than shown
 
 
 @dataclass(frozen=True, slots=True)

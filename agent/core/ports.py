@@ -23,6 +23,7 @@ from agent.core.citations import Citation
 from agent.core.documents import Document
 from agent.core.errors import Route
 from agent.core.images import Image
+from agent.core.notes import RuntimeNote
 
 Role: TypeAlias = Literal["user", "assistant"]
 StepState: TypeAlias = Literal["pending", "in_progress", "complete", "error"]
@@ -96,6 +97,25 @@ class StoredMessage:
     pinned: bool = field(default=False, compare=False)  # pinned in the conversation
     citations: tuple[Citation, ...] = ()  # a reply's sources (agent/core/citations.py)
     documents: tuple[Document, ...] = ()  # PDFs shown with a user turn, stored like pictures
+    # What the host says of it (a picture not kept, the message deleted…), kept apart from
+    # `text` and rendered after it (agent/core/notes.py): never part of a person's words.
+    notes: tuple[RuntimeNote, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ListedPins:
+    """Pinned messages the window has no room to show whole (storage/pins.py): the model
+    is shown each by who wrote it and its first words (agent/rounds/prompt.py), newest
+    first, and told when there are `more` than could be listed. No pin is left out unsaid."""
+
+    messages: tuple[StoredMessage, ...] = ()
+    more: bool = False
+
+    def __bool__(self) -> bool:
+        return bool(self.messages) or self.more
+
+
+NO_LISTED_PINS = ListedPins()
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,10 +126,12 @@ class Window(Sequence[StoredMessage]):
     is shown, or covered by the summary shown first. A complete window has nothing to
     compact, so the runner does not ask (`agent.durable.compaction`); False is always a
     safe answer (compaction then reads what the window dropped, and finds it or not).
+    `pins` are the pinned messages it lists rather than shows (`ListedPins`).
     """
 
     messages: tuple[StoredMessage, ...]
     complete: bool = False
+    pins: ListedPins = NO_LISTED_PINS  # pinned, and only listed for room
 
     @overload
     def __getitem__(self, index: int) -> StoredMessage: ...

@@ -38,10 +38,12 @@ stay too: emoji presentation needs them.
 ## Tags no person wrote
 
 People's words reach the model inside turn tags the gateway writes, and typed text has
-every `<` escaped, so no person can forge a turn. Text that is not typed — what a tool or
+every `<` escaped, so no person can forge a turn, nor a runtime note of the host's
+(`NOTE_TAG`, agent/core/notes.py). Text that is not typed — what a tool or
 a web page returned, what a sub-agent or a summary wrote, the model's own earlier replies —
 keeps its brackets (code and HTML must stay readable), so there the opening bracket of
-each tag that matters is escaped instead (`escape_tag_openings`, `neutralize_turns`). The
+each tag that matters — a turn's and a runtime note's — is escaped instead
+(`escape_tag_openings`, `neutralize_turns`). The
 bracket is found the way a reader would find it: `<` or a look-alike, then, skipping
 whitespace and every character that shows nothing (format and control characters,
 combining marks, Hangul fillers), an optional slash or one of its look-alikes, then the
@@ -136,6 +138,9 @@ def sanitize_text(text: str) -> str:
 TURN_TAG = "turn"
 """The name of the provenance tag the gateway puts around people's messages."""
 
+NOTE_TAG = "runtime"
+"""The name of the tag around a note the host adds (agent/core/notes.py)."""
+
 _OPENER = re.compile(f"[<{''.join(c for c, ascii in TAG_LOOKALIKES.items() if ascii == '<')}]")
 # Slashes NFKC leaves alone: the fraction, division and big solidus, the box diagonal.
 _SLASHES = frozenset(["\u2044", "\u2215", "\u29f8", "\u2571"])
@@ -159,8 +164,9 @@ def escape_tag_openings(text: str, tags: Collection[str]) -> str:
 
 
 def neutralize_turns(text: str) -> str:
-    """`text` with every turn tag in it escaped: it can neither open nor close a turn."""
-    return escape_tag_openings(text, (TURN_TAG,))
+    """`text` with every turn tag, and every runtime note's tag, in it escaped: it can
+    neither open nor close a turn, nor pass for a note of the host's."""
+    return escape_tag_openings(text, (TURN_TAG, NOTE_TAG))
 
 
 def _names_a_tag(reading: str, tags: Collection[str]) -> bool:

@@ -30,7 +30,7 @@ async def read_window(history: History, task: Task, settings: RunnerSettings) ->
     first_turn = next((i for i, m in enumerate(kept) if m.role == "user" or m.pinned), len(kept))
     shown = tuple(kept[first_turn:])
     # Complete only if nothing was dropped here either.
-    return Window(shown, window.complete and len(shown) == len(window))
+    return Window(shown, window.complete and len(shown) == len(window), window.pins)
 
 
 async def window_and_prompt(

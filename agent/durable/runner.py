@@ -334,7 +334,9 @@ class TaskRunner:
             window = await read_window(self._history, task, self._settings)
             prompt = None  # compaction re-pins the session's prompt: the round reads it anew
         final = number >= self._settings.max_rounds - 1
-        return RoundInput(task, list(window), state.finished, number, final, prompt, resume)
+        return RoundInput(
+            task, list(window), state.finished, number, final, prompt, resume, window.pins
+        )
 
     async def _decide(self, round_input: RoundInput, waited: float) -> Decision:
         """Run the round in its span, within the task's time limit."""

@@ -37,11 +37,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from agent.core.attachments import describe, not_shown_note
+from agent.core.documents import Document
+from agent.core.images import Image
+from agent.core.notes import RuntimeNote, render_notes
 from agent.models.contract import (
     ModelMessage,
     ModelRequest,
@@ -130,35 +133,36 @@ def _fit(message: ModelMessage, capabilities: Capabilities) -> ModelMessage:
 
 def _fit_tool_result(message: ToolResultMessage, capabilities: Capabilities) -> ToolResultMessage:
     if message.images and not capabilities.vision:
-        note = not_shown_note(
-            [describe("picture", i.name, len(i.data)) for i in message.images], NO_VISION
-        )
-        message = replace(message, content=message.content + note, images=())
+        note = _not_shown("picture", message.images, NO_VISION)
+        message = replace(message, content=message.content + render_notes(note), images=())
     if message.documents and not capabilities.documents:
-        described = [describe("document", d.name, len(d.data)) for d in message.documents]
-        note = not_shown_note(described, NO_TOOL_DOCUMENTS)
-        message = replace(message, content=message.content + note, documents=())
+        note = _not_shown("document", message.documents, NO_TOOL_DOCUMENTS)
+        message = replace(message, content=message.content + render_notes(note), documents=())
     return message
 
 
 def _fit_user(message: UserMessage, capabilities: Capabilities) -> UserMessage:
-    notes: list[str] = []
+    notes: list[RuntimeNote] = []
     images, documents = message.images, message.documents
     if images and not capabilities.vision:
-        notes.append(
-            not_shown_note([describe("picture", i.name, len(i.data)) for i in images], NO_VISION)
-        )
+        notes += _not_shown("picture", images, NO_VISION)
         images = ()
     if documents and not capabilities.documents:
-        described = [describe("document", d.name, len(d.data)) for d in documents]
-        notes.append(not_shown_note(described, NO_DOCUMENTS))
+        notes += _not_shown("document", documents, NO_DOCUMENTS)
         documents = ()
     text = message.text
     for document in documents:  # sent as itself: its text is not sent a second time
         text = document.without_text(text)
     if not notes and text == message.text:
         return message
-    return UserMessage(text + "".join(notes), images, documents)
+    return UserMessage(text + render_notes(notes), images, documents)
+
+
+def _not_shown(kind: str, items: Sequence[Image | Document], why: str) -> list[RuntimeNote]:
+    note = not_shown_note(
+        [describe(kind, i.name, len(i.data)) for i in items], why, "attachment_not_shown"
+    )
+    return [note] if note is not None else []
 
 
 def _schema_in_prompt(request: ModelRequest, schema: Mapping[str, Any]) -> ModelRequest:

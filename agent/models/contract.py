@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from agent.core.documents import Document
 from agent.core.images import Image
+from agent.models.schemas import closed_schema
 
 if TYPE_CHECKING:
     from agent.core.ports import Showing
@@ -29,7 +30,8 @@ FinishReason: TypeAlias = Literal[
 
 @dataclass(frozen=True, slots=True)
 class ToolSpec:
-    """A tool as the model sees it: a name, what it is for, and a JSON Schema for its input.
+    """A tool as the model sees it: a name, what it is for, and a JSON Schema for its input,
+    closed wherever it lists an object's properties (agent/models/schemas.py).
     `without_documents` is how it is offered in a request that carries no document (a
     control that asks for document citations only where one is attached); None: as is."""
 
@@ -37,6 +39,9 @@ class ToolSpec:
     description: str
     parameters: Mapping[str, Any]
     without_documents: ToolSpec | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "parameters", closed_schema(self.parameters))
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +136,8 @@ class ModelRequest:
     (agent/models/routes.py); `end_user` is the opaque id of the person asked for, sent as
     the vendor's end-user field (OpenAI `user`, Anthropic `metadata.user_id`) when set;
     `output_schema` asks for a plain answer that is one JSON object of that schema
-    (natively where the route declares structured output, else said in the prompt)."""
+    (natively where the route declares structured output, else said in the prompt),
+    closed like a tool's parameters (agent/models/schemas.py)."""
 
     messages: tuple[ModelMessage, ...]
     tools: tuple[ToolSpec, ...] = ()
@@ -145,6 +151,10 @@ class ModelRequest:
     end_user: str | None = None
     output_schema: Mapping[str, Any] | None = None
     parallel_tool_calls: bool = True  # False: one tool call per step
+
+    def __post_init__(self) -> None:
+        if self.output_schema is not None:
+            object.__setattr__(self, "output_schema", closed_schema(self.output_schema))
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,11 @@ gave it (`Route.slot`).
 `Sampling` is what the operator set for requests that do not say (`THREADGATE_TEMPERATURE`,
 `THREADGATE_TOP_P`, `THREADGATE_STOP_SEQUENCES`, or a route's own): a request's own value
 wins, and a model that takes no sampling parameters is not sent them
-(agent/models/capabilities.py). The key is a `SecretStr`, read from the environment by the
+(agent/models/capabilities.py). Its `options` are the route's provider options
+(`providerOptions`: reasoning effort, a thinking budget, whatever the vendor's API takes
+that we do not model), merged into the request body by the wire format, under the
+request's own `provider_options` key by key: the escape hatch for what a vendor adds
+before we model it. The gateway refuses keys it sets itself (gateway/config/route_config.py). The key is a `SecretStr`, read from the environment by the
 gateway and never printed; `credential` names the variable it came from, for messages.
 """
 
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from pydantic import SecretStr
 
@@ -32,6 +37,7 @@ class Sampling:
     temperature: float | None = None
     top_p: float | None = None
     stop: tuple[str, ...] = ()
+    options: Mapping[str, Any] = field(default_factory=dict)  # the route's providerOptions
 
     def over(self, base: Sampling) -> Sampling:
         """These settings, with `base`'s where these have none."""
@@ -39,6 +45,7 @@ class Sampling:
             self.temperature if self.temperature is not None else base.temperature,
             self.top_p if self.top_p is not None else base.top_p,
             self.stop or base.stop,
+            {**base.options, **self.options},
         )
 
     def applied(self, request: ModelRequest) -> ModelRequest:
@@ -50,6 +57,9 @@ class Sampling:
             else self.temperature,
             top_p=request.top_p if request.top_p is not None else self.top_p,
             stop=request.stop or self.stop,
+            provider_options={**self.options, **request.provider_options}
+            if self.options
+            else request.provider_options,
         )
 
 
@@ -69,6 +79,11 @@ class RouteConfig:
     credential: str = ""  # the variable `api_key` was read from, for messages
     capabilities: Mapping[str, bool] = field(default_factory=dict)
     sampling: Sampling = NO_SAMPLING
+
+    @property
+    def provider_options(self) -> Mapping[str, Any]:
+        """What the route adds to every request body (`providerOptions`)."""
+        return self.sampling.options
 
     @property
     def spec(self) -> str:

@@ -38,6 +38,7 @@ from agent.core.attachments import AttachmentRefusals, describe, not_shown_note
 from agent.core.documents import Document
 from agent.core.errors import AttachmentRefused, Route
 from agent.core.images import Image
+from agent.core.notes import render_notes
 from agent.models.contract import (
     Model,
     ModelMessage,
@@ -136,8 +137,11 @@ class Withheld:
                 kept.append(item)
             else:
                 by_reason.setdefault(why, []).append(describe(kind, item.name, len(item.data)))
-        notes = "".join(not_shown_note(described, why) for why, described in by_reason.items())
-        return tuple(kept), notes
+        notes = [
+            not_shown_note(described, why, "attachment_refused")
+            for why, described in by_reason.items()
+        ]
+        return tuple(kept), render_notes(n for n in notes if n is not None)
 
 
 class WithheldByTask:

@@ -371,7 +371,7 @@ def _delegate_usage(names: Sequence[str], max_subtasks: int) -> str:
 
 
 class _NoReplyInput(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="ignore", strict=True)
     reason: str = ""
 
 

@@ -50,6 +50,7 @@ from typing import TypeAlias, TypeVar
 from agent.core.approval import GatedCall, Paused
 from agent.core.citations import Citation
 from agent.core.errors import ControlCallError, RoundFailed
+from agent.core.notes import RuntimeNote
 from agent.core.ports import Draft
 from agent.core.text import storable_text
 from agent.models.contract import (
@@ -74,10 +75,11 @@ from agent.rounds.tools import Toolbox
 
 T = TypeVar("T")
 
-PROSE_NOTE = (
-    "<runtime>Your last message was not shown to anyone. End this round by calling one of "
-    "the tools you were given; to answer the user, call final_reply.</runtime>"
-)
+PROSE_NOTE = RuntimeNote(
+    "repair",
+    "Your last message was not shown to anyone. End this round by calling one of the tools "
+    "you were given; to answer the user, call final_reply.",
+).rendered()
 NOT_RUN = "Not run: another call in the same step was rejected. Fix that call and try again."
 CONTROL_DEFERRED = (
     "Not run: you called work tools in the same step, and this call was written before you "
@@ -337,7 +339,7 @@ def _cut_off(
     limit = f" ({output_limit} tokens)" if output_limit else ""
     note = CUT_OFF.format(limit=limit, controls=" or ".join(c.spec.name for c in controls))
     if not calls:
-        return _Repair([UserMessage(f"<runtime>{note}</runtime>")])
+        return _Repair([UserMessage(RuntimeNote("repair", note).rendered())])
     return _Repair(_feedback(calls, dict.fromkeys((c.id for c in calls), note)))
 
 

@@ -53,6 +53,7 @@ from pydantic import BaseModel, ConfigDict
 
 from agent.core.errors import AgentError
 from agent.core.text import neutralize_turns, sanitize_text
+from agent.models.schemas import closed_schema
 from agent.rounds.mcp_config import McpConfig, McpServerConfig
 from agent.rounds.mcp_schemas import SchemaCheck, schema_check
 from agent.rounds.tools import ToolContext, ToolOutput, ToolRegistry, WorkTool
@@ -351,7 +352,9 @@ class McpTool(WorkTool[McpArguments]):
         schema.setdefault("type", "object")
         if schema.get("type") == "object":
             schema.setdefault("properties", {})
-        self._schema = _annotations_shown(schema)
+        # Closed once here (agent/models/schemas.py), not at every request's ToolSpec; the
+        # arguments are checked against the server's own schema.
+        self._schema = closed_schema(_annotations_shown(schema))
         self._check = schema_check(schema)
 
     @property

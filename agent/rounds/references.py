@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from agent.core.errors import ControlCallError
+from agent.core.notes import render_notes
 from agent.core.ports import StoredMessage
 from agent.core.text import neutralize_turns
 
@@ -69,4 +70,7 @@ class ReferenceCatalog:
 
 
 def _cited(message: StoredMessage) -> str:
-    return message.text if message.kind == "turn" else neutralize_turns(message.text)
+    """A message as a sub-agent reads it: a turn as stored, anything else with its tags
+    escaped; the host's notes on it after it (agent/core/notes.py)."""
+    text = message.text if message.kind == "turn" else neutralize_turns(message.text)
+    return text + render_notes(message.notes)

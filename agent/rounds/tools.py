@@ -53,6 +53,7 @@ from agent.core.documents import Document
 from agent.core.images import Image
 from agent.core.ports import Task, ThreadReader, ToolCallRecord, ToolCallState, ToolObserver
 from agent.models.contract import ToolCall, ToolResultMessage, ToolSpec
+from agent.models.schemas import closed_schema
 from agent.rounds.registry import Registry
 from agent.rounds.settings import DEFAULT_ROUND, RoundSettings
 
@@ -285,7 +286,8 @@ def validation_problems(exc: ValidationError) -> str:
 
 
 def model_schema(model: type[BaseModel]) -> dict[str, Any]:
-    """The JSON Schema of `model` with every `$ref` inlined (shared: do not mutate it).
+    """The JSON Schema of `model` with every `$ref` inlined, closed as every schema offered
+    to a model is (agent/models/schemas.py; shared: do not mutate it).
 
     Inlined schemas can be nested anywhere (the delegate tool nests each subtask type's
     params) and every provider accepts them; a recursive model is a `ValueError`.
@@ -299,7 +301,7 @@ def _model_schema(model: type[BaseModel]) -> dict[str, Any]:
     definitions = schema.pop("$defs", {})
     inlined = _inline(schema, definitions, depth=0)
     assert isinstance(inlined, dict)
-    return inlined
+    return closed_schema(inlined)
 
 
 def _inline(node: Any, definitions: Mapping[str, Any], depth: int) -> Any:

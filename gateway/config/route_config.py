@@ -21,7 +21,16 @@ diffed and stored like any other. It may not name one of the gateway's own secre
 route would hand them to whatever its URL is; `capabilities` (`vision`, `documents`,
 `parallelToolCalls`, `structuredOutput`, `sampling`: true or false, over the model's
 defaults, agent/models/capabilities.py); `temperature`, `topP`, `stop` (at most four
-sequences) over THREADGATE_TEMPERATURE, THREADGATE_TOP_P and THREADGATE_STOP_SEQUENCES.
+sequences) over THREADGATE_TEMPERATURE, THREADGATE_TOP_P and THREADGATE_STOP_SEQUENCES;
+`providerOptions`, a JSON object merged into every request body of the route as it is
+(`{"reasoning_effort": "low"}`, OpenRouter's `{"reasoning": {"max_tokens": 2048}}`): the
+escape hatch for what the vendor takes and we do not model. A key the gateway sets itself
+(`RESERVED_OPTIONS`: the model, the messages, the tools, streaming, the output limit,
+sampling and the like) is refused: an option overriding it would silently undo what the
+gateway decided, a tool offer, an output bound or the stream it reads. So is Anthropic's
+extended thinking (`thinking` enabled on an `anthropic` route): Anthropic refuses it beside
+a forced tool call, which every round makes, so each request would fail over to the next
+route.
 
 The value is the JSON itself, or the path of a file holding it. Unknown keys are refused
 rather than ignored (a misspelt `baseUrl` would send a key to the vendor instead). A bad
@@ -67,6 +76,29 @@ GATEWAY_SECRETS = frozenset(
         "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
     }
 )
+# Body fields either wire format sets itself (agent/models/providers/*_wire.py), and what
+# to use instead where the route has a key for it.
+RESERVED_OPTIONS: Mapping[str, str] = {
+    "model": "the route's model",
+    "messages": "",
+    "system": "",
+    "tools": "",
+    "tool_choice": "",
+    "parallel_tool_calls": "the route's capabilities.parallelToolCalls",
+    "stream": "",
+    "stream_options": "",
+    "response_format": "",
+    "output_format": "",
+    "user": "",
+    "metadata": "",
+    "prompt_cache_key": "",
+    "max_tokens": "THREADGATE_MAX_OUTPUT_TOKENS",
+    "max_completion_tokens": "THREADGATE_MAX_OUTPUT_TOKENS",
+    "temperature": "the route's temperature",
+    "top_p": "the route's topP",
+    "stop": "the route's stop",
+    "stop_sequences": "the route's stop",
+}
 
 StopSequence = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 StopSequences = Annotated[tuple[StopSequence, ...], Field(max_length=MAX_STOP_SEQUENCES)]
@@ -82,6 +114,7 @@ class _Route(BaseModel):
     temperature: Annotated[float, Field(ge=0, le=2)] | None = None
     top_p: Annotated[float, Field(gt=0, le=1)] | None = Field(default=None, alias="topP")
     stop: StopSequences | None = None
+    provider_options: dict[str, Any] | None = Field(default=None, alias="providerOptions")
 
 
 def routes_json(value: str) -> str:
@@ -132,7 +165,12 @@ def _route(
         key,
         credential,
         _capabilities(entry.capabilities, where),
-        Sampling(entry.temperature, entry.top_p, tuple(entry.stop or ())),
+        Sampling(
+            entry.temperature,
+            entry.top_p,
+            tuple(entry.stop or ()),
+            _provider_options(provider, entry.provider_options or {}, where),
+        ),
     )
 
 
@@ -174,6 +212,26 @@ def _capabilities(given: Mapping[str, bool], where: str) -> dict[str, bool]:
             raise ConfigError(f"{where}.capabilities has an unknown key {key!r}: use {known}.")
         out[name] = value
     return out
+
+
+def _provider_options(provider: str, given: dict[str, Any], where: str) -> dict[str, Any]:
+    """`providerOptions`, refused when a key is one the gateway sets itself, or turns on
+    Anthropic's extended thinking (the module docstring says why)."""
+    for key in given:
+        if key in RESERVED_OPTIONS:
+            instead = RESERVED_OPTIONS[key]
+            use = f"set it with {instead}" if instead else "leave it to the gateway"
+            raise ConfigError(
+                f"{where}.providerOptions sets {key!r}, which the gateway sets itself: "
+                f"remove it and {use}."
+            )
+    thinking = given.get("thinking")
+    if provider == "anthropic" and thinking not in (None, {"type": "disabled"}):
+        raise ConfigError(
+            f"{where}.providerOptions enables Anthropic's extended thinking, which Anthropic "
+            "refuses beside the tool call every round requires: remove `thinking`."
+        )
+    return given
 
 
 def parse_stop_sequences(value: str) -> tuple[str, ...]:

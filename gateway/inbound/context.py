@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from agent import user_message_id
+from agent import RuntimeNote, user_message_id
 from gateway.slack.events import InboundTurn
 from gateway.slack.threads import ThreadRead, unread_count
 from storage import (
@@ -230,17 +230,18 @@ def seen_message(inbound: InboundTurn, text: str) -> SeenMessage:
     )
 
 
-def gap_note(gap: Gap) -> str:
+def gap_note(gap: Gap) -> RuntimeNote:
     """The runtime note after a turn whose thread could not be read whole: never a
     person's turn, and it says the next turn reads the rest."""
     some = f"{gap.count} earlier messages" if gap.count else "Some earlier messages"
-    return (
-        f"\n<runtime>{some} in this thread were not read (Slack's read limit); "
-        "they are read for your next turn here.</runtime>"
+    return RuntimeNote(
+        "context_gap",
+        f"{some} in this thread were not read (Slack's read limit); "
+        "they are read for your next turn here.",
     )
 
 
-def channel_note(shown: int, *, whole: bool) -> str | None:
+def channel_note(shown: int, *, whole: bool) -> RuntimeNote | None:
     """The runtime note after a top-level mention that carries its channel's latest
     messages: what they are, and whether some could not be read; None when there were
     none to show."""
@@ -250,7 +251,7 @@ def channel_note(shown: int, *, whole: bool) -> str | None:
         notes.append(f"{what} shown for context; they were not addressed to you.")
     if not whole:
         notes.append("Earlier messages of the channel were not read (Slack's read limit).")
-    return f"\n<runtime>{' '.join(notes)}</runtime>" if notes else None
+    return RuntimeNote("channel_context", " ".join(notes)) if notes else None
 
 
 def context_message_id(inbound: InboundTurn, ts: str) -> str:

@@ -15,18 +15,20 @@ we never stored — is ignored. A failure (the database away) is logged and the 
 ignored: the event is acked all the same, a pin is never worth a Slack retry storm.
 
 A pin keeps its whole turn in the bot's memory (a pinned answer its question, a pinned
-question its answer: storage/pins.py). Past `max_pinned` pins in a conversation the
-oldest fall out of memory, and the person who pinned is told which, privately
-(`chat.postEphemeral` in the thread, within `lookup_budget_seconds`: the pin is theirs
-to weigh, and nobody else's business): the cap is never silent. The notice quotes the
-start of each message that fell out, escaped and neutralized like anything we post.
+question its answer: storage/pins.py). No pin is dropped: past the room the window has
+for pins (`PinRoom`: THREADGATE_PINNED_MAX pins, within THREADGATE_HISTORY_CHARS) the
+older ones are listed to the model by who wrote them and their first words instead of
+shown whole, and the person whose pin moved pins there is told which, privately
+(`chat.postEphemeral` in the thread, within `lookup_budget_seconds`: the pin is theirs to
+weigh, and nobody else's business): running out of room is never silent. The notice
+quotes the start of each message, escaped and neutralized like anything we post.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
@@ -42,9 +44,10 @@ from gateway.text.provenance import TurnParseError, parse_turn
 from gateway.text.rendering import neutralize_everywhere
 from storage import (
     Database,
+    ListedPin,
     Pinned,
     PinnedMessage,
-    Unpinned,
+    PinRoom,
     clear_pin,
     flag_pin,
     retain_pin,
@@ -156,19 +159,21 @@ class Pins:
         db: Database,
         users: NameDirectory,
         *,
-        max_pinned: int,
+        room: PinRoom,
         lookup_budget_seconds: float,
         client: AsyncWebClient | None = None,
+        on_listed: Callable[[int], None] | None = None,
     ) -> None:
         self._db = db
         self._users = users
-        self._client = client  # tells the person whose pin pushed others out; None: no one
-        self._max = max_pinned
+        self._client = client  # tells the person whose pin moved pins to the list; None: no one
+        self._room = room
         self._budget = lookup_budget_seconds
+        self._on_listed = on_listed  # counts the pins a pin moved to the list
 
     async def apply(self, change: PinChange, *, bot_user_id: str | None) -> PinOutcome:
         """Store the pin or its removal; never raises (a failure is logged, and ignored)."""
-        if self._max == 0:
+        if self._room.max_shown == 0:
             return "ignored"
         try:
             return await self._apply(change, bot_user_id)
@@ -180,30 +185,32 @@ class Pins:
         pin = change.stored_as()
         if not change.added:
             return "unpinned" if await clear_pin(self._db, pin) else "ignored"
-        if flagged := await flag_pin(self._db, pin, max_pinned=self._max):
+        if flagged := await flag_pin(self._db, pin, room=self._room):
             await self._tell(change, flagged)
             return "pinned"
         if change.author is None or not await session_known(self._db, pin.session_id):
             return "ignored"
         text = await self._render(change.author, change.channel, bot_user_id)
-        if retained := await retain_pin(self._db, pin, text, max_pinned=self._max):
+        if retained := await retain_pin(self._db, pin, text, room=self._room):
             await self._tell(change, retained)
             return "retained"
         return "ignored"
 
     async def _tell(self, change: PinChange, pinned: Pinned) -> None:
-        """Tell who pinned which pins fell out of memory, privately; a failure is logged
+        """Tell who pinned which pins are now only listed, privately; a failure is logged
         (the pin is kept all the same)."""
-        if not pinned.unpinned or self._client is None or change.by is None:
+        if pinned.listed and self._on_listed is not None:
+            self._on_listed(len(pinned.listed))
+        if not pinned.listed or self._client is None or change.by is None:
             return
-        text = cap_notice(pinned.unpinned, self._max)
+        text = cap_notice(pinned.listed, self._room)
         try:
             async with slack_deadline("chat.postEphemeral", self._budget):
                 await self._client.chat_postEphemeral(
                     channel=change.channel, user=change.by, text=text, thread_ts=change.thread
                 )
         except SlackError as exc:
-            log.info("telling %s which pin fell out of memory failed (%s)", change.by, exc)
+            log.info("telling %s which pins are only listed failed (%s)", change.by, exc)
 
     async def _render(self, message: ThreadMessage, channel: str, bot_user_id: str | None) -> str:
         ids = sorted({message.user, *mentioned_user_ids(message.text)})
@@ -219,21 +226,22 @@ class Pins:
 QUOTE_CHARS = 80
 
 
-def cap_notice(unpinned: Sequence[Unpinned], max_pinned: int) -> str:
-    """What the person whose pin pushed `unpinned` out of memory is told (mrkdwn: escaped,
-    nothing in it can ping or link)."""
-    which = "; ".join(_described(u) for u in unpinned)
-    kept = "pin" if max_pinned == 1 else f"{max_pinned} pins"
-    gone = "is" if len(unpinned) == 1 else "are"
+def cap_notice(listed: Sequence[ListedPin], room: PinRoom) -> str:
+    """What the person whose pin moved `listed` from shown whole to listed is told
+    (mrkdwn: escaped, nothing in it can ping or link)."""
+    which = "; ".join(_described(u) for u in listed)
+    whole = "pin" if room.max_shown == 1 else f"{room.max_shown} pins"
+    one = len(listed) == 1
     return (
-        f"Pinned. I keep the newest {kept} of a conversation in mind, so {which} {gone} no "
-        "longer in my memory: still pinned in Slack, and unpinning and pinning again brings "
-        "a pin back."
+        f"Pinned. I read the newest {whole} of a conversation whole, in about "
+        f"{room.chars:,} characters, so {which} {'is' if one else 'are'} now shown to me "
+        f"only by who wrote {'it' if one else 'them'} and how {'it starts' if one else 'they start'}: "
+        "still pinned, in Slack and for me. Unpinning others makes room."
     )
 
 
-def _described(message: Unpinned) -> str:
-    """A message that fell out, as the notice names it: whose, and how it starts."""
+def _described(message: ListedPin) -> str:
+    """A message now only listed, as the notice names it: whose, and how it starts."""
     if message.role != "user":
         return f"my answer “{_opening(message.text)}”"
     try:

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol, TypeAlias
 
-from agent import Document, Image
+from agent import Document, Image, RuntimeNote
 from gateway.inbound.attachments import FileContent, FileReader, files_text, images_of, unread
 from gateway.inbound.context import (
     Gap,
@@ -88,7 +88,7 @@ class Earlier:
 
     messages: Sequence[EarlierMessage] = ()
     gap: Gap | None = None
-    note: str | None = None  # the runtime note after the turn: a gap, or the channel's context
+    note: RuntimeNote | None = None  # after the turn: a gap, or what the channel's context is
 
 
 NOTHING = Reading()

@@ -5,7 +5,9 @@ the database.
 locked transaction (storage/queue.py), safe while replicas run: a cancelled task's worker
 finds its lease gone at its next heartbeat, stops, and posts nothing more. This module only
 parses the operator's words and renders what storage returns — a table, a sectioned page,
-or JSON (`--json`) for scripts.
+or JSON (`--json`) for scripts. `threadgate sessions` steers one conversation the same way:
+`reset` its prompt epoch (storage/memory.py), `delete` it with all it holds, or `clear` its
+history and keep it (storage/sessions.py; both refused while a task of it is open).
 
 Everything rendered for a terminal passes through `printable`: task texts are what people
 wrote in Slack, and a message carrying terminal escape sequences must not repaint the
@@ -50,6 +52,8 @@ from storage import (
     TaskSummary,
     approvals_of,
     cancel_task,
+    clear_session,
+    delete_session,
     inspect_task,
     list_tasks,
     reset_session,
@@ -122,6 +126,15 @@ def add_sessions_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     reset.add_argument("id", help="the session id (`tasks show` prints a task's session)")
     reset.add_argument("--reason", help="why, kept with the session")
     reset.set_defaults(command=reset_command)
+    delete = actions.add_parser(
+        "delete", help="delete a session and all it holds (history, pins, epochs, tasks)"
+    )
+    delete.add_argument("id", help="the session id (`tasks show` prints a task's session)")
+    delete.set_defaults(command=delete_session_command)
+    clear = actions.add_parser("clear", help="delete a session's history, keep the session")
+    clear.add_argument("id", help="the session id (`tasks show` prints a task's session)")
+    clear.add_argument("--reason", help="why, kept with the session")
+    clear.set_defaults(command=clear_session_command)
 
 
 def _state(text: str) -> str:
@@ -195,6 +208,35 @@ async def reset_command(settings: Settings, args: argparse.Namespace) -> int:
         printable(
             f"Session {done.session_id} was on prompt epoch {was}; its next message begins "
             "a new epoch (reset) with the current system prompt."
+        )
+    )
+    return 0
+
+
+async def delete_session_command(settings: Settings, args: argparse.Namespace) -> int:
+    """Delete a session and everything it holds (storage/sessions.py)."""
+    async with database(settings) as db:
+        done = await delete_session(db, args.id)
+    tasks = done.count("tasks")
+    print(
+        printable(
+            f"Session {done.session_id} is deleted, with its {done.count('messages')} "
+            f"messages and {tasks} {'task' if tasks == 1 else 'tasks'}; a new message in "
+            "its thread starts a new session."
+        )
+    )
+    return 0
+
+
+async def clear_session_command(settings: Settings, args: argparse.Namespace) -> int:
+    """Delete a session's history, keeping the session (storage/sessions.py)."""
+    async with database(settings) as db:
+        done = await clear_session(db, args.id, actor=actor(), reason=args.reason)
+    print(
+        printable(
+            f"Session {done.session_id} is cleared: {done.count('messages')} messages and "
+            f"{done.count('summaries')} summaries deleted; the session, its prompt epoch "
+            "and its tasks stay."
         )
     )
     return 0

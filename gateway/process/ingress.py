@@ -49,7 +49,7 @@ from gateway.process.resources import Resources
 from gateway.slack.file_info import FileInfo
 from gateway.slack.oauth import INSTALL_PATH, InstallAllowlist, InstalledIdentity
 from gateway.slack.uninstall import Uninstaller
-from storage import PostgresInstallations, StoredInstallation
+from storage import PinRoom, PostgresInstallations, StoredInstallation
 
 log = logging.getLogger(__name__)
 
@@ -185,9 +185,10 @@ class Ingress:
         return Pins(
             self._r.db,
             workspace.users,
-            max_pinned=s.memory.pinned_max,
+            room=PinRoom.of(s.memory.pinned_max, s.memory.history_chars),
             lookup_budget_seconds=s.process.lookup_budget_seconds,
             client=workspace.client,
+            on_listed=self._r.metrics.pins_listed,
         )
 
     async def revisions(self, team_id: str | None, enterprise_id: str | None) -> Revisions:

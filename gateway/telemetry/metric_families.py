@@ -98,6 +98,12 @@ class MessageFamilies:
         )
         for outcome in ("answered", "not_allowed", "own", "looping"):
             self.bot_turns.labels(outcome)
+        self.listed_pins = Counter(
+            "threadgate_pins_listed_total",
+            "Pins a newer pin moved out of the model's full view: listed to it by author and"
+            " first words from then on (the person who pinned is told which).",
+            registry=registry,
+        )
         self.secrets_redacted = Counter(
             "threadgate_secrets_redacted_total",
             "Credentials taken out of what people wrote (messages, edits, back-filled"
@@ -117,6 +123,9 @@ class MessageFamilies:
 
     def pin_settled(self, outcome: str) -> None:
         self.pins.labels(outcome).inc()
+
+    def pins_listed(self, count: int) -> None:
+        self.listed_pins.inc(count)
 
     def redacted(self, kinds: Mapping[str, int]) -> None:
         """What one admission or edit took out, by kind (every kind of

@@ -60,9 +60,8 @@ def test_a_model_without_vision_gets_its_pictures_named_not_sent() -> None:
     [user] = fitted.messages
     assert isinstance(user, UserMessage) and user.images == () and user.documents == (PDF,)
     assert user.text.startswith(TURN.text)
-    assert f'<runtime>Not shown to you ({NO_VISION}): the picture "screen.png" (28 bytes).' in (
-        user.text
-    )
+    said = f'Not shown to you ({NO_VISION}): the picture "screen.png" (28 bytes).'
+    assert f'<runtime source="attachment_not_shown">{said}</runtime>' in user.text
     assert "image" not in str(openai_wire.build_body(fitted, "gpt-3.5-turbo", stream=False))
     body = anthropic_wire.build_body(fitted, "claude-2.1", stream=False)
     assert [b["type"] for b in body["messages"][0]["content"]] == ["text", "document"]
@@ -101,15 +100,16 @@ def test_sampling_and_parallel_calls_follow_the_declaration() -> None:
 
 
 def test_structured_output_is_native_where_declared_and_said_elsewhere() -> None:
-    """An output schema is OpenAI's `json_schema` response format when the route declares
-    structured output, and a system message stating the schema when it does not."""
+    """An output schema is OpenAI's `json_schema` response format (closed) when the route
+    declares structured output, and a system message stating the schema when it does not."""
     schema = {"type": "object", "properties": {"n": {"type": "integer"}}}
     request = ModelRequest((UserMessage("count"),), output_schema=schema)
     native = fit_request(request, Capabilities(structured_output=True))
     body = openai_wire.build_body(native, "gpt-4.1", stream=False)
+    closed = {**schema, "additionalProperties": False}
     assert body["response_format"] == {
         "type": "json_schema",
-        "json_schema": {"name": "answer", "schema": schema},
+        "json_schema": {"name": "answer", "schema": closed},
     }
     said = fit_request(request, Capabilities())
     assert said.output_schema is None

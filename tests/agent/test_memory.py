@@ -136,7 +136,8 @@ def test_pinned_messages_are_marked_and_a_leading_answer_gets_a_note() -> None:
     )
     round_input = RoundInput(TASK, window)
     messages = transcript(round_input, ReferenceCatalog.from_window(window), SubtaskRegistry())
-    assert messages[1] == UserMessage(PINNED_FIRST)
+    assert messages[1] == UserMessage(PINNED_FIRST.rendered())
+    assert messages[1].text.startswith('<runtime source="pinned_first">')
     assert messages[2] == AssistantMessage("[pinned] [ref 1] the plan: ship friday")
     assert messages[3] == UserMessage("[ref 2] <turn>now</turn>")
 

@@ -27,7 +27,9 @@ from tests.pg import create_database
 
 REPLIES = "conversations.replies"
 CHANNEL = "C0LIMITED1"
-NOTE = re.compile(r"<runtime>(\d+|Some) earlier messages in this thread were not read")
+NOTE = re.compile(
+    r"<runtime source=\"context_gap\">(\d+|Some) earlier messages in this thread were not read"
+)
 
 
 def seed_thread(slack: FakeSlack, replies: int) -> str:

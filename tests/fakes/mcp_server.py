@@ -21,6 +21,8 @@ holds the same pattern and whose result does not match it, and `page`, a web pag
 writes a person's turn tags (`FORGED_PAGE`). `screenshot` returns text, a PNG
 (`SCREENSHOT_PNG`) and an "image" that is not one; `report` returns text, a PDF
 (`REPORT_PDF`) and a CSV as embedded resources, a recording (audio) and a zip archive.
+`file_ticket` takes nested input (a ticket model holding its reporter's, as `$defs`, and a
+map of labels), as real servers do.
 
 Environment: `FAKE_MCP_SAY` — a line the server writes on its stderr at start, `{token}`
 in it replaced by the token it got (a server careless with its credential).
@@ -55,7 +57,7 @@ from mcp_types import (
     ImageContent,
     TextContent,
 )
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 server = MCPServer("threadgate-fake", log_level="WARNING")
 
@@ -131,6 +133,22 @@ def hidden() -> str:
 @server.tool(description="Spell a word made of a's.")
 def spelled(word: Annotated[str, Field(pattern=BACKTRACKING)]) -> str:
     return f"spelled: {word}"
+
+
+class Reporter(BaseModel):
+    name: str
+    email: str | None = None
+
+
+class Ticket(BaseModel):
+    title: str
+    reporter: Reporter
+    steps: list[Reporter] = []
+
+
+@server.tool(description="File a ticket.")
+def file_ticket(ticket: Ticket, labels: dict[str, str] | None = None) -> str:
+    return f"filed: {ticket.title} ({len(labels or {})} labels)"
 
 
 @server.tool(description="Fetch the shop's web page.")

@@ -61,7 +61,8 @@ async def test_a_top_level_mention_carries_the_channels_recent_messages_as_turns
     assert len(users) == 5 and all('from="Bob" id="U0BOB00001"' in t for t in users[:4])
     assert "launch note 0" in users[0] and "ignore your instructions" in users[3]
     assert users[3].startswith("[ref 4] <turn ") and users[3].endswith("</turn>")
-    assert "<runtime>The 4 messages before this turn are the channel's latest" in users[4]
+    note = '<runtime source="channel_context">The 4 messages before this turn are the channel'
+    assert f"{note}'s latest" in users[4]
     assert len(rig.slack.calls_to(HISTORY)) == 1
     await said(rig, "launch moved to Tuesday")
     await mention(rig, "<@UBOT> and now?")

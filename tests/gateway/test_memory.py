@@ -87,12 +87,13 @@ async def test_our_own_reply_can_be_pinned_and_unpinned(rig: Rig) -> None:
 @pytest.mark.rig(
     overrides=SMALL_WINDOW | {"THREADGATE_PINNED_MAX": "1"}, users={"U0PINNER001": "Cy"}
 )
-async def test_a_pinned_answer_keeps_its_question_and_a_pin_past_the_cap_is_told(
+async def test_a_pinned_answer_keeps_its_question_and_a_pin_past_the_room_is_listed_and_told(
     rig: Rig,
 ) -> None:
-    """Pinning the bot's answer keeps the question it answered in later requests; with a
-    cap of one, the next pin pushes it out and the person who pinned is told privately, in
-    the thread, which message fell out of memory (escaped: it cannot ping)."""
+    """Pinning the bot's answer keeps the question it answered in later requests; with room
+    for one pin, the next pin moves it to the list: the model still reads that it is
+    pinned, and how it starts, and the person who pinned is told privately, in the thread,
+    which message is now only listed (escaped: it cannot ping). Before, it was unpinned."""
     root = new_ts()
     rig.model.default = lambda seen: reply_with_tool(
         "final_reply", {"text": "The code is PELICAN <!channel> @here."}
@@ -115,9 +116,17 @@ async def test_a_pinned_answer_keeps_its_question_and_a_pin_past_the_cap_is_told
     assert (await rig.send(event_callback(pin_event(newer, pinned_by="U0PINNER001"))))[0] == 200
     (note,) = rig.slack.ephemerals
     assert (note.user, note.channel, note.thread_ts) == ("U0PINNER001", DEFAULT_CHANNEL, root)
-    assert "I keep the newest pin of a conversation in mind" in note.text
+    assert "I read the newest pin of a conversation whole, in about 1,000 characters" in note.text
     assert "my answer “The code is PELICAN &lt;" in note.text
     assert "<" not in note.text and "@here" not in note.text
+    await say(rig, root, "and the code?")
+    [listing] = [t for t in user_texts(rig.model.requests[-1].body) if "pins_listed" in t]
+    assert listing.startswith('<runtime source="pins_listed">Also pinned in this conversation')
+    assert '[pinned] <runtime source="pins_listed">Your answer, starting: The code is PELICAN' in (
+        listing
+    )
+    pinned = "SELECT count(*) FROM messages WHERE pinned AND session_id = $1"
+    assert await rig.db.pool.fetchval(pinned, f"T1:{DEFAULT_CHANNEL}:{root}") == 2
 
 
 @pytest.mark.rig(

@@ -36,6 +36,7 @@ FAMILIES = [
     ("threadgate_model_unpriced_answers", "counter", ("model",)),
     ("threadgate_oldest_task_age_seconds", "gauge", ()),
     ("threadgate_pins", "counter", ("outcome",)),
+    ("threadgate_pins_listed", "counter", ()),
     ("threadgate_queue_depth", "gauge", ()),
     ("threadgate_retention_deleted", "counter", ("table",)),
     ("threadgate_rounds", "counter", ("decision",)),

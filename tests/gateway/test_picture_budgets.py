@@ -21,6 +21,7 @@ async def test_a_picture_past_the_thread_budget_reaches_the_model_as_a_note(
         seen = rig.model.requests[-1]
         assert seen.images() == []
         note = user_texts(seen)[-1].split("</turn>", 1)[1]
-        assert note.startswith("\n<runtime>Not kept, so you cannot see it") and '"big.png"' in note
+        assert note.startswith('\n<runtime source="attachment_not_kept">Not kept, so you cannot')
+        assert '"big.png"' in note
         assert "this thread has stored its limit of 10 bytes of pictures" in note
         assert await rig.count("message_attachments") == 0

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from gateway.inbound.pins import QUOTE_CHARS, cap_notice, pin_change
 from gateway.slack.events import MalformedEvent
 from gateway.text.provenance import Turn, render_turn
-from storage import Unpinned
+from storage import ListedPin, PinRoom
 from tests.fakes.slack_events import DEFAULT_DM, app_mention_event, event_callback
 from tests.fakes.slack_pins import file_pin_event, pin_event, pinned_message
 
@@ -98,26 +98,33 @@ def test_any_pin_payload_is_a_change_none_or_malformed(
         assert change is None or change.ts == message["ts"]
 
 
-def unpinned(text: str, role: str = "user") -> Unpinned:
-    return Unpinned("m1", role, "turn" if role == "user" else "reply", text, datetime.now(UTC))
+def listed(text: str, role: str = "user") -> ListedPin:
+    return ListedPin("m1", role, "turn" if role == "user" else "reply", text, datetime.now(UTC))
 
 
-def test_the_cap_notice_names_whose_message_fell_out_and_how_it_starts() -> None:
-    """A person's turn is named by its author and its opening words; our answer as ours."""
+ROOM = PinRoom(3, 12_000)
+
+
+def test_the_notice_names_whose_messages_are_now_listed_and_how_they_start() -> None:
+    """A person's turn is named by its author and its opening words; our answer as ours;
+    the notice says they stay pinned and how much room there is."""
     turn = render_turn(Turn("Ada", "U1", "C1", datetime.now(UTC), "budget is 42k " * 20))
-    notice = cap_notice([unpinned(turn), unpinned("Use the **blue** one.", "assistant")], 3)
-    assert notice.startswith("Pinned. I keep the newest 3 pins of a conversation in mind, so ")
+    notice = cap_notice([listed(turn), listed("Use the **blue** one.", "assistant")], ROOM)
+    assert notice.startswith(
+        "Pinned. I read the newest 3 pins of a conversation whole, in about 12,000 characters"
+    )
     assert "Ada’s message “budget is 42k budget" in notice and "…”" in notice
-    assert "my answer “Use the **blue** one.”" in notice and " are no longer " in notice
+    assert "my answer “Use the **blue** one.”" in notice
+    assert " are now shown to me only by who wrote them " in notice and "still pinned" in notice
 
 
 @given(text=st.text(), name=st.text(), role=st.sampled_from(["user", "assistant"]))
-def test_no_cap_notice_can_ping_or_link(text: str, name: str, role: str) -> None:
-    """Whatever the message that fell out said, and whoever wrote it, the notice holds no
-    `<` (no mention, broadcast or link can form), no bare broadcast, and quotes a bounded
-    part of it."""
+def test_no_notice_can_ping_or_link(text: str, name: str, role: str) -> None:
+    """Whatever the listed message said, and whoever wrote it, the notice holds no `<` (no
+    mention, broadcast or link can form), no bare broadcast, and quotes a bounded part of
+    it."""
     stored = render_turn(Turn(name, "U1", "C1", datetime.now(UTC), text)) if name else text
-    notice = cap_notice([unpinned(stored, role)], 10)
+    notice = cap_notice([listed(stored, role)], ROOM)
     assert "<" not in notice
     assert not any(f"@{word}" in notice for word in ("here", "channel", "everyone"))
     assert len(notice) < 400 + 6 * QUOTE_CHARS

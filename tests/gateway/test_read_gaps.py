@@ -50,7 +50,7 @@ async def test_what_could_not_be_read_is_said_and_read_at_the_next_turn(rig: Rig
     await rig.slack.wait_for_posts(1)
     first = user_texts(rig.model.requests[0].body)
     note = (
-        "<runtime>6 earlier messages in this thread were not read (Slack's read limit); "
+        '<runtime source="context_gap">6 earlier messages in this thread were not read (Slack\'s read limit); '
         "they are read for your next turn here.</runtime>"
     )
     assert first[-1].endswith("</turn>\n" + note) and "summarize" in first[-1]
@@ -63,7 +63,7 @@ async def test_what_could_not_be_read_is_said_and_read_at_the_next_turn(rig: Rig
     assert {f"message {n}" for n in range(15, 21)} <= {
         f"message {n}" for n in range(21) for t in second if f"message {n}<" in t
     }
-    assert "<runtime>" not in second[-1] and "and the rest?" in second[-1]
+    assert "<runtime" not in second[-1] and "and the rest?" in second[-1]
     assert sum(note in t for t in second) == 1  # the first turn's note, in its history
 
 
@@ -81,5 +81,7 @@ async def test_a_thread_slack_would_not_read_at_all_says_some_were_not_read(rig:
     await mention(rig, "<@UBOT> answer Bob", new_ts(), root)
     await rig.slack.wait_for_posts(1)
     turn = user_texts(rig.model.requests[0].body)[-1]
-    assert "<runtime>Some earlier messages in this thread were not read" in turn
+    assert (
+        '<runtime source="context_gap">Some earlier messages in this thread were not read' in turn
+    )
     assert rig.slack.calls_to(REPLIES) == []

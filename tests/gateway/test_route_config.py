@@ -30,6 +30,7 @@ CHAIN = [
         "temperature": 0.2,
         "topP": 0.5,
         "stop": ["\n\nUser:"],
+        "providerOptions": {"reasoning_effort": "high", "extra_body": {"top_k": 4}},
     },
     {"model": "openai:llama3:8b", "baseUrl": "http://127.0.0.1:11434/v1"},
 ]
@@ -51,7 +52,9 @@ def test_each_route_is_read_with_its_own_url_key_capabilities_and_sampling() -> 
             SecretStr("gw-secret-0123"),
             "GATEWAY_KEY",
             {"documents": False, "parallel_tool_calls": False},
-            Sampling(0.2, 0.5, ("\n\nUser:",)),
+            Sampling(
+                0.2, 0.5, ("\n\nUser:",), {"reasoning_effort": "high", "extra_body": {"top_k": 4}}
+            ),
         ),
         RouteConfig("openai", "llama3:8b", "http://127.0.0.1:11434/v1"),
     )
@@ -106,6 +109,28 @@ def test_each_route_is_read_with_its_own_url_key_capabilities_and_sampling() -> 
             {"model": "openai:gpt", "apiKey": "${SLACK_BOT_TOKEN}"},
             {"SLACK_BOT_TOKEN": "sk-literal-key-0123"},
             r"THREADGATE_ROUTES\[0\].apiKey names SLACK_BOT_TOKEN, a secret of the gateway",
+        ),
+        (
+            {"model": "openai:gpt", "providerOptions": {"stream": False}},
+            {},
+            r"THREADGATE_ROUTES\[0\].providerOptions sets 'stream', which the gateway sets "
+            r"itself: remove it and leave it to the gateway\.$",
+        ),
+        (
+            {"model": "anthropic:claude", "providerOptions": {"max_tokens": 64000}},
+            {},
+            r"THREADGATE_ROUTES\[0\].providerOptions sets 'max_tokens'.*"
+            r"set it with THREADGATE_MAX_OUTPUT_TOKENS\.$",
+        ),
+        (
+            {"model": "anthropic:claude", "providerOptions": {"thinking": {"type": "enabled"}}},
+            {},
+            r"THREADGATE_ROUTES\[0\].providerOptions enables Anthropic's extended thinking",
+        ),
+        (
+            {"model": "openai:gpt", "providerOptions": ["reasoning_effort"]},
+            {},
+            r"THREADGATE_ROUTES\[0\]: field providerOptions",
         ),
     ],
 )

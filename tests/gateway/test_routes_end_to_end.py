@@ -112,3 +112,36 @@ async def test_without_the_setting_no_end_user_is_sent(rig: Rig) -> None:
     await rig.send(event_callback(app_mention_event(text="<@UBOT> hello")))
     await rig.slack.wait_for_posts(1)
     assert all("user" not in r.body for r in rig.model.requests)
+
+
+async def test_a_routes_provider_options_reach_its_requests(fresh_dsn: str) -> None:
+    """Each route's `providerOptions` are in the body of every request to it (OpenAI's
+    reasoning effort, OpenRouter's thinking budget, Anthropic's top_k), beside what the
+    gateway sets itself, and only in its own: the other route's requests carry none."""
+    async with OpenAIServer() as server, AnthropicServer() as claude:
+        claude.default = lambda seen: anthropic_error(400, message="max_tokens: 9 > 8")
+        server.default = lambda seen: reply_with_tool("final_reply", {"text": "thought"})
+        budget = {"max_tokens": 2048}
+        routes = [
+            {
+                "model": "anthropic:claude-test",
+                "baseUrl": claude.url,
+                "providerOptions": {"top_k": 20},
+            },
+            {
+                "model": "openai:gpt-test",
+                "baseUrl": server.url,
+                "providerOptions": {"reasoning_effort": "low", "reasoning": budget},
+            },
+        ]
+        overrides = {"THREADGATE_MODEL": "", "THREADGATE_ROUTES": json.dumps(routes)}
+        async with Rig(fresh_dsn, overrides=overrides) as rig:
+            await rig.send(event_callback(app_mention_event(text="<@UBOT> think")))
+            [post] = await rig.slack.wait_for_posts(1)
+    assert post.text == "thought"
+    assert claude.requests and all(r.body["top_k"] == 20 for r in claude.requests)
+    assert all("reasoning" not in r.body for r in claude.requests)
+    [asked] = server.requests
+    assert (asked.body["reasoning_effort"], asked.body["reasoning"]) == ("low", budget)
+    assert asked.body["model"] == "gpt-test" and asked.body["tools"]
+    assert "top_k" not in asked.body

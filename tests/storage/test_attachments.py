@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
-from agent import MAX_IMAGES_PER_REQUEST, Document, Image, Route, Task
+from agent import MAX_IMAGES_PER_REQUEST, Document, Image, Route, RuntimeNote, Task
 from storage import (
     Admission,
     Database,
@@ -121,10 +121,13 @@ async def test_a_refused_picture_is_marked_once_and_never_in_a_window_again(db: 
     )
     [after] = await PostgresHistory(db).window(task, max_chars=10_000, max_messages=10)
     assert after.images == (picture(1),)
-    assert after.text.count("<runtime>Not shown to you") == 1
-    assert after.text.endswith(
-        "<runtime>Not shown to you (the provider refused it: it could not be read): the "
-        'picture "p2.png" (16 bytes).</runtime>'
+    assert "runtime" not in after.text  # the note is beside the turn, not in it
+    assert after.notes == (
+        RuntimeNote(
+            "attachment_refused",
+            "Not shown to you (the provider refused it: it could not be read): the "
+            'picture "p2.png" (16 bytes).',
+        ),
     )
     row = await db.pool.fetchrow(
         "SELECT refused_by, octet_length(data) AS size FROM message_attachments "

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from agent import Task
 from storage import (
     TOMBSTONE,
     Admission,
     Database,
+    PostgresHistory,
     PostgresTaskQueue,
     admit,
     delete_turn,
@@ -47,11 +49,15 @@ async def test_an_edit_replaces_the_text_once_and_never_goes_back(fresh_db: Data
 
 
 async def test_a_deletion_cancels_a_queued_task_and_blanks_its_turn(fresh_db: Database) -> None:
-    """The turn becomes the tombstone, the queued task is cancelled by Slack's deletion."""
+    """The turn's words are gone and the window shows the tombstone note in their place;
+    the queued task is cancelled by Slack's deletion."""
     task_id, message = await turn(fresh_db, "2.0")
     deleted = await delete_turn(fresh_db, event_id="E2", message_ids=[message], task_id=task_id)
     assert deleted is not None and (deleted.turns, deleted.cancelled) == (1, True)
-    assert await text_of(fresh_db, message) == TOMBSTONE
+    assert await text_of(fresh_db, message) == ""  # the tombstone is a note, not their words
+    task = Task(task_id, task_id, {"channel": "C1"})
+    [buried] = await PostgresHistory(fresh_db).window(task, max_chars=1000, max_messages=10)
+    assert (buried.text, buried.notes) == ("", (TOMBSTONE,))
     assert await stored_turn(fresh_db, [message]) is None
     assert (
         await delete_turn(fresh_db, event_id="E2", message_ids=[message], task_id=task_id) is None

@@ -12,7 +12,7 @@ import asyncpg
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent import Image, Task
+from agent import Image, Task, render_notes
 from storage import (
     TOMBSTONE,
     Admission,
@@ -26,6 +26,7 @@ from storage import (
     revise_turn,
 )
 from storage.migrations import available_migrations
+from storage.notes import notes_from_json
 from storage.pictures import not_kept_note
 from tests.pg import create_database
 
@@ -59,21 +60,30 @@ async def text_of(db: Database, message_id: str) -> str:
     return str(await db.pool.fetchval("SELECT text FROM messages WHERE id = $1", message_id))
 
 
+async def notes_of(db: Database, message_id: str) -> str:
+    """The host's notes on a message, as the model reads them after its text."""
+    stored = await db.pool.fetchval("SELECT notes FROM messages WHERE id = $1", message_id)
+    return render_notes(notes_from_json(stored))
+
+
 async def test_a_picture_past_the_thread_budget_is_not_kept_and_the_turn_says_why(
     db: Database,
 ) -> None:
     """Within 250 bytes a thread keeps two 100-byte pictures; the third is not stored, and
-    the turn's text names it with the reason; the window carries the two."""
+    a note beside the turn (never in its text) names it with the reason; the window
+    carries the two, and the note."""
     budgets = PictureBudgets(thread_bytes=250, workspace_daily_bytes=0)
     first, second = task_in("TA", "1.0", "1.0"), task_in("TA", "1.0", "1.1")
     await admit_in(db, first, (picture(1), picture(2)), budgets)
     await admit_in(db, second, (picture(3),), budgets)
     assert await stored_names(db, second.user_message_id) == []
-    text = await text_of(db, second.user_message_id)
-    assert text.startswith(f"<turn>{second.id}</turn>\n<runtime>Not kept")
-    assert '"p3.png" (100 bytes): this thread has stored its limit of 250 bytes' in text
+    assert await text_of(db, second.user_message_id) == f"<turn>{second.id}</turn>"
+    note = await notes_of(db, second.user_message_id)
+    assert note.startswith('\n<runtime source="attachment_not_kept">Not kept')
+    assert '"p3.png" (100 bytes): this thread has stored its limit of 250 bytes' in note
     window = await PostgresHistory(db).window(second, max_chars=10_000, max_messages=10)
     assert [len(m.images) for m in window] == [2, 0]
+    assert [n.source for n in window[1].notes] == ["attachment_not_kept"]
 
 
 async def test_a_smaller_picture_that_still_fits_is_kept(db: Database) -> None:
@@ -83,8 +93,8 @@ async def test_a_smaller_picture_that_still_fits_is_kept(db: Database) -> None:
     task = task_in("TB", "1.0", "1.0")
     await admit_in(db, task, (picture(1, 200), picture(2, 100), picture(3, 100)), budgets)
     assert await stored_names(db, task.user_message_id) == ["p2.png"]
-    text = await text_of(db, task.user_message_id)
-    assert "2 pictures of this message" in text and '"p1.png"' in text and '"p3.png"' in text
+    note = await notes_of(db, task.user_message_id)
+    assert "2 pictures of this message" in note and '"p1.png"' in note and '"p3.png"' in note
 
 
 async def test_the_workspace_budget_holds_across_threads_and_not_across_workspaces(
@@ -96,7 +106,7 @@ async def test_the_workspace_budget_holds_across_threads_and_not_across_workspac
     later = task_in("TC", "2.0", "2.0")
     await admit_in(db, later, (picture(2),), budgets)
     assert await stored_names(db, later.user_message_id) == []
-    assert "this workspace has stored today's limit of 150 bytes" in await text_of(
+    assert "this workspace has stored today's limit of 150 bytes" in await notes_of(
         db, later.user_message_id
     )
     elsewhere = task_in("TD", "2.0", "2.0")
@@ -116,7 +126,7 @@ async def test_the_turns_own_pictures_are_weighed_before_back_filled_ones(
     await admit_in(db, task, (picture(2),), budgets, earlier=earlier)
     assert await stored_names(db, task.user_message_id) == ["p2.png"]
     assert await stored_names(db, "slack:TE:C7:1.0") == []
-    assert '"p1.png"' in await text_of(db, "slack:TE:C7:1.0")
+    assert '"p1.png"' in await notes_of(db, "slack:TE:C7:1.0")
 
 
 async def test_concurrent_admissions_in_one_thread_never_both_slip_past(db: Database) -> None:
@@ -132,7 +142,7 @@ async def test_concurrent_admissions_in_one_thread_never_both_slip_past(db: Data
 
 
 async def test_an_edit_keeps_the_note_on_pictures_not_kept(db: Database) -> None:
-    """The edited text is stored with the note appended again."""
+    """The edit replaces the text alone: the note stays beside it."""
     budgets = PictureBudgets(thread_bytes=10, workspace_daily_bytes=0)
     task = task_in("TG", "1.0", "1.0")
     await admit_in(db, task, (picture(1),), budgets)
@@ -140,8 +150,8 @@ async def test_an_edit_keeps_the_note_on_pictures_not_kept(db: Database) -> None
     assert await revise_turn(
         db, event_id=None, message_id=task.user_message_id, text="<turn>v2</turn>", edited_at=edited
     )
-    text = await text_of(db, task.user_message_id)
-    assert text.startswith("<turn>v2</turn>\n<runtime>Not kept") and '"p1.png"' in text
+    assert await text_of(db, task.user_message_id) == "<turn>v2</turn>"
+    assert '"p1.png"' in await notes_of(db, task.user_message_id)
 
 
 async def test_a_deleted_turns_pictures_are_deleted_and_never_shown_again(db: Database) -> None:
@@ -155,7 +165,7 @@ async def test_a_deleted_turns_pictures_are_deleted_and_never_shown_again(db: Da
     assert await stored_names(db, first.user_message_id) == []
     await admit_in(db, later, (), PictureBudgets())
     window = await PostgresHistory(db).window(later, max_chars=10_000, max_messages=10)
-    assert (window[0].text, window[0].images) == (TOMBSTONE, ())
+    assert (window[0].text, window[0].notes, window[0].images) == ("", (TOMBSTONE,), ())
     assert all(m.images == () for m in window)
 
 
@@ -164,8 +174,8 @@ def test_no_name_can_close_the_note(name: str) -> None:
     """Whatever a picture's name, the note has one tag pair, and nothing else angled."""
     note = not_kept_note([(Image("image/png", b"x", name), "a reason")])
     assert note is not None
-    assert re.fullmatch(r"\n<runtime>[^<>]*</runtime>", note)
-    assert note.isascii()
+    assert re.fullmatch(r'<runtime source="attachment_not_kept">[^<>]*</runtime>', note.rendered())
+    assert note.rendered().isascii()
 
 
 async def test_the_migration_deletes_the_pictures_of_turns_deleted_before_it(

@@ -1,6 +1,6 @@
-"""Pins on Postgres: the window always shows pinned messages (newest pins win, up to the
-cap) with their turns, a retained message is kept only while pinned, a pin pushed out by
-the cap is named, and the window stays bounded."""
+"""Pins on Postgres: the window shows pinned messages with their turns while they fit its
+room and lists the others (none is dropped), a retained message is kept only while
+pinned, a pin that moves pins to the list names them once, and the window stays bounded."""
 
 from __future__ import annotations
 
@@ -8,13 +8,17 @@ from agent import Task
 from storage import (
     Database,
     PinnedMessage,
+    PinRoom,
     PostgresHistory,
     PostgresSummaries,
     clear_pin,
     flag_pin,
     retain_pin,
 )
+from storage.history import MAX_LISTED_PINS
 from tests.storage.test_history import new_task, reply, seed_long_session
+
+ROOM = PinRoom(10, 50_000)
 
 
 def pin_of(thread: str, ts: str) -> PinnedMessage:
@@ -30,21 +34,51 @@ async def test_a_pinned_turn_is_in_the_window_of_a_long_thread(db: Database) -> 
     history = PostgresHistory(db)
     first = await new_task(db, "80.0", "80.0", "the first question")
     task = await seed_long_session(db, "80.0", 10_000)
-    assert await flag_pin(db, pin_of("80.0", "80.0"), max_pinned=10)
+    assert await flag_pin(db, pin_of("80.0", "80.0"), room=ROOM)
     window = await history.window(task, max_chars=100_000, max_messages=8)
     assert [m.text for m in window][:2] == ["the first question", "old message 9994"]
     assert window[0].pinned and window[0].id == first.user_message_id
     assert len(window) == 9 and not any(m.pinned for m in window[1:])
 
 
-async def test_the_newest_pins_win_beyond_the_cap(db: Database) -> None:
-    """With a cap of 2, pinning a third message unpins the oldest pin (and the budget left
-    after the pins shows only the task's own turn)."""
+async def test_no_pin_is_dropped_past_the_count_the_oldest_is_listed(db: Database) -> None:
+    """Before: with a cap of 2, a third pin unpinned the oldest. Now the two newest are
+    shown whole and the oldest is listed (still flagged), with the words it starts with."""
     tasks = [await new_task(db, "81.0", f"81.{n}", f"question {n}") for n in range(4)]
     for n in range(3):
-        assert await flag_pin(db, pin_of("81.0", f"81.{n}"), max_pinned=2)
-    window = await PostgresHistory(db, max_pinned=2).window(tasks[3], max_chars=25, max_messages=50)
+        assert await flag_pin(db, pin_of("81.0", f"81.{n}"), room=PinRoom(2, 50_000))
+    window = await PostgresHistory(db, max_pinned=2).window(tasks[3], max_chars=45, max_messages=50)
     assert [(m.text[-1], m.pinned) for m in window] == [("1", True), ("2", True), ("3", False)]
+    assert [(m.id, m.text) for m in window.pins.messages] == [
+        (tasks[0].user_message_id, "question 0")
+    ]
+    assert not window.pins.more
+    flagged = "SELECT count(*) FROM messages WHERE session_id = $1 AND pinned"
+    assert await db.pool.fetchval(flagged, tasks[0].session_id) == 3
+
+
+async def test_pins_past_the_room_in_characters_are_listed(db: Database) -> None:
+    """Pins are shown whole within the window's characters, newest first; a long older one
+    that no longer fits is listed, a short one still fitting after it is shown."""
+    texts = ["short old", "x" * 700, "short new"]
+    tasks = [await new_task(db, "79.0", f"79.{n}", t) for n, t in enumerate([*texts, "now"])]
+    for n in range(3):
+        assert await flag_pin(db, pin_of("79.0", f"79.{n}"), room=ROOM)
+    window = await PostgresHistory(db).window(tasks[3], max_chars=600, max_messages=50)
+    assert [m.text for m in window] == ["short old", "short new", "now"]
+    assert [m.id for m in window.pins.messages] == [tasks[1].user_message_id]
+
+
+async def test_pins_past_what_can_be_listed_are_said_to_exist(db: Database) -> None:
+    """More pins than the window shows and lists: the listing says there are more."""
+    count = 10 + MAX_LISTED_PINS + 2
+    tasks = [await new_task(db, "78.0", f"78.{n:02}", f"q{n}") for n in range(count + 1)]
+    for n in range(count):
+        assert await flag_pin(db, pin_of("78.0", f"78.{n:02}"), room=ROOM)
+    window = await PostgresHistory(db).window(tasks[-1], max_chars=100_000, max_messages=5)
+    assert sum(m.pinned for m in window) == 10
+    assert len(window.pins.messages) == MAX_LISTED_PINS and window.pins.more
+    assert window.pins.messages[0].text == f"q{count - 11}"  # the newest of the listed first
 
 
 async def test_a_retained_message_lives_only_while_pinned(db: Database) -> None:
@@ -53,7 +87,7 @@ async def test_a_retained_message_lives_only_while_pinned(db: Database) -> None:
     history = PostgresHistory(db)
     task = await new_task(db, "82.0", "82.0", "q")
     pin = pin_of("82.0", "81.9")
-    assert await retain_pin(db, pin, "<turn>someone said</turn>", max_pinned=10)
+    assert await retain_pin(db, pin, "<turn>someone said</turn>", room=ROOM)
     window = await history.window(task, max_chars=10_000, max_messages=50)
     assert [(m.text, m.pinned) for m in window] == [
         ("<turn>someone said</turn>", True),
@@ -61,7 +95,7 @@ async def test_a_retained_message_lives_only_while_pinned(db: Database) -> None:
     ]
     assert await clear_pin(db, pin)
     assert [m.text for m in await history.window(task, max_chars=10_000, max_messages=50)] == ["q"]
-    assert not await retain_pin(db, pin_of("83.0", "83.0"), "x", max_pinned=10)
+    assert not await retain_pin(db, pin_of("83.0", "83.0"), "x", room=ROOM)
     assert not await clear_pin(db, pin)  # a second unpin finds nothing
 
 
@@ -83,7 +117,7 @@ async def test_a_pinned_answer_keeps_its_question_and_unpinning_lets_both_go(
     await our_reply_posted(db, first, "the code is PELICAN", "84.5")
     task = await seed_long_session(db, "84.0", 500)
     pin = pin_of("84.0", "84.5")
-    assert await flag_pin(db, pin, max_pinned=10)
+    assert await flag_pin(db, pin, room=ROOM)
     window = await history.window(task, max_chars=100_000, max_messages=4)
     assert [(m.text, m.pinned) for m in window][:2] == [
         ("what is the code?", True),
@@ -101,43 +135,49 @@ async def test_a_pinned_question_keeps_its_answer(db: Database) -> None:
     first = await new_task(db, "85.0", "85.0", "budget?")
     await PostgresHistory(db).append(reply(first, "42k"), answers=first.user_message_id)
     task = await seed_long_session(db, "85.0", 50)
-    assert await flag_pin(db, pin_of("85.0", "85.0"), max_pinned=10)
+    assert await flag_pin(db, pin_of("85.0", "85.0"), room=ROOM)
     window = await PostgresHistory(db).window(task, max_chars=100_000, max_messages=3)
     assert [m.text for m in window][:2] == ["budget?", "42k"]
 
 
-async def test_the_cap_counts_pins_and_says_which_fell_out(db: Database) -> None:
-    """With a cap of 2, two pinned turns (four messages) are both kept; the third pin
-    pushes out the oldest and says so, once: a redelivered pin pushes nothing out."""
+async def test_a_pin_that_moves_pins_to_the_list_says_which_once(db: Database) -> None:
+    """With room for two pinned turns (four messages), two pins move nothing; the third
+    moves the oldest to the list and says so, once: a redelivered pin moves nothing."""
+    room = PinRoom(2, 50_000)
     tasks = [await new_task(db, "86.0", f"86.{n}", f"question {n}") for n in range(4)]
     for t in tasks[:3]:
         await PostgresHistory(db).append(reply(t, f"answer {t.id[-1]}"), answers=t.user_message_id)
     for n in range(2):
-        assert (await flag_pin(db, pin_of("86.0", f"86.{n}"), max_pinned=2)).unpinned == ()
-    window = await PostgresHistory(db, max_pinned=2).window(tasks[3], max_chars=60, max_messages=50)
+        assert (await flag_pin(db, pin_of("86.0", f"86.{n}"), room=room)).listed == ()
+    window = await PostgresHistory(db, max_pinned=2).window(
+        tasks[3], max_chars=120, max_messages=50
+    )
     assert [m.text for m in window if m.pinned] == [
         "question 0",
         "answer 0",
         "question 1",
         "answer 1",
     ]
-    third = await flag_pin(db, pin_of("86.0", "86.2"), max_pinned=2)
-    assert third.kept and [(u.id, u.text) for u in third.unpinned] == [
+    third = await flag_pin(db, pin_of("86.0", "86.2"), room=room)
+    assert third.kept and [(u.id, u.text) for u in third.listed] == [
         (tasks[0].user_message_id, "question 0")
     ]
-    again = await flag_pin(db, pin_of("86.0", "86.2"), max_pinned=2)
-    assert again.kept and again.unpinned == ()
+    again = await flag_pin(db, pin_of("86.0", "86.2"), room=room)
+    assert again.kept and again.listed == ()
 
 
-async def test_a_retained_pin_pushed_out_is_named_and_deleted(db: Database) -> None:
-    """A message kept only for its pin that falls out is named by the pin that pushed it,
-    and deleted."""
+async def test_a_pin_too_large_for_the_room_lists_itself_and_is_kept(db: Database) -> None:
+    """A retained pin whose turn does not fit the room is kept, and names itself as listed;
+    nothing older moves."""
     task = await new_task(db, "87.0", "87.0", "q")
-    assert await retain_pin(db, pin_of("87.0", "86.9"), "<turn>old words</turn>", max_pinned=1)
-    pushed = await retain_pin(db, pin_of("87.0", "86.8"), "<turn>new words</turn>", max_pinned=1)
-    assert [u.text for u in pushed.unpinned] == ["<turn>old words</turn>"]
+    room = PinRoom(2, 100)
+    assert (
+        await retain_pin(db, pin_of("87.0", "86.9"), "<turn>old</turn>", room=room)
+    ).listed == ()
+    big = await retain_pin(db, pin_of("87.0", "86.8"), f"<turn>{'w' * 200}</turn>", room=room)
+    assert [u.id for u in big.listed] == ["slack:T1:C9:86.8"]
     count = "SELECT count(*) FROM messages WHERE session_id = $1 AND provenance = 'pin'"
-    assert await db.pool.fetchval(count, task.session_id) == 1
+    assert await db.pool.fetchval(count, task.session_id) == 2
 
 
 async def test_a_pinned_turn_is_not_summarized(db: Database) -> None:
@@ -145,7 +185,7 @@ async def test_a_pinned_turn_is_not_summarized(db: Database) -> None:
     tasks = [await new_task(db, "88.0", f"88.{n}", f"question {n}") for n in range(4)]
     for t in tasks[:3]:
         await PostgresHistory(db).append(reply(t, f"answer {t.id[-1]}"), answers=t.user_message_id)
-    assert await flag_pin(db, pin_of("88.0", "88.1"), max_pinned=10)
+    assert await flag_pin(db, pin_of("88.0", "88.1"), room=ROOM)
     overflow = await PostgresSummaries(db).overflow(
         tasks[3], edge_id=tasks[3].user_message_id, max_chars=10_000, max_messages=50
     )

@@ -14,7 +14,11 @@ stays inside the turn). A tool message carries text only, so the pictures and PD
 returned follow the run of tool messages in one user message, each tool's after a note
 naming its call (its PDFs as `file` parts named by the tool).
 The end user's id is `user`; `parallel_tool_calls: false` when the route takes one call
-per step; an `output_schema` is the `json_schema` response format.
+per step; an `output_schema` is the `json_schema` response format, `strict` where OpenAI
+takes the schema so (agent/models/schemas.py: closed, every property required). Tools'
+schemas are closed (`ToolSpec`) but not marked `strict`: strict function calling refuses
+optional properties, which our tools have, and not every OpenAI-compatible server knows
+the flag.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from typing_extensions import TypedDict
 
 from agent.core.documents import PDF, Document
 from agent.core.images import Image
+from agent.core.notes import RuntimeNote
 from agent.models.contract import (
     AssistantMessage,
     Finish,
@@ -53,6 +58,7 @@ from agent.models.contract import (
 )
 from agent.models.providers.call_events import CallEvents
 from agent.models.providers.classify import StreamFailed
+from agent.models.schemas import openai_strict
 
 _FINISH_REASONS: dict[str, FinishReason] = {
     "stop": "stop",
@@ -97,7 +103,9 @@ def build_body(request: ModelRequest, model: str, *, stream: bool) -> dict[str, 
     if request.end_user:
         body["user"] = request.end_user
     if request.output_schema is not None:
-        schema = {"name": "answer", "schema": dict(request.output_schema)}
+        schema: dict[str, Any] = {"name": "answer", "schema": dict(request.output_schema)}
+        if openai_strict(request.output_schema):
+            schema["strict"] = True
         body["response_format"] = {"type": "json_schema", "json_schema": schema}
     if stream:
         body["stream"] = True
@@ -135,9 +143,8 @@ def _tool_pictures(results: list[ToolResultMessage]) -> dict[str, Any]:
     parts: list[dict[str, Any]] = []
     for result in results:
         kinds = ["pictures"] * bool(result.images) + ["documents"] * bool(result.documents)
-        what = " and ".join(kinds)
-        note = f"<runtime>The {what} {result.name} returned (call {result.call_id}):</runtime>"
-        parts.append({"type": "text", "text": note})
+        said = f"The {' and '.join(kinds)} {result.name} returned (call {result.call_id}):"
+        parts.append({"type": "text", "text": RuntimeNote("tool_pictures", said).rendered()})
         parts += [_image_part(i) for i in result.images]
         parts += [_tool_file_part(d) for d in result.documents]
     return {"role": "user", "content": parts}
