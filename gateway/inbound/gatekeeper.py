@@ -298,7 +298,11 @@ class Gatekeeper:
     ) -> Outcome:
         """`_admit` from keeping the message on, its admitting steps run by `traced`."""
         tally = Redactions()
-        text, _ = await self._reader.turn(inbound, bot_user_id, deadline, None, tally)
+        # Keeping the message renders it first; its names may take at most half the budget,
+        # so a back-fill read the message needs still starts well before the deadline.
+        now = asyncio.get_running_loop().time()
+        keep_by = now + max(0.0, deadline - now) / 2
+        text, _ = await self._reader.turn(inbound, bot_user_id, keep_by, None, tally)
         stream = await self._context.keep(inbound, text)  # store first, whatever comes of it
         known = bool(inbound.thread_ts) and stream.known
         if not self._ours(inbound, bot_user_id) or not (

@@ -49,6 +49,7 @@ from tests.gateway.process import run_cli_output
 # test then says whether the declared scopes cover it.
 METHOD_SCOPES: dict[str, set[str]] = {
     "auth_test": set(),
+    "auth_revoke": set(),  # a refused install's token (gateway/slack/oauth.py)
     "users_info": {"users:read"},
     "chat_postMessage": {"chat:write"},
     "chat_update": {"chat:write"},
