@@ -44,11 +44,11 @@ from gateway.inbound.stops import Stops
 from gateway.models.routes import reads_documents
 from gateway.process.channel_policies import limits
 from gateway.process.http import Readiness, build_http_app, listen
-from gateway.process.readiness import CachedReadiness
 from gateway.process.resources import Resources
 from gateway.slack.file_info import FileInfo
 from gateway.slack.oauth import INSTALL_PATH, InstallAllowlist, InstalledIdentity
 from gateway.slack.uninstall import Uninstaller
+from gateway.telemetry.readiness import CachedReadiness
 from storage import PinRoom, PostgresInstallations, StoredInstallation
 
 log = logging.getLogger(__name__)
@@ -216,7 +216,7 @@ class Ingress:
     def _readiness(self) -> Readiness:
         """Ready: the database answers with no migration pending and, in Socket Mode, the
         connection to Slack is up (not before it first is, not while it reconnects). The
-        database is asked at most once a second (gateway/process/readiness.py)."""
+        database is asked at most once a second (gateway/telemetry/readiness.py)."""
 
         database_ready = CachedReadiness(self._r.db.is_ready)  # one query a second at most
 

@@ -43,11 +43,11 @@ from gateway.process.event_loop import loop_name
 from gateway.process.http import build_health_app, build_metrics_app, listen
 from gateway.process.ingress import Ingress
 from gateway.process.ingress_thread import IngressThread
-from gateway.process.readiness import CachedReadiness
 from gateway.process.resources import Resources, background, open_resources
 from gateway.process.workers import Workers
 from gateway.telemetry.loop_lag import watch_lag
 from gateway.telemetry.metrics import Metrics
+from gateway.telemetry.readiness import CachedReadiness
 from gateway.text.secrets import KINDS as SECRET_KINDS
 from storage import Database, tokens_today
 

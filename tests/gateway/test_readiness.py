@@ -9,7 +9,7 @@ from contextlib import AsyncExitStack
 import aiohttp
 
 from gateway.process.http import build_health_app, listen
-from gateway.process.readiness import READY_SECONDS, CachedReadiness
+from gateway.telemetry.readiness import READY_SECONDS, CachedReadiness
 from storage import Database
 
 
