@@ -91,9 +91,13 @@ class ThreadSearch:
                         if not worth_rereading(exc):
                             return _unverified(address, post_id, exc.reason)
                         reason = exc.reason
+                        asked = exc.retry_after if isinstance(exc, SlackRefused) else None
                     log.info("reading the thread for %s failed (%s); trying again", post_id, reason)
-                    await asyncio.sleep(pause)  # a pause between reads, bounded by the limit
-                    pause = min(pause * 2, 10.0)
+                    # Slack's Retry-After when it said one (the reads are not retried by
+                    # the client: gateway/slack/client.py), else a doubling pause; either
+                    # bounded by the limit.
+                    await asyncio.sleep(asked if asked is not None else pause)
+                    pause = pause if asked is not None else min(pause * 2, 10.0)
         except TimeoutError:
             return _unverified(address, post_id, f"unreadable for {self._reconcile_seconds:g}s")
 
