@@ -45,10 +45,11 @@ def pdf_bomb(pages: int = 50, operators: int = 900_000) -> bytes:
         b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(stream) + stream + b"\nendstream",
         *([page] * pages),
     ]
-    return _pdf(objects)
+    return pdf_of(objects)
 
 
-def _pdf(objects: list[bytes]) -> bytes:
+def pdf_of(objects: list[bytes]) -> bytes:
+    """A PDF of `objects` (numbered from 1, the first the catalog), with its xref table."""
     out = b"%PDF-1.4\n"
     offsets = []
     for number, body in enumerate(objects, 1):

@@ -12,6 +12,7 @@ from PIL import Image as PILImage
 
 from tests.fakes.anthropic_api import AnthropicServer, Message, error_reply, page_citation
 from tests.fakes.attachments import parts
+from tests.fakes.crafted_files import pdf_of
 from tests.fakes.openai_api import FakeToolCall, RecordedRequest, Reply
 from tests.fakes.slack_events import DEFAULT_DM, event_callback, file_share_event, message_event
 from tests.fakes.slack_permalinks import WORKSPACE_URL
@@ -149,19 +150,7 @@ def two_page_pdf(first: str, second: str) -> bytes:
         *(b"<< /Length %d >>\nstream\n%s\nendstream" % (len(s), s) for s in streams),
         b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
     ]
-    out = b"%PDF-1.4\n"
-    offsets = []
-    for number, body in enumerate(objects, 1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n%s\nendobj\n" % (number, body)
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (
-        len(objects) + 1,
-        xref,
-    )
-    return out
+    return pdf_of(objects)
 
 
 async def test_citations_keep_their_pages_the_providers_text_and_whether_a_quote_was_found(

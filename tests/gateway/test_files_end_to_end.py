@@ -14,6 +14,7 @@ from gateway.inbound.gatekeeper import LIMIT_NOTICES
 from gateway.inbound.reasons import NOT_DESCRIBED
 from gateway.text.provenance import parse_turn
 from tests.fakes.anthropic_api import AnthropicServer
+from tests.fakes.crafted_files import pdf_of
 from tests.fakes.openai_api import RecordedRequest
 from tests.fakes.slack_events import (
     DEFAULT_CHANNEL,
@@ -47,19 +48,7 @@ def text_pdf(text: str) -> bytes:
         b"<< /Length %d >>\nstream\n%s\nendstream" % (len(stream), stream),
         b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
     ]
-    out = b"%PDF-1.4\n"
-    offsets = []
-    for number, body in enumerate(objects, 1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n%s\nendobj\n" % (number, body)
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (
-        len(objects) + 1,
-        xref,
-    )
-    return out
+    return pdf_of(objects)
 
 
 def user_texts(seen: RecordedRequest) -> list[str]:
