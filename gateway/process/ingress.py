@@ -60,13 +60,20 @@ class Ingress:
     def __init__(self, resources: Resources) -> None:
         self._r = resources
         s = resources.settings
-        self._policy = Policy(
+        policy = Policy(
             allowed_channels=s.access.allowed_channels,
             allowed_users=s.access.allowed_users,
             continue_threads=s.access.continue_threads,
             backfill_messages=s.memory.backfill_messages,
             channel_context_messages=s.memory.channel_context_messages,
             dm_threads_apart=not s.assistant.agent_view,
+        )
+        # The same for every event: built once, not per gatekeeper.
+        self._gatekeeping = GatekeeperSettings(
+            policy=policy,
+            lookup_budget_seconds=s.process.lookup_budget_seconds,
+            limits=limits(s),
+            rules=resources.policies.rules_of,
         )
         self._in_flight = InFlight()  # messages being admitted with downloads, process-wide
         self._files: _Files | None = None
@@ -135,15 +142,10 @@ class Ingress:
 
     async def gatekeeper(self, team_id: str | None, enterprise_id: str | None) -> Gatekeeper:
         """The gatekeeper of the event's workspace: names and back-fill read with its token."""
-        r, s = self._r, self._r.settings
+        r = self._r
         workspace = await r.clients.workspace(team_id, enterprise_id)
         return Gatekeeper(
-            GatekeeperSettings(
-                policy=self._policy,
-                lookup_budget_seconds=s.process.lookup_budget_seconds,
-                limits=limits(s),
-                rules=r.policies.rules_of,
-            ),
+            self._gatekeeping,
             GatekeeperPorts(
                 db=r.db,
                 users=workspace.users,
