@@ -146,8 +146,11 @@ async def test_postgres_restart_under_load_loses_nothing(tmp_path: Path) -> None
             await postgres.stop()
             await wait_for_readyz(http, web, ok=False)
             await postgres.start()
-            await wait_for_readyz(http, web, ok=True)
+            # The load is for the outage: it ends once the database is back, not once
+            # /readyz says so (its answer may be a second old, and a thread sends a
+            # hundred messages a second while the database answers).
             recovered.set()
+            await wait_for_readyz(http, web, ok=True)
             sent = await load
             await slack.wait_until(answered(slack, sent), 120, what="every reply")
             async with Database(dsn, min_size=1, max_size=1) as db:
