@@ -273,13 +273,16 @@ class _InteractionShape(BaseModel):
 
 def check_interaction_shape(payload: Mapping[str, Any]) -> None:
     """Raise `MalformedEvent` unless bolt can safely read the interaction payload: a
-    workflow step's edit or save must carry its `workflow_step` object, a view its type,
-    a click its actions (without them bolt raised a KeyError: a 500 and a traceback)."""
+    workflow step's edit or save must carry its `workflow_step` object, a view its type
+    (and a `view` that is there must be an object), a click its actions (without them bolt
+    raised a KeyError or a TypeError: a 500 and a traceback)."""
     try:
         shape = _InteractionShape.model_validate(payload)
     except ValidationError as exc:
         raise MalformedEvent(f"interaction: {summary(exc)}") from exc
-    missing = _missing_part(shape, "callback_id" in payload)
+    # Bolt looks inside a `view` that is there at all: present, it must be an object.
+    missing = "view must be an object" if "view" in payload and shape.view is None else None
+    missing = missing or _missing_part(shape, "callback_id" in payload)
     if missing is not None:
         raise MalformedEvent(f"{shape.type} interaction: {missing}")
 
