@@ -1,32 +1,75 @@
 """The documents in the repository say true things about it.
 
 docs/ARCHITECTURE.md names, for each invariant, the tests that prove it, and the modules
-to read first; a rename that leaves the map pointing at nothing fails here. README.md's
-configuration table lists every variable `Settings` reads with its field's default (the
-fields live in the settings' groups). Nothing in the repository may point outside it (a
-clone has nothing beside it).
+to read first; a rename that leaves the map pointing at nothing fails here. Every variable
+`Settings` reads is documented exactly once, with its field's default: in one of the
+README's settings tables (what each mode requires, what production should set) or in
+docs/SETTINGS.md, under the heading of its group. Every metric family the gateway declares
+has a row in docs/METRICS.md with its type and labels. Links stay inside the repository and
+land on a file and heading that exist (a clone has nothing beside it).
 """
 
 from __future__ import annotations
 
 import ast
+import inspect
 import re
 import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry
+from prometheus_client.metrics import MetricWrapperBase
 
-from gateway.config.settings import VARIABLES
+import gateway.telemetry.metric_families as metric_families
+from gateway.config.settings import GROUPS, PLACES, VARIABLES
+from gateway.telemetry.metrics import Metrics
 
 ROOT = Path(__file__).resolve().parent.parent
 ARCHITECTURE = ROOT / "docs" / "ARCHITECTURE.md"
+README = ROOT / "README.md"
+SETTINGS = ROOT / "docs" / "SETTINGS.md"
+METRICS = ROOT / "docs" / "METRICS.md"
 _PATH = re.compile(r"`((?:agent|gateway|storage|tests|bench)/[\w/]+\.py)(?:::(\w+))?`")
 _TEST = re.compile(r"`::(\w+)`")
-# A value as the README's configuration table writes one: `code`, a number (1,800 or 1.5),
-# or a truth value; and the three ways a row states a default: "default V", "V (default",
-# "V by default".
+# A value as a settings table writes one: `code`, a number (1,800 or 1.5), or a truth
+# value; and the three ways a row states a default: "default V", "V (default", "V by default".
 _VALUE = r"`[^`]*`|\d+(?:,\d{3})*(?:\.\d+)?|true|false"
 _DEFAULT = re.compile(rf"\bdefault ({_VALUE})|({_VALUE}) \(default\b|({_VALUE}) by default")
+# Each settings group's heading in docs/SETTINGS.md (the groups of gateway/config/settings.py).
+SECTIONS = {
+    "slack": "Slack's API and connection",
+    "assistant": "Slack's agent view",
+    "access": "Who and where the bot answers",
+    "database": "Database",
+    "models": "Models",
+    "tasks": "Tasks",
+    "tools": "Tools",
+    "memory": "Memory",
+    "limits": "Limits and budgets",
+    "files": "Files",
+    "delivery": "Delivery",
+    "schedules": "Schedules",
+    "alerts": "Alerts",
+    "telemetry": "Telemetry",
+    "process": "The process",
+}
+# Each metric group's heading in docs/METRICS.md (the classes of metric_families.py).
+CONCERNS = {
+    "EventFamilies": "Slack events",
+    "MessageFamilies": "Messages",
+    "ModelFamilies": "Models",
+    "SlackFamilies": "Slack calls, streams and clicks",
+    "TaskFamilies": "Tasks and schedules",
+    "QueueFamilies": "The queue",
+    "DatabaseFamilies": "The database",
+}
+# Named in the documents though no setting: the suite's own scale for the chaos tests.
+NOT_SETTINGS = {"THREADGATE_CHAOS_SCALE"}
+# A variable of ours as the documents name one, in backticks.
+_OURS = re.compile(r"`((?:THREADGATE|SLACK|OPENAI|ANTHROPIC)_[A-Z0-9_]*[A-Z0-9])`")
 
 
 def _test_names(path: Path) -> set[str]:
@@ -58,8 +101,27 @@ def test_every_module_and_test_the_architecture_names_exists() -> None:
     assert missing == []
 
 
-def test_the_readme_links_the_architecture() -> None:
-    assert "docs/ARCHITECTURE.md" in (ROOT / "README.md").read_text()
+def test_the_readme_links_the_guides() -> None:
+    """The README links the architecture, the deploy guide and the two references."""
+    text = README.read_text()
+    for guide in ("docs/ARCHITECTURE.md", "docs/DEPLOY.md", "docs/SETTINGS.md", "docs/METRICS.md"):
+        assert f"]({guide}" in text, guide
+
+
+def test_the_quick_start_is_two_commands() -> None:
+    """The README's quick start runs `make run` and `make test`, and nothing else."""
+    quick_start = README.read_text().split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    block = quick_start.split("```sh\n", 1)[1].split("```", 1)[0]
+    commands = [line.split("#", 1)[0].strip() for line in block.splitlines()]
+    assert commands == ["make run", "make test"]
+
+
+def test_make_run_serves_from_the_repository_root() -> None:
+    """`make run` runs `threadgate serve` where the Makefile is, so it reads the `.env`
+    there (the command reads the `.env` of its working directory)."""
+    makefile = (ROOT / "Makefile").read_text()
+    recipe = makefile.split("\nrun:", 1)[1].split("\n\n", 1)[0].splitlines()[1:]
+    assert [line.strip() for line in recipe] == ["$(BIN)/threadgate serve"]
 
 
 def test_nothing_in_the_repository_points_outside_it() -> None:
@@ -80,22 +142,155 @@ def test_nothing_in_the_repository_points_outside_it() -> None:
     assert outside == []
 
 
-def configuration_rows() -> dict[str, list[str]]:
-    """README.md's configuration table: each row's variables, mapped to the defaults the
-    row states, in the order it states them."""
-    text = (ROOT / "README.md").read_text()
-    lines = text.split("## Configuration", 1)[1].split("| variable | meaning |", 1)[1]
-    rows: dict[str, list[str]] = {}
-    for line in lines.splitlines()[2:]:  # after the header's rule
-        if not line.startswith("| `"):
-            break  # the table ends
-        cell, meaning = line.split(" | ", 1)
-        rows[cell] = ["".join(m.groups("")).strip("`") for m in _DEFAULT.finditer(meaning)]
+# -- links ----------------------------------------------------------------------------------
+
+
+def documents() -> list[Path]:
+    return [README, *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def prose(path: Path) -> str:
+    """A Markdown file without its fenced code blocks."""
+    return re.sub(r"^```.*?^```", "", path.read_text(), flags=re.MULTILINE | re.DOTALL)
+
+
+def anchors(path: Path) -> set[str]:
+    """The anchors GitHub gives a Markdown file's headings: lower case, punctuation dropped,
+    spaces hyphens, and `-1`, `-2`… after a heading's repeats."""
+    found: set[str] = set()
+    for heading in re.findall(r"^#+ (.+)$", prose(path), flags=re.MULTILINE):
+        slug = re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+        unique, repeat = slug, 0
+        while unique in found:
+            repeat += 1
+            unique = f"{slug}-{repeat}"
+        found.add(unique)
+    return found
+
+
+def links(path: Path) -> Iterator[str]:
+    yield from re.findall(r"\]\(([^)\s]+)\)", prose(path))
+
+
+@pytest.mark.parametrize("path", documents(), ids=lambda p: p.name)
+def test_every_link_lands_inside_the_repository(path: Path) -> None:
+    """Each Markdown link is relative, names a file of the repository, and an anchor it
+    names is a heading of that file."""
+    broken = []
+    for target in links(path):
+        file, _, anchor = target.partition("#")
+        if re.match(r"\w+:", file):
+            broken.append(f"{target}: link a file of the repository, not a web page")
+            continue
+        landed = (path.parent / file).resolve() if file else path
+        if not landed.exists():
+            broken.append(f"{target}: no such file")
+        elif anchor and anchor not in anchors(landed):
+            broken.append(f"{target}: no such heading in {landed.relative_to(ROOT)}")
+    assert broken == []
+
+
+def test_the_anchors_are_githubs() -> None:
+    """Headings become GitHub's anchors: lower case, punctuation dropped, spaces hyphens."""
+    assert {"what-threadgate-stores-and-for-how-long", "slacks-agent-view"} <= (
+        anchors(README) | anchors(SETTINGS)
+    )
+
+
+# -- settings -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row of a settings table: where it is, its variables, the defaults it states."""
+
+    file: str
+    section: str
+    cell: str
+    variables: tuple[str, ...]
+    defaults: tuple[str, ...]
+
+
+def table_rows(path: Path) -> list[Row]:
+    """The rows of every `| variable | meaning |` table in a Markdown file, each with the
+    `## ` heading it sits under."""
+    rows: list[Row] = []
+    section, in_table = "", False
+    for line in prose(path).splitlines():
+        if line.startswith("## "):
+            section = line[3:].strip()
+        if line.startswith("| variable | meaning |"):
+            in_table = True
+        elif in_table and line.startswith("| `"):
+            cell, meaning = line.split(" | ", 1)
+            names = tuple(re.findall(r"`([A-Z][A-Z0-9_]*)`", cell))
+            stated = tuple("".join(m.groups("")).strip("`") for m in _DEFAULT.finditer(meaning))
+            rows.append(Row(path.name, section, cell, names, stated))
+        elif not line.startswith("| ---"):
+            in_table = False
     return rows
 
 
-def _variables(cell: str) -> list[str]:
-    return re.findall(r"`([A-Z][A-Z0-9_]*)`", cell)
+def setting_rows() -> list[Row]:
+    return table_rows(README) + table_rows(SETTINGS)
+
+
+def where_to_document(variable: str) -> str:
+    group = PLACES[variable].group
+    model = GROUPS[group]
+    source = Path(inspect.getsourcefile(model) or "").relative_to(ROOT)
+    return (
+        f"{variable}: add a row to docs/SETTINGS.md under '## {SECTIONS.get(group, '?')}' "
+        f"(its group, {model.__name__} in {source}), or, when every deployment of a mode "
+        f"must set it, to the README's 'Required settings' or 'For production' table"
+    )
+
+
+def test_every_setting_is_documented_exactly_once() -> None:
+    """Each variable Settings reads has one row in the README's settings tables and
+    docs/SETTINGS.md together."""
+    rows: dict[str, list[str]] = {variable: [] for variable in VARIABLES}
+    for row in setting_rows():
+        for variable in row.variables:
+            rows.setdefault(variable, []).append(f"{row.file} '{row.section}'")
+    missing = [where_to_document(v) for v, found in rows.items() if not found and v in VARIABLES]
+    twice = [f"{v} has rows in {found}: keep one" for v, found in rows.items() if len(found) > 1]
+    assert missing == [] and twice == []
+
+
+def test_no_table_names_a_variable_that_is_no_setting() -> None:
+    """Every variable a settings table names is one Settings reads."""
+    named = {(row.file, v) for row in setting_rows() for v in row.variables}
+    assert sorted((file, v) for file, v in named if v not in VARIABLES) == []
+
+
+def test_the_documents_name_only_real_settings() -> None:
+    """A `THREADGATE_…`, `SLACK_…`, `OPENAI_…` or `ANTHROPIC_…` in backticks anywhere in the
+    README or docs/ is a setting: a misspelt name in prose fails here."""
+    named = {(path.name, name) for path in documents() for name in _OURS.findall(path.read_text())}
+    unknown = [(file, name) for file, name in named if name not in {*VARIABLES, *NOT_SETTINGS}]
+    assert sorted(unknown) == []
+
+
+def test_every_settings_group_has_its_section() -> None:
+    """docs/SETTINGS.md has one `## ` section per settings group, titled as SECTIONS says."""
+    assert set(SECTIONS) == set(GROUPS), (
+        "a settings group was added or renamed: give it a section in docs/SETTINGS.md and "
+        "its title in SECTIONS (tests/test_docs.py)"
+    )
+    headings = re.findall(r"^## (.+)$", prose(SETTINGS), flags=re.MULTILINE)
+    assert [h for h in headings if h in SECTIONS.values()] == list(SECTIONS.values())
+
+
+def test_each_reference_row_sits_under_its_group() -> None:
+    """A row of docs/SETTINGS.md is in the section of its variables' group."""
+    misplaced = [
+        f"{v} is under '{row.section}': move it to '{SECTIONS[PLACES[v].group]}'"
+        for row in table_rows(SETTINGS)
+        for v in row.variables
+        if v in PLACES and row.section != SECTIONS[PLACES[v].group]
+    ]
+    assert misplaced == []
 
 
 def _has_default(name: str) -> bool:
@@ -114,21 +309,98 @@ def _same(stated: str, default: object) -> bool:
     return stated == default
 
 
-def test_every_setting_is_in_the_readme_and_nothing_else() -> None:
-    """Each variable Settings reads has a row in README.md's configuration table, and each
-    variable the table names is a setting."""
-    listed = [v for cell in configuration_rows() for v in _variables(cell)]
-    settings = list(VARIABLES)
-    assert sorted(set(settings) - set(listed)) == []
-    assert sorted(set(listed) - set(settings)) == []
-
-
-@pytest.mark.parametrize("cell", list(configuration_rows()), ids=lambda cell: _variables(cell)[0])
-def test_the_readme_states_each_default_settings_has(cell: str) -> None:
+@pytest.mark.parametrize("row", setting_rows(), ids=lambda row: row.variables[0])
+def test_each_row_states_the_default_settings_has(row: Row) -> None:
     """A row states one default per variable that has one, in the variables' order, each
     equal to the settings field's default; a variable unset by default states none."""
-    defaults = [(name, VARIABLES[name].default) for name in _variables(cell) if _has_default(name)]
-    stated = configuration_rows()[cell]
-    assert len(stated) == len(defaults), f"{cell} states {stated}, expected {defaults}"
-    wrong = [(n, s, d) for (n, d), s in zip(defaults, stated, strict=True) if not _same(s, d)]
-    assert wrong == []
+    defaults = [(n, VARIABLES[n].default) for n in row.variables if n in VARIABLES]
+    defaults = [(n, d) for n, d in defaults if _has_default(n)]
+    assert len(row.defaults) == len(defaults), (
+        f"{row.cell} states {row.defaults}, expected {defaults}"
+    )
+    pairs = zip(defaults, row.defaults, strict=True)
+    assert [(n, s, d) for (n, d), s in pairs if not _same(s, d)] == []
+
+
+# -- metrics --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Family:
+    """A metric family as /metrics exposes it: its name, type and label names."""
+
+    name: str
+    type: str
+    labels: tuple[str, ...]
+
+
+def families(registry: CollectorRegistry) -> list[Family]:
+    """A registry's families, a counter named with its `_total`."""
+    found = []
+    for collector in list(registry._collector_to_names):
+        assert isinstance(collector, MetricWrapperBase)
+        suffix = "_total" if collector._type == "counter" else ""
+        found.append(Family(collector._name + suffix, collector._type, collector._labelnames))
+    return found
+
+
+def declared() -> dict[Family, str]:
+    """Every family a fresh `Metrics` exposes, with its group in metric_families.py ("" for
+    one declared elsewhere)."""
+    groups: dict[str, str] = {}
+    for name, group in vars(metric_families).items():
+        if inspect.isclass(group) and name.endswith("Families"):
+            registry = CollectorRegistry()
+            group(registry)
+            groups.update({family.name: name for family in families(registry)})
+    return {f: groups.get(f.name, "") for f in families(Metrics().registry)}
+
+
+def metric_rows() -> dict[str, tuple[str, str, tuple[str, ...]]]:
+    """docs/METRICS.md's rows: each metric with its section, type and labels."""
+    rows: dict[str, tuple[str, str, tuple[str, ...]]] = {}
+    section = ""
+    for line in prose(METRICS).splitlines():
+        if line.startswith("## "):
+            section = line[3:].strip()
+        match = re.match(r"\| `(threadgate_\w+)` \| (\w+) \| ([^|]*) \|", line)
+        if match:
+            assert match.group(1) not in rows, f"{match.group(1)} has two rows"
+            labels = tuple(re.findall(r"`(\w+)`", match.group(3)))
+            rows[match.group(1)] = (section, match.group(2), labels)
+    return rows
+
+
+def test_every_metric_family_is_documented() -> None:
+    """Each family the gateway exposes has a row in docs/METRICS.md, under its group's
+    heading, with its type and label names."""
+    rows, problems = metric_rows(), []
+    for family, group in declared().items():
+        heading = CONCERNS.get(group, "the heading of its concern")
+        where = f"docs/METRICS.md under '## {heading}'"
+        if family.name not in rows:
+            problems.append(
+                f"{family.name}: add `| `{family.name}` | {family.type} | "
+                f"{', '.join(family.labels) or '—'} | meaning |` to {where}"
+            )
+            continue
+        section, type_, labels = rows[family.name]
+        if (type_, labels) != (family.type, family.labels):
+            problems.append(f"{family.name} is a {family.type} by {family.labels} in the code")
+        if group in CONCERNS and section != heading:
+            problems.append(f"{family.name} is under '{section}': move it to {where}")
+    assert problems == []
+
+
+def test_metrics_documents_nothing_undeclared() -> None:
+    """Every metric docs/METRICS.md lists is one the gateway exposes."""
+    exposed = {family.name for family in declared()}
+    assert sorted(set(metric_rows()) - exposed) == []
+
+
+def test_every_metric_group_has_its_heading() -> None:
+    """CONCERNS names every group of metric_families.py, and docs/METRICS.md has each."""
+    groups = {group for group in declared().values() if group}
+    assert groups == set(CONCERNS), "give the new group a section in docs/METRICS.md"
+    headings = set(re.findall(r"^## (.+)$", prose(METRICS), flags=re.MULTILINE))
+    assert set(CONCERNS.values()) <= headings

@@ -1,7 +1,7 @@
 """The connections to Postgres each role opens, worked out in one place.
 
 The server's `max_connections` is shared by every replica, so an operator sizing it needs
-to know what one process opens at most (README: Postgres connections), and the process
+to know what one process opens at most (docs/DEPLOY.md: Postgres connections), and the process
 must open exactly that. Both read this plan: the assemblies size their databases from it
 (gateway/process/resources.py) and `doctor` compares its total with the server's room.
 

@@ -61,7 +61,7 @@ class DatabaseSettings(Group):
     url: SecretStr | None = Field(default=None, validation_alias="DATABASE_URL")
     data_dir: Path = Field(default=Path(".threadgate"), validation_alias="THREADGATE_DATA_DIR")
     # The most connections a process opens for its statements (admissions' own apart): the
-    # server's max_connections is shared by every replica (README: Postgres connections).
+    # server's max_connections is shared by every replica (docs/DEPLOY.md: Postgres connections).
     connections: int = Field(
         default=DEFAULT_WORK_CONNECTIONS, ge=1, le=500, validation_alias="THREADGATE_DB_CONNECTIONS"
     )

@@ -649,7 +649,7 @@ SELECT current_setting('max_connections')::int AS max,
 
 
 def connections_finding(settings: Settings, room: Room) -> Finding:
-    """Whether the server has room for this process's connections under load (README:
+    """Whether the server has room for this process's connections under load (docs/DEPLOY.md:
     Postgres connections), and for how many processes like it."""
     need, role = ConnectionPlan.of(settings).total, settings.process.role
     usable = room.max_connections - room.reserved

@@ -223,13 +223,50 @@ def worker_container() -> dict[str, Any]:
     return dict(container)
 
 
-def test_compose_runs_one_ingress_and_replicated_workers_that_publish_nothing() -> None:
-    """Scaled apart: the ingress takes the events; the workers, two of them, no port."""
+def test_compose_runs_one_ingress_and_replicated_workers_without_an_events_port() -> None:
+    """Scaled apart: the ingress takes the events; the workers, two of them, publish only
+    their metrics, each on a host port of Docker's choosing (replicas cannot share one)."""
     services = load(MANIFESTS / "compose.yaml")["services"]
     assert serve_role(services["ingress"]["command"]) == "ingress"
     assert serve_role(services["worker"]["command"]) == "worker"
     assert services["worker"]["deploy"]["replicas"] >= 2
-    assert "ports" not in services["worker"]
+    assert services["worker"]["ports"] == ["127.0.0.1::9090"]
+
+
+def gateway_services() -> dict[str, dict[str, Any]]:
+    """compose.yaml's services that run threadgate."""
+    services = load(MANIFESTS / "compose.yaml")["services"]
+    return {name: s for name, s in services.items() if s.get("command", [""])[0] == "threadgate"}
+
+
+def test_compose_exposes_every_process_metrics_on_the_host_loopback() -> None:
+    """Every threadgate service serves /metrics on all of its container's interfaces and
+    publishes that port on the host's loopback only."""
+    services = gateway_services()
+    assert set(services) == {"ingress", "worker"}
+    for service in services.values():
+        port = metrics_port(service["environment"]["THREADGATE_METRICS_ADDRESS"])
+        published = [p for p in service["ports"] if p.endswith(f":{port}")]
+        assert len(published) == 1 and published[0].startswith("127.0.0.1:")
+
+
+def test_compose_prometheus_scrapes_every_process_and_loads_the_alerts() -> None:
+    """The monitoring profile's Prometheus finds every replica of every threadgate service
+    at its metrics port and path, and loads the alert rules where compose mounts them."""
+    services = load(MANIFESTS / "compose.yaml")["services"]
+    prometheus, config = services["prometheus"], load(MANIFESTS / "prometheus.yaml")
+    assert prometheus["profiles"] == ["monitoring"]
+    mounts = dict(v.removesuffix(":ro").split(":", 1) for v in prometheus["volumes"])
+    assert mounts["./prometheus.yaml"] in " ".join(prometheus["command"])
+    assert config["rule_files"] == [mounts["./prometheus-alerts.yaml"]]
+    [job] = config["scrape_configs"]
+    assert {job["metrics_path"]} == metrics_routes() and job["job_name"] == "threadgate"
+    [discovery] = job["dns_sd_configs"]
+    for name, service in gateway_services().items():
+        assert name in discovery["names"]
+        assert discovery["port"] == metrics_port(
+            service["environment"]["THREADGATE_METRICS_ADDRESS"]
+        )
 
 
 async def test_k8s_splits_ingress_and_workers_and_the_service_reaches_only_the_ingress() -> None:
