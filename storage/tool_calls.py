@@ -66,6 +66,8 @@ class PostgresToolCalls:
 
     @translate_errors("The tool call could not be recorded")
     async def tool_call(self, task: Task, record: ToolCallRecord) -> None:
+        if record.progress is not None:
+            return  # shown while the call runs, never kept: the row says "running" already
         await self._db.pool.execute(
             _UPSERT,
             task.id,

@@ -9,6 +9,8 @@
 
     AgentError                    a run-time failure of the agent
     ├── ControlCallError          a control tool was called wrongly; the message is for the model
+    ├── ToolFailed                a work tool's service said no or is out of reach (an MCP
+    │                             server's error): an outcome the model reads, not our bug
     ├── RoundFailed               the model never ended the round properly within the repair bound
     ├── SubtaskFailed             a subtask could not produce a result; the message is for the model
     ├── TaskTimedOut              the task ran out of its wall-clock time limit
@@ -78,6 +80,18 @@ class AgentError(Exception):
 
 class ControlCallError(AgentError):
     """A control tool call the round rejected. The message is written for the model."""
+
+
+class ToolFailed(AgentError):
+    """A work tool failed for a reason of its own world — the service it calls answered
+    with an error, or cannot be reached — not through a bug of ours. The message is for the
+    model (it reads it as the tool's result); the log gets it as one line, without a
+    traceback, naming `source` (e.g. which MCP server and tool) when the tool gives one.
+    Plugins raise it for the same kind of failure."""
+
+    def __init__(self, message: str, *, source: str = "") -> None:
+        super().__init__(message)
+        self.source = source
 
 
 class RoundFailed(AgentError):

@@ -147,6 +147,17 @@ class Window(Sequence[StoredMessage]):
 
 
 @dataclass(frozen=True, slots=True)
+class ToolProgress:
+    """How far a running call has come, as its tool says (an MCP server's progress
+    notifications): `progress` so far, of `total` when the tool knows it, and its
+    `message` — the tool's own words, for people to read, never for the model."""
+
+    progress: float
+    total: float | None = None
+    message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ToolCallRecord:
     """One work-tool call of a round, as people watch it and operators read it later."""
 
@@ -158,14 +169,19 @@ class ToolCallRecord:
     # The subtask type whose sub-agent made the call; None in the task's own rounds. A
     # sub-agent's calls are not the reply's: they never go on its timeline.
     subtask_type: str | None = None
+    # Set on a "running" record told after the start: the call's progress as its tool
+    # reported it. Only for showing; it is not the call's outcome and is never stored.
+    progress: ToolProgress | None = None
 
 
 class ToolObserver(Protocol):
     """Watches work-tool calls: the thread shows them, storage records them, metrics count."""
 
     async def tool_call(self, task: Task, record: ToolCallRecord) -> None:
-        """Told when a work-tool call starts (state "running") and when it ends ("ok" or
-        "error"). What it raises is logged and ignored: watching never fails a tool."""
+        """Told when a work-tool call starts (state "running", no `progress`), each time
+        its tool reports progress while it runs ("running" again, with `progress`), and
+        when it ends ("ok" or "error"). What it raises is logged and ignored: watching never
+        fails a tool."""
 
 
 class TaskQueue(Protocol):

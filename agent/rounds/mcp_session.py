@@ -22,6 +22,10 @@ embedded resource (a blob, `%PDF-` by its own bytes) is a document for the model
 `MAX_TOOL_DOCUMENT_BYTES`. A text blob is its text. Audio and any other binary are named —
 kind, type, size, where it came from — never sent: no model here hears audio, and bytes
 nobody can read would only cost tokens.
+
+A server is told who calls it (`clientInfo`): threadgate and the installed package's
+version, not the SDK's default (`mcp 0.1.0`), so its operators can tell our calls apart in
+their logs and know which client to blame.
 """
 
 from __future__ import annotations
@@ -32,9 +36,10 @@ import json
 import re
 import shutil
 import tempfile
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
+from importlib import metadata
 from typing import Any, TextIO
 
 import httpx2
@@ -45,6 +50,7 @@ from mcp.shared.exceptions import MCPError
 
 from agent.core.documents import PDF, Document
 from agent.core.images import Image
+from agent.core.ports import ToolProgress
 from agent.rounds.mcp_config import McpServerConfig
 from agent.rounds.mcp_schemas import SchemaCheck, schema_check
 
@@ -83,11 +89,20 @@ class Answer:
     documents: tuple[Document, ...] = ()
 
 
+def client_info() -> mcp_types.Implementation:
+    """Who we are to a server: threadgate, and the version installed (module docstring)."""
+    try:
+        version = metadata.version("threadgate")
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        version = "unknown"
+    return mcp_types.Implementation(name="threadgate", version=version)
+
+
 class CheckedSession(ClientSession):
     """The SDK's session, with structured results checked at a bounded cost."""
 
     def __init__(self, read: Any, write: Any) -> None:
-        super().__init__(read, write)
+        super().__init__(read, write, client_info=client_info())
         # By tool name: its output schema's check, or None when it has one we cannot use.
         self.output_checks: dict[str, SchemaCheck | None] = {}
 
@@ -138,10 +153,24 @@ class Session:
         }
         return tools
 
-    async def call(self, tool: str, arguments: Mapping[str, Any]) -> Answer:
-        """The call's outcome; an exception means the connection broke during it."""
+    async def call(
+        self,
+        tool: str,
+        arguments: Mapping[str, Any],
+        report: Callable[[ToolProgress], Awaitable[None]] | None = None,
+    ) -> Answer:
+        """The call's outcome; an exception means the connection broke during it. With
+        `report`, the request carries a progress token (the SDK's), and each progress
+        notification the server sends for it goes there."""
+
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            assert report is not None
+            await report(ToolProgress(progress, total, message))
+
         try:
-            result = await self._session.call_tool(tool, dict(arguments))
+            result = await self._session.call_tool(
+                tool, dict(arguments), progress_callback=on_progress if report else None
+            )
         except MCPError as exc:
             closed = exc.code == mcp_types.CONNECTION_CLOSED
             return Answer(f"the server refused the call: {exc.message}", True, closed)

@@ -14,7 +14,13 @@ Each allowed tool of a connected server is a `McpTool` in the deployment's
 `ToolRegistry`, named `server__tool` (providers accept `^[a-zA-Z0-9_-]{1,64}$`; other
 characters become `_`, and a name that would be too long or clash keeps a short hash of
 the original). A tool is offered only while its server is connected and lists it, and,
-in a sub-agent, only to the subtask types the config gives its server to.
+in a sub-agent, only to the subtask types the config gives its server to. A tool this
+client cannot call (`uncallable`: one that runs only as an MCP task) is not offered at
+all, and the log says so once per connection that changes the list.
+
+A call carries a progress token when the round asks for progress (`ToolContext.progress`):
+what the server reports while the tool runs goes there, its secrets replaced like every
+word of the server's, and the thread shows it on the tool's card.
 
 Arguments are validated here with the JSON Schema the server declared, at a cost bounded
 before the check starts (`agent.rounds.mcp_schemas`: a backtracking `pattern` cannot
@@ -51,12 +57,13 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from pydantic import BaseModel, ConfigDict
 
-from agent.core.errors import AgentError
+from agent.core.errors import ToolFailed
+from agent.core.ports import ToolProgress
 from agent.core.text import neutralize_turns, sanitize_text
 from agent.models.schemas import closed_schema
 from agent.rounds.mcp_config import McpConfig, McpServerConfig
 from agent.rounds.mcp_schemas import SchemaCheck, schema_check
-from agent.rounds.tools import ToolContext, ToolOutput, ToolRegistry, WorkTool
+from agent.rounds.tools import ProgressReport, ToolContext, ToolOutput, ToolRegistry, WorkTool
 
 if TYPE_CHECKING:
     import mcp_types
@@ -73,11 +80,11 @@ _MAX_DESCRIPTION = 1024
 _ANNOTATIONS = frozenset({"description", "title"})  # schema words shown, never checked
 
 
-class McpToolError(AgentError):
+class McpToolError(ToolFailed):
     """The server answered the call with an error (or a result it could not describe)."""
 
 
-class McpServerUnavailable(AgentError):
+class McpServerUnavailable(ToolFailed):
     """The server is not connected (or the connection broke during the call)."""
 
 
@@ -109,6 +116,7 @@ class McpServerState:
     connected: bool
     tools: tuple[str, ...]  # the names offered to the model
     error: str | None  # why the last attempt failed (secrets redacted), if it did
+    skipped: tuple[tuple[str, str], ...] = ()  # allowed tools not offered: (name, why)
 
 
 class McpConnection:
@@ -129,6 +137,7 @@ class McpConnection:
         self._errlog = connecting.errlog
         self._session: Session | None = None
         self.tools: dict[str, mcp_types.Tool] = {}  # by the server's name, allowed ones only
+        self.skipped: dict[str, str] = {}  # allowed tools it cannot call: why, by name
         self.error: str | None = None
         self.settled = asyncio.Event()  # the first attempt connected or failed
         self._broken = asyncio.Event()
@@ -191,7 +200,7 @@ class McpConnection:
             async with asyncio.timeout(self._connect_seconds):
                 await session.initialize()
                 listed = await session.tools()
-            self.tools = {t.name: t for t in listed if self.config.allows(t.name)}
+            self._take_tools(listed)
             self._broken.clear()
             self._session, self.error = session, None
             log.info("MCP server %s connected: %d tool(s) offered", self.name, len(self.tools))
@@ -200,6 +209,20 @@ class McpConnection:
             await self._watch(session)
         if not self._stopping:
             log.warning("MCP server %s: the connection was lost; reconnecting", self.name)
+
+    def _take_tools(self, listed: list[mcp_types.Tool]) -> None:
+        """Offer the allowed tools this client can call; say once which it cannot, and why
+        (again only if that changes when the server is reconnected)."""
+        allowed = [t for t in listed if self.config.allows(t.name)]
+        skipped = {t.name: why for t in allowed if (why := uncallable(t)) is not None}
+        self.tools = {t.name: t for t in allowed if t.name not in skipped}
+        if skipped and skipped != self.skipped:
+            log.warning(
+                "MCP server %s: not offering %s",
+                self.name,
+                "; ".join(f"{name} ({why})" for name, why in skipped.items()),
+            )
+        self.skipped = skipped
 
     def _stderr_relay(self, stack: AsyncExitStack) -> TextIO:
         """The write end of a pipe for the server's stderr, whose lines `_relay` logs. On
@@ -261,23 +284,29 @@ class McpConnection:
                 async with asyncio.timeout(self._ping_seconds):
                     await session.ping()
 
-    async def call(self, tool: str, arguments: dict[str, Any]) -> ToolOutput:
+    async def call(
+        self, tool: str, arguments: dict[str, Any], progress: ProgressReport | None = None
+    ) -> ToolOutput:
         """The tool's output (its text, and the pictures it returned); `McpToolError` or
-        `McpServerUnavailable` if none."""
+        `McpServerUnavailable` if none. With `progress`, the call carries a progress token
+        and what the server reports goes there while it runs."""
+        source = f"MCP server {self.name}, tool {tool}"
         session = self._session
         if session is None:
             raise McpServerUnavailable(
                 f"the MCP server {self.name} is not connected ({self.error or 'connecting'}); "
-                "try again later or go on without it"
+                "try again later or go on without it",
+                source=source,
             )
         self._in_flight += 1
         try:
-            answer = await session.call(tool, arguments)
+            answer = await session.call(tool, arguments, self._shown(progress))
         except Exception as exc:
             self._broken.set()
             raise McpServerUnavailable(
                 f"the connection to the MCP server {self.name} broke during the call "
-                f"({type(exc).__name__}); it is being reconnected"
+                f"({type(exc).__name__}); it is being reconnected",
+                source=source,
             ) from None
         finally:
             self._in_flight -= 1
@@ -285,8 +314,19 @@ class McpConnection:
             self._broken.set()
         text = self.redact(answer.text)
         if answer.failed:
-            raise McpToolError(text)
+            raise McpToolError(text, source=source)
         return ToolOutput(text, answer.images, answer.documents)
+
+    def _shown(self, progress: ProgressReport | None) -> ProgressReport | None:
+        """`progress` given the server's messages with this server's secrets replaced."""
+        if progress is None:
+            return None
+
+        async def report(update: ToolProgress) -> None:
+            message = None if update.message is None else self.redact(update.message)
+            await progress(ToolProgress(update.progress, update.total, message))
+
+        return report
 
     def state(self) -> McpServerState:
         return McpServerState(
@@ -295,7 +335,22 @@ class McpConnection:
             self.connected,
             tuple(offered_name(self.name, t) for t in self.tools) if self.connected else (),
             self.error,
+            tuple(self.skipped.items()) if self.connected else (),
         )
+
+
+def uncallable(tool: mcp_types.Tool) -> str | None:
+    """Why this client cannot call `tool`, or None when it can.
+
+    The 2025-11 spec lets a server mark a tool `execution.taskSupport: "required"`: it
+    answers only task-augmented calls (a `task` in the request, then `tasks/get` polling).
+    The SDK we use declares the types but makes no such calls, so a plain call fails every
+    time; offering the tool would only teach the model a tool that never works. ("optional"
+    tools answer plain calls, and are offered.)"""
+    execution = tool.execution
+    if execution is not None and execution.task_support == "required":
+        return "it runs only as an MCP task (execution.taskSupport: required), which threadgate does not make"
+    return None
 
 
 def _describe(exc: BaseException) -> str:
@@ -384,7 +439,7 @@ class McpTool(WorkTool[McpArguments]):
         return McpArguments(values=values)
 
     async def execute(self, context: ToolContext, input: McpArguments) -> ToolOutput:
-        return await self.connection.call(self.tool, input.values)
+        return await self.connection.call(self.tool, input.values, context.progress)
 
 
 def _shown(text: str) -> str:

@@ -6,7 +6,8 @@ pictures the tool returned, which reach a model that can see them). The round ru
 step through a `Toolbox` — the registry bound to one task's `ToolContext` — and feeds the
 results back. Nothing a tool does can crash the round: input that does not validate and
 exceptions raised inside a tool both become failed tool results the model reads and can
-act on.
+act on. A `ToolFailed` (the tool's service said no: an MCP server's error) is logged as one
+line without a traceback; anything else a tool raises is a bug, logged with its traceback.
 
 The calls of one step run **concurrently**: a model that asks for several tools in one
 step has said they do not depend on each other (that is what parallel tool calls mean),
@@ -20,7 +21,9 @@ A tool may bound itself more tightly or loosely than the round (`timeout_seconds
 of a pydantic model's (`input_schema` and `parse_input`: an MCP tool passes on the schema
 its server declared). Every call is told to the context's `ToolObserver`, if any, when it
 starts and when it ends, built-in and MCP tools alike; an observer that fails is logged
-and ignored.
+and ignored. While a call runs its tool may report progress (`ToolContext.progress`, set
+for each call): each report is told to the observer too, as a "running" record with its
+`progress`, so the thread can show it.
 
 Built-ins: `current_time` (from the injected clock, so tests need no real time) and
 `read_thread` (more of the conversation than the window shows, through `ThreadReader`,
@@ -42,16 +45,24 @@ import asyncio
 import functools
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agent.core.documents import Document
+from agent.core.errors import ToolFailed
 from agent.core.images import Image
-from agent.core.ports import Task, ThreadReader, ToolCallRecord, ToolCallState, ToolObserver
+from agent.core.ports import (
+    Task,
+    ThreadReader,
+    ToolCallRecord,
+    ToolCallState,
+    ToolObserver,
+    ToolProgress,
+)
 from agent.models.contract import ToolCall, ToolResultMessage, ToolSpec
 from agent.models.schemas import closed_schema
 from agent.rounds.registry import Registry
@@ -61,7 +72,9 @@ log = logging.getLogger(__name__)
 
 InputT = TypeVar("InputT", bound=BaseModel)
 Clock = Callable[[], datetime]
+ProgressReport = Callable[[ToolProgress], Awaitable[None]]
 CONTROL_NAMES = frozenset({"final_reply", "delegate", "no_reply"})
+LOGGED_ERROR_CHARS = 300  # of a tool's error message in its log line
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +107,9 @@ class ToolContext:
     # Whether a person can be asked to approve a call here (a task's own rounds, on a
     # runner that stores pauses: agent/core/approval.py).
     approvals: bool = False
+    # Set by the toolbox for the call being executed: where the tool reports how far it
+    # has come (an MCP server's progress notifications), shown while the call runs.
+    progress: ProgressReport | None = None
 
 
 class WorkTool(ABC, Generic[InputT]):
@@ -198,12 +214,16 @@ class Toolbox:
 
     async def _run_one(self, call: ToolCall) -> ToolResultMessage:
         await self._observe(call, "running")
-        result = await self._result(call)
+        progress = _CallProgress(self, call)
+        try:
+            result = await self._result(call, replace(self.context, progress=progress.report))
+        finally:
+            progress.ended = True
         shown = result.content if self._tools[call.name].keeps_output else withheld(result)
         await self._observe(call, "error" if result.is_error else "ok", shown)
         return result
 
-    async def _result(self, call: ToolCall) -> ToolResultMessage:
+    async def _result(self, call: ToolCall, context: ToolContext) -> ToolResultMessage:
         tool = self._tools[call.name]
         try:
             parsed = _validate(tool, call)
@@ -212,7 +232,7 @@ class Toolbox:
         timeout = tool.timeout_seconds or self._timeout
         try:
             async with asyncio.timeout(timeout):
-                output = await tool.execute(self.context, parsed)
+                output = await tool.execute(context, parsed)
         except TimeoutError:
             log.warning("tool %s ran past its %g s time limit", call.name, timeout)
             text = (
@@ -220,7 +240,12 @@ class Toolbox:
                 "was stopped. Try it with a smaller request, or go on without it."
             )
             return ToolResultMessage(call.id, call.name, text, is_error=True)
-        except Exception as exc:
+        except ToolFailed as exc:  # the tool's world said no: one line, no traceback
+            about = f" ({exc.source})" if exc.source else ""
+            log.warning("tool %s%s failed: %s", call.name, about, one_line(str(exc)))
+            text = f"{call.name} failed: {type(exc).__name__}: {exc}"
+            return ToolResultMessage(call.id, call.name, text, is_error=True)
+        except Exception as exc:  # a bug of ours or a plugin's: the traceback is the lead
             log.warning("tool %s failed", call.name, exc_info=True)
             text = f"{call.name} failed: {type(exc).__name__}: {exc}"
             return ToolResultMessage(call.id, call.name, text, is_error=True)
@@ -230,17 +255,50 @@ class Toolbox:
             call.id, call.name, text, images=result.images, documents=result.documents
         )
 
-    async def _observe(self, call: ToolCall, state: ToolCallState, output: str = "") -> None:
+    async def _observe(
+        self,
+        call: ToolCall,
+        state: ToolCallState,
+        output: str = "",
+        progress: ToolProgress | None = None,
+    ) -> None:
         observer = self.context.observer
         if observer is None:
             return
         record = ToolCallRecord(
-            call.id, call.name, call.raw_arguments, state, output, self.context.subtask_type
+            call.id,
+            call.name,
+            call.raw_arguments,
+            state,
+            output,
+            self.context.subtask_type,
+            progress,
         )
         try:
             await observer.tool_call(self.context.task, record)
         except Exception:
             log.warning("the tool observer failed on %s (%s)", call.name, state, exc_info=True)
+
+
+class _CallProgress:
+    """Where one call's tool reports progress: told to the observer as a "running" record.
+
+    An MCP SDK runs each progress callback as a task of its own, so reports can arrive out
+    of order, or after the call returned: one that goes back (the spec has progress only
+    grow) or comes after the end is dropped — a card must not go back to "in progress"
+    once it shows the outcome."""
+
+    def __init__(self, box: Toolbox, call: ToolCall) -> None:
+        self._box = box
+        self._call = call
+        self._last = float("-inf")
+        self.ended = False
+
+    async def report(self, progress: ToolProgress) -> None:
+        if self.ended or progress.progress < self._last:
+            return
+        self._last = progress.progress
+        await self._box._observe(self._call, "running", progress=progress)
 
 
 def _offered(tool: WorkTool[Any], context: ToolContext) -> bool:
@@ -249,6 +307,13 @@ def _offered(tool: WorkTool[Any], context: ToolContext) -> bool:
     if tool.requires_approval and not context.approvals:
         return False
     return tool.available(context)
+
+
+def one_line(text: str, limit: int = LOGGED_ERROR_CHARS) -> str:
+    """`text` as one log line: its line breaks become spaces, cut at `limit` characters (a
+    server's error may be a page long, or a stack trace of its own)."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else f"{flat[:limit]}… [{len(flat):,} characters]"
 
 
 def withheld(result: ToolResultMessage) -> str:

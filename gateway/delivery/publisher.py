@@ -58,6 +58,7 @@ from gateway.slack.interactive import feedback_buttons
 from gateway.slack.workspaces import SlackClients
 from gateway.text.rendering import SlackMessage, render_reply
 from gateway.text.secrets import ROTATE_NOTE
+from gateway.text.tool_progress import progress_title
 from storage import Outbox
 
 # Who pressed Stop, as storage records the actor (storage/stops.py).
@@ -215,14 +216,17 @@ class SlackPublisher:
 
     async def tool_call(self, task: Task, record: ToolCallRecord) -> None:
         """`agent.ToolObserver`: a work tool's call shown while it runs — a card on the
-        reply's timeline when the reply streams, else the status line names the tool. A
+        reply's timeline when the reply streams, its title saying how far the call has come
+        when its tool reports progress (`gateway.text.tool_progress`; sent at the draft's
+        pace, the latest report winning), else the status line names the tool. A
         sub-agent's call is never the reply's: it may run while the round that delegated
         still holds the reply's draft, which would start a stream for it."""
         draft = self._drafts.get((task.id, task.reply_id))
         if draft is not None and not draft.silent and record.subtask_type is None:
-            draft.tool(record.call_id, record.name, _TOOL_STATES[record.state])
+            title = progress_title(record.name, record.progress)
+            draft.tool(record.call_id, title, _TOOL_STATES[record.state])
             return
-        if record.state == "running":
+        if record.state == "running" and record.progress is None:
             await self._status.using(task, record.name)
 
     @contextlib.asynccontextmanager

@@ -328,11 +328,11 @@ class SlackDraft:
         if self._flusher is None:
             self._flusher = asyncio.create_task(self._flush(), name=f"draft-{self._post_id}")
 
-    def tool(self, call_id: str, name: str, state: StepState) -> None:
+    def tool(self, call_id: str, title: str, state: StepState) -> None:
         """Show a work tool's call as a card on the reply's timeline (display only)."""
         if self._silent:
             return
-        self._cards[call_id] = task_update(Step(call_id, name, state))
+        self._cards[call_id] = task_update(Step(call_id, title, state))
         self._wake.set()
         if self._flusher is None:
             self._flusher = asyncio.create_task(self._flush(), name=f"draft-{self._post_id}")

@@ -695,7 +695,11 @@ def mcp_finding(state: McpServerState, limit: float) -> Finding:
         why = state.error or f"no answer within {limit:g} s"
         return Finding(check, "FAIL", f"not connected over {state.transport} ({why})")
     tools = ", ".join(state.tools) if state.tools else "none (check allowedTools)"
-    return Finding(check, "ok", f"connected over {state.transport}; tools: {tools}")
+    detail = f"connected over {state.transport}; tools: {tools}"
+    if not state.skipped:
+        return Finding(check, "ok", detail)
+    skipped = "; ".join(f"{name}: {why}" for name, why in state.skipped)
+    return Finding(check, "warn", f"{detail}; not offered: {skipped}")
 
 
 # -- channels -------------------------------------------------------------------------------

@@ -296,6 +296,13 @@ class TaskFamilies:
             ["server", "tool", "outcome"],
             registry=registry,
         )
+        self.tool_progress = Counter(
+            "threadgate_tool_progress_total",
+            "Progress reports of running work-tool calls (an MCP server's progress"
+            " notifications), by MCP server and tool: each one updates the call's card.",
+            ["server", "tool"],
+            registry=registry,
+        )
         self.compactions = Counter(
             "threadgate_compactions_total",
             "Summaries of what outgrew a thread's window, by outcome: summarized, failed"

@@ -81,7 +81,8 @@ Origin = Callable[[str], "tuple[str, str] | None"]
 
 
 class ToolCallCounter:
-    """`agent.ToolObserver` that counts each ended call in `threadgate_tool_calls_total`.
+    """`agent.ToolObserver` that counts each ended call in `threadgate_tool_calls_total`,
+    and each progress report in `threadgate_tool_progress_total`.
 
     `origin` maps an offered name to its (MCP server, tool); other tools are "builtin"."""
 
@@ -90,10 +91,13 @@ class ToolCallCounter:
         self._origin = origin
 
     async def tool_call(self, task: Task, record: ToolCallRecord) -> None:
-        if record.state == "running":
+        if record.state == "running" and record.progress is None:
             return
         server, tool = self._origin(record.name) or ("builtin", record.name)
-        self._metrics.tool_calls.labels(server, tool, record.state).inc()
+        if record.progress is not None:
+            self._metrics.tool_progress.labels(server, tool).inc()
+        else:
+            self._metrics.tool_calls.labels(server, tool, record.state).inc()
 
 
 class MeteredModel(Model):

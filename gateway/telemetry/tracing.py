@@ -142,6 +142,8 @@ class ToolSpans:
 
     async def tool_call(self, task: Task, record: ToolCallRecord) -> None:
         key = (task.id, record.call_id)
+        if record.progress is not None:
+            return  # the call's span is open already; progress is for people to watch
         if record.state == "running":
             attributes = {
                 "gen_ai.operation.name": "execute_tool",

@@ -22,7 +22,13 @@ writes a person's turn tags (`FORGED_PAGE`). `screenshot` returns text, a PNG
 (`SCREENSHOT_PNG`) and an "image" that is not one; `report` returns text, a PDF
 (`REPORT_PDF`) and a CSV as embedded resources, a recording (audio) and a zip archive.
 `file_ticket` takes nested input (a ticket model holding its reporter's, as `$defs`, and a
-map of labels), as real servers do.
+map of labels), as real servers do. `client_info` says who the client said it was when it
+connected (its `clientInfo` name and version). `progress` reports `steps` progress
+notifications (`i` of `steps`, with a message) to a caller that sent a progress token, then
+waits until the file `gate` exists: a test watches the progress show while the call is still
+running, then lets it end. `needs_task` is listed with the 2025-11 spec's
+`execution.taskSupport: "required"`: a client that cannot make task-augmented calls must not
+offer it (calling it plainly answers as such a server does, with an error).
 
 Environment: `FAKE_MCP_SAY` — a line the server writes on its stderr at start, `{token}`
 in it replaced by the token it got (a server careless with its credential).
@@ -48,7 +54,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import aiohttp
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import (
     AudioContent,
     BlobResourceContents,
@@ -56,6 +62,8 @@ from mcp_types import (
     EmbeddedResource,
     ImageContent,
     TextContent,
+    Tool,
+    ToolExecution,
 )
 from pydantic import BaseModel, Field
 
@@ -149,6 +157,43 @@ class Ticket(BaseModel):
 @server.tool(description="File a ticket.")
 def file_ticket(ticket: Ticket, labels: dict[str, str] | None = None) -> str:
     return f"filed: {ticket.title} ({len(labels or {})} labels)"
+
+
+@server.tool(description="Who the client said it was: its clientInfo name and version.")
+def client_info(ctx: Context) -> str:
+    params = ctx.session.client_params
+    info = params.client_info if params is not None else None
+    return json.dumps({"name": info.name, "version": info.version} if info else None)
+
+
+@server.tool(description="Report `steps` progress notifications, then wait for the file `gate`.")
+async def progress(steps: int, gate: str, ctx: Context) -> str:
+    for step in range(1, steps + 1):
+        await ctx.report_progress(step, steps, f"step {step} of {steps}")
+    while not os.path.exists(gate):  # noqa: ASYNC110, ASYNC240 - a file the test writes, polled
+        await asyncio.sleep(0.02)
+    return f"done after {steps} steps"
+
+
+@server.tool(description="A long job that must run as an MCP task (taskSupport: required).")
+def needs_task() -> str:
+    raise RuntimeError("needs_task must be called as a task (task-augmented tools/call)")
+
+
+_list_tools = server.list_tools
+
+
+async def _tools_with_execution() -> list[Tool]:
+    """The server's tools, `needs_task` marked as the 2025-11 spec marks a task-only tool
+    (the SDK's server API has no argument for it)."""
+    required = ToolExecution(task_support="required")
+    return [
+        t.model_copy(update={"execution": required}) if t.name == "needs_task" else t
+        for t in await _list_tools()
+    ]
+
+
+server.list_tools = _tools_with_execution  # type: ignore[method-assign]
 
 
 @server.tool(description="Fetch the shop's web page.")

@@ -1,11 +1,14 @@
 """MCP tools in a real `threadgate serve`: a mention answered after the model called a tool
 of a real MCP server (stdio), the call stored in `tool_calls`, counted in
-`threadgate_tool_calls_total`, and the server's secret nowhere in the gateway's log; and
-a server that cannot connect does not stop the gateway from serving."""
+`threadgate_tool_calls_total`, and the server's secret nowhere in the gateway's log; a
+long tool's progress on its card while it runs, the server told who called, a task-only
+tool not offered and a tool's error logged as one line; and a server that cannot connect
+does not stop the gateway from serving."""
 
 from __future__ import annotations
 
 import json
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +19,19 @@ from gateway.config.settings import load_settings
 from gateway.operator.doctor import check_mcp
 from storage import Database, tool_calls_of
 from tests.fakes.mcp_server import stdio_entry
-from tests.fakes.openai_api import OpenAIServer, RecordedRequest, Reply, reply_with_tool
+from tests.fakes.openai_api import (
+    Completion,
+    FakeToolCall,
+    OpenAIServer,
+    RecordedRequest,
+    Reply,
+    reply_with_tool,
+)
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.slack_events import app_mention_event, deliver, event_callback
+from tests.fakes.slack_streams import StreamedMessage
 from tests.gateway.process import GatewayProcess, run_cli
-from tests.gateway.rig import BOT_TOKEN, SECRET, gateway_env
+from tests.gateway.rig import BOT_TOKEN, SECRET, STREAMING, gateway_env
 from tests.pg import create_database
 
 TOKEN = "mcp-live-token-0123456789"
@@ -99,6 +110,92 @@ async def test_a_mention_is_answered_after_an_mcp_tool_call(
     assert all(TOKEN not in json.dumps(r.body) for r in model.requests)
 
 
+def tool_results(seen: RecordedRequest) -> dict[str, str]:
+    """The tool results a model request carries, by call id."""
+    return {
+        m["tool_call_id"]: m["content"] for m in seen.body["messages"] if m.get("role") == "tool"
+    }
+
+
+async def test_a_long_tools_progress_shows_on_its_card_while_it_runs(
+    postgres_dsn: str, tmp_path: Path
+) -> None:
+    """The model asks who the server thinks called and calls a failing tool, then a tool
+    that reports progress and waits: its card on the reply's timeline shows `3/3 (100%) ·
+    step 3 of 3` while it is still in progress, then the tool's name and complete. The
+    server saw threadgate and our version; `needs_task` was never offered; the failure is
+    one log line without a traceback."""
+    dsn = await create_database(postgres_dsn, "mcp_gateway_progress")
+    config = write_config(tmp_path, {"fake": stdio_entry(tmp_path / "pid")})
+    gate = tmp_path / "gate"
+
+    def model(seen: RecordedRequest) -> Reply:
+        done = tool_results(seen)
+        if "long" in done:
+            return reply_with_tool("final_reply", {"text": f"the server saw {done['who']}"})
+        if "who" in done:
+            return reply_with_tool(
+                "fake__progress", {"steps": 3, "gate": str(gate)}, call_id="long"
+            )
+        return Completion(
+            tool_calls=[
+                FakeToolCall("fake__client_info", {}, "who"),
+                FakeToolCall("fake__fails", {}, "bad"),
+            ]
+        )
+
+    async with (
+        FakeSlack(bot_token=BOT_TOKEN) as slack,
+        OpenAIServer() as openai,
+        aiohttp.ClientSession() as http,
+    ):
+        openai.default = model
+        env = {**gateway_env(slack, openai, dsn), **STREAMING, "THREADGATE_MCP_CONFIG": str(config)}
+        gateway = GatewayProcess(env, tmp_path)
+        await gateway.start()
+        try:
+            envelope = event_callback(app_mention_event(text="<@UBOT> run the long job"))
+            assert (await deliver(http, gateway.events_url, envelope, SECRET))[0] == 200
+            shows = "fake__progress · 3/3 (100%) · step 3 of 3"
+            await slack.wait_until(
+                lambda: any(_card(s, "long") == (shows, "in_progress") for s in slack.streams),
+                timeout=60,
+                what=f"the card {shows!r} in progress",
+            )
+            gate.touch()  # the tool may end now
+            [done] = await slack.wait_for_streams(1, stopped=True, timeout=60)
+            metrics = await _metrics(http, gateway)
+        finally:
+            await gateway.stop()
+    card = done.tasks["long"]
+    assert (card.title, card.status) == ("fake__progress", "complete")
+    assert card.history[0] == "in_progress" and card.history[-1] == "complete"
+    assert done.tasks["bad"].status == "error"
+    version = json.dumps(metadata.version("threadgate"))
+    assert f'{{"name": "threadgate", "version": {version}}}' in done.text
+    offered = {t["function"]["name"] for t in openai.requests[0].body["tools"]}
+    assert "fake__echo" in offered and "fake__needs_task" not in offered
+    assert 'threadgate_tool_progress_total{server="fake",tool="progress"}' in metrics
+    log = gateway.log.decode(errors="replace")
+    assert "MCP server fake: not offering needs_task (it runs only as an MCP task" in log
+    [failure] = [line for line in log.splitlines() if "fake__fails" in line and "failed" in line]
+    assert "(MCP server fake, tool fails) failed: Error executing tool fails" in failure
+    # The fake server prints its own traceback on its stderr (relayed, each line under
+    # "MCP server fake:"); none of the gateway's own records carries one.
+    assert not [line for line in log.splitlines() if line.startswith("Traceback")]
+
+
+def _card(stream: StreamedMessage, call_id: str) -> tuple[str, str] | None:
+    card = stream.tasks.get(call_id)
+    return None if card is None else (card.title, card.status)
+
+
+async def _metrics(http: aiohttp.ClientSession, gateway: GatewayProcess) -> str:
+    assert gateway.metrics_url is not None
+    async with http.get(gateway.metrics_url) as response:
+        return await response.text()
+
+
 async def test_a_server_that_cannot_connect_does_not_stop_serving(
     postgres_dsn: str, tmp_path: Path
 ) -> None:
@@ -161,3 +258,16 @@ async def test_doctor_lists_every_server(tmp_path: Path, connects: bool) -> None
     else:
         assert (finding.check, finding.status) == ("mcp down", "FAIL")
         assert finding.detail.startswith("not connected over http (")
+
+
+async def test_doctor_warns_about_a_tool_it_will_not_offer(tmp_path: Path) -> None:
+    """A server whose allowed tools include one that runs only as an MCP task: connected,
+    a warning naming that tool and why."""
+    entry = stdio_entry(tmp_path / "pid", allowedTools=["echo", "needs_task"])
+    settings = load_settings(threadgate_mcp_config=write_config(tmp_path, {"fake": entry}))
+    [finding] = await check_mcp(settings, limit=60)
+    assert (finding.check, finding.status) == ("mcp fake", "warn")
+    assert finding.detail.startswith("connected over stdio; tools: fake__echo; not offered: ")
+    assert "needs_task: it runs only as an MCP task (execution.taskSupport: required)" in (
+        finding.detail
+    )

@@ -52,6 +52,7 @@ FAMILIES = [
     ("threadgate_tasks", "counter", ("outcome",)),
     ("threadgate_tokens_today", "gauge", ("direction",)),
     ("threadgate_tool_calls", "counter", ("server", "tool", "outcome")),
+    ("threadgate_tool_progress", "counter", ("server", "tool")),
     ("threadgate_workspace_searches", "counter", ("outcome",)),
 ]
 
