@@ -44,6 +44,7 @@ from agent import (
 from gateway.config.settings import Settings
 from gateway.models.routes import end_user_of, retry_policy
 from gateway.telemetry.metrics import Metrics, ToolCallCounter
+from gateway.telemetry.outcomes import TaskOutcomes
 from gateway.telemetry.tool_observers import ToolObservers
 from storage import (
     Database,
@@ -99,7 +100,7 @@ def build_runner(
             history=PostgresHistory(db, max_pinned=settings.memory.pinned_max),
             publisher=parts.publisher,
             alerts=parts.alerts,
-            observer=parts.metrics,
+            observer=TaskOutcomes(parts.metrics),  # counted, and logged one line per outcome
             live=parts.live,
             memory=PostgresMemory(db),
             approvals=approvals,
