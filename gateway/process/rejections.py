@@ -86,13 +86,14 @@ class RejectionLog:
         window.count += 1
         if window.logged_at is not None and now - window.logged_at < self._every:
             return
-        count, window.count, window.logged_at = window.count, 0, now
+        since = "" if window.logged_at is None else f"; {window.count} since the last line like it"
+        window.count, window.logged_at = 0, now
         with bind_log_fields(outcome="rejected", cause=rejection.cause, remote=remote):
             log.warning(
-                "Slack request refused (%d, %s; %d like it since the last such line): %s",
+                "Slack request refused (%d, %s%s): %s",
                 rejection.status,
                 rejection.reason,
-                count,
+                since,
                 self._likely_cause(rejection, now),
             )
 
