@@ -61,7 +61,7 @@ from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.response import BoltResponse
 
 from gateway.inbound.interactions import check_interaction
-from gateway.process.rejections import Cause, Rejection, RejectionLog
+from gateway.process.rejections import MAX_AGE, Cause, Rejection, RejectionLog
 from gateway.slack.events import MalformedEvent, check_shape
 from gateway.telemetry.metrics import Metrics
 
@@ -85,7 +85,7 @@ SIGNATURE_HEADER = "X-Slack-Signature"
 _TIMESTAMP = re.compile(r"[0-9]{1,12}")
 _SIGNATURE = re.compile(r"v0=[0-9a-f]{64}")
 # Slack's advice, and bolt's: a request signed more than five minutes ago may be a replay.
-MAX_AGE_SECONDS = 300
+MAX_AGE_SECONDS = MAX_AGE
 # How Slack sends interaction payloads (clicks): `payload=` and the JSON.
 _FORM = "application/x-www-form-urlencoded"
 

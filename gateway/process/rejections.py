@@ -28,6 +28,8 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC
+from email.utils import parsedate_to_datetime
 from typing import Literal, TypeAlias
 
 from agent import bind_log_fields
@@ -41,7 +43,7 @@ EVERY_SECONDS = 60.0
 # A request verified this recently proves the secret right (a rotated secret stops them).
 RECENT_SECONDS = 600.0
 # Slack's bound on a request's age, and bolt's (gateway/process/http.py).
-_MAX_AGE = 300
+MAX_AGE = 300
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +127,17 @@ def clock_skew_cause(skew: float) -> str:
     way = "ahead of" if skew < 0 else "behind"
     return (
         f"X-Slack-Request-Timestamp is {abs(skew):.0f} s from this host's clock (at most"
-        f" {_MAX_AGE} s is accepted): likely this host's clock is {way} the real time (check"
+        f" {MAX_AGE} s is accepted): likely this host's clock is {way} the real time (check"
         " its time synchronization, NTP); a replayed or long-delayed request looks the same"
     )
+
+
+def clock_skew_from(date: str, now: float) -> float | None:
+    """How far this host's clock (`now`) is behind the time an HTTP `Date` header says
+    (negative: ahead), to the second it has; None when it is not a date. `threadgate
+    doctor` reads it off Slack's answer, to find a clock that makes requests look stale."""
+    try:
+        said = parsedate_to_datetime(date)
+    except (TypeError, ValueError):
+        return None
+    return (said if said.tzinfo else said.replace(tzinfo=UTC)).timestamp() - now
