@@ -65,6 +65,7 @@ CONCERNS = {
     "TaskFamilies": "Tasks and schedules",
     "QueueFamilies": "The queue",
     "DatabaseFamilies": "The database",
+    "ConnectionFamilies": "Connections and build",
 }
 # Named in the documents though no setting: the suite's own scale for the chaos tests.
 NOT_SETTINGS = {"THREADGATE_CHAOS_SCALE"}

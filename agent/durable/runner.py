@@ -459,7 +459,8 @@ class TaskRunner:
     async def _give_up(
         self, task: Task, error: Exception, kind: FailureKind, *, alerted: bool = False
     ) -> None:
-        log.warning("task %s failed (%s): %s", task.id, kind, error)
+        with bind_log_fields(outcome="given_up", reason=kind):  # one line per outcome
+            log.warning("task %s failed (%s): %s", task.id, kind, error)
         self._schedule_run_settled(task, "failed")
         notice = self._settings.notices.text(kind, alerted=alerted)
         try:

@@ -24,12 +24,16 @@ from typing import Literal, TypeAlias
 
 from gateway.slack.bot_policy import BotPolicy, LoopGuard
 from gateway.slack.events import InboundTurn
+from gateway.telemetry import outcomes
 from storage import Database, count_bot_turn
 
 log = logging.getLogger(__name__)
 
 BotOutcome: TypeAlias = Literal["answered", "not_allowed", "own", "looping"]
 BOT_OUTCOMES: tuple[BotOutcome, ...] = ("answered", "not_allowed", "own", "looping")
+# The refusals on-call reads in the log (gateway/telemetry/outcomes.py); our own bot's
+# posts are not a refusal.
+_REFUSALS = {"not_allowed": "bot_not_allowed", "looping": "bot_loop"}
 # (key, text) of an operator alert, sent in the background by whoever wires it.
 Alert: TypeAlias = Callable[[str, str], None]
 
@@ -66,6 +70,8 @@ class BotGate:
         """Whether the bot's turn goes on to admission; the loop guard counts it first."""
         outcome = await self._decide(inbound, bot_user_id)
         self._on_decided(outcome)
+        if outcome in _REFUSALS:
+            outcomes.refused(_REFUSALS[outcome])
         return outcome == "answered"
 
     async def _decide(self, inbound: InboundTurn, bot_user_id: str | None) -> BotOutcome:

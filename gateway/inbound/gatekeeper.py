@@ -74,6 +74,7 @@ from gateway.slack.events import InboundTurn
 from gateway.slack.sharing import ChannelSharing
 from gateway.slack.threads import EXTERNAL
 from gateway.slack.users import NameDirectory
+from gateway.telemetry import outcomes
 from gateway.text.secrets import Redactions
 from storage import (
     REFUSALS,
@@ -147,12 +148,16 @@ class Policy:
         return replace(inbound, dm_threads_apart=self.dm_threads_apart)
 
     def allows(self, inbound: InboundTurn) -> bool:
+        return self.refusal(inbound) is None
+
+    def refusal(self, inbound: InboundTurn) -> str | None:
+        """Which allowlist refuses the message (gateway/telemetry/outcomes.py), or None."""
         if self.allowed_users and inbound.user not in self.allowed_users:
-            return False
+            return "user_not_allowed"
         # DMs are not channels anyone configures; the user allowlist covers them.
-        return (
-            inbound.direct or not self.allowed_channels or inbound.channel in self.allowed_channels
-        )
+        if inbound.direct or not self.allowed_channels or inbound.channel in self.allowed_channels:
+            return None
+        return "channel_not_allowed"
 
     def addressed(self, inbound: InboundTurn, *, known: bool) -> bool:
         """Whether the message asks the bot: a mention, a DM, or (continuing threads) a reply
@@ -284,7 +289,8 @@ class Gatekeeper:
         is the first span of the message's trace: for a mention or a DM, which asks the
         bot, everything from keeping it on; for other messages, only their admission (most
         are kept and ignored, and make no trace)."""
-        if not self._policy.allows(inbound):
+        if (refusal := self._policy.refusal(inbound)) is not None:
+            outcomes.refused(refusal, addressed=inbound.mentioned or inbound.direct)
             return "ignored"
         if inbound.bot_id is not None and not await self._bot_admitted(inbound, bot_user_id):
             return "ignored"  # another bot's post: only where allowed, within the loop guard
@@ -337,7 +343,10 @@ class Gatekeeper:
     async def _bot_admitted(self, inbound: InboundTurn, bot_user_id: str | None) -> bool:
         """A bot's mention: allowed, and not past its thread's loop guard."""
         bots = self._ports.bots
-        return bots is not None and await bots.admits(inbound, bot_user_id=bot_user_id)
+        if bots is None:
+            outcomes.refused("bot_not_allowed")
+            return False
+        return await bots.admits(inbound, bot_user_id=bot_user_id)
 
     def _answered_in_any_thread(self, inbound: InboundTurn) -> bool:
         """A mention or a DM inside a thread, with nothing to download: it is answered
@@ -438,8 +447,13 @@ class Gatekeeper:
             self._ports.on_redacted(tally)
         if admitted.limited is not None:
             self._ports.on_limited(admitted.limited)
+            outcomes.refused(admitted.limited)
             return "refused" if admitted.limited in REFUSALS else "limited"
-        return "admitted" if admitted else "duplicate"
+        if not admitted:
+            outcomes.duplicate()
+            return "duplicate"
+        outcomes.admitted()
+        return "admitted"
 
     def _limits_of(self, inbound: InboundTurn) -> Limits:
         return self._settings.rules(inbound.channel).limits or self._settings.limits

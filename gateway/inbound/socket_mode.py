@@ -45,7 +45,7 @@ Several processes may each hold a connection; nothing here assumes it is the onl
 **Health.** The connection is up when the WebSocket slack-sdk holds now is the one that
 said `hello` (Slack's greeting on a live link) and slack-sdk still counts it connected (not
 closed, answering pings). `/readyz` answers 503 while it is not: after a drop, during a
-reconnect, until the new link says hello. At start-up `start_socket_mode` waits for that
+reconnect, until the new link says hello; `threadgate_socket_mode_connected{app}` says 0. At start-up `start_socket_mode` waits for that
 hello within `connect_timeout`: slack-sdk would otherwise retry a WebSocket that never
 opens forever, and a gateway that cannot hear Slack must not look started.
 
@@ -145,6 +145,8 @@ async def start_socket_mode(
     except BaseException:
         await connection.close()
         raise
+    if metrics is not None:
+        metrics.watch_socket_mode(client.app_id, client.up)
     return connection
 
 
@@ -167,18 +169,33 @@ class _SupervisedClient(SocketModeClient):
         self._metrics = metrics
         self.greeted = asyncio.Event()  # set by the first hello
         self._greeted_by: object = None  # the WebSocket that said hello last
+        self.app_id = "unknown"  # as the hello says (`connection_info.app_id`)
 
     async def is_greeted(self) -> bool:
         """The current WebSocket said hello and slack-sdk counts it connected."""
         current = self.current_session
         return current is not None and current is self._greeted_by and await self.is_connected()
 
+    def up(self) -> bool:
+        """`is_greeted` without awaiting, for the connection gauge (read when scraped, from
+        the metrics listener's thread: it only reads attributes)."""
+        current, last_pong = self.current_session, self.last_ping_pong_time
+        failing = last_pong is not None and time.time() - last_pong >= self.ping_interval * 4
+        return (
+            current is not None
+            and current is self._greeted_by
+            and not (self.closed or self.stale or current.closed or failing)
+        )
+
     async def enqueue_message(self, message: str) -> None:
         # Here, in the receiving loop of the socket the frame came on (process_message runs
         # later, when a reconnect may have replaced the socket). A hello is a few hundred
         # bytes, so only small frames are parsed twice; events are parsed once, later.
-        if len(message) <= _HELLO_BYTES and _is_hello(message):
+        if len(message) <= _HELLO_BYTES and (hello := _greeting(message)) is not None:
             self._greeted_by = self.current_session
+            info = hello.get("connection_info")
+            app_id = info.get("app_id") if isinstance(info, dict) else None
+            self.app_id = app_id if isinstance(app_id, str) and app_id else self.app_id
             self.greeted.set()
         await super().enqueue_message(message)
 
@@ -220,12 +237,17 @@ class _SupervisedClient(SocketModeClient):
 _HELLO_BYTES = 4096
 
 
-def _is_hello(frame: str) -> bool:
+def _greeting(frame: str) -> Mapping[str, Any] | None:
+    """The frame as Slack's hello, or None when it is not one."""
     try:
         message = json.loads(frame)
     except (ValueError, RecursionError):
-        return False
-    return isinstance(message, dict) and message.get("type") == "hello"
+        return None
+    return message if isinstance(message, dict) and message.get("type") == "hello" else None
+
+
+def _is_hello(frame: str) -> bool:
+    return _greeting(frame) is not None
 
 
 def envelope_problem(message: Mapping[str, Any]) -> str | None:

@@ -8,7 +8,8 @@ the setting to fix:
 - settings: every variable the chosen mode requires (all missing ones, not the first);
 - Slack: `auth.test` with the bot token, then the granted scopes (Slack reports them in
   the `x-oauth-scopes` header) against those `gateway.slack.scopes.bot_scopes` says the settings
-  need; with many workspaces (SLACK_CLIENT_ID), the client id and secret's shape, then
+  need, and this host's clock against the `Date` of Slack's answer (in HTTP mode a clock
+  five minutes off makes every request look stale); with many workspaces (SLACK_CLIENT_ID), the client id and secret's shape, then
   every installation in the database — its team id and name, never its token — and an
   `auth.test` with each one's token;
 - Socket Mode (with `SLACK_APP_TOKEN`): a connection opened until Slack says hello, then
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -65,6 +67,7 @@ from gateway.models.routes import provider_settings
 from gateway.operator.schedule_check import census as schedule_census
 from gateway.operator.schedule_check import findings as schedule_findings
 from gateway.process.channel_policies import prompt_instructions
+from gateway.process.rejections import MAX_AGE, clock_skew_from
 from gateway.process.slack_clients import token_cipher
 from gateway.process.workers import ERASURE_SWEEP_SECONDS
 from gateway.slack.client import slack_client
@@ -81,6 +84,9 @@ from storage import (
 )
 
 Status: TypeAlias = Literal["ok", "warn", "FAIL", "skip"]
+# Past this, this host's clock is told apart from Slack's (a second of rounding, and the
+# time the answer took, are always there).
+CLOCK_TOLERANCE_SECONDS = 30
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,7 +268,8 @@ async def check_slack(settings: Settings, limit: float) -> list[Finding]:
         continue_threads=settings.access.continue_threads,
         workspace_search=settings.tools.workspace_search,
     )
-    return [Finding("slack", "ok", identity(response)), *scopes]
+    clock = check_clock(response.headers, time.time(), signed=not settings.slack.socket_mode)
+    return [Finding("slack", "ok", identity(response)), *scopes, *clock]
 
 
 async def check_socket_mode(settings: Settings, limit: float) -> list[Finding]:
@@ -463,6 +470,30 @@ def check_scopes(
         detail = f"all {required} required bot scopes are granted"
         return [Finding("slack scopes", "ok", detail)]
     return [Finding("slack scopes", "FAIL", missing_scope(scope)) for scope in missing]
+
+
+def check_clock(headers: Mapping[str, str], now: float, *, signed: bool) -> list[Finding]:
+    """This host's clock against Slack's (the `Date` of its answer): in HTTP mode (`signed`)
+    a request whose timestamp is more than five minutes off is refused as stale, every one
+    of them when the clock is (gateway/process/rejections.py)."""
+    date = next((v for k, v in headers.items() if k.lower() == "date"), None)
+    skew = None if date is None else clock_skew_from(date, now)
+    if skew is None:
+        return []  # Slack always dates its answers; a proxy that drops it leaves nothing to say
+    if abs(skew) < CLOCK_TOLERANCE_SECONDS:
+        detail = f"this host's clock agrees with Slack's (within {CLOCK_TOLERANCE_SECONDS} s)"
+        return [Finding("clock", "ok", detail)]
+    way = "behind" if skew > 0 else "ahead of"
+    detail = f"this host's clock is {abs(skew):.0f} s {way} Slack's"
+    status: Status = "FAIL" if signed and abs(skew) > MAX_AGE else "warn"
+    return [
+        Finding(
+            "clock",
+            status,
+            f"{detail}: Slack's signed requests more than {MAX_AGE} s off are refused as "
+            "stale; fix the host's time synchronization (NTP).",
+        )
+    ]
 
 
 def missing_scope(scope: str) -> str:

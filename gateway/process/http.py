@@ -11,7 +11,9 @@ bolt would choke on before bolt sees it, and what is not from Slack before readi
 
 * The signing headers are checked first, before a byte of the body is read: missing, or
   older than five minutes, is 401; malformed (not Unix seconds, not `v0=` and 64 hex
-  digits, given twice) is 400. Nothing unauthenticated can reach code that would raise
+  digits, given twice) is 400. Each such refusal, and a signature that does not match, is
+  logged with its likely cause, at most once a minute per cause
+  (gateway/process/rejections.py). Nothing unauthenticated can reach code that would raise
   on it (slack-sdk's verifier calls `int()` on the timestamp and compares the signature
   as `str`, so "abc", 5,000 digits or a non-ASCII signature used to be a 500).
 * The body is read only up to `MAX_BODY_BYTES` (a larger declared length is refused
@@ -59,6 +61,7 @@ from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.response import BoltResponse
 
 from gateway.inbound.interactions import check_interaction
+from gateway.process.rejections import MAX_AGE, Cause, Rejection, RejectionLog
 from gateway.slack.events import MalformedEvent, check_shape
 from gateway.telemetry.metrics import Metrics
 
@@ -82,7 +85,7 @@ SIGNATURE_HEADER = "X-Slack-Signature"
 _TIMESTAMP = re.compile(r"[0-9]{1,12}")
 _SIGNATURE = re.compile(r"v0=[0-9a-f]{64}")
 # Slack's advice, and bolt's: a request signed more than five minutes ago may be a replay.
-MAX_AGE_SECONDS = 300
+MAX_AGE_SECONDS = MAX_AGE
 # How Slack sends interaction payloads (clicks): `payload=` and the JSON.
 _FORM = "application/x-www-form-urlencoded"
 
@@ -122,13 +125,17 @@ SERVER_LOG.addFilter(_QuietProtocolErrors())
 
 
 class Refused(Exception):
-    """A request answered without reaching bolt: its status, reason and metrics outcome."""
+    """A request answered without reaching bolt: its status, reason and metrics outcome,
+    and for a signing failure its likely cause (gateway/process/rejections.py)."""
 
-    def __init__(self, status: int, reason: str, outcome: str) -> None:
+    def __init__(
+        self, status: int, reason: str, outcome: str, cause: Cause | None = None, skew: float = 0
+    ) -> None:
         super().__init__(reason)
         self.status = status
         self.reason = reason
         self.outcome = outcome
+        self.rejection = None if cause is None else Rejection(cause, status, reason, skew)
 
 
 def build_http_app(
@@ -141,6 +148,7 @@ def build_http_app(
     oauth: AsyncOAuthFlow | None = None,
 ) -> web.Application:
     secret = signing_secret.encode() if signing_secret else None
+    rejections = RejectionLog()
 
     async def slack_events(request: web.Request) -> web.Response:
         started = time.perf_counter()
@@ -148,6 +156,8 @@ def build_http_app(
             return await _dispatch(request)
         except Refused as refusal:
             metrics.events.labels(refusal.outcome).inc()
+            if refusal.rejection is not None:
+                rejections.rejected(refusal.rejection, remote=request.remote)
             return web.Response(status=refusal.status, text=refusal.reason)
         finally:
             metrics.ack_seconds.observe(time.perf_counter() - started)
@@ -159,7 +169,8 @@ def build_http_app(
             timestamp, signature = signing_headers(request.headers, now=time.time())
             raw = await read_body(request)
             if not signature_matches(secret, timestamp, raw, signature):
-                raise Refused(401, "invalid signature", "unauthorized")
+                raise Refused(401, "invalid signature", "unauthorized", "signature")
+            rejections.verified()
         text = _event_text(raw, form=request.content_type == _FORM)
         bolt_request = AsyncBoltRequest(
             body=text, query=request.query_string, headers=dict(request.headers)
@@ -236,18 +247,19 @@ def signing_headers(headers: CIMultiDictProxy[str], *, now: float) -> tuple[str,
     timestamps = headers.getall(TIMESTAMP_HEADER, [])
     signatures = headers.getall(SIGNATURE_HEADER, [])
     if not timestamps or not signatures:
-        raise Refused(401, f"missing {TIMESTAMP_HEADER} or {SIGNATURE_HEADER}", "unauthorized")
+        reason = f"missing {TIMESTAMP_HEADER} or {SIGNATURE_HEADER}"
+        raise Refused(401, reason, "unauthorized", "unsigned")
     if len(timestamps) > 1 or len(signatures) > 1:
         reason = f"{TIMESTAMP_HEADER} and {SIGNATURE_HEADER} must each be sent once"
-        raise Refused(400, reason, "unauthorized")
+        raise Refused(400, reason, "unauthorized", "unsigned")
     timestamp, signature = timestamps[0], signatures[0]
     if not _TIMESTAMP.fullmatch(timestamp):
-        raise Refused(400, f"{TIMESTAMP_HEADER} must be Unix seconds", "unauthorized")
+        raise Refused(400, f"{TIMESTAMP_HEADER} must be Unix seconds", "unauthorized", "unsigned")
     if not _SIGNATURE.fullmatch(signature):
         reason = f"{SIGNATURE_HEADER} must be v0= and 64 hexadecimal digits"
-        raise Refused(400, reason, "unauthorized")
-    if abs(now - int(timestamp)) > MAX_AGE_SECONDS:
-        raise Refused(401, "stale timestamp", "unauthorized")
+        raise Refused(400, reason, "unauthorized", "unsigned")
+    if abs(skew := int(timestamp) - now) > MAX_AGE_SECONDS:
+        raise Refused(401, "stale timestamp", "unauthorized", "clock_skew", skew)
     return timestamp, signature
 
 

@@ -9,7 +9,9 @@ tools the runner offers. Both take explicit arguments: the workers' assembly
 
 from __future__ import annotations
 
+import functools
 import logging
+from collections.abc import Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 
@@ -44,6 +46,7 @@ from agent import (
 from gateway.config.settings import Settings
 from gateway.models.routes import end_user_of, retry_policy
 from gateway.telemetry.metrics import Metrics, ToolCallCounter
+from gateway.telemetry.outcomes import TaskOutcomes
 from gateway.telemetry.tool_observers import ToolObservers
 from storage import (
     Database,
@@ -99,7 +102,7 @@ def build_runner(
             history=PostgresHistory(db, max_pinned=settings.memory.pinned_max),
             publisher=parts.publisher,
             alerts=parts.alerts,
-            observer=parts.metrics,
+            observer=TaskOutcomes(parts.metrics),  # counted, and logged one line per outcome
             live=parts.live,
             memory=PostgresMemory(db),
             approvals=approvals,
@@ -210,6 +213,15 @@ async def start_mcp(settings: Settings, tools: ToolRegistry, stack: AsyncExitSta
                 state.error or "still connecting",
             )
     return clients
+
+
+def mcp_connected(clients: McpClients) -> dict[str, Callable[[], bool]]:
+    """Whether each MCP server is connected now, by name (`threadgate_mcp_server_up`)."""
+    return {s.name: functools.partial(_connected, clients, s.name) for s in clients.states()}
+
+
+def _connected(clients: McpClients, name: str) -> bool:
+    return any(state.connected for state in clients.states() if state.name == name)
 
 
 def tool_observer(

@@ -35,7 +35,13 @@ from gateway.delivery.streams import StreamSettings
 from gateway.models.routes import metered_models
 from gateway.process.channel_policies import limits
 from gateway.process.resources import Resources, background, tool_spans
-from gateway.process.runner import RunnerParts, build_runner, start_mcp, tool_observer
+from gateway.process.runner import (
+    RunnerParts,
+    build_runner,
+    mcp_connected,
+    start_mcp,
+    tool_observer,
+)
 from gateway.schedules.preflight import Preflight
 from gateway.schedules.scheduler import Scheduler, Timing, tell_paused
 from gateway.slack.search_tool import SearchWorkspace, search_tool
@@ -60,6 +66,7 @@ class Workers:
         stack.push_async_callback(publisher.aclose)
         registries = self._registries(publisher)
         self.mcp = await start_mcp(self._r.settings, registries[0], stack)
+        self._r.metrics.watch_mcp(mcp_connected(self.mcp))
         await self._start_runner(stack, registries, publisher)
         background(stack, "retention", self._retention())
         background(

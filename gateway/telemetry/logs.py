@@ -1,8 +1,9 @@
 """Logging set-up: one line per record, with the work's bound fields on every line, and
 never a secret.
 
-`THREADGATE_LOG_FORMAT=json` writes JSON objects (for log pipelines); the default is
-`key=value` text. The fields come from `agent.core.log_context`.
+`THREADGATE_LOG_FORMAT=json` writes JSON objects (for log pipelines), timed in RFC 3339
+UTC (`2026-12-05T23:49:09.123Z`: what collectors parse without a time-zone setting); the
+default is `key=value` text. The fields come from `agent.core.log_context`.
 
 Our own log lines are written not to carry secrets, but the libraries' are not ours:
 httpx logs every request at INFO with its full URL (`https://user:pass@host/…` included),
@@ -33,6 +34,7 @@ import logging
 import re
 import sys
 from collections.abc import Iterable
+from datetime import UTC, datetime
 from typing import TextIO
 
 from agent import INVISIBLE_CHARACTERS, log_fields
@@ -186,10 +188,16 @@ class TextFormatter(logging.Formatter):
         return f"{line} {shown}".rstrip()
 
 
+def rfc3339(created: float) -> str:
+    """A record's time in RFC 3339 UTC, to the millisecond: `2026-12-05T23:49:09.123Z`."""
+    moment = datetime.fromtimestamp(created, UTC)
+    return moment.isoformat(timespec="milliseconds").removesuffix("+00:00") + "Z"
+
+
 class JSONFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         entry = {
-            "time": self.formatTime(record),
+            "time": rfc3339(record.created),
             "level": record.levelname,
             "logger": record.name,
             "message": _capped(record.getMessage()),

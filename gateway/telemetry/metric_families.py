@@ -9,7 +9,9 @@ concern's names, help texts and callers read together on one short page.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import importlib.metadata
+import platform
+from collections.abc import Callable, Iterable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -447,3 +449,58 @@ class DatabaseFamilies:
     def erased_rows(self, table: str, count: int) -> None:
         """`storage.Erasure`'s counter callback."""
         self.erased.labels(table).inc(count)
+
+
+class ConnectionFamilies:
+    """What this process runs and what it is connected to: its build, its Socket Mode
+    connection to Slack, its MCP servers. The gauges read the connections when scraped
+    (`watch_socket_mode`, `watch_mcp`): the agent's MCP clients know nothing of
+    Prometheus, they are only asked."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.build_info = Gauge(
+            "threadgate_build_info",
+            "Always 1, labelled with the threadgate version this process runs and its"
+            " Python version: which replicas run which release.",
+            ["version", "python"],
+            registry=registry,
+        )
+        self.build_info.labels(_version(), platform.python_version()).set(1)
+        self.socket_mode_connected = Gauge(
+            "threadgate_socket_mode_connected",
+            "1 while this process's Socket Mode connection of the Slack app (`app`: its id,"
+            " as Slack's hello says) is up — it said hello, is open and answers pings — and"
+            " 0 while it is down or reconnecting (no series in HTTP mode).",
+            ["app"],
+            registry=registry,
+        )
+        self.mcp_server_up = Gauge(
+            "threadgate_mcp_server_up",
+            "1 while the MCP server (`server`, as THREADGATE_MCP_CONFIG names it) is"
+            " connected and its tools are offered, 0 while it is not (connecting, or"
+            " failed: the log says why); one series per enabled server, in processes that"
+            " run the task workers.",
+            ["server"],
+            registry=registry,
+        )
+
+    def watch_socket_mode(self, app: str, up: Callable[[], bool]) -> None:
+        """`threadgate_socket_mode_connected{app}` reads `up` when scraped."""
+        self.socket_mode_connected.labels(app).set_function(_as_number(up))
+
+    def watch_mcp(self, servers: Mapping[str, Callable[[], bool]]) -> None:
+        """`threadgate_mcp_server_up{server}` reads each server's `connected` when scraped."""
+        for server, connected in servers.items():
+            self.mcp_server_up.labels(server).set_function(_as_number(connected))
+
+
+def _as_number(state: Callable[[], bool]) -> Callable[[], float]:
+    return lambda: 1.0 if state() else 0.0
+
+
+def _version() -> str:
+    """The installed threadgate's version ("unknown" when run from a bare checkout)."""
+    try:
+        return importlib.metadata.version("threadgate")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"

@@ -7,7 +7,7 @@ are wrapped by `MeteredModel`; this module turns those into series.
 
 `Metrics` is the one object the rest of the gateway takes; its families are declared in
 groups by concern (metric_families.py: Slack events, messages, models, Slack calls, tasks,
-the queue, the database), each a base of `Metrics`, so `metrics.events` and
+the queue, the database, the build and connections), each a base of `Metrics`, so `metrics.events` and
 `metrics.task_settled` read as they always did while each concern reads on its own.
 
 `MeteredModel` also prices each answer (`threadgate_model_cost_usd_total`, by model: not
@@ -42,6 +42,7 @@ from agent import (
     route_of,
 )
 from gateway.telemetry.metric_families import (
+    ConnectionFamilies,
     DatabaseFamilies,
     EventFamilies,
     MessageFamilies,
@@ -61,6 +62,7 @@ class Metrics(
     TaskFamilies,
     QueueFamilies,
     DatabaseFamilies,
+    ConnectionFamilies,
 ):
     """Every group's families in one registry, and every group's verbs."""
 
@@ -75,6 +77,7 @@ class Metrics(
         TaskFamilies.__init__(self, self.registry)
         QueueFamilies.__init__(self, self.registry)
         DatabaseFamilies.__init__(self, self.registry)
+        ConnectionFamilies.__init__(self, self.registry)
 
 
 Origin = Callable[[str], "tuple[str, str] | None"]

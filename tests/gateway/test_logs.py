@@ -61,6 +61,13 @@ def test_json_lines_are_objects_with_the_fields() -> None:
     )
 
 
+def test_json_lines_are_timed_in_rfc_3339_utc_to_the_millisecond() -> None:
+    """A JSON line's time is RFC 3339 in UTC (`Z`), to the millisecond."""
+    entry = record("timed")
+    entry.created = 1796514549.123456  # 2026-12-05T23:49:09.123456 UTC
+    assert json.loads(JSONFormatter().format(entry))["time"] == "2026-12-05T23:49:09.123Z"
+
+
 # --- secrets ---------------------------------------------------------------------------------
 
 WEBHOOK = "https://hooks.slack.com/services/T0ABC/B0DEF/aZ9webhookTokenValue"

@@ -1,9 +1,10 @@
 """MCP tools in a real `threadgate serve`: a mention answered after the model called a tool
 of a real MCP server (stdio), the call stored in `tool_calls`, counted in
-`threadgate_tool_calls_total`, and the server's secret nowhere in the gateway's log; a
-long tool's progress on its card while it runs, the server told who called, a task-only
-tool not offered and a tool's error logged as one line; and a server that cannot connect
-does not stop the gateway from serving."""
+`threadgate_tool_calls_total`, the server up in `threadgate_mcp_server_up`, and the
+server's secret nowhere in the gateway's log; a long tool's progress on its card while it
+runs, the server told who called, a task-only tool not offered and a tool's error logged as
+one line; and a server that cannot connect does not stop the gateway from serving (its
+gauge says 0)."""
 
 from __future__ import annotations
 
@@ -91,6 +92,7 @@ async def test_a_mention_is_answered_after_an_mcp_tool_call(
             assert (
                 'threadgate_tool_calls_total{outcome="ok",server="fake",tool="echo"} 1.0' in metrics
             )
+            assert 'threadgate_mcp_server_up{server="fake"} 1.0' in metrics
         finally:
             await gateway.stop()
     async with Database(dsn) as db:
@@ -199,7 +201,8 @@ async def _metrics(http: aiohttp.ClientSession, gateway: GatewayProcess) -> str:
 async def test_a_server_that_cannot_connect_does_not_stop_serving(
     postgres_dsn: str, tmp_path: Path
 ) -> None:
-    """Its failure is logged; the gateway listens and answers without its tools."""
+    """Its failure is logged and its gauge is 0; the gateway listens and answers without
+    its tools."""
     dsn = await create_database(postgres_dsn, "mcp_gateway_down")
     config = write_config(tmp_path, {"down": {"url": "http://127.0.0.1:1/mcp"}})
     async with (
@@ -221,6 +224,9 @@ async def test_a_server_that_cannot_connect_does_not_stop_serving(
                 not t["function"]["name"].startswith("down__")
                 for t in model.requests[0].body["tools"]
             )
+            assert gateway.metrics_url is not None
+            async with http.get(gateway.metrics_url) as response:
+                assert 'threadgate_mcp_server_up{server="down"} 0.0' in await response.text()
         finally:
             await gateway.stop()
 
