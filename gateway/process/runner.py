@@ -26,6 +26,7 @@ from agent import (
     McpClients,
     Model,
     ModelResponder,
+    OutageTracker,
     PolicyOf,
     Publisher,
     ResponderPorts,
@@ -52,6 +53,7 @@ from storage import (
     PostgresDelegations,
     PostgresHistory,
     PostgresMemory,
+    PostgresModelWaits,
     PostgresSummaries,
     PostgresTaskQueue,
     PostgresToolCalls,
@@ -81,6 +83,7 @@ class RunnerParts:
     desk: ApprovalDesk | None = None
     policies: PolicyOf | None = None  # each channel's boundary; ladders share `circuit`
     circuit: CircuitBreaker | None = None
+    outage: OutageTracker | None = None  # every route down, or one back (shared too)
     metrics: Metrics | None = None
     tracer: Tracer = NO_TRACER
 
@@ -105,6 +108,7 @@ def build_runner(
             approvals=approvals,
             desk=parts.desk,
             tracer=parts.tracer,
+            waits=PostgresModelWaits(db),
         ),
         respond,
         settings=runner_settings(settings),
@@ -127,6 +131,7 @@ def build_responder(
         policy=retry_policy(settings),
         circuit=parts.circuit,
         on_attempt=metrics.on_attempt if metrics else None,
+        outage=parts.outage,
     )
     return ModelResponder(
         ladder,
