@@ -271,6 +271,7 @@ class Database:
     def _on_models(self, said: str) -> None:
         """`down`, or `up:N` (N tasks made runnable): the listener told, and for `up` a
         worker woken per task, up to `MODELS_UP_WAKES` (each looks again after its task)."""
+        self.wakeup.set()
         if self.on_models is not None:
             self.on_models(said == "down")
         if said == "down":
