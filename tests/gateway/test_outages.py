@@ -9,6 +9,8 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 
 from agent import OutageTracker, Recovery, Route, Supervisor, TransientModelError
+from gateway.config.settings import Settings
+from gateway.operator.doctor import Limits, check_waiting
 from gateway.process.outages import OutageWatch, down_text, up_text, watch_outages
 from gateway.telemetry.metrics import Metrics
 from storage import Admission, Database, PostgresModelWaits, PostgresTaskQueue, admit
@@ -103,3 +105,15 @@ def test_the_alerts_name_the_routes_and_never_a_key() -> None:
     ended = up_text(Recovery(outage, ROUTE, 75.0))
     assert ended.startswith(":white_check_mark: The models are available again after 75 s")
     assert "sk-" not in began + ended
+
+
+async def test_doctor_names_the_messages_waiting_for_the_models(postgres_dsn: str) -> None:
+    """`doctor` says nothing while no message waits for the models, and warns with how
+    many and for how long when some do."""
+    dsn = await create_database(postgres_dsn, "gateway_outages_doctor")
+    settings = Settings(slack_bot_token="xoxb-test", database_url=dsn)
+    assert await check_waiting(settings, Limits()) == []
+    async with Database(dsn, min_size=1, max_size=1) as db:
+        await waiting_task(db, "1.0")
+    [finding] = await check_waiting(settings, Limits())
+    assert finding.status == "warn" and finding.detail.startswith("1 message(s) wait because")
