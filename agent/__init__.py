@@ -86,6 +86,8 @@ from agent.core.ports import (
     LiveView,
     Memory,
     ModelCharge,
+    ModelWait,
+    ModelWaits,
     Overflow,
     PromptEpoch,
     Publisher,
@@ -179,6 +181,14 @@ from agent.models.contract import (
 )
 from agent.models.function_model import FunctionModel, text_response, tool_response
 from agent.models.ladder import Answered, AttemptLadder, Attempts, RetryPolicy
+from agent.models.outage import (
+    Outage,
+    OutageListener,
+    OutageTracker,
+    Recovery,
+    RouteState,
+    describe_recovery,
+)
 from agent.models.prices import (
     DEFAULT_PRICE_TABLE,
     DEFAULT_PRICES,
@@ -346,6 +356,8 @@ __all__ = [
     "ModelRequest",
     "ModelResponder",
     "ModelResponse",
+    "ModelWait",
+    "ModelWaits",
     "ModelsUnavailable",
     "NamedTool",
     "NoReply",
@@ -353,6 +365,9 @@ __all__ = [
     "NonTransientModelError",
     "NoteSource",
     "OpenRoute",
+    "Outage",
+    "OutageListener",
+    "OutageTracker",
     "Overflow",
     "PageCitation",
     "PauseStateError",
@@ -369,6 +384,7 @@ __all__ = [
     "Publisher",
     "QuotaExhausted",
     "ReadThread",
+    "Recovery",
     "Recurrence",
     "RecurrenceKind",
     "ReferenceCatalog",
@@ -385,6 +401,7 @@ __all__ = [
     "RoundState",
     "Route",
     "RouteConfig",
+    "RouteState",
     "RunnerObserver",
     "RunnerPorts",
     "RunnerSettings",
@@ -454,6 +471,7 @@ __all__ = [
     "default_capabilities",
     "default_registries",
     "describe_attachment",
+    "describe_recovery",
     "format_seconds",
     "installed_providers",
     "load_mcp_config",

@@ -87,6 +87,12 @@ from storage.lifecycle import (
 )
 from storage.memory import PostgresMemory, SessionReset, UnknownSession, reset_session, slot_name
 from storage.migrations import pending_migrations
+from storage.model_waits import (
+    PostgresModelWaits,
+    announce_models_down,
+    waiting_for_models,
+    wake_waiting_for_models,
+)
 from storage.outbox import Claim, Outbox, Superseded
 from storage.outbox_states import (
     OUTBOX_STATES,
@@ -254,6 +260,7 @@ __all__ = [
     "PostgresHistory",
     "PostgresInstallations",
     "PostgresMemory",
+    "PostgresModelWaits",
     "PostgresOAuthStates",
     "PostgresScheduleBook",
     "PostgresSummaries",
@@ -303,6 +310,7 @@ __all__ = [
     "Vote",
     "admit",
     "admit_in_known_session",
+    "announce_models_down",
     "approvals_of",
     "ask_schedule",
     "before_downloads",
@@ -368,4 +376,6 @@ __all__ = [
     "uninstall_seen",
     "usage_report",
     "votes_of",
+    "waiting_for_models",
+    "wake_waiting_for_models",
 ]

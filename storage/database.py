@@ -12,7 +12,9 @@ pool's line, where twenty come back. With `admission_size` 0 admissions share th
 pool.
 
 The long-lived connection does two jobs. It LISTENs for `threadgate_tasks`, so idle
-workers wake the moment a task is queued or a session's previous task finishes, for
+workers wake the moment a task is queued or a session's previous task finishes (or, with
+a `models:` payload, the moment every model is down or one is back: storage/model_waits.py
+and `on_models`), for
 `threadgate_stops`, so a worker whose task someone stopped learns it at once, and for
 `threadgate_schedules`, so the scheduler hears of a new or changed schedule. And it is
 this process's identity in leases: it picks a random owner number and holds a
@@ -68,6 +70,20 @@ DEFAULT_ADMISSION_CONNECTIONS = 2
 DEFAULT_WORK_CONNECTIONS = 20
 
 
+# The tasks channel's payloads that say the models are down (`models:down`) or back
+# (`models:up:N`, N tasks made runnable): storage/model_waits.py.
+MODELS_SIGNAL = "models:"
+
+
+# At most this many workers are woken by one `models:up:N`.
+MODELS_UP_WAKES = 16
+
+
+def models_signal(*, down: bool) -> str:
+    """The payload (for `up`, its prefix: the count of woken tasks follows)."""
+    return f"{MODELS_SIGNAL}down" if down else f"{MODELS_SIGNAL}up:"
+
+
 def finished_by(owner: int) -> str:
     """The payload of the NOTIFY a finish under lease owner `owner` sends (storage/queue.py):
     the process holding that owner number does not wake a worker for it, every other does."""
@@ -116,6 +132,8 @@ class Database:
         self._pending_tickets = 0
         self._max_tickets = 64
         self._reconnecting = asyncio.Lock()
+        # Told when a replica says every model is down (True) or one is back (False).
+        self.on_models: Callable[[bool], None] | None = None
 
     async def __aenter__(self) -> Self:
         await self.open()
@@ -246,7 +264,21 @@ class Database:
             # Our own finish: the worker that finished looks for work again itself.
             self.wakeup.set()
             return
+        if isinstance(payload, str) and payload.startswith(MODELS_SIGNAL):
+            return self._on_models(payload.removeprefix(MODELS_SIGNAL))
         self.wake()
+
+    def _on_models(self, said: str) -> None:
+        """`down`, or `up:N` (N tasks made runnable): the listener told, and for `up` a
+        worker woken per task, up to `MODELS_UP_WAKES` (each looks again after its task)."""
+        self.wakeup.set()
+        if self.on_models is not None:
+            self.on_models(said == "down")
+        if said == "down":
+            return
+        woken = said.removeprefix("up:")
+        for _ in range(min(int(woken), MODELS_UP_WAKES) if woken.isdigit() else 1):
+            self.wake()
 
     def _on_stop(self, conn: object, pid: int, channel: str, payload: object) -> None:
         # A stop ended a lease, maybe one of ours: each running task's heartbeat beats now,

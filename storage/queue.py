@@ -182,10 +182,11 @@ WITH done AS (
 SELECT count(pg_notify($6, $7)) FROM done
 """
 
+# A retry after an error no longer waits for the models (storage/model_waits.py defers).
 _RETRY = """
 UPDATE tasks SET state = 'queued', last_error = $4,
        run_after = now() + make_interval(secs => $5),
-       lease_owner = NULL, lease_expires = NULL
+       lease_owner = NULL, lease_expires = NULL, waits_for_models = false
 WHERE id = $1 AND attempts = $2 AND state = 'running' AND lease_owner = $3
 """
 

@@ -220,6 +220,31 @@ class TaskQueue(Protocol):
         """Return when a task may have become runnable, or after `max_wait` seconds."""
 
 
+@dataclass(frozen=True, slots=True)
+class ModelWait:
+    """What the store knows of a task that waits for the models: how many of its tries
+    were asked for early (`early_tries`: by a new message in its thread, or by a model
+    answering again), and whether its thread was told the models are unavailable since
+    its message arrived (`thread_told`: an earlier task's give-up notice covers it)."""
+
+    early_tries: int = 0
+    thread_told: bool = False
+
+
+class ModelWaits(Protocol):
+    """Tasks waiting while every model is down (agent/durable/runner.py, "Every model
+    down"), so that they can be tried at once when a model answers again or a new message
+    arrives in their thread, and each thread is told once per outage."""
+
+    async def standing(self, task: Task) -> ModelWait: ...
+
+    async def defer(self, task: Task, delay: float, reason: str) -> None:
+        """`TaskQueue.retry_later`, marking the task as waiting for the models."""
+
+    async def told(self, task: Task) -> None:
+        """The task's give-up notice (the models are unavailable) went to its thread."""
+
+
 class History(Protocol):
     """A conversation's stored messages."""
 

@@ -40,7 +40,13 @@ outbox like every post, so however often it is asked for — at every later defe
 retry after a crash, by another replica — it is posted once; the answer or the
 `unavailable` notice follows it. Every try asks each model slot up to the ladder's
 attempts per slot, so a message costs at most `max_deferrals` × slots × attempts model
-requests.
+requests — twice that with a store that marks waiting tasks (`RunnerPorts.waits`):
+there a task waiting for the models is tried at once when a new message arrives in its
+thread or any model answers again (agent/models/outage.py), and up to `max_deferrals`
+such early tries do not use up its planned ones. The notices are one per thread per
+outage: a task whose thread was told that the models are unavailable (by an earlier
+task's give-up) since its message arrived posts neither notice; it still tries, and
+answers if a model comes back in time.
 
 A lease can be lost while its worker runs: the process looked dead to the others (its
 signal connection to the database dropped) and another worker, maybe one of our own, took
@@ -108,6 +114,7 @@ from agent.durable.pacing import backoff, deferral
 from agent.durable.round_window import read_window, window_and_prompt
 from agent.durable.runner_setup import (
     DEFAULT_RUNNER,
+    QueueWaits,
     Responder,
     RunnerPorts,
     RunnerSettings,
@@ -139,6 +146,7 @@ class TaskRunner:
         self._history = ports.history
         self._publisher = ports.publisher
         self._alerts = ports.alerts
+        self._waits = ports.waits or QueueWaits(ports.queue)
         self._observer = ports.observer or Unobserved()
         self._tracer = ports.tracer
         self._respond = respond
@@ -409,15 +417,16 @@ class TaskRunner:
     async def _defer(self, task: Task, error: ModelsUnavailable) -> None:
         """Queue the task again for when a model may be back, within the bounds, telling
         the person once the wait gets long; past the bounds, tell them and free the thread."""
-        age = self._age(task)
-        delay = deferral(self._settings, task.attempts, age, error.retry_after)
+        age, standing = self._age(task), await self._waits.standing(task)
+        planned = task.attempts - min(standing.early_tries, self._settings.max_deferrals)
+        delay = deferral(self._settings, planned, age, error.retry_after)
         if delay is None:
             self._observer.task_settled("unavailable")
-            return await self._give_up(task, error, "unavailable")
-        if age + delay >= self._settings.still_trying_seconds:
+            return await self._give_up(task, error, "unavailable", told=standing.thread_told)
+        if age + delay >= self._settings.still_trying_seconds and not standing.thread_told:
             await self._still_trying(task)
         self._observer.task_settled("deferred")
-        await self._queue.retry_later(task, delay, str(error))
+        await self._waits.defer(task, delay, str(error))
 
     async def _still_trying(self, task: Task) -> None:
         """Post the `still_trying` notice (once, whoever asks: its outbox row). Not being
@@ -457,14 +466,26 @@ class TaskRunner:
         await self._delegations.await_subtasks(task)
 
     async def _give_up(
-        self, task: Task, error: Exception, kind: FailureKind, *, alerted: bool = False
+        self,
+        task: Task,
+        error: Exception,
+        kind: FailureKind,
+        *,
+        alerted: bool = False,
+        told: bool = False,
     ) -> None:
+        """Tell the thread why (unless it was `told` already, in this outage) and fail."""
         with bind_log_fields(outcome="given_up", reason=kind):  # one line per outcome
             log.warning("task %s failed (%s): %s", task.id, kind, error)
         self._schedule_run_settled(task, "failed")
         notice = self._settings.notices.text(kind, alerted=alerted)
         try:
-            await self._publisher.publish(task, task.failure_id, notice)
+            if told:
+                log.info("task %s: its thread was told already that the models are down", task.id)
+            else:
+                await self._publisher.publish(task, task.failure_id, notice)
+            if kind == "unavailable" and not told:
+                await self._waits.told(task)
         finally:
             await self._queue.fail(task, f"{type(error).__name__}: {error}")
 

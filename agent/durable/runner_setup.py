@@ -23,6 +23,8 @@ from agent.core.ports import (
     History,
     LiveView,
     Memory,
+    ModelWait,
+    ModelWaits,
     PromptEpoch,
     Publisher,
     Task,
@@ -119,3 +121,23 @@ class RunnerPorts:
     approvals: ApprovalStore | None = None
     desk: ApprovalDesk | None = None
     tracer: Tracer = NO_TRACER
+    # Tasks waiting for the models, marked so they are tried at once when a model answers
+    # again or their thread gets a new message; without, they only wait in the queue.
+    waits: ModelWaits | None = None
+
+
+class QueueWaits:
+    """`ModelWaits` for a queue that marks nothing: a deferral is a plain retry, every
+    try is counted, and every task tells its thread for itself."""
+
+    def __init__(self, queue: TaskQueue) -> None:
+        self._queue = queue
+
+    async def standing(self, task: Task) -> ModelWait:
+        return ModelWait()
+
+    async def defer(self, task: Task, delay: float, reason: str) -> None:
+        await self._queue.retry_later(task, delay, reason)
+
+    async def told(self, task: Task) -> None:
+        pass

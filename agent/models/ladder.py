@@ -17,6 +17,10 @@ so `ModelsUnavailable(retry_after=…)` is raised (the runner re-queues the task
 slot failed for good, the last error is re-raised. Sleep, random jitter and the circuit's
 clock are injected, so tests record delays instead of waiting.
 
+With an `OutageTracker` (agent/models/outage.py, shared by every ladder of the process)
+each attempt's outcome is told to it, and a give-up with every slot unavailable too, so
+the process knows when every route is down and when one answers again.
+
 `run` returns what the attempt returned together with the route (provider, model, and
 its index in the chain as `slot`) it ran on (`Answered`), so whoever stores the answer can
 record which route wrote it (`tasks show`, `messages.route_index`).
@@ -31,6 +35,7 @@ from dataclasses import dataclass
 from typing import Generic, Literal, Protocol, TypeAlias, TypeVar
 
 from agent.core.errors import (
+    AttachmentRefused,
     CredentialRejected,
     ModelError,
     ModelsUnavailable,
@@ -41,6 +46,7 @@ from agent.core.errors import (
 )
 from agent.models.circuit import CircuitBreaker
 from agent.models.contract import Model
+from agent.models.outage import OutageTracker
 
 T = TypeVar("T")
 
@@ -93,6 +99,7 @@ class AttemptLadder:
         sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
         jitter: Callable[[], float] = random.random,
         on_attempt: AttemptObserver | None = None,
+        outage: OutageTracker | None = None,
     ) -> None:
         if not models:
             raise ValueError("the ladder needs at least one model")
@@ -102,6 +109,7 @@ class AttemptLadder:
         self._sleep = sleep
         self._jitter = jitter
         self._observe = on_attempt or (lambda route, outcome: None)
+        self.outage = outage
 
     async def run(self, attempt: Callable[[Model], Awaitable[T]]) -> Answered[T]:
         """Run `attempt` on the first slot that succeeds; what it returned, and where."""
@@ -117,7 +125,10 @@ class AttemptLadder:
                 raise
             except (ModelError, RoundFailed) as exc:
                 last = exc
-        raise self._give_up(transient, last)
+        error = self._give_up(transient, last)
+        if isinstance(error, ModelsUnavailable) and self.outage is not None:
+            self.outage.unavailable()
+        raise error
 
     async def _slot(
         self, route: Route, model: Model, attempt: Callable[[Model], Awaitable[T]]
@@ -130,20 +141,24 @@ class AttemptLadder:
                 await self._failed(route, exc, retry)
                 continue
             self._observe(route, "ok")
+            if self.outage is not None:
+                self.outage.answered(route)
             return result
         raise AssertionError("unreachable: the last retry raises _SlotExhausted")
 
     def _check_circuit(self, route: Route) -> None:
         try:
             self.circuit.check(route)
-        except ModelError:
+        except ModelError as exc:
             self._observe(route, "circuit_open")
+            self._tell_outage(route, exc)
             raise
 
     async def _failed(self, route: Route, exc: Exception, retry: int) -> None:
         """Re-raise `exc` (stamped with the route) unless it is worth another try."""
         if isinstance(exc, ModelError):
             exc.route = route
+        self._tell_outage(route, exc)
         if isinstance(exc, CredentialRejected | QuotaExhausted):
             self._refused(route, exc)
         if not isinstance(exc, TransientModelError):
@@ -155,6 +170,16 @@ class AttemptLadder:
         if delay is None:
             raise _SlotExhausted(exc) from exc
         await self._sleep(delay)
+
+    def _tell_outage(self, route: Route, exc: Exception) -> None:
+        """A model error: the route failed. A round that failed (no valid control call) or
+        an attachment the provider refused had a model answer: the route is up."""
+        if self.outage is None:
+            return
+        if isinstance(exc, RoundFailed | AttachmentRefused):
+            self.outage.answered(route)
+        elif isinstance(exc, ModelError):
+            self.outage.failed(route, exc)
 
     def _refused(self, route: Route, exc: CredentialRejected | QuotaExhausted) -> None:
         self.circuit.trip(route, exc)

@@ -185,3 +185,6 @@ class AlertSettings(Group):
     window_seconds: float = Field(
         default=900.0, ge=0, validation_alias="THREADGATE_ALERT_WINDOW_SECONDS"
     )
+    # Opt-in: the operators hear when every model route is down and when one is back
+    # (gateway/process/outages.py), each once per window.
+    models_down: bool = Field(default=False, validation_alias="THREADGATE_MODELS_DOWN_ALERT")

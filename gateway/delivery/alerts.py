@@ -122,13 +122,14 @@ class OperatorAlerts:
         )
         return await self._send(turn, text)
 
-    async def notice(self, key: str, text: str) -> bool:
+    async def notice(self, key: str, text: str, *, level: int = logging.CRITICAL) -> bool:
         """Any other alert for the operators (a schedule paused because it cannot run),
-        once per window for its `key`; True when it reached them, now or before."""
+        once per window for its `key`, logged at `level`; True when it reached them, now
+        or before."""
         turn = await self._windows.note(key)
         if turn is not None and not turn.ours:
             return await self._told(turn)
-        return await self._send(turn, text)
+        return await self._send(turn, text, level)
 
     async def _told(self, turn: AlertTurn) -> bool:
         """Whether the alert of a repeat's window reached an operator (waiting for it)."""
@@ -137,13 +138,13 @@ class OperatorAlerts:
             return await asyncio.shield(sending)
         return await self._windows.outcome(turn) == "sent"
 
-    async def _send(self, turn: AlertTurn | None, text: str) -> bool:
+    async def _send(self, turn: AlertTurn | None, text: str, level: int = logging.CRITICAL) -> bool:
         sending: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         claim = turn.claim if turn else f"unthrottled:{id(sending)}"
         self._sending[claim] = sending
         outcome: AlertOutcome = "failed"
         try:
-            outcome = await self._post(text)
+            outcome = await self._post(text, level)
         finally:
             # A failed post is tried again at the next failure rather than held back for
             # a window; with no channel at all, the window keeps the log quiet.
@@ -152,9 +153,9 @@ class OperatorAlerts:
             self._sending.pop(claim, None)
         return outcome == "sent"
 
-    async def _post(self, text: str) -> AlertOutcome:
+    async def _post(self, text: str, level: int = logging.CRITICAL) -> AlertOutcome:
         """Log the alert, and post it to the operator channel."""
-        log.critical("%s", text)
+        log.log(level, "%s", text)
         if not self._channel:
             return "logged"
         client = self._client if isinstance(self._client, AsyncWebClient) else await self._client()

@@ -17,6 +17,7 @@ from agent import (
     AttemptLadder,
     CircuitBreaker,
     Model,
+    OutageTracker,
     ProviderSettings,
     RetryPolicy,
     Task,
@@ -74,9 +75,10 @@ def channel_ladder(
     metrics: Metrics,
     circuit: CircuitBreaker,
     tracer: Tracer = NO_TRACER,
+    outage: OutageTracker | None = None,
 ) -> tuple[AttemptLadder, list[Model]]:
     """A channel's own models (THREADGATE_CHANNEL_CONFIG) as a ladder sharing the
-    deployment's `circuit`, and the models to close with the process."""
+    deployment's `circuit` and `outage` tracker, and the models to close with the process."""
     variable = "THREADGATE_CHANNEL_CONFIG"
     providers, prices = provider_settings(settings), settings.models.price_table()
     models: list[Model] = [
@@ -96,7 +98,11 @@ def channel_ladder(
         for n, spec in enumerate(specs)
     ]
     ladder = AttemptLadder(
-        models, policy=retry_policy(settings), circuit=circuit, on_attempt=metrics.on_attempt
+        models,
+        policy=retry_policy(settings),
+        circuit=circuit,
+        on_attempt=metrics.on_attempt,
+        outage=outage,
     )
     return ladder, models
 

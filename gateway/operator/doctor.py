@@ -18,6 +18,8 @@ the setting to fix:
 - the database: reachable, and which migrations `serve` will apply at start (not a failure);
 - erasure: a workspace the app was uninstalled from whose stored content is still there
   well after the uninstall (storage/erasure.py);
+- models down: messages waiting because every model route was unavailable at their last
+  try (storage/model_waits.py), how many and since when;
 - retention: with many workspaces, messages kept longer than Slack's terms allow a
   distributed app (`DISTRIBUTED_RETENTION_DAYS`);
   then people's schedules: how many are active, waiting for approval or paused, and those
@@ -81,6 +83,7 @@ from storage import (
     StorageError,
     pending_erasures,
     pending_migrations,
+    waiting_for_models,
 )
 
 Status: TypeAlias = Literal["ok", "warn", "FAIL", "skip"]
@@ -131,6 +134,7 @@ async def diagnose(settings: Settings, limits: Limits | None = None) -> list[Fin
         _guarded("mcp", check_mcp(settings, limits.mcp)),
     )
     erasures = await _guarded("erasure", check_erasures(settings, limits))
+    waiting = await _guarded("models down", check_waiting(settings, limits))
     return [
         *check_settings(settings),
         check_retention(settings),
@@ -140,6 +144,7 @@ async def diagnose(settings: Settings, limits: Limits | None = None) -> list[Fin
         *models,
         *database,
         *erasures,
+        *waiting,
         *mcp,
         *check_channels(settings),
     ]
@@ -613,6 +618,27 @@ async def check_erasures(settings: Settings, limits: Limits) -> list[Finding]:
     if pending:
         return [Finding("erasure", "ok", f"{len(pending)} uninstalled workspace(s) being erased")]
     return [Finding("erasure", "ok", "no uninstalled workspace's content waits to be erased")]
+
+
+async def check_waiting(settings: Settings, limits: Limits) -> list[Finding]:
+    """Messages waiting for the models: the probe above says whether they answer now."""
+    limit = limits.embedded_database if settings.database.url is None else limits.database
+    try:
+        async with (
+            asyncio.timeout(limit),
+            Database(await database_dsn(settings), min_size=1, max_size=1, signals=False) as db,
+        ):
+            count, age = await waiting_for_models(db)
+    except (StorageError, TimeoutError):
+        return []  # the database check says why
+    if not count:
+        return []
+    detail = (
+        f"{count} message(s) wait because every model route was unavailable at their last "
+        f"try, the oldest for {age or 0:.0f} s; they are tried at once when a model answers "
+        "(the model check above says whether one does now)"
+    )
+    return [Finding("models down", "warn", detail)]
 
 
 async def check_schedules(settings: Settings, limit: float) -> list[Finding]:

@@ -34,6 +34,7 @@ from agent import (
     ChannelPolicy,
     CircuitBreaker,
     Model,
+    OutageTracker,
     Task,
     Tracer,
 )
@@ -185,15 +186,22 @@ def compile_policies(
     metrics: Metrics,
     circuit: CircuitBreaker | None,
     tracer: Tracer = NO_TRACER,
+    *,
+    outage: OutageTracker | None = None,
 ) -> ChannelPolicies:
     """The channel config (read by the composition root) compiled. With a `circuit` (a
     process that runs workers) each distinct set of channel models gets its ladder, opened
-    when first asked for and sharing that circuit; without, no model is opened (an ingress
+    when first asked for and sharing that circuit (and `outage`); without, no model is opened (an ingress
     calls none)."""
     ladders = None
     if circuit is not None:
         make = functools.partial(
-            channel_ladder, settings, metrics=metrics, circuit=circuit, tracer=tracer
+            channel_ladder,
+            settings,
+            metrics=metrics,
+            circuit=circuit,
+            tracer=tracer,
+            outage=outage,
         )
         ladders = Ladders(make)
     return ChannelPolicies(

@@ -25,7 +25,15 @@ from typing import Any
 import aiohttp
 from slack_bolt.authorization import AuthorizeResult
 
-from agent import NO_TRACER, CircuitBreaker, Supervisor, ToolObserver, Tracer, stop_task
+from agent import (
+    NO_TRACER,
+    CircuitBreaker,
+    OutageTracker,
+    Supervisor,
+    ToolObserver,
+    Tracer,
+    stop_task,
+)
 from gateway.config.channel_config import ChannelConfig
 from gateway.config.connections import Connections
 from gateway.config.settings import Settings, database_dsn
@@ -88,13 +96,14 @@ async def open_resources(
     circuit: CircuitBreaker | None,
     migrate: bool,
     channels: ChannelConfig,
+    outage: OutageTracker | None = None,
 ) -> Resources:
     """Open what an assembly needs, each closed by `stack`. With a `circuit` (workers) the
     channels' own models are opened; with `migrate` (the process's first database) the
     schema is brought up to date and the pool is watched. `channels` is the channel config
     the composition root read (once for every loop)."""
     tracer = start_tracer(settings, stack)
-    policies = compile_policies(settings, channels, metrics, circuit, tracer)
+    policies = compile_policies(settings, channels, metrics, circuit, tracer, outage=outage)
     stack.push_async_callback(policies.aclose)
     db = await open_database(settings, metrics, stack, connections, migrate=migrate)
     supervisor = Supervisor()

@@ -28,6 +28,7 @@ from agent import (
     McpClients,
     Model,
     ModelResponder,
+    OutageTracker,
     PolicyOf,
     Publisher,
     ResponderPorts,
@@ -55,6 +56,7 @@ from storage import (
     PostgresDelegations,
     PostgresHistory,
     PostgresMemory,
+    PostgresModelWaits,
     PostgresSummaries,
     PostgresTaskQueue,
     PostgresToolCalls,
@@ -84,6 +86,7 @@ class RunnerParts:
     desk: ApprovalDesk | None = None
     policies: PolicyOf | None = None  # each channel's boundary; ladders share `circuit`
     circuit: CircuitBreaker | None = None
+    outage: OutageTracker | None = None  # every route down, or one back (shared too)
     metrics: Metrics | None = None
     tracer: Tracer = NO_TRACER
 
@@ -108,6 +111,7 @@ def build_runner(
             approvals=approvals,
             desk=parts.desk,
             tracer=parts.tracer,
+            waits=PostgresModelWaits(db),
         ),
         respond,
         settings=runner_settings(settings),
@@ -130,6 +134,7 @@ def build_responder(
         policy=retry_policy(settings),
         circuit=parts.circuit,
         on_attempt=metrics.on_attempt if metrics else None,
+        outage=parts.outage,
     )
     return ModelResponder(
         ladder,

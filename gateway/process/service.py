@@ -33,7 +33,7 @@ import signal
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 
-from agent import CircuitBreaker, ConfigError, Supervisor
+from agent import CircuitBreaker, ConfigError, OutageTracker, Supervisor
 from gateway.config.channel_config import VARIABLE, ChannelConfig
 from gateway.config.connections import ConnectionPlan
 from gateway.config.settings import Settings
@@ -84,12 +84,14 @@ class Gateway:
         log_role(s)
         plan = ConnectionPlan.of(s)
         circuit = CircuitBreaker() if s.process.runs_workers else None
+        outage = OutageTracker() if s.process.runs_workers else None  # shared like the circuit
         resources = await open_resources(
             s,
             self.metrics,
             self._stack,
             connections=plan.main,
             circuit=circuit,
+            outage=outage,
             migrate=True,
             channels=channels,
         )
@@ -102,7 +104,7 @@ class Gateway:
             self._thread = IngressThread(s, self.metrics, plan.ingress_thread, channels)
             self._thread.launch(host, port)
             self._stack.push_async_callback(self._thread.stop)
-        workers = Workers(resources, circuit) if circuit is not None else None
+        workers = Workers(resources, circuit, outage) if circuit is not None else None
         if workers is not None:
             await workers.start(self._stack)
         background(self._stack, "queue-sampler", sample_queue(resources.db, self.metrics))

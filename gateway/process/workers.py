@@ -25,6 +25,7 @@ from typing import Any
 from agent import (
     CircuitBreaker,
     McpClients,
+    OutageTracker,
     SubtaskRegistry,
     ToolRegistry,
     default_registries,
@@ -34,6 +35,7 @@ from gateway.delivery.publisher import PublisherSettings, SlackPublisher
 from gateway.delivery.streams import StreamSettings
 from gateway.models.routes import metered_models
 from gateway.process.channel_policies import limits
+from gateway.process.outages import watch_outages
 from gateway.process.resources import Resources, background, tool_spans
 from gateway.process.runner import (
     RunnerParts,
@@ -55,9 +57,12 @@ ERASURE_SWEEP_SECONDS = 60.0
 class Workers:
     """Answers queued tasks with `resources`; `start` it on a stack that stops it."""
 
-    def __init__(self, resources: Resources, circuit: CircuitBreaker) -> None:
+    def __init__(
+        self, resources: Resources, circuit: CircuitBreaker, outage: OutageTracker | None = None
+    ) -> None:
         self._r = resources
         self._circuit = circuit
+        self._outage = outage
         self.mcp: McpClients | None = None
         self.started = False  # the task runner runs: a worker's /readyz waits for it
 
@@ -125,12 +130,21 @@ class Workers:
             desk=publisher,
             policies=r.policies.policy_of,
             circuit=self._circuit,
+            outage=self._watched(),
             metrics=r.metrics,
             tracer=r.tracer,
         )
         runner = build_runner(r.settings, r.db, models, parts)
         runner.start()
         stack.push_async_callback(runner.stop)
+
+    def _watched(self) -> OutageTracker | None:
+        """The outage tracker, acted on (gateway/process/outages.py)."""
+        r = self._r
+        if self._outage is not None:
+            alerts = r.operator_alerts() if r.settings.alerts.models_down else None
+            watch_outages(self._outage, r.db, r.supervisor, r.metrics, alerts)
+        return self._outage
 
     def _publisher(self) -> SlackPublisher:
         r, s = self._r, self._r.settings

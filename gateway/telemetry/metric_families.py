@@ -178,8 +178,21 @@ class ModelFamilies:
             registry=registry,
         )
 
+        self.route_up = Gauge(
+            "threadgate_model_route_up",
+            "1 while a model route's last attempt was answered, 0 while it failed (by"
+            " provider:model; a route shows once it was first tried). Every route at 0: every"
+            " model is down, and tasks wait for one to answer again.",
+            ["model"],
+            registry=registry,
+        )
+
     def on_attempt(self, route: Route, outcome: str) -> None:
         self.model_calls.labels(str(route.slot), f"{route.provider}:{route.model}", outcome).inc()
+
+    def route_changed(self, route: Route, up: bool) -> None:
+        """The outage tracker's view of a route changed (agent/models/outage.py)."""
+        self.route_up.labels(f"{route.provider}:{route.model}").set(1 if up else 0)
 
 
 class SlackFamilies:

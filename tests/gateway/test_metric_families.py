@@ -34,6 +34,7 @@ FAMILIES = [
     ("threadgate_model_attempts", "counter", ("slot", "model", "outcome")),
     ("threadgate_model_cost_usd", "counter", ("model",)),
     ("threadgate_model_request_seconds", "histogram", ("slot", "model")),
+    ("threadgate_model_route_up", "gauge", ("model",)),
     ("threadgate_model_tokens", "counter", ("slot", "model", "kind")),
     ("threadgate_model_unpriced_answers", "counter", ("model",)),
     ("threadgate_oldest_task_age_seconds", "gauge", ()),
