@@ -375,7 +375,7 @@ class TaskRunner:
         )
         # Stored with where it came from, in the same statement (`History.append`).
         return await self._history.append(
-            draft, answers=task.user_message_id, origin=decision.origin
+            draft, answers=decision.answers or task.newest_turn_id, origin=decision.origin
         )
 
     async def _stamp(self, message_id: str, ours: bool, origin: AnswerOrigin | None) -> None:

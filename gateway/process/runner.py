@@ -10,6 +10,7 @@ tools the runner offers. Both take explicit arguments: the workers' assembly
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 
@@ -56,6 +57,7 @@ from storage import (
     PostgresTaskQueue,
     PostgresToolCalls,
     PostgresUsageMeter,
+    QueueModes,
 )
 
 log = logging.getLogger(__name__)
@@ -83,6 +85,8 @@ class RunnerParts:
     circuit: CircuitBreaker | None = None
     metrics: Metrics | None = None
     tracer: Tracer = NO_TRACER
+    # Each channel's thread queue mode, asked at every claim (None: THREADGATE_THREAD_QUEUE).
+    queue_modes: Callable[[], QueueModes] | None = None
 
 
 def build_runner(
@@ -92,9 +96,11 @@ def build_runner(
     approvals = PostgresApprovals(db) if parts.desk is not None else None
     respond = build_responder(settings, db, models, parts, approvals)
     lease = settings.database.lease_seconds
+    deployment = QueueModes(settings.tasks.thread_queue)
+    modes = parts.queue_modes or (lambda: deployment)
     return TaskRunner(
         RunnerPorts(
-            queue=PostgresTaskQueue(db, lease_seconds=lease),
+            queue=PostgresTaskQueue(db, lease_seconds=lease, modes=modes),
             delegations=PostgresDelegations(db, lease_seconds=lease),
             history=PostgresHistory(db, max_pinned=settings.memory.pinned_max),
             publisher=parts.publisher,

@@ -117,6 +117,7 @@ class Workers:
             live=publisher if publisher.streaming else None,
             desk=publisher,
             policies=r.policies.policy_of,
+            queue_modes=r.policies.queue_modes,
             circuit=self._circuit,
             metrics=r.metrics,
             tracer=r.tracer,
