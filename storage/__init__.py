@@ -184,6 +184,7 @@ from storage.stops import Stopped, ThreadStop, stop_thread
 from storage.summaries import PostgresSummaries
 from storage.thread_queue import (
     MAX_COVERED,
+    PostgresSteering,
     QueueModes,
     interrupt_asker,
     take_steered,
@@ -263,6 +264,7 @@ __all__ = [
     "PostgresMemory",
     "PostgresOAuthStates",
     "PostgresScheduleBook",
+    "PostgresSteering",
     "PostgresSummaries",
     "PostgresTaskQueue",
     "PostgresToolCalls",

@@ -33,12 +33,15 @@ fits the window (the rest is answered by the next task).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from agent import ThreadQueueMode
+import asyncpg
+
+from agent import StoredMessage, Task, ThreadQueueMode, user_message_id
 from storage.database import STOPS_CHANNEL, TASKS_CHANNEL, Database
 from storage.errors import translate_errors
+from storage.history import message_from_row
 
 # The most messages one task covers besides its own (each a turn of its window).
 MAX_COVERED = 20
@@ -137,6 +140,30 @@ async def take_steered(db: Database, task_id: str, attempts: int) -> list[str]:
     owner = await db.lease_owner()
     rows = await db.pool.fetch(_STEER, task_id, attempts, owner)
     return [r["id"] for r in sorted(rows, key=lambda r: r["seq"])]
+
+
+_TURNS = """
+SELECT id, session_id, role, kind, text, pinned, citations, notes, deleted_at
+FROM messages WHERE id = ANY($1::text[]) ORDER BY seq
+"""
+
+
+class PostgresSteering:
+    """`agent.Steering` on Postgres: `take_steered`, then the covered tasks' turns."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def take(self, task: Task) -> Sequence[StoredMessage]:
+        covered = await take_steered(self._db, task.id, task.attempts)
+        if not covered:
+            return ()
+        rows = await self._read(covered)
+        return [message_from_row(r) for r in rows]
+
+    @translate_errors("The thread's new messages could not be read")
+    async def _read(self, covered: list[str]) -> list[asyncpg.Record]:
+        return await self._db.pool.fetch(_TURNS, [user_message_id(t) for t in covered])
 
 
 # The working task of the asker's thread that a new message of theirs interrupts: the

@@ -164,6 +164,7 @@ class ChannelPolicies:
             effective.external,
             channel_limits(self._limits, limits),
             effective.context_messages,
+            policy.thread_queue,
         )
         return policy, rules
 

@@ -53,6 +53,7 @@ from storage import (
     PostgresDelegations,
     PostgresHistory,
     PostgresMemory,
+    PostgresSteering,
     PostgresSummaries,
     PostgresTaskQueue,
     PostgresToolCalls,
@@ -147,6 +148,7 @@ def build_responder(
             memory=PostgresMemory(db),
             approvals=approvals,
             refusals=PostgresAttachmentRefusals(db),
+            steering=PostgresSteering(db),
         ),
         settings=ResponderSettings(
             round=RoundSettings(
