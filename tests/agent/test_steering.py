@@ -3,18 +3,26 @@ work step, before its next model call, and its reply answers the newest of them.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
+from datetime import UTC, datetime
+
+from hypothesis import given
+from hypothesis import strategies as st
 
 from agent.core.ports import StoredMessage
 from agent.models.contract import ModelResponse, UserMessage
 from agent.models.function_model import FunctionModel, tool_response
 from agent.rounds.control import FinalReply, Reply
 from agent.rounds.loop import run_round
-from agent.rounds.steering import STEERED, Steer
+from agent.rounds.steering import STEERED, Steer, steered_turn
 from agent.rounds.tools import CurrentTime, Toolbox, ToolContext, ToolRegistry
+from gateway.text.provenance import Turn, parse_turn, render_turn
 from tests.agent.test_tools import NOON, TASK
+from tests.agent.turn_reader import as_read
 
 CONTROLS = (FinalReply(),)
+AT = datetime(2026, 1, 1, tzinfo=UTC)
 LATE = StoredMessage("task:t2:user", "s1", "user", "turn", '<turn from="U1">and staging</turn>')
 
 
@@ -85,3 +93,16 @@ async def test_an_attempt_on_another_slot_starts_with_what_was_taken() -> None:
     )
     assert isinstance(decision, Reply) and decision.steered == (LATE.id,)
     assert again.requests[0].messages[-1].text.startswith(LATE.text)  # type: ignore[union-attr]
+
+
+@given(st.text())
+def test_whatever_a_person_wrote_a_steered_turn_is_their_one_turn_then_the_note(body: str) -> None:
+    """A taken turn keeps its one turn tag, with the person's words intact inside, and the
+    steered note follows it, the only runtime tag a reader finds."""
+    stored = render_turn(Turn("Ada", "U1", "C1", AT, body))
+    text = steered_turn(StoredMessage("task:t2:user", "s1", "user", "turn", stored)).text
+    turn, _, note = text.rpartition("\n")
+    assert parse_turn(turn) == parse_turn(stored)
+    assert note == STEERED.rendered()
+    assert len(re.findall(r"</?runtime", as_read(text))) == 2
+    assert len(re.findall(r"</?turn", as_read(text))) == 2

@@ -5,6 +5,8 @@ asker's working task again."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from agent import StoredMessage, Task
 from storage import (
     MAX_COVERED,
@@ -14,15 +16,19 @@ from storage import (
     PostgresHistory,
     PostgresTaskQueue,
     QueueModes,
+    Retention,
     ThreadStop,
     admit,
     cancel_task,
+    delete_turn,
     interrupt_asker,
+    revise_turn,
     stop_thread,
     take_steered,
 )
 
 COLLECT = QueueModes("collect")
+NOW = datetime.now(UTC)
 
 
 def collecting(db: Database, modes: QueueModes = COLLECT) -> PostgresTaskQueue:
@@ -217,3 +223,41 @@ async def test_an_interrupt_queues_the_askers_working_task_again(fresh_db: Datab
         "SELECT action FROM task_interventions WHERE task_id = $1", first
     )
     assert action == "interrupt"
+
+
+async def test_an_edit_of_a_waiting_message_is_what_its_answer_reads(fresh_db: Database) -> None:
+    """A queued message edited before it is covered is read edited; a deleted one is
+    cancelled, covered by nobody, and jumps nothing."""
+    queue = collecting(fresh_db)
+    await enqueue(fresh_db, "1.0")
+    running = await claimed(queue)
+    edited, deleted, last = [await enqueue(fresh_db, ts) for ts in ("1.1", "1.2", "1.3")]
+    assert await revise_turn(
+        fresh_db, event_id=None, message_id=f"task:{edited}:user", text="m1.1 fixed", edited_at=NOW
+    )
+    gone = await delete_turn(
+        fresh_db, event_id=None, message_ids=[f"task:{deleted}:user"], task_id=deleted
+    )
+    assert gone is not None and gone.cancelled
+    await queue.finish(running)
+    task = await claimed(queue)
+    assert (task.id, task.covers) == (edited, (last,))
+    window = await PostgresHistory(fresh_db).window(task, max_chars=10_000, max_messages=50)
+    assert [m.text for m in window][-3:] == ["m1.1 fixed", "", "m1.3"]
+    assert (await states(fresh_db))[deleted] == ("cancelled", None)
+
+
+async def test_retention_keeps_a_covered_task_while_its_answer_is_open(fresh_db: Database) -> None:
+    """A covered task past retention stays while the task that answers it is open, and goes
+    with the others once that one ended."""
+    queue = collecting(fresh_db)
+    await enqueue(fresh_db, "1.0")
+    covered = await enqueue(fresh_db, "1.1")
+    task = await claimed(queue)
+    await fresh_db.pool.execute("UPDATE tasks SET finished_at = now() - interval '3 days'")
+    await Retention(fresh_db, days=1).run()
+    assert covered in await states(fresh_db)
+    await queue.finish(task)
+    await fresh_db.pool.execute("UPDATE tasks SET finished_at = now() - interval '3 days'")
+    await Retention(fresh_db, days=1).run()
+    assert await states(fresh_db) == {}
