@@ -216,7 +216,12 @@ from agent.models.providers import (
 from agent.models.providers.http_model import HTTPModel
 from agent.models.providers.provider import SHOWING, Provider
 from agent.models.routes import NO_SAMPLING, RouteConfig, Sampling
-from agent.rounds.channel_policy import ChannelPolicy, PolicyOf
+from agent.rounds.channel_policy import (
+    THREAD_QUEUE_MODES,
+    ChannelPolicy,
+    PolicyOf,
+    ThreadQueueMode,
+)
 from agent.rounds.control import (
     ControlTool,
     Decision,
@@ -286,6 +291,7 @@ __all__ = [
     "PROMPT_VERSION",
     "SHOWING",
     "TAG_LOOKALIKES",
+    "THREAD_QUEUE_MODES",
     "VENDORS",
     "AgentError",
     "AgentSubtask",
@@ -441,6 +447,7 @@ __all__ = [
     "TaskQueue",
     "TaskRunner",
     "TaskTimedOut",
+    "ThreadQueueMode",
     "ThreadReader",
     "ToolCall",
     "ToolCallRecord",

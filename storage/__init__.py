@@ -188,6 +188,13 @@ from storage.slack_reads import (
 )
 from storage.stops import Stopped, ThreadStop, stop_thread
 from storage.summaries import PostgresSummaries
+from storage.thread_queue import (
+    MAX_COVERED,
+    PostgresSteering,
+    QueueModes,
+    interrupt_asker,
+    take_steered,
+)
 from storage.token_cipher import TokenCipher, TokenKeyError, is_token_key
 from storage.tool_calls import PostgresToolCalls, StoredToolCall, tool_calls_of
 from storage.usage import PostgresUsageMeter, tokens_today
@@ -203,6 +210,7 @@ __all__ = [
     "DEFAULT_WORK_CONNECTIONS",
     "EPOCHS_SHOWN",
     "LIMIT_SCOPES",
+    "MAX_COVERED",
     "OUTBOX_STATES",
     "READ_TIERS",
     "REFUSALS",
@@ -263,10 +271,12 @@ __all__ = [
     "PostgresModelWaits",
     "PostgresOAuthStates",
     "PostgresScheduleBook",
+    "PostgresSteering",
     "PostgresSummaries",
     "PostgresTaskQueue",
     "PostgresToolCalls",
     "PostgresUsageMeter",
+    "QueueModes",
     "ReadMessage",
     "ReadTier",
     "Recorded",
@@ -335,6 +345,7 @@ __all__ = [
     "found_read_tiers",
     "get_schedule",
     "inspect_task",
+    "interrupt_asker",
     "is_token_key",
     "keep_in_session",
     "list_schedules",
@@ -371,6 +382,7 @@ __all__ = [
     "stored_turn",
     "stored_turn_text",
     "take_read",
+    "take_steered",
     "tokens_today",
     "tool_calls_of",
     "uninstall_seen",

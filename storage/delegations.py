@@ -42,11 +42,12 @@ from storage.errors import translate_errors
 from storage.queue import (
     DEFAULT_LEASE_SECONDS,
     TASK_CANDIDATE,
-    TASK_LEASE,
     PostgresTaskQueue,
     RecoveryLooks,
     task_from_row,
+    task_lease,
 )
+from storage.thread_queue import TASK_COVER
 
 _LOAD = """
 SELECT r.number, r.call_id, r.raw_arguments, r.acknowledgment,
@@ -138,7 +139,7 @@ _CLAIM = "WITH " + _SUBTASK_CANDIDATE.format(p="", recover="$3") + _SUBTASK_LEAS
 # arm runs only when no subtask was found (its gate is a one-time filter: the tasks are
 # not even scanned, nor locked, then); subtasks go first because they unblock waiting
 # tasks. A subtask comes with its task's row. $1 the owner; $2, $3 the subtask lease and
-# recovery look; $4, $5 the task's.
+# recovery look; $4, $5 the task's; $6 the threads' queue modes (storage/thread_queue.py).
 _CLAIM_NEXT = (
     "WITH "
     + _SUBTASK_CANDIDATE.format(p="s_", recover="$3")
@@ -146,18 +147,19 @@ _CLAIM_NEXT = (
     + _SUBTASK_LEASE.format(p="s_")
     + "), "
     + TASK_CANDIDATE.format(p="t_", gate="NOT EXISTS (SELECT 1 FROM s_candidate)", recover="$5")
+    + TASK_COVER.format(p="t_", modes="$6")
     + ", t_leased AS ("
-    + TASK_LEASE.format(p="t_", owner="$1", lease="$4")
+    + task_lease(p="t_", owner="$1", lease="$4")
     + """)
 SELECT s.task_id AS id, t.session_id, t.address, t.attempts, NULL::timestamptz AS created_at,
        NULL::boolean AS stored_reply, NULL::boolean AS stopped, t.traceparent, t.schedule_id,
        NULL::text AS stopped_by, s.round, s.index, s.type, s.params, s.refs, s.attempts AS subtask_attempts, s.remaining,
-       s.recovered
+       s.recovered, NULL::text[] AS covers
 FROM s_leased s JOIN tasks t ON t.id = s.task_id
 UNION ALL
 SELECT id, session_id, address, attempts, created_at, stored_reply, stopped, traceparent,
        schedule_id, stopped_by,
-       NULL, NULL, NULL, NULL, NULL, NULL, NULL, recovered
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL, recovered, covers
 FROM t_leased
 """
 )
@@ -218,7 +220,7 @@ class PostgresDelegations:
                     task.ack_id(number),
                     task.session_id,
                     d.acknowledgment,
-                    task.user_message_id,
+                    task.newest_turn_id,
                 )
                 await conn.execute(
                     _INSERT_SUBTASKS, task.id, number, *_columns(d.subtasks), timeout_seconds
@@ -250,6 +252,7 @@ class PostgresDelegations:
             self._recovery.due(me),
             tasks.lease_seconds,
             look_for_tasks,
+            tasks.modes().as_json(),
         )
         if row is None:
             return None

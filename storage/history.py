@@ -272,7 +272,7 @@ class PostgresHistory:
         rows = await self._db.pool.fetch(
             _WINDOW,
             task.session_id,
-            task.user_message_id,
+            task.newest_turn_id,
             self._max_pinned,
             max_messages,
             MAX_LISTED_PINS,
@@ -285,7 +285,7 @@ class PostgresHistory:
             PinRoom.of(self._max_pinned, max_chars),
         )
         recent = [r for r in rows if r["part"] == "recent"]
-        window = remembered_window(summary, pins, recent, task.user_message_id, max_chars)
+        window = remembered_window(summary, pins, recent, task.newest_turn_id, max_chars)
         # Nothing was left out when the scan ended before its limit and the budget kept
         # every recent message (a pinned one is shown anyway).
         shown = {m.id for m in window}

@@ -30,7 +30,7 @@ from storage.queue import UnknownTask, address_of, with_parts
 from storage.tool_calls import TOOL_CALLS_OF_TASK, StoredToolCall
 
 # Every state a task can be in, in the order a task passes through them.
-TASK_STATES = ("queued", "running", "waiting", "done", "failed", "cancelled")
+TASK_STATES = ("queued", "running", "waiting", "done", "failed", "cancelled", "covered")
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +158,9 @@ class TaskDetail:
     tool_calls: tuple[StoredToolCall, ...] = ()
     traceparent: str | None = None  # its message's trace (W3C), when tracing was on
     epochs: tuple[EpochRecord, ...] = ()  # its session's, oldest first (the newest shown)
+    # Answered by another task's reply (storage/thread_queue.py), or answering others too.
+    covered_by: str | None = None
+    covers: tuple[str, ...] = ()
 
     def epoch_of(self, epoch: str | None, at: datetime) -> EpochRecord | None:
         """The session epoch an answer stamped `epoch` at `at` was asked under: the latest
@@ -189,7 +192,8 @@ LIMIT $6
 """
 
 _TASK = f"""
-SELECT {_SUMMARY}, session_id, run_after, restarted_at, lease_owner, lease_expires, traceparent
+SELECT {_SUMMARY}, session_id, run_after, restarted_at, lease_owner, lease_expires, traceparent,
+       covered_by, ARRAY(SELECT c.id FROM tasks c WHERE c.covered_by = $1 ORDER BY c.seq) AS covers
 FROM tasks WHERE id = $1
 """
 
@@ -269,6 +273,8 @@ async def inspect_task(db: Database, task_id: str) -> TaskDetail:
         tuple(StoredToolCall(**dict(c)) for c in tool_calls),
         row["traceparent"],
         tuple(EpochRecord(**{**dict(e), "tools": tuple(e["tools"])}) for e in epochs),
+        row["covered_by"],
+        tuple(row["covers"]),
     )
 
 

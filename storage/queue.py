@@ -38,6 +38,7 @@ from agent import Task
 from storage.database import TASKS_CHANNEL, Database, finished_by
 from storage.errors import StorageError, translate_errors
 from storage.migrations import Connection
+from storage.thread_queue import COVERS_COLUMN, FOLLOWUP, TASK_COVER, QueueModes
 
 # Queued tasks first, through `tasks_queued`. Each is checked to be the oldest open task of
 # its session by one look into `tasks_open`: a min() subquery, not NOT EXISTS, which the
@@ -101,13 +102,22 @@ RETURNING tasks.id, tasks.session_id, tasks.address, tasks.attempts,
           EXISTS (SELECT 1 FROM messages m WHERE m.id = 'task:' || tasks.id || ':reply')
               AS stored_reply,
           tasks.stopped_at IS NOT NULL AS stopped, tasks.traceparent, tasks.schedule_id,
-          tasks.stopped_by, {p}candidate.recovered
+          tasks.stopped_by, {p}candidate.recovered, {covers}
 """
 
+
+def task_lease(p: str, owner: str, lease: str) -> str:
+    """TASK_LEASE of `{p}candidate`, returning what it covers (storage/thread_queue.py)."""
+    return TASK_LEASE.format(p=p, owner=owner, lease=lease, covers=COVERS_COLUMN.format(p=p))
+
+
+# The claim covers the later queued tasks of its thread in its own statement ($4: the
+# threads' queue modes), so a claim and its cover commit together (storage/thread_queue.py).
 _CLAIM = (
     "WITH "
     + TASK_CANDIDATE.format(p="", gate="true", recover="$3")
-    + TASK_LEASE.format(p="", owner="$1", lease="$2")
+    + TASK_COVER.format(p="", modes="$4")
+    + task_lease(p="", owner="$1", lease="$2")
 )
 
 # How often a process looks for dead leases: a crashed replica's tasks wait at most this
@@ -196,7 +206,7 @@ def task_from_row(row: asyncpg.Record) -> Task:
     # stored: nothing there needs them.
     created, stored = row.get("created_at"), row.get("stored_reply")
     stopped, traceparent = bool(row.get("stopped")), row.get("traceparent")
-    schedule = row.get("schedule_id")
+    schedule, covers = row.get("schedule_id"), row.get("covers")
     return Task(
         row["id"],
         row["session_id"],
@@ -208,6 +218,7 @@ def task_from_row(row: asyncpg.Record) -> Task:
         traceparent,
         str(schedule) if schedule is not None else None,
         row.get("stopped_by") if stopped else None,
+        tuple(covers or ()),
     )
 
 
@@ -227,10 +238,12 @@ class PostgresTaskQueue:
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         poll_seconds: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
+        modes: Callable[[], QueueModes] = lambda: FOLLOWUP,
     ) -> None:
         self._db = db
         self._lease = lease_seconds
         self._poll = poll_seconds
+        self.modes = modes  # each thread's queue mode, asked at every claim (a reload applies)
         self.recovery = RecoveryLooks(db.wake, clock)
 
     @property
@@ -240,7 +253,9 @@ class PostgresTaskQueue:
     @translate_errors("The task queue could not be reached")
     async def claim(self) -> Task | None:
         me = await self._db.lease_owner()
-        row = await self._db.pool.fetchrow(_CLAIM, me, self._lease, self.recovery.due(me))
+        row = await self._db.pool.fetchrow(
+            _CLAIM, me, self._lease, self.recovery.due(me), self.modes().as_json()
+        )
         if row is None:
             return None
         if row["recovered"]:
@@ -350,6 +365,13 @@ UPDATE tasks SET state = 'queued', run_after = now(), restarted_at = now(), fini
 WHERE id = $1
 """
 
+# A cancelled task's covered messages (storage/thread_queue.py) are nobody's answer now:
+# each is queued again in its place, to be answered after it.
+_RELEASE_COVERED = """
+UPDATE tasks SET state = 'queued', covered_by = NULL, finished_at = NULL, run_after = now()
+WHERE covered_by = $1 AND state = 'covered'
+"""
+
 _RECORD = """
 INSERT INTO task_interventions (task_id, action, actor, reason, from_state)
 VALUES ($1, $2, $3, $4, $5)
@@ -382,6 +404,7 @@ async def cancel_task(
             )
         await conn.execute(_CANCEL, task_id)
         await conn.execute(_CANCEL_SUBTASKS, task_id)
+        await conn.execute(_RELEASE_COVERED, task_id)
         return await _record(conn, Intervention(task_id, "cancel", state, actor, reason))
 
 
@@ -394,6 +417,7 @@ async def cancel_if_queued(
     if row is None or row["state"] != "queued":
         return None
     await conn.execute(_CANCEL, task_id)
+    await conn.execute(_RELEASE_COVERED, task_id)
     return await _record(conn, Intervention(task_id, "cancel", "queued", actor, reason))
 
 

@@ -57,10 +57,13 @@ DEFAULT_BATCH = 500
 # An arbitrary constant ("tgrt"), distinct from the migrations' and the lease owners' keys.
 _LOCK_KEY = 0x7467_7274
 
+# A covered task (storage/thread_queue.py) goes once the task that answers it has ended.
 _FINISHED_TASKS = """
-SELECT id FROM tasks
-WHERE state IN ('done', 'failed', 'cancelled') AND finished_at < now() - $1::interval
-ORDER BY finished_at LIMIT $2 FOR UPDATE SKIP LOCKED
+SELECT id FROM tasks t
+WHERE state IN ('done', 'failed', 'cancelled', 'covered') AND finished_at < now() - $1::interval
+  AND NOT (state = 'covered' AND EXISTS (
+      SELECT 1 FROM tasks c WHERE c.id = t.covered_by AND c.state IN ('queued', 'running', 'waiting')))
+ORDER BY finished_at LIMIT $2 FOR UPDATE OF t SKIP LOCKED
 """
 
 # A task and every row that hangs on it, children before parents; $1 the batch's task ids.

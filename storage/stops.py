@@ -23,6 +23,9 @@ has one winner:
   otherwise start as soon as the note is out — but other people's stay queued and are
   answered after the note: one person's Stop cancels nobody else's question. Messages
   after the stop are answered as usual.
+- Messages the stopped task covered (a thread that collects them, storage/thread_queue.py)
+  go the same way: the presser's are cancelled with it, other people's are given back —
+  queued again in their place — and answered after the note.
 - Subtasks of every stopped task end 'failed' (what a sub-agent runs is cut the same way,
   by its heartbeat); their results feed nothing, since the task's next round never runs.
 
@@ -62,6 +65,19 @@ _CANCEL = """
 UPDATE tasks SET state = 'cancelled', finished_at = now(), stopped_at = now(),
        stopped_by = $2, lease_owner = NULL, lease_expires = NULL
 WHERE id = $1
+"""
+
+# The tasks the stopped one covered: the presser's ($2) cancelled, the others queued again.
+_UNCOVER = """
+UPDATE tasks SET
+    state = CASE WHEN address->>'user' = $2 THEN 'cancelled' ELSE 'queued' END,
+    covered_by = CASE WHEN address->>'user' = $2 THEN covered_by END,
+    finished_at = CASE WHEN address->>'user' = $2 THEN now() END,
+    stopped_at = CASE WHEN address->>'user' = $2 THEN now() END,
+    stopped_by = CASE WHEN address->>'user' = $2 THEN $3 END,
+    run_after = now()
+WHERE covered_by = $1 AND state = 'covered'
+RETURNING id, state
 """
 
 _STOP_SUBTASKS = """
@@ -113,12 +129,14 @@ async def stop_thread(db: Database, stop: ThreadStop) -> Stopped:
         await conn.execute(_STOP, first["id"], actor)
         for row in own:
             await conn.execute(_CANCEL, row["id"], actor)
-        ended = [first, *own]
-        ids = [r["id"] for r in ended]
+        uncovered = await conn.fetch(_UNCOVER, first["id"], stop.user, actor)
+        covered = [r["id"] for r in uncovered if r["state"] == "cancelled"]
+        ids = [first["id"], *covered, *(r["id"] for r in own)]
+        states = [first["state"], *(["covered"] * len(covered)), *(r["state"] for r in own)]
         await conn.execute(_STOP_SUBTASKS, ids)
-        await conn.execute(_RECORD, ids, actor, [r["state"] for r in ended])
+        await conn.execute(_RECORD, ids, actor, states)
         await _signal(conn, first["id"])
-        return Stopped(first["id"], tuple(r["id"] for r in own))
+        return Stopped(first["id"], tuple(ids[1:]))
 
 
 async def _signal(conn: Connection, task_id: str) -> None:

@@ -66,7 +66,7 @@ class PostgresSummaries:
         self, task: Task, *, edge_id: str, max_chars: int, max_messages: int
     ) -> Overflow | None:
         read = await self._db.pool.fetch(
-            _OVERFLOW, task.session_id, task.user_message_id, edge_id, max_messages
+            _OVERFLOW, task.session_id, task.newest_turn_id, edge_id, max_messages
         )
         latest = next((r for r in read if r["latest"]), None)
         rows = [r for r in read if not r["latest"]]

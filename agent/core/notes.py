@@ -43,6 +43,7 @@ NoteSource: TypeAlias = Literal[
     "pinned_first",  # the window opens with a pinned answer of ours (agent/rounds/prompt.py)
     "pins_listed",  # pins past the window's room, listed (storage/history.py)
     "repair",  # the round's own correction: prose, an answer cut off (agent/rounds/loop.py)
+    "steered",  # a message that came in while the round worked (agent/rounds/steering.py)
     "tool_pictures",  # the pictures a tool returned follow (openai_wire.py)
 ]
 NOTE_SOURCES: frozenset[str] = frozenset(get_args(NoteSource))

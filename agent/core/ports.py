@@ -54,10 +54,19 @@ class Task:
     schedule_id: str | None = None
     # Who pressed Stop (the actor storage recorded, e.g. "slack:U123"); None: nobody.
     stopped_by: str | None = None
+    # The later tasks of its session it answers too, oldest first (a thread that collects
+    # its messages: storage/thread_queue.py); their turns are turns of its request.
+    covers: tuple[str, ...] = ()
 
     @property
     def user_message_id(self) -> str:
         return ids.user_message_id(self.id)
+
+    @property
+    def newest_turn_id(self) -> str:
+        """The newest turn the task answers: its own, or that of the last task it covers.
+        Its window reads up to it, and its reply is anchored after it."""
+        return ids.user_message_id(self.covers[-1] if self.covers else self.id)
 
     @property
     def reply_id(self) -> str:

@@ -58,6 +58,9 @@ Every model an attempt is handed is the task's (`agent.models.task_model.TaskMod
 requests — its rounds and subtasks share what is withheld — and recorded, so no later round
 of any replica sends it again.
 
+With a `Steering`, a round in a channel whose queue mode is `steer` takes the thread's new
+messages after each work step, before it asks the model again (agent/rounds/steering.py).
+
 With a `PolicyOf`, each round, subtask and summary is run within its task's channel policy
 (`agent.rounds.channel_policy`): the toolset the round and its subtasks are offered, the
 channel's instructions in the prompt a new session is pinned to (its own epoch), the
@@ -66,6 +69,7 @@ channel's attempt ladder and its cap on model requests.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
@@ -125,6 +129,7 @@ from agent.rounds.prompt import prompt_epoch, system_prompt, transcript
 from agent.rounds.references import ReferenceCatalog
 from agent.rounds.resume import settle_step
 from agent.rounds.settings import DEFAULT_ROUND, RoundSettings
+from agent.rounds.steering import Steer, Steering
 from agent.rounds.subtask_types import SubtaskContext, SubtaskRegistry, SubtaskType
 from agent.rounds.tools import (
     Clock,
@@ -166,6 +171,7 @@ class ResponderPorts:
     memory: Memory | None = None
     approvals: ApprovalStore | None = None
     refusals: AttachmentRefusals | None = None
+    steering: Steering | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,6 +258,7 @@ class ModelResponder:
         live = self._ports.live
         draft = live.draft(task, task.reply_id) if live is not None else None
         cache = conversation_cache(self._cache_key(task.session_id), len(messages))
+        steer = self._steer(task, policy)
 
         async def attempt(model: Model) -> Decision:
             return await run_round(
@@ -264,6 +271,7 @@ class ModelResponder:
                 citable=citable,
                 so_far=so_far,
                 cache=cache,
+                steer=steer,
             )
 
         answered = await self._metered(round_input.task, policy).run(attempt)
@@ -340,6 +348,13 @@ class ModelResponder:
         approvals = self._ports.approvals is not None and task.schedule_id is None
         context = self._tool_context(task, approvals=approvals)
         return Toolbox(policy.toolset(self._tools), context, self._round)
+
+    def _steer(self, task: Task, policy: ChannelPolicy) -> Steer | None:
+        """The round's steering, in a channel that steers (never a schedule's run)."""
+        steering = self._ports.steering
+        if steering is None or policy.thread_queue != "steer" or task.schedule_id is not None:
+            return None
+        return Steer(functools.partial(steering.take, task))
 
     def _policy(self, task: Task) -> ChannelPolicy:
         return self._policies(task) if self._policies is not None else DEFAULT_POLICY

@@ -360,7 +360,8 @@ class TaskRunner:
         if isinstance(decision, Silence):
             return await self._end_silently(task, decision)
         if isinstance(decision, Reply):
-            return await self._deliver_reply(task, await self._store_reply(task, decision))
+            answer = await self._store_reply(task, decision)
+            return await self._deliver_reply(task, answer, steered=len(decision.steered))
         if number >= self._settings.max_rounds - 1:
             raise RoundFailed(
                 "the model delegated in the final round, where delegate is not offered"
@@ -383,7 +384,10 @@ class TaskRunner:
         )
         # Stored with where it came from, in the same statement (`History.append`).
         return await self._history.append(
-            draft, answers=task.user_message_id, origin=decision.origin
+            draft,
+            # After the newest turn it answers: one its round took as it ran, or its task's.
+            answers=decision.steered[-1] if decision.steered else task.newest_turn_id,
+            origin=decision.origin,
         )
 
     async def _stamp(self, message_id: str, ours: bool, origin: AnswerOrigin | None) -> None:
@@ -438,9 +442,10 @@ class TaskRunner:
         except Exception as exc:  # Slack away, or a lease lost: retry_later below is fenced
             log.warning("task %s: the still-trying notice was not posted: %s", task.id, exc)
 
-    async def _deliver_reply(self, task: Task, reply: StoredMessage) -> None:
+    async def _deliver_reply(self, task: Task, reply: StoredMessage, *, steered: int = 0) -> None:
         await self._publisher.publish(task, reply.id, reply.text, citations=reply.citations)
         self._observer.task_settled("answered")
+        self._observer.reply_answered(1 + len(task.covers) + steered)
         self._schedule_run_settled(task, "posted")
         await self._queue.finish(task)
 

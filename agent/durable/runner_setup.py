@@ -63,6 +63,10 @@ class RunnerObserver(Protocol):
     def schedule_run_settled(self, outcome: str) -> None:
         """A schedule's run ended: `posted`, `silent` or `failed`."""
 
+    def reply_answered(self, messages: int) -> None:
+        """A reply was posted for `messages` messages: its task's own and those it covered
+        (storage/thread_queue.py), or taken while it ran (agent/rounds/steering.py)."""
+
 
 class Unobserved:
     """The observer of a runner given none: hears everything, tells nobody."""
@@ -77,6 +81,9 @@ class Unobserved:
         pass
 
     def schedule_run_settled(self, outcome: str) -> None:
+        pass
+
+    def reply_answered(self, messages: int) -> None:
         pass
 
 

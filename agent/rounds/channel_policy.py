@@ -20,12 +20,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
+from typing import Literal, TypeAlias
 
 from agent.core.ports import Task
 from agent.models.ladder import Attempts
 from agent.rounds.tools import ToolRegistry
 
 ALL_TOOLS = ("*",)
+
+# How a thread's messages that arrive while its task works are answered
+# (THREADGATE_THREAD_QUEUE; storage/thread_queue.py): `steer` is the one a round acts on
+# (agent/rounds/steering.py), the others the queue decides when it claims.
+ThreadQueueMode: TypeAlias = Literal["collect", "steer", "followup", "interrupt"]
+THREAD_QUEUE_MODES: tuple[ThreadQueueMode, ...] = ("collect", "steer", "followup", "interrupt")
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +43,7 @@ class ChannelPolicy:
     instructions: str = ""  # added after the deployment's instructions
     attempts: Attempts | None = None  # None: the deployment's attempt ladder
     max_model_requests: int | None = None  # per message (0: no cap); None: the deployment's
+    thread_queue: ThreadQueueMode = "followup"  # the channel's queue mode
 
     def offers(self, tool: str) -> bool:
         """Whether a work tool of this name is offered in the channel."""

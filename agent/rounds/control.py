@@ -63,6 +63,9 @@ class Reply:
     citations: tuple[Citation, ...] = ()
     # Which prompt and route produced it (set by the responder; not part of the answer).
     origin: AnswerOrigin | None = field(default=None, compare=False)
+    # The turns its round took as it ran (`steer`, agent/rounds/steering.py), oldest first:
+    # it answers them too, and is anchored after the newest (else `Task.newest_turn_id`).
+    steered: tuple[str, ...] = field(default=(), compare=False)
 
 
 # A round ends with a reply, a delegation, or paused at a step whose calls need a person

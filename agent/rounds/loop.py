@@ -35,6 +35,10 @@ Repairs and work steps have separate bounds: a model that reads the thread eight
 has not misbehaved, and one that keeps writing prose should not get more room because it
 also used tools.
 
+With a `Steer` (the `steer` queue mode, agent/rounds/steering.py), the thread's new
+messages are taken after each work step, before the model is asked again, and added as
+turns; the reply then says it answers them too (`Reply.steered`).
+
 With a `Draft`, the reply is shown while the model writes it (`agent.rounds.live_reply`);
 every step that does not end as the round's reply — work, a repair, a delegation, an
 attempt that fails — discards what was shown. Each model request is told the draft's
@@ -71,6 +75,7 @@ from agent.rounds.framing import frame_output
 from agent.rounds.live_reply import ReplyTap
 from agent.rounds.pause import RoundSoFar, round_state
 from agent.rounds.settings import DEFAULT_ROUND, RoundSettings
+from agent.rounds.steering import Steer
 from agent.rounds.tools import Toolbox
 
 T = TypeVar("T")
@@ -128,25 +133,24 @@ async def run_round(
     citable: Citable | None = None,
     so_far: RoundSoFar | None = None,
     cache: CacheHint | None = None,
+    steer: Steer | None = None,
 ) -> Decision:
     """Run one round on `model` and return the decision of its control call; with a
     `draft`, the reply is shown while it is written. What the model is shown (the
     messages, then each work result) is noted in `citable`, which `final_reply` checks
     its citations against. `so_far`: the round continues after these messages of its
     own (a paused round, its paused step settled: agent/rounds/resume.py). `cache`: every
-    request of the round carries it (agent/rounds/caching.py)."""
+    request of the round carries it (agent/rounds/caching.py). `steer`: the thread's new
+    messages are taken after each work step (module docstring)."""
     seen = citable if citable is not None else Citable()
     seen.note(messages)
     start = so_far or RoundSoFar()
     seen.note(start.tail)
+    asked = _Asked(controls, settings, toolbox, seen, start, cache, steer)
     if draft is None:
-        return await _run_round(
-            model, messages, controls, settings, toolbox, None, seen, start, cache
-        )
+        return await _run_round(model, messages, asked, None)
     try:
-        decision = await _run_round(
-            model, messages, controls, settings, toolbox, draft, seen, start, cache
-        )
+        decision = await _run_round(model, messages, asked, draft)
     except BaseException:
         await draft.discard()
         raise
@@ -155,31 +159,38 @@ async def run_round(
     return decision
 
 
+@dataclass(frozen=True, slots=True)
+class _Asked:
+    """What a round is run with besides its model, messages and draft."""
+
+    controls: Sequence[ControlTool]
+    settings: RoundSettings
+    toolbox: Toolbox | None
+    citable: Citable
+    start: RoundSoFar
+    cache: CacheHint | None
+    steer: Steer | None
+
+
 async def _run_round(
-    model: Model,
-    messages: Sequence[ModelMessage],
-    controls: Sequence[ControlTool],
-    settings: RoundSettings,
-    toolbox: Toolbox | None,
-    draft: Draft | None,
-    citable: Citable,
-    start: RoundSoFar,
-    cache: CacheHint | None,
+    model: Model, messages: Sequence[ModelMessage], asked: _Asked, draft: Draft | None
 ) -> Decision:
-    conversation = [*messages, *start.tail]
-    tools = offered(controls, toolbox)
-    repairs, steps = start.repairs, start.steps
+    settings = asked.settings
+    steered = asked.steer.turns if asked.steer else ()
+    conversation = [*messages, *asked.start.tail, *steered]
+    tools = offered(asked.controls, asked.toolbox)
+    repairs, steps = asked.start.repairs, asked.start.steps
     # The draft says when it shows, and the model's stream slows then (Model.request).
     showing = draft.showing if draft is not None else None
     while True:
         tap = ReplyTap(draft) if draft is not None else None
-        request = _request(conversation, tools, settings, cache)
+        request = _request(conversation, tools, settings, asked.cache)
         response = await model.request(request, watch=tap, showing=showing)
         conversation.append(AssistantMessage(response.text, response.tool_calls))
         step = decide(
             response,
-            controls,
-            toolbox,
+            asked.controls,
+            asked.toolbox,
             steps_left=settings.max_steps - steps,
             output_limit=settings.max_output_tokens,
         )
@@ -187,23 +198,14 @@ async def _run_round(
             # Shown while it was written, but the step is not the reply: take it back.
             await draft.discard()
         if isinstance(step, _Work):
-            assert toolbox is not None  # work is only recognised when there is a toolbox
-            gated = [c for c in step.calls if toolbox.needs_approval(c.name)]
-            if gated:
-                tail = conversation[len(messages) :]
-                return Paused(
-                    round_state(tail, steps=steps, repairs=repairs, unkept=toolbox.unkept),
-                    tuple(GatedCall(c.id, c.name, c.raw_arguments) for c in gated),
-                )
-            results = await _run_work(toolbox, step.calls)
-            citable.note(results)
-            conversation.extend(results)
+            own = conversation[len(messages) :]
+            if (paused := _paused(asked, step, own, steps, repairs)) is not None:
+                return paused
+            conversation.extend(await _worked(asked, step))
             steps += 1
             continue
-        if isinstance(step, Reply) and response.citations:
-            step = with_passages(step, citable.cited_passages(response.citations))
         if not isinstance(step, _Repair):
-            return step
+            return _answered(asked, step, response)
         repairs += 1
         if repairs > settings.max_repairs:
             raise RoundFailed(
@@ -211,6 +213,43 @@ async def _run_round(
                 f"after {settings.max_repairs} repairs."
             )
         conversation.extend(step.feedback)
+
+
+def _paused(
+    asked: _Asked, step: _Work, own: Sequence[ModelMessage], steps: int, repairs: int
+) -> Paused | None:
+    """The round paused at this work step when a call of it needs approval, else None."""
+    toolbox = asked.toolbox
+    assert toolbox is not None  # work is only recognised when there is a toolbox
+    gated = [c for c in step.calls if toolbox.needs_approval(c.name)]
+    if not gated:
+        return None
+    # Taken turns are covered: the next run reads them from its window.
+    tail = [m for m in own if not (asked.steer and asked.steer.took(m))]
+    return Paused(
+        round_state(tail, steps=steps, repairs=repairs, unkept=toolbox.unkept),
+        tuple(GatedCall(c.id, c.name, c.raw_arguments) for c in gated),
+    )
+
+
+async def _worked(asked: _Asked, step: _Work) -> list[ModelMessage]:
+    """The step's results, then the turns steering took meanwhile (noted as seen)."""
+    assert asked.toolbox is not None
+    results = await _run_work(asked.toolbox, step.calls)
+    if asked.steer is not None:
+        results.extend(await asked.steer.new_turns())
+    asked.citable.note(results)
+    return results
+
+
+def _answered(asked: _Asked, step: Decision, response: ModelResponse) -> Decision:
+    """The round's decision with the passages its answer cited, and the newest turn it
+    answers when it took new ones."""
+    if isinstance(step, Reply) and response.citations:
+        step = with_passages(step, asked.citable.cited_passages(response.citations))
+    if isinstance(step, Reply) and asked.steer is not None and asked.steer.taken:
+        step = replace(step, steered=asked.steer.taken)
+    return step
 
 
 def with_passages(reply: Reply, passages: Sequence[Citation]) -> Reply:

@@ -35,6 +35,9 @@ Keys of an entry (all optional; a channel's entry overrides the default's key by
   meaning, for that channel (0: none).
 - `channelContextMessages`: the channel's recent messages a top-level mention there
   carries (0 to 100; 0: none), in place of THREADGATE_CHANNEL_CONTEXT_MESSAGES.
+- `threadQueue`: `collect`, `steer`, `followup` or `interrupt`, in place of
+  THREADGATE_THREAD_QUEUE: how its threads' messages that arrive while a task works are
+  answered (storage/thread_queue.py).
 
 Unknown keys are refused rather than ignored, as in the MCP config: a misspelt `tools`
 would otherwise offer every tool. A bad file is a `ConfigError` of one sentence naming the
@@ -50,7 +53,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
-from agent import ConfigError, parse_spec, read_json_file
+from agent import ConfigError, ThreadQueueMode, parse_spec, read_json_file
 
 VARIABLE = "THREADGATE_CHANNEL_CONFIG"
 
@@ -93,6 +96,7 @@ class ChannelEntry(_Strict):
     external_channels: External | None = Field(default=None, alias="externalChannels")
     limits: ChannelLimits = NO_LIMITS
     context_messages: ContextCount | None = Field(default=None, alias="channelContextMessages")
+    thread_queue: ThreadQueueMode | None = Field(default=None, alias="threadQueue")
 
     def over(self, base: ChannelEntry) -> ChannelEntry:
         """This entry with `base`'s keys where it gives none (a `fallbackModel` given as
@@ -120,6 +124,7 @@ class Effective:
     external: External = "refuse"
     limits: ChannelLimits = NO_LIMITS
     context_messages: int | None = None  # None: THREADGATE_CHANNEL_CONTEXT_MESSAGES
+    thread_queue: ThreadQueueMode | None = None  # None: THREADGATE_THREAD_QUEUE
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +148,7 @@ class ChannelConfig:
             external=entry.external_channels or "refuse",
             limits=entry.limits,
             context_messages=entry.context_messages,
+            thread_queue=entry.thread_queue,
         )
 
 

@@ -18,7 +18,7 @@ from urllib.parse import SplitResult, urlsplit
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, field_validator
 
-from agent import DEFAULT_ROUND, DEFAULT_RUNNER, McpConfig, load_mcp_config
+from agent import DEFAULT_ROUND, DEFAULT_RUNNER, McpConfig, ThreadQueueMode, load_mcp_config
 from storage import (
     DEFAULT_ADMISSION_CONNECTIONS,
     DEFAULT_LEASE_SECONDS,
@@ -132,6 +132,11 @@ class TaskSettings(Group):
     )
     # Unset: a notice per kind of failure (agent.FailureNotices); set: this text for all.
     failure_notice: str | None = Field(default=None, validation_alias="THREADGATE_FAILURE_NOTICE")
+    # How a thread's messages that arrive while its task works are answered
+    # (storage/thread_queue.py); a channel may say its own (THREADGATE_CHANNEL_CONFIG).
+    thread_queue: ThreadQueueMode = Field(
+        default="collect", validation_alias="THREADGATE_THREAD_QUEUE"
+    )
 
 
 class ToolSettings(Group):

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
+from agent import ThreadQueueMode
 from storage import Limits, LimitScope
 
 External: TypeAlias = Literal["refuse", "allow"]
@@ -44,6 +45,9 @@ class ChannelRules:
     limits: Limits | None = None  # None: the deployment's
     # How many recent channel messages a top-level mention carries (None: the deployment's).
     context_messages: int | None = None
+    # Its threads' queue mode: under `interrupt` a new message of the person whose task
+    # works there stops that task to answer everything at once (storage/thread_queue.py).
+    thread_queue: ThreadQueueMode = "collect"
 
     def refusal(self, shared: bool | None) -> LimitScope | None:
         """Why a message of this channel is not answered, given its sharing (None: it

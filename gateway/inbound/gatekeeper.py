@@ -84,10 +84,12 @@ from storage import (
     Database,
     Limits,
     LimitScope,
+    StorageError,
     Stream,
     admit,
     admit_in_known_session,
     before_downloads,
+    interrupt_asker,
 )
 
 log = logging.getLogger(__name__)
@@ -406,7 +408,9 @@ class Gatekeeper:
     ) -> Outcome:
         """Read and render the message, and admit it."""
         admission, tally = await self._render(inbound, bot_user_id, reading, deadline)
-        return self._settle(await admit(self._db, admission, self._limits_of(inbound)), tally)
+        admitted = await admit(self._db, admission, self._limits_of(inbound))
+        await self._interrupt(inbound, admitted)
+        return self._settle(admitted, tally)
 
     async def _store_in_known(
         self, inbound: InboundTurn, bot_user_id: str | None, deadline: float
@@ -415,7 +419,23 @@ class Gatekeeper:
         not (nothing written, nothing counted)."""
         admission, tally = await self._render(inbound, bot_user_id, NOTHING, deadline)
         admitted = await admit_in_known_session(self._db, admission, self._limits_of(inbound))
-        return None if admitted is None else self._settle(admitted, tally)
+        if admitted is None:
+            return None
+        await self._interrupt(inbound, admitted)
+        return self._settle(admitted, tally)
+
+    async def _interrupt(self, inbound: InboundTurn, admitted: Admitted) -> None:
+        """Under `interrupt`, the asker's new message stops their working task, which then
+        answers everything pending (storage/thread_queue.py). Best effort: the message is
+        stored, and without the interrupt it is answered next, as under `collect`."""
+        if not admitted or admitted.limited is not None:
+            return
+        if self._settings.rules(inbound.channel).thread_queue != "interrupt":
+            return
+        try:
+            await interrupt_asker(self._db, inbound.task_id)
+        except StorageError as exc:
+            log.warning("task %s: the working task was not interrupted: %s", inbound.task_id, exc)
 
     async def _render(
         self, inbound: InboundTurn, bot_user_id: str | None, reading: Reading, deadline: float

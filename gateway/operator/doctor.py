@@ -61,7 +61,7 @@ from agent import (
     open_route,
     probe_model,
 )
-from gateway.config.channel_config import Effective
+from gateway.config.channel_config import EMPTY, Effective
 from gateway.config.connections import ConnectionPlan
 from gateway.config.settings import Settings, database_dsn
 from gateway.inbound.socket_mode import probe_socket_mode
@@ -147,6 +147,7 @@ async def diagnose(settings: Settings, limits: Limits | None = None) -> list[Fin
         *waiting,
         *mcp,
         *check_channels(settings),
+        check_thread_queue(settings),
     ]
 
 
@@ -797,6 +798,31 @@ def describe_policy(effective: Effective, builtin: tuple[str, ...]) -> str:
     given = effective.limits.model_dump(by_alias=True, exclude_none=True)
     limits = ", ".join(f"{k} {v}" for k, v in given.items()) or "the deployment's"
     return f"{models}; {tools}; Slack Connect {connect}; {told}; limits {limits}"
+
+
+def check_thread_queue(settings: Settings) -> Finding:
+    """Each channel's thread queue mode (storage/thread_queue.py); a warning where `steer`
+    can take nothing: it hands new messages to a round between its tool calls, and a
+    channel offered no work tool makes none (it then answers as `collect` does)."""
+    deployment = settings.tasks.thread_queue
+    try:
+        config = settings.access.channel_config() if settings.access.channel_file else EMPTY
+    except ConfigError:
+        config = EMPTY  # `check_channels` reports the file
+    modes: dict[str, tuple[str, tuple[str, ...]]] = {}
+    for channel in [None, *config.channels]:
+        effective = config.effective(channel, settings.models.specs)
+        modes[channel or "default"] = (effective.thread_queue or deployment, effective.tools)
+    said = "; ".join(f"{channel} {mode}" for channel, (mode, _) in modes.items())
+    idle = [channel for channel, (mode, tools) in modes.items() if mode == "steer" and not tools]
+    if not idle:
+        return Finding("thread queue", "ok", said)
+    return Finding(
+        "thread queue",
+        "warn",
+        f"{said}: {', '.join(idle)} steer(s) with no work tools offered, so a round never"
+        " takes new messages (they are collected for the next task instead)",
+    )
 
 
 def _quoted(text: str, most: int = 80) -> str:

@@ -365,6 +365,10 @@ def _overview(d: TaskDetail) -> str:
         ("finished", _when(s.finished_at)),
         ("last error", one_line(s.last_error, 200) or "none"),
     ]
+    if d.covered_by is not None:  # a thread that collects its messages: answered there
+        fields.insert(1, ("covered by", f"task {d.covered_by} (its reply answers this message)"))
+    if d.covers:
+        fields.insert(1, ("also answers", ", ".join(d.covers)))
     return "\n".join([f"Task {s.id}", *(f"  {k + ':':<16}{v}" for k, v in fields)])
 
 

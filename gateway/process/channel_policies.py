@@ -36,6 +36,7 @@ from agent import (
     Model,
     OutageTracker,
     Task,
+    ThreadQueueMode,
     Tracer,
 )
 from gateway.config.channel_config import ChannelConfig, ChannelLimits, Effective
@@ -45,7 +46,7 @@ from gateway.inbound.gatekeeper import LIMIT_NOTICES
 from gateway.models.routes import channel_ladder
 from gateway.slack.address import SlackAddress
 from gateway.telemetry.metrics import Metrics
-from storage import Limits, PictureBudgets
+from storage import Limits, PictureBudgets, QueueModes
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +84,7 @@ class _Compiled:
     config: ChannelConfig  # what it was compiled from
     default: tuple[ChannelPolicy, ChannelRules] = (ChannelPolicy(), DEFAULT_RULES)
     channels: Mapping[str, tuple[ChannelPolicy, ChannelRules]] = field(default_factory=dict)
+    queue_modes: QueueModes = field(default_factory=QueueModes)
 
 
 class ChannelPolicies:
@@ -96,8 +98,10 @@ class ChannelPolicies:
         limits: Limits,
         max_model_requests: int,
         ladders: Ladders | None = None,
+        thread_queue: ThreadQueueMode = "collect",
     ) -> None:
         self._models = models  # the deployment's specs (THREADGATE_MODEL, _FALLBACK_MODEL)
+        self._thread_queue = thread_queue  # THREADGATE_THREAD_QUEUE
         self._limits = limits
         self._max_requests = max_model_requests
         self._ladders = ladders
@@ -110,6 +114,10 @@ class ChannelPolicies:
     def rules_of(self, channel: str) -> ChannelRules:
         """`RulesOf`: what the gatekeeper enforces in `channel`."""
         return self._of(channel)[1]
+
+    def queue_modes(self) -> QueueModes:
+        """Every channel's thread queue mode, as the task queue's claims read it."""
+        return self._compiled.queue_modes
 
     @property
     def config(self) -> ChannelConfig:
@@ -131,10 +139,14 @@ class ChannelPolicies:
         return compiled.channels.get(channel, compiled.default)
 
     def _compile(self, config: ChannelConfig) -> _Compiled:
+        default = config.effective(None, self._models)
+        channels = {c: config.effective(c, self._models) for c in config.channels}
+        base = default.thread_queue or self._thread_queue
         return _Compiled(
             config,
-            self._pair(config.effective(None, self._models)),
-            {c: self._pair(config.effective(c, self._models)) for c in config.channels},
+            self._pair(default),
+            {c: self._pair(e) for c, e in channels.items()},
+            QueueModes(base, {c: e.thread_queue or base for c, e in channels.items()}),
         )
 
     def _pair(self, effective: Effective) -> tuple[ChannelPolicy, ChannelRules]:
@@ -147,11 +159,13 @@ class ChannelPolicies:
             instructions=prompt_instructions(effective),
             attempts=ladder,
             max_model_requests=limits.model_requests_per_message,
+            thread_queue=effective.thread_queue or self._thread_queue,
         )
         rules = ChannelRules(
             effective.external,
             channel_limits(self._limits, limits),
             effective.context_messages,
+            policy.thread_queue,
         )
         return policy, rules
 
@@ -210,6 +224,7 @@ def compile_policies(
         limits=limits(settings),
         max_model_requests=settings.limits.model_requests_per_task,
         ladders=ladders,
+        thread_queue=settings.tasks.thread_queue,
     )
 
 

@@ -57,10 +57,12 @@ from storage import (
     PostgresHistory,
     PostgresMemory,
     PostgresModelWaits,
+    PostgresSteering,
     PostgresSummaries,
     PostgresTaskQueue,
     PostgresToolCalls,
     PostgresUsageMeter,
+    QueueModes,
 )
 
 log = logging.getLogger(__name__)
@@ -89,6 +91,8 @@ class RunnerParts:
     outage: OutageTracker | None = None  # every route down, or one back (shared too)
     metrics: Metrics | None = None
     tracer: Tracer = NO_TRACER
+    # Each channel's thread queue mode, asked at every claim (None: THREADGATE_THREAD_QUEUE).
+    queue_modes: Callable[[], QueueModes] | None = None
 
 
 def build_runner(
@@ -98,9 +102,11 @@ def build_runner(
     approvals = PostgresApprovals(db) if parts.desk is not None else None
     respond = build_responder(settings, db, models, parts, approvals)
     lease = settings.database.lease_seconds
+    deployment = QueueModes(settings.tasks.thread_queue)
+    modes = parts.queue_modes or (lambda: deployment)
     return TaskRunner(
         RunnerPorts(
-            queue=PostgresTaskQueue(db, lease_seconds=lease),
+            queue=PostgresTaskQueue(db, lease_seconds=lease, modes=modes),
             delegations=PostgresDelegations(db, lease_seconds=lease),
             history=PostgresHistory(db, max_pinned=settings.memory.pinned_max),
             publisher=parts.publisher,
@@ -149,6 +155,7 @@ def build_responder(
             memory=PostgresMemory(db),
             approvals=approvals,
             refusals=PostgresAttachmentRefusals(db),
+            steering=PostgresSteering(db),
         ),
         settings=ResponderSettings(
             round=RoundSettings(

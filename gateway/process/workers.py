@@ -129,6 +129,7 @@ class Workers:
             live=publisher if publisher.streaming else None,
             desk=publisher,
             policies=r.policies.policy_of,
+            queue_modes=r.policies.queue_modes,
             circuit=self._circuit,
             outage=self._watched(),
             metrics=r.metrics,

@@ -327,6 +327,24 @@ class TaskFamilies:
         )
         for outcome in ("summarized", "failed"):  # both show, at 0 until the first
             self.compactions.labels(outcome)
+        self.reply_messages = Histogram(
+            "threadgate_reply_messages",
+            "Messages one posted reply answered: its own and those its task covered"
+            " (THREADGATE_THREAD_QUEUE collect, steer, interrupt; 1 under followup).",
+            buckets=(1, 2, 3, 5, 10, 20),
+            registry=registry,
+        )
+        self.schedules_refused = Counter(
+            "threadgate_schedules_refused_total",
+            "schedule_create calls refused by a cap: person (THREADGATE_SCHEDULES_PER_PERSON)"
+            " or channel (THREADGATE_SCHEDULES_PER_CHANNEL).",
+            ["cap"],
+            registry=registry,
+        )
+        self._schedule_families(registry)
+
+    def _schedule_families(self, registry: CollectorRegistry) -> None:
+        """Schedules' periods and the clicks on a schedule's approval."""
         self.schedule_runs = Counter(
             "threadgate_schedule_runs_total",
             "Periods of schedules, by outcome: posted, silent (no_reply), failed; skipped"
@@ -349,16 +367,12 @@ class TaskFamilies:
         )
         for outcome in SCHEDULE_DECISIONS:
             self.schedule_approvals.labels(outcome)
-        self.schedules_refused = Counter(
-            "threadgate_schedules_refused_total",
-            "schedule_create calls refused by a cap: person (THREADGATE_SCHEDULES_PER_PERSON)"
-            " or channel (THREADGATE_SCHEDULES_PER_CHANNEL).",
-            ["cap"],
-            registry=registry,
-        )
 
     def task_settled(self, outcome: str) -> None:
         self.tasks.labels(outcome).inc()
+
+    def reply_answered(self, messages: int) -> None:
+        self.reply_messages.observe(messages)
 
     def round_decided(self, decision: str) -> None:
         self.rounds.labels(decision).inc()

@@ -113,3 +113,7 @@ class TaskOutcomes:
     def schedule_run_settled(self, outcome: str) -> None:
         if self._inner is not None:
             self._inner.schedule_run_settled(outcome)
+
+    def reply_answered(self, messages: int) -> None:
+        if self._inner is not None:
+            self._inner.reply_answered(messages)

@@ -96,6 +96,9 @@ class Outcomes:
     def schedule_run_settled(self, outcome: str) -> None:
         self.runs.append(outcome)
 
+    def reply_answered(self, messages: int) -> None:
+        pass
+
 
 async def run(task: Task, decide: Any) -> tuple[Rig, Outcomes]:
     """Run `task` on the runner tests' rig, its outcomes told to an observer."""

@@ -79,6 +79,10 @@ def gateway_env(slack: FakeSlack, model: OpenAIServer, database_url: str) -> dic
         # Most tests read replies as chat.postMessage posts; the streaming tests (and the
         # chaos scenario that kills a gateway mid-stream) turn it back on, as it is by default.
         "THREADGATE_STREAMING": "false",
+        # Most tests count one reply per message (and the chaos suite's checks do): they
+        # answer each message on its own. tests/gateway/test_thread_queue.py runs the
+        # default (`collect`) and the other modes.
+        "THREADGATE_THREAD_QUEUE": "followup",
     }
 
 

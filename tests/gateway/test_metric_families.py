@@ -41,6 +41,7 @@ FAMILIES = [
     ("threadgate_pins", "counter", ("outcome",)),
     ("threadgate_pins_listed", "counter", ()),
     ("threadgate_queue_depth", "gauge", ()),
+    ("threadgate_reply_messages", "histogram", ()),
     ("threadgate_retention_deleted", "counter", ("table",)),
     ("threadgate_rounds", "counter", ("decision",)),
     ("threadgate_schedule_approvals", "counter", ("outcome",)),
