@@ -158,3 +158,57 @@ async def test_after_an_outage_a_new_message_is_answered_at_once_with_the_earlie
     assert "Every model route is unavailable" in began and "gpt-fallback" in began
     assert "available again" in ended and "sk-test-key" not in began + ended
     assert gauges["openai:gpt-test"] == 1.0
+
+
+async def test_under_collect_the_new_message_after_an_outage_is_answered_with_the_waiting_one(
+    postgres_dsn: str, tmp_path: Path
+) -> None:
+    """`THREADGATE_THREAD_QUEUE=collect` (the default): every model down, the thread hears
+    one notice; the models back, a new message makes the waiting task try at once and its
+    claim covers the new message, so one reply answers both, within 30 s, and the model's
+    request carries both as turns."""
+    dsn = await create_database(postgres_dsn, "chaos_outage_collect")
+    async with (
+        FakeSlack(bot_token=BOT_TOKEN) as slack,
+        OpenAIServer() as model,
+        aiohttp.ClientSession() as http,
+    ):
+        model.default = down
+        env = gateway_env(slack, model, dsn) | {
+            "THREADGATE_THREAD_QUEUE": "collect",
+            "THREADGATE_MODEL_ATTEMPTS": "1",
+            "THREADGATE_MAX_DEFERRAL_SECONDS": "3000",
+            "THREADGATE_MODELS_DOWN_NOTICE_SECONDS": "0",
+        }
+        processes = Processes(tmp_path)
+        try:
+            web = await processes.start(env)
+            (thread,) = conversations(1, prefix="C0COLLECT")
+            first = thread.next_message()
+            await deliver_until_acked(http, lambda: web.events_url, first)
+            await slack.wait_until(
+                lambda: bool(thread_posts(slack, first)), 60, what="the thread's notice"
+            )
+            model.default = echo
+            second = thread.next_message()
+            async with Database(dsn, min_size=1, max_size=1) as db:
+                await deliver_until_acked(http, lambda: web.events_url, second)
+                await slack.wait_until(
+                    lambda: bool(replies_in(slack, first.channel, first.thread_ts)),
+                    ANSWERED_WITHIN,
+                    what="the reply once the models are back",
+                )
+                await wait_until_settled(db)
+                row = await db.pool.fetchrow(
+                    "SELECT state, covered_by FROM tasks WHERE id = $1", second.task_id
+                )
+        finally:
+            await processes.stop_all()
+    assert row is not None and (row["state"], row["covered_by"]) == ("covered", first.task_id)
+    replies = replies_in(slack, first.channel, first.thread_ts)
+    assert len(replies) == 1 and second.marker in replies[0].text, slack.describe()
+    notices = [p.text for p in thread_posts(slack, first) if not p.text.startswith("re: ")]
+    assert notices == [DEFAULT_NOTICES.still_trying], slack.describe()
+    # The request that was answered is the last; it carries both messages as turns.
+    turns = str(model.requests[-1].body)
+    assert first.marker in turns and second.marker in turns
