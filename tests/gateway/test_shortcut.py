@@ -16,6 +16,8 @@ from typing import Any
 import aiohttp
 import pytest
 
+from gateway.operator.doctor import check_scopes
+from gateway.slack.scopes import bot_scopes
 from gateway.slack.shortcut import DEFAULT_REQUEST, REQUEST_BLOCK, read_metadata
 from gateway.text.provenance import parse_turn
 from tests.fakes.openai_api import OpenAIServer
@@ -212,3 +214,42 @@ async def test_a_modal_opened_too_late_is_counted_and_stores_nothing(rig: Rig) -
             metrics = await response.text()
         assert 'threadgate_shortcuts_total{outcome="expired",step="press"} 1.0' in metrics
         assert rig.slack.views.opened == [] and await rig.count("tasks") == 0
+
+
+@pytest.mark.rig(
+    users={AUTHOR: "Ada", DEFAULT_USER: "Grace"},
+    overrides={"THREADGATE_USER_MESSAGES_PER_HOUR": "1"},
+)
+async def test_asks_count_against_the_persons_limit_as_messages_do(rig: Rig) -> None:
+    """Past the person's hourly limit an ask is not answered: one notice, one model call."""
+    async with seeded(rig):
+        for _ in range(2):
+            await deliver(rig, rig.slack.views.press(DEFAULT_CHANNEL, MESSAGE, user=DEFAULT_USER))
+            await deliver(rig, rig.slack.views.submit(rig.slack.views.opened[-1].id))
+        posts = await rig.slack.wait_for_posts(2)
+        assert "more messages this hour" in posts[-1].text
+        assert len(rig.model.requests) == 1
+
+
+async def test_a_submission_that_can_be_answered_nowhere_is_not_acked(rig: Rig) -> None:
+    """With the bot outside the channel and the person's DM not opening, the submission is
+    a 503 (Slack shows the modal's error) and stores nothing; submitted again, it is
+    answered in the DM."""
+    async with seeded(rig):
+        rig.slack.membership.leave(DEFAULT_CHANNEL, private=True)
+        rig.slack.refuse("conversations.open", "user_disabled")
+        await deliver(rig, rig.slack.views.press(DEFAULT_CHANNEL, MESSAGE, user=DEFAULT_USER))
+        submission = rig.slack.views.submit(rig.slack.views.opened[0].id)
+        status, _ = await deliver_interaction(rig.http, rig.events_url, submission, SECRET)
+        assert status == 503 and await rig.count("tasks") == 0
+        await deliver(rig, submission)
+        [post] = await rig.slack.wait_for_posts(1)
+        assert post.channel == DEFAULT_DM
+
+
+def test_doctor_names_the_shortcuts_scope_when_it_is_not_granted() -> None:
+    """A token without `commands` fails the scope check, saying it is for the shortcut."""
+    granted = [s for s in bot_scopes(continue_threads=True) if s != "commands"]
+    [finding] = check_scopes({"x-oauth-scopes": ",".join(granted)}, continue_threads=True)
+    assert finding.status == "FAIL" and finding.detail.startswith("commands is not granted")
+    assert "Ask threadgate about this message" in finding.detail
