@@ -177,14 +177,20 @@ def ask_submission(payload: dict[str, Any]) -> AskSubmission:
     except ValidationError as exc:
         raise MalformedEvent(f"view_submission payload: {summary(exc)}") from exc
     view = submitted.view
-    field = view.state.get("values", {}).get(REQUEST_BLOCK, {}).get(REQUEST_ACTION, {})
-    request = field.get("value") if isinstance(field, dict) else None
+    request = _typed(view.state.get("values"), REQUEST_BLOCK, REQUEST_ACTION, "value")
     if not isinstance(request, str) or not request.strip():
         raise MalformedEvent("view_submission payload: no request was typed")
     message = read_metadata(view.private_metadata)
     return AskSubmission(
         view.id, submitted.user.id, _team(submitted.user.team_id), request, message
     )
+
+
+def _typed(found: Any, *keys: str) -> Any:
+    """`found[k1][k2]…`, None where any level is not an object holding the next key."""
+    for key in keys:
+        found = found.get(key) if isinstance(found, dict) else None
+    return found
 
 
 def _team(value: str | None) -> str | None:

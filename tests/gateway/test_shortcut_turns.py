@@ -4,15 +4,22 @@ turn or a runtime note; the modal carries any message within Slack's limits."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.inbound.asks import Answered, Ask, render_ask
+from gateway.slack.events import MalformedEvent
 from gateway.slack.shortcut import (
+    ASK_VIEW,
     METADATA_LIMIT,
+    REQUEST_BLOCK,
     AskSubmission,
     QuotedMessage,
     ask_modal,
+    ask_submission,
     read_metadata,
     write_metadata,
 )
@@ -73,3 +80,26 @@ def test_the_modal_carries_any_message_within_slacks_limits(text: str, files: li
     assert text.startswith(read.text) and read.cut == (read.text != text)
     assert read.files == message.files and read.author == AUTHOR
     assert view_problem(ask_modal(message)) is None
+
+
+@pytest.mark.parametrize(
+    "state",
+    [{"values": []}, {"values": {REQUEST_BLOCK: "x"}}, {"values": {}}, {}],
+    ids=["values-not-an-object", "block-not-an-object", "no-request", "no-values"],
+)
+def test_a_submission_without_a_readable_request_is_malformed(state: dict[str, Any]) -> None:
+    """A view_submission whose request cannot be read is refused at the boundary (a 400),
+    never a crash."""
+    message = QuotedMessage(CHANNEL, "1700000000.000200", AUTHOR, "hi")
+    payload = {
+        "type": "view_submission",
+        "user": {"id": ASKER},
+        "view": {
+            "id": "V0VIEW00001",
+            "callback_id": ASK_VIEW,
+            "state": state,
+            "private_metadata": write_metadata(message),
+        },
+    }
+    with pytest.raises(MalformedEvent):
+        ask_submission(payload)
