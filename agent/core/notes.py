@@ -37,6 +37,7 @@ NoteSource: TypeAlias = Literal[
     "attachment_not_kept",  # past a picture budget at admission (storage/pictures.py)
     "attachment_refused",  # a provider refused it (agent/models/task_model.py, storage)
     "attachment_not_shown",  # the model takes none of its kind (agent/models/capabilities.py)
+    "asked_about",  # a person asked about the message before it (gateway/inbound/asks.py)
     "channel_context",  # the channel's latest messages shown before a turn (gateway/inbound)
     "context_gap",  # earlier messages of the thread not read yet (gateway/inbound/context.py)
     "message_deleted",  # its author deleted the message (storage/lifecycle.py)

@@ -10,7 +10,8 @@ An `agent_session_stopped` (Slack's Stop button) goes to `stops`
 (gateway/inbound/stops.py), stored before the ack like an admission; the DM with the app
 opened (`app_home_opened`, messages tab) to `app_home` (its suggested prompts). Clicks on
 our buttons (`block_actions` interaction payloads: approvals and feedback) go to one action
-listener, which stores what they decide (gateway/inbound/interactions.py) before it acks.
+listener, which stores what they decide (gateway/inbound/interactions.py) before it acks;
+the message shortcut and its modal's submission to theirs (gateway/inbound/shortcuts.py).
 Socket Mode goes through this same app, so both modes see the same rules.
 
 With many workspaces (OAuth mode), authorization finds the event's installation
@@ -44,7 +45,9 @@ from gateway.inbound.gatekeeper import Gatekeeper
 from gateway.inbound.interactions import Interactions
 from gateway.inbound.pins import PinChange, Pins, pin_change
 from gateway.inbound.revisions import Revisions
+from gateway.inbound.shortcuts import Shortcuts
 from gateway.inbound.stops import Stops
+from gateway.slack.errors import SlackError
 from gateway.slack.events import (
     MalformedEvent,
     Tenant,
@@ -54,6 +57,7 @@ from gateway.slack.events import (
     session_stopped,
 )
 from gateway.slack.interactive import ACTION_IDS
+from gateway.slack.shortcut import ASK_SHORTCUT, ASK_VIEW
 from gateway.telemetry.metrics import Metrics
 from storage import StorageError
 
@@ -103,12 +107,15 @@ def build_bolt_app(
     identity: AuthorizeResult | None = None,
     authorize: AsyncAuthorize | None = None,
     interactions: Interactions | None = None,
+    shortcuts: Shortcuts | None = None,
 ) -> AsyncApp:
     """The app, its listeners and its answer to a failed one (module docstring)."""
     app = _bolt(client, signing_secret, identity, authorize)
     app.event(re.compile(".+"))(listeners.on_event)
     if interactions is not None:
         _listen_for_clicks(app, interactions)
+    if shortcuts is not None:
+        _listen_for_shortcuts(app, shortcuts)
     _answer_failures(app, listeners.metrics)
     return app
 
@@ -199,6 +206,10 @@ def _answer_failures(app: AsyncApp, metrics: Metrics) -> None:
         if isinstance(error, MalformedEvent):
             metrics.events.labels("rejected").inc()
             response.status, response.body = 400, f"malformed event: {error}"
+        elif isinstance(error, SlackError):
+            # Not acked: a shortcut's submission that can be answered nowhere (for now).
+            log.warning("interaction not admitted: %s", error)
+            response.status, response.body = 503, "slack unavailable"
         elif isinstance(error, StorageError):
             # Not acked: Slack will deliver the event again once the database is back.
             log.error("event not admitted: %s", error)
@@ -215,3 +226,30 @@ def _listen_for_clicks(app: AsyncApp, interactions: Interactions) -> None:
     async def on_click(body: dict[str, Any], ack: AsyncAck) -> None:
         await interactions.handle(body)
         await ack()
+
+
+def _listen_for_shortcuts(app: AsyncApp, shortcuts: Shortcuts) -> None:
+    """The message shortcut opens its modal; the modal's submission is admitted, then acked
+    (gateway/inbound/shortcuts.py)."""
+
+    @app.message_shortcut(ASK_SHORTCUT)
+    async def on_press(body: dict[str, Any], context: AsyncBoltContext, ack: AsyncAck) -> None:
+        await shortcuts.pressed(body, interaction_tenant(context))
+        await ack()
+
+    @app.view_submission(ASK_VIEW)
+    async def on_submit(body: dict[str, Any], context: AsyncBoltContext, ack: AsyncAck) -> None:
+        tenant = interaction_tenant(context)
+        await shortcuts.submitted(body, tenant, bot_user_id=context.bot_user_id)
+        await ack()
+
+
+def interaction_tenant(context: AsyncBoltContext) -> Tenant:
+    """The installation an interaction is for, as bolt read it (a view's
+    `app_installed_team_id` in a Slack Connect channel, not the clicker's team)."""
+    team, enterprise = context.team_id, context.enterprise_id
+    if context.is_enterprise_install and enterprise:
+        return Tenant(enterprise, enterprise, org_wide=True)
+    if team is None:
+        raise MalformedEvent("interaction: no team")
+    return Tenant(team, enterprise)

@@ -269,6 +269,15 @@ class Gatekeeper:
             context=self._context,
         )
 
+    @property
+    def settings(self) -> GatekeeperSettings:
+        """The rules it enforces, for another way in held to them (gateway/inbound/asks.py)."""
+        return self._settings
+
+    @property
+    def ports(self) -> GatekeeperPorts:
+        return self._ports
+
     async def admit(self, inbound: InboundTurn, *, bot_user_id: str | None) -> Outcome:
         """Store the turn and its task (durable when this returns), or say why not. The
         turn's tenant (team, and enterprise on Enterprise Grid) keys the task, its address

@@ -39,6 +39,7 @@ from gateway.inbound.interactions import Interactions
 from gateway.inbound.pins import Pins
 from gateway.inbound.revisions import Revisions
 from gateway.inbound.schedule_clicks import ScheduleClicks
+from gateway.inbound.shortcuts import Shortcuts
 from gateway.inbound.socket_mode import SocketModeConnection, start_socket_mode
 from gateway.inbound.stops import Stops
 from gateway.models.routes import reads_documents
@@ -130,6 +131,8 @@ class Ingress:
             identity=r.identity,
             authorize=self._identity() if installations else None,
             interactions=self._interactions(),
+            # "Ask threadgate about this message", held to each workspace's gatekeeper.
+            shortcuts=Shortcuts(self.gatekeeper, clients, r.metrics),
         )
 
     def _identity(self) -> InstalledIdentity:

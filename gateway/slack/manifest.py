@@ -39,6 +39,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from gateway.slack.scopes import UNINSTALL_EVENTS, bot_events, bot_scopes
+from gateway.slack.shortcut import manifest_shortcut
 
 APP_NAME = "threadgate"
 EVENTS_PATH = "/slack/events"
@@ -126,6 +127,8 @@ def app_manifest(
                 "messages_tab_read_only_enabled": False,
             },
             "bot_user": {"display_name": APP_NAME, "always_online": True},
+            # "Ask threadgate about this message" (gateway/slack/shortcut.py).
+            "shortcuts": [manifest_shortcut()],
             **_experience(agent_view, description, prompts),
         },
         "oauth_config": {"redirect_urls": [redirect_url], **scopes} if redirect_url else scopes,

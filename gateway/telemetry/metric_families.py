@@ -22,6 +22,11 @@ from storage import LIMIT_SCOPES, ConnectionPool
 SCHEDULE_OUTCOMES = ("posted", "silent", "failed", "skipped", "limited", "paused", "unverified")
 # What became of a person's schedule asked for by a conversation, and of clicks on it.
 SCHEDULE_DECISIONS = ("approved", "denied", "timed_out", "refused", "already", "unknown")
+# What became of a press of the message shortcut and of its modal's submission.
+SHORTCUT_OUTCOMES = {
+    "press": ("opened", "refused", "duplicate", "expired", "failed"),
+    "submit": ("admitted", "in_dm", "duplicate", "limited", "refused", "ignored"),
+}
 _LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
 
@@ -114,8 +119,24 @@ class MessageFamilies:
             registry=registry,
         )
 
+        self.shortcuts = Counter(
+            "threadgate_shortcuts_total",
+            'The "Ask threadgate about this message" shortcut, by step and outcome: press'
+            " (opened, refused: not allowed there, duplicate: its trigger already used,"
+            " expired: opened too late, failed) and submit (admitted, in_dm: admitted, answered"
+            " in the person's DM, duplicate, limited, refused, ignored).",
+            ["step", "outcome"],
+            registry=registry,
+        )
+        for step, outcomes in SHORTCUT_OUTCOMES.items():
+            for outcome in outcomes:
+                self.shortcuts.labels(step, outcome)
+
     def message_limited(self, scope: str) -> None:
         self.limited.labels(scope).inc()
+
+    def shortcut(self, step: str, outcome: str) -> None:
+        self.shortcuts.labels(step, outcome).inc()
 
     def bot_turn(self, outcome: str) -> None:
         self.bot_turns.labels(outcome).inc()

@@ -22,7 +22,9 @@ agents.sessions.setStatus, assistant.threads.setSuggestedPrompts,
 conversations.info (tests/fakes/slack_channels.py: `slack.channels.share(…)`),
 assistant.search.context (tests/fakes/slack_search.py: `slack.search`), conversations.open
 (a DM's channel is D + the person's id without its U), conversations.members
-(tests/fakes/slack_members.py: `slack.members.leave(…)`);
+(tests/fakes/slack_members.py: `slack.members.leave(…)`), views.open (tests/fakes/slack_views.py:
+`slack.views.press(…)` and `.submit(…)` build a message shortcut's and a modal's payloads);
+`slack.membership.leave(channel)` takes the bot out of a conversation (tests/fakes/slack_membership.py);
 anything else answers `unknown_method`.
 apps.connections.open (Socket Mode) wants the app token (`xapp-…`), as Slack does, and
 answers with a URL of the `FakeSocketMode` in `socket_mode` (tests/fakes/socket_mode.py);
@@ -139,10 +141,12 @@ from .slack_channels import FakeChannels
 from .slack_events import CLOCK, block_actions, ts_to_micros
 from .slack_files import FakeFiles
 from .slack_members import FakeMembers
+from .slack_membership import FakeMembership
 from .slack_permalinks import permalink
 from .slack_read_limits import ReadLimits
 from .slack_search import FakeSearch
 from .slack_streams import DISPLAY_MODES, MAX_MARKDOWN, Stream, StreamedMessage, check_payload
+from .slack_views import FakeViews
 
 if TYPE_CHECKING:
     from .slack_oauth import FakeOAuth
@@ -338,6 +342,11 @@ class FakeSlack:
         self.archived, self.deleted = self.channels.archived, self.channels.deleted
         self.members = FakeMembers(self.users, self.deleted)  # conversations.members
         self._methods["conversations.members"] = self.members.list
+        # Modals: views.open, a message shortcut's press and a modal's submission
+        # (slack_views.py); conversations the bot is not in (slack_membership.py).
+        self.views = FakeViews(self, clock=clock)
+        self._methods["views.open"] = self.views.open
+        self.membership = FakeMembership(self._methods)
 
     # -- lifecycle ---------------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ from gateway.slack.manifest import (
     render_manifest,
 )
 from gateway.slack.scopes import SCOPE_REASONS, UNINSTALL_EVENTS, bot_events, bot_scopes
+from gateway.slack.shortcut import ASK_SHORTCUT
 from tests.fakes.slack_events import (
     agent_session_stopped_event,
     app_home_opened_event,
@@ -74,7 +75,12 @@ METHOD_SCOPES: dict[str, set[str]] = {
     # Whether a schedule's owner is still in its channel (issue 44; docs.slack.dev,
     # conversations.members: channels:read, groups:read, im:read, mpim:read).
     "conversations_members": {"channels:read", "groups:read", "im:read", "mpim:read"},
+    # The message shortcut's modal (gateway/inbound/shortcuts.py): "No scope required"
+    # (docs.slack.dev, views.open); the shortcut itself needs `commands` (SHORTCUT_SCOPE).
+    "views_open": set(),
 }
+# A shortcut in the manifest's `features.shortcuts` is offered only with this bot scope.
+SHORTCUT_SCOPE = "commands"
 # Real-time Search, called by its name (its arguments in the request's body, the action
 # token among them: gateway/slack/search.py) and only with THREADGATE_WORKSPACE_SEARCH: a
 # scope per channel type it searches (search:read.public, .private, .mpim, .im on
@@ -218,6 +224,8 @@ def test_required_scopes_are_exactly_what_the_code_needs(continue_threads: bool)
         needed.add(METADATA_SCOPE)
     if "url_private" in source:  # file downloads (gateway/inbound/files.py) are not Web API calls
         needed.add("files:read")
+    if app_manifest(socket_mode=True, continue_threads=continue_threads)["features"]["shortcuts"]:
+        needed.add(SHORTCUT_SCOPE)
     assert needed == set(bot_scopes(continue_threads=continue_threads))
     assert f'"{SEARCH_METHOD}"' in source
     searching = bot_scopes(continue_threads=continue_threads, workspace_search=True)
@@ -275,6 +283,16 @@ def test_manifest_declares_scopes_events_and_mode(continue_threads: bool) -> Non
         assert "agent_view" in manifest["features"]
         assert "assistant_view" not in manifest["features"]
         assert manifest["features"]["app_home"]["messages_tab_enabled"] is True
+        # "Ask threadgate about this message": a message shortcut, with its scope.
+        assert manifest["features"]["shortcuts"] == [
+            {
+                "name": "Ask threadgate",
+                "type": "message",
+                "callback_id": ASK_SHORTCUT,
+                "description": "Ask threadgate about this message",
+            }
+        ]
+        assert SHORTCUT_SCOPE in manifest["oauth_config"]["scopes"]["bot"]
     assert socket["settings"]["socket_mode_enabled"] is True
     assert "request_url" not in socket["settings"]["interactivity"]
     assert (

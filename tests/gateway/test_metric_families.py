@@ -48,6 +48,7 @@ FAMILIES = [
     ("threadgate_schedule_runs", "counter", ("outcome",)),
     ("threadgate_schedules_refused", "counter", ("cap",)),
     ("threadgate_secrets_redacted", "counter", ("kind",)),
+    ("threadgate_shortcuts", "counter", ("step", "outcome")),
     ("threadgate_slack_api_calls", "counter", ("method", "status")),
     ("threadgate_slack_read_tier", "gauge", ("workspace", "tier")),
     ("threadgate_slack_reads", "counter", ("method", "outcome")),
