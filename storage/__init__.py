@@ -96,6 +96,17 @@ from storage.outbox_states import (
     Settlement,
     StateRule,
 )
+from storage.own_work import (
+    AGAIN,
+    Again,
+    OwnTask,
+    UsageScope,
+    UsageSums,
+    act_once,
+    count_command,
+    open_tasks,
+    usage_of,
+)
 from storage.pictures import (
     DEFAULT_THREAD_PICTURE_BYTES,
     DEFAULT_WORKSPACE_DAILY_PICTURE_BYTES,
@@ -143,6 +154,7 @@ from storage.schedules import (
     UnknownSchedule,
     create_schedule,
     delete_schedule,
+    delete_schedule_on,
     due_schedules,
     fire_schedule,
     get_schedule,
@@ -168,7 +180,13 @@ from storage.seen_messages import (
     stored_ids,
     stored_messages,
 )
-from storage.sessions import SessionBusy, SessionRemoved, clear_session, delete_session
+from storage.sessions import (
+    SessionBusy,
+    SessionRemoved,
+    clear_session,
+    clear_session_on,
+    delete_session,
+)
 from storage.slack_reads import (
     READ_TIERS,
     FoundTier,
@@ -180,7 +198,15 @@ from storage.slack_reads import (
     read_tier_of,
     take_read,
 )
-from storage.stops import Stopped, ThreadStop, stop_thread
+from storage.stops import (
+    OwnStop,
+    OwnStopped,
+    Stopped,
+    ThreadStop,
+    stop_own,
+    stop_own_on,
+    stop_thread,
+)
 from storage.summaries import PostgresSummaries
 from storage.token_cipher import TokenCipher, TokenKeyError, is_token_key
 from storage.tool_calls import PostgresToolCalls, StoredToolCall, tool_calls_of
@@ -188,6 +214,7 @@ from storage.usage import PostgresUsageMeter, tokens_today
 from storage.usage_report import USAGE_GROUPINGS, UsageGrouping, UsageLine, usage_report
 
 __all__ = [
+    "AGAIN",
     "DEFAULT_ADMISSION_CONNECTIONS",
     "DEFAULT_LEASE_SECONDS",
     "DEFAULT_PERSON_SCHEDULES",
@@ -208,6 +235,7 @@ __all__ = [
     "VOTES",
     "Admission",
     "Admitted",
+    "Again",
     "AskedIn",
     "BeforeDownloads",
     "BotTurn",
@@ -236,6 +264,9 @@ __all__ = [
     "MigrationError",
     "NewSchedule",
     "Outbox",
+    "OwnStop",
+    "OwnStopped",
+    "OwnTask",
     "PendingApproval",
     "PendingErasure",
     "PersonSchedules",
@@ -300,7 +331,10 @@ __all__ = [
     "UnknownTask",
     "UsageGrouping",
     "UsageLine",
+    "UsageScope",
+    "UsageSums",
     "Vote",
+    "act_once",
     "admit",
     "admit_in_known_session",
     "approvals_of",
@@ -311,11 +345,14 @@ __all__ = [
     "channel_stream",
     "clear_pin",
     "clear_session",
+    "clear_session_on",
     "count_bot_turn",
+    "count_command",
     "create_schedule",
     "decide_approval",
     "decide_schedule",
     "delete_schedule",
+    "delete_schedule_on",
     "delete_session",
     "delete_turn",
     "due_schedules",
@@ -333,6 +370,7 @@ __all__ = [
     "list_tasks",
     "mark_read",
     "observe_message",
+    "open_tasks",
     "pause_schedule",
     "pause_unrunnable",
     "pause_workspace",
@@ -357,6 +395,8 @@ __all__ = [
     "set_dm_channel",
     "slot_name",
     "start_embedded_postgres",
+    "stop_own",
+    "stop_own_on",
     "stop_thread",
     "stored_ids",
     "stored_messages",
@@ -366,6 +406,7 @@ __all__ = [
     "tokens_today",
     "tool_calls_of",
     "uninstall_seen",
+    "usage_of",
     "usage_report",
     "votes_of",
 ]
