@@ -22,8 +22,10 @@ agents.sessions.setStatus, assistant.threads.setSuggestedPrompts,
 conversations.info (tests/fakes/slack_channels.py: `slack.channels.share(…)`),
 assistant.search.context (tests/fakes/slack_search.py: `slack.search`), conversations.open
 (a DM's channel is D + the person's id without its U), conversations.members
-(tests/fakes/slack_members.py: `slack.members.leave(…)`);
-anything else answers `unknown_method`.
+(tests/fakes/slack_members.py: `slack.members.leave(…)`), views.publish
+(tests/fakes/slack_views.py: `slack.views`); a slash command's `response_url`
+(tests/fakes/slack_commands.py: `slack.responses.issue(team)`, answers in
+`slack.responses.answers`); anything else answers `unknown_method`.
 apps.connections.open (Socket Mode) wants the app token (`xapp-…`), as Slack does, and
 answers with a URL of the `FakeSocketMode` in `socket_mode` (tests/fakes/socket_mode.py);
 every other method wants the bot token, and either refuses the other kind of token with
@@ -136,6 +138,7 @@ from aiohttp import web
 
 from . import WAIT_SECONDS
 from .slack_channels import FakeChannels
+from .slack_commands import FakeResponseUrls
 from .slack_events import CLOCK, block_actions, ts_to_micros
 from .slack_files import FakeFiles
 from .slack_members import FakeMembers
@@ -143,6 +146,7 @@ from .slack_permalinks import permalink
 from .slack_read_limits import ReadLimits
 from .slack_search import FakeSearch
 from .slack_streams import DISPLAY_MODES, MAX_MARKDOWN, Stream, StreamedMessage, check_payload
+from .slack_views import FakeViews
 
 if TYPE_CHECKING:
     from .slack_oauth import FakeOAuth
@@ -338,6 +342,11 @@ class FakeSlack:
         self.archived, self.deleted = self.channels.archived, self.channels.deleted
         self.members = FakeMembers(self.users, self.deleted)  # conversations.members
         self._methods["conversations.members"] = self.members.list
+        self.views = FakeViews(self.users, team_id, app_id)  # views.publish (slack_views.py)
+        self._methods["views.publish"] = self.views.publish
+        self.responses = FakeResponseUrls(
+            notify=self._notify
+        )  # slash commands' response_url (slack_commands.py)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -353,13 +362,14 @@ class FakeSlack:
         app = web.Application()
         app.router.add_route("*", "/api/{method}", self._handle)
         app.router.add_route("GET", "/files-pri/{path:.*}", self.files.handle)
+        app.router.add_route("POST", "/commands/{path:.*}", self.responses.handle)
         self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
         host, port = self._runner.addresses[0][:2]
         self._url = f"http://{host}:{port}/api/"
-        self.files.origin = f"http://{host}:{port}"
+        self.files.origin = self.responses.origin = f"http://{host}:{port}"
 
     async def close(self) -> None:
         """Release held requests and stop the server."""
