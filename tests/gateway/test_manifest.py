@@ -74,6 +74,8 @@ METHOD_SCOPES: dict[str, set[str]] = {
     # Whether a schedule's owner is still in its channel (issue 44; docs.slack.dev,
     # conversations.members: channels:read, groups:read, im:read, mpim:read).
     "conversations_members": {"channels:read", "groups:read", "im:read", "mpim:read"},
+    # A person's App Home view (issue 45; docs.slack.dev, views.publish: no scope).
+    "views_publish": set(),
 }
 # Real-time Search, called by its name (its arguments in the request's body, the action
 # token among them: gateway/slack/search.py) and only with THREADGATE_WORKSPACE_SEARCH: a
@@ -218,6 +220,8 @@ def test_required_scopes_are_exactly_what_the_code_needs(continue_threads: bool)
         needed.add(METADATA_SCOPE)
     if "url_private" in source:  # file downloads (gateway/inbound/files.py) are not Web API calls
         needed.add("files:read")
+    if "app.command(" in source:  # a slash command is no Web API call (gateway/inbound/slash.py)
+        needed.add("commands")
     assert needed == set(bot_scopes(continue_threads=continue_threads))
     assert f'"{SEARCH_METHOD}"' in source
     searching = bot_scopes(continue_threads=continue_threads, workspace_search=True)
