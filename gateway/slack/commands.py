@@ -142,7 +142,7 @@ def parse_subcommand(text: str) -> Parsed:
         schedule_id = rest[1].lstrip("#")
         if schedule_id.isascii() and schedule_id.isdigit() and len(schedule_id) <= 18:
             return Subcommand("schedules", schedule_id)
-    return Unknown(" ".join(words)[:_QUOTED])
+    return Unknown(" ".join(words)[:_QUOTED].rstrip())
 
 
 def _word(first: str) -> Word:

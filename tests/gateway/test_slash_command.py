@@ -213,3 +213,14 @@ async def test_a_malformed_command_is_refused_with_400(rig: Rig) -> None:
         payload = {**command_payload("status"), **broken}
         status, _, body = await send_command(rig.http, rig.events_url, payload, SECRET)
         assert status == 400 and "slash command" in body
+
+
+@pytest.mark.rig(modes=("socket",))
+async def test_a_malformed_slash_commands_envelope_is_acked_and_refused(rig: Rig) -> None:
+    """Over Socket Mode a command we cannot read is acked (redelivering it would change
+    nothing) without an answer, and nothing is acted on."""
+    payload = {**command_payload("stop"), "trigger_id": ""}
+    envelope = await deliver_command(rig.sockets, payload)
+    ack = await rig.sockets.wait_for_ack(envelope)
+    assert ack.payload is None
+    assert await rig.count("task_interventions") == 0
