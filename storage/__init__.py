@@ -102,6 +102,17 @@ from storage.outbox_states import (
     Settlement,
     StateRule,
 )
+from storage.own_work import (
+    AGAIN,
+    Again,
+    OwnTask,
+    UsageScope,
+    UsageSums,
+    act_once,
+    count_command,
+    open_tasks,
+    usage_of,
+)
 from storage.pictures import (
     DEFAULT_THREAD_PICTURE_BYTES,
     DEFAULT_WORKSPACE_DAILY_PICTURE_BYTES,
@@ -149,6 +160,7 @@ from storage.schedules import (
     UnknownSchedule,
     create_schedule,
     delete_schedule,
+    delete_schedule_on,
     due_schedules,
     fire_schedule,
     get_schedule,
@@ -174,7 +186,13 @@ from storage.seen_messages import (
     stored_ids,
     stored_messages,
 )
-from storage.sessions import SessionBusy, SessionRemoved, clear_session, delete_session
+from storage.sessions import (
+    SessionBusy,
+    SessionRemoved,
+    clear_session,
+    clear_session_on,
+    delete_session,
+)
 from storage.slack_reads import (
     READ_TIERS,
     FoundTier,
@@ -186,7 +204,15 @@ from storage.slack_reads import (
     read_tier_of,
     take_read,
 )
-from storage.stops import Stopped, ThreadStop, stop_thread
+from storage.stops import (
+    OwnStop,
+    OwnStopped,
+    Stopped,
+    ThreadStop,
+    stop_own,
+    stop_own_on,
+    stop_thread,
+)
 from storage.summaries import PostgresSummaries
 from storage.thread_queue import (
     MAX_COVERED,
@@ -201,6 +227,7 @@ from storage.usage import PostgresUsageMeter, tokens_today
 from storage.usage_report import USAGE_GROUPINGS, UsageGrouping, UsageLine, usage_report
 
 __all__ = [
+    "AGAIN",
     "DEFAULT_ADMISSION_CONNECTIONS",
     "DEFAULT_LEASE_SECONDS",
     "DEFAULT_PERSON_SCHEDULES",
@@ -222,6 +249,7 @@ __all__ = [
     "VOTES",
     "Admission",
     "Admitted",
+    "Again",
     "AskedIn",
     "BeforeDownloads",
     "BotTurn",
@@ -250,6 +278,9 @@ __all__ = [
     "MigrationError",
     "NewSchedule",
     "Outbox",
+    "OwnStop",
+    "OwnStopped",
+    "OwnTask",
     "PendingApproval",
     "PendingErasure",
     "PersonSchedules",
@@ -317,7 +348,10 @@ __all__ = [
     "UnknownTask",
     "UsageGrouping",
     "UsageLine",
+    "UsageScope",
+    "UsageSums",
     "Vote",
+    "act_once",
     "admit",
     "admit_in_known_session",
     "announce_models_down",
@@ -329,11 +363,14 @@ __all__ = [
     "channel_stream",
     "clear_pin",
     "clear_session",
+    "clear_session_on",
     "count_bot_turn",
+    "count_command",
     "create_schedule",
     "decide_approval",
     "decide_schedule",
     "delete_schedule",
+    "delete_schedule_on",
     "delete_session",
     "delete_turn",
     "due_schedules",
@@ -352,6 +389,7 @@ __all__ = [
     "list_tasks",
     "mark_read",
     "observe_message",
+    "open_tasks",
     "pause_schedule",
     "pause_unrunnable",
     "pause_workspace",
@@ -376,6 +414,8 @@ __all__ = [
     "set_dm_channel",
     "slot_name",
     "start_embedded_postgres",
+    "stop_own",
+    "stop_own_on",
     "stop_thread",
     "stored_ids",
     "stored_messages",
@@ -386,6 +426,7 @@ __all__ = [
     "tokens_today",
     "tool_calls_of",
     "uninstall_seen",
+    "usage_of",
     "usage_report",
     "votes_of",
     "waiting_for_models",

@@ -273,13 +273,17 @@ async def list_schedules(
 async def delete_schedule(db: Database, schedule_id: str, *, owner: str | None = None) -> bool:
     """Delete it (only if `owner`'s, when given); a run already under way finishes."""
     async with db.pool.acquire() as conn, conn.transaction():
-        done = await conn.fetchval(
-            "DELETE FROM schedules WHERE id = $1 AND ($2::text IS NULL OR owner = $2) "
-            "RETURNING true",
-            schedule_number(schedule_id),
-            owner,
-        )
-        await _changed(conn)
+        return await delete_schedule_on(conn, schedule_id, owner=owner)
+
+
+async def delete_schedule_on(conn: Connection, schedule_id: str, *, owner: str | None) -> bool:
+    """`delete_schedule` in the caller's transaction."""
+    done = await conn.fetchval(
+        "DELETE FROM schedules WHERE id = $1 AND ($2::text IS NULL OR owner = $2) RETURNING true",
+        schedule_number(schedule_id),
+        owner,
+    )
+    await _changed(conn)
     return bool(done)
 
 

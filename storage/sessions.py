@@ -98,11 +98,19 @@ async def clear_session(
     why (module docstring); `UnknownSession` when there is none, `SessionBusy` while one
     of its tasks is open."""
     async with db.pool.acquire() as conn, conn.transaction():
-        await _held(conn, session_id, "clear", "cleared")
-        deleted: dict[str, int] = {}
-        for table, statement in _HISTORY:
-            _add(deleted, table, await conn.execute(statement, session_id))
-        await conn.execute(_CLEARED, session_id, actor, reason)
+        return await clear_session_on(conn, session_id, actor=actor, reason=reason)
+
+
+async def clear_session_on(
+    conn: Connection, session_id: str, *, actor: str, reason: str | None
+) -> SessionRemoved:
+    """`clear_session` in the caller's transaction (a person's `/threadgate new`, which
+    records its delivery in the same one: storage/own_work.py)."""
+    await _held(conn, session_id, "clear", "cleared")
+    deleted: dict[str, int] = {}
+    for table, statement in _HISTORY:
+        _add(deleted, table, await conn.execute(statement, session_id))
+    await conn.execute(_CLEARED, session_id, actor, reason)
     return SessionRemoved(session_id, deleted)
 
 

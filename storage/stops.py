@@ -29,6 +29,13 @@ has one winner:
 - Subtasks of every stopped task end 'failed' (what a sub-agent runs is cut the same way,
   by its heartbeat); their results feed nothing, since the task's next round never runs.
 
+A person may also stop only their own work, by name rather than by thread (`stop_own_on`:
+`/threadgate stop` in a channel or DM, or the Stop button of a task on their App Home).
+In each conversation where they have open tasks, the same rule applies with "only theirs"
+added: their task working (the conversation's oldest open one) is stopped, with its note;
+their tasks queued behind anyone's are cancelled; nobody else's task is touched (what
+their stopped task had collected of other people's is given back, as above).
+
 A task whose reply or failure notice is already in the thread has ended in effect and is
 left to finish. Each stop is recorded as an intervention (action 'stop', the Slack user as
 actor), beside operators' cancels and retries.
@@ -37,6 +44,8 @@ actor), beside operators' cancels and retries.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from asyncpg import Record
 
 from storage.database import STOPS_CHANNEL, TASKS_CHANNEL, Database
 from storage.errors import translate_errors
@@ -88,8 +97,9 @@ WHERE task_id = ANY($1::text[]) AND state IN ('queued', 'running')
 
 _RECORD = """
 INSERT INTO task_interventions (task_id, action, actor, reason, from_state)
-SELECT unnest($1::text[]), 'stop', $2, 'Stop pressed in Slack', unnest($3::text[])
+SELECT unnest($1::text[]), 'stop', $2, $4, unnest($3::text[])
 """
+_PRESSED = "Stop pressed in Slack"
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,9 +144,95 @@ async def stop_thread(db: Database, stop: ThreadStop) -> Stopped:
         ids = [first["id"], *covered, *(r["id"] for r in own)]
         states = [first["state"], *(["covered"] * len(covered)), *(r["state"] for r in own)]
         await conn.execute(_STOP_SUBTASKS, ids)
-        await conn.execute(_RECORD, ids, actor, states)
+        await conn.execute(_RECORD, ids, actor, states, _PRESSED)
         await _signal(conn, first["id"])
         return Stopped(first["id"], tuple(ids[1:]))
+
+
+# The open tasks of every conversation where the person has an open task (in one channel,
+# or one task of theirs), oldest first, locked; $1 "team:user", $2 "team:channel" or NULL,
+# $3 a task id or NULL.
+_OPEN_IN_THEIR_SESSIONS = """
+SELECT t.id, t.session_id, t.state, t.user_id,
+       EXISTS (SELECT 1 FROM outbox o WHERE o.state = 'sent' AND o.id = ANY(
+           ARRAY['task:' || t.id || ':reply', 'task:' || t.id || ':failure'])) AS ended
+FROM tasks t
+WHERE t.state IN ('queued', 'running', 'waiting') AND t.stopped_at IS NULL
+  AND t.session_id IN (
+      SELECT m.session_id FROM tasks m
+      WHERE m.state IN ('queued', 'running', 'waiting') AND m.stopped_at IS NULL
+        AND m.user_id = $1 AND ($2::text IS NULL OR m.channel = $2)
+        AND ($3::text IS NULL OR m.id = $3))
+ORDER BY t.seq
+FOR UPDATE OF t
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class OwnStop:
+    """A person stopping their own work: the tenant's team, who, and where — a channel
+    (None: anywhere), or one task of theirs (None: all of them there) — and why, for the
+    record."""
+
+    team: str
+    user: str
+    channel: str | None = None
+    task_id: str | None = None
+    reason: str = "/threadgate stop"
+
+
+@dataclass(frozen=True, slots=True)
+class OwnStopped:
+    """What an own stop ended: the tasks stopped while working (each says so once) and
+    those cancelled while they waited."""
+
+    stopped: tuple[str, ...] = ()
+    cancelled: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.stopped or self.cancelled)
+
+
+async def stop_own_on(conn: Connection, stop: OwnStop) -> OwnStopped:
+    """Stop the person's own work (module docstring) in the caller's transaction."""
+    me = f"{stop.team}:{stop.user}"
+    channel = f"{stop.team}:{stop.channel}" if stop.channel else None
+    rows = await conn.fetch(_OPEN_IN_THEIR_SESSIONS, me, channel, stop.task_id)
+    sessions: dict[str, list[Record]] = {}
+    for row in rows:
+        if not row["ended"]:
+            sessions.setdefault(row["session_id"], []).append(row)
+    stopped: list[Record] = []
+    cancelled: list[Record] = []
+    for open_rows in sessions.values():
+        mine = [r for r in open_rows if r["user_id"] == me and stop.task_id in (None, r["id"])]
+        if mine and mine[0] is open_rows[0]:
+            stopped.append(mine.pop(0))
+        cancelled += mine
+    actor = f"slack:{stop.user}"
+    covered: list[str] = []  # the person's messages a stopped task had collected
+    for row in stopped:
+        await conn.execute(_STOP, row["id"], actor)
+        uncovered = await conn.fetch(_UNCOVER, row["id"], stop.user, actor)
+        covered += [r["id"] for r in uncovered if r["state"] == "cancelled"]
+    for row in cancelled:
+        await conn.execute(_CANCEL, row["id"], actor)
+    ended = stopped + cancelled
+    if ended:
+        ids = [r["id"] for r in ended] + covered
+        states = [r["state"] for r in ended] + ["covered"] * len(covered)
+        await conn.execute(_STOP_SUBTASKS, ids)
+        await conn.execute(_RECORD, ids, actor, states, stop.reason)
+    for row in stopped:
+        await _signal(conn, row["id"])
+    return OwnStopped(tuple(r["id"] for r in stopped), tuple(r["id"] for r in cancelled))
+
+
+@translate_errors("The stop could not be recorded")
+async def stop_own(db: Database, stop: OwnStop) -> OwnStopped:
+    """`stop_own_on` in a transaction of its own; durable when this returns."""
+    async with db.pool.acquire() as conn, conn.transaction():
+        return await stop_own_on(conn, stop)
 
 
 async def _signal(conn: Connection, task_id: str) -> None:

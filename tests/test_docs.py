@@ -62,6 +62,7 @@ CONCERNS = {
     "MessageFamilies": "Messages",
     "ModelFamilies": "Models",
     "SlackFamilies": "Slack calls, streams and clicks",
+    "SurfaceFamilies": "The slash command and the App Home",
     "TaskFamilies": "Tasks and schedules",
     "QueueFamilies": "The queue",
     "DatabaseFamilies": "The database",
@@ -141,6 +142,20 @@ def test_nothing_in_the_repository_points_outside_it() -> None:
         and re.search(r"\.\./shared|DESIGN\.md", (ROOT / name).read_text())
     ]
     assert outside == []
+
+
+def test_no_tracked_file_carries_a_merge_conflict_marker() -> None:
+    """A merge left resolved: no tracked text file has a line that opens, splits or closes
+    a conflict (CHANGELOG.md once carried one through three merges)."""
+    tracked = subprocess.run(
+        ["git", "ls-files", "*.py", "*.md", "*.toml", "*.yaml", "*.sql", "Makefile"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    marker = re.compile(r"^(?:<{7} |>{7} |={7}$)", re.MULTILINE)
+    assert [name for name in tracked if marker.search((ROOT / name).read_text())] == []
 
 
 # -- links ----------------------------------------------------------------------------------

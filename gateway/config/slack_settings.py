@@ -17,6 +17,7 @@ from gateway.config.channel_config import ChannelConfig, load_channel_config
 from gateway.config.groups import Group, Ids, url_parts
 from gateway.slack.bot_policy import BotPolicy, LoopGuard
 from gateway.slack.client import carries_tokens_safely
+from gateway.slack.commands import DEFAULT_SLASH_COMMAND, check_command_name
 from gateway.slack.manifest import DESCRIPTION, SuggestedPrompt, parse_prompts
 from storage import is_token_key
 
@@ -102,7 +103,8 @@ class AssistantSettings(Group):
     """Slack's agent messaging experience (issue 31): the manifest's `agent_view`, with this
     description and these suggested prompts (also offered when someone opens the DM), and
     every DM message a thread of its own in the DM's one conversation; false: the retiring
-    `assistant_view`, where each DM thread is a conversation of its own."""
+    `assistant_view`, where each DM thread is a conversation of its own. And the app's other
+    surfaces (issue 45): the slash command's name, and how the App Home is kept current."""
 
     agent_view: bool = Field(default=True, validation_alias="THREADGATE_AGENT_VIEW")
     description: str = Field(
@@ -112,6 +114,20 @@ class AssistantSettings(Group):
         validation_alias="THREADGATE_AGENT_DESCRIPTION",
     )
     prompts: str = Field(default="", validation_alias="THREADGATE_SUGGESTED_PROMPTS")
+    # The slash command's name (gateway/inbound/slash.py), as the manifest declares it.
+    slash_command: str = Field(
+        default=DEFAULT_SLASH_COMMAND, validation_alias="THREADGATE_SLASH_COMMAND"
+    )
+    # How often the Home views of people who opened it lately are checked for changes
+    # (gateway/inbound/home_tab.py); 0: published only when opened or clicked.
+    home_refresh_seconds: float = Field(
+        default=10.0, ge=0, le=3600, validation_alias="THREADGATE_HOME_REFRESH_SECONDS"
+    )
+
+    @field_validator("slash_command")
+    @classmethod
+    def _slash_command(cls, value: str) -> str:
+        return check_command_name(value)  # a ValueError says what to write
 
     @field_validator("prompts")
     @classmethod

@@ -8,10 +8,13 @@ message (gateway/inbound/pins.py), `inbound_change` whether it edits or deletes 
 (gateway/inbound/revisions.py applies it), and otherwise `inbound_turn` whether it concerns us.
 An `agent_session_stopped` (Slack's Stop button) goes to `stops`
 (gateway/inbound/stops.py), stored before the ack like an admission; the DM with the app
-opened (`app_home_opened`, messages tab) to `app_home` (its suggested prompts). Clicks on
-our buttons (`block_actions` interaction payloads: approvals and feedback) go to one action
-listener, which stores what they decide (gateway/inbound/interactions.py) before it acks;
-the message shortcut and its modal's submission to theirs (gateway/inbound/shortcuts.py).
+opened (`app_home_opened`, messages tab) to `app_home` (its suggested prompts), the Home
+tab opened to `home` (gateway/inbound/home_tab.py). Clicks on our buttons (`block_actions`
+interaction payloads: approvals and feedback) go to one action listener, which stores what
+they decide (gateway/inbound/interactions.py) before it acks; the Home view's buttons to
+another (`home`); the message shortcut and its modal's submission to theirs
+(gateway/inbound/shortcuts.py). The slash command goes to `commands`
+(gateway/inbound/slash.py), whose answer rides on the ack.
 Socket Mode goes through this same app, so both modes see the same rules.
 
 With many workspaces (OAuth mode), authorization finds the event's installation
@@ -42,20 +45,25 @@ from slack_sdk.web.async_client import AsyncWebClient
 from gateway.inbound.app_home import AppHome
 from gateway.inbound.edits import inbound_change
 from gateway.inbound.gatekeeper import Gatekeeper
+from gateway.inbound.home_tab import HomeTab
 from gateway.inbound.interactions import Interactions
 from gateway.inbound.pins import PinChange, Pins, pin_change
 from gateway.inbound.revisions import Revisions
 from gateway.inbound.shortcuts import Shortcuts
+from gateway.inbound.slash import SlashCommands
 from gateway.inbound.stops import Stops
+from gateway.slack.commands import slash_command
 from gateway.slack.errors import SlackError
 from gateway.slack.events import (
     MalformedEvent,
     Tenant,
     event_tenant,
+    home_opened,
     inbound_turn,
     messages_opened,
     session_stopped,
 )
+from gateway.slack.home_view import HOME_ACTION_IDS
 from gateway.slack.interactive import ACTION_IDS
 from gateway.slack.shortcut import ASK_SHORTCUT, ASK_VIEW
 from gateway.telemetry.metrics import Metrics
@@ -108,6 +116,7 @@ def build_bolt_app(
     authorize: AsyncAuthorize | None = None,
     interactions: Interactions | None = None,
     shortcuts: Shortcuts | None = None,
+    commands: SlashCommands | None = None,
 ) -> AsyncApp:
     """The app, its listeners and its answer to a failed one (module docstring)."""
     app = _bolt(client, signing_secret, identity, authorize)
@@ -116,6 +125,10 @@ def build_bolt_app(
         _listen_for_clicks(app, interactions)
     if shortcuts is not None:
         _listen_for_shortcuts(app, shortcuts)
+    if listeners.home is not None:
+        _listen_for_home_clicks(app, listeners.home)
+    if commands is not None:
+        _listen_for_commands(app, commands)
     _answer_failures(app, listeners.metrics)
     return app
 
@@ -151,6 +164,7 @@ class Listeners:
     on_uninstalled: Uninstalled | None = None
     stops: Stops | None = None
     app_home: AppHome | None = None
+    home: HomeTab | None = None
 
     async def on_event(
         self, body: dict[str, Any], context: AsyncBoltContext, ack: AsyncAck
@@ -180,6 +194,9 @@ class Listeners:
         home = messages_opened(body)
         if home is not None:  # the DM with the app opened (gateway/inbound/app_home.py)
             return "ignored" if self.app_home is None else await self.app_home.opened(home)
+        tab = home_opened(body)
+        if tab is not None:  # the Home tab opened (gateway/inbound/home_tab.py)
+            return "ignored" if self.home is None else await self.home.opened(tab)
         change = inbound_change(body)
         if change is not None:
             if self.revisions is None:
@@ -253,3 +270,22 @@ def interaction_tenant(context: AsyncBoltContext) -> Tenant:
     if team is None:
         raise MalformedEvent("interaction: no team")
     return Tenant(team, enterprise)
+
+
+def _listen_for_home_clicks(app: AsyncApp, home: HomeTab) -> None:
+    """Clicks on the Home view's buttons: what they do is stored, then acked."""
+
+    @app.action(re.compile(f"^(?:{'|'.join(map(re.escape, HOME_ACTION_IDS))})$"))
+    async def on_home_click(body: dict[str, Any], ack: AsyncAck) -> None:
+        await home.click(body)
+        await ack()
+
+
+def _listen_for_commands(app: AsyncApp, commands: SlashCommands) -> None:
+    """The slash command, whatever its name in the app's settings: answered on the ack, to
+    the person alone (`ephemeral`)."""
+
+    @app.command(re.compile(".+"))
+    async def on_command(body: dict[str, Any], ack: AsyncAck) -> None:
+        answer = await commands.respond(slash_command(body))
+        await ack(text=answer, response_type="ephemeral")

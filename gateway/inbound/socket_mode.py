@@ -24,7 +24,10 @@ bot's own events): nothing to store, so nothing to lose. A request no listener t
 (bolt's 404) or an authorization failure (`auth.test` refused) is not acked either.
 
 Interactive envelopes (a click on our buttons, gateway/inbound/interactions.py) go the
-same way: through bolt to its action listener, acked once the click is stored.
+same way: through bolt to its action listener, acked once the click is stored. So do
+`slash_commands` envelopes (gateway/inbound/slash.py): their ack carries the answer as its
+`payload` (the JSON bolt's ack wrote, as bolt's own adapter sends it), which Slack shows the
+person; an envelope never acked is what makes Slack say "app did not respond".
 
 **A malformed payload is acked, and refused.** Envelopes get the shape check HTTP bodies
 get (`gateway.slack.events.check_shape`) before bolt sees them: a payload that is not an object,
@@ -81,6 +84,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from agent import ConfigError
 from gateway.inbound.interactions import check_interaction
 from gateway.slack.codes import Meaning
+from gateway.slack.commands import slash_command
 from gateway.slack.errors import SlackOutcomeUnknown, SlackRefused, slack_call, slack_failure
 from gateway.slack.events import MalformedEvent, check_shape
 from gateway.telemetry.metrics import Metrics
@@ -270,6 +274,11 @@ def envelope_problem(message: Mapping[str, Any]) -> str | None:
             check_interaction(payload)
         except MalformedEvent as exc:
             return f"malformed interaction: {exc}"
+    if message["type"] == "slash_commands":
+        try:
+            slash_command(payload)
+        except MalformedEvent as exc:
+            return f"malformed slash command: {exc}"
     return None
 
 
@@ -301,14 +310,30 @@ class _Responder:
                 response.body,
             )
             return
-        await _ack(client, req.envelope_id)
+        await _ack(client, req.envelope_id, _ack_payload(response))
 
 
-async def _ack(client: AsyncBaseSocketModeClient, envelope_id: str) -> None:
-    """Ack an envelope (no payload: Events API envelopes take none); a lost ack is logged,
-    Slack redelivers and the dedupe answers it once."""
+def _ack_payload(response: BoltResponse) -> dict[str, Any] | None:
+    """What bolt's ack wrote for Slack (a slash command's answer), None when nothing: an
+    event's ack has an empty body."""
+    if response.status != 200 or not response.body:
+        return None
     try:
-        await client.send_socket_mode_response(SocketModeResponse(envelope_id=envelope_id))
+        body = json.loads(response.body)
+    except ValueError:
+        return {"text": response.body}
+    return body if isinstance(body, dict) else None
+
+
+async def _ack(
+    client: AsyncBaseSocketModeClient, envelope_id: str, payload: dict[str, Any] | None = None
+) -> None:
+    """Ack an envelope, with the payload Slack shows for a slash command (Events API
+    envelopes take none); a lost ack is logged, Slack redelivers and the dedupe answers it
+    once."""
+    try:
+        response = SocketModeResponse(envelope_id=envelope_id, payload=payload)
+        await client.send_socket_mode_response(response)
     except Exception as exc:
         if (failure := slack_failure(exc, _WEBSOCKET)) is None:
             raise

@@ -188,6 +188,7 @@ async def manifest_command(settings: Settings, args: argparse.Namespace) -> int:
         description=settings.assistant.description,
         prompts=settings.assistant.suggested_prompts,
         workspace_search=settings.tools.workspace_search,
+        slash_command=settings.assistant.slash_command,
     )
     if args.socket:
         print(manifest(socket_mode=True), end="")

@@ -21,7 +21,9 @@ bolt would choke on before bolt sees it, and what is not from Slack before readi
 * A body that is not a UTF-8 JSON object of the shape bolt reads is 400. Clicks on our
   buttons come to the same URL as Slack sends every interaction: form-encoded, one
   `payload` field holding the JSON (signed like events); one that is not a `block_actions`
-  payload we can read (gateway/inbound/interactions.py) is 400 too.
+  payload we can read (gateway/inbound/interactions.py) is 400 too. A slash command comes
+  form-encoded too, as its fields (`command`, `text`, …): one we cannot read
+  (gateway/slack/commands.py) is 400.
 
 Bolt then checks the signature again (cheap) and dispatches; what it answers is what
 Slack gets.
@@ -62,6 +64,7 @@ from slack_bolt.response import BoltResponse
 
 from gateway.inbound.interactions import check_interaction
 from gateway.process.rejections import MAX_AGE, Cause, Rejection, RejectionLog
+from gateway.slack.commands import slash_command
 from gateway.slack.events import MalformedEvent, check_shape
 from gateway.telemetry.metrics import Metrics
 
@@ -299,11 +302,14 @@ def _event_text(raw: bytes, *, form: bool = False) -> str:
 
 
 def _interaction_problem(text: str) -> str | None:
-    """Why bolt cannot be given this form body (an interaction), or None when it can."""
+    """Why bolt cannot be given this form body (an interaction or a slash command), or
+    None when it can."""
     try:
-        fields = parse_qs(text, keep_blank_values=True, strict_parsing=True, max_num_fields=8)
+        fields = parse_qs(text, keep_blank_values=True, strict_parsing=True, max_num_fields=32)
     except ValueError:
         return "the body must be form-encoded with one payload field"
+    if "payload" not in fields and "command" in fields:
+        return _command_problem(fields)
     payloads = fields.get("payload", [])
     if len(payloads) != 1:
         return "the body must be form-encoded with one payload field"
@@ -314,6 +320,17 @@ def _interaction_problem(text: str) -> str | None:
         check_interaction(json.loads(payloads[0]))
     except MalformedEvent as exc:
         return f"malformed interaction: {exc}"
+    return None
+
+
+def _command_problem(fields: Mapping[str, list[str]]) -> str | None:
+    """Why this slash command's fields cannot be read, or None: each field once."""
+    if any(len(values) != 1 for values in fields.values()):
+        return "a slash command sends each field once"
+    try:
+        slash_command({name: values[0] for name, values in fields.items()})
+    except MalformedEvent as exc:
+        return str(exc)
     return None
 
 

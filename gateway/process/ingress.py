@@ -46,6 +46,7 @@ from gateway.models.routes import reads_documents
 from gateway.process.channel_policies import limits
 from gateway.process.http import Readiness, build_http_app, listen
 from gateway.process.resources import Resources
+from gateway.process.surfaces import home_tab, slash_commands
 from gateway.slack.file_info import FileInfo
 from gateway.slack.oauth import INSTALL_PATH, InstallAllowlist, InstalledIdentity
 from gateway.slack.uninstall import Uninstaller
@@ -77,6 +78,7 @@ class Ingress:
             rules=resources.policies.rules_of,
         )
         self._in_flight = InFlight()  # messages being admitted with downloads, process-wide
+        self._home = home_tab(resources)  # the App Home, kept current while the ingress runs
         self._files: _Files | None = None
         self._socket: SocketModeConnection | None = None
         self._stack: AsyncExitStack | None = None
@@ -97,6 +99,7 @@ class Ingress:
             oauth=factory.oauth_flow(self._r.db, self._r.clients) if installations else None,
         )
         bound = await listen(stack, app, host, port)
+        self._r.supervisor.spawn(self._home.keep_current(), name="home-refresh")
         if s.slack.socket_mode:
             await self._start_socket_mode(stack, bolt, bound)
         else:
@@ -121,6 +124,7 @@ class Ingress:
                 s.assistant.suggested_prompts if s.assistant.agent_view else (),
                 budget_seconds=s.process.lookup_budget_seconds,
             ),
+            home=self._home,
         )
         return build_bolt_app(
             # With many workspaces bolt's client holds no token: bolt lends it each
@@ -133,6 +137,7 @@ class Ingress:
             interactions=self._interactions(),
             # "Ask threadgate about this message", held to each workspace's gatekeeper.
             shortcuts=Shortcuts(self.gatekeeper, clients, r.metrics),
+            commands=slash_commands(r),
         )
 
     def _identity(self) -> InstalledIdentity:

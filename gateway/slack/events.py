@@ -549,3 +549,29 @@ def summary(exc: ValidationError) -> str:
     first = exc.errors()[0]
     where = ".".join(str(p) for p in first["loc"]) or "payload"
     return f"{where}: {first['msg']}"
+
+
+@dataclass(frozen=True, slots=True)
+class HomeOpened:
+    """Someone opened the app's Home tab (`app_home_opened` with `tab: "home"`): the
+    moment to publish their view (gateway/inbound/home_tab.py)."""
+
+    team: str
+    user: str
+    enterprise: str | None = None
+
+
+def home_opened(body: Mapping[str, Any]) -> HomeOpened | None:
+    """The Home tab opening this payload carries; None for anything else. `MalformedEvent`
+    for an `app_home_opened` without its user or channel."""
+    event = body.get("event")
+    if body.get("type") != "event_callback" or not isinstance(event, Mapping):
+        return None
+    if event.get("type") != "app_home_opened" or event.get("tab") != "home":
+        return None
+    try:
+        opened = _HomeOpened.model_validate(event)
+    except ValidationError as exc:
+        raise MalformedEvent(f"app_home_opened event: {summary(exc)}") from exc
+    tenant = event_tenant(body)
+    return HomeOpened(tenant.team, opened.user, tenant.enterprise)

@@ -24,6 +24,11 @@ manifest adds what the install flow needs: the redirect URL
 switched on in the app's settings
 ("Manage Distribution"): the manifest schema has no field for it.
 
+Every manifest declares the slash command (`THREADGATE_SLASH_COMMAND`, `/threadgate` by
+default; its request URL the events URL in HTTP mode, none in Socket Mode, where it comes
+over the WebSocket) and enables the App Home tab (`home_tab_enabled`, for
+`app_home_opened` with `tab: "home"`): gateway/inbound/slash.py, gateway/inbound/home_tab.py.
+
 New apps get Slack's agent messaging experience (`agent_view`, with `agent_description`
 and the suggested prompts of `THREADGATE_SUGGESTED_PROMPTS`) rather than the
 `assistant_view` Slack is retiring; `THREADGATE_AGENT_VIEW=false` keeps the latter for an
@@ -38,6 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from gateway.slack.commands import DEFAULT_SLASH_COMMAND
 from gateway.slack.scopes import UNINSTALL_EVENTS, bot_events, bot_scopes
 from gateway.slack.shortcut import manifest_shortcut
 
@@ -98,13 +104,14 @@ def app_manifest(
     description: str = DESCRIPTION,
     prompts: Sequence[SuggestedPrompt] = (),
     workspace_search: bool = False,
+    slash_command: str = DEFAULT_SLASH_COMMAND,
 ) -> dict[str, Any]:
     """The manifest as data: Socket Mode, or HTTP events delivered to `request_url`; the
     events and scopes are those the settings need (`THREADGATE_CONTINUE_THREADS`); with
     `oauth` (or a `redirect_url`), what installing in many workspaces needs; Slack's agent
     experience (`agent_view`, with its description and suggested prompts) unless
     `agent_view` is off (the retiring `assistant_view`); the search scopes with
-    `workspace_search`."""
+    `workspace_search`; the slash command `slash_command`."""
     oauth = oauth or redirect_url is not None
     subscribed = bot_events(continue_threads=continue_threads)
     events: dict[str, Any] = {"bot_events": list(subscribed + UNINSTALL_EVENTS)}
@@ -122,13 +129,14 @@ def app_manifest(
         "display_information": {"name": APP_NAME, "description": DESCRIPTION},
         "features": {
             "app_home": {
-                "home_tab_enabled": False,
+                "home_tab_enabled": True,
                 "messages_tab_enabled": True,
                 "messages_tab_read_only_enabled": False,
             },
             "bot_user": {"display_name": APP_NAME, "always_online": True},
             # "Ask threadgate about this message" (gateway/slack/shortcut.py).
             "shortcuts": [manifest_shortcut()],
+            "slash_commands": [_slash_command(slash_command, socket_mode, request_url)],
             **_experience(agent_view, description, prompts),
         },
         "oauth_config": {"redirect_urls": [redirect_url], **scopes} if redirect_url else scopes,
@@ -145,6 +153,17 @@ def app_manifest(
             "token_rotation_enabled": False,
         },
     }
+
+
+def _slash_command(name: str, socket_mode: bool, request_url: str) -> dict[str, Any]:
+    """The slash command's entry: in HTTP mode Slack posts it to the events URL."""
+    entry: dict[str, Any] = {
+        "command": name,
+        "description": "What threadgate is doing for you: status, stop, new, usage, schedules",
+        "usage_hint": "[help | status | stop | new | usage | schedules [delete ID]]",
+        "should_escape": False,
+    }
+    return entry if socket_mode else {**entry, "url": request_url}
 
 
 def _experience(
@@ -180,6 +199,7 @@ def render_manifest(
     description: str = DESCRIPTION,
     prompts: Sequence[SuggestedPrompt] = (),
     workspace_search: bool = False,
+    slash_command: str = DEFAULT_SLASH_COMMAND,
 ) -> str:
     """The manifest as YAML text, exactly what `threadgate manifest` prints."""
     manifest = app_manifest(
@@ -192,6 +212,7 @@ def render_manifest(
         description=description,
         prompts=prompts,
         workspace_search=workspace_search,
+        slash_command=slash_command,
     )
     return "\n".join(_yaml_mapping(manifest, 0)) + "\n"
 

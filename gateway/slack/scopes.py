@@ -44,7 +44,7 @@ SCOPE_REASONS: Mapping[str, str] = MappingProxyType(
         "im:read": "check whether a direct message is with someone of another organization (conversations.info) when its event does not say",
         "mpim:read": "check whether a group DM is shared with another organization (conversations.info) when its event does not say",
         "im:write": "open a person's DM with the bot for a schedule that posts there, or for the answer to their shortcut on a message the bot cannot reply beside (conversations.open)",
-        "commands": "offer the 'Ask threadgate about this message' message shortcut (gateway/slack/shortcut.py)",
+        "commands": "take the slash command (THREADGATE_SLASH_COMMAND, /threadgate by default: status, stop, new, usage and schedules, answered to the person alone) and offer the 'Ask threadgate about this message' message shortcut",
         "search:read.public": "search public channels as the person asking (search_workspace: assistant.search.context), with THREADGATE_WORKSPACE_SEARCH",
         "search:read.private": "search the private channels the person asking is in, from a DM with the bot (search_workspace), with THREADGATE_WORKSPACE_SEARCH",
         "search:read.mpim": "search the person's group DMs, from a DM with the bot (search_workspace), with THREADGATE_WORKSPACE_SEARCH",
@@ -67,7 +67,8 @@ SEARCH_SCOPES = frozenset(
 _PINS = ("pin_added", "pin_removed")
 # Slack's agent experience: the Stop button of a working thread (gateway/inbound/stops.py;
 # without it Slack shows no Stop button), and the DM with the app opened, to offer its
-# suggested prompts (gateway/inbound/app_home.py).
+# suggested prompts (gateway/inbound/app_home.py), or its Home tab, to publish the
+# person's view (gateway/inbound/home_tab.py).
 _AGENT = ("agent_session_stopped", "app_home_opened")
 
 

@@ -262,7 +262,6 @@ class SlackFamilies:
             ["outcome"],
             registry=registry,
         )
-
         self.slack_reads = Counter(
             "threadgate_slack_reads_total",
             "Paced Slack reads (conversations.replies, conversations.history) by method and"
@@ -305,6 +304,28 @@ class SlackFamilies:
 
     def passage_cited(self, quote: str) -> None:
         self.cited_passages.labels(quote).inc()
+
+
+class SurfaceFamilies:
+    """The app's surfaces besides messages: the slash command and the App Home."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.slash_commands = Counter(
+            "threadgate_slash_commands_total",
+            "Slash commands by subcommand (help, status, stop, new, usage, schedules,"
+            " schedules_delete, unknown) and outcome: answered; again (a redelivery: nothing"
+            " done twice); busy (new while a task works); refused (allowlists, Slack"
+            " Connect); limited (the hourly message limit); failed (the database).",
+            ["subcommand", "outcome"],
+            registry=registry,
+        )
+        self.home_views = Counter(
+            "threadgate_home_views_total",
+            "App Home views published (views.publish) by reason (opened, changed, clicked)"
+            " and outcome: ok, or Slack's error code (not_enabled: the app's Home tab is off).",
+            ["reason", "outcome"],
+            registry=registry,
+        )
 
 
 class TaskFamilies:

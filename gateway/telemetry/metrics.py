@@ -6,8 +6,9 @@ process do not collide. The agent knows nothing of Prometheus: the runner report
 are wrapped by `MeteredModel`; this module turns those into series.
 
 `Metrics` is the one object the rest of the gateway takes; its families are declared in
-groups by concern (metric_families.py: Slack events, messages, models, Slack calls, tasks,
-the queue, the database, the build and connections), each a base of `Metrics`, so `metrics.events` and
+groups by concern (metric_families.py: Slack events, messages, models, Slack calls, the
+slash command and App Home, tasks, the queue, the database, the build and connections),
+each a base of `Metrics`, so `metrics.events` and
 `metrics.task_settled` read as they always did while each concern reads on its own.
 
 `MeteredModel` also prices each answer (`threadgate_model_cost_usd_total`, by model: not
@@ -49,6 +50,7 @@ from gateway.telemetry.metric_families import (
     ModelFamilies,
     QueueFamilies,
     SlackFamilies,
+    SurfaceFamilies,
     TaskFamilies,
 )
 
@@ -59,6 +61,7 @@ class Metrics(
     MessageFamilies,
     ModelFamilies,
     SlackFamilies,
+    SurfaceFamilies,
     TaskFamilies,
     QueueFamilies,
     DatabaseFamilies,
@@ -74,6 +77,7 @@ class Metrics(
         MessageFamilies.__init__(self, self.registry)
         ModelFamilies.__init__(self, self.registry)
         SlackFamilies.__init__(self, self.registry)
+        SurfaceFamilies.__init__(self, self.registry)
         TaskFamilies.__init__(self, self.registry)
         QueueFamilies.__init__(self, self.registry)
         DatabaseFamilies.__init__(self, self.registry)

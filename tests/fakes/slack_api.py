@@ -25,7 +25,9 @@ assistant.search.context (tests/fakes/slack_search.py: `slack.search`), conversa
 (tests/fakes/slack_members.py: `slack.members.leave(…)`), views.open (tests/fakes/slack_views.py:
 `slack.views.press(…)` and `.submit(…)` build a message shortcut's and a modal's payloads);
 `slack.membership.leave(channel)` takes the bot out of a conversation (tests/fakes/slack_membership.py);
-anything else answers `unknown_method`.
+views.publish (tests/fakes/slack_home.py: `slack.home`); a slash command's `response_url`
+(tests/fakes/slack_commands.py: `slack.responses.issue(team)`, answers in
+`slack.responses.answers`); anything else answers `unknown_method`.
 apps.connections.open (Socket Mode) wants the app token (`xapp-…`), as Slack does, and
 answers with a URL of the `FakeSocketMode` in `socket_mode` (tests/fakes/socket_mode.py);
 every other method wants the bot token, and either refuses the other kind of token with
@@ -138,8 +140,10 @@ from aiohttp import web
 
 from . import WAIT_SECONDS
 from .slack_channels import FakeChannels
+from .slack_commands import FakeResponseUrls
 from .slack_events import CLOCK, block_actions, ts_to_micros
 from .slack_files import FakeFiles
+from .slack_home import FakeHomeViews
 from .slack_members import FakeMembers
 from .slack_membership import FakeMembership
 from .slack_permalinks import permalink
@@ -347,6 +351,11 @@ class FakeSlack:
         self.views = FakeViews(self, clock=clock)
         self._methods["views.open"] = self.views.open
         self.membership = FakeMembership(self._methods)
+        self.home = FakeHomeViews(self.users, team_id, app_id)  # views.publish (slack_home.py)
+        self._methods["views.publish"] = self.home.publish
+        self.responses = FakeResponseUrls(
+            notify=self._notify
+        )  # slash commands' response_url (slack_commands.py)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -362,13 +371,14 @@ class FakeSlack:
         app = web.Application()
         app.router.add_route("*", "/api/{method}", self._handle)
         app.router.add_route("GET", "/files-pri/{path:.*}", self.files.handle)
+        app.router.add_route("POST", "/commands/{path:.*}", self.responses.handle)
         self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
         host, port = self._runner.addresses[0][:2]
         self._url = f"http://{host}:{port}/api/"
-        self.files.origin = f"http://{host}:{port}"
+        self.files.origin = self.responses.origin = f"http://{host}:{port}"
 
     async def close(self) -> None:
         """Release held requests and stop the server."""
