@@ -1,7 +1,8 @@
 """A real PostgreSQL server for the suite: `DATABASE_URL` if given, else the embedded one.
 
 Each test module (or test) gets a database of its own, so modules never see each other's
-rows and a failure leaves its database behind for a post-mortem. A new database is a copy
+rows and a failure leaves its database behind for a post-mortem, until the next run
+(`clear_previous_run`). A new database is a copy
 of a migrated template (`CREATE DATABASE … TEMPLATE`), which each test process migrates
 once, the first time it asks for one: a copy takes a fraction of the migrations' time.
 The migration tests ask for an empty database instead.
@@ -13,6 +14,9 @@ import asyncio
 import itertools
 import os
 import re
+import subprocess
+import sys
+import time
 import urllib.parse
 from pathlib import Path
 
@@ -32,7 +36,7 @@ _making_template = asyncio.Lock()
 # databases are made anew by every run), so it does not wait for the disk: no fsync, no
 # commit waiting for its WAL flush, no full-page images. Each test creates databases and
 # commits thousands of times, and every flush was a wait on a disk other suites share.
-# Nor does it vacuum: a run leaves hundreds of databases behind, and the autovacuum launcher
+# Nor does it vacuum: a run makes hundreds of databases, and the autovacuum launcher
 # started a worker for each in turn (8% of a core on an idle server holding 900). A server
 # given by DATABASE_URL is someone else's and left as it is.
 _RELOADED = {
@@ -54,9 +58,60 @@ def prepare_embedded_server(data_dir: Path) -> None:
     to the end of the run, and the server stops with it."""
     if os.environ.get("DATABASE_URL"):
         return
+    _removals.append(clear_previous_run(data_dir))
     dsn = asyncio.run(start_embedded_postgres(data_dir))
     if asyncio.run(_configure(dsn)):
         _restart(data_dir)
+
+
+# The deletions this process started: kept, not waited for (they may outlive the run).
+_removals: list[subprocess.Popen[bytes] | None] = []
+
+
+def clear_previous_run(data_dir: Path) -> subprocess.Popen[bytes] | None:
+    """Start the run on an empty server, the last run's databases removed in the background.
+
+    Every test module (and many tests) makes a database of its own, about 9 MB, and leaves
+    it behind for a post-mortem: a run leaves gigabytes, and runs add up (a checkout once
+    held 52 GB and filled the disk mid-run). Dropping them costs a checkpoint each (about
+    30 ms: over a minute a run), and deleting the files of a whole run takes longer still on
+    a shared disk. So the data directory a run leaves is moved aside at the next run's
+    start — a rename — and deleted by a detached process while the tests run; the server
+    is made anew (about a second). Not while another run is using the server (it shares
+    it), and any directory an earlier deletion did not finish is deleted too. Returns the
+    deleting process, if one was started.
+    """
+    pgdata = data_dir / "pgdata"
+    if pgdata.is_dir() and not _server_running(pgdata):
+        pgdata.rename(data_dir / f"removing-{os.getpid()}-{time.time_ns()}")
+    leftovers = [str(path) for path in data_dir.glob("removing-*")]
+    if not leftovers:
+        return None
+    return subprocess.Popen(
+        [sys.executable, "-c", _REMOVE, *leftovers],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # outlives the run if the run is quicker
+    )
+
+
+_REMOVE = "import shutil, sys\nfor path in sys.argv[1:]: shutil.rmtree(path, ignore_errors=True)"
+
+
+def _server_running(pgdata: Path) -> bool:
+    """Whether a server holds `pgdata`: its postmaster.pid names a live process."""
+    try:
+        pid = int((pgdata / "postmaster.pid").read_text().split("\n", 1)[0])
+    except (OSError, ValueError):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, and someone else's
+        return True
+    return True
 
 
 def _restart(data_dir: Path) -> None:
