@@ -34,6 +34,7 @@ from storage.approvals import (
 from storage.bot_turns import BotTurn, count_bot_turn
 from storage.database import DEFAULT_ADMISSION_CONNECTIONS, DEFAULT_WORK_CONNECTIONS, Database
 from storage.delegations import PostgresDelegations
+from storage.dsn import check_dsn
 from storage.embedded import start_embedded_postgres
 from storage.erasure import (
     Erasure,
@@ -309,6 +310,7 @@ __all__ = [
     "cancel_task",
     "cancel_workspace_tasks",
     "channel_stream",
+    "check_dsn",
     "clear_pin",
     "clear_session",
     "count_bot_turn",

@@ -354,4 +354,11 @@ def describe(exc: ValidationError) -> str:
     named = [str(part).upper() for part in loc if str(part).upper() in PLACES]
     variable = named[0] if named else (str(loc[0]).upper() if loc else "a setting")
     # The input is deliberately not repeated: it may be a secret put in the wrong variable.
-    return f"{variable} is invalid ({exc.errors()[0]['msg'].lower()}); fix or unset it."
+    return f"{variable} is invalid ({_reason(exc.errors()[0]['msg'])}); fix or unset it."
+
+
+def _reason(message: str) -> str:
+    """pydantic's message as the middle of our sentence: its "Value error, " prefix dropped
+    and only its first letter lowered (the rest may quote a command to paste)."""
+    text = message.removeprefix("Value error, ").removeprefix("Assertion failed, ")
+    return text[:1].lower() + text[1:]

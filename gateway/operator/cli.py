@@ -16,11 +16,13 @@ import errno
 import functools
 import gc
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
 
 from agent import ConfigError
+from gateway.config.environment import hand_over
 from gateway.config.settings import ROLES, Settings, database_dsn, load_settings
 from gateway.operator.feedback_report import add_feedback_parser
 from gateway.operator.schedule_commands import add_schedules_parser
@@ -33,12 +35,14 @@ from storage import Database, StorageError
 
 log = logging.getLogger("threadgate")
 
+# The `.env` of the working directory, as documented; only the command line reads one.
+ENV_FILE = ".env"
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
-        # The `.env` of the working directory, as documented; only the command line reads one.
-        settings = load_settings(env_file=".env")
+        settings = load_settings(env_file=ENV_FILE)
         configure_logging(
             settings.telemetry.log_level,
             settings.telemetry.log_format,
@@ -119,6 +123,7 @@ def _events_url(url: str) -> str:
 async def serve_command(settings: Settings, args: argparse.Namespace) -> int:
     from gateway.process.service import serve_forever
 
+    hand_over(os.environ)  # slack-bolt builds its app from our arguments alone
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
