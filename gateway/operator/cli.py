@@ -22,7 +22,7 @@ import sys
 from collections.abc import Sequence
 
 from agent import ConfigError
-from gateway.config.environment import hand_over
+from gateway.config.environment import hand_over, unknown_variables
 from gateway.config.settings import ROLES, Settings, database_dsn, load_settings
 from gateway.operator.feedback_report import add_feedback_parser
 from gateway.operator.schedule_commands import add_schedules_parser
@@ -123,6 +123,8 @@ def _events_url(url: str) -> str:
 async def serve_command(settings: Settings, args: argparse.Namespace) -> int:
     from gateway.process.service import serve_forever
 
+    for unknown in unknown_variables(settings, os.environ, ENV_FILE):
+        log.warning("%s", unknown)
     hand_over(os.environ)  # slack-bolt builds its app from our arguments alone
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
