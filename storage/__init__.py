@@ -34,7 +34,7 @@ from storage.approvals import (
 from storage.bot_turns import BotTurn, count_bot_turn
 from storage.database import DEFAULT_ADMISSION_CONNECTIONS, DEFAULT_WORK_CONNECTIONS, Database
 from storage.delegations import PostgresDelegations
-from storage.dsn import check_dsn
+from storage.dsn import check_dsn, database_place
 from storage.embedded import start_embedded_postgres
 from storage.erasure import (
     Erasure,
@@ -315,6 +315,7 @@ __all__ = [
     "clear_session",
     "count_bot_turn",
     "create_schedule",
+    "database_place",
     "decide_approval",
     "decide_schedule",
     "delete_schedule",

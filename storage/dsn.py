@@ -4,8 +4,8 @@ An operator whose gateway cannot reach Postgres needs one sentence that says whi
 server and database were tried and what the server (or the network) answered, in its own
 words: `password authentication failed for user "app"`, `database "app" does not exist`,
 `connection refused`. asyncpg's exception class names say none of that. The password is
-never part of the sentence: `where` leaves it out, and `why` cuts it out of any message
-that quotes the URL.
+never part of the sentence: `database_place` leaves it out, and `why` cuts it out of any
+message that quotes the URL.
 
 `check_dsn` is the part of asyncpg's URL parsing that can fail before a connection is
 tried (the scheme, a port that is not a number), so the settings refuse such a URL when
@@ -46,7 +46,7 @@ def cannot_connect(dsn: str, exc: BaseException) -> str:
             f"DATABASE_URL is not a usable database URL ({why(exc, dsn)}): put "
             "postgresql://user:password@host:port/database there."
         )
-    return f"Cannot connect to the {where(dsn)} ({why(exc, dsn)}): {fix(exc)}."
+    return f"Cannot connect to the {database_place(dsn)} ({why(exc, dsn)}): {fix(exc)}."
 
 
 # What to do about a server's refusal, by its SQLSTATE.
@@ -71,7 +71,7 @@ def fix(exc: BaseException) -> str:
     return "check the host and port in DATABASE_URL, and that the server runs and is reachable"
 
 
-def where(dsn: str) -> str:
+def database_place(dsn: str) -> str:
     """`database NAME on HOST:PORT as USER` for `dsn`, without its password."""
     parts = urlsplit(dsn)
     query = {key: values[-1] for key, values in parse_qs(parts.query).items()}
