@@ -34,6 +34,7 @@ from storage.approvals import (
 from storage.bot_turns import BotTurn, count_bot_turn
 from storage.database import DEFAULT_ADMISSION_CONNECTIONS, DEFAULT_WORK_CONNECTIONS, Database
 from storage.delegations import PostgresDelegations
+from storage.dsn import check_dsn, database_place
 from storage.embedded import start_embedded_postgres
 from storage.erasure import (
     Erasure,
@@ -361,12 +362,14 @@ __all__ = [
     "cancel_task",
     "cancel_workspace_tasks",
     "channel_stream",
+    "check_dsn",
     "clear_pin",
     "clear_session",
     "clear_session_on",
     "count_bot_turn",
     "count_command",
     "create_schedule",
+    "database_place",
     "decide_approval",
     "decide_schedule",
     "delete_schedule",

@@ -47,6 +47,7 @@ from typing import Self
 
 import asyncpg
 
+from storage.dsn import cannot_connect
 from storage.errors import DatabaseUnavailable
 from storage.migrations import migrate, pending_migrations
 from storage.pool import ConnectionPool
@@ -154,11 +155,10 @@ class Database:
                 await self._admission.open()
             if self._listens:
                 await self._connect_signals()
-        except (TimeoutError, OSError, asyncpg.PostgresError) as exc:
+        # ValueError: a URL asyncpg cannot parse (its ClientConfigurationError is one).
+        except (TimeoutError, OSError, ValueError, asyncpg.PostgresError) as exc:
             await self.close()
-            raise DatabaseUnavailable(
-                f"Cannot connect to the database ({type(exc).__name__}); check DATABASE_URL."
-            ) from exc
+            raise DatabaseUnavailable(cannot_connect(self._dsn, exc)) from exc
 
     def _pool_of(self, min_size: int, max_size: int) -> ConnectionPool:
         return ConnectionPool(

@@ -1,7 +1,7 @@
 """One tiny model call for `threadgate doctor`: is the model reachable with these secrets?
 
 The answer is a `ProbeResult` with the latency, or the classified failure in one line
-(which already names the secret to check when a credential was refused).
+(which already names the secret to check when a credential was refused) and the error.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ class ProbeResult:
     ok: bool
     latency_ms: float | None
     detail: str
+    error: ModelError | None = None  # what failed, for a caller that says it its own way
 
     def __str__(self) -> str:
         if self.ok:
@@ -39,10 +40,5 @@ async def probe_model(
     try:
         await model.request(PROBE)
     except ModelError as exc:
-        return ProbeResult(model.name, False, None, _one_line(exc))
+        return ProbeResult(model.name, False, None, " ".join(str(exc).split()), exc)
     return ProbeResult(model.name, True, (clock() - started) * 1000, "ok")
-
-
-def _one_line(exc: ModelError) -> str:
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text}"

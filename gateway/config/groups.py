@@ -27,6 +27,7 @@ from storage import (
     DEFAULT_THREAD_PICTURE_BYTES,
     DEFAULT_WORK_CONNECTIONS,
     DEFAULT_WORKSPACE_DAILY_PICTURE_BYTES,
+    check_dsn,
 )
 
 # The kinds of files THREADGATE_FILE_TYPES may name (gateway/inbound/attachments.py reads them).
@@ -87,6 +88,13 @@ class DatabaseSettings(Group):
     erasure_delay_seconds: float = Field(
         default=60.0, ge=0, le=_DAY, validation_alias="THREADGATE_ERASURE_DELAY_SECONDS"
     )
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            check_dsn(value.get_secret_value())  # a ValueError that never quotes the URL
+        return value
 
 
 class TaskSettings(Group):
@@ -419,11 +427,20 @@ class ProcessSettings(Group):
         return self.role != "ingress"
 
 
+_JSON_OPENERS = {"[": "a JSON list", "{": "a JSON object"}
+
+
 def inline_or_file(value: str, *, opens: str) -> str:
     """A JSON setting's text: the value itself when it opens with `opens` (`[` or `{`),
     else the file it names; a `ValueError` (said of the setting) when that cannot be read.
     THREADGATE_ROUTES and THREADGATE_PRICES are read through it."""
     text = value.strip()
+    if text[:1] in _JSON_OPENERS and not text.startswith(opens):
+        # JSON of the other kind: a path cannot start with a bracket, so saying the file
+        # cannot be read would send the operator looking for a file.
+        raise ValueError(
+            f"expected a file path or {_JSON_OPENERS[opens]}, not {_JSON_OPENERS[text[0]]}"
+        )
     if text and not text.startswith(opens):
         try:
             text = Path(text).expanduser().read_text(encoding="utf-8")

@@ -19,13 +19,14 @@ from __future__ import annotations
 import base64
 import contextlib
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 from urllib.parse import unquote
 
 from pydantic import Field, SecretStr, ValidationError, model_validator
 from pydantic.fields import FieldInfo
+from pydantic_core import ErrorDetails
 from pydantic_settings import (
     BaseSettings,
     EnvSettingsSource,
@@ -73,6 +74,7 @@ __all__ = [
     "database_dsn",
     "describe",
     "load_settings",
+    "load_settings_leniently",
     "parse_address",
     "prices_json",
 ]
@@ -273,27 +275,37 @@ class Settings(BaseSettings):
         return str(value)
 
     def require_serve(self) -> None:
-        """Check what `threadgate serve` cannot run without."""
-        if self.slack.oauth_mode:
-            self.require_oauth()
-        else:
-            token = self.require("SLACK_BOT_TOKEN")
-            if not token.startswith("xoxb-"):
-                raise ConfigError(
-                    f"SLACK_BOT_TOKEN does not look like a bot token: put {_HINTS['SLACK_BOT_TOKEN']} there."
-                )
+        """Check what `threadgate serve` cannot run without (the first problem raises)."""
+        for check in self.serve_checks():
+            check()
+
+    def serve_checks(self) -> list[Callable[[], object]]:
+        """What `threadgate serve` cannot run without, one check per setting, each raising
+        a ConfigError: `serve` stops at the first, `doctor` runs them all."""
+        checks: list[Callable[[], object]] = [
+            self.require_oauth if self.slack.oauth_mode else self._require_bot_token
+        ]
         # An ingress calls no model; a worker takes no events, so needs neither the signing
         # secret nor the app token.
-        serves_events = self.process.serves_events
-        if serves_events and self.slack.socket_mode:
-            if not self.require("SLACK_APP_TOKEN").startswith("xapp-"):
-                raise ConfigError(
-                    f"SLACK_APP_TOKEN does not look like an app token: put {_HINTS['SLACK_APP_TOKEN']} there."
-                )
-        elif serves_events:
-            self.require("SLACK_SIGNING_SECRET")
+        if self.process.serves_events and self.slack.socket_mode:
+            checks.append(self._require_app_token)
+        elif self.process.serves_events:
+            checks.append(lambda: self.require("SLACK_SIGNING_SECRET"))
         if self.process.runs_workers:
-            self.require_routes()
+            checks.append(self.require_routes)
+        return checks
+
+    def _require_bot_token(self) -> None:
+        if not self.require("SLACK_BOT_TOKEN").startswith("xoxb-"):
+            raise ConfigError(
+                f"SLACK_BOT_TOKEN does not look like a bot token: put {_HINTS['SLACK_BOT_TOKEN']} there."
+            )
+
+    def _require_app_token(self) -> None:
+        if not self.require("SLACK_APP_TOKEN").startswith("xapp-"):
+            raise ConfigError(
+                f"SLACK_APP_TOKEN does not look like an app token: put {_HINTS['SLACK_APP_TOKEN']} there."
+            )
 
     def require_routes(self) -> tuple[RouteConfig, ...]:
         """The fallback chain, which a process calling models cannot run without."""
@@ -348,10 +360,47 @@ async def database_dsn(settings: Settings) -> str:
     return await start_embedded_postgres(settings.database.data_dir)
 
 
+def load_settings_leniently(
+    *, env_file: Path | str | None = None
+) -> tuple[Settings, list[ConfigError]]:
+    """The settings with every malformed variable at its default, and a ConfigError for each
+    of them: `doctor` reports them all and still checks everything else. A problem that
+    names no single variable (one between several) is raised, as `load_settings` does."""
+    problems: dict[str, ConfigError] = {}
+    while True:
+        try:
+            settings = Settings(_env_file=env_file, **_defaults(problems))  # type: ignore[arg-type, call-arg]
+        except ValidationError as exc:
+            found = {_variable(e): ConfigError(_sentence(e)) for e in exc.errors()}
+            if any(v not in PLACES or v in problems for v in found):
+                raise ConfigError(describe(exc)) from None
+            problems.update(found)
+            continue
+        return settings, list(problems.values())
+
+
+def _defaults(variables: Mapping[str, object]) -> dict[str, object]:
+    return {v.lower(): VARIABLES[v].get_default(call_default_factory=True) for v in variables}
+
+
 def describe(exc: ValidationError) -> str:
     """A validation error as one sentence naming the variable (a field's loc ends in it)."""
-    loc = exc.errors()[0]["loc"]
-    named = [str(part).upper() for part in loc if str(part).upper() in PLACES]
-    variable = named[0] if named else (str(loc[0]).upper() if loc else "a setting")
+    return _sentence(exc.errors()[0])
+
+
+def _sentence(error: ErrorDetails) -> str:
     # The input is deliberately not repeated: it may be a secret put in the wrong variable.
-    return f"{variable} is invalid ({exc.errors()[0]['msg'].lower()}); fix or unset it."
+    return f"{_variable(error)} is invalid ({_reason(error['msg'])}); fix or unset it."
+
+
+def _variable(error: ErrorDetails) -> str:
+    loc = error["loc"]
+    named = [str(part).upper() for part in loc if str(part).upper() in PLACES]
+    return named[0] if named else (str(loc[0]).upper() if loc else "a setting")
+
+
+def _reason(message: str) -> str:
+    """pydantic's message as the middle of our sentence: its "Value error, " prefix dropped
+    and only its first letter lowered (the rest may quote a command to paste)."""
+    text = message.removeprefix("Value error, ").removeprefix("Assertion failed, ")
+    return text[:1].lower() + text[1:]

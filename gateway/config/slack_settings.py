@@ -21,6 +21,13 @@ from gateway.slack.commands import DEFAULT_SLASH_COMMAND, check_command_name
 from gateway.slack.manifest import DESCRIPTION, SuggestedPrompt, parse_prompts
 from storage import is_token_key
 
+# A command that prints a new THREADGATE_TOKEN_KEY, pasted as it is into a shell: only
+# Python's standard library (a Fernet key is 32 random bytes in urlsafe base64), and
+# `python3`, the name every distribution gives it.
+NEW_TOKEN_KEY = (
+    "python3 -c 'import base64, os; print(base64.urlsafe_b64encode(os.urandom(32)).decode())'"
+)
+
 
 class SlackSettings(Group):
     """Slack: the credentials of one workspace or of the OAuth install flow, the API, time limits."""
@@ -84,8 +91,7 @@ class SlackSettings(Group):
     def _token_key(cls, value: SecretStr | None) -> SecretStr | None:
         if value is not None and not is_token_key(value.get_secret_value()):
             raise ValueError(
-                "expected a Fernet key (urlsafe base64 of 32 bytes), e.g. from "
-                "`python -c 'from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())'`"
+                f"expected a Fernet key (urlsafe base64 of 32 bytes), e.g. from `{NEW_TOKEN_KEY}`"
             )
         return value
 

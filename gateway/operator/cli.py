@@ -16,12 +16,20 @@ import errno
 import functools
 import gc
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
 
 from agent import ConfigError
-from gateway.config.settings import ROLES, Settings, database_dsn, load_settings
+from gateway.config.environment import hand_over, unknown_variables
+from gateway.config.settings import (
+    ROLES,
+    Settings,
+    database_dsn,
+    load_settings,
+    load_settings_leniently,
+)
 from gateway.operator.feedback_report import add_feedback_parser
 from gateway.operator.schedule_commands import add_schedules_parser
 from gateway.operator.task_commands import add_sessions_parser, add_tasks_parser
@@ -33,12 +41,14 @@ from storage import Database, StorageError
 
 log = logging.getLogger("threadgate")
 
+# The `.env` of the working directory, as documented; only the command line reads one.
+ENV_FILE = ".env"
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
-        # The `.env` of the working directory, as documented; only the command line reads one.
-        settings = load_settings(env_file=".env")
+        settings = load(args)
         configure_logging(
             settings.telemetry.log_level,
             settings.telemetry.log_format,
@@ -54,6 +64,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+
+
+def load(args: argparse.Namespace) -> Settings:
+    """The settings a command runs with. `doctor` reads them leniently: each malformed value
+    is kept as a problem to report (`args.malformed`) and read as its default, so that it
+    hides neither another problem nor the checks that do not depend on it."""
+    if not getattr(args, "lenient", False):
+        return load_settings(env_file=ENV_FILE)
+    settings, args.malformed = load_settings_leniently(env_file=ENV_FILE)
+    return settings
 
 
 def parser() -> argparse.ArgumentParser:
@@ -82,9 +102,10 @@ def parser() -> argparse.ArgumentParser:
         "--timeout",
         type=float,
         metavar="SECONDS",
-        help="bound every check by SECONDS (default: 10 for Slack, 30 for the model, 15 for the database)",
+        help="bound every check by SECONDS (default: 5 for Slack and the database, 10 for "
+        "the model, 30 for MCP servers)",
     )
-    doctor.set_defaults(command=doctor_command)
+    doctor.set_defaults(command=doctor_command, lenient=True)
     console = sub.add_parser("console", help="chat with the agent in this terminal, without Slack")
     console.set_defaults(command=console_command)
     add_manifest_parser(sub)
@@ -119,6 +140,9 @@ def _events_url(url: str) -> str:
 async def serve_command(settings: Settings, args: argparse.Namespace) -> int:
     from gateway.process.service import serve_forever
 
+    for unknown in unknown_variables(settings, os.environ, ENV_FILE):
+        log.warning("%s", unknown)
+    hand_over(os.environ)  # slack-bolt builds its app from our arguments alone
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -162,12 +186,24 @@ async def migrate_command(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def doctor_command(settings: Settings, args: argparse.Namespace) -> int:
-    from gateway.operator.doctor import Limits, diagnose, report
+    from gateway.operator.doctor import Limits, diagnose
+    from gateway.operator.reports import report
+    from gateway.operator.settings_check import Given
 
+    if settings.telemetry.log_level != "DEBUG":
+        # The report says everything the checks found; the libraries' log lines (an HTTP
+        # request, a retry, a refused token) would only be mixed into it.
+        logging.disable(logging.CRITICAL)
     limits = Limits.uniform(args.timeout) if args.timeout else Limits()
-    findings = await diagnose(settings, limits)
+    given = Given(args.malformed, unknown_variables(settings, os.environ, ENV_FILE))
+    findings = await diagnose(settings, limits, given=given, progress=_say)
     print(report(findings), flush=True)
     return 1 if any(finding.failed for finding in findings) else 0
+
+
+def _say(text: str) -> None:
+    """A word on stderr while `doctor` waits (its report goes to stdout)."""
+    print(f"threadgate doctor: {text}", file=sys.stderr, flush=True)
 
 
 async def console_command(settings: Settings, args: argparse.Namespace) -> int:

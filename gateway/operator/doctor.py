@@ -1,11 +1,13 @@
 """`threadgate doctor`: every reason the gateway would not work, found in one run.
 
 An operator fixing a deployment one error at a time — start, read the sentence, fix,
-start again — loses an afternoon. The doctor runs every check, each bounded in time and
-each independent of the others, and reports each problem on a line of its own that names
-the setting to fix:
+start again — loses an afternoon. The doctor runs every check, each bounded in time (a
+few seconds, `Limits`; a word on stderr names the checks still waiting) and each
+independent of the others, and reports each problem on a line of its own, in sentences
+that name the setting to fix (gateway/operator/reports.py):
 
-- settings: every variable the chosen mode requires (all missing ones, not the first);
+- settings: every variable the chosen mode requires that is missing or malformed, all at
+  once, and the variables no setting reads (gateway/operator/settings_check.py);
 - Slack: `auth.test` with the bot token, then the granted scopes (Slack reports them in
   the `x-oauth-scopes` header) against those `gateway.slack.scopes.bot_scopes` says the settings
   need, and this host's clock against the `Date` of Slack's answer (in HTTP mode a clock
@@ -31,20 +33,20 @@ the setting to fix:
   the default and of each configured channel, one line each — models, tools (and which
   built-in ones they offer), Slack Connect, instructions, limits.
 
-A check whose input is missing is skipped (its cause is already reported as a problem),
-and so is one the role (THREADGATE_ROLE) does not need: an ingress calls no model and
-connects no MCP server, a worker opens no Socket Mode connection.
+A check whose input is missing or malformed is skipped (its cause is already reported as
+a problem), and so is one the role (THREADGATE_ROLE) does not need: an ingress calls no
+model and connects no MCP server, a worker opens no Socket Mode connection.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
+import logging
+import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Literal, TypeAlias
 
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
@@ -66,8 +68,15 @@ from gateway.config.connections import ConnectionPlan
 from gateway.config.settings import Settings, database_dsn
 from gateway.inbound.socket_mode import probe_socket_mode
 from gateway.models.routes import provider_settings
+from gateway.operator.reports import Finding, Status, network_words, watched
 from gateway.operator.schedule_check import census as schedule_census
 from gateway.operator.schedule_check import findings as schedule_findings
+from gateway.operator.settings_check import (
+    Given,
+    check_settings,
+    config_error,
+    config_problems,
+)
 from gateway.process.channel_policies import prompt_instructions
 from gateway.process.rejections import MAX_AGE, clock_skew_from
 from gateway.process.slack_clients import token_cipher
@@ -81,40 +90,28 @@ from storage import (
     InstallationSummary,
     PostgresInstallations,
     StorageError,
+    database_place,
     pending_erasures,
     pending_migrations,
     waiting_for_models,
 )
 
-Status: TypeAlias = Literal["ok", "warn", "FAIL", "skip"]
+log = logging.getLogger(__name__)
 # Past this, this host's clock is told apart from Slack's (a second of rounding, and the
 # time the answer took, are always there).
 CLOCK_TOLERANCE_SECONDS = 30
 
 
 @dataclass(frozen=True, slots=True)
-class Finding:
-    """One line of the report: what was checked, and how it went."""
-
-    check: str
-    status: Status
-    detail: str
-
-    @property
-    def failed(self) -> bool:
-        return self.status == "FAIL"
-
-    def __str__(self) -> str:
-        return f"{self.status:<4} {self.check}: {self.detail}"
-
-
-@dataclass(frozen=True, slots=True)
 class Limits:
     """How long each check may take, in seconds."""
 
-    slack: float = 10.0
-    model: float = 30.0
-    database: float = 15.0
+    # A few seconds each, longer than a healthy answer takes: Slack's auth.test and a
+    # Socket Mode hello take under one, a database connection less, a model's one-word
+    # answer a few (a reasoning model thinks first).
+    slack: float = 5.0
+    model: float = 10.0
+    database: float = 5.0
     embedded_database: float = 120.0  # the first start of the embedded server runs initdb
     mcp: float = 30.0  # a server started with `npx` may download itself first
 
@@ -123,20 +120,40 @@ class Limits:
         return cls(seconds, seconds, seconds, seconds, seconds)
 
 
-async def diagnose(settings: Settings, limits: Limits | None = None) -> list[Finding]:
-    """Run every check (the slow ones concurrently) and return the findings in order."""
-    limits = limits or Limits()
-    slack, sockets, models, database, mcp = await asyncio.gather(
-        _guarded("slack", check_slack(settings, limits.slack)),
-        _guarded("socket mode", check_socket_mode(settings, limits.slack)),
-        _guarded("model", check_models(settings, limits.model)),
-        _guarded("database", check_database(settings, limits)),
-        _guarded("mcp", check_mcp(settings, limits.mcp)),
+async def diagnose(
+    settings: Settings,
+    limits: Limits | None = None,
+    *,
+    given: Given | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> list[Finding]:
+    """Run every check (the slow ones concurrently, `progress` told which are still running
+    every few seconds) and return the findings in order."""
+    limits, given = limits or Limits(), given or Given()
+    checks: dict[str, tuple[str, Callable[[], Awaitable[list[Finding]]]]] = {
+        "Slack": ("slack", lambda: check_slack(settings, limits.slack)),
+        "Socket Mode": ("socket mode", lambda: check_socket_mode(settings, limits.slack)),
+        "the model": ("model", lambda: check_models(settings, limits.model)),
+        "the database": ("database", lambda: check_database(settings, limits)),
+        "the MCP servers": ("mcp", lambda: check_mcp(settings, limits.mcp)),
+    }
+    slack, sockets, models, database, mcp = await watched(
+        {label: _guarded(check, run, given) for label, (check, run) in checks.items()}, progress
     )
-    erasures = await _guarded("erasure", check_erasures(settings, limits))
-    waiting = await _guarded("models down", check_waiting(settings, limits))
+    # Erasures are read from the database only once it answered, lest a hung one be
+    # waited for twice.
+    erasures = (
+        await _guarded("erasure", lambda: check_erasures(settings, limits), given)
+        if database and all(finding.status in ("ok", "warn") for finding in database)
+        else []
+    )
+    waiting = (
+        await _guarded("models down", lambda: check_waiting(settings, limits), given)
+        if database and all(finding.status in ("ok", "warn") for finding in database)
+        else []
+    )
     return [
-        *check_settings(settings),
+        *check_settings(settings, given),
         check_retention(settings),
         check_bots(settings),
         *slack,
@@ -151,25 +168,31 @@ async def diagnose(settings: Settings, limits: Limits | None = None) -> list[Fin
     ]
 
 
-async def _guarded(check: str, findings: Awaitable[list[Finding]]) -> list[Finding]:
-    """A check that crashes must not hide the others: its crash becomes its finding.
-
-    Only the exception's type is reported, since a message may quote a secret (a DSN).
-    """
+async def _guarded(
+    check: str, run: Callable[[], Awaitable[list[Finding]]], given: Given
+) -> list[Finding]:
+    """Run a check, unless a setting it depends on is malformed (read as its default, it
+    would check something the operator did not set). A check that crashes must not hide
+    the others: its crash becomes its finding. Our own errors are sentences for the
+    operator; anything else is said without its message (it may quote a secret, such as
+    a DSN), and logged for THREADGATE_LOG_LEVEL=DEBUG."""
+    blocking = given.blocking(check)
+    if blocking:
+        return [Finding(check, "skip", f"not checked: {blocking} is malformed (see settings)")]
     try:
-        return await findings
-    except Exception as exc:
-        return [Finding(check, "FAIL", f"the check itself failed ({type(exc).__name__})")]
+        return await run()
+    except (ConfigError, StorageError, SlackError) as exc:
+        return [Finding(check, "FAIL", f"the check could not finish: {exc}")]
+    except Exception:
+        log.debug("the %s check failed", check, exc_info=True)
+        detail = (
+            "the check could not finish (an unexpected error: run `threadgate doctor` with "
+            "THREADGATE_LOG_LEVEL=DEBUG to see it)"
+        )
+        return [Finding(check, "FAIL", detail)]
 
 
 # -- settings -------------------------------------------------------------------------------
-
-
-def check_settings(settings: Settings) -> list[Finding]:
-    problems = config_problems(settings)
-    if problems:
-        return [Finding("settings", "FAIL", str(problem)) for problem in problems]
-    return [Finding("settings", "ok", f"complete for {mode(settings)}")]
 
 
 # The most days a distributed install (many workspaces) keeps messages without a warning.
@@ -212,44 +235,6 @@ def retention_reminder(settings: Settings) -> Finding:
     return Finding("retention", "ok", detail)
 
 
-def mode(settings: Settings) -> str:
-    transport = (
-        "Socket Mode (SLACK_APP_TOKEN is set)" if settings.slack.socket_mode else "HTTP mode"
-    )
-    if not settings.process.serves_events:
-        transport = "no Slack events"
-    described = f"{transport}, many workspaces (OAuth)" if settings.slack.oauth_mode else transport
-    role = settings.process.role
-    return described if role == "all" else f"role {role} (THREADGATE_ROLE): {described}"
-
-
-def config_problems(settings: Settings) -> list[ConfigError]:
-    """Every missing variable the mode requires; when none is missing, a malformed one."""
-    transport = "SLACK_APP_TOKEN" if settings.slack.socket_mode else "SLACK_SIGNING_SECRET"
-    # A worker takes no events (no transport secret) and runs no install flow (no client
-    # secret); an ingress calls no model.
-    secret = ("SLACK_CLIENT_SECRET",) if settings.process.serves_events else ()
-    credentials = ("SLACK_CLIENT_ID", *secret) if settings.slack.oauth_mode else ()
-    checks: list[Callable[[], object]] = [
-        *(functools.partial(settings.require, variable) for variable in credentials),
-        *(() if credentials else (lambda: settings.require("SLACK_BOT_TOKEN"),)),
-        *((lambda: settings.require(transport),) if settings.process.serves_events else ()),
-        *((lambda: settings.require("THREADGATE_MODEL"),) if settings.process.runs_workers else ()),
-    ]
-    problems = [problem for check in checks if (problem := _config_error(check))]
-    if not problems and (problem := _config_error(settings.require_serve)):
-        problems.append(problem)
-    return problems
-
-
-def _config_error(check: Callable[[], object]) -> ConfigError | None:
-    try:
-        check()
-    except ConfigError as exc:
-        return exc
-    return None
-
-
 # -- Slack ----------------------------------------------------------------------------------
 
 
@@ -259,7 +244,8 @@ async def check_slack(settings: Settings, limit: float) -> list[Finding]:
     token = settings.slack.bot_token
     if token is None or not token.get_secret_value():
         return [Finding("slack", "skip", "not checked: SLACK_BOT_TOKEN is not set")]
-    client = slack_client(token.get_secret_value(), settings.slack.api_url, timeout=int(limit))
+    # The client's own bound past the check's: the check's is the one that answers.
+    client = slack_client(token.get_secret_value(), settings.slack.api_url, timeout=2 * limit)
     try:
         async with asyncio.timeout(limit):
             response = await client.auth_test()
@@ -300,7 +286,7 @@ async def check_socket_mode(settings: Settings, limit: float) -> list[Finding]:
         detail = f"apps.connections.open failed ({refused.error}); check SLACK_APP_TOKEN."
         return [Finding("socket mode", "FAIL", detail)]
     except SlackError as failure:
-        return [Finding("socket mode", "FAIL", unreachable_socket(failure.reason))]
+        return [Finding("socket mode", "FAIL", unreachable_socket(why_failed(failure)))]
     except TimeoutError:
         return [Finding("socket mode", "FAIL", unreachable_socket(f"no hello within {limit:g} s"))]
     detail = f"SLACK_APP_TOKEN works: Slack said hello ({count} connection(s) open, this check's included)"
@@ -334,7 +320,7 @@ def install_policy(settings: Settings) -> Finding:
 
 async def check_installations(settings: Settings, limit: float) -> list[Finding]:
     """Many workspaces: every installation named (no token) and its token tried."""
-    if _config_error(settings.require_oauth):
+    if config_error(settings.require_oauth):
         return [Finding("slack", "skip", "not checked: the OAuth settings are not usable")]
     async with (
         asyncio.timeout(limit),
@@ -407,7 +393,7 @@ async def _try_installation(
         return Finding("slack", "FAIL", f"{named}: {exc}")
     if found is None:
         return Finding("slack", "skip", f"{named}: uninstalled while checked")
-    client = slack_client(found.bot_token, settings.slack.api_url, timeout=int(limit))
+    client = slack_client(found.bot_token, settings.slack.api_url, timeout=2 * limit)
     try:
         response = await client.auth_test()
     except SlackRefused as refused:
@@ -443,11 +429,24 @@ def slack_refusal(refused: SlackRefused) -> str:
 def slack_failed(failure: SlackError) -> str:
     """A call that was not refused: Slack was not reached, or it failed on it."""
     if isinstance(failure, SlackUnavailable):
-        return unreachable_slack(failure.reason)
+        return unreachable_slack(why_failed(failure))
     return (
-        f"the Slack Web API failed on {failure.method} ({failure.reason}); try again, "
+        f"the Slack Web API failed on {failure.method} ({why_failed(failure)}); try again, "
         "or check SLACK_API_URL."
     )
+
+
+def why_failed(failure: SlackError) -> str:
+    """A Slack call's failure in words: the network's, Slack's error code, or an HTTP
+    status; never the name of the exception that carried it."""
+    words = network_words(failure)
+    if words is not None:
+        return words
+    return "the connection failed" if _CLASS_NAME.fullmatch(failure.reason) else failure.reason
+
+
+# What `SlackError.reason` holds when the transport failed: the exception's class name.
+_CLASS_NAME = re.compile(r"(?:[A-Z][a-z0-9]+)+(?:Error|Exception|Timeout|Disconnected)")
 
 
 def unreachable_slack(why: str) -> str:
@@ -521,7 +520,8 @@ async def check_models(settings: Settings, limit: float) -> list[Finding]:
     except ConfigError as exc:
         return [Finding("model", "FAIL", str(exc))]
     if not routes:
-        return [Finding("model", "skip", "not checked: THREADGATE_MODEL is not set")]
+        detail = "not checked: no model is set (THREADGATE_MODEL, or THREADGATE_ROUTES)"
+        return [Finding("model", "skip", detail)]
     findings = await asyncio.gather(
         *(check_route(settings, n, route, limit) for n, route in enumerate(routes))
     )
@@ -546,18 +546,38 @@ async def check_route(settings: Settings, index: int, route: RouteConfig, limit:
     except ConfigError as exc:
         return Finding("model", "FAIL", str(exc))
     try:
-        return await probe(model, limit)
+        return await probe(model, limit, base_url_of(route, variable))
     finally:
         await model.aclose()
 
 
-async def probe(model: Model, limit: float) -> Finding:
+async def probe(model: Model, limit: float, base_url: str = "its base URL") -> Finding:
     try:
         async with asyncio.timeout(limit):
             result = await probe_model(model)
     except TimeoutError:
-        return Finding("model", "FAIL", f"{model.name}: no answer within {limit:g} s")
+        detail = (
+            f"{model.name}: no answer within {limit:g} s; check that a server answers at "
+            f"{base_url}, or allow longer with `threadgate doctor --timeout`"
+        )
+        return Finding("model", "FAIL", detail)
+    words = network_words(result.error) if result.error is not None else None
+    if words is not None:
+        detail = f"{model.name} could not be reached ({words}); check {base_url} and the network"
+        return Finding("model", "FAIL", detail)
     return Finding("model", "ok" if result.ok else "FAIL", str(result))
+
+
+def base_url_of(route: RouteConfig, variable: str) -> str:
+    """Where the setting that sends `route` to its server is: the route's own baseUrl, or
+    its vendor's variable."""
+    if route.base_url is not None:
+        return f"the baseUrl of its route in {variable}"
+    return f"{route.provider.upper()}_BASE_URL" if route.provider in VENDOR_URLS else "its base URL"
+
+
+# The vendors whose base URL has a variable of its own (gateway/config/model_settings.py).
+VENDOR_URLS = ("openai", "anthropic")
 
 
 # -- the database ---------------------------------------------------------------------------
@@ -573,8 +593,11 @@ async def check_database(settings: Settings, limits: Limits) -> list[Finding]:
     except StorageError as exc:
         return [Finding("database", "FAIL", str(exc))]
     except TimeoutError:
+        if not embedded:
+            assert settings.database.url is not None
+            where = f"the {database_place(settings.database.url.get_secret_value())}"
         detail = f"{where}: no answer within {limit:g} s; check DATABASE_URL and the network."
-        return [Finding("database", "FAIL", detail)]
+        return [Finding("database", "FAIL", detail[:1].upper() + detail[1:])]
     pending, room, tiers = found
     connections = connections_finding(settings, room)
     reads = read_tier_finding(settings, tiers)
@@ -750,7 +773,7 @@ async def check_mcp(settings: Settings, limit: float) -> list[Finding]:
 def mcp_finding(state: McpServerState, limit: float) -> Finding:
     check = f"mcp {state.name}"
     if not state.connected:
-        why = state.error or f"no answer within {limit:g} s"
+        why = _without_class_name(state.error) if state.error else f"no answer within {limit:g} s"
         return Finding(check, "FAIL", f"not connected over {state.transport} ({why})")
     tools = ", ".join(state.tools) if state.tools else "none (check allowedTools)"
     detail = f"connected over {state.transport}; tools: {tools}"
@@ -758,6 +781,14 @@ def mcp_finding(state: McpServerState, limit: float) -> Finding:
         return Finding(check, "ok", detail)
     skipped = "; ".join(f"{name}: {why}" for name, why in state.skipped)
     return Finding(check, "warn", f"{detail}; not offered: {skipped}")
+
+
+def _without_class_name(error: str) -> str:
+    """An MCP server's failure as the agent keeps it (`Type: message`), said without the type."""
+    name, colon, message = error.partition(": ")
+    if _CLASS_NAME.fullmatch(name):
+        return message if colon and message else "the connection failed"
+    return error
 
 
 # -- channels -------------------------------------------------------------------------------
@@ -829,10 +860,3 @@ def _quoted(text: str, most: int = 80) -> str:
     flat = " ".join(text.split())
     shown = flat if len(flat) <= most else f"{flat[: most - 1]}…"
     return f'"{shown}" ({len(text):,} characters)'
-
-
-def report(findings: list[Finding]) -> str:
-    """The printed report: one line per finding, then a summary line."""
-    problems = sum(finding.failed for finding in findings)
-    summary = f"{problems} problem(s) found." if problems else "All checks passed."
-    return "\n".join([*map(str, findings), summary])

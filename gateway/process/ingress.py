@@ -127,9 +127,10 @@ class Ingress:
             home=self._home,
         )
         return build_bolt_app(
-            # With many workspaces bolt's client holds no token: bolt lends it each
-            # event's; we call Slack through our own clients anyway.
-            client=(await clients.for_team(None)) if r.identity else r.slack.tokenless(),
+            # Bolt's client holds no token: bolt lends each event's client the token of its
+            # authorization (ours, `identity` or `authorize`), and given one here too it
+            # warns that it "will be ignored". We call Slack through our own clients anyway.
+            client=r.slack.tokenless(),
             signing_secret=secret.get_secret_value() if secret else None,
             listeners=listeners,
             identity=r.identity,

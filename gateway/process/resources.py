@@ -113,7 +113,7 @@ async def open_resources(
     webhook = settings.alerts.webhook_url
     alarm = TokenAlarm(webhook.get_secret_value() if webhook else None, alert_windows(settings, db))
     slack = SlackClientFactory(settings, metrics, supervisor, session, alarm, tracer)
-    clients, identity = await open_clients(slack, db)
+    clients, identity = await open_clients(slack, db, warn=migrate)
     return Resources(settings, metrics, db, slack, clients, identity, supervisor, tracer, policies)
 
 
@@ -142,20 +142,21 @@ async def open_database(
 
 
 async def open_clients(
-    slack: SlackClientFactory, db: Database
+    slack: SlackClientFactory, db: Database, *, warn: bool = True
 ) -> tuple[SlackClients, AuthorizeResult | None]:
     """Each installation's client (OAuth mode, stored tokens sealed), or the one
-    workspace's, after asking Slack who the bot is there."""
+    workspace's, after asking Slack who the bot is there. `warn`: this set of resources
+    is the process's first (role all opens a second for its ingress thread), which warns
+    of open installs once."""
     s = slack.settings
     pacing = read_pacing(s, db, slack.metrics)
     if s.slack.oauth_mode:
         await seal_stored_tokens(slack.installations(db))
-        if not s.slack.install_allowlist:
+        if warn and not s.slack.install_allowlist:
             log.warning("%s", OPEN_INSTALLS)
         return slack.many(db, pacing), None
-    client = slack.single()
-    identity = await identify(client, s.require("SLACK_BOT_TOKEN"))
-    return SlackClients.single(client, pacing), identity
+    identity = await identify(slack.checking(), s.require("SLACK_BOT_TOKEN"))
+    return SlackClients.single(slack.single(), pacing), identity
 
 
 def read_pacing(settings: Settings, db: Database, metrics: Metrics) -> ReadPacing:

@@ -65,6 +65,11 @@ class SlackClientFactory:
     def single(self) -> MeteredWebClient:
         return self._client(self.settings.require("SLACK_BOT_TOKEN"), on_token_refused=self.alarm)
 
+    def checking(self) -> MeteredWebClient:
+        """The one workspace's client without the token alarm: for start-up's `auth.test`,
+        whose refusal ends the start in one sentence (`identify`), not in an alarm too."""
+        return self._client(self.settings.require("SLACK_BOT_TOKEN"))
+
     def tokenless(self) -> MeteredWebClient:
         """For bolt and the install flow: calls that bring their own token (or none)."""
         return self._client(None)

@@ -27,7 +27,10 @@ A call that fails raises one of `gateway.slack.errors`' three outcomes (refused,
 unknown, unavailable), mapped there once from whatever slack_sdk, aiohttp or the clock
 raised. Every call is counted by method and status, and a refusal of our own token
 (`Meaning.TOKEN_REFUSED`, gateway/slack/codes.py) is the one Slack error an operator must
-hear about at once: it is logged at CRITICAL and handed to `on_token_refused`.
+hear about at once: a client given `on_token_refused` (the serving gateway's) logs it at
+CRITICAL and hands it on. A client without one is a check's (`doctor`, start-up's
+`auth.test`), whose caller says what was refused in its own one sentence: logged as well,
+it was printed twice.
 Every call is a span of the trace it is made in (`slack {method}`, agent/core/tracing.py).
 """
 
@@ -166,6 +169,8 @@ class MeteredWebClient(AsyncWebClient):
             self._metrics.slack_calls.labels(method, status).inc()
 
     async def _token_refused(self, method: str, error: str) -> None:
+        if self._on_token_refused is None:
+            return  # a check's client: its caller says what was refused, once
         if self.workspace is None:
             log.critical(
                 "Slack refused the bot token (%s on %s): check SLACK_BOT_TOKEN", error, method
@@ -177,9 +182,8 @@ class MeteredWebClient(AsyncWebClient):
                 error,
                 method,
             )
-        if self._on_token_refused is not None:
-            # In the background: the caller's own deadline must not cut the alert short.
-            self._supervisor.spawn(self._on_token_refused(method, error), name="token-alarm")
+        # In the background: the caller's own deadline must not cut the alert short.
+        self._supervisor.spawn(self._on_token_refused(method, error), name="token-alarm")
 
 
 def basic_auth(credentials: dict[str, str]) -> dict[str, str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import SecretStr
 
-from agent.core.errors import TransientModelError
+from agent.core.errors import CredentialRejected, TransientModelError
 from agent.models.contract import ModelRequest, ModelResponse
 from agent.models.function_model import FunctionModel, text_response
 from agent.models.probe import probe_model
@@ -23,14 +23,16 @@ async def test_latency_is_measured_with_the_injected_clock() -> None:
 
 
 async def test_failure_is_one_classified_line() -> None:
-    """A failing model gives the error class and message on one line, no latency."""
+    """A failing model gives its message on one line (no class name) and the error itself,
+    no latency."""
+    error = TransientModelError("HTTP 503\nfrom upstream")
 
     def fail(request: ModelRequest) -> ModelResponse:
-        raise TransientModelError("HTTP 503\nfrom upstream")
+        raise error
 
     result = await probe_model(FunctionModel(fail))
     assert not result.ok and result.latency_ms is None
-    assert result.detail == "TransientModelError: HTTP 503 from upstream"
+    assert result.detail == "HTTP 503 from upstream" and result.error is error
 
 
 async def test_gateway_refusal_over_http_names_the_gateway_token() -> None:
@@ -47,5 +49,6 @@ async def test_gateway_refusal_over_http_names_the_gateway_token() -> None:
         model = OpenAIModel("gpt-test", provider=provider)
         result = await probe_model(model)
         await model.aclose()
-    assert "CredentialRejected" in result.detail and "THREADGATE_GATEWAY_TOKEN" in result.detail
+    assert isinstance(result.error, CredentialRejected)
+    assert "THREADGATE_GATEWAY_TOKEN" in result.detail
     assert "\n" not in str(result)
