@@ -23,6 +23,7 @@ from pathlib import Path
 
 from bench import run as bench_run
 
+HERE = Path(__file__).resolve().parent.parent
 CONCURRENT = 16  # the default THREADGATE_WORKERS: requests in flight at once
 TOOLS = 12
 
@@ -100,7 +101,7 @@ async def one_side(url: str, cwd: Path, requests: int) -> float:
 
 
 async def main(args: argparse.Namespace) -> None:
-    here = Path(__file__).resolve().parent.parent
+    here = HERE
     server = await child(["--serve"], here)
     assert server.stdout is not None and server.stdin is not None
     url = (await server.stdout.readline()).decode().strip()

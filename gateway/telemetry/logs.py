@@ -21,6 +21,13 @@ cheaply by the `threadgate_model_*` metrics, its trace span, the task's `model_r
 count (`threadgate tasks show`), and, when it fails, a line of `MeteredModel`'s
 (gateway/telemetry/metrics.py). At `DEBUG` the line is back, redacted like any other.
 
+slack_sdk's Web API client asks its own logger's `level`, not whether it logs debug
+lines: at `NOTSET`, the level nobody sets, it formats two debug lines for every call (the
+request's whole arguments, the response's headers and body) for the logging module to
+drop. That logger gets the root's level (`LEVEL_ASKED`), so the lines are made only when
+they are written. (bolt asks the same way, but copies the root's level onto its loggers
+itself.)
+
 What a line quotes may come from elsewhere — an error code a proxy sent, a name from an
 event — and a terminal or log viewer acts on some characters instead of showing them: ESC
 and CSI start escape sequences that repaint the screen, CR and LF forge lines, bidi
@@ -124,6 +131,11 @@ class Redactor:
         text = _WEBHOOK_PATH.sub(rf"\1{REDACTED}", text)
         text = _SECRET_FIELD.sub(rf"\1{REDACTED}", text)
         return _SECRET_QUERY.sub(rf"\1{REDACTED}", text)
+
+
+# The loggers whose owners check `logger.level <= DEBUG` before formatting a debug line
+# (module docstring): slack_sdk's Web API client's.
+LEVEL_ASKED = ("slack_sdk.web.async_base_client",)
 
 
 class SecretsFilter(logging.Filter):
@@ -232,3 +244,7 @@ def configure_logging(level: str, style: str, *, secrets: Iterable[str] = ()) ->
     logging.getLogger("httpx").setLevel(
         logging.NOTSET if root.level <= logging.DEBUG else max(root.level, logging.WARNING)
     )
+    for name in LEVEL_ASKED:
+        logging.getLogger(name).setLevel(
+            logging.NOTSET if root.level <= logging.DEBUG else root.level
+        )

@@ -1,5 +1,6 @@
 """Each model request is recorded cheaply: no httpx line per request at INFO, a line for
-each request that failed, and httpx's own line back at DEBUG."""
+each request that failed, and httpx's own line back at DEBUG; the libraries that ask their
+logger's level before making a debug line are told the real one."""
 
 from __future__ import annotations
 
@@ -9,8 +10,11 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from slack_bolt.async_app import AsyncApp
+from slack_bolt.logger import get_bolt_logger
+from slack_sdk.web.async_client import AsyncWebClient
 
-from gateway.telemetry.logs import configure_logging
+from gateway.telemetry.logs import LEVEL_ASKED, configure_logging
 from tests.fakes.openai_api import OpenAIServer, error_reply
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.slack_events import app_mention_event, deliver, event_callback
@@ -22,11 +26,12 @@ from tests.pg import create_database
 @pytest.fixture
 def restored_logging() -> Iterator[None]:
     """The root logger's handlers and level, and httpx's level, as they were."""
-    root, httpx_log = logging.getLogger(), logging.getLogger("httpx")
-    handlers, level, httpx_level = root.handlers[:], root.level, httpx_log.level
+    root, named = logging.getLogger(), [logging.getLogger(n) for n in ("httpx", *LEVEL_ASKED)]
+    handlers, level, levels = root.handlers[:], root.level, [n.level for n in named]
     yield
     root.handlers[:], root.level = handlers, level
-    httpx_log.setLevel(httpx_level)
+    for logger, was in zip(named, levels, strict=True):
+        logger.setLevel(was)
 
 
 @pytest.mark.parametrize(("level", "shown"), [("INFO", False), ("WARNING", False), ("DEBUG", True)])
@@ -37,6 +42,19 @@ def test_httpx_request_lines_show_only_at_debug(
     configure_logging(level, "text")
     assert logging.getLogger("httpx").isEnabledFor(logging.INFO) is shown
     assert logging.getLogger("httpx").isEnabledFor(logging.WARNING)
+
+
+@pytest.mark.parametrize(("level", "asked"), [("INFO", logging.INFO), ("DEBUG", logging.NOTSET)])
+def test_slack_sdk_and_bolt_make_debug_lines_only_at_debug(
+    restored_logging: None, level: str, asked: int
+) -> None:
+    """slack_sdk's client and bolt's app, which format a debug line whenever their logger's
+    own level is at most DEBUG, see INFO at INFO, and at DEBUG a level that lets every
+    line through."""
+    configure_logging(level, "text")
+    asking = [AsyncWebClient().logger, get_bolt_logger(AsyncApp)]
+    assert [logger.level <= logging.DEBUG for logger in asking] == [asked <= logging.DEBUG] * 2
+    assert all(logger.isEnabledFor(logging.getLevelName(level)) for logger in asking)
 
 
 async def test_a_gateway_at_info_logs_the_failed_model_request_and_no_httpx_line(
