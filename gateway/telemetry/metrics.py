@@ -19,6 +19,7 @@ conventions say (`chat {model}`, `gen_ai.*`), through the `agent.Tracer` it is g
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -53,6 +54,8 @@ from gateway.telemetry.metric_families import (
     SurfaceFamilies,
     TaskFamilies,
 )
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -147,6 +150,10 @@ class MeteredModel(Model):
             started = time.perf_counter()
             try:
                 response = await self._inner.request(request, watch=watch, showing=showing)
+            except Exception as exc:
+                # The record of a failed request (httpx's own line is DEBUG only: logs.py).
+                log.info("model request to %s failed: %s", self.name, exc)
+                raise
             finally:
                 elapsed = time.perf_counter() - started
                 self._metrics.model_seconds.labels(*self._labels).observe(elapsed)

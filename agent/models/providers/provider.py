@@ -10,6 +10,15 @@ owns the connection pool and authentication, so several models on one vendor can
 and secrets live in exactly one object. Secrets are `SecretStr` and are turned into header
 values only when a request is sent; nothing here prints them.
 
+The request body is encoded by orjson (`json_body`), not by httpx's `json=` (the
+standard library's encoder): a round's body is tens of kilobytes (the system prompt, the
+tools, the window), and encoding it was the largest single cost of building a request,
+about 150 µs against orjson's tenth of that (bench/model_request.py, BENCHMARKS.md).
+orjson is a well-kept, widely used encoder that writes what httpx wrote (compact, UTF-8,
+the same key order, the same bytes but for how a float is spelled: `1e-5`, not `1e-05`);
+whatever it refuses (a mapping that is no `dict`, an integer past 64 bits) is encoded by
+the standard library as before.
+
 An AI gateway in front of the vendor (Cloudflare AI Gateway, a LiteLLM proxy) gets its own
 credential: when `gateway_token` is set it is sent in `gateway_header`, beside the vendor
 key, exactly as configured — for Cloudflare configure the value as `Bearer <token>`. We do
@@ -18,12 +27,14 @@ not add a `Bearer ` prefix ourselves because gateways disagree on the scheme.
 
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import httpx
+import orjson
 from pydantic import SecretStr
 
 from agent.core.errors import Route
@@ -73,8 +84,9 @@ class Provider(ABC):
         """The vendor's own authentication headers for `api_key`."""
 
     def headers(self) -> dict[str, str]:
-        """Every header a request carries: vendor auth and the gateway credential."""
-        headers = self.auth_headers(self._key())
+        """Every header a request carries: vendor auth and the gateway credential, and the
+        body's type (the body is JSON, `json_body`)."""
+        headers = {"content-type": "application/json", **self.auth_headers(self._key())}
         if self._gateway is not None:
             header, token = self._gateway
             headers[header] = token.get_secret_value()
@@ -86,7 +98,9 @@ class Provider(ABC):
     async def post(self, path: str, body: Mapping[str, Any], route: Route) -> httpx.Response:
         """POST JSON and return a 2xx response, or raise the classified error."""
         try:
-            response = await self._client.post(path, json=dict(body), headers=self.headers())
+            response = await self._client.post(
+                path, content=json_body(body), headers=self.headers()
+            )
         except httpx.HTTPError as exc:
             raise classify_exception(exc, route=route) from exc
         if not response.is_success:
@@ -114,7 +128,7 @@ class Provider(ABC):
         request = self._client.build_request(
             "POST",
             path,
-            json=dict(body),
+            content=json_body(body),
             headers=self.headers(),
             extensions={SHOWING: showing} if showing is not None else None,
         )
@@ -135,6 +149,16 @@ class Provider(ABC):
     def __repr__(self) -> str:
         gateway = self._gateway[0] if self._gateway else None
         return f"{type(self).__name__}(base_url={self.base_url!r}, gateway_header={gateway!r})"
+
+
+def json_body(body: Mapping[str, Any]) -> bytes:
+    """`body` as the JSON bytes httpx's `json=` sent: by orjson, or by the standard library
+    where orjson refuses a value (module docstring)."""
+    try:
+        return orjson.dumps(dict(body))
+    except TypeError:
+        encoded = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        return encoded.encode()
 
 
 async def _raise_for_status(response: httpx.Response, route: Route, *, gateway_token: bool) -> None:
