@@ -260,11 +260,21 @@ class History(Protocol):
     async def get(self, message_id: str) -> StoredMessage | None: ...
 
     async def append(
-        self, message: StoredMessage, *, answers: str, origin: AnswerOrigin | None = None
+        self,
+        message: StoredMessage,
+        *,
+        answers: str,
+        origin: AnswerOrigin | None = None,
+        lease: Task | None = None,
     ) -> StoredMessage:
         """Store `message` (answering the user message `answers`) unless its id exists,
         with where it came from (`origin`, as `Memory.stamp` records it); return the
-        stored row either way, so a retry reuses what was stored first (and its origin)."""
+        stored row either way, so a retry reuses what was stored first (and its origin).
+
+        With `lease`, fenced like `Publisher.publish`: when that task's attempt is no
+        longer its current lease, nothing is stored and an exception is raised (a later
+        attempt may answer messages this one never saw); the runner then finds the lease
+        lost and stops."""
 
     async def window(self, task: Task, *, max_chars: int, max_messages: int) -> Window:
         """The latest messages up to and including the task's own turn, oldest first,

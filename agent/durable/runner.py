@@ -54,8 +54,11 @@ the task over. Two workers must never both carry a round to Slack. So the heartb
 finds its lease lost cancels its worker's run wherever it is, and a beat comes at once
 when the queue says leases are in doubt; what slips through is fenced in storage (the
 publish, finish, fail and retry of a lost lease change nothing), and a run that fails
-without its lease stops quietly instead of retrying or telling the user. An operator's
-cancel (storage/queue.py) ends the lease the same way; it is counted as `cancelled`.
+without its lease stops quietly instead of retrying or telling the user. The reply is
+stored under the lease too (`History.append`): a later attempt may cover messages of the
+thread this one never saw (storage/thread_queue.py), and would deliver a stored reply as
+their answer. An operator's cancel (storage/queue.py) ends the lease the same way; it is
+counted as `cancelled`.
 
 Someone's Stop (Slack's Stop button, storage/stops.py) ends the lease the same way, and at
 once: the store's signal makes every heartbeat beat. Its subtasks are ended with it, and
@@ -382,12 +385,15 @@ class TaskRunner:
             decision.text,
             citations=decision.citations,
         )
-        # Stored with where it came from, in the same statement (`History.append`).
+        # Stored with where it came from, in the same statement (`History.append`), and
+        # only under the task's lease: an attempt that lost it may have been written
+        # without messages the current one covers, which would take it as their answer.
         return await self._history.append(
             draft,
             # After the newest turn it answers: one its round took as it ran, or its task's.
             answers=decision.steered[-1] if decision.steered else task.newest_turn_id,
             origin=decision.origin,
+            lease=task,
         )
 
     async def _stamp(self, message_id: str, ours: bool, origin: AnswerOrigin | None) -> None:

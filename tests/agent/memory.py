@@ -78,7 +78,12 @@ class MemoryHistory:
     origins: dict[str, AnswerOrigin] = field(default_factory=dict)
 
     async def append(
-        self, message: StoredMessage, *, answers: str, origin: AnswerOrigin | None = None
+        self,
+        message: StoredMessage,
+        *,
+        answers: str,
+        origin: AnswerOrigin | None = None,
+        lease: Task | None = None,  # leases in memory are never lost
     ) -> StoredMessage:
         existing = await self.get(message.id)
         if existing is not None:
