@@ -57,6 +57,9 @@ class Task:
     # The later tasks of its session it answers too, oldest first (a thread that collects
     # its messages: storage/thread_queue.py); their turns are turns of its request.
     covers: tuple[str, ...] = ()
+    # When this attempt's lease was taken, by the store's clock (None: not known); what
+    # happened to the task since (an interrupt) is told apart from what came before by it.
+    leased_at: datetime | None = None
 
     @property
     def user_message_id(self) -> str:
@@ -214,6 +217,11 @@ class TaskQueue(Protocol):
 
     async def cancelled(self, task: Task) -> bool:
         """Whether an operator cancelled the task (asked once its lease is found lost)."""
+
+    async def interrupted(self, task: Task) -> bool:
+        """Whether a new message of the person who asked ended this attempt's lease (a
+        thread whose queue mode is `interrupt`), asked once its lease is found lost: the
+        task is queued again to answer everything pending, not cancelled."""
 
     async def finish(self, task: Task) -> None:
         """End the task's lease as done. What this makes runnable (the thread's next

@@ -65,7 +65,9 @@ once: the store's signal makes every heartbeat beat. Its subtasks are ended with
 their workers stop through the same path. The stopped task is queued again, marked
 (`Task.stopped`): the worker that claims it, on any replica, asks no model, posts the note
 that the work was stopped (`task:{id}:stopped`, once) and finishes it; it is counted as
-`stopped`.
+`stopped`. A new message of the asker in a thread whose queue mode is `interrupt`
+(storage/thread_queue.py) ends the lease the same way, but queues the task again to answer
+everything pending: the attempt it ended is counted as `interrupted`.
 
 Traced (agent/core/tracing.py): each lease resumes its message's trace (`Task.traceparent`)
 in a `run` span, each round its `round` span inside it, each subtask a `subtask` span,
@@ -273,15 +275,20 @@ class TaskRunner:
             return True
 
     async def _lost_lease(self, task: Task) -> None:
-        """Count how the lease ended: an operator's cancel (`threadgate tasks cancel`) ends
-        it like a take-over does, and is told apart only here."""
+        """Count how the lease ended: an operator's cancel (`threadgate tasks cancel`), a
+        Stop and an interrupt (the asker wrote again) end it like a take-over does, and are
+        told apart only here."""
         try:
             cancelled = await self._queue.cancelled(task)
+            interrupted = not cancelled and await self._queue.interrupted(task)
         except Exception:  # the database is away: it was lost, whatever the reason
-            cancelled = False
+            cancelled = interrupted = False
         if cancelled:
             self._observer.task_settled("cancelled")
             log.warning("task %s: cancelled by an operator or a Stop; stopped", task.id)
+            return
+        if interrupted:  # logged as an outcome (gateway/telemetry/outcomes.py)
+            self._observer.task_settled("interrupted")
             return
         self._observer.task_settled("lease_lost")
         log.warning("task %s: attempt %d lost its lease; stopped", task.id, task.attempts)

@@ -49,6 +49,9 @@ class MemoryQueue:
     async def cancelled(self, task: Task) -> bool:
         return False
 
+    async def interrupted(self, task: Task) -> bool:
+        return False
+
     async def finish(self, task: Task) -> None:
         self.finished.append(task.id)
         self.changed.set()
