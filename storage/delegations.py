@@ -154,12 +154,12 @@ _CLAIM_NEXT = (
 SELECT s.task_id AS id, t.session_id, t.address, t.attempts, NULL::timestamptz AS created_at,
        NULL::boolean AS stored_reply, NULL::boolean AS stopped, t.traceparent, t.schedule_id,
        NULL::text AS stopped_by, s.round, s.index, s.type, s.params, s.refs, s.attempts AS subtask_attempts, s.remaining,
-       s.recovered, NULL::text[] AS covers
+       s.recovered, NULL::text[] AS covers, NULL::timestamptz AS leased_at
 FROM s_leased s JOIN tasks t ON t.id = s.task_id
 UNION ALL
 SELECT id, session_id, address, attempts, created_at, stored_reply, stopped, traceparent,
        schedule_id, stopped_by,
-       NULL, NULL, NULL, NULL, NULL, NULL, NULL, recovered, covers
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL, recovered, covers, leased_at
 FROM t_leased
 """
 )

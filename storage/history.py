@@ -4,6 +4,7 @@ Messages are ordered by `anchor` (the seq of the user turn they answer) and then
 so an answer sits right after its question even when the next question arrived first.
 The window is one index scan bounded by `max_messages`; the character budget is applied
 to those rows, newest first. The cost of a round does not grow with the conversation.
+A task's reply is stored only under its lease (`append(lease=…)`), as its posts are.
 
 What the session remembers beyond that comes with it, in the same statement: its pinned
 messages, each with the rest of its turn — the messages of the same anchor: a pinned
@@ -56,6 +57,7 @@ from storage.database import Database
 from storage.errors import translate_errors
 from storage.memory import slot_name
 from storage.notes import notes_from_json
+from storage.outbox import Superseded
 from storage.pins import PinRoom, PinSize, shown_pins
 
 _COLUMNS = "id, session_id, role, kind, text, pinned, citations, notes, deleted_at"
@@ -66,19 +68,35 @@ _HAS_IMAGES = """(role = 'user' AND deleted_at IS NULL AND EXISTS (
 
 # The answer's origin is stored with it ($8-$12; storage/memory.py `stamp`), in the same
 # statement: only when this call stored it, as a stamp of a stored answer would be.
+#
+# A task's reply is fenced by its lease ($13 the task, $14 the attempt, $15 this process's
+# lease owner; $13 NULL: not fenced), as the outbox fences its posts (storage/outbox.py):
+# under `collect` a later attempt may cover messages this one never saw
+# (storage/thread_queue.py), and finds a stored reply to deliver as the answer to all of
+# them. So an attempt that lost its lease stores nothing, and learns it (`fenced`) whether
+# a reply is stored or not. FOR SHARE keeps a claim of the task (FOR UPDATE) from slipping
+# in before the insert commits. One row always: the stored message's columns are NULL
+# when its question is not stored (or the fence refused the insert and none was stored).
 _APPEND = f"""
-WITH inserted AS (
+WITH fence AS (
+    SELECT true FROM tasks
+    WHERE id = $13 AND attempts = $14 AND state = 'running' AND lease_owner = $15
+    FOR SHARE
+), inserted AS (
     INSERT INTO messages (id, session_id, anchor, role, kind, text, citations,
                           prompt_epoch, route_provider, route_model, route_slot, route_index)
     SELECT $1, $2, q.seq, $3, $4, $5, $7::jsonb, $8, $9, $10, $11, $12
-    FROM messages q WHERE q.id = $6
+    FROM messages q WHERE q.id = $6 AND ($13::text IS NULL OR EXISTS (SELECT 1 FROM fence))
     ON CONFLICT (id) DO NOTHING
     RETURNING {_COLUMNS}
+), stored AS (
+    SELECT {_COLUMNS} FROM inserted
+    UNION ALL
+    SELECT {_COLUMNS} FROM messages WHERE id = $1
+    LIMIT 1
 )
-SELECT {_COLUMNS} FROM inserted
-UNION ALL
-SELECT {_COLUMNS} FROM messages WHERE id = $1
-LIMIT 1
+SELECT ($13::text IS NULL OR EXISTS (SELECT 1 FROM fence)) AS fenced, s.*
+FROM (VALUES (true)) AS one (x) LEFT JOIN stored s ON true
 """
 
 # $1 the window's message ids, oldest first; $2 how many pictures, $3 how many documents
@@ -242,10 +260,17 @@ class PostgresHistory:
 
     @translate_errors("The conversation history could not be reached")
     async def append(
-        self, message: StoredMessage, *, answers: str, origin: AnswerOrigin | None = None
+        self,
+        message: StoredMessage,
+        *,
+        answers: str,
+        origin: AnswerOrigin | None = None,
+        lease: Task | None = None,
     ) -> StoredMessage:
         m = message
         route = origin.route if origin else None
+        # Only a fenced append asks for the owner: a process that runs no task never does.
+        owner = await self._db.lease_owner() if lease is not None else None
         row = await self._db.pool.fetchrow(
             _APPEND,
             m.id,
@@ -260,8 +285,18 @@ class PostgresHistory:
             route.model if route else None,
             slot_name(route.slot) if route else None,
             route.slot if route else None,
+            lease.id if lease is not None else None,
+            lease.attempts if lease is not None else None,
+            owner,
         )
-        if row is None:
+        assert row is not None  # one row always
+        if not row["fenced"]:
+            assert lease is not None
+            raise Superseded(
+                f"attempt {lease.attempts} of task {lease.id} is no longer its lease:"
+                f" {m.id} is not stored"
+            )
+        if row["id"] is None:
             raise LookupError(
                 f"cannot append {m.id}: the message it answers ({answers}) is not stored"
             )

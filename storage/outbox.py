@@ -51,7 +51,8 @@ from storage.outbox_states import ClaimAnswer, PostEvent, PostState, Settlement,
 
 
 class Superseded(StorageError):
-    """The task's attempt is no longer its current lease: its posts are refused."""
+    """The task's attempt is no longer its current lease: its posts, and the storing of
+    its reply (storage/history.py), are refused."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -102,7 +102,9 @@ RETURNING tasks.id, tasks.session_id, tasks.address, tasks.attempts,
           EXISTS (SELECT 1 FROM messages m WHERE m.id = 'task:' || tasks.id || ':reply')
               AS stored_reply,
           tasks.stopped_at IS NOT NULL AS stopped, tasks.traceparent, tasks.schedule_id,
-          tasks.stopped_by, {p}candidate.recovered, {covers}
+          tasks.stopped_by, {p}candidate.recovered, {covers},
+          -- After the row's lock is ours: an interrupt of this lease is later, by this clock.
+          clock_timestamp() AS leased_at
 """
 
 
@@ -192,6 +194,14 @@ WITH done AS (
 SELECT count(pg_notify($6, $7)) FROM done
 """
 
+# Whether an interrupt (storage/thread_queue.py) ended the lease of attempt $3, leased at
+# $2: it came after that claim (both read the clock holding the row's lock), and at most
+# one claim came since (the one that answers with everything pending). An interrupt before
+# the claim ended an earlier attempt; one after a later claim, a later one.
+_INTERRUPTED = """
+SELECT interrupted_at >= $2 AND attempts IN ($3, $3 + 1) FROM tasks WHERE id = $1
+"""
+
 # A retry after an error no longer waits for the models (storage/model_waits.py defers).
 _RETRY = """
 UPDATE tasks SET state = 'queued', last_error = $4,
@@ -219,6 +229,7 @@ def task_from_row(row: asyncpg.Record) -> Task:
         str(schedule) if schedule is not None else None,
         row.get("stopped_by") if stopped else None,
         tuple(covers or ()),
+        leased_at=row.get("leased_at"),
     )
 
 
@@ -278,6 +289,14 @@ class PostgresTaskQueue:
             "SELECT state, stopped_at IS NOT NULL AS stopped FROM tasks WHERE id = $1", task.id
         )
         return row is not None and (row["state"] == "cancelled" or bool(row["stopped"]))
+
+    @translate_errors("The task queue could not be reached")
+    async def interrupted(self, task: Task) -> bool:
+        if task.leased_at is None:
+            return False
+        return bool(
+            await self._db.pool.fetchval(_INTERRUPTED, task.id, task.leased_at, task.attempts)
+        )
 
     @translate_errors("The task queue could not be reached")
     async def finish(self, task: Task) -> None:

@@ -186,8 +186,10 @@ WHERE t.id = $1 AND n.id = $2 AND t.id <> n.id AND t.stopped_at IS NULL
   AND NOT EXISTS (SELECT 1 FROM messages r WHERE r.id = 'task:' || t.id || ':reply')
 """
 
+# `interrupted_at` is read off the clock while the row's lock is held, as a claim reads its
+# `leased_at` (storage/queue.py): the interrupted attempt tells by it that it was this.
 _INTERRUPT = """
-UPDATE tasks SET state = 'queued', run_after = now(), interrupted_at = now(),
+UPDATE tasks SET state = 'queued', run_after = now(), interrupted_at = clock_timestamp(),
        lease_owner = NULL, lease_expires = NULL
 WHERE id = $1
 """

@@ -57,6 +57,9 @@ class Task:
     # The later tasks of its session it answers too, oldest first (a thread that collects
     # its messages: storage/thread_queue.py); their turns are turns of its request.
     covers: tuple[str, ...] = ()
+    # When this attempt's lease was taken, by the store's clock (None: not known); what
+    # happened to the task since (an interrupt) is told apart from what came before by it.
+    leased_at: datetime | None = None
 
     @property
     def user_message_id(self) -> str:
@@ -215,6 +218,11 @@ class TaskQueue(Protocol):
     async def cancelled(self, task: Task) -> bool:
         """Whether an operator cancelled the task (asked once its lease is found lost)."""
 
+    async def interrupted(self, task: Task) -> bool:
+        """Whether a new message of the person who asked ended this attempt's lease (a
+        thread whose queue mode is `interrupt`), asked once its lease is found lost: the
+        task is queued again to answer everything pending, not cancelled."""
+
     async def finish(self, task: Task) -> None:
         """End the task's lease as done. What this makes runnable (the thread's next
         message) is the caller's to look for next: a worker looks for work again right
@@ -260,11 +268,21 @@ class History(Protocol):
     async def get(self, message_id: str) -> StoredMessage | None: ...
 
     async def append(
-        self, message: StoredMessage, *, answers: str, origin: AnswerOrigin | None = None
+        self,
+        message: StoredMessage,
+        *,
+        answers: str,
+        origin: AnswerOrigin | None = None,
+        lease: Task | None = None,
     ) -> StoredMessage:
         """Store `message` (answering the user message `answers`) unless its id exists,
         with where it came from (`origin`, as `Memory.stamp` records it); return the
-        stored row either way, so a retry reuses what was stored first (and its origin)."""
+        stored row either way, so a retry reuses what was stored first (and its origin).
+
+        With `lease`, fenced like `Publisher.publish`: when that task's attempt is no
+        longer its current lease, nothing is stored and an exception is raised (a later
+        attempt may answer messages this one never saw); the runner then finds the lease
+        lost and stops."""
 
     async def window(self, task: Task, *, max_chars: int, max_messages: int) -> Window:
         """The latest messages up to and including the task's own turn, oldest first,

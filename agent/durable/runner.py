@@ -54,15 +54,20 @@ the task over. Two workers must never both carry a round to Slack. So the heartb
 finds its lease lost cancels its worker's run wherever it is, and a beat comes at once
 when the queue says leases are in doubt; what slips through is fenced in storage (the
 publish, finish, fail and retry of a lost lease change nothing), and a run that fails
-without its lease stops quietly instead of retrying or telling the user. An operator's
-cancel (storage/queue.py) ends the lease the same way; it is counted as `cancelled`.
+without its lease stops quietly instead of retrying or telling the user. The reply is
+stored under the lease too (`History.append`): a later attempt may cover messages of the
+thread this one never saw (storage/thread_queue.py), and would deliver a stored reply as
+their answer. An operator's cancel (storage/queue.py) ends the lease the same way; it is
+counted as `cancelled`.
 
 Someone's Stop (Slack's Stop button, storage/stops.py) ends the lease the same way, and at
 once: the store's signal makes every heartbeat beat. Its subtasks are ended with it, and
 their workers stop through the same path. The stopped task is queued again, marked
 (`Task.stopped`): the worker that claims it, on any replica, asks no model, posts the note
 that the work was stopped (`task:{id}:stopped`, once) and finishes it; it is counted as
-`stopped`.
+`stopped`. A new message of the asker in a thread whose queue mode is `interrupt`
+(storage/thread_queue.py) ends the lease the same way, but queues the task again to answer
+everything pending: the attempt it ended is counted as `interrupted`.
 
 Traced (agent/core/tracing.py): each lease resumes its message's trace (`Task.traceparent`)
 in a `run` span, each round its `round` span inside it, each subtask a `subtask` span,
@@ -270,15 +275,20 @@ class TaskRunner:
             return True
 
     async def _lost_lease(self, task: Task) -> None:
-        """Count how the lease ended: an operator's cancel (`threadgate tasks cancel`) ends
-        it like a take-over does, and is told apart only here."""
+        """Count how the lease ended: an operator's cancel (`threadgate tasks cancel`), a
+        Stop and an interrupt (the asker wrote again) end it like a take-over does, and are
+        told apart only here."""
         try:
             cancelled = await self._queue.cancelled(task)
+            interrupted = not cancelled and await self._queue.interrupted(task)
         except Exception:  # the database is away: it was lost, whatever the reason
-            cancelled = False
+            cancelled = interrupted = False
         if cancelled:
             self._observer.task_settled("cancelled")
             log.warning("task %s: cancelled by an operator or a Stop; stopped", task.id)
+            return
+        if interrupted:  # logged as an outcome (gateway/telemetry/outcomes.py)
+            self._observer.task_settled("interrupted")
             return
         self._observer.task_settled("lease_lost")
         log.warning("task %s: attempt %d lost its lease; stopped", task.id, task.attempts)
@@ -382,12 +392,15 @@ class TaskRunner:
             decision.text,
             citations=decision.citations,
         )
-        # Stored with where it came from, in the same statement (`History.append`).
+        # Stored with where it came from, in the same statement (`History.append`), and
+        # only under the task's lease: an attempt that lost it may have been written
+        # without messages the current one covers, which would take it as their answer.
         return await self._history.append(
             draft,
             # After the newest turn it answers: one its round took as it ran, or its task's.
             answers=decision.steered[-1] if decision.steered else task.newest_turn_id,
             origin=decision.origin,
+            lease=task,
         )
 
     async def _stamp(self, message_id: str, ours: bool, origin: AnswerOrigin | None) -> None:

@@ -336,7 +336,8 @@ class TaskFamilies:
         self.tasks = Counter(
             "threadgate_tasks_total",
             "Tasks settled, by outcome (request_cap: stopped by the cap on model requests;"
-            " stopped: someone pressed Stop in the thread).",
+            " stopped: someone pressed Stop in the thread; interrupted: its asker wrote"
+            " again, and it is answered with everything pending).",
             ["outcome"],
             registry=registry,
         )

@@ -8,8 +8,9 @@ thread) and, in JSON logs, `outcome` and `reason` as fields of their own:
 - `admitted`: the gatekeeper stored the message and its task (gateway/inbound/gatekeeper.py);
 - `refused`: not answered, and why (`REASONS`): an allowlist, a bot
   (gateway/inbound/bots.py), a limit or budget (its scope), Slack Connect;
-- `answered`, `deferred` (no model answered: tried again later), `stopped`: the task
-  runner's settlements, heard through `agent.RunnerObserver` (`TaskOutcomes`);
+- `answered`, `deferred` (no model answered: tried again later), `stopped`, `interrupted`
+  (the asker wrote again: answered with everything pending): the task runner's
+  settlements, heard through `agent.RunnerObserver` (`TaskOutcomes`);
 - `given_up`: the runner's own warning (agent/durable/runner.py), with the same fields.
 
 Refusals and settlements are at INFO, give-ups at WARNING. What would be a line per
@@ -84,6 +85,10 @@ _SETTLED: Mapping[str, str] = {
     "answered": "task answered: its reply is posted",
     "deferred": "task deferred: no model answered; it is tried again later",
     "stopped": "task stopped: someone pressed Stop; the note is posted",
+    "interrupted": (
+        "task interrupted: its asker wrote again (THREADGATE_THREAD_QUEUE=interrupt);"
+        " it is answered with everything pending"
+    ),
 }
 
 

@@ -49,6 +49,9 @@ class MemoryQueue:
     async def cancelled(self, task: Task) -> bool:
         return False
 
+    async def interrupted(self, task: Task) -> bool:
+        return False
+
     async def finish(self, task: Task) -> None:
         self.finished.append(task.id)
         self.changed.set()
@@ -78,7 +81,12 @@ class MemoryHistory:
     origins: dict[str, AnswerOrigin] = field(default_factory=dict)
 
     async def append(
-        self, message: StoredMessage, *, answers: str, origin: AnswerOrigin | None = None
+        self,
+        message: StoredMessage,
+        *,
+        answers: str,
+        origin: AnswerOrigin | None = None,
+        lease: Task | None = None,  # leases in memory are never lost
     ) -> StoredMessage:
         existing = await self.get(message.id)
         if existing is not None:

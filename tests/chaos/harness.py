@@ -211,6 +211,111 @@ def assert_exactly_once_in_order(
     assert not problems, "\n".join(problems) + "\n" + slack.describe()
 
 
+def answered_through(slack: FakeSlack, sent: Iterable[SentEvent]) -> Callable[[], bool]:
+    """A predicate for threads that collect: the last message sent into each thread has a
+    reply quoting it (replies come in order, so what came before is answered or covered)."""
+    last: dict[tuple[str, str], SentEvent] = {}
+    for s in sent:
+        last[(s.channel, s.thread_ts)] = s
+
+    def check() -> bool:
+        return all(
+            any(s.marker in p.text for p in replies_in(slack, s.channel, s.thread_ts))
+            for s in last.values()
+        )
+
+    return check
+
+
+def _replier(post: Post) -> str | None:
+    """The task whose reply `post` is, from the outbox id its metadata names
+    (`task:{id}:reply`, `#n` for a later part: gateway/delivery/posts.py)."""
+    payload = (post.metadata or {}).get("event_payload") or {}
+    outbox_id = str(payload.get("outbox_id") or "").partition("#")[0]
+    if not (outbox_id.startswith("task:") and outbox_id.endswith(":reply")):
+        return None
+    return outbox_id.removeprefix("task:").removesuffix(":reply")
+
+
+async def assert_each_answered_once(
+    slack: FakeSlack, sent_events: Iterable[SentEvent], dsn: str, *, prefix: str = "re: "
+) -> int:
+    """The check of threads that collect (THREADGATE_THREAD_QUEUE=collect): every sent
+    message is answered exactly once — its task posted exactly one reply, or it is covered
+    by a task that posted exactly one reply, never both; each reply quotes the newest
+    message it answers (the scenarios' models quote the last turn they were given, so a
+    reply written without a message it answers shows); within a thread the replies follow
+    the order of the newest message each answers; and no reply answers something nobody
+    sent. Returns how many messages were covered by another's reply."""
+    events = list(sent_events)
+    async with Database(dsn, min_size=1, max_size=1) as db:
+        rows = await db.pool.fetch(
+            "SELECT id, covered_by, seq FROM tasks WHERE id = ANY($1::text[])",
+            [s.task_id for s in events],
+        )
+    by_task = {s.task_id: s for s in events}
+    covered_by = {r["id"]: r["covered_by"] for r in rows}
+    newest: dict[str, tuple[int, str]] = {}  # each answering task: the seq and id it answers up to
+    for r in sorted(rows, key=lambda r: r["seq"]):
+        newest[r["covered_by"] or r["id"]] = (r["seq"], r["id"])
+    replies: dict[str, list[Post]] = defaultdict(list)
+    problems: list[str] = []
+    for post in slack.posts:
+        if not post.text.startswith(prefix):
+            continue
+        task = _replier(post)
+        if task not in by_task:
+            problems.append(f"a reply nobody asked for: {post.text!r} ({task})")
+            continue
+        replies[task].append(post)
+    for sent in events:
+        problems += _answer_problems(sent, covered_by, replies)
+    for task, posts in replies.items():
+        quoted = by_task[newest[task][1]].marker if task in newest else "?"
+        if not all(quoted in p.text for p in posts):
+            problems.append(f"the reply of {task} does not quote {quoted}: {posts[0].text!r}")
+    problems += _order_problems(slack, events, replies, newest, prefix)
+    assert not problems, "\n".join(problems) + "\n" + slack.describe()
+    return sum(coverer is not None for coverer in covered_by.values())
+
+
+def _answer_problems(
+    sent: SentEvent, covered_by: Mapping[str, str | None], replies: Mapping[str, list[Post]]
+) -> list[str]:
+    """Why `sent` is not answered exactly once (nothing: it is)."""
+    task = sent.task_id
+    if task not in covered_by:
+        return [f"{sent.marker} ({task}) was never admitted"]
+    coverer, own = covered_by[task], len(replies.get(task, ()))
+    if coverer is None:
+        return [] if own == 1 else [f"{sent.marker}: {own} replies of its own"]
+    problems = [f"{sent.marker}: covered by {coverer} and {own} replies of its own"] if own else []
+    theirs = len(replies.get(coverer, ()))
+    if theirs != 1:
+        problems.append(f"{sent.marker}: covered by {coverer}, which posted {theirs} replies")
+    return problems
+
+
+def _order_problems(
+    slack: FakeSlack,
+    events: list[SentEvent],
+    replies: Mapping[str, list[Post]],
+    newest: Mapping[str, tuple[int, str]],
+    prefix: str,
+) -> list[str]:
+    """Threads whose replies do not follow the order of the newest message each answers."""
+    answering = {id(p): task for task, posts in replies.items() for p in posts}
+    problems = []
+    for channel, thread_ts in {(s.channel, s.thread_ts) for s in events}:
+        posts = replies_in(slack, channel, thread_ts, prefix)
+        seqs = [newest[answering[id(p)]][0] for p in posts if id(p) in answering]
+        if seqs != sorted(seqs):
+            problems.append(
+                f"{channel}/{thread_ts}: replies out of order {[p.text for p in posts]}"
+            )
+    return problems
+
+
 class Processes:
     """Gateway processes started by a scenario; `stop_all` stops whatever still runs."""
 

@@ -81,7 +81,8 @@ def gateway_env(slack: FakeSlack, model: OpenAIServer, database_url: str) -> dic
         "THREADGATE_STREAMING": "false",
         # Most tests count one reply per message (and the chaos suite's checks do): they
         # answer each message on its own. tests/gateway/test_thread_queue.py runs the
-        # default (`collect`) and the other modes.
+        # default (`collect`) and the other modes; the crash and duplicate chaos scenarios
+        # run under `collect` too, with a check of their own (tests/chaos/harness.py).
         "THREADGATE_THREAD_QUEUE": "followup",
     }
 

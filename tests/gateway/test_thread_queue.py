@@ -155,8 +155,9 @@ async def test_under_steer_the_running_round_takes_the_new_message(
 async def test_under_interrupt_the_askers_new_message_restarts_the_work(
     postgres_dsn: str, tmp_path: Path
 ) -> None:
-    """Under interrupt, the asker's new message stops the first task's model call; the
-    task runs again and one reply covers both messages."""
+    """Under interrupt, the asker's new message stops the first task's model call (counted
+    and logged as `interrupted`, not as a lost lease); the task runs again and one reply
+    covers both messages."""
     working = asyncio.Event()
     async with gateway(postgres_dsn, tmp_path, "interrupt", "interrupt") as (
         slack,
@@ -181,9 +182,15 @@ async def test_under_interrupt_the_askers_new_message_restarts_the_work(
                     "SELECT action FROM task_interventions WHERE task_id = $1", first
                 )
                 attempts = await db.pool.fetchval("SELECT attempts FROM tasks WHERE id = $1", first)
+            await process.wait_for_log(rb"task interrupted: its asker wrote again")
+            assert process.metrics_url is not None
+            async with http.get(process.metrics_url) as response:
+                metrics = await response.text()
         finally:
             assert await process.stop() == 0
         assert action == "interrupt" and attempts == 2
+        assert 'threadgate_tasks_total{outcome="interrupted"} 1.0' in metrics
+        assert 'outcome="lease_lost"' not in metrics
         assert len(slack.posts) == 1 and "database part" in posts[0].text
         turns = user_turns(model.requests[-1])
         assert "summarise the incident" in turns[-2] and "database part" in turns[-1]

@@ -225,6 +225,27 @@ async def test_an_interrupt_queues_the_askers_working_task_again(fresh_db: Datab
     assert action == "interrupt"
 
 
+async def test_the_interrupted_attempt_and_only_it_is_told_it_was_interrupted(
+    fresh_db: Database,
+) -> None:
+    """The attempt an interrupt ended learns it was interrupted, also once the task was
+    claimed again; the attempt after it, and one before any interrupt, were not."""
+    queue = collecting(fresh_db, QueueModes("interrupt"))
+    await enqueue(fresh_db, "1.0")
+    before = await claimed(queue)
+    await queue.retry_later(before, 0, "models down")
+    task = await claimed(queue)
+    assert not await queue.interrupted(task)
+    assert await interrupt_asker(fresh_db, await enqueue(fresh_db, "1.1")) == task.id
+    assert await queue.interrupted(task)
+    again = await claimed(queue)
+    assert await queue.interrupted(task) and not await queue.cancelled(task)
+    assert not await queue.interrupted(again) and not await queue.interrupted(before)
+    await queue.retry_later(again, 0, "models down")
+    await claimed(queue)
+    assert not await queue.interrupted(again)
+
+
 async def test_an_edit_of_a_waiting_message_is_what_its_answer_reads(fresh_db: Database) -> None:
     """A queued message edited before it is covered is read edited; a deleted one is
     cancelled, covered by nobody, and jumps nothing."""
