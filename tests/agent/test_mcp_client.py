@@ -135,7 +135,9 @@ async def test_the_skipped_tools_are_logged_once_per_change(
     """One warning names the tool and why at connection; a reconnection that lists the
     same tools says nothing more."""
     raw = {"mcpServers": {"fake": stdio_entry(tmp_path / "pid")}}
-    clients = McpClients(parse_mcp_config(raw, {}), builtin_tools(), Connecting(Backoff(0.05, 0.5)))
+    # Pinged twice a second, so the killed server is found gone at once, not at 15 s.
+    keeping = Connecting(Backoff(0.05, 0.5), ping_seconds=0.5)
+    clients = McpClients(parse_mcp_config(raw, {}), builtin_tools(), keeping)
     caplog.set_level(logging.INFO, logger="agent.rounds.mcp_tools")
     clients.start()
     try:
