@@ -12,6 +12,7 @@ from storage import (
     MAX_COVERED,
     Admission,
     Database,
+    OwnStop,
     PostgresDelegations,
     PostgresHistory,
     PostgresTaskQueue,
@@ -23,6 +24,7 @@ from storage import (
     delete_turn,
     interrupt_asker,
     revise_turn,
+    stop_own,
     stop_thread,
     take_steered,
 )
@@ -38,7 +40,10 @@ def collecting(db: Database, modes: QueueModes = COLLECT) -> PostgresTaskQueue:
 async def enqueue(db: Database, ts: str, user: str = "U1", thread: str = "1.0") -> str:
     task_id = f"T1:C1:{ts}"
     address = {"team": "T1", "channel": "C1", "thread_ts": thread, "user": user}
-    assert await admit(db, Admission(None, task_id, f"T1:C1:{thread}", address, f"m{ts}"))
+    admission = Admission(
+        None, task_id, f"T1:C1:{thread}", address, f"m{ts}", user=f"T1:{user}", channel="T1:C1"
+    )
+    assert await admit(db, admission)
     return task_id
 
 
@@ -169,6 +174,25 @@ async def test_a_stop_cancels_the_pressers_covered_and_gives_back_the_others(
     assert task.covers == (own, others)
     stopped = await stop_thread(fresh_db, ThreadStop("T1", "C1", "1.0", "U1"))
     assert (stopped.task_id, stopped.cancelled) == (first, (own,))
+    after = await states(fresh_db)
+    assert after[own] == ("cancelled", first) and after[others] == ("queued", None)
+    note = await claimed(queue)
+    assert note.stopped and note.id == first
+    await queue.finish(note)
+    assert (await claimed(queue)).id == others
+
+
+async def test_stopping_ones_own_work_gives_back_what_it_covered_of_others(
+    fresh_db: Database,
+) -> None:
+    """`/threadgate stop` (or the App Home's Stop) of a task that covers messages: the
+    person's own covered ones are cancelled with it, another person's is queued again."""
+    queue = collecting(fresh_db)
+    first = await enqueue(fresh_db, "1.0")
+    own, others = await enqueue(fresh_db, "1.1"), await enqueue(fresh_db, "1.2", user="U2")
+    assert (await claimed(queue)).covers == (own, others)
+    stopped = await stop_own(fresh_db, OwnStop("T1", "U1", channel="C1"))
+    assert stopped.stopped == (first,)
     after = await states(fresh_db)
     assert after[own] == ("cancelled", first) and after[others] == ("queued", None)
     note = await claimed(queue)
