@@ -25,7 +25,6 @@ from agent import (
     Task,
     Toolbox,
     ToolCall,
-    ToolCallRecord,
     ToolContext,
     ToolFailed,
     ToolProgress,
@@ -34,23 +33,10 @@ from agent import (
     parse_mcp_config,
 )
 from agent.rounds.tools import LOGGED_ERROR_CHARS, builtin_tools, one_line
+from tests.agent.tool_records import Recorder
 from tests.fakes.mcp_server import stdio_entry
 
 TASK = Task("T1", "S1", {})
-
-
-class Recorder:
-    """A `ToolObserver` that keeps every record it is told."""
-
-    def __init__(self) -> None:
-        self.records: list[ToolCallRecord] = []
-
-    async def tool_call(self, task: Task, record: ToolCallRecord) -> None:
-        self.records.append(record)
-
-    @property
-    def progress(self) -> list[ToolProgress]:
-        return [r.progress for r in self.records if r.progress is not None]
 
 
 async def eventually(condition: Callable[[], bool], timeout: float = 30) -> None:  # noqa: ASYNC109

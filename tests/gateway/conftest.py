@@ -1,4 +1,6 @@
-"""What the gateway tests share: `rig`, a whole gateway on loopback for one test.
+"""What the gateway tests share: `rig`, a whole gateway on loopback for one test; and a
+bare fake Slack (`slack`) and echoing fake model (`model`) for tests that start their own
+gateway processes (a module's fixture of the same name replaces them).
 
 A test (or its module, through `pytestmark`) says how its gateway is set up with a `rig`
 mark; the closest mark wins whole, so a test's own mark replaces its module's:
@@ -21,7 +23,9 @@ from typing import Any
 
 import pytest
 
-from tests.gateway.rig import Rig
+from tests.fakes.openai_api import OpenAIServer
+from tests.fakes.slack_api import FakeSlack
+from tests.gateway.rig import BOT_TOKEN, Rig, echo
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -52,3 +56,18 @@ async def rig(fresh_dsn: str, request: pytest.FixtureRequest) -> AsyncIterator[R
         if socket_mode:
             await running.sockets.wait_for_connections(1)
         yield running
+
+
+@pytest.fixture
+async def slack() -> AsyncIterator[FakeSlack]:
+    """A fake Slack that knows the rig's bot token."""
+    async with FakeSlack(bot_token=BOT_TOKEN) as fake:
+        yield fake
+
+
+@pytest.fixture
+async def model() -> AsyncIterator[OpenAIServer]:
+    """A fake OpenAI-compatible model that quotes the last user message (`echo`)."""
+    async with OpenAIServer() as server:
+        server.default = echo
+        yield server

@@ -2,22 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
-
-import pytest
 
 from tests.fakes.openai_api import OpenAIServer, RecordedRequest, Reply, error_reply
 from tests.gateway.process import run_cli_output
-from tests.gateway.rig import echo
 from tests.pg import create_database
-
-
-@pytest.fixture
-async def model() -> AsyncIterator[OpenAIServer]:
-    async with OpenAIServer() as server:
-        server.default = echo
-        yield server
 
 
 def console_env(model: OpenAIServer, database_url: str) -> dict[str, str]:

@@ -7,32 +7,16 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import AsyncIterator
 from pathlib import Path
-
-import pytest
 
 from tests.fakes.openai_api import OpenAIServer, RecordedRequest, Reply, error_reply
 from tests.fakes.slack_api import FakeSlack
 from tests.gateway.process import run_cli_output
-from tests.gateway.rig import BOT_TOKEN, echo, gateway_env
+from tests.gateway.rig import BOT_TOKEN, gateway_env
 from tests.pg import create_database, with_database
 
 # What an exception's class name looks like in a line (InvalidPasswordError, ConnectError).
 CLASS_NAME = re.compile(r"\b(?:[A-Z][a-z0-9]+)+(?:Error|Exception|Rejected|Exhausted)\b")
-
-
-@pytest.fixture
-async def slack() -> AsyncIterator[FakeSlack]:
-    async with FakeSlack(bot_token=BOT_TOKEN) as fake:
-        yield fake
-
-
-@pytest.fixture
-async def model() -> AsyncIterator[OpenAIServer]:
-    async with OpenAIServer() as server:
-        server.default = echo
-        yield server
 
 
 class Silent:

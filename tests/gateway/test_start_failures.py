@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -21,25 +21,12 @@ from tests.fakes.openai_api import OpenAIServer
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.slack_events import app_mention_event, deliver, event_callback
 from tests.gateway.process import GatewayProcess, run_cli
-from tests.gateway.rig import BOT_TOKEN, SECRET, echo, gateway_env, oauth_env
+from tests.gateway.rig import SECRET, gateway_env, oauth_env
 from tests.pg import create_database, with_database
 
 PASSWORD = "hunter2-not-for-logs"
 # Only the sentence: the start's INFO lines (metrics, role) are not this test's.
 QUIET = {"THREADGATE_LOG_LEVEL": "WARNING"}
-
-
-@pytest.fixture
-async def slack() -> AsyncIterator[FakeSlack]:
-    async with FakeSlack(bot_token=BOT_TOKEN) as fake:
-        yield fake
-
-
-@pytest.fixture
-async def model() -> AsyncIterator[OpenAIServer]:
-    async with OpenAIServer() as server:
-        server.default = echo
-        yield server
 
 
 def one_sentence(stderr: str) -> str:

@@ -15,6 +15,7 @@ from agent import StoredMessage, Task
 from agent.core.delegation import RoundInput, Subtask
 from agent.core.ports import PromptEpoch
 from agent.durable.runner import DEFAULT_RUNNER, RunnerPorts, TaskRunner
+from agent.durable.runner_setup import Unobserved
 from agent.rounds.control import Decision, Reply
 from storage import (
     Admission,
@@ -112,7 +113,7 @@ async def test_a_fenced_append_reads_back_what_its_lease_stored(fresh_db: Databa
         await history.append(stray, answers="task:nobody:user", lease=task)
 
 
-class Settlements:
+class Settlements(Unobserved):
     """A runner observer that keeps the outcomes it hears."""
 
     def __init__(self) -> None:
@@ -120,18 +121,6 @@ class Settlements:
 
     def task_settled(self, outcome: str) -> None:
         self.outcomes.append(outcome)
-
-    def round_decided(self, decision: str) -> None:
-        pass
-
-    def subtask_settled(self, state: str) -> None:
-        pass
-
-    def schedule_run_settled(self, outcome: str) -> None:
-        pass
-
-    def reply_answered(self, messages: int) -> None:
-        pass
 
 
 class TurnsAgent:
