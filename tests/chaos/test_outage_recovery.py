@@ -36,6 +36,12 @@ OPERATORS = "COPS"
 # Within this long of the models' return a new message is answered (the issue's bound);
 # the planned tries of the window below are minutes apart.
 ANSWERED_WITHIN = 30
+# Every try asks each route once, the planned next try minutes away, the notice at once.
+DOWN_FOR_LONG = {
+    "THREADGATE_MODEL_ATTEMPTS": "1",
+    "THREADGATE_MAX_DEFERRAL_SECONDS": "3000",
+    "THREADGATE_MODELS_DOWN_NOTICE_SECONDS": "0",
+}
 
 
 def down(seen: RecordedRequest) -> Reply:
@@ -89,14 +95,15 @@ async def test_after_an_outage_a_new_message_is_answered_at_once_with_the_earlie
         aiohttp.ClientSession() as http,
     ):
         model.default = down
-        env = gateway_env(slack, model, dsn) | {
-            "THREADGATE_FALLBACK_MODEL": "openai:gpt-fallback",
-            "THREADGATE_MODEL_ATTEMPTS": "1",
-            "THREADGATE_MAX_DEFERRAL_SECONDS": "3000",
-            "THREADGATE_MODELS_DOWN_NOTICE_SECONDS": "0",
-            "THREADGATE_MODELS_DOWN_ALERT": "true",
-            "THREADGATE_OPERATOR_CHANNEL": OPERATORS,
-        }
+        env = (
+            gateway_env(slack, model, dsn)
+            | DOWN_FOR_LONG
+            | {
+                "THREADGATE_FALLBACK_MODEL": "openai:gpt-fallback",
+                "THREADGATE_MODELS_DOWN_ALERT": "true",
+                "THREADGATE_OPERATOR_CHANNEL": OPERATORS,
+            }
+        )
         processes = Processes(tmp_path)
         try:
             web = await processes.start(env)
@@ -174,12 +181,9 @@ async def test_under_collect_the_new_message_after_an_outage_is_answered_with_th
         aiohttp.ClientSession() as http,
     ):
         model.default = down
-        env = gateway_env(slack, model, dsn) | {
-            "THREADGATE_THREAD_QUEUE": "collect",
-            "THREADGATE_MODEL_ATTEMPTS": "1",
-            "THREADGATE_MAX_DEFERRAL_SECONDS": "3000",
-            "THREADGATE_MODELS_DOWN_NOTICE_SECONDS": "0",
-        }
+        env = (
+            gateway_env(slack, model, dsn) | DOWN_FOR_LONG | {"THREADGATE_THREAD_QUEUE": "collect"}
+        )
         processes = Processes(tmp_path)
         try:
             web = await processes.start(env)
