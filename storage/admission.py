@@ -166,6 +166,14 @@ _ADMIT = (
 )
 _OPEN_TASK = "SELECT open_task($1, $2, $3::jsonb, $4, $5, $6, $7)"
 _STORE_TURN = "SELECT store_turn($1, $2, $3, $4::jsonb)"
+# Several turns of one session in one round trip, each by `store_turn`, in the arrays'
+# order (volatile calls are made in the order of the ORDER BY): a thread's back-fill is
+# often a dozen messages, once a statement each, most of the step path's cost.
+_STORE_TURNS = """
+SELECT store_turn(m.id, $1, m.text, m.notes)
+FROM unnest($2::text[], $3::text[], $4::jsonb[]) WITH ORDINALITY AS m (id, text, notes, n)
+ORDER BY m.n
+"""
 _STORE_NOTICE = "SELECT store_notice($1, $2, $3, $4, $5::jsonb, $6)"
 # Before the files of a message are downloaded: whether it has its task already, and the
 # limit its admission would refuse it by, read without counting it.
@@ -271,6 +279,19 @@ async def store_turn(
     """Store a turn, its own anchor, with its `notes` (what of its pictures was not kept,
     what of its conversation could not be read) kept beside its text: storage/notes.py."""
     await conn.execute(_STORE_TURN, message_id, session_id, text, notes_json(list(notes)))
+
+
+async def store_turns(
+    conn: Connection, session_id: str, turns: Sequence[tuple[str, str, Sequence[RuntimeNote]]]
+) -> None:
+    """`store_turn` for each (message id, text, notes), oldest first, in one statement."""
+    await conn.execute(
+        _STORE_TURNS,
+        session_id,
+        [message_id for message_id, _, _ in turns],
+        [text for _, text, _ in turns],
+        [notes_json(list(notes)) for _, _, notes in turns],
+    )
 
 
 def _limit_args(a: Admission, limits: Limits) -> tuple[object, ...]:
@@ -389,9 +410,12 @@ async def _store_messages(
     notes = [[keep.note] if keep.note else [] for keep in reversed(kept)]
     if a.note:  # the turn's own note, after its pictures'
         notes[-1].append(a.note)
+    turns = [
+        (message_id, text, own) for (message_id, text, _), own in zip(messages, notes, strict=True)
+    ]
+    await store_turns(conn, a.session_id, turns)
     stored = 0
-    for (message_id, text, _), keep, own in zip(messages, reversed(kept), notes, strict=True):
-        await store_turn(conn, message_id, a.session_id, text, *own)
+    for (message_id, _, _), keep in zip(messages, reversed(kept), strict=True):
         stored += await _store_images(conn, message_id, keep.images)
     await count_pictures(conn, session_id=a.session_id, workspace=workspace, stored_bytes=stored)
 

@@ -84,8 +84,19 @@ class Citable:
     """The window's numbered messages and every URL noted so far this round."""
 
     catalog: ReferenceCatalog = field(default_factory=ReferenceCatalog)
-    urls: set[str] = field(default_factory=set)
     documents: dict[int, Document] = field(default_factory=dict)  # by their number
+    # The texts noted and not yet read for URLs: they are read when a reply cites a URL
+    # (`urls`), not in every round (a window's texts, a back-filled thread's among them, are
+    # kilobytes, and most replies cite none).
+    _unread: list[str] = field(default_factory=list, init=False, repr=False)
+    _urls: set[str] = field(default_factory=set, init=False, repr=False)
+
+    @property
+    def urls(self) -> set[str]:
+        """Every URL in the texts noted so far."""
+        while self._unread:
+            self._urls.update(_urls_in(self._unread.pop()))
+        return self._urls
 
     def note(self, messages: Iterable[ModelMessage]) -> None:
         """Remember the URLs in what the model is shown — people's words, tool and subtask
@@ -93,12 +104,12 @@ class Citable:
         documents sent beside turns, by their number."""
         for message in messages:
             if isinstance(message, UserMessage):
-                self.urls.update(_urls_in(message.text))
+                self._unread.append(message.text)
                 for document in message.documents:
                     if (found := _LABEL.fullmatch(document.label)) is not None:
                         self.documents[int(found[1])] = document
             elif isinstance(message, ToolResultMessage):
-                self.urls.update(_urls_in(message.content))
+                self._unread.append(message.content)
 
     def resolve(
         self,

@@ -92,6 +92,17 @@ class Search(WorkTool[_Empty]):
         return "found (https://found.example/page) and more"
 
 
+def test_urls_noted_after_a_citation_was_checked_are_citable_too() -> None:
+    """The texts are read for URLs when a citation asks: what is noted after that (a tool's
+    output later in the round) is read at the next one."""
+    seen = citable()
+    assert seen.resolve([None], ["https://docs.example/a?x=1&y=2"])
+    with pytest.raises(ControlCallError):
+        seen.resolve([None], ["https://later.example/x"])
+    seen.note([ToolResultMessage("c1", "search", "found https://later.example/x.")])
+    assert seen.resolve([None], ["https://later.example/x"])
+
+
 async def test_a_url_from_a_tool_output_this_round_may_be_cited() -> None:
     """The loop notes what work tools returned; their URLs become citable."""
     model = scripted(

@@ -52,6 +52,26 @@ def test_printable_leaves_nothing_a_terminal_acts_on(text: str) -> None:
         assert printable(text) == text
 
 
+def _escaped(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return (
+        f"\\x{code:02x}"
+        if code < 0x100
+        else f"\\u{code:04x}"
+        if code < 0x10000
+        else f"\\U{code:08x}"
+    )
+
+
+@given(texts)
+def test_printable_escapes_exactly_those_characters(text: str) -> None:
+    """`printable` changes nothing but the characters a terminal acts on (newline among
+    them unless kept), each shown as its code point; the fast paths agree with this."""
+    with_newline = re.compile(ACTED_ON.pattern[:-1] + "\n]")
+    assert printable(text) == with_newline.sub(_escaped, text)
+    assert printable(text, newlines=True) == ACTED_ON.sub(_escaped, text)
+
+
 @given(st.dictionaries(texts, st.one_of(texts, st.lists(texts, max_size=3)), max_size=4))
 def test_printable_json_is_the_same_value_without_raw_controls(value: dict[str, object]) -> None:
     """JSON made printable decodes to exactly the same value, and holds none raw."""

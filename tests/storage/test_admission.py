@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from agent import Image, recur_every
+from agent import Image, RuntimeNote, recur_every
 from storage.admission import (
     Admission,
     EarlierMessage,
@@ -65,6 +65,26 @@ async def test_earlier_thread_messages_are_stored_before_the_turn(db: Database) 
         "SELECT text FROM messages WHERE session_id = $1 ORDER BY seq", a.session_id
     )
     assert [r["text"] for r in rows] == ["first", "second", "summarize"]
+
+
+async def test_a_long_back_fill_is_stored_in_its_order_with_the_turns_note(db: Database) -> None:
+    """Twenty back-filled messages (stored in one statement) precede the turn in their
+    order, a message stored before is left as it was, and only the turn carries its note."""
+    a = admission("Ev5", "100.5", "and now?")
+    await admit(db, dataclasses.replace(admission("Ev0", "100.5", "x"), task_id="T1:C1:100.0"))
+    earlier = tuple(EarlierMessage(f"slack:C1:98.{n:02}", f"m{n}") for n in range(20))
+    note = RuntimeNote("context_gap", "3 earlier messages could not be read")
+    assert await admit(db, dataclasses.replace(a, earlier=earlier, note=note))
+    again = (EarlierMessage("slack:C1:98.00", "changed"), EarlierMessage("slack:C1:98.99", "new"))
+    second = dataclasses.replace(admission("Ev6", "100.6", "more"), session_id=a.session_id)
+    assert await admit(db, dataclasses.replace(second, earlier=again))
+    rows = await db.pool.fetch(
+        "SELECT text, notes FROM messages WHERE session_id = $1 AND role = 'user' ORDER BY seq",
+        a.session_id,
+    )
+    texts = [r["text"] for r in rows]
+    assert texts == ["x", *(f"m{n}" for n in range(20)), "and now?", "new", "more"]
+    assert [r["notes"] is not None for r in rows] == [t == "and now?" for t in texts]
 
 
 # What admission writes, table by table; the back-filled messages are left out, since
