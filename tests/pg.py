@@ -76,7 +76,8 @@ def clear_previous_run(data_dir: Path) -> subprocess.Popen[bytes] | None:
     held 52 GB and filled the disk mid-run). Dropping them costs a checkpoint each (about
     30 ms: over a minute a run), and deleting the files of a whole run takes longer still on
     a shared disk. So the data directory a run leaves is moved aside at the next run's
-    start — a rename — and deleted by a detached process while the tests run; the server
+    start — a rename — and deleted by a detached process of the lowest priority while the
+    tests run; the server
     is made anew (about a second). Not while another run is using the server (it shares
     it), and any directory an earlier deletion did not finish is deleted too. Returns the
     deleting process, if one was started.
@@ -96,7 +97,14 @@ def clear_previous_run(data_dir: Path) -> subprocess.Popen[bytes] | None:
     )
 
 
-_REMOVE = "import shutil, sys\nfor path in sys.argv[1:]: shutil.rmtree(path, ignore_errors=True)"
+# At the lowest priority: unlinking a run's files is mostly the kernel's work, charged to
+# this process, and at an equal share it slowed the suite beside it by a third (a run's
+# leftovers take about two minutes to delete on an idle machine).
+_REMOVE = (
+    "import os, shutil, sys\n"
+    "os.nice(19)\n"
+    "for path in sys.argv[1:]: shutil.rmtree(path, ignore_errors=True)"
+)
 
 
 def _server_running(pgdata: Path) -> bool:
