@@ -78,13 +78,13 @@ from gateway.operator.settings_check import (
     config_problems,
 )
 from gateway.process.channel_policies import prompt_instructions
-from gateway.process.rejections import MAX_AGE, clock_skew_from
 from gateway.process.slack_clients import token_cipher
 from gateway.process.workers import ERASURE_SWEEP_SECONDS
 from gateway.slack.client import slack_client
 from gateway.slack.errors import SlackError, SlackRefused, SlackUnavailable
 from gateway.slack.oauth import OPEN_INSTALLS, InstallAllowlist
 from gateway.slack.scopes import SCOPE_REASONS, bot_scopes, missing_scopes, parse_granted
+from gateway.telemetry.rejections import MAX_AGE, clock_skew_from
 from storage import (
     Database,
     InstallationSummary,
@@ -480,7 +480,7 @@ def check_scopes(
 def check_clock(headers: Mapping[str, str], now: float, *, signed: bool) -> list[Finding]:
     """This host's clock against Slack's (the `Date` of its answer): in HTTP mode (`signed`)
     a request whose timestamp is more than five minutes off is refused as stale, every one
-    of them when the clock is (gateway/process/rejections.py)."""
+    of them when the clock is (gateway/telemetry/rejections.py)."""
     date = next((v for k, v in headers.items() if k.lower() == "date"), None)
     skew = None if date is None else clock_skew_from(date, now)
     if skew is None:

@@ -13,7 +13,7 @@ bolt would choke on before bolt sees it, and what is not from Slack before readi
   older than five minutes, is 401; malformed (not Unix seconds, not `v0=` and 64 hex
   digits, given twice) is 400. Each such refusal, and a signature that does not match, is
   logged with its likely cause, at most once a minute per cause
-  (gateway/process/rejections.py). Nothing unauthenticated can reach code that would raise
+  (gateway/telemetry/rejections.py). Nothing unauthenticated can reach code that would raise
   on it (slack-sdk's verifier calls `int()` on the timestamp and compares the signature
   as `str`, so "abc", 5,000 digits or a non-ASCII signature used to be a 500).
 * The body is read only up to `MAX_BODY_BYTES` (a larger declared length is refused
@@ -63,10 +63,10 @@ from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.response import BoltResponse
 
 from gateway.inbound.interactions import check_interaction
-from gateway.process.rejections import MAX_AGE, Cause, Rejection, RejectionLog
 from gateway.slack.commands import slash_command
 from gateway.slack.events import MalformedEvent, check_shape
 from gateway.telemetry.metrics import Metrics
+from gateway.telemetry.rejections import MAX_AGE, Cause, Rejection, RejectionLog
 
 Readiness = Callable[[], Awaitable[bool]]
 
@@ -129,7 +129,7 @@ SERVER_LOG.addFilter(_QuietProtocolErrors())
 
 class Refused(Exception):
     """A request answered without reaching bolt: its status, reason and metrics outcome,
-    and for a signing failure its likely cause (gateway/process/rejections.py)."""
+    and for a signing failure its likely cause (gateway/telemetry/rejections.py)."""
 
     def __init__(
         self, status: int, reason: str, outcome: str, cause: Cause | None = None, skew: float = 0

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from gateway.process.rejections import (
+from gateway.telemetry.rejections import (
     EVERY_SECONDS,
     RECENT_SECONDS,
     Rejection,
@@ -28,7 +28,7 @@ class Clock:
 
 
 def lines(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "gateway.process.rejections"]
+    return [r.getMessage() for r in caplog.records if r.name == "gateway.telemetry.rejections"]
 
 
 def test_a_minute_of_bad_signatures_is_one_line_and_the_next_counts_them(
