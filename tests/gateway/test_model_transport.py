@@ -150,7 +150,10 @@ async def test_a_refused_connection_is_connect_error() -> None:
 
 async def test_no_answer_is_read_timeout() -> None:
     """A server that reads the request and never answers: `ReadTimeout`."""
-    async with OpenAIServer() as server, client(server.url, timeouts=0.05) as (http, _):
+    async with (
+        OpenAIServer() as server,
+        client(server.url, timeouts=httpx.Timeout(5.0, read=0.05)) as (http, _),
+    ):
         server.script(Hang())
         with pytest.raises(httpx.ReadTimeout):
             await http.post("/chat/completions", json={})
