@@ -84,6 +84,10 @@ def gateway_env(slack: FakeSlack, model: OpenAIServer, database_url: str) -> dic
         # default (`collect`) and the other modes; the crash and duplicate chaos scenarios
         # run under `collect` too, with a check of their own (tests/chaos/harness.py).
         "THREADGATE_THREAD_QUEUE": "followup",
+        # The most the pre-ack look-ups may take: the suite's three workers, their gateways
+        # and Postgres share two cores, and a picture fetched from the fake Slack once took
+        # longer than the default 1.5 s, so the turn was stored without it.
+        "THREADGATE_LOOKUP_BUDGET_SECONDS": "2.5",
     }
 
 
