@@ -12,9 +12,10 @@ import contextlib
 import os
 import re
 import signal
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+
+from tests.gateway.forked import ForkedProcess, spawn
 
 # First on every child's PYTHONPATH: its `sitecustomize.py` installs the socket guard.
 NETGUARD = Path(__file__).resolve().parent.parent / "netguard"
@@ -51,27 +52,14 @@ class GatewayProcess:
         self._env = child_env(env)
         self._cwd = child_cwd(cwd)
         self._args = list(args)  # more `serve` options, such as `--role worker`
-        self.proc: asyncio.subprocess.Process | None = None
+        self.proc: ForkedProcess | None = None
         self.port = 0
         self.log = bytearray()
         self._logged = asyncio.Condition()
 
     async def start(self, deadline: float = 60) -> None:
-        self.proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "gateway.operator",
-            "serve",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "0",
-            *self._args,
-            env=self._env,
-            cwd=self._cwd,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE,
-        )
+        args = ["serve", "--host", "127.0.0.1", "--port", "0", *self._args]
+        self.proc = await spawn(args, self._env, self._cwd)
         self.port = await asyncio.wait_for(self._wait_listening(), deadline)
 
     async def _wait_listening(self) -> int:
@@ -210,17 +198,8 @@ async def run_cli_output(
     return its exit status, stdout and stderr. A child still running at the deadline is
     killed, so a hang fails the test instead of leaking a process. `dotenv=True`: the test
     put a `.env` in `cwd` on purpose, for the child to read."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "gateway.operator",
-        *args,
-        env=child_env(env),
-        cwd=child_cwd(cwd, dotenv=dotenv),
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
+    cwd = child_cwd(cwd, dotenv=dotenv)
+    proc = await spawn(args, child_env(env), cwd, stdin=True, stdout=True)
     try:
         out, err = await asyncio.wait_for(proc.communicate(stdin or b""), deadline)
     except TimeoutError:

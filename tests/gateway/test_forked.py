@@ -1,0 +1,53 @@
+"""The suite's forked commands (tests/gateway/zygote.py) behave as started ones: the same
+output and exit status as `python -m gateway.operator`, their own pid and signals, and
+whatever goes wrong in a child stays in that child."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.gateway.forked import spawn
+from tests.gateway.process import child_env, run_cli_output
+
+
+async def test_a_forked_command_prints_and_exits_as_a_started_one(tmp_path: Path) -> None:
+    """`manifest` forked and `manifest` started: the same stdout, stderr and status; and a
+    wrong argument's status (2, argparse's) the same too."""
+    for args in (["manifest", "--socket"], ["no-such-command"]):
+        forked = await run_cli_output(args, {}, tmp_path)
+        started = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-m", "gateway.operator", *args],
+            env=child_env({}),
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert forked == (started.returncode, started.stdout, started.stderr)
+    assert forked[0] == 2
+
+
+async def test_a_signal_ends_the_child_alone_and_its_status_says_so(tmp_path: Path) -> None:
+    """A forked child SIGKILLed reports -9, like `subprocess`; the next command forks
+    from the same zygote and runs."""
+    child = await spawn(["console"], child_env({}), tmp_path, stdin=True)
+    assert child.returncode is None
+    child.kill()
+    assert await asyncio.wait_for(child.wait(), 30) == -signal.SIGKILL
+    status, out, _ = await run_cli_output(["manifest"], {}, tmp_path)
+    assert status == 0 and "slash_commands" in out
+
+
+async def test_a_child_that_cannot_start_exits_without_harming_the_zygote(tmp_path: Path) -> None:
+    """A working folder that does not exist: that child exits 1 with the reason on its
+    stderr, and the zygote goes on forking."""
+    child = await spawn(["manifest"], child_env({}), tmp_path / "gone")
+    _, err = await child.communicate()
+    assert child.returncode == 1 and b"FileNotFoundError" in err
+    status, _, _ = await run_cli_output(["manifest"], {}, tmp_path)
+    assert status == 0
