@@ -83,6 +83,7 @@ from httpx_aiohttp.transport import AiohttpResponseStream
 from yarl import URL
 
 from agent import SHOWING, Showing
+from gateway.models.tls import verified_tls
 
 # httpx's own defaults, which the provider's client had before this transport.
 DEFAULT_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=20)
@@ -123,7 +124,7 @@ class ModelTransport(AiohttpTransport):
         limits: httpx.Limits = DEFAULT_LIMITS,
         stream_pace: StreamPace | None = None,
     ) -> None:
-        super().__init__(limits=limits, proxy=_env_proxy(base_url))
+        super().__init__(verify=verified_tls(), limits=limits, proxy=_env_proxy(base_url))
         slots = limits.max_connections
         self._slots = asyncio.Semaphore(slots) if slots is not None else None
         self._stream_pace = stream_pace

@@ -43,6 +43,7 @@ from gateway.inbound.shortcuts import Shortcuts
 from gateway.inbound.socket_mode import SocketModeConnection, start_socket_mode
 from gateway.inbound.stops import Stops
 from gateway.models.routes import reads_documents
+from gateway.models.tls import verified_tls
 from gateway.process.channel_policies import limits
 from gateway.process.http import Readiness, build_http_app, listen
 from gateway.process.resources import Resources
@@ -277,7 +278,7 @@ class _Files:
     @classmethod
     def open(cls, r: Resources, stack: AsyncExitStack) -> _Files:
         s = r.settings
-        client = httpx.AsyncClient(timeout=s.process.lookup_budget_seconds)
+        client = httpx.AsyncClient(timeout=s.process.lookup_budget_seconds, verify=verified_tls())
         stack.push_async_callback(client.aclose)
         decoders = Decoders(
             processes=s.files.decoders,

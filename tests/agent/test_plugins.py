@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from importlib import metadata
 from importlib.metadata import EntryPoint
 from typing import Any
 
@@ -14,6 +15,7 @@ from agent.rounds.plugins import (
     SUBTASK_TYPES_GROUP,
     TOOLS_GROUP,
     default_registries,
+    installed_entry_points,
     load_subtask_types,
     load_tools,
 )
@@ -139,3 +141,10 @@ def test_the_real_entry_points_load_without_error() -> None:
     """With the installed distributions, loading never raises."""
     tools, subtasks = default_registries()
     assert "current_time" in [t.name for t in tools] and "agent" in subtasks.names
+
+
+def test_the_installed_entry_points_are_read_once_per_group() -> None:
+    """The default lookup answers what importlib.metadata answers, from one read a group."""
+    first = installed_entry_points(group=TOOLS_GROUP)
+    assert list(first) == list(metadata.entry_points(group=TOOLS_GROUP))
+    assert installed_entry_points(group=TOOLS_GROUP) is first
