@@ -67,6 +67,8 @@ from mcp_types import (
 )
 from pydantic import BaseModel, Field
 
+from tests.gateway.forked import Zygote
+
 server = MCPServer("threadgate-fake", log_level="WARNING")
 
 BACKTRACKING = r"^(a+)+$"
@@ -312,12 +314,27 @@ REPO = Path(__file__).resolve().parent.parent.parent
 NETGUARD = REPO / "tests" / "netguard"
 
 
+# The MCP SDK takes about a second and a half to load, and the suite starts this server
+# dozens of times: a client runs tests/fakes/mcp_launch.py (with `python -S`, so it loads
+# nothing), which has it forked from a zygote holding this module (tests/gateway/zygote.py).
+MCP_ZYGOTE = Zygote("tests.fakes.mcp_server", ["tests.fakes.mcp_server"], cwd=REPO)
+LAUNCHER = Path(__file__).resolve().with_name("mcp_launch.py")
+
+
 def stdio_entry(pidfile: Path, **extra: Any) -> dict[str, Any]:
-    """A `mcpServers` entry that runs this server over stdio, under the socket guard."""
-    env = {"PYTHONPATH": str(NETGUARD), "FAKE_MCP_PIDFILE": str(pidfile), **extra.pop("env", {})}
+    """A `mcpServers` entry that runs this server over stdio, under the socket guard
+    (forked by the launcher; this process's MCP zygote is started if it is not running)."""
+    base = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
+    zygote = MCP_ZYGOTE.ensure(base | {"PYTHONPATH": str(NETGUARD)})
+    env = {
+        "PYTHONPATH": str(NETGUARD),
+        "FAKE_MCP_PIDFILE": str(pidfile),
+        "FAKE_MCP_ZYGOTE": zygote,
+        **extra.pop("env", {}),
+    }
     return {
         "command": sys.executable,
-        "args": ["-m", "tests.fakes.mcp_server"],
+        "args": ["-S", str(LAUNCHER)],
         "cwd": str(REPO),
         "env": env,
         **extra,

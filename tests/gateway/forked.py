@@ -33,10 +33,14 @@ ZYGOTE = Path(__file__).resolve().with_name("zygote.py")
 _INTERPRETER = ("PATH", "HOME", "LANG", "TMPDIR", "PYTHONPATH")
 
 
-class _Zygote:
-    """This process's zygote, started on first use and stopped when this process ends."""
+class Zygote:
+    """A zygote of this process's for `python -m MODULE`, loading `preload` and run in
+    `cwd` (None: a folder of its own); started on first use, stopped when this process
+    ends."""
 
-    def __init__(self) -> None:
+    def __init__(self, module: str, preload: Sequence[str], cwd: Path | None = None) -> None:
+        self._command = [module, *preload]
+        self._cwd = cwd
         self._proc: subprocess.Popen[bytes] | None = None
         self._address = ""
         # A thread's lock, not asyncio's: each test runs its own event loop.
@@ -44,9 +48,10 @@ class _Zygote:
 
     async def address(self, env: Mapping[str, str]) -> str:
         """Its socket, once it listens: the first call waits for it to load (seconds)."""
-        return await asyncio.to_thread(self._ensure, env)
+        return await asyncio.to_thread(self.ensure, env)
 
-    def _ensure(self, env: Mapping[str, str]) -> str:
+    def ensure(self, env: Mapping[str, str]) -> str:
+        """Its socket, started from `env` if it is not running (blocks while it loads)."""
         with self._starting:
             if self._proc is None or self._proc.poll() is not None:
                 self._start(env)
@@ -56,9 +61,9 @@ class _Zygote:
         folder = tempfile.mkdtemp(prefix="tg-zygote-")
         self._address = os.path.join(folder, "socket")
         self._proc = subprocess.Popen(
-            [sys.executable, str(ZYGOTE), self._address],
+            [sys.executable, str(ZYGOTE), self._address, *self._command],
             env={k: v for k, v in env.items() if k in _INTERPRETER},
-            cwd=folder,
+            cwd=self._cwd or folder,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
         )
@@ -77,7 +82,16 @@ class _Zygote:
             proc.wait(timeout=5)
 
 
-_zygote = _Zygote()
+# What `serve` loads in HTTP mode and in Socket Mode (the CLI's other commands load less).
+GATEWAY = Zygote(
+    "gateway.operator",
+    [
+        "gateway.operator.cli",
+        "gateway.process.service",
+        "gateway.inbound.socket_mode",
+        "uvloop",
+    ],
+)
 
 
 class ForkedProcess:
@@ -151,7 +165,7 @@ async def spawn(
 ) -> ForkedProcess:
     """Start `python -m gateway.operator ARGS` with exactly `env`, in `cwd`; each stream
     asked for is a pipe, the others /dev/null."""
-    address = await _zygote.address(env)
+    address = await GATEWAY.address(env)
     loop = asyncio.get_running_loop()
     ours: list[int | None] = []
     theirs: list[int] = []

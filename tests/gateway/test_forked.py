@@ -1,6 +1,7 @@
 """The suite's forked commands (tests/gateway/zygote.py) behave as started ones: the same
 output and exit status as `python -m gateway.operator`, their own pid and signals, and
-whatever goes wrong in a child stays in that child."""
+whatever goes wrong in a child stays in that child; a forked MCP server lives and ends
+with the launcher its client started."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.fakes import WAIT_SECONDS
+from tests.fakes.mcp_server import stdio_entry
 from tests.gateway.forked import spawn
 from tests.gateway.process import child_env, run_cli_output
 
@@ -51,3 +54,34 @@ async def test_a_child_that_cannot_start_exits_without_harming_the_zygote(tmp_pa
     assert child.returncode == 1 and b"FileNotFoundError" in err
     status, _, _ = await run_cli_output(["manifest"], {}, tmp_path)
     assert status == 0
+
+
+async def test_a_forked_mcp_server_ends_with_its_launcher(tmp_path: Path) -> None:
+    """The fake MCP server forked for a client (tests/fakes/mcp_launch.py): SIGKILL the
+    process the client started and the server it stood for is gone too; SIGTERM it and it
+    ends by SIGTERM, as the server did."""
+    for signum in (signal.SIGKILL, signal.SIGTERM):
+        entry = stdio_entry(tmp_path / f"pid-{signum}")
+        launcher = await asyncio.create_subprocess_exec(
+            entry["command"],
+            *entry["args"],
+            env=entry["env"],
+            cwd=entry["cwd"],
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        pidfile = tmp_path / f"pid-{signum}"
+        async with asyncio.timeout(WAIT_SECONDS):
+            while not pidfile.exists() or not pidfile.read_text():  # noqa: ASYNC110 - a child's file
+                await asyncio.sleep(0.05)
+        server = int(pidfile.read_text())
+        assert server != launcher.pid
+        launcher.send_signal(signum)
+        assert await asyncio.wait_for(launcher.wait(), WAIT_SECONDS) == -signum
+        async with asyncio.timeout(WAIT_SECONDS):
+            while alive(server):  # noqa: ASYNC110 - another process's end, polled
+                await asyncio.sleep(0.05)
+
+
+def alive(pid: int) -> bool:
+    return Path(f"/proc/{pid}").exists()

@@ -12,13 +12,20 @@ with the arguments the test gave. What it skips is loading the modules `serve` l
 (which it would have loaded the same way). Tests about the start itself (which modules a
 command loads) start an interpreter of their own (tests/gateway/test_lazy_imports.py).
 
-Run as `python tests/gateway/zygote.py SOCKET`, by tests/gateway/forked.py, with the
+The suite's fake MCP server is forked the same way, from a zygote of its own
+(tests/fakes/mcp_launch.py), a gateway spawning it as a stdio server: loading the MCP SDK
+took about a second and a half each time.
+
+Run as `python tests/gateway/zygote.py SOCKET MODULE [PRELOAD...]`, by
+tests/gateway/forked.py, in the folder `python -m MODULE` would run in and with the
 environment a child starts from (the socket guard on PYTHONPATH, so every child has it).
-It writes `ready` on its standard output once it listens, and exits when its standard
-input closes (the test worker ended). Each connection to SOCKET asks for one child:
+It loads PRELOAD, writes `ready` on its standard output once it listens, and exits when
+its standard input closes (the test worker ended). Each connection to SOCKET asks for one
+child, `python -m MODULE ARGS`:
 
     client → three file descriptors (the child's stdin, stdout, stderr) with one byte,
-             then one JSON line: {"args": [...], "env": {...}, "cwd": "..."}
+             then one JSON line: {"args": [...], "env": {...}, "cwd": "...", "watch": PID}
+             (`watch`, optional: the child exits when process PID does)
     zygote → the child's pid, a line; then its exit status, a line (negative: the signal
              that ended it, as `subprocess` says), and closes.
 
@@ -38,24 +45,20 @@ import importlib  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import runpy  # noqa: E402
+import select  # noqa: E402
 import selectors  # noqa: E402
 import signal  # noqa: E402
 import socket  # noqa: E402
+import threading  # noqa: E402
 import traceback  # noqa: E402
 from typing import Any  # noqa: E402
 
-# What `serve` loads in HTTP mode and in Socket Mode (the CLI's other commands load less).
-PRELOAD = (
-    "gateway.operator.cli",
-    "gateway.process.service",
-    "gateway.inbound.socket_mode",
-    "uvloop",
-)
+sys.path.insert(0, os.getcwd())  # as `python -m` puts it
 
 
-def main(path: str) -> None:
+def main(path: str, module: str, preload: list[str]) -> None:
     gc.disable()
-    for name in PRELOAD:
+    for name in preload:
         importlib.import_module(name)
     gc.freeze()  # what was loaded stays shared with every child, unwalked by its collector
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -72,7 +75,7 @@ def main(path: str) -> None:
     children: dict[int, socket.socket] = {}
     print("ready", flush=True)
     try:
-        _serve(listener, selector, (wake_read, wake_write), children)
+        _serve(listener, selector, (wake_read, wake_write), children, module)
     finally:  # the socket's folder is the zygote's own (tests/gateway/forked.py made it)
         os.unlink(path)
         os.rmdir(os.path.dirname(path))
@@ -83,6 +86,7 @@ def _serve(
     selector: selectors.BaseSelector,
     wake: tuple[int, int],
     children: dict[int, socket.socket],
+    module: str,
 ) -> None:
     wake_read, wake_write = wake
     while True:
@@ -90,7 +94,7 @@ def _serve(
             if key.data == "accept":
                 conn, _ = listener.accept()
                 owned = (listener, selector, wake_read, wake_write, *children.values())
-                _start(conn, owned, children)
+                _start(conn, owned, children, module)
             elif key.data == "reap":
                 os.read(wake_read, 4096)
                 _reap(children)
@@ -98,7 +102,12 @@ def _serve(
                 return  # the test worker is gone
 
 
-def _start(conn: socket.socket, owned: tuple[Any, ...], children: dict[int, socket.socket]) -> None:
+def _start(
+    conn: socket.socket,
+    owned: tuple[Any, ...],
+    children: dict[int, socket.socket],
+    module: str,
+) -> None:
     try:
         _, fds, _, _ = socket.recv_fds(conn, 1, 3)
         request = json.loads(conn.makefile("rb").readline())
@@ -109,7 +118,7 @@ def _start(conn: socket.socket, owned: tuple[Any, ...], children: dict[int, sock
     sys.stderr.flush()
     pid = os.fork()
     if pid == 0:
-        _child(request, fds, (conn, *owned))
+        _child(module, request, fds, (conn, *owned))
     for fd in fds:
         os.close(fd)
     children[pid] = conn
@@ -132,14 +141,16 @@ def _reap(children: dict[int, socket.socket]) -> None:
             conn.close()
 
 
-def _child(request: dict[str, Any], fds: list[int], owned: tuple[Any, ...]) -> None:
-    """Become `python -m gateway.operator ARGS` in the request's environment and folder,
+def _child(module: str, request: dict[str, Any], fds: list[int], owned: tuple[Any, ...]) -> None:
+    """Become `python -m MODULE ARGS` in the request's environment and folder,
     with its three descriptors as stdin, stdout and stderr; never returns (whatever goes
     wrong, the child exits here rather than going back into the zygote's loop)."""
     code = 1
     try:
         _become(request, fds, owned)
-        runpy.run_module("gateway.operator", run_name="__main__", alter_sys=True)
+        if "watch" in request:
+            _exit_with(request["watch"])
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
         code = 0
     except SystemExit as exit:
         code = _exit_code(exit.code)
@@ -174,6 +185,18 @@ def _become(request: dict[str, Any], fds: list[int], owned: tuple[Any, ...]) -> 
     sys.argv = ["-m", *request["args"]]
 
 
+def _exit_with(pid: int) -> None:
+    """End this child the moment process `pid` ends (a launcher killed with SIGKILL cannot
+    pass the signal on: tests/fakes/mcp_launch.py)."""
+    watched = os.pidfd_open(pid)
+
+    def watch() -> None:
+        select.select([watched], [], [])
+        os._exit(1)
+
+    threading.Thread(target=watch, name="zygote-watch", daemon=True).start()
+
+
 def _exit_code(code: object) -> int:
     """The status `sys.exit(code)` gives a process: an int as is, None 0, anything else
     printed to stderr and 1."""
@@ -186,4 +209,4 @@ def _exit_code(code: object) -> int:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[2], sys.argv[3:])
