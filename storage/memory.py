@@ -42,10 +42,16 @@ from storage.errors import StorageError, translate_errors
 from storage.migrations import Connection
 
 # One round trip (migration 023's `pin_epoch` says how): the session's epoch, and what
-# happened. `text` is NULL where the answer is the caller's own epoch.
+# happened. `text` is NULL where the answer is the caller's own epoch, which the caller
+# has: its tools' names and sub-agents' prompts (a kilobyte and more) then stay on the
+# server, as the caller's stay with it when it sends no text (`pin_epoch` reads them only
+# to store an epoch, and stores none without its text). That is every round's pin but a
+# session's first on a deployment.
 _PIN = """
 SELECT out_hash AS hash, out_version AS version, out_text AS text,
-       out_offer_hash AS offer_hash, out_tools AS tools, out_subagents AS subagents,
+       out_offer_hash AS offer_hash,
+       CASE WHEN out_text IS NULL THEN NULL ELSE out_tools END AS tools,
+       CASE WHEN out_text IS NULL THEN NULL ELSE out_subagents END AS subagents,
        out_outcome AS outcome
 FROM pin_epoch($1, $2, $3, $4, $5, $6, $7, $8::jsonb)
 """
@@ -126,8 +132,8 @@ class PostgresMemory:
             epoch.text if with_text else None,
             epoch.offer if with_text else None,
             epoch.offer_hash,
-            list(epoch.tools),
-            json.dumps(dict(epoch.subagents)),
+            list(epoch.tools) if with_text else None,
+            json.dumps(dict(epoch.subagents)) if with_text else None,
         )
 
     @translate_errors("Where an answer came from could not be stored")

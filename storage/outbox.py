@@ -182,6 +182,25 @@ UPDATE outbox SET state = 'sent', remote_ref = coalesce($2, remote_ref), updated
 WHERE id = $1
 """
 
+# `mark_sent` of many rows, as a CTE of another statement ({ids} and {refs}: text arrays of
+# the rows' ids and their ts, NULL where not known): the task's finish marks the posts of
+# its reply sent in its own statement (storage/queue.py, `agent.Delivered`). Not fenced,
+# as `_SENT` is not.
+_SENT_POSTS = """
+sent AS (
+    UPDATE outbox o SET state = 'sent', remote_ref = coalesce(p.ref, o.remote_ref),
+           updated_at = now()
+    FROM unnest({ids}::text[], {refs}::text[]) AS p (id, ref)
+    WHERE o.id = p.id
+    RETURNING o.id
+)"""
+
+
+def sent_posts(ids: str, refs: str) -> str:
+    """`_SENT_POSTS` of the rows whose ids and ts are the parameters `ids` and `refs`."""
+    return _SENT_POSTS.format(ids=ids, refs=refs)
+
+
 # The statement of each move (storage/outbox_states.py) that one statement makes; a claim's
 # moves are `_CLAIM`'s (or, when it must be made again, `_INSERT`, `_ARM`, `_TAKE_OVER`).
 MOVES: Mapping[PostEvent, str] = MappingProxyType(

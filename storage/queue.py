@@ -34,10 +34,11 @@ from typing import Literal, TypeAlias
 
 import asyncpg
 
-from agent import Task
+from agent import NOTHING_DELIVERED, Delivered, Task
 from storage.database import TASKS_CHANNEL, Database, finished_by
 from storage.errors import StorageError, translate_errors
 from storage.migrations import Connection
+from storage.outbox import sent_posts
 from storage.thread_queue import COVERS_COLUMN, FOLLOWUP, TASK_COVER, QueueModes
 
 # Queued tasks first, through `tasks_queued`. Each is checked to be the oldest open task of
@@ -194,6 +195,14 @@ WITH done AS (
 SELECT count(pg_notify($6, $7)) FROM done
 """
 
+# The finish of a task whose reply's posts landed, marking them sent in the same statement
+# ($8 their ids, $9 their ts): one statement where there were two. The mark is not fenced
+# (storage/outbox.py): a finish of a lost lease changes nothing of the task, but the posts
+# it knows landed are marked all the same. A crash before it leaves the posts unmarked
+# ('open', or 'sending' past its call): the next attempt's publish completes the open
+# message again or finds the post in the thread, and posts nothing twice.
+_FINISH_DELIVERED = "WITH " + sent_posts("$8", "$9") + "," + _FINISH.removeprefix("\nWITH")
+
 # Whether an interrupt (storage/thread_queue.py) ended the lease of attempt $3, leased at
 # $2: it came after that claim (both read the clock holding the row's lock), and at most
 # one claim came since (the one that answers with everything pending). An interrupt before
@@ -299,8 +308,23 @@ class PostgresTaskQueue:
         )
 
     @translate_errors("The task queue could not be reached")
-    async def finish(self, task: Task) -> None:
-        await self._close(task, "done", None)
+    async def finish(self, task: Task, delivered: Delivered = NOTHING_DELIVERED) -> None:
+        if not delivered.posts:
+            return await self._close(task, "done", None)
+        me = await self._db.lease_owner()
+        ids, refs = zip(*delivered.posts, strict=True)
+        await self._db.pool.fetchval(
+            _FINISH_DELIVERED,
+            task.id,
+            task.attempts,
+            me,
+            "done",
+            None,
+            TASKS_CHANNEL,
+            finished_by(me),
+            list(ids),
+            list(refs),
+        )
 
     @translate_errors("The task queue could not be reached")
     async def fail(self, task: Task, reason: str) -> None:

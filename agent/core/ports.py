@@ -196,6 +196,20 @@ class ToolObserver(Protocol):
         fails a tool."""
 
 
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    """Posts that are in the conversation but not yet recorded so: what a publish asked
+    to leave that record to the task's end returns (`Publisher.publish(finishing=True)`),
+    for `TaskQueue.finish` to record with the task's end, in one step instead of two.
+    Each post is its id and where it shows (None: not known), as the publisher spells
+    them; the agent only hands them on."""
+
+    posts: tuple[tuple[str, str | None], ...] = ()
+
+
+NOTHING_DELIVERED = Delivered()
+
+
 class TaskQueue(Protocol):
     """Leased tasks: at most one running per session, oldest first.
 
@@ -223,10 +237,13 @@ class TaskQueue(Protocol):
         thread whose queue mode is `interrupt`), asked once its lease is found lost: the
         task is queued again to answer everything pending, not cancelled."""
 
-    async def finish(self, task: Task) -> None:
-        """End the task's lease as done. What this makes runnable (the thread's next
-        message) is the caller's to look for next: a worker looks for work again right
-        after its task ends, so a queue wakes the workers of other processes only."""
+    async def finish(self, task: Task, delivered: Delivered = NOTHING_DELIVERED) -> None:
+        """End the task's lease as done, and record `delivered` (the posts its reply's
+        publish left to the finish: `Publisher.publish(finishing=True)`) in the same step,
+        whether or not the lease is still this attempt's: a post that landed, landed. What
+        this makes runnable (the thread's next message) is the caller's to look for next:
+        a worker looks for work again right after its task ends, so a queue wakes the
+        workers of other processes only."""
 
     async def fail(self, task: Task, reason: str) -> None:
         """End the task's lease as failed; what it makes runnable, as with `finish`."""
@@ -312,7 +329,8 @@ class Publisher(Protocol):
         *,
         steps: Sequence[Step] = (),
         citations: Sequence[Citation] = (),
-    ) -> None:
+        finishing: bool = False,
+    ) -> Delivered:
         """Post `text` unless it was posted already; a reply's `citations` are shown with it. Fenced by the task's lease: when
         `task` (its attempt) is no longer the current lease, nothing is posted and an
         exception is raised; the runner then finds the lease lost and stops.
@@ -320,7 +338,13 @@ class Publisher(Protocol):
         `steps` are the work an acknowledgment announces (its subtasks, with their states
         as far as known); a publisher that can show them live does, and `LiveView.step`
         updates them later. Publishing an acknowledgment again once its steps are all
-        settled completes it."""
+        settled completes it.
+
+        With `finishing` (the task ends right after: `TaskQueue.finish`), a publisher may
+        leave the record that its posts landed to that finish and return them. A crash
+        between the two leaves them unrecorded, not unsent: the next attempt's publish
+        finds each one (completes its open message again, or finds it in the thread) and
+        posts nothing twice. Otherwise it returns `NOTHING_DELIVERED`."""
 
     def working(self, task: Task) -> AbstractAsyncContextManager[None]:
         """Show that the task is being worked on while the context lasts (and stop showing

@@ -456,11 +456,15 @@ class TaskRunner:
             log.warning("task %s: the still-trying notice was not posted: %s", task.id, exc)
 
     async def _deliver_reply(self, task: Task, reply: StoredMessage, *, steered: int = 0) -> None:
-        await self._publisher.publish(task, reply.id, reply.text, citations=reply.citations)
+        # The record that the reply landed goes with the task's end, in one step (a crash
+        # between the two leaves the reply to be found again, never posted twice).
+        delivered = await self._publisher.publish(
+            task, reply.id, reply.text, citations=reply.citations, finishing=True
+        )
         self._observer.task_settled("answered")
         self._observer.reply_answered(1 + len(task.covers) + steered)
         self._schedule_run_settled(task, "posted")
-        await self._queue.finish(task)
+        await self._queue.finish(task, delivered)
 
     async def _end_silently(self, task: Task, silence: Silence) -> None:
         """A schedule's run with nothing to say: nothing is posted, the task is done."""

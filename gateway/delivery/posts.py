@@ -107,11 +107,20 @@ class Posts:
         *,
         streamed: Streamed | None = None,
         steps: Sequence[Step] = (),
+        landed: list[tuple[str, str | None]] | None = None,
     ) -> None:
         """Post `message` once: claim its outbox row and do what the claim answers (one
-        action per answer, `on_claim`), until an action says the post is settled."""
+        action per answer, `on_claim`), until an action says the post is settled. With
+        `landed`, a post this call makes (or completes) is not marked sent: it is added
+        there, its id and ts, for the task's finish to mark (`agent.Delivered`)."""
         post = _Post(
-            task, SlackAddress.parse(task.address), post_id, message, streamed, tuple(steps)
+            task,
+            SlackAddress.parse(task.address),
+            post_id,
+            message,
+            streamed,
+            tuple(steps),
+            landed,
         )
         with self._tracer.span(f"outbox {post.kind}", {"threadgate.outbox.id": post_id}) as span:
             for n in range(1, _CLAIMS_PER_POST + 1):
@@ -236,7 +245,7 @@ class Posts:
         except SlackRefused as exc:
             if exc.error == STOPPED_BY_USER:  # someone stopped it: it stays as it stands
                 log.info("stream %s of %s was stopped in Slack; left as it stands", ts, post.id)
-                await self._outbox.mark_sent(post.id, ts)
+                await self._mark_sent(post, ts)
                 return True
         except SlackError:
             pass  # already stopped (or expired) is fine: the update below sets the text
@@ -260,7 +269,7 @@ class Posts:
         except SlackError as exc:
             log.info("completing %s at %s: %s; completing it again", post.id, ts, exc.reason)
             return False
-        await self._outbox.mark_sent(post.id, ts)
+        await self._mark_sent(post, ts)
         self._ended(post.kind, "replaced")
         return True
 
@@ -292,8 +301,16 @@ class Posts:
         except SlackError as exc:
             log.info("stopping stream %s failed (%s); replacing its text", ts, exc)
             return False
-        await self._outbox.mark_sent(post.id, ts)
+        await self._mark_sent(post, ts)
         return True
+
+    async def _mark_sent(self, post: _Post, ts: str | None) -> None:
+        """The post is in the thread: its row says so now, or, when the task's finish is
+        to say it (`landed`), then."""
+        if post.landed is not None:
+            post.landed.append((post.id, ts))
+        else:
+            await self._outbox.mark_sent(post.id, ts)
 
     async def _client(self, address: SlackAddress) -> AsyncWebClient:
         """The client of the workspace the post's thread is in."""
@@ -327,7 +344,7 @@ class Posts:
         except SlackError as exc:
             await self._call_failed(post, exc)
             return False
-        await self._outbox.mark_sent(post.id, response.get("ts"))
+        await self._mark_sent(post, response.get("ts"))
         return True
 
 
@@ -346,6 +363,9 @@ class _Post:
     message: SlackMessage
     streamed: Streamed | None
     steps: tuple[Step, ...]
+    # Where the post goes once it landed, for the task's finish to mark it sent; None:
+    # marked at once.
+    landed: list[tuple[str, str | None]] | None = None
 
     @property
     def kind(self) -> str:

@@ -16,7 +16,10 @@ Slack: a small facade over the parts that do the work, each with its own state.
 Publishing renders the text (gateway/text/rendering.py: no pings, links show their host),
 splits a long reply into posts (`id`, `id#1`, …) and posts each; a reply that was shown
 as a draft is completed (the draft's streamed message becomes the reply) rather than
-posted beside it. Every final reply carries Slack's feedback buttons (a `context_actions`
+posted beside it. A reply published `finishing` (the task ends next) leaves the record that
+its posts landed to the task's finish, which makes it in its own statement (`agent.Delivered`,
+storage/queue.py); a crash between the two leaves them to be found, not posted again.
+Every final reply carries Slack's feedback buttons (a `context_actions`
 block, gateway/slack/interactive.py) on its last message: posted with it, or, when that
 message is the draft's stream, sent with its `chat.stopStream`. Publishing the note that
 someone stopped the task (`task:{id}:stopped`) names who pressed Stop (anyone in the
@@ -36,9 +39,11 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from agent import (
     NO_TRACER,
+    NOTHING_DELIVERED,
     ApprovalDecision,
     ApprovalRequest,
     Citation,
+    Delivered,
     ScheduleEntry,
     Step,
     StepState,
@@ -155,7 +160,8 @@ class SlackPublisher:
         *,
         steps: Sequence[Step] = (),
         citations: Sequence[Citation] = (),
-    ) -> None:
+        finishing: bool = False,
+    ) -> Delivered:
         draft = self._drafts.pop((task.id, message_id), None)
         streamed = await draft.close() if draft is not None else None
         # The Sources line goes under the text, rendered with it (gateway/delivery/sources.py); a
@@ -171,11 +177,15 @@ class SlackPublisher:
             parts = render_reply(f"{text}\n\n{sources}" if sources else text)
         if message_id == task.reply_id:
             parts[-1] = _with_feedback(parts[-1], message_id)
+        # Finishing, the posts that land are marked sent by the task's finish (agent.Delivered).
+        landed: list[tuple[str, str | None]] | None = [] if finishing else None
         for n, part in enumerate(parts):
             if n == 0:
-                await self._posts.post(task, message_id, part, streamed=streamed, steps=steps)
+                await self._posts.post(
+                    task, message_id, part, streamed=streamed, steps=steps, landed=landed
+                )
             else:
-                await self._posts.post(task, f"{message_id}#{n}", part)
+                await self._posts.post(task, f"{message_id}#{n}", part, landed=landed)
         self._status.posted(task)
         if any(step.state in ("pending", "in_progress") for step in steps):
             self._status.continues(task)  # its subtasks work on: the session stays busy
@@ -183,6 +193,7 @@ class SlackPublisher:
             # The note that someone stopped the work ends the thread's agent session: Slack
             # leaves it `processing` after a Stop until the app says otherwise.
             await self._status.end_session(task)
+        return Delivered(tuple(landed)) if landed else NOTHING_DELIVERED
 
     # The agent's ApprovalDesk (gateway/delivery/approval.py)
 

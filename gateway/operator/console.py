@@ -25,7 +25,15 @@ from contextlib import AsyncExitStack
 from queue import SimpleQueue
 from typing import TextIO
 
-from agent import Citation, ModelError, Step, Task, default_registries
+from agent import (
+    NOTHING_DELIVERED,
+    Citation,
+    Delivered,
+    ModelError,
+    Step,
+    Task,
+    default_registries,
+)
 from gateway.config.settings import Settings, database_dsn
 from gateway.delivery.alerts import headline, what_to_check
 from gateway.inbound.gatekeeper import Gatekeeper, GatekeeperPorts, GatekeeperSettings, Policy
@@ -68,7 +76,8 @@ class TerminalPublisher:
         *,
         steps: Sequence[Step] = (),
         citations: Sequence[Citation] = (),
-    ) -> None:
+        finishing: bool = False,
+    ) -> Delivered:
         if message_id not in self._printed:
             self._printed.add(message_id)
             sources = ", ".join(c.url or f"message {c.message_id}" for c in citations)
@@ -76,6 +85,7 @@ class TerminalPublisher:
             print(f"{shown}\n", file=self._out, flush=True)
         if message_id in (task.reply_id, task.failure_id):
             self._finished(task.id).set()
+        return NOTHING_DELIVERED  # printed is recorded: nothing is left to the finish
 
     @contextlib.asynccontextmanager
     async def working(self, task: Task) -> AsyncIterator[None]:

@@ -18,7 +18,9 @@ from agent.core.delegation import (
     SubtaskState,
 )
 from agent.core.ports import (
+    NOTHING_DELIVERED,
     AnswerOrigin,
+    Delivered,
     Showing,
     Step,
     StoredMessage,
@@ -36,6 +38,7 @@ class MemoryQueue:
     failed: dict[str, str] = field(default_factory=dict)
     retried: dict[str, float] = field(default_factory=dict)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
+    delivered: list[tuple[str, str | None]] = field(default_factory=list)  # recorded by finish
 
     async def claim(self) -> Task | None:
         if not self.tasks:
@@ -52,8 +55,9 @@ class MemoryQueue:
     async def interrupted(self, task: Task) -> bool:
         return False
 
-    async def finish(self, task: Task) -> None:
+    async def finish(self, task: Task, delivered: Delivered = NOTHING_DELIVERED) -> None:
         self.finished.append(task.id)
+        self.delivered.extend(delivered.posts)
         self.changed.set()
 
     async def fail(self, task: Task, reason: str) -> None:
@@ -117,13 +121,16 @@ class MemoryPublisher:
         *,
         steps: Sequence[Step] = (),
         citations: Sequence[Citation] = (),
-    ) -> None:
+        finishing: bool = False,
+    ) -> Delivered:
         if steps:
             self.steps.append((message_id, tuple(steps)))
         if all(existing != message_id for existing, _ in self.posts):
             self.posts.append((message_id, text))
             if citations:
                 self.citations[message_id] = tuple(citations)
+        # Finishing, the post is left to the task's finish to record (`MemoryQueue.delivered`).
+        return Delivered(((message_id, None),)) if finishing else NOTHING_DELIVERED
 
     @contextlib.asynccontextmanager
     async def working(self, task: Task) -> AsyncIterator[None]:

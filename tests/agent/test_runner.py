@@ -17,10 +17,11 @@ from agent.core.errors import (
     CredentialRejected,
     ModelsUnavailable,
     NonTransientModelError,
+    RoundFailed,
     Route,
     SubtaskFailed,
 )
-from agent.core.ports import PromptEpoch, Step, StoredMessage, Task, Window
+from agent.core.ports import Delivered, PromptEpoch, Step, StoredMessage, Task, Window
 from agent.durable.notices import DEFAULT_NOTICES, FailureNotices
 from agent.durable.runner import DEFAULT_RUNNER, RunnerPorts, RunnerSettings, TaskRunner
 from agent.durable.subtask_runs import INTERNAL_ERROR, TIMED_OUT
@@ -121,6 +122,18 @@ async def test_answered_task_is_stored_published_and_finished() -> None:
     await rig.runner.run_task(TASK)
     assert rig.publisher.posts == [(TASK.reply_id, "answer to question")]
     assert rig.queue.finished == [TASK.id] and (await rig.history.get(TASK.reply_id)) is not None
+
+
+async def test_the_replys_posts_are_recorded_by_the_tasks_finish() -> None:
+    """A reply is published `finishing`, and what that publish left to record goes with
+    the finish (`agent.Delivered`); the failure notice of a failed task is not."""
+    rig = Rig(Agent(lambda r: Reply("answer")))
+    await rig.runner.run_task(TASK)
+    assert rig.queue.delivered == [(TASK.reply_id, None)]
+    failing = Rig(Agent(raising(RoundFailed("no"))))
+    await failing.runner.run_task(TASK)
+    assert failing.publisher.posts == [(TASK.failure_id, DEFAULT_NOTICES.text("error"))]
+    assert failing.queue.delivered == []
 
 
 async def test_the_round_gets_the_sessions_prompt_read_beside_its_window() -> None:
@@ -415,7 +428,7 @@ async def test_a_still_trying_notice_that_cannot_be_posted_does_not_stop_the_def
     failed: the next deferral posts it."""
 
     class Refusing(MemoryPublisher):
-        async def publish(self, task: Task, message_id: str, text: str, **kw: object) -> None:
+        async def publish(self, task: Task, message_id: str, text: str, **kw: object) -> Delivered:
             raise RuntimeError("Slack is away")
 
     settings = RunnerSettings(still_trying_seconds=0)

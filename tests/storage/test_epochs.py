@@ -6,6 +6,7 @@ one; a subtask records the epoch its run was asked under."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import asyncpg
 import pytest
@@ -97,8 +98,29 @@ async def test_a_new_session_pins_a_stored_epoch_without_its_text(fresh_db: Data
     await fresh_db.pool.execute("DELETE FROM prompt_epochs")
     third = await new_task(fresh_db, "105.0", "105.0", "q")
     assert await memory.pin_prompt(third.session_id, pinned) == pinned
-    stored = await fresh_db.pool.fetchrow("SELECT text, offer FROM prompt_epochs")
+    stored = await fresh_db.pool.fetchrow("SELECT text, offer, tools, subagents FROM prompt_epochs")
     assert stored is not None and (stored["text"], stored["offer"]) == ("Words.", pinned.offer)
+    assert stored["tools"] == ["final_reply", "current_time"]
+    assert json.loads(stored["subagents"]) == SUBAGENTS
+
+
+async def test_a_pin_to_the_callers_own_epoch_carries_no_tools_or_subagents(db: Database) -> None:
+    """The common pin (the session kept the caller's epoch) answers with the caller's own
+    epoch, the tools' names and sub-agents' prompts left on the server both ways; a pin
+    to another epoch reads them back."""
+    memory = PostgresMemory(db)
+    task = await new_task(db, "106.0", "106.0", "q")
+    pinned = epoch("Words.", REPLY, CLOCK)
+    await memory.pin_prompt(task.session_id, pinned)
+    own = await memory._pin(task.session_id, pinned, with_text=False)
+    assert (own["outcome"], own["text"], own["tools"], own["subagents"]) == (
+        "kept",
+        None,
+        None,
+        None,
+    )
+    other = await memory._pin(task.session_id, epoch("Other words.", REPLY, CLOCK), with_text=False)
+    assert other["text"] == "Words." and other["tools"] == ["final_reply", "current_time"]
 
 
 async def test_a_task_without_a_session_is_asked_under_the_current_epoch(db: Database) -> None:

@@ -114,3 +114,12 @@ def test_a_claim_moves_a_row_as_the_table_says() -> None:
 def test_every_claim_answer_is_given_in_some_state() -> None:
     """Each answer a claim can give is the answer of some state (none is dead code)."""
     assert {rule.answer for rule in OUTBOX_STATES.values()} == set(get_args(ClaimAnswer))
+
+
+def test_the_finishs_mark_moves_a_row_as_mark_sent() -> None:
+    """The mark a task's finish makes of its reply's posts (storage/queue.py) applies in
+    every state mark_sent applies in, and sets what mark_sent sets."""
+    sql = _sql(storage.outbox.sent_posts("$8", "$9"))
+    moves = _moves("mark_sent")
+    assert set(moves) <= _required(sql)
+    assert _written(sql) == set(moves.values())

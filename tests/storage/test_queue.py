@@ -7,10 +7,11 @@ import dataclasses
 
 import asyncpg
 
-from agent import StoredMessage, Task, reply_id, user_message_id
+from agent import Delivered, StoredMessage, Task, reply_id, user_message_id
 from storage import (
     Admission,
     Database,
+    Outbox,
     PostgresDelegations,
     PostgresHistory,
     PostgresTaskQueue,
@@ -261,6 +262,49 @@ async def test_a_superseded_finish_changes_nothing_and_wakes_nobody(fresh_db: Da
     assert await fresh_db.pool.fetchval("SELECT state FROM tasks WHERE id = $1", task.id) == (
         "running"
     )
+
+
+async def _posting(db: Database, thread: str) -> tuple[PostgresTaskQueue, Task, Outbox]:
+    """A claimed task whose reply's two parts are claimed in the outbox: the first open
+    (a stream), the second being sent."""
+    queue, outbox = PostgresTaskQueue(db), Outbox(db, call_seconds=5, settle_seconds=1)
+    await enqueue(db, thread, thread)
+    task = await queue.claim()
+    assert task is not None
+    for post in (task.reply_id, f"{task.reply_id}#1"):
+        assert (await outbox.claim(post, task.id, task.attempts)).state == "new"
+    await outbox.opened(task.reply_id, task.attempts, "111.1")
+    return queue, task, outbox
+
+
+async def _posts(db: Database, task: Task) -> list[tuple[str, str | None]]:
+    rows = await db.pool.fetch(
+        "SELECT state, remote_ref FROM outbox WHERE id LIKE $1 ORDER BY id", f"{task.reply_id}%"
+    )
+    return [(r["state"], r["remote_ref"]) for r in rows]
+
+
+async def test_a_finish_marks_the_posts_it_is_handed_sent_with_the_tasks_end(
+    fresh_db: Database,
+) -> None:
+    """`finish(delivered=…)` ends the task and marks its reply's posts sent, each with
+    the ts it was handed (the one it showed at when handed none), in one statement."""
+    queue, task, _ = await _posting(fresh_db, "9.0")
+    landed = Delivered(((task.reply_id, None), (f"{task.reply_id}#1", "222.2")))
+    await queue.finish(task, landed)
+    assert await fresh_db.pool.fetchval("SELECT state FROM tasks WHERE id = $1", task.id) == "done"
+    assert await _posts(fresh_db, task) == [("sent", "111.1"), ("sent", "222.2")]
+
+
+async def test_a_superseded_finish_still_marks_the_posts_that_landed(fresh_db: Database) -> None:
+    """A finish of a lost lease ends nothing, but the posts it says landed are marked sent:
+    the mark is not fenced (as `Outbox.mark_sent` is not)."""
+    queue, task, _ = await _posting(fresh_db, "9.1")
+    stale = dataclasses.replace(task, attempts=task.attempts - 1)
+    await queue.finish(stale, Delivered(((task.reply_id, "111.1"),)))
+    state = await fresh_db.pool.fetchval("SELECT state FROM tasks WHERE id = $1", task.id)
+    assert state == "running"
+    assert await _posts(fresh_db, task) == [("sent", "111.1"), ("sending", None)]
 
 
 async def test_a_claim_says_whether_the_tasks_reply_is_stored(fresh_db: Database) -> None:
