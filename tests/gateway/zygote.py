@@ -181,7 +181,7 @@ def _become(request: dict[str, Any], fds: list[int], owned: tuple[Any, ...]) -> 
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    sys.path.insert(0, os.getcwd())  # as `python -m` puts it
+    sys.path[0] = os.getcwd()  # the child's folder where the zygote's was, as `-m` puts it
     sys.argv = ["-m", *request["args"]]
 
 
