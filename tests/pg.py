@@ -77,8 +77,7 @@ def clear_previous_run(data_dir: Path) -> subprocess.Popen[bytes] | None:
     30 ms: over a minute a run), and deleting the files of a whole run takes longer still on
     a shared disk. So the data directory a run leaves is moved aside at the next run's
     start — a rename — and deleted by a detached process of the lowest priority while the
-    tests run; the server
-    is made anew (about a second). Not while another run is using the server (it shares
+    tests run; the server is made anew (about a second). Not while another run is using the server (it shares
     it), and any directory an earlier deletion did not finish is deleted too. Returns the
     deleting process, if one was started.
     """

@@ -324,8 +324,8 @@ LAUNCHER = Path(__file__).resolve().with_name("mcp_launch.py")
 def stdio_entry(pidfile: Path, **extra: Any) -> dict[str, Any]:
     """A `mcpServers` entry that runs this server over stdio, under the socket guard
     (forked by the launcher; this process's MCP zygote is started if it is not running)."""
-    base = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
-    zygote = MCP_ZYGOTE.ensure(base | {"PYTHONPATH": str(NETGUARD)})
+    # The zygote keeps what the interpreter reads of this environment; the guard comes first.
+    zygote = MCP_ZYGOTE.ensure(os.environ | {"PYTHONPATH": str(NETGUARD)})
     env = {
         "PYTHONPATH": str(NETGUARD),
         "FAKE_MCP_PIDFILE": str(pidfile),

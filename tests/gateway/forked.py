@@ -27,9 +27,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 ZYGOTE = Path(__file__).resolve().with_name("zygote.py")
-# What the interpreter itself reads from the environment at start: the zygote starts with
-# these from the first command's environment (every command's are the same: see
-# tests/gateway/process.py `child_env`); each child then gets its command's whole one.
+# What the interpreter itself reads from the environment at start: a zygote starts with
+# these from the environment it is first given (the same for every command: see
+# tests/gateway/process.py `child_env`, tests/fakes/mcp_server.py `stdio_entry`); each
+# child then gets its command's whole one.
 _INTERPRETER = ("PATH", "HOME", "LANG", "TMPDIR", "PYTHONPATH")
 
 
@@ -129,9 +130,6 @@ class ForkedProcess:
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
-
-    def terminate(self) -> None:
-        self.send_signal(signal.SIGTERM)
 
     async def communicate(self, input: bytes | None = None) -> tuple[bytes, bytes]:
         """Feed `input` to stdin and close it, read stdout and stderr to their ends, and
