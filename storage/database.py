@@ -132,6 +132,12 @@ class Database:
         self._tickets = asyncio.Semaphore(0)
         self._pending_tickets = 0
         self._max_tickets = 64
+        # Wake-ups so far (`wakeups`: a finish that saw one come in wakes a worker after it,
+        # storage/queue.py), and those no worker got a ticket for, the bound reached
+        # (`dropped_wakeups`: a worker that sees this grow while it ran a task looks for
+        # work again at once, agent/durable/runner.py).
+        self.wakeups = 0
+        self.dropped_wakeups = 0
         self._reconnecting = asyncio.Lock()
         # Told when a replica says every model is down (True) or one is back (False).
         self.on_models: Callable[[bool], None] | None = None
@@ -247,9 +253,12 @@ class Database:
     def wake(self) -> None:
         """Something may have become runnable: wake one waiting worker (and observers)."""
         self.wakeup.set()
+        self.wakeups += 1
         if self._pending_tickets < self._max_tickets:
             self._pending_tickets += 1
             self._tickets.release()
+        else:
+            self.dropped_wakeups += 1
 
     async def next_signal(self) -> None:
         """Wait for a wake-up meant for one worker. Each NOTIFY wakes one waiting worker,
@@ -261,7 +270,7 @@ class Database:
 
     def _on_notify(self, conn: object, pid: int, channel: str, payload: object) -> None:
         if self._owner is not None and payload == finished_by(self._owner):
-            # Our own finish: the worker that finished looks for work again itself.
+            # Our own finish: it woke a worker itself if it made work runnable (queue.py).
             self.wakeup.set()
             return
         if isinstance(payload, str) and payload.startswith(MODELS_SIGNAL):

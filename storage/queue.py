@@ -105,7 +105,15 @@ RETURNING tasks.id, tasks.session_id, tasks.address, tasks.attempts,
           tasks.stopped_at IS NOT NULL AS stopped, tasks.traceparent, tasks.schedule_id,
           tasks.stopped_by, {p}candidate.recovered, {covers},
           -- After the row's lock is ours: an interrupt of this lease is later, by this clock.
-          clock_timestamp() AS leased_at
+          clock_timestamp() AS leased_at,
+          -- Whether another thread's message is runnable too (a backlog: a restart, a burst
+          -- past the kept wake-ups): the claimer wakes one more worker for it, who does
+          -- the same, so a backlog is taken by as many workers as are free.
+          EXISTS (SELECT 1 FROM tasks q
+                  WHERE q.state = 'queued' AND q.run_after <= now()
+                    AND q.session_id <> tasks.session_id
+                    AND q.seq = (SELECT min(o.seq) FROM tasks o WHERE o.session_id = q.session_id
+                                 AND o.state IN ('queued', 'running', 'waiting'))) AS more
 """
 
 
@@ -175,14 +183,15 @@ WHERE id = $1 AND attempts = $2 AND state = 'running' AND lease_owner = $3
 """
 
 # Ending a lease and waking a worker, in one statement (one transaction: the NOTIFY is
-# delivered when the finish commits). It wakes a worker even when this statement sees
-# nothing queued in the thread: a message admitted while it ran is invisible to its
-# snapshot, and its admission's own wake-up was spent by a worker that found it blocked
-# behind this very task. A claim after the commit sees it. The payload names the
-# finishing process (`finished_by`, storage/database.py), which wakes no worker for it:
-# there the worker that finished looks for work itself right after this returns
-# (`TaskQueue.finish`). Every other process wakes one. Waking one here as well was a
-# second look after every finish, most often finding nothing.
+# delivered when the finish commits). Every other process wakes a worker for it, even
+# when this statement sees nothing queued in the thread: a message admitted while it ran is
+# invisible to its snapshot, and its admission's own wake-up may have been spent by a worker
+# that found it blocked behind this very task. A claim after the commit sees it. The
+# payload names the finishing process (`finished_by`, storage/database.py), which wakes
+# none for it: there the finish wakes one itself (`PostgresTaskQueue._ended`) when the
+# statement saw the thread's next message queued, or when a wake-up came in while it
+# ran (the admission above, whose claim may have run before this commit). Waking one at
+# every finish was a look after each answer, most often finding nothing.
 _FINISH = """
 WITH done AS (
     -- A stopped task (storage/stops.py) ends cancelled, whatever its last round did.
@@ -191,8 +200,14 @@ WITH done AS (
            lease_owner = NULL, lease_expires = NULL
     WHERE id = $1 AND attempts = $2 AND state = 'running' AND lease_owner = $3
     RETURNING session_id
+), told AS (
+    SELECT count(pg_notify($6, $7)) AS n FROM done
 )
-SELECT count(pg_notify($6, $7)) FROM done
+-- Whether the end made its thread's next message runnable (a queued task of the session:
+-- only the oldest open one is claimed, storage/queue.py TASK_CANDIDATE). The caller wakes
+-- a worker for it: the notify above wakes other processes only (`finished_by`).
+SELECT EXISTS (SELECT 1 FROM done d JOIN tasks o ON o.session_id = d.session_id
+               WHERE o.state = 'queued') AS next_queued, (SELECT n FROM told) AS told
 """
 
 # The finish of a task whose reply's posts landed, marking them sent in the same statement
@@ -280,6 +295,8 @@ class PostgresTaskQueue:
             return None
         if row["recovered"]:
             self.recovery.found()
+        if row["more"]:
+            self._db.wake()
         return task_from_row(row)
 
     @translate_errors("The task queue could not be reached")
@@ -313,7 +330,8 @@ class PostgresTaskQueue:
             return await self._close(task, "done", None)
         me = await self._db.lease_owner()
         ids, refs = zip(*delivered.posts, strict=True)
-        await self._db.pool.fetchval(
+        wakeups = self._db.wakeups
+        next_queued = await self._db.pool.fetchval(
             _FINISH_DELIVERED,
             task.id,
             task.attempts,
@@ -325,6 +343,7 @@ class PostgresTaskQueue:
             list(ids),
             list(refs),
         )
+        self._ended(next_queued, wakeups)
 
     @translate_errors("The task queue could not be reached")
     async def fail(self, task: Task, reason: str) -> None:
@@ -344,11 +363,22 @@ class PostgresTaskQueue:
             async with asyncio.timeout(min(max_wait, self._poll)):
                 await self._db.next_signal()
 
+    def dropped_wakeups(self) -> int:
+        return self._db.dropped_wakeups
+
     async def _close(self, task: Task, state: str, reason: str | None) -> None:
         me = await self._db.lease_owner()
-        await self._db.pool.fetchval(
+        wakeups = self._db.wakeups
+        next_queued = await self._db.pool.fetchval(
             _FINISH, task.id, task.attempts, me, state, reason, TASKS_CHANNEL, finished_by(me)
         )
+        self._ended(next_queued, wakeups)
+
+    def _ended(self, next_queued: bool | None, wakeups: int) -> None:
+        """After a task's end: a worker woken for the thread's next message, which the end
+        made runnable, or for one admitted while the finish ran (`_FINISH`)."""
+        if next_queued or self._db.wakeups != wakeups:
+            self._db.wake()
 
 
 # -- operators ------------------------------------------------------------------------------

@@ -241,12 +241,16 @@ class TaskQueue(Protocol):
         """End the task's lease as done, and record `delivered` (the posts its reply's
         publish left to the finish: `Publisher.publish(finishing=True)`) in the same step,
         whether or not the lease is still this attempt's: a post that landed, landed. What
-        this makes runnable (the thread's next message) is the caller's to look for next:
-        a worker looks for work again right after its task ends, so a queue wakes the
-        workers of other processes only."""
+        this makes runnable (the thread's next message) gets a worker woken for it, here
+        or in another process."""
 
     async def fail(self, task: Task, reason: str) -> None:
         """End the task's lease as failed; what it makes runnable, as with `finish`."""
+
+    def dropped_wakeups(self) -> int:
+        """How many wake-ups (`wait_for_work`) found no worker to take them so far, the
+        queue's bound on kept wake-ups reached: a count that grows while a worker runs a
+        task means work was announced that no worker may look for, so it looks at once."""
 
     async def retry_later(self, task: Task, delay: float, reason: str) -> None: ...
 

@@ -178,24 +178,30 @@ class TaskRunner:
 
     async def _work(self) -> None:
         while True:
+            dropped = self._queue.dropped_wakeups()
             try:
-                found = await self._run_next()
+                again = await self._run_next()
             except Exception:  # the database may be restarting: wait, then try again
                 log.exception("claiming work failed")
-                found = False
-            # After work, look again at once: what a task's end made runnable is this
-            # worker's to find (`TaskQueue.finish`), and more may be queued behind it.
-            if not found:
+                again = False
+            # After a task, wait for a wake-up rather than look again at once: every message
+            # admitted meanwhile woke a worker, and so did what the task's end made runnable
+            # (`TaskQueue.finish`); a wake-up no worker was free for is kept for the next to
+            # wait, up to a bound. Past the bound (`dropped_wakeups` grew), or after a
+            # subtask, look at once. The look after every task was the claim that finds
+            # nothing, one statement of each answer's ten (BENCHMARKS.md).
+            if not again and self._queue.dropped_wakeups() == dropped:
                 await self._queue.wait_for_work(self._settings.heartbeat_seconds * 6)
 
     async def _run_next(self) -> bool:
+        """Claim work and run it; whether to look again at once (after a subtask)."""
         claimed = await self._delegations.claim_next(self._queue)
         if claimed is None:
             return False
         if isinstance(claimed, Task):
             await self.run_task(claimed)
-        else:
-            await self.run_subtask(*claimed)
+            return False
+        await self.run_subtask(*claimed)
         return True
 
     # Tasks

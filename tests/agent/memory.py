@@ -71,6 +71,9 @@ class MemoryQueue:
     async def wait_for_work(self, max_wait: float) -> None:
         await asyncio.sleep(0)
 
+    def dropped_wakeups(self) -> int:
+        return 0  # waiting for work is a turn of the loop: nothing to drop
+
     async def leases_in_doubt(self) -> None:
         await asyncio.Event().wait()  # leases in memory are never lost that way
 

@@ -559,3 +559,51 @@ def _fail_if(broken: bool) -> str:
     if broken:
         raise SubtaskFailed("it broke")
     return "ok"
+
+
+class WaitingQueue(MemoryQueue):
+    """A queue whose workers' waits for work last until cancelled, each one recorded, and
+    whose count of dropped wake-ups a test raises."""
+
+    def __init__(self, tasks: list[Task]) -> None:
+        super().__init__(tasks)
+        self.waiting = asyncio.Event()
+        self.dropped = 0
+
+    async def wait_for_work(self, max_wait: float) -> None:
+        self.waiting.set()
+        await asyncio.Event().wait()
+
+    def dropped_wakeups(self) -> int:
+        return self.dropped
+
+
+@pytest.mark.parametrize("dropped", [False, True])
+async def test_after_a_task_a_worker_waits_unless_wake_ups_were_dropped(dropped: bool) -> None:
+    """A worker does not look for work after every task: what came meanwhile woke a worker
+    (`TaskQueue.finish`, the queue's kept wake-ups). Only when wake-ups were dropped while
+    it ran (every worker busy, the bound reached) does it look again at once."""
+    second = dataclasses.replace(TASK, id="T1:C1:2.0", session_id="T1:C1:2.0")
+    queue = WaitingQueue([TASK, second])
+
+    def decide(round_input: RoundInput) -> Decision:
+        queue.dropped += dropped
+        return Reply("answer")
+
+    runner = TaskRunner(
+        RunnerPorts(
+            queue=queue,
+            delegations=MemoryDelegations(),
+            history=MemoryHistory([(TASK.user_message_id, TURN)]),
+            publisher=MemoryPublisher(),
+            alerts=MemoryAlerts(),
+        ),
+        Agent(decide),
+        settings=dataclasses.replace(DEFAULT_RUNNER, workers=1),
+    )
+    runner.start()
+    try:
+        await asyncio.wait_for(queue.waiting.wait(), timeout=10)
+    finally:
+        await runner.stop()
+    assert queue.finished == ([TASK.id, second.id] if dropped else [TASK.id])

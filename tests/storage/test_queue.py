@@ -227,8 +227,9 @@ async def test_a_finish_commits_with_one_wake_up(fresh_db: Database) -> None:
 async def test_a_finish_wakes_a_worker_of_every_other_process_not_its_own(
     fresh_db: Database,
 ) -> None:
-    """The worker that finished looks for work again itself (`TaskQueue.finish`), so its
-    own process keeps no wake-up for the finish; another process's waiting worker wakes."""
+    """A finish that leaves nothing queued in its thread keeps no wake-up in its own
+    process (the finish wakes one there itself when it does: the test below); another
+    process's waiting worker wakes, for a message admitted while the finish ran."""
     other = Database(fresh_db._dsn)
     await other.open()
     try:
@@ -323,3 +324,68 @@ async def test_a_claim_says_whether_the_tasks_reply_is_stored(fresh_db: Database
     again = await enqueue(fresh_db, "9.9", "9.9")
     claimed = await PostgresDelegations(fresh_db).claim_next(queue)
     assert isinstance(claimed, Task) and (claimed.id, claimed.stored_reply) == (again, False)
+
+
+async def settled_wakeups(db: Database) -> None:
+    """Wait until every wake-up notified so far has come in (a marker notified now comes
+    in after them), then take the tickets they left: the process's wake-ups start from
+    here."""
+    db.wakeup.clear()
+    marker = db.wakeups
+    await db.pool.execute("SELECT pg_notify($1, 'marker')", TASKS_CHANNEL)
+    async with asyncio.timeout(10):
+        while db.wakeups == marker:
+            await db.wakeup.wait()
+            db.wakeup.clear()
+    while db._pending_tickets:
+        await db.next_signal()
+
+
+async def test_a_finish_wakes_a_worker_for_its_threads_next_message(fresh_db: Database) -> None:
+    """The finishing process hears its own finish as no wake-up: when the finish makes the
+    thread's next message runnable, it keeps one for a worker itself; when nothing is
+    queued behind it, none (the worker that finished waits, and nobody looks in vain)."""
+    queue = PostgresTaskQueue(fresh_db, poll_seconds=3600)
+    await enqueue(fresh_db, "9.0", "9.0")
+    await enqueue(fresh_db, "9.0", "9.1")
+    first = await queue.claim()
+    assert first is not None and first.id == "T1:C1:9.0"
+    await settled_wakeups(fresh_db)
+    await queue.finish(first)
+    assert fresh_db._pending_tickets == 1
+    await asyncio.wait_for(queue.wait_for_work(3600), timeout=10)
+    second = await queue.claim()
+    assert second is not None and second.id == "T1:C1:9.1"
+    await settled_wakeups(fresh_db)
+    wakeups = fresh_db.wakeups
+    await queue.fail(second, "the last of its thread")
+    assert fresh_db.wakeups == wakeups and fresh_db._pending_tickets == 0
+
+
+async def test_a_claim_that_leaves_a_backlog_wakes_one_more_worker(fresh_db: Database) -> None:
+    """A claim that sees another thread's message runnable wakes a worker for it (a
+    restart's backlog is taken by every free worker, not one at a time); one that leaves
+    only its own thread's later messages, or nothing, wakes none."""
+    queue = PostgresTaskQueue(fresh_db, poll_seconds=3600)
+    for thread, ts in (("10.0", "10.0"), ("10.0", "10.1"), ("11.0", "11.0")):
+        await enqueue(fresh_db, thread, ts)
+    await settled_wakeups(fresh_db)
+    first = await queue.claim()
+    assert first is not None and first.id == "T1:C1:10.0"
+    assert fresh_db._pending_tickets == 1  # for 11.0
+    await settled_wakeups(fresh_db)
+    wakeups = fresh_db.wakeups
+    second = await queue.claim()
+    assert second is not None and second.id == "T1:C1:11.0"
+    assert fresh_db.wakeups == wakeups  # 10.1 waits behind 10.0: its finish will wake one
+
+
+async def test_wake_ups_past_the_bound_are_counted_as_dropped(fresh_db: Database) -> None:
+    """Kept wake-ups are bounded; the ones past the bound are counted, so a worker that
+    ran a task meanwhile knows to look again at once (agent/durable/runner.py)."""
+    await settled_wakeups(fresh_db)
+    dropped = fresh_db.dropped_wakeups
+    for _ in range(fresh_db._max_tickets + 3):
+        fresh_db.wake()
+    assert fresh_db.dropped_wakeups == dropped + 3
+    assert PostgresTaskQueue(fresh_db).dropped_wakeups() == dropped + 3
