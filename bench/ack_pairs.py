@@ -47,7 +47,9 @@ async def gateway(
     (and recorded by py-spy into `spy`, if given)."""
     async with fakes() as (slack, model), scratch_database(dsn, f"pairs_{label}") as db:
         process = GatewayProcess(
-            {**gateway_env(slack, model, db), **NO_GUARD_RAILS, **(extra or {})}, code or data
+            {**gateway_env(slack, model, db), **NO_GUARD_RAILS, **(extra or {})},
+            code or data,
+            forked=False,  # both sides started alike, the code before from its checkout
         )
         await process.start()
         try:

@@ -282,7 +282,7 @@ async def _traced_run(
         env = {**gateway_env(slack, model, url), **NO_GUARD_RAILS}
         if collector is not None:
             env["OTEL_EXPORTER_OTLP_ENDPOINT"] = collector.url
-        gw = GatewayProcess(env, code or data)
+        gw = GatewayProcess(env, code or data, forked=False)
         await gw.start()
         try:
             assert gw.proc is not None

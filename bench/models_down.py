@@ -50,7 +50,7 @@ async def one(dsn: str, data: Path, code: Path | None) -> dict[str, Any]:
         aiohttp.ClientSession() as http,
     ):
         env = {**gateway_env(slack, model, url), **NO_GUARD_RAILS, **DEFAULTS}
-        gw = GatewayProcess(env, code or data)
+        gw = GatewayProcess(env, code or data, forked=False)
         await gw.start()
         try:
             first = app_mention_event(text="<@UBOT> are you there?")

@@ -68,7 +68,7 @@ async def run_side(
     """One gateway (from `code`; None: this checkout) on a fresh database, measured."""
     async with fakes() as (slack, model), scratch_database(server, f"sqlt_{label}") as db:
         env = {**gateway_env(slack, model, db), **NO_GUARD_RAILS, **STREAMING}
-        process = GatewayProcess(env, code or data)
+        process = GatewayProcess(env, code or data, forked=False)
         await process.start()
         try:
             assert process.proc is not None

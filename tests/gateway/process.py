@@ -12,6 +12,7 @@ import contextlib
 import os
 import re
 import signal
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -48,18 +49,41 @@ def child_cwd(cwd: Path, *, dotenv: bool = False) -> Path:
 class GatewayProcess:
     """`threadgate serve` on an ephemeral port; `start` returns once it listens."""
 
-    def __init__(self, env: Mapping[str, str], cwd: Path, args: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        env: Mapping[str, str],
+        cwd: Path,
+        args: Sequence[str] = (),
+        *,
+        forked: bool = True,
+    ) -> None:
         self._env = child_env(env)
         self._cwd = child_cwd(cwd)
         self._args = list(args)  # more `serve` options, such as `--role worker`
-        self.proc: ForkedProcess | None = None
+        # False: a started interpreter that loads threadgate from `cwd` first, as
+        # `python -m` does. A benchmark's side that runs a checkout of the code before a
+        # change needs that: a forked child has the zygote's modules, this checkout's.
+        self._forked = forked
+        self.proc: ForkedProcess | asyncio.subprocess.Process | None = None
         self.port = 0
         self.log = bytearray()
         self._logged = asyncio.Condition()
 
     async def start(self, deadline: float = 60) -> None:
         args = ["serve", "--host", "127.0.0.1", "--port", "0", *self._args]
-        self.proc = await spawn(args, self._env, self._cwd)
+        if self._forked:
+            self.proc = await spawn(args, self._env, self._cwd)
+        else:
+            self.proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "gateway.operator",
+                *args,
+                env=self._env,
+                cwd=self._cwd,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.PIPE,
+            )
         self.port = await asyncio.wait_for(self._wait_listening(), deadline)
 
     async def _wait_listening(self) -> int:
