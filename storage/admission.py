@@ -49,7 +49,7 @@ import asyncpg
 
 from agent import Document, Image, RuntimeNote, reply_id, user_message_id
 from storage.action_tokens import keep_action_token
-from storage.database import TASKS_CHANNEL, Database
+from storage.database import TASKS_CHANNEL, Database, admitted_to
 from storage.errors import translate_errors
 from storage.migrations import Connection
 from storage.notes import notes_json
@@ -368,7 +368,7 @@ async def _admit_in_steps(db: Database, a: Admission, limits: Limits) -> Admitte
                 json.dumps(dict(limits.notices)),
                 FALLBACK_NOTICE,
             )
-        await conn.execute("SELECT pg_notify($1, '')", TASKS_CHANNEL)
+        await conn.execute("SELECT pg_notify($1, $2)", TASKS_CHANNEL, admitted_to(a.session_id))
     return _outcome(True, verdict)
 
 

@@ -40,10 +40,11 @@ pooler in session mode. PgBouncer's transaction mode breaks LISTEN and session l
 from __future__ import annotations
 
 import asyncio
+import collections
 import secrets
 from collections.abc import Callable
 from types import TracebackType
-from typing import Self
+from typing import Self, TypeGuard
 
 import asyncpg
 
@@ -85,10 +86,25 @@ def models_signal(*, down: bool) -> str:
     return f"{MODELS_SIGNAL}down" if down else f"{MODELS_SIGNAL}up:"
 
 
+FINISHED = "finished:"
+ADMITTED = "admitted:"
+
+
 def finished_by(owner: int) -> str:
     """The payload of the NOTIFY a finish under lease owner `owner` sends (storage/queue.py):
     the process holding that owner number does not wake a worker for it, every other does."""
-    return f"finished:{owner}"
+    return f"{FINISHED}{owner}"
+
+
+def admitted_to(session: str) -> str:
+    """The payload of the NOTIFY an admission sends (storage/admission.py, `admit_turn`):
+    the thread its task is in, so that a finish in this thread knows it came in
+    (`Database.heard_for`)."""
+    return f"{ADMITTED}{session}"
+
+
+def _admission(payload: object) -> TypeGuard[str]:
+    return isinstance(payload, str) and payload.startswith(ADMITTED)
 
 
 # Generic plans for every prepared statement: our statements are the same few dozen,
@@ -132,12 +148,15 @@ class Database:
         self._tickets = asyncio.Semaphore(0)
         self._pending_tickets = 0
         self._max_tickets = 64
-        # Wake-ups so far (`wakeups`: a finish that saw one come in wakes a worker after it,
-        # storage/queue.py), and those no worker got a ticket for, the bound reached
-        # (`dropped_wakeups`: a worker that sees this grow while it ran a task looks for
-        # work again at once, agent/durable/runner.py).
-        self.wakeups = 0
+        self._backlog_tickets = 0  # of the kept ones, those a backlog's (`next_signal`)
+        # Wake-ups no worker got a ticket for (the bound was reached): a worker that sees
+        # this grow while it ran a task looks for work again at once (agent/durable/runner.py).
         self.dropped_wakeups = 0
+        # The task NOTIFYs heard (`heard`, a count), the last of them with the thread each
+        # concerns (an admission's) or None (a kind that does not say): a finish asks
+        # whether one heard while it ran may concern its thread (`heard_for`).
+        self.heard = 0
+        self._heard: collections.deque[tuple[int, str | None]] = collections.deque(maxlen=256)
         self._reconnecting = asyncio.Lock()
         # Told when a replica says every model is down (True) or one is back (False).
         self.on_models: Callable[[bool], None] | None = None
@@ -248,34 +267,63 @@ class Database:
         self._owner = owner
         self._signals = conn
         self.schedules_changed.set()
-        self.wake()  # anything queued while we were not listening is now ours to find
+        # Anything queued while we were not listening is now ours to find, unannounced.
+        self.wake(backlog=True)
 
-    def wake(self) -> None:
-        """Something may have become runnable: wake one waiting worker (and observers)."""
+    def wake(self, *, backlog: bool = False) -> None:
+        """Something may have become runnable: wake one waiting worker (and observers).
+        `backlog`: work nobody announced, the worker claims in it (storage/queue.py
+        `_BACKLOG`)."""
         self.wakeup.set()
-        self.wakeups += 1
         if self._pending_tickets < self._max_tickets:
             self._pending_tickets += 1
+            self._backlog_tickets += backlog
             self._tickets.release()
         else:
             self.dropped_wakeups += 1
 
-    async def next_signal(self) -> None:
-        """Wait for a wake-up meant for one worker. Each NOTIFY wakes one waiting worker,
-        not all of them: a herd of workers each polling for the same single task was most
-        of our statements per task. A wake-up that finds nobody waiting is kept (up to a
-        bound), so a worker about to wait does not miss it."""
+    async def next_signal(self) -> bool:
+        """Wait for a wake-up meant for one worker; whether it was a backlog's
+        (`wake(backlog=True)`). Each NOTIFY wakes one waiting worker, not all of them: a
+        herd of workers each polling for the same single task was most of our statements
+        per task. A wake-up that finds nobody waiting is kept (up to a bound), so a worker
+        about to wait does not miss it."""
         await self._tickets.acquire()
         self._pending_tickets -= 1
+        if self._backlog_tickets:
+            self._backlog_tickets -= 1
+            return True
+        return False
+
+    def heard_for(self, session: str, *, since: int) -> bool:
+        """Whether a task NOTIFY heard after the count `since` (`heard`) may concern
+        `session`: an admission to it, one of a kind that does not say, or more than are
+        remembered."""
+        if self.heard - since > len(self._heard):
+            return True
+        for index, concerns in reversed(self._heard):
+            if index <= since:
+                return False
+            if concerns is None or concerns == session:
+                return True
+        return False
 
     def _on_notify(self, conn: object, pid: int, channel: str, payload: object) -> None:
-        if self._owner is not None and payload == finished_by(self._owner):
-            # Our own finish: it woke a worker itself if it made work runnable (queue.py).
-            self.wakeup.set()
-            return
+        if isinstance(payload, str) and payload.startswith(FINISHED):
+            if self._owner is not None and payload == finished_by(self._owner):
+                # Our own finish: it woke a worker itself if it made work runnable here
+                # (storage/queue.py `_FINISH`).
+                self.wakeup.set()
+                return
+        else:  # another process's finish concerns none of the threads our workers run
+            self._hear(payload.removeprefix(ADMITTED) if _admission(payload) else None)
         if isinstance(payload, str) and payload.startswith(MODELS_SIGNAL):
             return self._on_models(payload.removeprefix(MODELS_SIGNAL))
         self.wake()
+
+    def _hear(self, session: str | None) -> None:
+        self.heard += 1
+        self._heard.append((self.heard, session))
 
     def _on_models(self, said: str) -> None:
         """`down`, or `up:N` (N tasks made runnable): the listener told, and for `up` a

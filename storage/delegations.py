@@ -44,6 +44,7 @@ from storage.queue import (
     TASK_CANDIDATE,
     PostgresTaskQueue,
     RecoveryLooks,
+    claimed_in_backlog,
     task_from_row,
     task_lease,
 )
@@ -154,13 +155,12 @@ _CLAIM_NEXT = (
 SELECT s.task_id AS id, t.session_id, t.address, t.attempts, NULL::timestamptz AS created_at,
        NULL::boolean AS stored_reply, NULL::boolean AS stopped, t.traceparent, t.schedule_id,
        NULL::text AS stopped_by, s.round, s.index, s.type, s.params, s.refs, s.attempts AS subtask_attempts, s.remaining,
-       s.recovered, NULL::text[] AS covers, NULL::timestamptz AS leased_at,
-       NULL::boolean AS more
+       s.recovered, NULL::text[] AS covers, NULL::timestamptz AS leased_at
 FROM s_leased s JOIN tasks t ON t.id = s.task_id
 UNION ALL
 SELECT id, session_id, address, attempts, created_at, stored_reply, stopped, traceparent,
        schedule_id, stopped_by,
-       NULL, NULL, NULL, NULL, NULL, NULL, NULL, recovered, covers, leased_at, more
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL, recovered, covers, leased_at
 FROM t_leased
 """
 )
@@ -261,8 +261,7 @@ class PostgresDelegations:
         if row["round"] is None:
             if row["recovered"]:
                 tasks.recovery.found()
-            if row["more"]:
-                self._db.wake()  # a backlog: one more worker, as `PostgresTaskQueue.claim`
+            claimed_in_backlog(self._db)  # as `PostgresTaskQueue.claim`
             return task
         if look_for_tasks:
             # A subtask was found first, so the task arm did not run, its look with it: the

@@ -25,10 +25,10 @@ tasks too, with Slack's Stop button: storage/stops.py ends their leases the same
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import time
 from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
@@ -105,15 +105,7 @@ RETURNING tasks.id, tasks.session_id, tasks.address, tasks.attempts,
           tasks.stopped_at IS NOT NULL AS stopped, tasks.traceparent, tasks.schedule_id,
           tasks.stopped_by, {p}candidate.recovered, {covers},
           -- After the row's lock is ours: an interrupt of this lease is later, by this clock.
-          clock_timestamp() AS leased_at,
-          -- Whether another thread's message is runnable too (a backlog: a restart, a burst
-          -- past the kept wake-ups): the claimer wakes one more worker for it, who does
-          -- the same, so a backlog is taken by as many workers as are free.
-          EXISTS (SELECT 1 FROM tasks q
-                  WHERE q.state = 'queued' AND q.run_after <= now()
-                    AND q.session_id <> tasks.session_id
-                    AND q.seq = (SELECT min(o.seq) FROM tasks o WHERE o.session_id = q.session_id
-                                 AND o.state IN ('queued', 'running', 'waiting'))) AS more
+          clock_timestamp() AS leased_at
 """
 
 
@@ -176,6 +168,24 @@ class RecoveryLooks:
         self._next = 0.0
 
 
+# Whether the worker running in this context claims in a backlog: its wake-up said so
+# (`Database.next_signal`: the start's, a reconnect's, or a backlog claim's), or nothing woke
+# it (its poll timed out), or it has not waited yet. Such a claim that finds a task wakes
+# another worker to claim in the backlog in turn, so work nobody announced is taken by as
+# many workers as are free, and the last of them finds nothing. A claim after an
+# announced wake-up (an admission's NOTIFY, a finish's) looks for that work only: the
+# rest of the queue has wake-ups of its own. Each worker is an asyncio task, with a
+# context of its own, which awaits `wait_for_work` and its claims itself (in a task of
+# their own, as `asyncio.wait_for` runs them, they would set a copy of the context).
+_BACKLOG: ContextVar[bool] = ContextVar("threadgate_backlog", default=True)
+
+
+def claimed_in_backlog(db: Database) -> None:
+    """A claim found a task: in a backlog (`_BACKLOG`), one more worker is woken to look."""
+    if _BACKLOG.get():
+        db.wake(backlog=True)
+
+
 # Only extends: a lease taken under an owner this process no longer holds stays lost.
 _HEARTBEAT = """
 UPDATE tasks SET lease_expires = now() + make_interval(secs => $4)
@@ -189,9 +199,10 @@ WHERE id = $1 AND attempts = $2 AND state = 'running' AND lease_owner = $3
 # that found it blocked behind this very task. A claim after the commit sees it. The
 # payload names the finishing process (`finished_by`, storage/database.py), which wakes
 # none for it: there the finish wakes one itself (`PostgresTaskQueue._ended`) when the
-# statement saw the thread's next message queued, or when a wake-up came in while it
-# ran (the admission above, whose claim may have run before this commit). Waking one at
-# every finish was a look after each answer, most often finding nothing.
+# statement saw the thread's next message queued, or when a NOTIFY that may concern the
+# thread came in while it ran (the admission above, whose claim may have run before this
+# commit). Waking one at every finish was a look after each answer, most often finding
+# nothing.
 _FINISH = """
 WITH done AS (
     -- A stopped task (storage/stops.py) ends cancelled, whatever its last round did.
@@ -295,8 +306,7 @@ class PostgresTaskQueue:
             return None
         if row["recovered"]:
             self.recovery.found()
-        if row["more"]:
-            self._db.wake()
+        claimed_in_backlog(self._db)
         return task_from_row(row)
 
     @translate_errors("The task queue could not be reached")
@@ -330,7 +340,7 @@ class PostgresTaskQueue:
             return await self._close(task, "done", None)
         me = await self._db.lease_owner()
         ids, refs = zip(*delivered.posts, strict=True)
-        wakeups = self._db.wakeups
+        heard = self._db.heard
         next_queued = await self._db.pool.fetchval(
             _FINISH_DELIVERED,
             task.id,
@@ -343,7 +353,7 @@ class PostgresTaskQueue:
             list(ids),
             list(refs),
         )
-        self._ended(next_queued, wakeups)
+        self._ended(task, next_queued, heard)
 
     @translate_errors("The task queue could not be reached")
     async def fail(self, task: Task, reason: str) -> None:
@@ -359,25 +369,28 @@ class PostgresTaskQueue:
     async def wait_for_work(self, max_wait: float) -> None:
         # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation that
         # arrives together with the wake-up, and a worker that misses it never stops.
-        with contextlib.suppress(TimeoutError):
+        try:
             async with asyncio.timeout(min(max_wait, self._poll)):
-                await self._db.next_signal()
+                backlog = await self._db.next_signal()
+        except TimeoutError:
+            backlog = True  # nobody announced what this worker may find now: look for more
+        _BACKLOG.set(backlog)
 
     def dropped_wakeups(self) -> int:
         return self._db.dropped_wakeups
 
     async def _close(self, task: Task, state: str, reason: str | None) -> None:
         me = await self._db.lease_owner()
-        wakeups = self._db.wakeups
+        heard = self._db.heard
         next_queued = await self._db.pool.fetchval(
             _FINISH, task.id, task.attempts, me, state, reason, TASKS_CHANNEL, finished_by(me)
         )
-        self._ended(next_queued, wakeups)
+        self._ended(task, next_queued, heard)
 
-    def _ended(self, next_queued: bool | None, wakeups: int) -> None:
+    def _ended(self, task: Task, next_queued: bool | None, heard: int) -> None:
         """After a task's end: a worker woken for the thread's next message, which the end
-        made runnable, or for one admitted while the finish ran (`_FINISH`)."""
-        if next_queued or self._db.wakeups != wakeups:
+        made runnable, or for one admitted to the thread while the finish ran (`_FINISH`)."""
+        if next_queued or self._db.heard_for(task.session_id, since=heard):
             self._db.wake()
 
 

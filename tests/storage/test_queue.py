@@ -17,7 +17,7 @@ from storage import (
     PostgresTaskQueue,
     admit,
 )
-from storage.database import TASKS_CHANNEL, finished_by
+from storage.database import TASKS_CHANNEL, admitted_to, finished_by
 from storage.queue import RECOVERY_SECONDS
 
 
@@ -327,14 +327,14 @@ async def test_a_claim_says_whether_the_tasks_reply_is_stored(fresh_db: Database
 
 
 async def settled_wakeups(db: Database) -> None:
-    """Wait until every wake-up notified so far has come in (a marker notified now comes
-    in after them), then take the tickets they left: the process's wake-ups start from
-    here."""
+    """Wait until every NOTIFY sent so far has come in (a marker notified now comes in
+    after them: an admission's, to a thread no test has), then take the wake-ups they
+    left: the process's wake-ups start here."""
     db.wakeup.clear()
-    marker = db.wakeups
-    await db.pool.execute("SELECT pg_notify($1, 'marker')", TASKS_CHANNEL)
+    start = db.heard
+    await db.pool.execute("SELECT pg_notify($1, $2)", TASKS_CHANNEL, admitted_to("marker"))
     async with asyncio.timeout(10):
-        while db.wakeups == marker:
+        while not any(i > start and concerns == "marker" for i, concerns in db._heard):
             await db.wakeup.wait()
             db.wakeup.clear()
     while db._pending_tickets:
@@ -353,31 +353,75 @@ async def test_a_finish_wakes_a_worker_for_its_threads_next_message(fresh_db: Da
     await settled_wakeups(fresh_db)
     await queue.finish(first)
     assert fresh_db._pending_tickets == 1
-    await asyncio.wait_for(queue.wait_for_work(3600), timeout=10)
+    async with asyncio.timeout(10):  # in this task: its claims are its worker's
+        await queue.wait_for_work(3600)
     second = await queue.claim()
     assert second is not None and second.id == "T1:C1:9.1"
     await settled_wakeups(fresh_db)
-    wakeups = fresh_db.wakeups
     await queue.fail(second, "the last of its thread")
-    assert fresh_db.wakeups == wakeups and fresh_db._pending_tickets == 0
+    assert fresh_db._pending_tickets == 0
 
 
-async def test_a_claim_that_leaves_a_backlog_wakes_one_more_worker(fresh_db: Database) -> None:
-    """A claim that sees another thread's message runnable wakes a worker for it (a
-    restart's backlog is taken by every free worker, not one at a time); one that leaves
-    only its own thread's later messages, or nothing, wakes none."""
+async def test_a_finish_asks_whether_a_notify_heard_while_it_ran_concerns_its_thread(
+    fresh_db: Database,
+) -> None:
+    """An admission's NOTIFY names its thread (a real admission's here, through
+    `admit_turn`): one to another thread does not concern a finish, one to its own does,
+    and so does one of a kind that names none, or more than are remembered."""
+    await settled_wakeups(fresh_db)
+    since = fresh_db.heard
+    await enqueue(fresh_db, "14.0", "14.0")
+    await settled_wakeups(fresh_db)
+    assert not fresh_db.heard_for("T1:C1:15.0", since=since)
+    assert fresh_db.heard_for("T1:C1:14.0", since=since)
+    assert not fresh_db.heard_for("T1:C1:14.0", since=fresh_db.heard)
+    since = fresh_db.heard
+    await fresh_db.pool.execute("SELECT pg_notify($1, '')", TASKS_CHANNEL)
+    await settled_wakeups(fresh_db)
+    assert fresh_db.heard_for("T1:C1:15.0", since=since)
+    since = fresh_db.heard
+    for _ in range(300):
+        await fresh_db.pool.execute("SELECT pg_notify($1, $2)", TASKS_CHANNEL, admitted_to("x"))
+    await settled_wakeups(fresh_db)
+    assert fresh_db.heard_for("T1:C1:15.0", since=since)
+
+
+async def test_work_nobody_announced_is_claimed_by_a_chain_of_wake_ups(fresh_db: Database) -> None:
+    """After a wake-up for work nobody announced (a reconnect's), each claim that finds a
+    task wakes one more worker, until a claim finds nothing; a claim after an announced
+    wake-up (an admission's) wakes nobody else."""
     queue = PostgresTaskQueue(fresh_db, poll_seconds=3600)
-    for thread, ts in (("10.0", "10.0"), ("10.0", "10.1"), ("11.0", "11.0")):
-        await enqueue(fresh_db, thread, ts)
+    for thread in ("10.0", "11.0", "12.0"):
+        await enqueue(fresh_db, thread, thread)
+    await settled_wakeups(fresh_db)  # as if the admissions' wake-ups were never heard
+    fresh_db.wake(backlog=True)
+    claimed = []
+    while True:
+        async with asyncio.timeout(10):  # in this task: its claims are its worker's
+            await queue.wait_for_work(3600)
+        task = await queue.claim()
+        if task is None:
+            break
+        claimed.append(task.id)
+    assert claimed == ["T1:C1:10.0", "T1:C1:11.0", "T1:C1:12.0"]
+    assert fresh_db._pending_tickets == 0
+    await enqueue(fresh_db, "13.0", "13.0")
+    async with asyncio.timeout(10):  # in this task: its claims are its worker's
+        await queue.wait_for_work(3600)
+    announced = await queue.claim()
+    assert announced is not None and announced.id == "T1:C1:13.0"
+    assert fresh_db._pending_tickets == 0
+
+
+async def test_a_claim_after_a_poll_that_timed_out_looks_for_more(fresh_db: Database) -> None:
+    """What a worker finds when nothing woke it nobody announced: it wakes another."""
+    queue = PostgresTaskQueue(fresh_db, poll_seconds=0.01)
+    for thread in ("16.0", "17.0"):
+        await enqueue(fresh_db, thread, thread)
     await settled_wakeups(fresh_db)
-    first = await queue.claim()
-    assert first is not None and first.id == "T1:C1:10.0"
-    assert fresh_db._pending_tickets == 1  # for 11.0
-    await settled_wakeups(fresh_db)
-    wakeups = fresh_db.wakeups
-    second = await queue.claim()
-    assert second is not None and second.id == "T1:C1:11.0"
-    assert fresh_db.wakeups == wakeups  # 10.1 waits behind 10.0: its finish will wake one
+    await queue.wait_for_work(3600)  # the poll times out
+    assert await queue.claim() is not None
+    assert fresh_db._pending_tickets == 1
 
 
 async def test_wake_ups_past_the_bound_are_counted_as_dropped(fresh_db: Database) -> None:
