@@ -5,9 +5,10 @@ and the task that will answer it. A delivery seen before, or a second event for 
 that already has a task (Slack sends both `message` and `app_mention` for one mention),
 admits nothing. The NOTIFY in the same transaction wakes a worker the moment it commits.
 What it stores and each limit rule are written once, as SQL functions (migration 024):
-the common case calls `admit_turn` (one round trip, the ack's latency), a message with
-pictures or back-fill calls its pieces one by one, and a schedule's run stores its task
-and turn with the same `open_task` and `store_turn` (storage/schedules.py).
+the common case calls `admit_thread_turn` (one round trip, the ack's latency; migration
+034: with the thread's earlier messages when none has a picture), a message with pictures
+calls its pieces one by one, and a schedule's run stores its task and turn with the same
+`open_task` and `store_turn` (storage/schedules.py).
 Its statements run on the admission connections (`Database.admissions`), where no reply
 work holds one while an ack waits.
 
@@ -26,9 +27,9 @@ posts it through the outbox like any reply (after the ack, exactly once, in the 
 order), without asking a model. Every later over-limit message of the window is acked and
 dropped.
 
-A message with pictures (or PDFs kept for the models that read documents), with
-back-filled messages, or with a note of what could not be read before it, is admitted
-statement by statement in one transaction: the
+A message with pictures (or PDFs kept for the models that read documents), in its text
+or in its back-filled messages, or with a note of what could not be read before it, is
+admitted statement by statement in one transaction: the
 attachments are weighed against their budgets there (storage/pictures.py), and one past a
 budget is not stored; the message says so.
 
@@ -158,10 +159,10 @@ _GATE = (
 )
 # The action token is kept in the same statement, for a task this admission created.
 _ADMIT = (
-    "WITH admitted AS (SELECT * FROM admit_turn($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,"
-    " $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)), kept AS ("
-    " INSERT INTO task_action_tokens (task_id, token) SELECT $2, $24::text FROM admitted"
-    " WHERE admitted.created AND $24::text IS NOT NULL)"
+    "WITH admitted AS (SELECT * FROM admit_thread_turn($1, $2, $3, $4, $5, $6, $7, $8, $9,"
+    " $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $25, $26)),"
+    " kept AS (INSERT INTO task_action_tokens (task_id, token) SELECT $2, $24::text"
+    " FROM admitted WHERE admitted.created AND $24::text IS NOT NULL)"
     " SELECT * FROM admitted"
 )
 _OPEN_TASK = "SELECT open_task($1, $2, $3::jsonb, $4, $5, $6, $7)"
@@ -226,7 +227,7 @@ async def before_downloads(db: Database, a: Admission, limits: Limits) -> Before
 @translate_errors("The turn could not be stored")
 async def admit(db: Database, a: Admission, limits: Limits = UNLIMITED) -> Admitted:
     """Make the turn and its task durable, within `limits`; see `Admitted`."""
-    if not a.earlier and not a.images and not a.note:  # the common case, in one round trip
+    if _at_once(a):  # the common case, in one round trip
         return _outcome(*await _admit_at_once(db, a, limits, known_only=False))
     return await _admit_in_steps(db, a, limits)
 
@@ -317,6 +318,12 @@ def _gate_args(a: Admission, limits: Limits, *, known_only: bool) -> tuple[objec
     return (a.event_id, a.task_id, *_limit_args(a, limits), known_only)
 
 
+def _at_once(a: Admission) -> bool:
+    """Whether `a` is admitted in one round trip: nothing to weigh against the pictures'
+    budgets (no picture in it or its back-fill) and no note to keep beside it."""
+    return not a.images and not a.note and not any(e.images for e in a.earlier)
+
+
 async def _admit_at_once(
     db: Database, a: Admission, limits: Limits, *, known_only: bool
 ) -> tuple[bool, asyncpg.Record]:
@@ -332,14 +339,17 @@ async def _admit_at_once(
         FALLBACK_NOTICE,
         TASKS_CHANNEL,
         a.action_token or None,
+        [e.id for e in a.earlier],
+        [e.text for e in a.earlier],
     )
     assert row is not None
     return bool(row["created"]), row
 
 
 async def _admit_in_steps(db: Database, a: Admission, limits: Limits) -> Admitted:
-    """The admission of a message with pictures or back-fill: `admit_turn`'s pieces one
-    by one, the pictures weighed against their budgets before the messages are stored."""
+    """The admission of a message with pictures (in it or its back-fill) or a note:
+    `admit_thread_turn`'s pieces one by one, the pictures weighed against their budgets
+    before the messages are stored."""
     async with db.admissions.acquire() as conn, conn.transaction():
         verdict = await conn.fetchrow(_GATE, *_gate_args(a, limits, known_only=False))
         assert verdict is not None

@@ -327,7 +327,8 @@ class Database:
 
     def _on_models(self, said: str) -> None:
         """`down`, or `up:N` (N tasks made runnable): the listener told, and for `up` a
-        worker woken per task, up to `MODELS_UP_WAKES` (each looks again after its task)."""
+        worker woken per task, up to `MODELS_UP_WAKES`, each claiming in a backlog (one
+        that finds a task wakes one more: the rest of the N)."""
         self.wakeup.set()
         if self.on_models is not None:
             self.on_models(said == "down")
@@ -335,7 +336,7 @@ class Database:
             return
         woken = said.removeprefix("up:")
         for _ in range(min(int(woken), MODELS_UP_WAKES) if woken.isdigit() else 1):
-            self.wake()
+            self.wake(backlog=True)
 
     def _on_stop(self, conn: object, pid: int, channel: str, payload: object) -> None:
         # A stop ended a lease, maybe one of ours: each running task's heartbeat beats now,

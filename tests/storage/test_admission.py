@@ -14,6 +14,7 @@ from storage.admission import (
     Admission,
     EarlierMessage,
     Limits,
+    _admit_in_steps,
     admit,
     admit_in_known_session,
     session_exists,
@@ -172,6 +173,46 @@ async def test_the_back_filling_admission_writes_what_the_one_statement_writes(
     assert len(rows["tasks"]) == 3 and rows["limit_notices"] != []  # every outcome came
     assert {r["token"] for r in rows["task_action_tokens"]} == {f"Ev{n}.action" for n in (1, 2, 3)}
     assert rows == await written_rows(backfilled)
+
+
+async def test_a_back_fill_without_pictures_takes_the_one_statement_and_writes_the_same(
+    twins: list[Database],
+) -> None:
+    """A thread's first mention with its earlier messages and no picture is admitted in one
+    statement (`admit_thread_turn`, migration 034); it writes what the statement-by-statement
+    admission writes, back-filled messages and their order included, for every outcome
+    (a limit's notice task keeps no back-fill: no model reads it)."""
+    rule = Limits(user_messages_per_hour=2, notices={"user": "user notice"})
+    one_statement, in_steps = twins
+    for event_id, ts in (
+        ("Ev1", "2.1"),
+        ("Ev1", "2.1"),
+        ("Ev2", "2.2"),
+        ("Ev3", "2.3"),
+        ("Ev4", "2.4"),
+    ):
+        a = Admission(
+            event_id=event_id,
+            task_id=f"T1:C1:{ts}",
+            session_id=f"T1:C1:{ts}",
+            address={"channel": "C1", "thread_ts": ts},
+            turn_text=f"turn {ts}",
+            user="T1:U1",
+            channel="T1:C1",
+            earlier=tuple(EarlierMessage(f"slack:C1:{ts}:{n}", f"before {n}") for n in range(3)),
+            action_token=f"{event_id}.action",
+        )
+        once = await admit(one_statement, a, rule)
+        steps = await _admit_in_steps(in_steps, a, rule)
+        assert (once, once.limited, once.noticed) == (steps, steps.limited, steps.noticed)
+    rows = await written_rows(one_statement)
+    assert len(rows["tasks"]) == 3 and rows["limit_notices"] != []
+    assert rows == await written_rows(in_steps)
+    every = "SELECT session_id, id, text FROM messages ORDER BY seq"
+    stored = [tuple(r) for r in await one_statement.pool.fetch(every)]
+    assert ("T1:C1:2.1", "slack:C1:2.1:2", "before 2") in stored
+    assert not [m for m in stored if m[0] == "T1:C1:2.3" and m[1].startswith("slack:")]
+    assert stored == [tuple(r) for r in await in_steps.pool.fetch(every)]
 
 
 async def test_admission_commits_while_every_work_connection_is_lent(fresh_dsn: str) -> None:
