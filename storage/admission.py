@@ -151,8 +151,8 @@ class Admitted:
         return self.admitted
 
 
-# The SQL is migration 024's, each piece written once and used by every path: the fast
-# path (`admit_turn`, one round trip), the step path (its pieces one by one, pictures
+# The SQL is migration 024's (and 034's), each piece written once and used by every path: the fast
+# path (`admit_thread_turn`, one round trip), the step path (its pieces one by one, pictures
 # weighed between them) and a schedule's run (`open_task`, `store_turn`).
 _GATE = (
     "SELECT * FROM admission_gate($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)"
@@ -314,7 +314,7 @@ def _limit_args(a: Admission, limits: Limits) -> tuple[object, ...]:
 
 
 def _gate_args(a: Admission, limits: Limits, *, known_only: bool) -> tuple[object, ...]:
-    """The arguments of `admission_gate` (migration 024), which `admit_turn` opens with."""
+    """The arguments of `admission_gate` (migration 024), which `admit_thread_turn` opens with."""
     return (a.event_id, a.task_id, *_limit_args(a, limits), known_only)
 
 

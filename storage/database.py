@@ -97,7 +97,7 @@ def finished_by(owner: int) -> str:
 
 
 def admitted_to(session: str) -> str:
-    """The payload of the NOTIFY an admission sends (storage/admission.py, `admit_turn`):
+    """The payload of the NOTIFY an admission sends (storage/admission.py, `admit_thread_turn`):
     the thread its task is in, so that a finish in this thread knows it came in
     (`Database.heard_for`)."""
     return f"{ADMITTED}{session}"

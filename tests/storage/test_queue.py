@@ -366,7 +366,7 @@ async def test_a_finish_asks_whether_a_notify_heard_while_it_ran_concerns_its_th
     fresh_db: Database,
 ) -> None:
     """An admission's NOTIFY names its thread (a real admission's here, through
-    `admit_turn`): one to another thread does not concern a finish, one to its own does,
+    `admit_thread_turn`): one to another thread does not concern a finish, one to its own does,
     and so does one of a kind that names none, or more than are remembered."""
     await settled_wakeups(fresh_db)
     since = fresh_db.heard
