@@ -151,9 +151,9 @@ class Admitted:
         return self.admitted
 
 
-# The SQL is migration 024's (and 034's), each piece written once and used by every path: the fast
-# path (`admit_thread_turn`, one round trip), the step path (its pieces one by one, pictures
-# weighed between them) and a schedule's run (`open_task`, `store_turn`).
+# The SQL is migration 024's (and 034's), each piece written once and used by every path:
+# the fast path (`admit_thread_turn`, one round trip), the step path (its pieces one by
+# one, pictures weighed between them) and a schedule's run (`open_task`, `store_turn`).
 _GATE = (
     "SELECT * FROM admission_gate($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)"
 )
