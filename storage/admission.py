@@ -28,8 +28,7 @@ order), without asking a model. Every later over-limit message of the window is 
 dropped.
 
 A message with pictures (or PDFs kept for the models that read documents), in its text
-or in its back-filled messages, or with a note of what could not be read before it, is
-admitted statement by statement in one transaction: the
+or in its back-filled messages, is admitted statement by statement in one transaction: the
 attachments are weighed against their budgets there (storage/pictures.py), and one past a
 budget is not stored; the message says so.
 
@@ -160,7 +159,8 @@ _GATE = (
 # The action token is kept in the same statement, for a task this admission created.
 _ADMIT = (
     "WITH admitted AS (SELECT * FROM admit_thread_turn($1, $2, $3, $4, $5, $6, $7, $8, $9,"
-    " $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $25, $26)),"
+    " $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $25, $26,"
+    " $27::jsonb)),"
     " kept AS (INSERT INTO task_action_tokens (task_id, token) SELECT $2, $24::text"
     " FROM admitted WHERE admitted.created AND $24::text IS NOT NULL)"
     " SELECT * FROM admitted"
@@ -320,8 +320,8 @@ def _gate_args(a: Admission, limits: Limits, *, known_only: bool) -> tuple[objec
 
 def _at_once(a: Admission) -> bool:
     """Whether `a` is admitted in one round trip: nothing to weigh against the pictures'
-    budgets (no picture in it or its back-fill) and no note to keep beside it."""
-    return not a.images and not a.note and not any(e.images for e in a.earlier)
+    budgets (no picture in it or its back-fill)."""
+    return not a.images and not any(e.images for e in a.earlier)
 
 
 async def _admit_at_once(
@@ -341,13 +341,14 @@ async def _admit_at_once(
         a.action_token or None,
         [e.id for e in a.earlier],
         [e.text for e in a.earlier],
+        notes_json([a.note] if a.note else []),
     )
     assert row is not None
     return bool(row["created"]), row
 
 
 async def _admit_in_steps(db: Database, a: Admission, limits: Limits) -> Admitted:
-    """The admission of a message with pictures (in it or its back-fill) or a note:
+    """The admission of a message with pictures (in it or its back-fill):
     `admit_thread_turn`'s pieces one by one, the pictures weighed against their budgets
     before the messages are stored."""
     async with db.admissions.acquire() as conn, conn.transaction():

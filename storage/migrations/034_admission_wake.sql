@@ -7,9 +7,10 @@
 --
 -- `admit_thread_turn` is `admit_turn` with the thread's earlier messages (a back-fill
 -- without pictures: `p_earlier_ids`, `p_earlier_texts`, oldest first) stored before the
--- turn, in the one round trip: a new thread's first mention took seven (begin, the gate,
+-- turn, and the turn's runtime notes (`p_notes`: a channel's context, a gap in what was
+-- read), in the one round trip: a new thread's first mention took seven (begin, the gate,
 -- the task, the turns, the notify, commit). `admit_turn` stays, for a replica of the
--- version before during a rolling deploy, as the same with no earlier messages.
+-- version before during a rolling deploy, as the same with neither.
 
 CREATE FUNCTION admit_thread_turn(
     p_event text, p_task text, p_user text, p_session text, p_channel text,
@@ -17,7 +18,8 @@ CREATE FUNCTION admit_thread_turn(
     p_user_tokens bigint, p_channel_tokens bigint, p_all_tokens bigint,
     p_channel_usd numeric, p_workspace_usd numeric, p_known_only boolean,
     p_address jsonb, p_traceparent text, p_turn text, p_text text, p_reply text,
-    p_notices jsonb, p_fallback text, p_wake text, p_earlier_ids text[], p_earlier_texts text[]
+    p_notices jsonb, p_fallback text, p_wake text, p_earlier_ids text[], p_earlier_texts text[],
+    p_notes jsonb
 ) RETURNS TABLE (created boolean, limited text, noticed boolean, known boolean)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -40,7 +42,7 @@ BEGIN
             FROM unnest(p_earlier_ids, p_earlier_texts) WITH ORDINALITY AS m (id, text, n)
             ORDER BY m.n;
         END IF;
-        PERFORM store_turn(p_turn, p_session, p_text, NULL);
+        PERFORM store_turn(p_turn, p_session, p_text, p_notes);
         IF noticed THEN
             PERFORM store_notice(p_reply, p_session, p_turn, limited, p_notices, p_fallback);
         END IF;
@@ -63,5 +65,5 @@ LANGUAGE sql AS $$
         p_event, p_task, p_user, p_session, p_channel, p_workspace, p_refused,
         p_user_per_hour, p_thread_per_hour, p_user_tokens, p_channel_tokens, p_all_tokens,
         p_channel_usd, p_workspace_usd, p_known_only, p_address, p_traceparent, p_turn,
-        p_text, p_reply, p_notices, p_fallback, p_wake, '{}', '{}')
+        p_text, p_reply, p_notices, p_fallback, p_wake, '{}', '{}', NULL)
 $$;

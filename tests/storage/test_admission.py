@@ -178,10 +178,11 @@ async def test_the_back_filling_admission_writes_what_the_one_statement_writes(
 async def test_a_back_fill_without_pictures_takes_the_one_statement_and_writes_the_same(
     twins: list[Database],
 ) -> None:
-    """A thread's first mention with its earlier messages and no picture is admitted in one
-    statement (`admit_thread_turn`, migration 034); it writes what the statement-by-statement
-    admission writes, back-filled messages and their order included, for every outcome
-    (a limit's notice task keeps no back-fill: no model reads it)."""
+    """A thread's first mention with its earlier messages and a note after it (a channel's
+    context), and no picture, is admitted in one statement (`admit_thread_turn`, migration
+    034); it writes what the statement-by-statement admission writes, back-filled messages,
+    their order and the turn's note included, for every outcome (a limit's notice task
+    keeps no back-fill: no model reads it)."""
     rule = Limits(user_messages_per_hour=2, notices={"user": "user notice"})
     one_statement, in_steps = twins
     for event_id, ts in (
@@ -201,12 +202,14 @@ async def test_a_back_fill_without_pictures_takes_the_one_statement_and_writes_t
             channel="T1:C1",
             earlier=tuple(EarlierMessage(f"slack:C1:{ts}:{n}", f"before {n}") for n in range(3)),
             action_token=f"{event_id}.action",
+            note=RuntimeNote("channel_context", "3 messages shown for context"),
         )
         once = await admit(one_statement, a, rule)
         steps = await _admit_in_steps(in_steps, a, rule)
         assert (once, once.limited, once.noticed) == (steps, steps.limited, steps.noticed)
     rows = await written_rows(one_statement)
     assert len(rows["tasks"]) == 3 and rows["limit_notices"] != []
+    assert [m["notes"] is not None for m in rows["messages"] if m["role"] == "user"] == [True] * 3
     assert rows == await written_rows(in_steps)
     every = "SELECT session_id, id, text FROM messages ORDER BY seq"
     stored = [tuple(r) for r in await one_statement.pool.fetch(every)]
