@@ -120,16 +120,33 @@ async def stored_messages(
     return [(r["ts"], r["text"]) for r in reversed(rows)]
 
 
-@translate_errors("The channel's stream could not be read")
-async def channel_stream(db: Database, team: str, channel: str) -> tuple[str | None, str | None]:
-    """What the store holds of the channel's top level: complete (from, through)."""
-    row = await db.admissions.fetchrow(
-        "SELECT complete_from, complete_through FROM slack_streams "
-        "WHERE team = $1 AND channel = $2 AND root = ''",
-        team,
-        channel,
-    )
-    return (None, None) if row is None else (row["complete_from"], row["complete_through"])
+# A channel's top level before a mention, as a top-level mention's context reads it: the
+# newest `$4` kept messages before the ts `$3` (oldest first), and from where the store
+# holds the channel without a break (NULL: from nowhere), in one round trip.
+_CHANNEL = """
+WITH kept AS (
+    SELECT ts, text FROM slack_messages
+    WHERE team = $1 AND channel = $2 AND root = '' AND ts::numeric < $3::numeric
+    ORDER BY ts::numeric DESC LIMIT $4
+)
+SELECT (SELECT complete_from FROM slack_streams
+        WHERE team = $1 AND channel = $2 AND root = '') AS complete_from,
+       coalesce(array_agg(ts ORDER BY ts::numeric), '{}') AS ts,
+       coalesce(array_agg(text ORDER BY ts::numeric), '{}') AS texts
+FROM kept
+"""
+
+
+@translate_errors("The channel's kept messages could not be read")
+async def channel_messages(
+    db: Database, team: str, channel: str, *, before: str, limit: int
+) -> tuple[list[tuple[str, str]], str | None]:
+    """The kept messages of the channel's top level before the ts `before` (the newest
+    `limit`, oldest first, as (ts, text)), and the ts from which the store holds the top
+    level complete (None: it does not)."""
+    row = await db.admissions.fetchrow(_CHANNEL, team, channel, before, limit)
+    assert row is not None  # an aggregate: one row, even of no messages
+    return list(zip(row["ts"], row["texts"], strict=True)), row["complete_from"]
 
 
 @translate_errors("The messages read could not be kept")

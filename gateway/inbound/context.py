@@ -40,7 +40,7 @@ from storage import (
     ReadMessage,
     SeenMessage,
     Stream,
-    channel_stream,
+    channel_messages,
     keep_in_session,
     mark_read,
     observe_message,
@@ -136,8 +136,9 @@ class ThreadContext:
         and whether they are all there are: the channel's messages arrive as events and
         the store holds it without a break over as many as are asked for."""
         team, channel, count = inbound.team, inbound.channel, plan.channel_messages
-        stored = await stored_messages(self._db, team, channel, "", before=inbound.ts, limit=count)
-        start, _ = await channel_stream(self._db, team, channel)
+        stored, start = await channel_messages(
+            self._db, team, channel, before=inbound.ts, limit=count
+        )
         if start is None or not self._subscribed:
             return stored, False
         unbroken = [ts for ts, _ in stored if _ts(ts) >= _ts(start)]

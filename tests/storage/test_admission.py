@@ -135,6 +135,20 @@ async def twins(postgres_dsn: str, request: pytest.FixtureRequest) -> AsyncItera
         yield [one, two]
 
 
+def thread_opening(event_id: str | None, ts: str) -> Admission:
+    """The first message of thread `ts`, from user U1, with an action token."""
+    return Admission(
+        event_id=event_id,
+        task_id=f"T1:C1:{ts}",
+        session_id=f"T1:C1:{ts}",
+        address={"channel": "C1", "thread_ts": ts},
+        turn_text=f"turn {ts}",
+        user="T1:U1",
+        channel="T1:C1",
+        action_token=f"{event_id}.action",
+    )
+
+
 async def test_the_back_filling_admission_writes_what_the_one_statement_writes(
     twins: list[Database],
 ) -> None:
@@ -154,17 +168,8 @@ async def test_the_back_filling_admission_writes_what_the_one_statement_writes(
     ]
     fast, backfilled = twins
     for event_id, ts, images in script:
-        a = Admission(
-            event_id=event_id,
-            task_id=f"T1:C1:{ts}",
-            session_id=f"T1:C1:{ts}",
-            address={"channel": "C1", "thread_ts": ts},
-            turn_text=f"turn {ts}",
-            user="T1:U1",
-            channel="T1:C1",
-            images=images,
-            action_token=f"{event_id}.action",  # the second event's token is not kept
-        )
+        # The second event's token is not kept.
+        a = dataclasses.replace(thread_opening(event_id, ts), images=images)
         earlier = (EarlierMessage(f"slack:C1:{ts}:0", "before", picture),)
         one = await admit(fast, a, rule)
         other = await admit(backfilled, dataclasses.replace(a, earlier=earlier), rule)
@@ -192,16 +197,9 @@ async def test_a_back_fill_without_pictures_takes_the_one_statement_and_writes_t
         ("Ev3", "2.3"),
         ("Ev4", "2.4"),
     ):
-        a = Admission(
-            event_id=event_id,
-            task_id=f"T1:C1:{ts}",
-            session_id=f"T1:C1:{ts}",
-            address={"channel": "C1", "thread_ts": ts},
-            turn_text=f"turn {ts}",
-            user="T1:U1",
-            channel="T1:C1",
+        a = dataclasses.replace(
+            thread_opening(event_id, ts),
             earlier=tuple(EarlierMessage(f"slack:C1:{ts}:{n}", f"before {n}") for n in range(3)),
-            action_token=f"{event_id}.action",
             note=RuntimeNote("channel_context", "3 messages shown for context"),
         )
         once = await admit(one_statement, a, rule)

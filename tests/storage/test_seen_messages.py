@@ -8,7 +8,7 @@ from storage import (
     ReadMessage,
     Retention,
     SeenMessage,
-    channel_stream,
+    channel_messages,
     forget_seen,
     mark_read,
     observe_message,
@@ -34,7 +34,8 @@ async def test_a_thread_whose_root_and_replies_arrived_is_complete_through_the_l
     after_mention = await observe_message(fresh_db, seen("1700000000.000300", ROOT, extends=False))
     assert after_mention.complete_through == "1700000000.000200"
     assert not after_mention.known and after_mention.gap is None
-    assert await channel_stream(fresh_db, "T1", "C1") == (ROOT, ROOT)
+    top, start = await channel_messages(fresh_db, "T1", "C1", before="1700000000.000300", limit=9)
+    assert ([ts for ts, _ in top], start) == ([ROOT], ROOT)
     kept = await stored_messages(fresh_db, "T1", "C1", ROOT, before="1700000000.000300", limit=10)
     assert [ts for ts, _ in kept] == [ROOT, "1700000000.000200"]
 
@@ -108,3 +109,17 @@ async def test_retention_deletes_old_kept_messages_and_what_their_streams_claime
     teams = {r["team"] for r in await fresh_db.pool.fetch("SELECT team FROM slack_messages")}
     streams = {r["team"] for r in await fresh_db.pool.fetch("SELECT team FROM slack_streams")}
     assert teams == {"TNEW"} and streams == {"TNEW"}
+
+
+async def test_a_channels_context_is_its_newest_kept_messages_and_where_it_is_whole(
+    fresh_db: Database,
+) -> None:
+    """One read gives a top-level mention its channel's newest kept messages before it,
+    oldest first, and from where the store holds the channel whole; a channel never seen
+    gives none, from nowhere."""
+    assert await channel_messages(fresh_db, "T1", "C9", before=ROOT, limit=5) == ([], None)
+    stamps = [f"1700000001.00000{n}" for n in range(4)]
+    for ts in stamps:
+        await observe_message(fresh_db, seen(ts))
+    top, start = await channel_messages(fresh_db, "T1", "C1", before=stamps[3], limit=2)
+    assert [ts for ts, _ in top] == stamps[1:3] and start == stamps[0]
