@@ -188,8 +188,8 @@ class TaskRunner:
             # admitted meanwhile woke a worker, and so did what the task's end made runnable
             # (`TaskQueue.finish`); a wake-up no worker was free for is kept for the next to
             # wait, up to a bound. Past the bound (`dropped_wakeups` grew), or after a
-            # subtask, look at once. The look after every task was the claim that finds
-            # nothing, one statement of each answer's ten (BENCHMARKS.md).
+            # subtask, look at once. The look after every task was, below saturation, a
+            # claim that found nothing: one of each answer's 14 statements (BENCHMARKS.md).
             if not again and self._queue.dropped_wakeups() == dropped:
                 await self._queue.wait_for_work(self._settings.heartbeat_seconds * 6)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from tests.fakes import WAIT_SECONDS
 from tests.fakes.mcp_server import stdio_entry
 from tests.gateway.forked import spawn
-from tests.gateway.process import child_env, run_cli_output
+from tests.gateway.process import GatewayProcess, child_env, run_cli_output
 
 
 async def test_a_forked_command_prints_and_exits_as_a_started_one(tmp_path: Path) -> None:
@@ -85,3 +85,26 @@ async def test_a_forked_mcp_server_ends_with_its_launcher(tmp_path: Path) -> Non
 
 def alive(pid: int) -> bool:
     return Path(f"/proc/{pid}").exists()
+
+
+async def test_a_started_gateway_runs_the_code_of_its_folder(tmp_path: Path) -> None:
+    """`GatewayProcess(forked=False)`, as the benchmarks start the code before a change from
+    its checkout: `python -m gateway.operator` in that folder runs the folder's package, not
+    the one this process (and the zygote) loaded. A stand-in package says a port of its own."""
+    operator = tmp_path / "gateway" / "operator"
+    operator.mkdir(parents=True)
+    (tmp_path / "gateway" / "__init__.py").write_text("")
+    (operator / "__init__.py").write_text("")
+    (operator / "__main__.py").write_text(
+        "import sys, time\n"
+        "print('listening on http://127.0.0.1:4321/', file=sys.stderr, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    process = GatewayProcess({}, tmp_path, forked=False)
+    await process.start()
+    try:
+        assert process.port == 4321
+    finally:
+        assert process.proc is not None
+        process.proc.kill()
+        await process.proc.wait()
