@@ -44,7 +44,7 @@ import collections
 import secrets
 from collections.abc import Callable
 from types import TracebackType
-from typing import Self, TypeGuard
+from typing import Self
 
 import asyncpg
 
@@ -101,10 +101,6 @@ def admitted_to(session: str) -> str:
     the thread its task is in, so that a finish in this thread knows it came in
     (`Database.heard_for`)."""
     return f"{ADMITTED}{session}"
-
-
-def _admission(payload: object) -> TypeGuard[str]:
-    return isinstance(payload, str) and payload.startswith(ADMITTED)
 
 
 # Generic plans for every prepared statement: our statements are the same few dozen,
@@ -309,16 +305,18 @@ class Database:
         return False
 
     def _on_notify(self, conn: object, pid: int, channel: str, payload: object) -> None:
-        if isinstance(payload, str) and payload.startswith(FINISHED):
-            if self._owner is not None and payload == finished_by(self._owner):
-                # Our own finish: it woke a worker itself if it made work runnable here
-                # (storage/queue.py `_FINISH`).
-                self.wakeup.set()
-                return
-        else:  # another process's finish concerns none of the threads our workers run
-            self._hear(payload.removeprefix(ADMITTED) if _admission(payload) else None)
-        if isinstance(payload, str) and payload.startswith(MODELS_SIGNAL):
-            return self._on_models(payload.removeprefix(MODELS_SIGNAL))
+        said = payload if isinstance(payload, str) else ""
+        if self._owner is not None and said == finished_by(self._owner):
+            # Our own finish: it woke a worker itself if it made work runnable here
+            # (storage/queue.py `_FINISH`).
+            self.wakeup.set()
+            return
+        # A finish (another process's) concerns none of the threads our workers run; an
+        # admission names its thread; any other kind may concern any thread.
+        if not said.startswith(FINISHED):
+            self._hear(said.removeprefix(ADMITTED) if said.startswith(ADMITTED) else None)
+        if said.startswith(MODELS_SIGNAL):
+            return self._on_models(said.removeprefix(MODELS_SIGNAL))
         self.wake()
 
     def _hear(self, session: str | None) -> None:

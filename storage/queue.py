@@ -211,7 +211,7 @@ WITH done AS (
            lease_owner = NULL, lease_expires = NULL
     WHERE id = $1 AND attempts = $2 AND state = 'running' AND lease_owner = $3
     RETURNING session_id
-), told AS (
+), told AS (  -- selected below, so that it runs
     SELECT count(pg_notify($6, $7)) AS n FROM done
 )
 -- Whether the end made its thread's next message runnable (a queued task of the session:
@@ -336,24 +336,7 @@ class PostgresTaskQueue:
 
     @translate_errors("The task queue could not be reached")
     async def finish(self, task: Task, delivered: Delivered = NOTHING_DELIVERED) -> None:
-        if not delivered.posts:
-            return await self._close(task, "done", None)
-        me = await self._db.lease_owner()
-        ids, refs = zip(*delivered.posts, strict=True)
-        heard = self._db.heard
-        next_queued = await self._db.pool.fetchval(
-            _FINISH_DELIVERED,
-            task.id,
-            task.attempts,
-            me,
-            "done",
-            None,
-            TASKS_CHANNEL,
-            finished_by(me),
-            list(ids),
-            list(refs),
-        )
-        self._ended(task, next_queued, heard)
+        await self._close(task, "done", None, delivered)
 
     @translate_errors("The task queue could not be reached")
     async def fail(self, task: Task, reason: str) -> None:
@@ -379,12 +362,23 @@ class PostgresTaskQueue:
     def dropped_wakeups(self) -> int:
         return self._db.dropped_wakeups
 
-    async def _close(self, task: Task, state: str, reason: str | None) -> None:
+    async def _close(
+        self,
+        task: Task,
+        state: str,
+        reason: str | None,
+        delivered: Delivered = NOTHING_DELIVERED,
+    ) -> None:
         me = await self._db.lease_owner()
+        statement = _FINISH
+        args: list[object] = [task.id, task.attempts, me, state, reason]
+        args += [TASKS_CHANNEL, finished_by(me)]  # the NOTIFY's channel and payload
+        if delivered.posts:  # the posts that landed marked sent in the same statement
+            ids, refs = zip(*delivered.posts, strict=True)
+            statement = _FINISH_DELIVERED
+            args += [list(ids), list(refs)]
         heard = self._db.heard
-        next_queued = await self._db.pool.fetchval(
-            _FINISH, task.id, task.attempts, me, state, reason, TASKS_CHANNEL, finished_by(me)
-        )
+        next_queued = await self._db.pool.fetchval(statement, *args)
         self._ended(task, next_queued, heard)
 
     def _ended(self, task: Task, next_queued: bool | None, heard: int) -> None:

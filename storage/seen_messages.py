@@ -120,21 +120,20 @@ async def stored_messages(
     return [(r["ts"], r["text"]) for r in reversed(rows)]
 
 
-# A channel's top level before a mention, as a top-level mention's context reads it: the
-# newest `$4` kept messages before the ts `$3` (oldest first), and from where the store
-# holds the channel without a break (NULL: from nowhere), in one round trip.
-_CHANNEL = """
-WITH kept AS (
-    SELECT ts, text FROM slack_messages
-    WHERE team = $1 AND channel = $2 AND root = '' AND ts::numeric < $3::numeric
-    ORDER BY ts::numeric DESC LIMIT $4
-)
+# A channel's top level before a mention, as a top-level mention's context reads it:
+# `_STORED` of the stream '' ($3), oldest first, and from where the store holds the channel
+# without a break (NULL: from nowhere), in one round trip.
+_CHANNEL = (
+    "WITH kept AS ("
+    + _STORED
+    + """)
 SELECT (SELECT complete_from FROM slack_streams
-        WHERE team = $1 AND channel = $2 AND root = '') AS complete_from,
+        WHERE team = $1 AND channel = $2 AND root = $3) AS complete_from,
        coalesce(array_agg(ts ORDER BY ts::numeric), '{}') AS ts,
        coalesce(array_agg(text ORDER BY ts::numeric), '{}') AS texts
 FROM kept
 """
+)
 
 
 @translate_errors("The channel's kept messages could not be read")
@@ -144,7 +143,7 @@ async def channel_messages(
     """The kept messages of the channel's top level before the ts `before` (the newest
     `limit`, oldest first, as (ts, text)), and the ts from which the store holds the top
     level complete (None: it does not)."""
-    row = await db.admissions.fetchrow(_CHANNEL, team, channel, before, limit)
+    row = await db.admissions.fetchrow(_CHANNEL, team, channel, "", before, limit)
     assert row is not None  # an aggregate: one row, even of no messages
     return list(zip(row["ts"], row["texts"], strict=True)), row["complete_from"]
 
